@@ -1,0 +1,600 @@
+//! Configuration (SPEC §2): a TOML file whose keys keep the names of the
+//! original tool. Unknown keys and wrong types are errors naming the key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use toml::Value;
+
+use crate::error::{Error, Result};
+
+/// How the running Claude Code is switched (SPEC §12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Tmux,
+    Systemd,
+    Pointer,
+}
+
+/// What a token cap does when the conversation is larger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CarryOverflow {
+    DropOldest,
+    Block,
+}
+
+/// What prepare does with lines that are not JSON objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMalformed {
+    Block,
+    Skip,
+}
+
+/// How the conversation is found in the file (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryMode {
+    Chain,
+    File,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it was loaded from (None for built-in defaults in tests).
+    pub source: Option<PathBuf>,
+    pub project_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub activation: Activation,
+    pub tmux_target: String,
+    pub claude_workdir: PathBuf,
+    pub verify_workdir_matches_project: bool,
+    pub resume_command: Vec<String>,
+    pub resume_env: BTreeMap<String, String>,
+    pub systemd_unit: String,
+    pub resume_pointer_path: PathBuf,
+    pub systemd_restart_timeout_seconds: f64,
+    pub dirty_budget_bytes: u64,
+    pub rebuild_on_original_image_view: bool,
+    pub carry_max_tokens: u64,
+    pub carry_overflow: CarryOverflow,
+    pub max_event_chars: u64,
+    pub include_open_tail: bool,
+    pub freeze_startup_snapshot: bool,
+    pub stamp_turns: bool,
+    pub stamp_template: String,
+    pub startup_header_template: String,
+    pub poison_pattern: Regex,
+    pub reply_tool_pattern: Regex,
+    pub on_malformed_line: OnMalformed,
+    pub history: HistoryMode,
+    pub activation_delay_seconds: f64,
+    pub stable_file_seconds: f64,
+    pub stable_file_timeout_seconds: f64,
+    pub healthcheck_seconds: f64,
+    pub source_change_retries: u64,
+}
+
+/// Default poison pattern (SPEC §2).
+pub const DEFAULT_POISON_PATTERN: &str =
+    "(AUP|Acceptable Use|policy violation|policy blocked|refusal loop|毒上下文|中毒|拒绝循环)";
+/// Default pattern for assistant speech sent through channel tools.
+pub const DEFAULT_REPLY_TOOL_PATTERN: &str = r"^mcp__[\w.-]*(companion|telegram)[\w.-]*__reply$";
+
+const KEYS: &[&str] = &[
+    "project_dir",
+    "state_dir",
+    "activation",
+    "tmux_target",
+    "claude_workdir",
+    "verify_workdir_matches_project",
+    "resume_command",
+    "resume_env",
+    "systemd_unit",
+    "resume_pointer_path",
+    "systemd_restart_timeout_seconds",
+    "dirty_budget_bytes",
+    "rebuild_on_original_image_view",
+    "carry_max_tokens",
+    "carry_overflow",
+    "max_event_chars",
+    "include_open_tail",
+    "freeze_startup_snapshot",
+    "stamp_turns",
+    "stamp_template",
+    "startup_header_template",
+    "poison_pattern",
+    "reply_tool_pattern",
+    "on_malformed_line",
+    "history",
+    "activation_delay_seconds",
+    "stable_file_seconds",
+    "stable_file_timeout_seconds",
+    "healthcheck_seconds",
+    "source_change_retries",
+];
+
+impl Config {
+    /// Where the config is looked for: `--config`, else `$KTR_CONFIG`, else
+    /// `$XDG_CONFIG_HOME/ktr/config.toml`, else `~/.config/ktr/config.toml`.
+    pub fn locate(explicit: Option<&Path>) -> PathBuf {
+        if let Some(p) = explicit {
+            return p.to_path_buf();
+        }
+        if let Some(p) = std::env::var_os("KTR_CONFIG").filter(|v| !v.is_empty()) {
+            return PathBuf::from(p);
+        }
+        if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(x).join("ktr/config.toml");
+        }
+        home_dir().join(".config/ktr/config.toml")
+    }
+
+    /// Load and validate the config file found by [`Config::locate`].
+    pub fn load(explicit: Option<&Path>) -> Result<Config> {
+        let path = Self::locate(explicit);
+        let bytes = std::fs::read(&path).map_err(|e| {
+            Error::config(format!(
+                "cannot read config {}: {e}; create it (see README, Configuration) or pass --config PATH",
+                path.display()
+            ))
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            Error::config(format!("config {} is not valid UTF-8", path.display()))
+        })?;
+        let mut config = Self::from_toml(&text)
+            .map_err(|e| Error::config(format!("config {}: {}", path.display(), e.message)))?;
+        config.source = Some(path);
+        Ok(config)
+    }
+
+    /// Parse and validate TOML text.
+    pub fn from_toml(text: &str) -> Result<Config> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            Error::config(format!("not valid TOML: {}", e.message()))
+        })?;
+        let keys = Keys { table };
+        keys.reject_unknown()?;
+        let home = home_dir();
+        let activation = match keys.string("activation", "tmux")?.as_str() {
+            "tmux" => Activation::Tmux,
+            "systemd" => Activation::Systemd,
+            "pointer" => Activation::Pointer,
+            other => return Err(keys.rule("activation", &format!("must be tmux, systemd or pointer (got {other:?})"))),
+        };
+        let project_dir = match keys.table.get("project_dir") {
+            None => return Err(Error::config("project_dir is required: set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>)")),
+            Some(_) => expand_home(&keys.string("project_dir", "")?, &home),
+        };
+        if project_dir.as_os_str().is_empty() {
+            return Err(keys.rule("project_dir", "must not be empty"));
+        }
+        let state_dir = expand_home(&keys.string("state_dir", "~/.local/state/ktr")?, &home);
+        let tmux_target = keys.string("tmux_target", "cc:0.0")?;
+        if tmux_target.is_empty() || tmux_target.chars().any(char::is_control) {
+            return Err(keys.rule("tmux_target", "must be non-empty and contain no control characters"));
+        }
+        let claude_workdir = expand_home(&keys.string("claude_workdir", "~")?, &home);
+        let resume_command = keys.resume_command()?;
+        let resume_env = keys.string_map("resume_env")?;
+        let systemd_unit = keys.string("systemd_unit", "claude-session.service")?;
+        if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
+            return Err(keys.rule("systemd_unit", "must end in .service"));
+        }
+        let resume_pointer_path = expand_home(
+            &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
+            &home,
+        );
+        let systemd_restart_timeout_seconds = keys.seconds("systemd_restart_timeout_seconds", 180.0)?;
+        if systemd_restart_timeout_seconds < 10.0 {
+            return Err(keys.rule("systemd_restart_timeout_seconds", "must be at least 10"));
+        }
+        let carry_max_tokens = keys.integer("carry_max_tokens", 0)?;
+        if carry_max_tokens != 0 && carry_max_tokens < 5000 {
+            return Err(keys.rule("carry_max_tokens", "must be 0 (no cap) or at least 5000"));
+        }
+        let carry_overflow = match keys.string("carry_overflow", "drop_oldest")?.as_str() {
+            "drop_oldest" => CarryOverflow::DropOldest,
+            "block" => CarryOverflow::Block,
+            other => return Err(keys.rule("carry_overflow", &format!("must be drop_oldest or block (got {other:?})"))),
+        };
+        let max_event_chars = keys.integer("max_event_chars", 0)?;
+        if max_event_chars != 0 && max_event_chars < 500 {
+            return Err(keys.rule("max_event_chars", "must be 0 (off) or at least 500"));
+        }
+        let stamp_template = keys.string("stamp_template", "[发生时间: {timestamp}]")?;
+        if !stamp_template.contains("{timestamp}") {
+            return Err(keys.rule("stamp_template", "must contain {timestamp}"));
+        }
+        let startup_header_template =
+            keys.string("startup_header_template", "[续窗启动快照 · 冻结于 {timestamp}]")?;
+        if startup_header_template.trim().is_empty() {
+            return Err(keys.rule("startup_header_template", "must not be empty"));
+        }
+        let poison_pattern = keys.regex("poison_pattern", DEFAULT_POISON_PATTERN, true)?;
+        let reply_tool_pattern = keys.regex("reply_tool_pattern", DEFAULT_REPLY_TOOL_PATTERN, false)?;
+        let on_malformed_line = match keys.string("on_malformed_line", "block")?.as_str() {
+            "block" => OnMalformed::Block,
+            "skip" => OnMalformed::Skip,
+            other => return Err(keys.rule("on_malformed_line", &format!("must be block or skip (got {other:?})"))),
+        };
+        let history = match keys.string("history", "chain")?.as_str() {
+            "chain" => HistoryMode::Chain,
+            "file" => HistoryMode::File,
+            other => return Err(keys.rule("history", &format!("must be chain or file (got {other:?})"))),
+        };
+        let activation_delay_seconds = keys.seconds("activation_delay_seconds", 3.0)?;
+        let stable_file_seconds = keys.seconds("stable_file_seconds", 1.0)?;
+        let stable_file_timeout_seconds = keys.seconds("stable_file_timeout_seconds", 10.0)?;
+        if stable_file_seconds <= 0.0 {
+            return Err(keys.rule("stable_file_seconds", "must be greater than 0"));
+        }
+        if stable_file_timeout_seconds <= stable_file_seconds {
+            return Err(keys.rule(
+                "stable_file_timeout_seconds",
+                "must be greater than stable_file_seconds",
+            ));
+        }
+        let healthcheck_seconds = keys.seconds("healthcheck_seconds", 5.0)?;
+        if healthcheck_seconds <= 0.0 {
+            return Err(keys.rule("healthcheck_seconds", "must be greater than 0"));
+        }
+        Ok(Config {
+            source: None,
+            project_dir,
+            state_dir,
+            activation,
+            tmux_target,
+            claude_workdir,
+            verify_workdir_matches_project: keys.boolean("verify_workdir_matches_project", true)?,
+            resume_command,
+            resume_env,
+            systemd_unit,
+            resume_pointer_path,
+            systemd_restart_timeout_seconds,
+            dirty_budget_bytes: keys.integer("dirty_budget_bytes", 524_288)?,
+            rebuild_on_original_image_view: keys.boolean("rebuild_on_original_image_view", true)?,
+            carry_max_tokens,
+            carry_overflow,
+            max_event_chars,
+            include_open_tail: keys.boolean("include_open_tail", true)?,
+            freeze_startup_snapshot: keys.boolean("freeze_startup_snapshot", true)?,
+            stamp_turns: keys.boolean("stamp_turns", true)?,
+            stamp_template,
+            startup_header_template,
+            poison_pattern,
+            reply_tool_pattern,
+            on_malformed_line,
+            history,
+            activation_delay_seconds,
+            stable_file_seconds,
+            stable_file_timeout_seconds,
+            healthcheck_seconds,
+            source_change_retries: keys.integer("source_change_retries", 2)?,
+        })
+    }
+
+    /// The resume argv with `{session_id}` replaced.
+    pub fn resume_argv(&self, session_id: &str) -> Vec<String> {
+        self.resume_command
+            .iter()
+            .map(|a| if a == "{session_id}" { session_id.to_string() } else { a.clone() })
+            .collect()
+    }
+}
+
+/// The typed view over the raw TOML table, producing one-line errors.
+struct Keys {
+    table: toml::Table,
+}
+
+impl Keys {
+    fn reject_unknown(&self) -> Result<()> {
+        for key in self.table.keys() {
+            if !KEYS.contains(&key.as_str()) {
+                let hint = KEYS
+                    .iter()
+                    .find(|k| close(k, key))
+                    .map(|k| format!(" (did you mean {k}?)"))
+                    .unwrap_or_default();
+                return Err(Error::config(format!(
+                    "unknown key {key:?}{hint}; remove it or fix its spelling (README lists every key)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn rule(&self, key: &str, rule: &str) -> Error {
+        Error::config(format!("{key} {rule}"))
+    }
+
+    fn wrong_type(&self, key: &str, expected: &str, got: &Value) -> Error {
+        Error::config(format!("{key} must be {expected}, not {}", got.type_str()))
+    }
+
+    fn string(&self, key: &str, default: &str) -> Result<String> {
+        match self.table.get(key) {
+            None => Ok(default.to_string()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(v) => Err(self.wrong_type(key, "a string", v)),
+        }
+    }
+
+    fn boolean(&self, key: &str, default: bool) -> Result<bool> {
+        match self.table.get(key) {
+            None => Ok(default),
+            Some(Value::Boolean(b)) => Ok(*b),
+            Some(v) => Err(self.wrong_type(key, "true or false", v)),
+        }
+    }
+
+    fn integer(&self, key: &str, default: u64) -> Result<u64> {
+        match self.table.get(key) {
+            None => Ok(default),
+            Some(Value::Integer(i)) if *i >= 0 => Ok(*i as u64),
+            Some(Value::Integer(_)) => Err(self.rule(key, "must be 0 or greater")),
+            Some(v) => Err(self.wrong_type(key, "a whole number", v)),
+        }
+    }
+
+    fn seconds(&self, key: &str, default: f64) -> Result<f64> {
+        let value = match self.table.get(key) {
+            None => default,
+            Some(Value::Integer(i)) => *i as f64,
+            Some(Value::Float(f)) if f.is_finite() => *f,
+            Some(v) => return Err(self.wrong_type(key, "a number of seconds", v)),
+        };
+        if value < 0.0 {
+            return Err(self.rule(key, "must be 0 or greater"));
+        }
+        Ok(value)
+    }
+
+    fn regex(&self, key: &str, default: &str, ignore_case: bool) -> Result<Regex> {
+        let pattern = self.string(key, default)?;
+        regex::RegexBuilder::new(&pattern)
+            .case_insensitive(ignore_case)
+            .build()
+            .map_err(|e| {
+                let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                self.rule(key, &format!("is not a valid regular expression: {first}"))
+            })
+    }
+
+    fn string_map(&self, key: &str) -> Result<BTreeMap<String, String>> {
+        match self.table.get(key) {
+            None => Ok(BTreeMap::new()),
+            Some(Value::Table(t)) => {
+                let mut out = BTreeMap::new();
+                for (k, v) in t {
+                    let Value::String(s) = v else {
+                        return Err(self.wrong_type(&format!("{key}.{k}"), "a string", v));
+                    };
+                    if k.is_empty() || k.contains('=') || k.contains('\0') || s.contains('\0') {
+                        return Err(self.rule(&format!("{key}.{k}"), "is not a usable environment variable"));
+                    }
+                    out.insert(k.clone(), s.clone());
+                }
+                Ok(out)
+            }
+            Some(v) => Err(self.wrong_type(key, "a table of strings", v)),
+        }
+    }
+
+    fn resume_command(&self) -> Result<Vec<String>> {
+        const KEY: &str = "resume_command";
+        let argv = match self.table.get(KEY) {
+            None => vec!["claude".into(), "--resume".into(), "{session_id}".into()],
+            Some(Value::String(s)) => split_shell_words(s).map_err(|e| self.rule(KEY, &e))?,
+            Some(Value::Array(items)) => {
+                let mut argv = Vec::with_capacity(items.len());
+                for item in items {
+                    match item {
+                        Value::String(s) => argv.push(s.clone()),
+                        v => return Err(self.wrong_type(KEY, "an array of strings", v)),
+                    }
+                }
+                argv
+            }
+            Some(v) => return Err(self.wrong_type(KEY, "an array of strings", v)),
+        };
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(self.rule(KEY, "must name a program"));
+        }
+        if argv.iter().filter(|a| *a == "{session_id}").count() != 1 {
+            return Err(self.rule(
+                KEY,
+                "must contain exactly one element equal to {session_id} (copy your real launch command and swap --continue for --resume {session_id})",
+            ));
+        }
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err(self.rule(KEY, "must not contain NUL bytes"));
+        }
+        Ok(argv)
+    }
+}
+
+/// Two keys are "close" if they differ by at most two edits (typo hint).
+fn close(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        prev = cur;
+    }
+    prev[b.len()] <= 2
+}
+
+/// Split a command string the way a POSIX shell would split words (quotes and
+/// backslashes), without expanding anything.
+pub fn split_shell_words(s: &str) -> std::result::Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err("has an unclosed single quote".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => cur.push(c),
+                            Some('\n') => {}
+                            Some(c) => {
+                                cur.push('\\');
+                                cur.push(c);
+                            }
+                            None => return Err("has an unclosed double quote".into()),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err("has an unclosed double quote".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some('\n') => {}
+                    Some(c) => cur.push(c),
+                    None => return Err("ends with a lone backslash".into()),
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// The user's home directory (`$HOME`).
+pub fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// Expand a leading `~` or `~/` to `home`.
+pub fn expand_home(s: &str, home: &Path) -> PathBuf {
+    if s == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = s.strip_prefix("~/") {
+        home.join(rest)
+    } else {
+        PathBuf::from(s)
+    }
+}
+
+/// Claude Code's project-folder name for a working directory: every
+/// character outside `[A-Za-z0-9]` becomes `-`.
+pub fn encode_project_name(workdir: &Path) -> String {
+    workdir
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        Config::from_toml(text).unwrap_err().message
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = Config::from_toml("project_dir = \"/p\"").unwrap();
+        assert_eq!(c.activation, Activation::Tmux);
+        assert_eq!(c.tmux_target, "cc:0.0");
+        assert_eq!(c.resume_command, ["claude", "--resume", "{session_id}"]);
+        assert_eq!(c.dirty_budget_bytes, 524_288);
+        assert_eq!(c.stamp_template, "[发生时间: {timestamp}]");
+        assert!(c.poison_pattern.is_match("acceptable use"));
+        assert!(c.reply_tool_pattern.is_match("mcp__plugin_telegram_telegram__reply"));
+        assert!(c.reply_tool_pattern.is_match("mcp__companion__reply"));
+        assert!(!c.reply_tool_pattern.is_match("mcp__ktr__thread_rebuild_plan"));
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_a_hint() {
+        let m = err("project_dir = \"/p\"\ninclude_open_tial = true");
+        assert!(m.contains("include_open_tial") && m.contains("include_open_tail"), "{m}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        assert_eq!(
+            err("project_dir = \"/p\"\nstamp_turns = \"yes\""),
+            "stamp_turns must be true or false, not string"
+        );
+        assert!(err("project_dir = \"/p\"\ndirty_budget_bytes = 1.5").contains("dirty_budget_bytes"));
+        assert!(err("project_dir = 3").contains("project_dir must be a string"));
+        assert!(err("project_dir = \"/p\"\nresume_env = { A = 1 }").contains("resume_env.A"));
+    }
+
+    #[test]
+    fn rules_are_enforced() {
+        assert!(err("").contains("project_dir is required"));
+        assert!(err("project_dir = \"/p\"\ncarry_max_tokens = 100").contains("carry_max_tokens"));
+        assert!(err("project_dir = \"/p\"\nmax_event_chars = 10").contains("max_event_chars"));
+        assert!(err("project_dir = \"/p\"\nstamp_template = \"x\"").contains("{timestamp}"));
+        assert!(err("project_dir = \"/p\"\nresume_command = [\"claude\"]").contains("{session_id}"));
+        assert!(err("project_dir = \"/p\"\nactivation = \"systemd\"\nsystemd_unit = \"x\"").contains(".service"));
+        assert!(err("project_dir = \"/p\"\nstable_file_seconds = 5").contains("stable_file_timeout_seconds"));
+        assert!(err("project_dir = \"/p\"\npoison_pattern = \"(\"").contains("poison_pattern"));
+        assert!(err("project_dir = \"/p\"\ntmux_target = \"a\\nb\"").contains("tmux_target"));
+        assert!(err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3").contains("at least 10"));
+        assert!(err("not toml [").starts_with("not valid TOML"));
+    }
+
+    #[test]
+    fn resume_command_string_is_split_like_a_shell() {
+        let c = Config::from_toml(
+            "project_dir = \"/p\"\nresume_command = \"claude --resume {session_id} --append-system-prompt 'be kind'\"",
+        )
+        .unwrap();
+        assert_eq!(
+            c.resume_argv("abc"),
+            ["claude", "--resume", "abc", "--append-system-prompt", "be kind"]
+        );
+    }
+
+    #[test]
+    fn project_names_encode_like_claude_code() {
+        assert_eq!(
+            encode_project_name(Path::new("/home/u/my.proj_x/a b+c")),
+            "-home-u-my-proj-x-a-b-c"
+        );
+        assert_eq!(encode_project_name(Path::new("/root")), "-root");
+    }
+}

@@ -1,0 +1,152 @@
+//! Durable file writes and digests.
+//!
+//! Every state or candidate file is written the same way: a temp file in the
+//! same directory, `fsync`, rename over the destination, `fsync` the directory.
+//! A reader therefore sees either the old file or the new one, never a part.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+/// SHA-256 of bytes, as lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// SHA-256 of a file's content, streamed, as lower-case hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut file = File::open(path).map_err(|e| Error::io_at("read", path, &e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| Error::io_at("read", path, &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// Whether to replace an existing destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Replace it (state files).
+    Replace,
+    /// Refuse if it exists (candidates, backups).
+    Refuse,
+}
+
+/// Write `bytes` to `path` atomically with permission `mode`.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) -> Result<()> {
+    let dir = parent_of(path);
+    if existing == Existing::Refuse && path.symlink_metadata().is_ok() {
+        return Err(Error::refused(format!(
+            "{} already exists; refusing to overwrite it",
+            path.display()
+        )));
+    }
+    let tmp = temp_path(path);
+    let result = (|| -> io::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        // The umask may have narrowed the mode; set it exactly.
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        if existing == Existing::Refuse {
+            // link(2) fails if the destination appeared meanwhile: no overwrite race.
+            fs::hard_link(&tmp, path)?;
+            fs::remove_file(&tmp)?;
+        } else {
+            fs::rename(&tmp, path)?;
+        }
+        sync_dir(&dir)
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io_at("write", path, &e));
+    }
+    Ok(())
+}
+
+/// `fsync` a directory so a rename inside it is durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Create `dir` (and parents) and set it to `mode` (e.g. 0o700).
+pub fn ensure_private_dir(dir: &Path, mode: u32) -> Result<()> {
+    fs::create_dir_all(dir).map_err(|e| Error::io_at("create directory", dir, &e))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io_at("set permissions on", dir, &e))
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    parent_of(path).join(format!(".{name}.{}.tmp", &unique[..12]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_and_digest_match_known_vector() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn atomic_write_sets_mode_and_refuses_existing() {
+        let dir = std::env::temp_dir().join(format!("ktr-fsutil-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("a.json");
+        write_atomic(&p, b"one", 0o600, Existing::Refuse).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        let err = write_atomic(&p, b"two", 0o600, Existing::Refuse).unwrap_err();
+        assert!(err.message.contains("already exists"), "{err}");
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        write_atomic(&p, b"two", 0o600, Existing::Replace).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        // No temp files are left behind.
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
