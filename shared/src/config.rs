@@ -629,7 +629,7 @@ mod tests {
                 .contains(".service")
         );
         assert!(
-            err("project_dir = \"/p\"\nstable_file_seconds = 5")
+            err("project_dir = \"/p\"\nstable_file_seconds = 15")
                 .contains("stable_file_timeout_seconds")
         );
         assert!(err("project_dir = \"/p\"\npoison_pattern = \"(\"").contains("poison_pattern"));
