@@ -9,5 +9,8 @@
 pub mod config;
 pub mod error;
 pub mod fsutil;
+pub mod operation;
+pub mod process;
+pub mod target;
 
 pub use error::{Error, ErrorKind, Result};
