@@ -333,18 +333,18 @@ pub const DEFAULT_WORKER_GRACE: Duration = Duration::from_secs(10);
 const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Find the state dir cheaply, for hooks that must start in a millisecond:
-/// `$KTR_STATE_DIR`, else the `state_dir` key of the config file (read as
-/// plain TOML, not validated), else [`DEFAULT_STATE_DIR`].
+/// the `state_dir` key of the config file found by [`Config::locate`], read
+/// as plain TOML without validating the rest, else [`DEFAULT_STATE_DIR`].
+/// [`Config::load`] resolves the same key the same way.
 pub fn locate_state_dir(config: Option<&Path>) -> PathBuf {
-    let home = home_dir();
-    if let Some(dir) = std::env::var_os("KTR_STATE_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
     let from_config = fs::read_to_string(Config::locate(config))
         .ok()
         .and_then(|text| text.parse::<toml::Table>().ok())
         .and_then(|t| t.get("state_dir")?.as_str().map(str::to_string));
-    expand_home(from_config.as_deref().unwrap_or(DEFAULT_STATE_DIR), &home)
+    expand_home(
+        from_config.as_deref().unwrap_or(DEFAULT_STATE_DIR),
+        &home_dir(),
+    )
 }
 
 /// The operation store over one state dir.
