@@ -50,7 +50,7 @@ fn run() -> Result<Option<String>> {
     if hook.source.as_deref() != Some("resume") {
         return Ok(None);
     }
-    let store = Store::at(&locate_state_dir(config_arg.as_deref()));
+    let store = Store::at(&locate_state_dir(config_arg.as_deref())?);
     let Some(op) = find_operation(&store, &hook.session_id) else {
         return Ok(None);
     };

@@ -61,7 +61,7 @@ fn run() -> Result<Reply> {
         .map_err(|e| Error::io(format!("cannot read the Stop hook input: {e}")))?;
 
     // Fast path: one small file, no config validation, no lock.
-    let state_dir = locate_state_dir(config_arg.as_deref());
+    let state_dir = locate_state_dir(config_arg.as_deref())?;
     let Some((id, status)) = Store::at(&state_dir).active() else {
         return Ok(Reply::Quiet);
     };

@@ -334,17 +334,44 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Find the state dir cheaply, for hooks that must start in a millisecond:
 /// the `state_dir` key of the config file found by [`Config::locate`], read
-/// as plain TOML without validating the rest, else [`DEFAULT_STATE_DIR`].
-/// [`Config::load`] resolves the same key the same way.
-pub fn locate_state_dir(config: Option<&Path>) -> PathBuf {
-    let from_config = fs::read_to_string(Config::locate(config))
-        .ok()
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .and_then(|t| t.get("state_dir")?.as_str().map(str::to_string));
-    expand_home(
-        from_config.as_deref().unwrap_or(DEFAULT_STATE_DIR),
+/// as plain TOML without validating the rest ([`Config::load`] resolves the
+/// key the same way), else [`DEFAULT_STATE_DIR`] when there is no config
+/// file. A config file that is not TOML, or whose `state_dir` is not a
+/// string, is an error: nothing could be scheduled with it.
+pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
+    let path = Config::locate(config);
+    let configured = match fs::read_to_string(&path) {
+        Ok(text) => {
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                Error::config(format!(
+                    "config {} is not valid TOML: {}",
+                    path.display(),
+                    e.message()
+                ))
+            })?;
+            match table.get("state_dir") {
+                None => None,
+                Some(toml::Value::String(s)) => Some(s.clone()),
+                Some(_) => {
+                    return Err(Error::config(format!(
+                        "config {}: state_dir must be a string",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        Err(e) if e.kind() == IoKind::NotFound => None,
+        Err(e) => {
+            return Err(Error::config(format!(
+                "cannot read config {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    Ok(expand_home(
+        configured.as_deref().unwrap_or(DEFAULT_STATE_DIR),
         &home_dir(),
-    )
+    ))
 }
 
 /// The operation store over one state dir.

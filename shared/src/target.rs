@@ -179,8 +179,8 @@ impl Tmux {
                 Err(Error::refused(format!("tmux pane {} is dead", self.target)))
             }
             (Some(pid), _) => Ok(pid),
-            (None, _) => Err(Error::io(format!(
-                "tmux gave no pane pid for {} (got {out:?})",
+            (None, _) => Err(Error::refused(format!(
+                "tmux pane {} not found (tmux printed {out:?})",
                 self.target
             ))),
         }
