@@ -633,6 +633,28 @@ impl Store {
         })
     }
 
+    /// For a stage starting up: under the lock, require status `expected`,
+    /// record the calling process as the worker for `stage`, and move to
+    /// `to` (`to == expected` only records the worker).
+    pub fn claim(&self, id: &str, expected: Status, to: Status, stage: &str) -> Result<Operation> {
+        self.with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            if op.status != expected {
+                return Err(Error::refused(format!(
+                    "operation {id} is {}, not {expected}; ktr-{stage} has nothing to do",
+                    op.status
+                )));
+            }
+            op.worker = Some(Worker::current(stage));
+            if to == expected {
+                tx.save(&mut op)?;
+            } else {
+                tx.transition(&mut op, to, &format!("ktr-{stage} started"))?;
+            }
+            Ok(op)
+        })
+    }
+
     /// Fail every non-terminal operation whose recorded worker is gone (dead
     /// or pid reused) and that has not been updated within the grace period:
     /// `error: "worker died during <status>"`. If it died while activating,
@@ -1241,6 +1263,30 @@ mod tests {
             "second holder waited"
         );
         held.join().unwrap();
+    }
+
+    #[test]
+    fn a_stage_claims_only_the_status_it_expects() {
+        use Status::*;
+        let (_t, store) = store();
+        let op = store.request("x", "REBUILD", None).unwrap();
+        let err = store
+            .claim(&op.id, Scheduled, Running, "prepare")
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            format!(
+                "operation {} is pending, not scheduled; ktr-prepare has nothing to do",
+                op.id
+            )
+        );
+        walk(&store, &op.id, &[Scheduled]);
+        let op = store.claim(&op.id, Scheduled, Running, "prepare").unwrap();
+        assert_eq!(op.status, Running);
+        assert_eq!(op.worker, Some(Worker::current("prepare")));
+        assert!(op.worker.as_ref().unwrap().alive());
+        let op = store.claim(&op.id, Running, Running, "verify").unwrap();
+        assert_eq!((op.status, op.history.len()), (Running, 2));
     }
 
     #[test]
