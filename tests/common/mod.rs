@@ -182,6 +182,7 @@ impl Sandbox {
 /// `t` running `sleep`. Killed (only this server) on drop.
 pub struct TmuxServer {
     pub socket: String,
+    socket_path: PathBuf,
 }
 
 impl TmuxServer {
@@ -192,7 +193,10 @@ impl TmuxServer {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         );
-        let server = TmuxServer { socket };
+        let mut server = TmuxServer {
+            socket,
+            socket_path: PathBuf::new(),
+        };
         server.tmux(&[
             "-f",
             "/dev/null",
@@ -207,6 +211,8 @@ impl TmuxServer {
             "sleep",
             "3600",
         ]);
+        server.socket_path =
+            PathBuf::from(server.tmux(&["display-message", "-p", "#{socket_path}"]));
         server
     }
 
@@ -237,5 +243,7 @@ impl Drop for TmuxServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        // kill-server leaves the socket file behind.
+        let _ = fs::remove_file(&self.socket_path);
     }
 }
