@@ -187,6 +187,16 @@ RUST_LINES = [
     "    const MSG: &str = \"\\u4e2d\\u6587\\u6d88\\u606f {n}\";",
     "}}",
     "",
+    "    let mut total_{n} = 0usize;",
+    "    for (index, item) in items.iter().enumerate().skip({w}) {{",
+    "        total_{n} += item.len() + index;",
+    "    /// Returns the number of complete records read so far, blank lines excluded.",
+    "    pub fn records_seen(&self) -> usize {{ self.records + {w} }}",
+    "        let window = &buffer[start..start + {ms}.min(buffer.len() - start)];",
+    "    // Keep the original bytes: the ledger counts raw JSON, never a re-serialisation.",
+    "    match record.kind {{ Kind::User => users += 1, Kind::Assistant => assistants += 1, _ => {{}} }}",
+    "        self.window.tool_result_bytes += block.len() as u64; // counted once",
+    "pub(crate) fn estimate_tokens(text: &str) -> u64 {{ text.chars().map(weight).sum::<f64>() as u64 }}",
 ]
 
 PY_LINES = [
@@ -203,6 +213,13 @@ PY_LINES = [
     "class Worker{n}(Thread):",
     "    return {{\"ok\": True, \"count\": {n}, \"msg\": \"\\u5b8c\\u6210\"}}",
     "",
+    "    total_{n} = sum(len(item) for item in items[{w}:])",
+    "    # Stream the file line by line so memory stays flat on big transcripts.",
+    "    for lineno, raw in enumerate(fh, start={w}):",
+    "        if lineno % 10000 == 0 and verbose:",
+    "            stats.setdefault(record.get('type'), 0)",
+    "    elapsed_{n} = time.perf_counter() - started",
+    "    return sorted(results, key=lambda r: (r.size, r.name))[:{ms}]",
 ]
 
 MD_LINES = [
@@ -241,6 +258,11 @@ LOG_LINES = [
     "-rw-r--r-- 1 dev dev {ms:>8} Nov {d:2d} {h:02d}:{m:02d} file_{n}.jsonl",
     "src/lib.rs:{n}:    // TODO(小王): handle \"\\r\\n\" line endings",
     "warning: unused variable: `x{n}` --> shared/src/read.rs:{ms}:9",
+    "2026-11-{d:02d} {h:02d}:{m:02d}:{s:02d},{ms:03d} worker-{w} INFO scheduler: dispatched job {n} to queue default (pending={ms}, running={w})",
+    "2026-11-{d:02d} {h:02d}:{m:02d}:{s:02d},{ms:03d} worker-{w} INFO http: GET /api/v1/sessions/{n}/events?limit=200 200 {ms}us",
+    "2026-11-{d:02d} {h:02d}:{m:02d}:{s:02d} 调度器：任务 {n} 已分配到 worker-{w}，队列长度 {ms}，预计等待 {s} 秒",
+    "    Finished `release` profile [optimized] target(s) in {s}.{w}s",
+    "commit {ms:x}{n:x}{w:x} Author: dev <dev@example.com> Date: Sun Nov {d} {h:02d}:{m:02d}:{s:02d} 2026 +0000",
 ]
 
 BASH_COMMANDS = [
@@ -254,14 +276,16 @@ BASH_COMMANDS = [
     ("cargo build --release 2>&1", "Build in release mode"),
 ]
 
-SOURCE_FILES = [
-    ("/home/dev/ktr/shared/src/transcript.rs", RUST_LINES),
-    ("/home/dev/ktr/shared/src/config.rs", RUST_LINES),
-    ("/home/dev/ktr/tools/stats.py", PY_LINES),
-    ("/home/dev/ktr/docs/部署说明.md", MD_LINES),
-    ("/home/dev/ktr/README.md", MD_LINES),
-    ("/home/dev/ktr/tests/fixtures/users.json", JSON_LINES),
+SOURCE_FILES = [  # (path, line templates, how often the model reads it)
+    ("/home/dev/ktr/shared/src/transcript.rs", RUST_LINES, 4),
+    ("/home/dev/ktr/shared/src/config.rs", RUST_LINES, 3),
+    ("/home/dev/ktr/tools/stats.py", PY_LINES, 2),
+    ("/home/dev/ktr/docs/部署说明.md", MD_LINES, 2),
+    ("/home/dev/ktr/README.md", MD_LINES, 2),
+    ("/home/dev/ktr/tests/fixtures/users.json", JSON_LINES, 1),
 ]
+SOURCE_PATHS = [f[0] for f in SOURCE_FILES]
+SOURCE_WEIGHTS = [f[2] for f in SOURCE_FILES]
 
 SKILLS = [
     ("review-notes", "Review the project notes with a focus"),
@@ -300,7 +324,7 @@ class Pools:
     def __init__(self, rng: random.Random, size: int = 3000):
         self.log = [self._fill(rng, rng.choice(LOG_LINES)) for _ in range(size)]
         self.files = {}
-        for path, templates in SOURCE_FILES:
+        for path, templates, _ in SOURCE_FILES:
             self.files[path] = [self._fill(rng, rng.choice(templates)) for _ in range(size)]
         self.avg_log = sum(len(s.encode()) + 1 for s in self.log) / len(self.log)
 
@@ -484,7 +508,7 @@ class SessionGenerator:
 
     def tracked_backups(self) -> dict:
         out = {}
-        for path, _ in self.rng.sample(SOURCE_FILES, self.rng.randint(0, 3)):
+        for path in self.rng.sample(SOURCE_PATHS, self.rng.randint(0, 3)):
             rel = path.removeprefix(self.cwd + "/")
             out[rel] = {"backupFileName": self.token(16).lower() + "@v2", "version": 2,
                         "backupTime": self.clock.now()}
@@ -617,7 +641,7 @@ class SessionGenerator:
             return numbered, (tur if self.rng.random() < 0.8 else None), None
         if name == "Grep":
             lines = self.lines_of(self.pools.log, self.output_size(cap), False)
-            body = "\n".join(f"{self.rng.choice(SOURCE_FILES)[0]}:{i + 1}:{line}" for i, line in enumerate(lines))
+            body = "\n".join(f"{self.rng.choice(SOURCE_PATHS)}:{i + 1}:{line}" for i, line in enumerate(lines))
             tur = {"mode": "content", "numFiles": len(SOURCE_FILES), "filenames": [], "content": body, "numLines": len(lines)}
             return body, tur, None
         if name == "Edit":
@@ -639,7 +663,7 @@ class SessionGenerator:
         if r < 0.45:
             cmd, desc = self.rng.choice(BASH_COMMANDS)
             return "Bash", {"command": cmd, "description": desc}
-        path = self.rng.choice(SOURCE_FILES)[0]
+        path = self.rng.choices(SOURCE_PATHS, SOURCE_WEIGHTS)[0]
         if r < 0.85:
             return "Read", {"file_path": path}
         if r < 0.95:

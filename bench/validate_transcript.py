@@ -35,6 +35,11 @@ def size(obj) -> int:
     return len(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
+def escapes(obj) -> int:
+    """Backslashes in the serialised form: one per JSON escape (\\n, \\", \\u001b ...)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).count("\\")
+
+
 FILE_ONLY = {"queue-operation", "last-prompt", "file-history-snapshot", "file-history-delta", "api-request",
              "api-request-blob", "api-request-shape", "cost-state", "ai-title", "progress", "mode", "atis-latch",
              "tools-used", "permission-mode", "custom-title"}
@@ -51,6 +56,8 @@ class Report:
         self.cat = collections.Counter()
         self.counts = collections.Counter()
         self.problems: list[str] = []
+        self.escapes = 0
+        self.tool_escapes = 0
 
     def problem(self, lineno: int, msg: str) -> None:
         if len(self.problems) < 50:
@@ -73,6 +80,7 @@ def classify_user(rec: dict, rep: Report) -> int:
     if "toolUseResult" in rec:
         n = size(rec["toolUseResult"])
         rep.cat["tool_result"] += n
+        rep.tool_escapes += escapes(rec["toolUseResult"])
         used += n
     if rec.get("isCompactSummary"):
         n = size(content)
@@ -85,6 +93,7 @@ def classify_user(rec: dict, rep: Report) -> int:
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "tool_result":
                 rep.cat["tool_result"] += n
+                rep.tool_escapes += escapes(block)
             elif kind == "text" and block.get("text", "").startswith("<system-reminder>"):
                 rep.cat["injected_block"] += n
                 rep.counts["system_reminder_blocks"] += 1
@@ -147,6 +156,7 @@ def validate(path: str) -> Report:
         for lineno, raw in enumerate(fh, 1):
             rep.lines += 1
             rep.bytes += len(raw)
+            rep.escapes += raw.count(b"\\")
             try:
                 rec = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -268,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rep = validate(a.file)
     mix = {k: round(100 * v / rep.bytes, 2) for k, v in sorted(rep.cat.items(), key=lambda kv: -kv[1])}
+    density = {"file": round(1000 * rep.escapes / max(1, rep.bytes), 1),
+               "tool_results": round(1000 * rep.tool_escapes / max(1, rep.cat["tool_result"]), 1)}
     out = {"file": a.file, "lines": rep.lines, "bytes": rep.bytes, "byte_mix_percent": mix,
+           "escapes_per_kb": density,
            "record_types": dict(rep.types.most_common()), "attachments": dict(rep.attachments.most_common()),
            "counts": dict(rep.counts), "problems": rep.problems, "ok": not rep.problems}
     if a.json:
@@ -276,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{a.file}: {rep.lines} lines, {rep.bytes} bytes ({rep.bytes / 1e6:.1f} MB)")
         print("byte mix %: " + ", ".join(f"{k} {v}" for k, v in mix.items()))
+        print(f"JSON escapes per KB: whole file {density['file']}, tool results {density['tool_results']}")
         print("record types: " + ", ".join(f"{k} {v}" for k, v in rep.types.most_common()))
         print("attachments: " + ", ".join(f"{k} {v}" for k, v in rep.attachments.most_common()))
         print("counts: " + ", ".join(f"{k} {v}" for k, v in rep.counts.items()))
