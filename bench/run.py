@@ -46,7 +46,7 @@ MIB = 1024 * 1024
 
 TARGET_PLAN_RATIO = 8.0      # ktr plan within 8x of wc -l
 TARGET_RSS_MIB = 32.0        # peak RSS below 32 MiB, independent of size
-RSS_SPREAD_MIB = 4.0         # "independent of size": max - min below this
+RSS_SLOPE_MIB = 1.0          # "independent of size": grows < 1 MiB per 100 MB
 TARGET_STOP_RATIO = 3.0      # Stop hook within 3x of /bin/true
 
 
@@ -303,12 +303,19 @@ def cmd_plan(a: argparse.Namespace) -> int:
         for r in results:
             print(f"  {r['bytes'] / MB:7.1f} {r['wc_ms']:7.1f} {r['ktr_ms']:9.1f} {r['ratio']:6.2f}x "
                   f"{r['ktr_mbps']:9.0f} {r['rss_mib']:8.1f}")
-        rss = [r["rss_mib"] for r in results]
-        spread = max(rss) - min(rss)
-        flat = spread < RSS_SPREAD_MIB
-        ok = ok and flat
-        print(f"  RSS spread across sizes {spread:.1f} MiB (independent of size if < {RSS_SPREAD_MIB:g} MiB): "
-              f"{verdict(flat)}")
+        small = min(results, key=lambda r: r["bytes"])
+        big = max(results, key=lambda r: r["bytes"])
+        span = (big["bytes"] - small["bytes"]) / (100 * MB)
+        if span > 0:
+            slope = (big["rss_mib"] - small["rss_mib"]) / span
+            flat = slope < RSS_SLOPE_MIB
+            ok = ok and flat
+            reach = ""
+            if slope > 0:
+                at = big["bytes"] / MB + (TARGET_RSS_MIB - big["rss_mib"]) / slope * 100
+                reach = f"; at this rate {TARGET_RSS_MIB:g} MiB is reached near {at:,.0f} MB"
+            print(f"  RSS grows {slope:+.2f} MiB per 100 MB of transcript{reach}")
+            print(f"  independent of size (growth < {RSS_SLOPE_MIB:g} MiB per 100 MB): {verdict(flat)}")
     if a.check and not ok:
         return 3
     return 0
