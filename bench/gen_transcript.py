@@ -366,7 +366,9 @@ class SessionGenerator:
         self.tail = {"userType": "external", "entrypoint": "cli", "cwd": self.cwd,
                      "sessionId": self.session_id, "version": VERSION, "gitBranch": "main"}
         self.leaf = None          # uuid of the newest record on the live chain
-        self.turns = 0
+        self.turns = 0            # turns as SPEC §6 counts them (see count_user_speech)
+        self.prompts = 0          # typed prompts + channel messages (+ queued ones)
+        self.spoke = False        # assistant speech since the last user speech
         self.compacted = False
         self.telegram_msg_id = 1000
         self.last_prompt = ""
@@ -533,6 +535,7 @@ class SessionGenerator:
 
     def queued_channel_message(self) -> None:
         """A channel message that arrived mid-turn (queued_command attachment)."""
+        self.count_user_speech()
         text, _ = self.channel_envelope()
         self.attachment({"type": "queued_command", "prompt": text, "commandMode": "prompt",
                          "origin": {"kind": "channel", "server": TELEGRAM_SOURCE}, "timestamp": self.clock.now()})
@@ -569,6 +572,9 @@ class SessionGenerator:
             blocks.append({"type": "thinking", "thinking": thinking, "signature": self.signature()})
         if text:
             blocks.append({"type": "text", "text": text})
+            self.spoke = True
+        if any(name == REPLY_TOOL for name, _ in tools):
+            self.spoke = True
         calls = []
         for name, inp in tools:
             calls.append((self.new_tool_id(), name, inp))
@@ -674,7 +680,15 @@ class SessionGenerator:
 
     # ---- turns -------------------------------------------------------------
 
+    def count_user_speech(self) -> None:
+        """User speech opens a new turn only after assistant speech (SPEC §6)."""
+        self.prompts += 1
+        if self.spoke or self.turns == 0:
+            self.turns += 1
+        self.spoke = False
+
     def turn(self, first: bool) -> None:
+        self.count_user_speech()
         channel = not first and self.rng.random() < 0.25
         if channel:
             chat_msg = self.channel_prompt()
@@ -712,7 +726,6 @@ class SessionGenerator:
         if self.last_prompt and not channel:
             self.file_only({"type": "last-prompt", "lastPrompt": self.last_prompt.replace("\n", " ")[:200],
                             "leafUuid": self.leaf, "sessionId": self.session_id})
-        self.turns += 1
 
     def compact(self) -> None:
         """/compact: boundary (parentUuid null, logicalParentUuid) + summary record."""
@@ -768,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
         if out is not sys.stdout.buffer:
             out.close()
     w = gen.w
-    print(f"gen_transcript: session={gen.session_id} records={w.records} turns={gen.turns} "
+    print(f"gen_transcript: session={gen.session_id} records={w.records} turns={gen.turns} prompts={gen.prompts} "
           f"bytes={w.bytes} ({w.bytes / MB:.1f} MB) tool_result_bytes={100 * w.tool_result_bytes / w.bytes:.1f}%",
           file=sys.stderr)
     return 0

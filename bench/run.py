@@ -100,8 +100,11 @@ def generator_import():
     return gen_transcript
 
 
-def ensure_transcript(size_mb: float, seed: int, regen: bool) -> Path:
-    """Generate (or reuse) bench/data/<project>/<session>.jsonl for this size and seed."""
+def ensure_transcript(size_mb: float, seed: int, regen: bool) -> tuple[Path, dict]:
+    """Generate (or reuse) bench/data/<project>/<session>.jsonl for this size and seed.
+
+    Returns the path and the generator's summary fields (records, turns, ...).
+    """
     gen = generator_import()
     project = DATA / f"-home-dev-ktr-bench-s{seed}-{size_label(size_mb)}mb"
     path = project / f"{gen.session_id_for_seed(seed)}.jsonl"
@@ -114,7 +117,7 @@ def ensure_transcript(size_mb: float, seed: int, regen: bool) -> Path:
             old = {}
         if old.get("stamp") == stamp and old.get("bytes") == path.stat().st_size:
             print(f"reusing {path.relative_to(REPO)} ({path.stat().st_size / MB:.1f} MB)")
-            return path
+            return path, old.get("summary", {})
     project.mkdir(parents=True, exist_ok=True)
     for stale in project.glob("*.jsonl"):
         stale.unlink()
@@ -124,9 +127,11 @@ def ensure_transcript(size_mb: float, seed: int, regen: bool) -> Path:
                            "--out", str(path)], stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise BenchError(f"generator failed:\n{proc.stderr.strip()}")
-    print(f"  {proc.stderr.strip()} [{time.perf_counter() - t0:.1f} s]")
-    stamp_path.write_text(json.dumps({"stamp": stamp, "bytes": path.stat().st_size}) + "\n")
-    return path
+    line = proc.stderr.strip()
+    print(f"  {line} [{time.perf_counter() - t0:.1f} s]")
+    summary = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+    stamp_path.write_text(json.dumps({"stamp": stamp, "bytes": path.stat().st_size, "summary": summary}) + "\n")
+    return path, summary
 
 
 def write_config(tmp: Path, project_dir: Path) -> Path:
@@ -215,21 +220,28 @@ def verdict(ok: bool) -> str:
 # plan benchmark
 # --------------------------------------------------------------------------
 
-def summarise_plan_json(text: str) -> str:
-    """A short description of what ktr plan printed (schema may still change)."""
+def summarise_plan_json(text: str, expected: dict) -> str:
+    """A short description of what ktr plan printed (schema may still change).
+
+    ``source_turns`` is compared with the generator's own turn count.
+    """
     try:
         doc = json.loads(text)
     except ValueError as e:
         return f"WARNING: output is not JSON ({e}); first bytes: {text[:120]!r}"
     if not isinstance(doc, dict):
         return f"JSON {type(doc).__name__}"
+    note = ""
+    if "source_turns" in doc and "turns" in expected:
+        same = str(doc["source_turns"]) == str(expected["turns"])
+        note = f"  [generator wrote {expected['turns']} turns: {'match' if same else 'MISMATCH'}]"
     keys = ("history_mode", "source_turns", "selected_turns", "estimated_tokens", "malformed_lines",
             "blocked_reason")
     shown = [f"{k}={json.dumps(doc[k], ensure_ascii=False)[:60]}" for k in keys if k in doc]
-    return ", ".join(shown) if shown else "keys: " + ", ".join(list(doc)[:12])
+    return (", ".join(shown) if shown else "keys: " + ", ".join(list(doc)[:12])) + note
 
 
-def bench_plan_file(ktr: Path, path: Path, runs: int) -> dict:
+def bench_plan_file(ktr: Path, path: Path, runs: int, expected: dict | None = None) -> dict:
     """Time wc -l and ktr plan on one file; return the figures."""
     wc = shutil.which("wc")
     if wc is None:
@@ -251,7 +263,7 @@ def bench_plan_file(ktr: Path, path: Path, runs: int) -> dict:
         if rc != 0:
             msg = Path(err).read_text(errors="replace").strip() or "(no stderr)"
             raise BenchError(f"ktr plan failed (exit {rc}) on {path}:\n  {' '.join(ktr_argv)}\n  {msg}")
-        said = summarise_plan_json(Path(out).read_text(errors="replace"))
+        said = summarise_plan_json(Path(out).read_text(errors="replace"), expected or {})
 
         wc_t, ktr_t, ktr_rss, exact = [], [], [], True
         for i in range(runs):
@@ -284,8 +296,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
     files = [ensure_transcript(s, a.seed, a.regen) for s in sizes]
     print(f"\nktr plan benchmark: {a.runs} runs each, warm cache, wc and ktr interleaved; {machine()}")
     results = []
-    for path in files:
-        r = bench_plan_file(ktr, path, a.runs)
+    for path, summary in files:
+        r = bench_plan_file(ktr, path, a.runs, summary)
         results.append(r)
         print(f"\n{path.relative_to(REPO)}  ({r['bytes'] / MB:.1f} MB)")
         print(f"  wc -l                  median {r['wc_ms']:9.1f} ms  {r['wc_mbps']:7.0f} MB/s")
