@@ -92,6 +92,7 @@ def size_label(size_mb: float) -> str:
 
 def generator_import():
     """Import gen_transcript from this directory (for the session id)."""
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
     sys.path.insert(0, str(BENCH))
     try:
         import gen_transcript  # noqa: PLC0415
