@@ -10,6 +10,7 @@
 pub mod carry;
 pub mod classify;
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod fsutil;
 pub mod history;
