@@ -18,6 +18,22 @@ Read-only checks:
   plan   [--transcript P] [--json] [--show-candidate] [--session-id ID]
                                         what a rebuild would carry (writes nothing)
 
+Changes (each needs the human's confirmation word):
+  request --confirm REBUILD [--reason TEXT] [--session ID] [--json]
+                                        ask for a rebuild after the current reply
+  cancel OP --confirm CANCEL [--json]   cancel a pending operation
+  rollback-request OP --confirm ROLLBACK [--json]
+                                        switch an activated operation back
+
+Operations:
+  status [OP] [--json]                  one operation (default: the latest)
+  ops [--json]                          every operation, newest first
+  prune --older-than DAYS [--yes] [--json]
+                                        forget old finished operations (dry run without --yes)
+
+Try it:
+  demo [--keep]                         a complete rebuild drill in a throwaway sandbox
+
 Options:
   --config PATH    config file (default: $KTR_CONFIG, else ~/.config/ktr/config.toml)
   -h, --help       this help
@@ -55,6 +71,53 @@ pub struct DoctorArgs {
     pub common: Common,
 }
 
+/// `ktr request`.
+#[derive(Debug, Default)]
+pub struct RequestArgs {
+    pub common: Common,
+    pub confirm: String,
+    pub reason: String,
+    pub session: Option<String>,
+}
+
+/// `ktr cancel` and `ktr rollback-request`: one operation and a word.
+#[derive(Debug, Default)]
+pub struct ConfirmArgs {
+    pub common: Common,
+    pub operation: String,
+    pub confirm: String,
+}
+
+/// `ktr status`.
+#[derive(Debug, Default)]
+pub struct StatusArgs {
+    pub common: Common,
+    pub operation: Option<String>,
+}
+
+/// `ktr ops`.
+#[derive(Debug, Default)]
+pub struct OpsArgs {
+    pub common: Common,
+}
+
+/// `ktr prune`.
+#[derive(Debug, Default)]
+pub struct PruneArgs {
+    pub common: Common,
+    pub older_than_days: u64,
+    pub yes: bool,
+}
+
+/// `ktr demo`.
+#[derive(Debug, Default)]
+pub struct DemoArgs {
+    pub keep: bool,
+}
+
+/// The reason recorded when `ktr request` is given none.
+pub const DEFAULT_REASON: &str = "requested with ktr request";
+
 /// A parsed command line.
 #[derive(Debug)]
 pub enum Command {
@@ -63,6 +126,13 @@ pub enum Command {
     Plan(PlanArgs),
     Dirty(DirtyArgs),
     Doctor(DoctorArgs),
+    Request(RequestArgs),
+    Status(StatusArgs),
+    Cancel(ConfirmArgs),
+    RollbackRequest(ConfirmArgs),
+    Ops(OpsArgs),
+    Prune(PruneArgs),
+    Demo(DemoArgs),
 }
 
 /// Everything the command line said, before validation.
@@ -74,6 +144,13 @@ struct Raw {
     transcript: Option<PathBuf>,
     show_candidate: bool,
     session_id: Option<String>,
+    confirm: Option<String>,
+    reason: Option<String>,
+    session: Option<String>,
+    older_than: Option<String>,
+    yes: bool,
+    keep: bool,
+    operands: Vec<String>,
     help: bool,
     version: bool,
     seen: Vec<&'static str>,
@@ -109,7 +186,32 @@ fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Er
                 raw.session_id = Some(parser.value()?.string()?);
                 raw.seen.push("--session-id");
             }
+            Long("confirm") => {
+                raw.confirm = Some(parser.value()?.string()?);
+                raw.seen.push("--confirm");
+            }
+            Long("reason") => {
+                raw.reason = Some(parser.value()?.string()?);
+                raw.seen.push("--reason");
+            }
+            Long("session") => {
+                raw.session = Some(parser.value()?.string()?);
+                raw.seen.push("--session");
+            }
+            Long("older-than") => {
+                raw.older_than = Some(parser.value()?.string()?);
+                raw.seen.push("--older-than");
+            }
+            Long("yes") => {
+                raw.yes = true;
+                raw.seen.push("--yes");
+            }
+            Long("keep") => {
+                raw.keep = true;
+                raw.seen.push("--keep");
+            }
             Value(v) if raw.command.is_none() => raw.command = Some(v.string()?),
+            Value(v) => raw.operands.push(v.string()?),
             _ => return Err(arg.unexpected()),
         }
     }
@@ -131,7 +233,11 @@ fn validate(raw: Raw) -> Result<Command, Error> {
     let allowed: &[&str] = match command {
         "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
         "dirty" => &["--json", "--transcript"],
-        "doctor" => &["--json"],
+        "doctor" | "ops" | "status" => &["--json"],
+        "request" => &["--json", "--confirm", "--reason", "--session"],
+        "cancel" | "rollback-request" => &["--json", "--confirm"],
+        "prune" => &["--json", "--older-than", "--yes"],
+        "demo" => &["--keep"],
         "" => return Err(Error::usage("no command given; see ktr --help")),
         other => {
             return Err(Error::usage(format!(
@@ -144,7 +250,51 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             "{flag} does not apply to ktr {command}; see ktr --help"
         )));
     }
+    let max_operands = match command {
+        "status" | "cancel" | "rollback-request" => 1,
+        _ => 0,
+    };
+    if let Some(extra) = raw.operands.get(max_operands) {
+        return Err(Error::usage(format!(
+            "unexpected argument {extra:?} for ktr {command}; see ktr --help"
+        )));
+    }
+    let operand = raw.operands.into_iter().next();
     Ok(match command {
+        "request" => Command::Request(RequestArgs {
+            common,
+            confirm: required(raw.confirm, "request", "--confirm REBUILD")?,
+            reason: raw.reason.unwrap_or_else(|| DEFAULT_REASON.into()),
+            session: raw.session,
+        }),
+        "cancel" | "rollback-request" => {
+            let word = if command == "cancel" {
+                "CANCEL"
+            } else {
+                "ROLLBACK"
+            };
+            let args = ConfirmArgs {
+                common,
+                operation: required(operand, command, "an operation id (see ktr ops)")?,
+                confirm: required(raw.confirm, command, &format!("--confirm {word}"))?,
+            };
+            if command == "cancel" {
+                Command::Cancel(args)
+            } else {
+                Command::RollbackRequest(args)
+            }
+        }
+        "status" => Command::Status(StatusArgs {
+            common,
+            operation: operand,
+        }),
+        "ops" => Command::Ops(OpsArgs { common }),
+        "prune" => Command::Prune(PruneArgs {
+            common,
+            older_than_days: days(raw.older_than)?,
+            yes: raw.yes,
+        }),
+        "demo" => Command::Demo(DemoArgs { keep: raw.keep }),
         "plan" => Command::Plan(PlanArgs {
             common,
             transcript: raw.transcript,
@@ -156,5 +306,20 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             transcript: raw.transcript,
         }),
         _ => Command::Doctor(DoctorArgs { common }),
+    })
+}
+
+/// A value the command cannot do without.
+fn required(value: Option<String>, command: &str, what: &str) -> Result<String, Error> {
+    value.ok_or_else(|| Error::usage(format!("ktr {command} needs {what}; see ktr --help")))
+}
+
+/// `--older-than DAYS`: a whole number of days.
+fn days(value: Option<String>) -> Result<u64, Error> {
+    let text = required(value, "prune", "--older-than DAYS")?;
+    text.trim().parse().map_err(|_| {
+        Error::usage(format!(
+            "--older-than takes a whole number of days, not {text:?}"
+        ))
     })
 }

@@ -15,7 +15,7 @@ pub fn run(args: &DoctorArgs) -> Result<u8, Error> {
     Ok(if report.ok { 0 } else { 1 })
 }
 
-fn human(report: &doctor::Report) -> String {
+pub fn human(report: &doctor::Report) -> String {
     let mut s = String::new();
     for c in &report.checks {
         s.push_str(&format!(

@@ -2,11 +2,19 @@
 //! `plan`), then the commands with side effects, each behind its
 //! confirmation word. One file per subcommand, each a small `run()`.
 
+mod cancel;
 mod cli;
+mod demo;
 mod dirty;
 mod doctor;
+mod ops;
 mod out;
 mod plan;
+mod prune;
+mod request;
+mod rollback_request;
+mod state;
+mod status;
 
 use std::process::ExitCode;
 
@@ -25,6 +33,13 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Dirty(args) => dirty::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Request(args) => request::run(&args),
+        Command::Status(args) => status::run(&args),
+        Command::Cancel(args) => cancel::run(&args),
+        Command::RollbackRequest(args) => rollback_request::run(&args),
+        Command::Ops(args) => ops::run(&args),
+        Command::Prune(args) => prune::run(&args),
+        Command::Demo(args) => demo::run(&args),
     });
     match result {
         Ok(code) => ExitCode::from(code),

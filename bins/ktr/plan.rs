@@ -30,7 +30,7 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     Ok(if plan.is_blocked() { 1 } else { 0 })
 }
 
-fn human(r: &plan::Report) -> String {
+pub fn human(r: &plan::Report) -> String {
     let mut s = String::new();
     let mut line = |k: &str, v: String| s.push_str(&format!("{k:<28}{v}\n"));
     line("source", r.source_path.clone());

@@ -18,6 +18,8 @@ pub mod ledger;
 pub mod operation;
 pub mod plan;
 pub mod process;
+pub mod prune;
+pub mod report;
 pub mod scan;
 pub mod target;
 pub mod transcript;

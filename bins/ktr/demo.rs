@@ -1,0 +1,392 @@
+//! `ktr demo [--keep]`: a complete rebuild drill in a throwaway sandbox.
+//!
+//! Nothing to set up and nothing real touched: a temp HOME, project, state
+//! dir and config with `activation = "pointer"`, holding the example
+//! transcript compiled into this binary. It walks the path a real rebuild
+//! takes — doctor, dirty, plan, request, the Stop hook (the real `ktr-stop`
+//! binary), then the detached stages prepare → verify → activate — and ends
+//! with what changed. `--keep` leaves the sandbox for a look around.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ktr::config::{Config, encode_project_name};
+use ktr::operation::{Operation, Status, Store};
+use ktr::report::StatusView;
+use ktr::turns::estimate_tokens;
+use ktr::{Error, doctor, plan};
+
+use crate::cli::DemoArgs;
+use crate::{dirty, out, status};
+
+/// The example session: a companion + engineering conversation with tool
+/// calls, channel messages, a queued message, a slash command, a compaction.
+const EXAMPLE: &str = include_str!("../../examples/session.jsonl");
+/// Its session id (the `sessionId` inside it).
+const EXAMPLE_SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
+/// How long the detached stages may take before the demo gives up.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn run(args: &DemoArgs) -> Result<u8, Error> {
+    let mut sandbox = Sandbox::create()?;
+    let result = drill(&sandbox);
+    // A failed drill keeps its sandbox: that is where the evidence is.
+    sandbox.keep = args.keep || result.is_err();
+    if sandbox.keep {
+        out::print(&format!(
+            "\nsandbox kept: {}\n  look around: ktr --config {} status\n  remove it:   rm -r {}\n",
+            sandbox.root.display(),
+            sandbox.config.display(),
+            sandbox.root.display()
+        ));
+    }
+    result
+}
+
+/// The drill itself: each step prints a heading and what happened.
+fn drill(sb: &Sandbox) -> Result<u8, Error> {
+    heading(
+        1,
+        "a throwaway installation",
+        "A temp HOME with one Claude Code project holding the example session, a state dir and a\n\
+         config in pointer mode: the switch rewrites a pointer file a `claude -p --resume` loop\n\
+         reads, so no Claude Code process is touched.",
+    );
+    out::print(&format!(
+        "sandbox     {}\ntranscript  {}\nconfig      {}\n",
+        sb.root.display(),
+        sb.transcript.display(),
+        sb.config.display()
+    ));
+    let config = Config::load(Some(&sb.config))?;
+
+    heading(2, "ktr doctor", "Read-only checks of the installation.");
+    out::print(&crate::doctor::human(&doctor::check(Some(&sb.config))));
+
+    heading(
+        3,
+        "ktr dirty",
+        "What fills the current context window besides the conversation: tool results,\n\
+         injections, thinking. This residue is what a rebuild drops.",
+    );
+    let planned = plan::build(&config, &sb.transcript, None)?;
+    out::print(&dirty::human(&planned.report.ledger));
+
+    heading(
+        4,
+        "ktr plan",
+        "What a rebuild would carry: every real user/assistant turn, verbatim. Writes nothing.",
+    );
+    out::print(&crate::plan::human(&planned.report));
+    if let Some(why) = &planned.report.blocked_reason {
+        return Err(Error::refused(format!(
+            "the example plan is blocked: {why}"
+        )));
+    }
+
+    heading(
+        5,
+        "ktr request --confirm REBUILD",
+        "The human said yes. Nothing happens yet: the switch waits until the current reply\n\
+         has finished.",
+    );
+    let store = Store::for_config(&config)?;
+    let op = store.request(
+        "ktr demo: the window is mostly tool residue",
+        "REBUILD",
+        None,
+    )?;
+    out::print(&format!("operation {} is {}\n", op.id, op.status));
+
+    heading(
+        6,
+        "the reply finishes: Claude Code runs the Stop hook",
+        "The real ktr-stop binary gets the Stop hook JSON on stdin, binds the operation to this\n\
+         session, marks it scheduled and starts ktr-prepare detached.",
+    );
+    let hook_output = sb.stop_hook()?;
+    out::print(&format!("ktr-stop printed: {hook_output}"));
+    let op = store.load(&op.id)?;
+    if op.status == Status::Pending {
+        return Err(Error::refused(format!(
+            "the Stop hook did not schedule operation {}: {}",
+            op.id,
+            hook_output.trim()
+        )));
+    }
+
+    heading(
+        7,
+        "ktr-prepare → ktr-verify → ktr-activate",
+        "Detached stages: freeze a backup of the source, write the candidate session, verify it\n\
+         against the backup independently, then compare-and-swap the pointer.",
+    );
+    let op = follow(&store, &op.id, STAGE_TIMEOUT)?;
+
+    heading(8, "ktr status", "The operation's record.");
+    out::print(&status::human(&StatusView::of(&op)));
+    if op.status != Status::Activated {
+        let log = fs::read_to_string(store.worker_log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        out::print(&format!("worker.log (last lines):\n{}\n", tail.join("\n")));
+        return Err(Error::refused(format!(
+            "the demo rebuild ended {}: {}",
+            op.status,
+            op.error.as_deref().unwrap_or("see the status above")
+        )));
+    }
+
+    heading(9, "before / after", "");
+    out::print(&summary(sb, &planned.report, &op)?);
+    out::print("\ndemo finished: operation activated\n");
+    Ok(0)
+}
+
+/// Print a step heading and what it is about.
+fn heading(n: u32, title: &str, about: &str) {
+    let mut s = format!("\n== {n}. {title} ==\n");
+    if !about.is_empty() {
+        s.push_str(about);
+        s.push_str("\n\n");
+    }
+    out::print(&s);
+}
+
+/// Poll `id` until it is terminal, printing each transition as it lands.
+fn follow(store: &Store, id: &str, timeout: Duration) -> Result<Operation, Error> {
+    let deadline = Instant::now() + timeout;
+    let mut shown = 0;
+    loop {
+        let op = store.load(id)?;
+        for t in op.history.iter().skip(shown) {
+            out::print(&format!("  {} → {}  {}\n", t.from, t.to, t.note));
+        }
+        shown = op.history.len();
+        if op.status.is_terminal() {
+            return Ok(op);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::refused(format!(
+                "the stages did not finish within {} s (operation {id} is {}); see {}",
+                timeout.as_secs(),
+                op.status,
+                store.worker_log().display()
+            )));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What changed, in numbers.
+fn summary(sb: &Sandbox, report: &plan::Report, op: &Operation) -> Result<String, Error> {
+    let candidate = op
+        .candidate
+        .as_ref()
+        .ok_or_else(|| Error::refused("the activated operation records no candidate"))?;
+    let after_bytes = fs::metadata(&candidate.path)
+        .map_err(|e| Error::io_at("read", &candidate.path, &e))?
+        .len();
+    let window = window_tokens(&sb.transcript, report.ledger.window_start_line)?;
+    let pointer = fs::read_to_string(&sb.pointer).unwrap_or_default();
+    let mut s = String::new();
+    let mut line = |k: &str, before: String, after: String| {
+        s.push_str(&format!("{k:<22}{before:>24}  →  {after}\n"))
+    };
+    line(
+        "session",
+        report.session_id.clone(),
+        candidate.session_id.clone(),
+    );
+    line(
+        "turns",
+        report.source_turns.to_string(),
+        format!("{} (all carried verbatim)", report.selected_turns),
+    );
+    line(
+        "transcript bytes",
+        out::bytes(report.source_bytes),
+        out::bytes(after_bytes),
+    );
+    line(
+        "window tokens",
+        format!("~{window} (raw JSON, rough)"),
+        format!(
+            "{} estimated (+ ~37k fixed overhead)",
+            op.estimated_tokens.unwrap_or(report.estimated_tokens)
+        ),
+    );
+    s.push_str(&format!(
+        "\ncarried items   {}\ncandidate       {}\npointer now     {}\nsource          {} (never modified)\n",
+        op.manifest.len(),
+        candidate.path.display(),
+        pointer.trim(),
+        sb.transcript.display()
+    ));
+    Ok(s)
+}
+
+/// The token estimate applied to the raw lines of the current window: a
+/// rough figure for what the old window holds (JSON escapes inflate it).
+fn window_tokens(transcript: &Path, start_line: usize) -> Result<u64, Error> {
+    let text = fs::read_to_string(transcript).map_err(|e| Error::io_at("read", transcript, &e))?;
+    Ok(text
+        .lines()
+        .skip(start_line.saturating_sub(1))
+        .map(estimate_tokens)
+        .sum())
+}
+
+/// The throwaway installation. Removed on drop unless `keep`.
+struct Sandbox {
+    root: PathBuf,
+    home: PathBuf,
+    transcript: PathBuf,
+    pointer: PathBuf,
+    config: PathBuf,
+    keep: bool,
+}
+
+impl Sandbox {
+    fn create() -> Result<Sandbox, Error> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let root = std::env::temp_dir().join(format!("ktr-demo-{}-{nanos}", std::process::id()));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| Error::io_at("create", &root, &e))?;
+        let root = root
+            .canonicalize()
+            .map_err(|e| Error::io_at("resolve", &root, &e))?;
+        let home = root.join("home");
+        let workdir = home.join("companion");
+        let project = home
+            .join(".claude/projects")
+            .join(encode_project_name(&workdir));
+        let sandbox = Sandbox {
+            transcript: project.join(format!("{EXAMPLE_SESSION}.jsonl")),
+            pointer: root.join("resume_session"),
+            config: root.join("config.toml"),
+            home,
+            root,
+            keep: false,
+        };
+        for dir in [&workdir, &project] {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| Error::io_at("create", dir, &e))?;
+        }
+        let write = |path: &Path, text: &str| {
+            fs::write(path, text).map_err(|e| Error::io_at("write", path, &e))
+        };
+        write(&sandbox.transcript, EXAMPLE)?;
+        // The loop currently resumes the example session.
+        write(&sandbox.pointer, &format!("{EXAMPLE_SESSION}\n"))?;
+        let config = format!(
+            "# ktr demo sandbox: nothing here touches a real installation.\n\
+             project_dir = {}\n\
+             state_dir = {}\n\
+             claude_workdir = {}\n\
+             activation = \"pointer\"\n\
+             resume_pointer_path = {}\n\
+             # The demo never starts Claude Code; a real config copies its launch command.\n\
+             resume_command = [\"true\", \"--resume\", \"{{session_id}}\"]\n\
+             activation_delay_seconds = 0\n\
+             stable_file_seconds = 0.2\n\
+             stable_file_timeout_seconds = 5\n\
+             healthcheck_seconds = 1\n",
+            toml_str(&project)?,
+            toml_str(&sandbox.root.join("state"))?,
+            toml_str(&workdir)?,
+            toml_str(&sandbox.pointer)?,
+        );
+        write(&sandbox.config, &config)?;
+        Ok(sandbox)
+    }
+
+    /// Run the real `ktr-stop` (beside this executable) with the Stop hook
+    /// JSON Claude Code would send; returns what it printed.
+    fn stop_hook(&self) -> Result<String, Error> {
+        let bin_dir = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .ok_or_else(|| Error::io("cannot find the directory of the ktr executable"))?;
+        let stop = bin_dir.join("ktr-stop");
+        if !stop.is_file() {
+            return Err(Error::io(format!(
+                "{} is missing; install every ktr binary into one directory",
+                stop.display()
+            )));
+        }
+        let input = serde_json::json!({
+            "session_id": EXAMPLE_SESSION,
+            "transcript_path": self.transcript,
+            "cwd": self.home.join("companion"),
+            "hook_event_name": "Stop",
+            "stop_hook_active": false,
+            "last_assistant_message": "好的，我们明天继续。",
+        });
+        let mut child = Command::new(&stop)
+            .arg("--config")
+            .arg(&self.config)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("TMPDIR", &self.root)
+            .env("KTR_BIN_DIR", &bin_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::io_at("run", &stop, &e))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(input.to_string().as_bytes())
+                .map_err(|e| Error::io_at("write to", &stop, &e))?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| Error::io_at("wait for", &stop, &e))?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// A path as a TOML basic string (JSON string escapes are valid TOML).
+fn toml_str(path: &Path) -> Result<String, Error> {
+    let text = path.to_str().ok_or_else(|| {
+        Error::io(format!(
+            "temp dir path {} is not UTF-8; set TMPDIR to a plain path",
+            path.display()
+        ))
+    })?;
+    Ok(serde_json::Value::String(text.into()).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_example_is_the_named_session() {
+        let first: serde_json::Value =
+            serde_json::from_str(EXAMPLE.lines().next().unwrap()).unwrap();
+        assert_eq!(first["sessionId"], EXAMPLE_SESSION);
+    }
+}

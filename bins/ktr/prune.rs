@@ -1,0 +1,63 @@
+//! `ktr prune --older-than DAYS [--yes]`: forget old finished operations.
+//! Without `--yes` it only shows what it would delete. What is safe to
+//! delete is decided in the library ([`ktr::prune`]).
+
+use std::time::SystemTime;
+
+use ktr::Error;
+use ktr::prune::{Outcome, prune};
+
+use crate::cli::PruneArgs;
+use crate::{out, state};
+
+pub fn run(args: &PruneArgs) -> Result<u8, Error> {
+    let (config, store) = state::open(args.common.config.as_deref())?;
+    let outcome = prune(
+        &store,
+        &config,
+        args.older_than_days,
+        SystemTime::now(),
+        args.yes,
+    )?;
+    if args.common.json {
+        out::json(&outcome);
+    } else {
+        out::print(&human(&outcome));
+    }
+    Ok(0)
+}
+
+fn human(o: &Outcome) -> String {
+    let verb = if o.deleted { "deleted" } else { "would delete" };
+    let mut s = String::new();
+    for p in &o.pruned {
+        s.push_str(&format!(
+            "{verb} operation {} ({}, updated {})\n",
+            p.id, p.status, p.updated_at
+        ));
+        for f in &p.files {
+            s.push_str(&format!(
+                "  {:<10} {:>10}  {}\n",
+                f.what,
+                out::bytes(f.bytes),
+                f.path.display()
+            ));
+        }
+    }
+    for k in &o.kept {
+        let what = k
+            .path
+            .as_ref()
+            .map_or(String::new(), |p| format!(" {}", p.display()));
+        s.push_str(&format!("kept {} ({}){what}: {}\n", k.id, k.status, k.why));
+    }
+    s.push_str(&match (o.pruned.len(), o.deleted) {
+        (0, _) => format!("nothing older than {} days to prune\n", o.older_than_days),
+        (n, true) => format!("{verb} {n} operations, {}\n", out::bytes(o.bytes)),
+        (n, false) => format!(
+            "{verb} {n} operations, {}; nothing deleted: run again with --yes\n",
+            out::bytes(o.bytes)
+        ),
+    });
+    s
+}

@@ -1,0 +1,24 @@
+//! Opening the operation store the way every state-touching command must:
+//! config first, then the state dir, then recovery of dead workers so a
+//! crashed stage never blocks the next command (SPEC §9).
+
+use std::path::Path;
+
+use ktr::Error;
+use ktr::config::Config;
+use ktr::operation::Store;
+
+/// The validated config and its store, after failing any operation whose
+/// worker died (each one is reported on stderr).
+pub fn open(config: Option<&Path>) -> Result<(Config, Store), Error> {
+    let config = Config::load(config)?;
+    let store = Store::for_config(&config)?;
+    for op in store.recover_stale()? {
+        eprintln!(
+            "ktr: operation {} failed: {}",
+            op.id,
+            op.error.as_deref().unwrap_or("worker died")
+        );
+    }
+    Ok((config, store))
+}

@@ -1,0 +1,110 @@
+//! `ktr status [OP]`: one operation (default: the latest), with the
+//! estimate next to Claude Code's own measurement and every transition.
+
+use std::time::SystemTime;
+
+use ktr::Error;
+use ktr::report::{StatusView, age, human_age};
+
+use crate::cli::StatusArgs;
+use crate::{out, state};
+
+pub fn run(args: &StatusArgs) -> Result<u8, Error> {
+    let (_, store) = state::open(args.common.config.as_deref())?;
+    let op = match &args.operation {
+        Some(id) => Some(store.load(id)?),
+        None => store.latest()?,
+    };
+    let view = op.as_ref().map(StatusView::of);
+    match (&view, args.common.json) {
+        (_, true) => out::json(&view),
+        (Some(v), false) => out::print(&human(v)),
+        (None, false) => {
+            out::print("no operations yet; `ktr request --confirm REBUILD` asks for one\n")
+        }
+    }
+    Ok(0)
+}
+
+/// The readable report of one operation.
+pub fn human(v: &StatusView) -> String {
+    let now = SystemTime::now();
+    let when = |at: &str| match age(at, now) {
+        Some(a) => format!("{at} ({} ago)", human_age(a)),
+        None => at.to_string(),
+    };
+    let mut s = String::new();
+    let mut line = |k: &str, v: String| s.push_str(&format!("{k:<18}{v}\n"));
+    line("operation", v.id.clone());
+    line("status", v.status.to_string());
+    line("next", v.next.clone());
+    line("reasons", v.reasons.join("; "));
+    line("created", when(&v.created_at));
+    line("updated", when(&v.updated_at));
+    line(
+        "session",
+        v.session_id
+            .clone()
+            .unwrap_or_else(|| "(not bound yet)".into()),
+    );
+    if let Some(p) = &v.transcript_path {
+        line("transcript", p.display().to_string());
+    }
+    line("attempts", v.attempts.to_string());
+    if let Some(w) = &v.worker {
+        line("worker", format!("{} (pid {})", w.stage, w.pid));
+    }
+    if let Some(c) = &v.candidate_session_id {
+        line("candidate", c.clone());
+    }
+    if let Some(p) = &v.candidate_path {
+        line("candidate file", p.display().to_string());
+    }
+    if v.manifest_items > 0 {
+        line("carried items", v.manifest_items.to_string());
+    }
+    if let Some(ok) = v.verified {
+        line("verified", if ok { "yes".into() } else { "NO".into() });
+    }
+    let measured = match v.context_tokens {
+        Some(t) => format!("{t} measured by Claude Code"),
+        None => "not measured (no SessionStart ack yet)".into(),
+    };
+    let estimated = match v.estimated_tokens {
+        Some(t) => format!("{t} estimated (+ ~37k fixed overhead)"),
+        None => "not estimated yet".into(),
+    };
+    line("tokens", format!("{estimated}; {measured}"));
+    if let Some(t) = &v.target_before {
+        line("target before", t.clone());
+    }
+    if let Some(t) = &v.target_after {
+        line("target after", t.clone());
+    }
+    if let Some(e) = &v.error {
+        line("error", e.clone());
+    }
+    if v.session_conflict {
+        line(
+            "session conflict",
+            "yes: a third party changed the target; never retry blindly".into(),
+        );
+    }
+    if v.needs_attention {
+        line(
+            "NEEDS ATTENTION",
+            "a human must check what the target runs now".into(),
+        );
+    }
+    if let Some(ok) = v.rollback_ok {
+        line("fallback worked", ok.to_string());
+    }
+    s.push_str("history\n");
+    if v.history.is_empty() {
+        s.push_str("  (no transitions yet)\n");
+    }
+    for t in &v.history {
+        s.push_str(&format!("  {}  {} → {}  {}\n", t.at, t.from, t.to, t.note));
+    }
+    s
+}
