@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use claude::ClaudeEnv;
-use fake_api::{FakeApi, Logged, message_texts};
+use fake_api::{FakeApi, Logged, Rule, message_texts, text, thinking, tool};
 use ktr::config::Config;
 use ktr::plan;
-use serde_json::Value;
+use ktr::verify::{self, Expected};
+use serde_json::{Value, json};
 
 /// Namespace for the fixed new session ids of these tests.
 const TEST_NS: uuid::Uuid = uuid::Uuid::from_u128(0x6b74_7200_e2e0_4000_8000_0000_0000_0001);
@@ -282,6 +283,7 @@ fn corpus_candidates_resume_in_the_real_cli() {
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .collect();
     files.sort();
+    files.push(example());
     assert!(!files.is_empty(), "no transcripts in {}", corpus.display());
     let api = FakeApi::start(Vec::new());
     let env = ClaudeEnv::new(&bin, &api);
@@ -349,4 +351,392 @@ fn pre_compaction_items(source: &Path, plan: &plan::Plan) -> usize {
             .filter(|m| m.source_line <= b)
             .count(),
     }
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl")
+}
+
+/// Plan `source` with a fixed new id; it must not be blocked.
+fn plan_of(config: &Config, source: &Path, id: &str) -> plan::Plan {
+    let plan = plan::build(config, source, Some(id)).unwrap();
+    assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
+    plan
+}
+
+/// Everything of `request`'s conversation as one string.
+fn sent_text(request: &Logged) -> String {
+    let mut sent = String::new();
+    all_strings(&request.body["messages"], &mut sent);
+    sent
+}
+
+/// A conversation made by the real CLI itself — Chinese text, thinking
+/// with a signature, Bash and Read calls with large outputs, several
+/// `-p --resume` turns — rebuilt and resumed.
+#[test]
+fn a_session_recorded_by_the_cli_resumes_without_its_residue() {
+    let Some(bin) = claude::claude_bin() else {
+        return;
+    };
+    let api = FakeApi::start(Vec::new());
+    let env = ClaudeEnv::new(&bin, &api);
+    let notes = env.work.join("notes.txt");
+    let body: String = (0..4000)
+        .map(|i| format!("第{i}行：NOTE-LINE-{i} 今天的日志很长很长。\n"))
+        .collect();
+    fs::write(&notes, body).unwrap();
+    api.add_rules(vec![
+        Rule::new(
+            "USER-1",
+            vec![
+                vec![
+                    thinking("THINK-SECRET-1 用户想数数，我先运行 seq。", "sig-think-1"),
+                    tool(
+                        "Bash",
+                        json!({"command": "seq 100000 112000", "description": "数数"}),
+                    ),
+                ],
+                vec![text("ASSISTANT-1：数完了，从十万数到十一万二千。")],
+            ],
+        ),
+        Rule::new(
+            "USER-2",
+            vec![
+                vec![tool("Read", json!({"file_path": notes}))],
+                vec![
+                    thinking("THINK-SECRET-2 文件很长。", "sig-think-2"),
+                    text("ASSISTANT-2：笔记读完了，一共四千行。"),
+                ],
+            ],
+        ),
+        Rule::new(
+            "USER-3",
+            vec![vec![
+                thinking("THINK-SECRET-3 最后总结。", "sig-think-3"),
+                text("ASSISTANT-3：好的，林先生，今天就到这里。晚安 🌙"),
+            ]],
+        ),
+    ]);
+    let source_id = "5e55a0e0-0000-4000-8000-00000000e2e1";
+    let turns = [
+        "小满，早上好！USER-1 请帮我数数。",
+        "USER-2 再读一下 notes.txt 好吗？",
+        "USER-3 谢谢，今天辛苦了。",
+    ];
+    for (n, prompt) in turns.iter().enumerate() {
+        let run = if n == 0 {
+            env.run(
+                &["-p", "--session-id", source_id, prompt],
+                Duration::from_secs(120),
+            )
+        } else {
+            env.resume(source_id, prompt)
+        };
+        assert!(
+            run.status.success(),
+            "turn {n}: {} {}",
+            run.stdout,
+            run.stderr
+        );
+    }
+    let last = api.turns().last().unwrap().clone();
+    let last_before = last.messages_bytes();
+    let source = env.transcript(source_id);
+    let original = fs::read(&source).unwrap();
+    // The residue is really there before the rebuild: in the file and in
+    // what the model was sent.
+    let source_text = String::from_utf8_lossy(&original);
+    for needle in ["NOTE-LINE-17 ", r"100017\n100018", "seq 100000"] {
+        assert!(source_text.contains(needle), "{needle} not in the source");
+    }
+    let before = sent_text(&api.wait_turn("USER-2", Duration::from_secs(1)).unwrap());
+    assert!(
+        before.contains("\n100017\n"),
+        "the Bash output was never sent"
+    );
+    let config = config_for(&env, "");
+    let plan = plan_of(&config, &source, &fixed_id("recorded"));
+    assert_eq!(plan.report.selected_turns, 3, "{:?}", plan.report);
+    let row = resume_and_check(&env, &api, &config, &source, &plan, "PROBE-recorded");
+    let after = api
+        .wait_turn("PROBE-recorded", Duration::from_secs(1))
+        .unwrap();
+    let sent = sent_text(&after);
+    for needle in turns.iter().copied().chain([
+        "ASSISTANT-1：数完了",
+        "ASSISTANT-2：笔记读完了",
+        "ASSISTANT-3：好的，林先生",
+    ]) {
+        assert!(
+            sent.contains(needle),
+            "{needle} is missing after the rebuild"
+        );
+    }
+    for residue in [
+        "THINK-SECRET",
+        "NOTE-LINE-17 ",
+        "\n100017\n",
+        "sig-think",
+        "seq 100000",
+    ] {
+        assert!(!sent.contains(residue), "{residue} reached the model");
+    }
+    assert_eq!(fs::read(&source).unwrap(), original, "the source changed");
+    print_table("recorded by the CLI", &[row]);
+    eprintln!(
+        "messages bytes: last request before the rebuild {last_before}, after {}",
+        after.messages_bytes()
+    );
+    assert!(after.messages_bytes() < last_before);
+}
+
+/// One transcript line of the channel fixture.
+struct Fixture {
+    lines: Vec<Value>,
+    parent: Option<String>,
+    n: u32,
+}
+
+impl Fixture {
+    const SESSION: &str = "c4a77e10-0000-4000-8000-00000000c4a7";
+
+    fn new() -> Fixture {
+        Fixture {
+            lines: Vec::new(),
+            parent: None,
+            n: 0,
+        }
+    }
+
+    /// Append a record; fills uuid, parentUuid, timestamp and the rest.
+    fn push(&mut self, mut record: Value) {
+        self.n += 1;
+        let uuid = format!("00000000-0000-4000-8000-{:012}", self.n);
+        let fields = json!({
+            "parentUuid": self.parent, "uuid": uuid, "sessionId": Self::SESSION,
+            "timestamp": format!("2026-11-20T08:{:02}:{:02}.000Z", self.n / 60, self.n % 60),
+            "cwd": "/home/lin/companion", "version": "2.1.328", "userType": "external",
+            "isSidechain": false,
+        });
+        for (k, v) in fields.as_object().unwrap() {
+            record[k] = v.clone();
+        }
+        self.parent = Some(uuid);
+        self.lines.push(record);
+    }
+
+    fn user(&mut self, text: &str) {
+        self.push(json!({"type": "user", "message": {"role": "user", "content": text}}));
+    }
+
+    fn channel(&mut self, source: &str, text: &str) {
+        self.push(json!({
+            "type": "user", "isMeta": true,
+            "origin": {"kind": "channel", "server": source},
+            "message": {"role": "user", "content": channel_envelope(source, text)},
+        }));
+    }
+
+    fn queued_channel(&mut self, source: &str, text: &str) {
+        self.push(json!({
+            "type": "attachment",
+            "attachment": {
+                "type": "queued_command", "commandMode": "prompt",
+                "prompt": channel_envelope(source, text),
+                "origin": {"kind": "channel", "server": source},
+            },
+        }));
+    }
+
+    fn assistant(&mut self, id: &str, blocks: Value) {
+        self.push(json!({
+            "type": "assistant",
+            "message": {"id": id, "type": "message", "role": "assistant",
+                        "model": "claude-opus-5-5", "content": blocks},
+        }));
+    }
+
+    fn tool_result(&mut self, id: &str, content: &str) {
+        self.push(json!({
+            "type": "user",
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": content}]},
+            "toolUseResult": {"stdout": content},
+        }));
+    }
+
+    fn write(&self, path: &Path) {
+        let text: String = self.lines.iter().map(|l| format!("{l}\n")).collect();
+        fs::write(path, text).unwrap();
+    }
+}
+
+fn channel_envelope(source: &str, text: &str) -> String {
+    format!(
+        "<channel source=\"{source}\" chat_id=\"4242\" message_id=\"77\" user=\"lin\" ts=\"2026-11-20T08:00:00Z\">\n{text}\n</channel>"
+    )
+}
+
+/// A Telegram/companion channel conversation (CLAUDE-CODE.md): idle-time
+/// `isMeta` `<channel>` records, a mid-turn `queued_command` from the
+/// channel, replies sent through `…__reply` tools — all of it resumes.
+#[test]
+fn a_channel_conversation_resumes_with_every_message() {
+    let Some(bin) = claude::claude_bin() else {
+        return;
+    };
+    let telegram = "plugin:telegram:telegram";
+    let inbound = [
+        "IN-1 小满，早上好！今天杭州下雨吗？",
+        "IN-2 帮我看看服务器的磁盘。",
+        "IN-3 对了，晚上记得提醒我买牛奶。",
+        "IN-4 (old build) are you there?",
+    ];
+    let outbound = [
+        "OUT-1 早上好，林先生！今天杭州小雨，记得带伞 ☂️",
+        "OUT-2 磁盘还有 42% 空间；牛奶的事我记下了，晚上七点提醒你。",
+        "OUT-3 I am here.",
+    ];
+    let mut f = Fixture::new();
+    f.user("开始今天的陪伴模式。TYPED-1");
+    f.assistant(
+        "msg_c1",
+        json!([{"type": "text", "text": "好的，我在听。REPLY-TYPED-1"}]),
+    );
+    f.channel(telegram, inbound[0]);
+    f.assistant(
+        "msg_c2",
+        json!([{"type": "thinking", "thinking": "THINK-CHANNEL 查天气", "signature": "sigc"}]),
+    );
+    f.assistant(
+        "msg_c2",
+        json!([{"type": "tool_use", "id": "tu1",
+        "name": "mcp__plugin_telegram_telegram__reply",
+        "input": {"chat_id": "4242", "text": outbound[0]}}]),
+    );
+    f.tool_result("tu1", "sent message 78 to chat 4242 TOOL-RESULT-SENT");
+    f.channel(telegram, inbound[1]);
+    f.assistant(
+        "msg_c3",
+        json!([{"type": "tool_use", "id": "tu2", "name": "Bash",
+        "input": {"command": "df -h / TOOL-INPUT-DF"}}]),
+    );
+    f.queued_channel(telegram, inbound[2]);
+    f.tool_result(
+        "tu2",
+        &"Filesystem Size Used Avail Use% DISK-OUTPUT\n".repeat(200),
+    );
+    f.assistant(
+        "msg_c4",
+        json!([{"type": "tool_use", "id": "tu3", "name": "mcp__companion__reply",
+        "input": {"text": outbound[1]}}]),
+    );
+    f.tool_result("tu3", "delivered TOOL-RESULT-COMPANION");
+    f.channel("telegram", inbound[3]);
+    f.assistant(
+        "msg_c5",
+        json!([{"type": "tool_use", "id": "tu4", "name": "mcp__companion__reply",
+        "input": {"text": outbound[2]}}]),
+    );
+    f.tool_result("tu4", "delivered TOOL-RESULT-LAST");
+
+    let api = FakeApi::start(Vec::new());
+    let env = ClaudeEnv::new(&bin, &api);
+    fs::create_dir_all(env.project_dir()).unwrap();
+    let source = env.transcript(Fixture::SESSION);
+    f.write(&source);
+    let config = config_for(&env, "");
+    let plan = plan_of(&config, &source, &fixed_id("channel"));
+    let row = resume_and_check(&env, &api, &config, &source, &plan, "PROBE-channel");
+    let request = api
+        .wait_turn("PROBE-channel", Duration::from_secs(1))
+        .unwrap();
+    let sent = sent_text(&request);
+    for needle in inbound
+        .iter()
+        .chain(&outbound)
+        .chain(&["TYPED-1", "REPLY-TYPED-1"])
+    {
+        assert!(
+            sent.contains(needle),
+            "{needle} is missing from the resumed request"
+        );
+    }
+    // Inbound messages keep their envelope: who spoke, where, when.
+    assert!(sent.contains("<channel source=\"plugin:telegram:telegram\" chat_id=\"4242\""));
+    for residue in ["THINK-CHANNEL", "TOOL-RESULT", "TOOL-INPUT", "DISK-OUTPUT"] {
+        assert!(!sent.contains(residue), "{residue} reached the model");
+    }
+    print_table("channel conversation", &[row]);
+}
+
+/// A candidate Claude Code would not load must be refused by ktr's own
+/// verification before anything is switched.
+#[test]
+fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
+    let Some(bin) = claude::claude_bin() else {
+        return;
+    };
+    let api = FakeApi::start(Vec::new());
+    let env = ClaudeEnv::new(&bin, &api);
+    fs::create_dir_all(env.project_dir()).unwrap();
+    let config = config_for(&env, "");
+    let backup = env.tmp.path().join("backup.jsonl");
+    fs::copy(example(), &backup).unwrap();
+
+    // The control: the intact candidate loads.
+    let good = plan_of(&config, &backup, &fixed_id("intact"));
+    fs::write(
+        env.transcript(&good.candidate.session_id),
+        good.candidate.bytes(),
+    )
+    .unwrap();
+    let run = env.resume(&good.candidate.session_id, "PROBE-intact");
+    assert!(run.status.success(), "{}", run.stderr);
+
+    // The same candidate with its timestamps stripped does not.
+    let bad = plan_of(&config, &backup, &fixed_id("stripped"));
+    let stripped: String = bad
+        .candidate
+        .lines
+        .iter()
+        .map(|line| {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            v.as_object_mut().unwrap().remove("timestamp");
+            format!("{v}\n")
+        })
+        .collect();
+    let path = env.transcript(&bad.candidate.session_id);
+    fs::write(&path, &stripped).unwrap();
+    let before = api.turns().len();
+    let run = env.resume(&bad.candidate.session_id, "PROBE-stripped");
+    assert_eq!(run.status.code(), Some(1), "{} {}", run.stdout, run.stderr);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("No conversation found"),
+        "{} {}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(
+        api.turns().len(),
+        before,
+        "a refused resume reached the model"
+    );
+
+    // ktr's verification refuses it, even with its digest recorded as is.
+    let digest = ktr::fsutil::sha256_file(&path).unwrap();
+    let err = verify::verify(
+        &config,
+        &backup,
+        &path,
+        &Expected {
+            session_id: &bad.candidate.session_id,
+            candidate_sha256: &digest,
+            manifest: &bad.candidate.manifest,
+            left_out: &bad.report.left_out,
+        },
+    )
+    .unwrap_err();
+    assert!(err.message.contains("timestamp"), "{err}");
 }
