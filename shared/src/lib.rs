@@ -1,13 +1,22 @@
 //! ktr: rebuild a long-running Claude Code session losslessly.
 //!
 //! The library behind every ktr executable. Reading order for a newcomer:
-//! [`transcript`] (stream records) → [`history`] (which records are the
-//! conversation) → [`classify`] (what is speech) → [`turns`] (group and
-//! select) → [`carry`] (the candidate session) → [`ledger`] (what pollutes
-//! the window) → [`plan`] (all of it together, read-only).
+//! [`transcript`] (stream records) → [`classify`] (what is speech) →
+//! [`scan`] (one pass: links, speech, ledger tallies) → [`history`] (which
+//! records are the conversation) → [`turns`] (group and select) →
+//! [`carry`] (the candidate session) → [`ledger`] (what pollutes the
+//! window) → [`plan`] (all of it together, read-only).
 
+pub mod carry;
+pub mod classify;
 pub mod config;
 pub mod error;
 pub mod fsutil;
+pub mod history;
+pub mod ledger;
+pub mod plan;
+pub mod scan;
+pub mod transcript;
+pub mod turns;
 
 pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,148 @@
+//! Command-line parsing: raw lexopt parsing into plain structs, then
+//! validation. Usage errors exit 2.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use ktr::Error;
+use lexopt::prelude::*;
+
+pub const HELP: &str = "\
+ktr — rebuild a long-running Claude Code session losslessly
+
+Usage: ktr [--config PATH] <command> [options]
+
+Read-only checks:
+  doctor [--json]                       check the installation and explain each item
+  dirty  [--transcript P] [--json]      what pollutes the current context window
+  plan   [--transcript P] [--json] [--show-candidate] [--session-id ID]
+                                        what a rebuild would carry (writes nothing)
+
+Options:
+  --config PATH    config file (default: $KTR_CONFIG, else ~/.config/ktr/config.toml)
+  -h, --help       this help
+  -V, --version    version
+
+Exit codes: 0 ok, 1 refused or failed, 2 usage or configuration error.
+";
+
+/// Options shared by the read-only commands.
+#[derive(Debug, Default, Clone)]
+pub struct Common {
+    pub config: Option<PathBuf>,
+    pub json: bool,
+}
+
+/// `ktr plan`.
+#[derive(Debug, Default)]
+pub struct PlanArgs {
+    pub common: Common,
+    pub transcript: Option<PathBuf>,
+    pub show_candidate: bool,
+    pub session_id: Option<String>,
+}
+
+/// `ktr dirty`.
+#[derive(Debug, Default)]
+pub struct DirtyArgs {
+    pub common: Common,
+    pub transcript: Option<PathBuf>,
+}
+
+/// `ktr doctor`.
+#[derive(Debug, Default)]
+pub struct DoctorArgs {
+    pub common: Common,
+}
+
+/// A parsed command line.
+#[derive(Debug)]
+pub enum Command {
+    Help,
+    Version,
+    Plan(PlanArgs),
+    Dirty(DirtyArgs),
+    Doctor(DoctorArgs),
+}
+
+/// Everything the command line said, before validation.
+#[derive(Default)]
+struct Raw {
+    command: Option<String>,
+    config: Option<PathBuf>,
+    json: bool,
+    transcript: Option<PathBuf>,
+    show_candidate: bool,
+    session_id: Option<String>,
+    help: bool,
+    version: bool,
+    seen: Vec<&'static str>,
+}
+
+/// Parse the arguments after the program name.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, Error> {
+    let raw = parse_raw(args).map_err(|e| Error::usage(format!("{e}; see ktr --help")))?;
+    validate(raw)
+}
+
+fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Error> {
+    let mut raw = Raw::default();
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Short('h') | Long("help") => raw.help = true,
+            Short('V') | Long("version") => raw.version = true,
+            Long("config") => raw.config = Some(parser.value()?.into()),
+            Long("json") => {
+                raw.json = true;
+                raw.seen.push("--json");
+            }
+            Long("transcript") => {
+                raw.transcript = Some(parser.value()?.into());
+                raw.seen.push("--transcript");
+            }
+            Long("show-candidate") => {
+                raw.show_candidate = true;
+                raw.seen.push("--show-candidate");
+            }
+            Long("session-id") => {
+                raw.session_id = Some(parser.value()?.string()?);
+                raw.seen.push("--session-id");
+            }
+            Value(v) if raw.command.is_none() => raw.command = Some(v.string()?),
+            _ => return Err(arg.unexpected()),
+        }
+    }
+    Ok(raw)
+}
+
+fn validate(raw: Raw) -> Result<Command, Error> {
+    if raw.help {
+        return Ok(Command::Help);
+    }
+    if raw.version {
+        return Ok(Command::Version);
+    }
+    let common = Common { config: raw.config.clone(), json: raw.json };
+    let command = raw.command.as_deref().unwrap_or("");
+    let allowed: &[&str] = match command {
+        "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
+        "dirty" => &["--json", "--transcript"],
+        "doctor" => &["--json"],
+        "" => return Err(Error::usage("no command given; see ktr --help")),
+        other => return Err(Error::usage(format!("unknown command {other:?}; see ktr --help"))),
+    };
+    if let Some(flag) = raw.seen.iter().find(|f| !allowed.contains(f)) {
+        return Err(Error::usage(format!("{flag} does not apply to ktr {command}; see ktr --help")));
+    }
+    Ok(match command {
+        "plan" => Command::Plan(PlanArgs {
+            common,
+            transcript: raw.transcript,
+            show_candidate: raw.show_candidate,
+            session_id: raw.session_id,
+        }),
+        "dirty" => Command::Dirty(DirtyArgs { common, transcript: raw.transcript }),
+        _ => Command::Doctor(DoctorArgs { common }),
+    })
+}
