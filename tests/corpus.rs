@@ -83,6 +83,22 @@ fn content_texts(content: &Value) -> Vec<String> {
     }
 }
 
+/// The content of a record's `message`; a bare string `message` counts as its
+/// own content (the selector reads it leniently, and so does this test).
+fn message_content(record: &Value) -> &Value {
+    match &record["message"] {
+        m @ Value::String(_) => m,
+        m => &m["content"],
+    }
+}
+
+/// Text of a user/assistant message and of a queued prompt.
+fn message_texts(record: &Value) -> Vec<String> {
+    let mut out = content_texts(message_content(record));
+    out.extend(content_texts(&record["attachment"]["prompt"]));
+    out
+}
+
 fn collect_strings(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::String(s) => out.push(s.clone()),
@@ -101,8 +117,10 @@ struct Source {
     haystack: String,
     /// Tool results, tool inputs and thinking (≥ 20 chars, trimmed): never carried.
     forbidden: HashSet<String>,
-    /// Real user + assistant texts by the simple reading.
-    speech_records: u64,
+    /// Texts that are also typed/spoken somewhere (exempt from `forbidden`).
+    spoken: HashSet<String>,
+    /// Real user + assistant texts by the simple reading: (user, assistant).
+    speech_records: (u64, u64),
 }
 
 fn read_source(bytes: &[u8]) -> Source {
@@ -118,7 +136,14 @@ fn read_source(bytes: &[u8]) -> Source {
         collect_strings(&record, &mut all);
         collect_forbidden(&record, &mut src.forbidden);
         if is_speech_record(&record) {
-            src.speech_records += 1;
+            if record["type"] == "assistant" {
+                src.speech_records.1 += 1;
+            } else {
+                src.speech_records.0 += 1;
+            }
+        }
+        for t in message_texts(&record) {
+            src.spoken.insert(t.trim().to_string());
         }
     }
     for s in all {
@@ -172,7 +197,7 @@ fn is_speech_record(record: &Value) -> bool {
     }
     match record["type"].as_str() {
         Some("user") => {
-            let content = &record["message"]["content"];
+            let content = message_content(record);
             if let Some(blocks) = content.as_array()
                 && blocks.iter().any(|b| b["type"] == "tool_result")
             {
@@ -208,15 +233,15 @@ fn is_speech_record(record: &Value) -> bool {
             if message["model"] == "<synthetic>" || record["isMeta"] == true {
                 return false;
             }
-            message["content"].as_array().is_some_and(|blocks| {
-                blocks.iter().any(|b| {
-                    (b["type"] == "text"
-                        && b["text"].as_str().is_some_and(|t| !t.trim().is_empty()))
-                        || (b["type"] == "tool_use"
+            let content = message_content(record);
+            content_texts(content).iter().any(|t| !t.trim().is_empty())
+                || content.as_array().is_some_and(|blocks| {
+                    blocks.iter().any(|b| {
+                        b["type"] == "tool_use"
                             && is_reply_tool(b["name"].as_str().unwrap_or(""))
-                            && b["input"]["text"].is_string())
+                            && b["input"]["text"].is_string()
+                    })
                 })
-            })
         }
         _ => false,
     }
@@ -247,7 +272,7 @@ fn found_in_source(text: &str, src: &Source) -> bool {
         return text
             .split("\n\n")
             .filter(|p| !p.trim().is_empty())
-            .all(|p| src.haystack.contains(p));
+            .all(|p| found_in_source(p, src));
     }
     false
 }
@@ -397,7 +422,7 @@ fn corpus_sweep() {
                         short(text, 200)
                     ));
                 }
-                if src.forbidden.contains(text.trim()) {
+                if src.forbidden.contains(text.trim()) && !src.spoken.contains(text.trim()) {
                     fail(format!(
                         "carried {role} text is tool/thinking content: {:?}",
                         short(text, 200)
@@ -410,9 +435,12 @@ fn corpus_sweep() {
                     .and_then(|rest| rest.split_once('\n'))
                     .is_some_and(|(_, raw)| strip_injected(raw).trim().is_empty())
             });
-            let carried = items.len() as u64 - u64::from(startup_without_words);
+            let carried_user = items.iter().filter(|(r, _)| r == "user").count() as u64
+                - u64::from(startup_without_words);
+            let carried_assistant = items.iter().filter(|(r, _)| r == "assistant").count() as u64;
             let ns = &report["not_speech"];
-            let drops = count(&report["abandoned_branch_records"])
+            let abandoned = count(&report["abandoned_branch_records"]);
+            let user_drops = abandoned
                 + count(&report["compact_summaries_dropped"])
                 + count(&ns["local_commands"])
                 + count(&ns["teammate_messages"])
@@ -421,18 +449,25 @@ fn corpus_sweep() {
             let dropped_turns = count(&report["dropped_oldest_turns"]);
             let open_tail_dropped =
                 report["open_tail"] == true && report["open_tail_kept"] == false;
-            let s = src.speech_records;
-            conservation = format!("{carried}/{s}-{drops}");
+            let (s_user, s_assistant) = src.speech_records;
+            conservation = format!(
+                "{carried_user}/{s_user}-{user_drops} {carried_assistant}/{s_assistant}-{abandoned}"
+            );
             if dropped_turns == 0 && !open_tail_dropped {
-                if carried > s {
-                    fail(format!(
-                        "conservation: {carried} items carried but the source holds only {s} speech records"
-                    ));
-                }
-                if carried + drops < s {
-                    fail(format!(
-                        "conservation: source holds {s} speech records, {carried} carried, only {drops} counted as dropped"
-                    ));
+                for (role, carried, s, drops) in [
+                    ("user", carried_user, s_user, user_drops),
+                    ("assistant", carried_assistant, s_assistant, abandoned),
+                ] {
+                    if carried > s {
+                        fail(format!(
+                            "conservation: {carried} {role} items carried but the source holds only {s} {role} speech records"
+                        ));
+                    }
+                    if carried + drops < s {
+                        fail(format!(
+                            "conservation: source holds {s} {role} speech records, {carried} carried, only {drops} counted as dropped"
+                        ));
+                    }
                 }
             }
         } else if outcome.code == Some(0) {
@@ -458,12 +493,20 @@ fn corpus_sweep() {
 
     let mut table = String::new();
     table.push_str(&format!(
-        "{:<64} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}  {}\n",
-        "file", "exit", "src_t", "sel_t", "items", "noise", "mode", "carr/src-drp", "blocked"
+        "{:<64} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>22}  {}\n",
+        "file",
+        "exit",
+        "src_t",
+        "sel_t",
+        "items",
+        "noise",
+        "mode",
+        "user / asst carr/src-drop",
+        "blocked"
     ));
     for r in &rows {
         table.push_str(&format!(
-            "{:<64} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}  {}\n",
+            "{:<64} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>22}  {}\n",
             short(&r.file, 63),
             r.exit,
             r.source_turns,

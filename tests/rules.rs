@@ -589,9 +589,32 @@ fn a_child_written_before_its_parent_comes_in_chain_order() {
             assistant("First answer."),
             user("Second question."),
             assistant("Second answer."),
+            user("Third question."),
+            assistant("Third answer."),
         ]
     );
     assert_eq!(r.string("history_mode"), "chain");
+    assert_eq!(r.count("abandoned_branch_records"), 0);
+}
+
+#[test]
+fn the_newest_leaf_is_found_even_when_written_before_its_parent() {
+    // The last record in the file (u2) has a child written just before it
+    // (a2): the live branch ends at the leaf a2, which Claude Code resumes.
+    let r = Plan::new("child_before_parent_at_end")
+        .config(NO_STAMPS)
+        .run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user("First question."),
+            assistant("First answer."),
+            user("Second question."),
+            assistant("Second answer."),
+        ]
+    );
+    assert_eq!(r.count("abandoned_branch_records"), 0);
+    assert!(!r.flag("open_tail"));
 }
 
 #[test]
