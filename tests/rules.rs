@@ -1692,3 +1692,37 @@ fn a_system_sourced_prompt_is_not_speech_even_without_is_meta() {
     );
     assert_eq!(r.not_speech("system_prompts"), 1);
 }
+
+#[test]
+fn typed_and_spoken_text_is_carried_verbatim_with_its_whitespace() {
+    let r = Plan::new("verbatim_whitespace")
+        .config(NO_STAMPS)
+        .run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user("  indented first line\n    code()\n"),
+            // the whitespace-only block is not speech; the other is verbatim
+            assistant("\n\nAnswer after two newlines.\n"),
+        ]
+    );
+}
+
+#[test]
+fn two_compactions_are_crossed_and_both_summaries_dropped() {
+    let r = Plan::new("compaction_twice").config(NO_STAMPS).run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user("Question before the first compaction."),
+            assistant("Answer before the first compaction."),
+            user("Question between the compactions."),
+            assistant("Answer between the compactions."),
+            user("Question after the second compaction."),
+            assistant("Answer after the second compaction."),
+        ]
+    );
+    assert_eq!(r.string("history_mode"), "chain");
+    assert_eq!(r.count("compact_summaries_dropped"), 2);
+    assert_eq!(r.count("compact_summaries_carried"), 0);
+}
