@@ -123,17 +123,26 @@ fn validate(raw: Raw) -> Result<Command, Error> {
     if raw.version {
         return Ok(Command::Version);
     }
-    let common = Common { config: raw.config.clone(), json: raw.json };
+    let common = Common {
+        config: raw.config.clone(),
+        json: raw.json,
+    };
     let command = raw.command.as_deref().unwrap_or("");
     let allowed: &[&str] = match command {
         "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
         "dirty" => &["--json", "--transcript"],
         "doctor" => &["--json"],
         "" => return Err(Error::usage("no command given; see ktr --help")),
-        other => return Err(Error::usage(format!("unknown command {other:?}; see ktr --help"))),
+        other => {
+            return Err(Error::usage(format!(
+                "unknown command {other:?}; see ktr --help"
+            )));
+        }
     };
     if let Some(flag) = raw.seen.iter().find(|f| !allowed.contains(f)) {
-        return Err(Error::usage(format!("{flag} does not apply to ktr {command}; see ktr --help")));
+        return Err(Error::usage(format!(
+            "{flag} does not apply to ktr {command}; see ktr --help"
+        )));
     }
     Ok(match command {
         "plan" => Command::Plan(PlanArgs {
@@ -142,7 +151,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             show_candidate: raw.show_candidate,
             session_id: raw.session_id,
         }),
-        "dirty" => Command::Dirty(DirtyArgs { common, transcript: raw.transcript }),
+        "dirty" => Command::Dirty(DirtyArgs {
+            common,
+            transcript: raw.transcript,
+        }),
         _ => Command::Doctor(DoctorArgs { common }),
     })
 }

@@ -13,7 +13,11 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     if args.common.json {
         out::json(&plan.report.ledger);
     } else {
-        out::print(&format!("transcript {}\n{}", plan.report.source_path, human(&plan.report.ledger)));
+        out::print(&format!(
+            "transcript {}\n{}",
+            plan.report.source_path,
+            human(&plan.report.ledger)
+        ));
     }
     Ok(0)
 }
@@ -37,7 +41,11 @@ pub fn human(l: &ledger::Report) -> String {
         l.original_image_view_count,
         out::bytes(l.file_only_bytes)
     ));
-    s.push_str(&format!("whole file: {} in {} lines\n", out::bytes(l.file_bytes), l.file_lines));
+    s.push_str(&format!(
+        "whole file: {} in {} lines\n",
+        out::bytes(l.file_bytes),
+        l.file_lines
+    ));
     if l.should_rebuild {
         s.push_str(&format!("advice: rebuild ({})\n", l.reasons.join("; ")));
     } else {

@@ -5,7 +5,10 @@ use std::io::Write;
 /// Print text; exit quietly with 0 if stdout is a closed pipe.
 pub fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()) {
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -29,5 +32,9 @@ pub fn bytes(n: u64) -> String {
         v /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }

@@ -43,18 +43,48 @@ fn human(r: &plan::Report) -> String {
         None => r.history_mode.to_string(),
     };
     line("history", mode);
-    line("turns (source → carried)", format!("{} → {}", r.source_turns, r.selected_turns));
+    line(
+        "turns (source → carried)",
+        format!("{} → {}", r.source_turns, r.selected_turns),
+    );
     line("carried items", r.carried_items.to_string());
-    line("open tail", format!("{} (kept: {})", r.open_tail, r.open_tail_kept));
+    line(
+        "open tail",
+        format!("{} (kept: {})", r.open_tail, r.open_tail_kept),
+    );
     line("dropped oldest turns", r.dropped_oldest_turns.to_string());
-    line("leading assistant turns", r.leading_assistant_turns.to_string());
-    line("estimated tokens", format!("{} (+ ~37k fixed overhead of a fresh window)", r.estimated_tokens));
+    line(
+        "leading assistant turns",
+        r.leading_assistant_turns.to_string(),
+    );
+    line(
+        "estimated tokens",
+        format!(
+            "{} (+ ~37k fixed overhead of a fresh window)",
+            r.estimated_tokens
+        ),
+    );
     line("startup snapshot frozen", r.startup_frozen.to_string());
-    line("compact summaries dropped", r.compact_summaries_dropped.to_string());
-    line("abandoned branch records", r.abandoned_branch_records.to_string());
-    line("malformed lines", format!("{} {:?}", r.malformed_lines, r.malformed_line_numbers));
-    line("unknown record types", format!("{:?}", r.unknown_record_types));
-    line("unknown attachment types", format!("{:?}", r.unknown_attachment_types));
+    line(
+        "compact summaries dropped",
+        r.compact_summaries_dropped.to_string(),
+    );
+    line(
+        "abandoned branch records",
+        r.abandoned_branch_records.to_string(),
+    );
+    line(
+        "malformed lines",
+        format!("{} {:?}", r.malformed_lines, r.malformed_line_numbers),
+    );
+    line(
+        "unknown record types",
+        format!("{:?}", r.unknown_record_types),
+    );
+    line(
+        "unknown attachment types",
+        format!("{:?}", r.unknown_attachment_types),
+    );
     line("poison hits (last 10 turns)", r.poison_hits.to_string());
     if let Some(first) = &r.first_carried {
         line("first carried", preview(first));
@@ -73,7 +103,16 @@ fn human(r: &plan::Report) -> String {
 }
 
 fn preview(p: &plan::Preview) -> String {
-    let text: String = p.text.chars().take(80).collect::<String>().replace('\n', " ⏎ ");
-    let role = if p.role == ktr::turns::Role::User { "user" } else { "assistant" };
+    let text: String = p
+        .text
+        .chars()
+        .take(80)
+        .collect::<String>()
+        .replace('\n', " ⏎ ");
+    let role = if p.role == ktr::turns::Role::User {
+        "user"
+    } else {
+        "assistant"
+    };
     format!("{role}: {text}")
 }

@@ -87,7 +87,10 @@ struct LineOut<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum MessageOut<'a> {
-    User { role: &'static str, content: &'a str },
+    User {
+        role: &'static str,
+        content: &'a str,
+    },
     Assistant {
         #[serde(skip_serializing_if = "Option::is_none")]
         id: Option<&'a str>,
@@ -104,7 +107,12 @@ struct TextBlock<'a> {
 }
 
 /// Build the candidate for `turns` under `session_id`.
-pub fn build(turns: &[Turn], events: &[Event], session_id: &str, earliest: Option<&str>) -> Candidate {
+pub fn build(
+    turns: &[Turn],
+    events: &[Event],
+    session_id: &str,
+    earliest: Option<&str>,
+) -> Candidate {
     let mut lines = Vec::new();
     let mut manifest = Vec::new();
     let mut previous_uuid: Option<String> = None;
@@ -112,19 +120,31 @@ pub fn build(turns: &[Turn], events: &[Event], session_id: &str, earliest: Optio
     for (position, item) in turns.iter().flat_map(|t| &t.items).enumerate() {
         let event = &events[item.event];
         let meta = &event.meta;
-        let source_uuid = meta.uuid.clone().unwrap_or_else(|| format!("line-{}", meta.line));
-        let uuid = Uuid::new_v5(&ITEM_NAMESPACE, format!("{session_id}:{position}:{source_uuid}").as_bytes())
-            .to_string();
+        let source_uuid = meta
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("line-{}", meta.line));
+        let uuid = Uuid::new_v5(
+            &ITEM_NAMESPACE,
+            format!("{session_id}:{position}:{source_uuid}").as_bytes(),
+        )
+        .to_string();
         let timestamp = match meta.timestamp.as_deref() {
             Some(ts) if is_timestamp(ts) => ts.to_string(),
             _ => previous_ts.clone(),
         };
         let message = match item.role {
-            Role::User => MessageOut::User { role: "user", content: &item.text },
+            Role::User => MessageOut::User {
+                role: "user",
+                content: &item.text,
+            },
             Role::Assistant => MessageOut::Assistant {
                 id: meta.message_id.as_deref(),
                 role: "assistant",
-                content: [TextBlock { kind: "text", text: &item.text }],
+                content: [TextBlock {
+                    kind: "text",
+                    text: &item.text,
+                }],
             },
         };
         let line = LineOut {
@@ -162,7 +182,11 @@ pub fn build(turns: &[Turn], events: &[Event], session_id: &str, earliest: Optio
         previous_uuid = Some(uuid);
         previous_ts = timestamp;
     }
-    Candidate { session_id: session_id.to_string(), lines, manifest }
+    Candidate {
+        session_id: session_id.to_string(),
+        lines,
+        manifest,
+    }
 }
 
 fn role_name(item: &Item) -> &'static str {

@@ -54,7 +54,9 @@ pub fn strip_injected(text: &str) -> Stripped {
     loop {
         let rest = &text[start..end];
         let trimmed = rest.trim_start();
-        let Some((tag, len)) = leading_element(trimmed) else { break };
+        let Some((tag, len)) = leading_element(trimmed) else {
+            break;
+        };
         out.note(tag, &trimmed[..len]);
         start += (rest.len() - trimmed.len()) + len;
     }
@@ -62,13 +64,19 @@ pub fn strip_injected(text: &str) -> Stripped {
     loop {
         let rest = &text[start..end];
         let trimmed = rest.trim_end();
-        let Some((tag, len)) = trailing_element(trimmed) else { break };
+        let Some((tag, len)) = trailing_element(trimmed) else {
+            break;
+        };
         out.note(tag, &trimmed[trimmed.len() - len..]);
         end = start + trimmed.len() - len;
     }
     let removed_any = start > 0 || end < text.len();
     let middle = &text[start..end];
-    out.text = if removed_any { middle.trim().to_string() } else { middle.to_string() };
+    out.text = if removed_any {
+        middle.trim().to_string()
+    } else {
+        middle.to_string()
+    };
     if out.text.trim().is_empty() {
         out.text.clear();
     }
@@ -98,7 +106,10 @@ fn leading_element(s: &str) -> Option<(&'static str, usize)> {
     let after_lt = s.strip_prefix('<')?;
     let tag = INJECTED_TAGS.iter().find(|t| {
         after_lt.starts_with(*t)
-            && matches!(after_lt.as_bytes().get(t.len()), Some(b'>' | b' ' | b'\n' | b'\t'))
+            && matches!(
+                after_lt.as_bytes().get(t.len()),
+                Some(b'>' | b' ' | b'\n' | b'\t')
+            )
     })?;
     let close = format!("</{tag}>");
     let end = s.find(&close)? + close.len();
@@ -115,10 +126,13 @@ fn trailing_element(s: &str) -> Option<(&'static str, usize)> {
     let body_end = s.len() - tag.len() - 3;
     let open_plain = format!("<{tag}>");
     let open_attr = format!("<{tag} ");
-    let begin = [s[..body_end].rfind(&open_plain), s[..body_end].rfind(&open_attr)]
-        .into_iter()
-        .flatten()
-        .max()?;
+    let begin = [
+        s[..body_end].rfind(&open_plain),
+        s[..body_end].rfind(&open_attr),
+    ]
+    .into_iter()
+    .flatten()
+    .max()?;
     Some((tag, s.len() - begin))
 }
 
@@ -267,7 +281,11 @@ fn read_typed(parts: Vec<String>, raw_text: String) -> UserRecord {
     let text = kept.join("\n\n");
     let reading = match command {
         Some((name, args)) => {
-            let mut rendered = if name.starts_with('/') { name } else { format!("/{name}") };
+            let mut rendered = if name.starts_with('/') {
+                name
+            } else {
+                format!("/{name}")
+            };
             let args = args.trim();
             if !args.is_empty() {
                 rendered.push(' ');
@@ -282,7 +300,12 @@ fn read_typed(parts: Vec<String>, raw_text: String) -> UserRecord {
         None if text.is_empty() => UserReading::NotSpeech(NotSpeech::Injection),
         None => UserReading::Speech(text),
     };
-    UserRecord { reading, raw_text, had_reminder, injected_bytes }
+    UserRecord {
+        reading,
+        raw_text,
+        had_reminder,
+        injected_bytes,
+    }
 }
 
 /// The words typed when rejecting a tool call, if any.
@@ -306,7 +329,10 @@ pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading> {
     if attachment.kind() != "queued_command" {
         return None;
     }
-    let mode = attachment.command_mode.get().map_or("prompt", |m| m.as_ref());
+    let mode = attachment
+        .command_mode
+        .get()
+        .map_or("prompt", |m| m.as_ref());
     let text = attachment.prompt.map(text_of).unwrap_or_default();
     if mode != "prompt" || text.trim().is_empty() {
         return Some(UserReading::NotSpeech(NotSpeech::QueuedCommand));
@@ -319,12 +345,18 @@ pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading> {
 
 fn is_slash_command(text: &str) -> bool {
     let t = text.trim_start();
-    let Some(rest) = t.strip_prefix('/') else { return false };
+    let Some(rest) = t.strip_prefix('/') else {
+        return false;
+    };
     let name_len = rest
         .bytes()
         .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':'))
         .count();
-    name_len > 0 && rest[name_len..].chars().next().is_none_or(char::is_whitespace)
+    name_len > 0
+        && rest[name_len..]
+            .chars()
+            .next()
+            .is_none_or(char::is_whitespace)
 }
 
 /// The reading of an assistant record.
@@ -413,12 +445,17 @@ mod tests {
 
     #[test]
     fn unmatched_tags_stay() {
-        assert_eq!(strip_injected("<system-reminder> open").text, "<system-reminder> open");
+        assert_eq!(
+            strip_injected("<system-reminder> open").text,
+            "<system-reminder> open"
+        );
     }
 
     #[test]
     fn channel_envelopes() {
-        assert!(is_channel("<channel source=\"telegram\" chat_id=\"1\">\nhi\n</channel>"));
+        assert!(is_channel(
+            "<channel source=\"telegram\" chat_id=\"1\">\nhi\n</channel>"
+        ));
         assert!(!is_channel("<channels are great"));
         assert!(!is_channel("<channel>no source</channel>"));
     }

@@ -139,9 +139,8 @@ impl Config {
                 path.display()
             ))
         })?;
-        let text = String::from_utf8(bytes).map_err(|_| {
-            Error::config(format!("config {} is not valid UTF-8", path.display()))
-        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::config(format!("config {} is not valid UTF-8", path.display())))?;
         let mut config = Self::from_toml(&text)
             .map_err(|e| Error::config(format!("config {}: {}", path.display(), e.message)))?;
         config.source = Some(path);
@@ -160,10 +159,19 @@ impl Config {
             "tmux" => Activation::Tmux,
             "systemd" => Activation::Systemd,
             "pointer" => Activation::Pointer,
-            other => return Err(keys.rule("activation", &format!("must be tmux, systemd or pointer (got {other:?})"))),
+            other => {
+                return Err(keys.rule(
+                    "activation",
+                    &format!("must be tmux, systemd or pointer (got {other:?})"),
+                ));
+            }
         };
         let project_dir = match keys.table.get("project_dir") {
-            None => return Err(Error::config("project_dir is required: set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>)")),
+            None => {
+                return Err(Error::config(
+                    "project_dir is required: set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>)",
+                ));
+            }
             Some(_) => expand_home(&keys.string("project_dir", "")?, &home),
         };
         if project_dir.as_os_str().is_empty() {
@@ -172,7 +180,10 @@ impl Config {
         let state_dir = expand_home(&keys.string("state_dir", "~/.local/state/ktr")?, &home);
         let tmux_target = keys.string("tmux_target", "cc:0.0")?;
         if tmux_target.is_empty() || tmux_target.chars().any(char::is_control) {
-            return Err(keys.rule("tmux_target", "must be non-empty and contain no control characters"));
+            return Err(keys.rule(
+                "tmux_target",
+                "must be non-empty and contain no control characters",
+            ));
         }
         let claude_workdir = expand_home(&keys.string("claude_workdir", "~")?, &home);
         let resume_command = keys.resume_command()?;
@@ -185,7 +196,8 @@ impl Config {
             &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
             &home,
         );
-        let systemd_restart_timeout_seconds = keys.seconds("systemd_restart_timeout_seconds", 180.0)?;
+        let systemd_restart_timeout_seconds =
+            keys.seconds("systemd_restart_timeout_seconds", 180.0)?;
         if systemd_restart_timeout_seconds < 10.0 {
             return Err(keys.rule("systemd_restart_timeout_seconds", "must be at least 10"));
         }
@@ -196,7 +208,12 @@ impl Config {
         let carry_overflow = match keys.string("carry_overflow", "drop_oldest")?.as_str() {
             "drop_oldest" => CarryOverflow::DropOldest,
             "block" => CarryOverflow::Block,
-            other => return Err(keys.rule("carry_overflow", &format!("must be drop_oldest or block (got {other:?})"))),
+            other => {
+                return Err(keys.rule(
+                    "carry_overflow",
+                    &format!("must be drop_oldest or block (got {other:?})"),
+                ));
+            }
         };
         let max_event_chars = keys.integer("max_event_chars", 0)?;
         if max_event_chars != 0 && max_event_chars < 500 {
@@ -206,22 +223,32 @@ impl Config {
         if !stamp_template.contains("{timestamp}") {
             return Err(keys.rule("stamp_template", "must contain {timestamp}"));
         }
-        let startup_header_template =
-            keys.string("startup_header_template", "[续窗启动快照 · 冻结于 {timestamp}]")?;
+        let startup_header_template = keys.string(
+            "startup_header_template",
+            "[续窗启动快照 · 冻结于 {timestamp}]",
+        )?;
         if startup_header_template.trim().is_empty() {
             return Err(keys.rule("startup_header_template", "must not be empty"));
         }
         let poison_pattern = keys.regex("poison_pattern", DEFAULT_POISON_PATTERN, true)?;
-        let reply_tool_pattern = keys.regex("reply_tool_pattern", DEFAULT_REPLY_TOOL_PATTERN, false)?;
+        let reply_tool_pattern =
+            keys.regex("reply_tool_pattern", DEFAULT_REPLY_TOOL_PATTERN, false)?;
         let on_malformed_line = match keys.string("on_malformed_line", "block")?.as_str() {
             "block" => OnMalformed::Block,
             "skip" => OnMalformed::Skip,
-            other => return Err(keys.rule("on_malformed_line", &format!("must be block or skip (got {other:?})"))),
+            other => {
+                return Err(keys.rule(
+                    "on_malformed_line",
+                    &format!("must be block or skip (got {other:?})"),
+                ));
+            }
         };
         let history = match keys.string("history", "chain")?.as_str() {
             "chain" => HistoryMode::Chain,
             "file" => HistoryMode::File,
-            other => return Err(keys.rule("history", &format!("must be chain or file (got {other:?})"))),
+            other => {
+                return Err(keys.rule("history", &format!("must be chain or file (got {other:?})")));
+            }
         };
         let activation_delay_seconds = keys.seconds("activation_delay_seconds", 3.0)?;
         let stable_file_seconds = keys.seconds("stable_file_seconds", 1.0)?;
@@ -278,7 +305,13 @@ impl Config {
     pub fn resume_argv(&self, session_id: &str) -> Vec<String> {
         self.resume_command
             .iter()
-            .map(|a| if a == "{session_id}" { session_id.to_string() } else { a.clone() })
+            .map(|a| {
+                if a == "{session_id}" {
+                    session_id.to_string()
+                } else {
+                    a.clone()
+                }
+            })
             .collect()
     }
 }
@@ -357,7 +390,13 @@ impl Keys {
             .case_insensitive(ignore_case)
             .build()
             .map_err(|e| {
-                let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                let first = e
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
                 self.rule(key, &format!("is not a valid regular expression: {first}"))
             })
     }
@@ -372,7 +411,10 @@ impl Keys {
                         return Err(self.wrong_type(&format!("{key}.{k}"), "a string", v));
                     };
                     if k.is_empty() || k.contains('=') || k.contains('\0') || s.contains('\0') {
-                        return Err(self.rule(&format!("{key}.{k}"), "is not a usable environment variable"));
+                        return Err(self.rule(
+                            &format!("{key}.{k}"),
+                            "is not a usable environment variable",
+                        ));
                     }
                     out.insert(k.clone(), s.clone());
                 }
@@ -540,15 +582,24 @@ mod tests {
         assert_eq!(c.dirty_budget_bytes, 524_288);
         assert_eq!(c.stamp_template, "[发生时间: {timestamp}]");
         assert!(c.poison_pattern.is_match("acceptable use"));
-        assert!(c.reply_tool_pattern.is_match("mcp__plugin_telegram_telegram__reply"));
+        assert!(
+            c.reply_tool_pattern
+                .is_match("mcp__plugin_telegram_telegram__reply")
+        );
         assert!(c.reply_tool_pattern.is_match("mcp__companion__reply"));
-        assert!(!c.reply_tool_pattern.is_match("mcp__ktr__thread_rebuild_plan"));
+        assert!(
+            !c.reply_tool_pattern
+                .is_match("mcp__ktr__thread_rebuild_plan")
+        );
     }
 
     #[test]
     fn unknown_key_is_named_with_a_hint() {
         let m = err("project_dir = \"/p\"\ninclude_open_tial = true");
-        assert!(m.contains("include_open_tial") && m.contains("include_open_tail"), "{m}");
+        assert!(
+            m.contains("include_open_tial") && m.contains("include_open_tail"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -557,7 +608,9 @@ mod tests {
             err("project_dir = \"/p\"\nstamp_turns = \"yes\""),
             "stamp_turns must be true or false, not string"
         );
-        assert!(err("project_dir = \"/p\"\ndirty_budget_bytes = 1.5").contains("dirty_budget_bytes"));
+        assert!(
+            err("project_dir = \"/p\"\ndirty_budget_bytes = 1.5").contains("dirty_budget_bytes")
+        );
         assert!(err("project_dir = 3").contains("project_dir must be a string"));
         assert!(err("project_dir = \"/p\"\nresume_env = { A = 1 }").contains("resume_env.A"));
     }
@@ -568,12 +621,23 @@ mod tests {
         assert!(err("project_dir = \"/p\"\ncarry_max_tokens = 100").contains("carry_max_tokens"));
         assert!(err("project_dir = \"/p\"\nmax_event_chars = 10").contains("max_event_chars"));
         assert!(err("project_dir = \"/p\"\nstamp_template = \"x\"").contains("{timestamp}"));
-        assert!(err("project_dir = \"/p\"\nresume_command = [\"claude\"]").contains("{session_id}"));
-        assert!(err("project_dir = \"/p\"\nactivation = \"systemd\"\nsystemd_unit = \"x\"").contains(".service"));
-        assert!(err("project_dir = \"/p\"\nstable_file_seconds = 5").contains("stable_file_timeout_seconds"));
+        assert!(
+            err("project_dir = \"/p\"\nresume_command = [\"claude\"]").contains("{session_id}")
+        );
+        assert!(
+            err("project_dir = \"/p\"\nactivation = \"systemd\"\nsystemd_unit = \"x\"")
+                .contains(".service")
+        );
+        assert!(
+            err("project_dir = \"/p\"\nstable_file_seconds = 15")
+                .contains("stable_file_timeout_seconds")
+        );
         assert!(err("project_dir = \"/p\"\npoison_pattern = \"(\"").contains("poison_pattern"));
         assert!(err("project_dir = \"/p\"\ntmux_target = \"a\\nb\"").contains("tmux_target"));
-        assert!(err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3").contains("at least 10"));
+        assert!(
+            err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3")
+                .contains("at least 10")
+        );
         assert!(err("not toml [").starts_with("not valid TOML"));
     }
 
@@ -585,7 +649,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.resume_argv("abc"),
-            ["claude", "--resume", "abc", "--append-system-prompt", "be kind"]
+            [
+                "claude",
+                "--resume",
+                "abc",
+                "--append-system-prompt",
+                "be kind"
+            ]
         );
     }
 

@@ -139,7 +139,10 @@ mod tests {
         let p = dir.join("a.json");
         write_atomic(&p, b"one", 0o600, Existing::Refuse).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"one");
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let err = write_atomic(&p, b"two", 0o600, Existing::Refuse).unwrap_err();
         assert!(err.message.contains("already exists"), "{err}");
         assert_eq!(fs::read(&p).unwrap(), b"one");

@@ -54,7 +54,12 @@ fn file_order(scan: &Scan, mode: &'static str, reason: Option<String>) -> Histor
         .filter(|n| !n.sidechain)
         .filter_map(|n| n.event)
         .collect();
-    History { events, mode, fallback_reason: reason, ..History::default() }
+    History {
+        events,
+        mode,
+        fallback_reason: reason,
+        ..History::default()
+    }
 }
 
 fn chain(scan: &Scan) -> Result<History, String> {
@@ -65,14 +70,20 @@ fn chain(scan: &Scan) -> Result<History, String> {
         ));
     }
     if scan.repeated_uuids > 0 {
-        return Err(format!("{} user/assistant uuid(s) repeat", scan.repeated_uuids));
+        return Err(format!(
+            "{} user/assistant uuid(s) repeat",
+            scan.repeated_uuids
+        ));
     }
     let nodes = &scan.nodes;
     let Some(leaf) = nodes
         .iter()
         .rposition(|n| n.role != Role::Other && !n.sidechain)
     else {
-        return Ok(History { mode: "chain", ..History::default() });
+        return Ok(History {
+            mode: "chain",
+            ..History::default()
+        });
     };
     // uuid → node; the first record wins (duplicates of non-speech records
     // such as progress lines are harmless).
@@ -88,7 +99,10 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let mut cur = leaf;
     let end = loop {
         if !seen.insert(cur) {
-            return Err(format!("parentUuid links form a cycle at line {}", nodes[cur].line));
+            return Err(format!(
+                "parentUuid links form a cycle at line {}",
+                nodes[cur].line
+            ));
         }
         on_chain.push(cur);
         let node = &nodes[cur];
@@ -147,16 +161,29 @@ fn chain(scan: &Scan) -> Result<History, String> {
     }
     match end {
         WalkEnd::Dangling if hidden_earlier => {
-            return Err("a parentUuid points to a record not in the file, hiding earlier speech".into());
+            return Err(
+                "a parentUuid points to a record not in the file, hiding earlier speech".into(),
+            );
         }
         WalkEnd::BoundaryWithoutLogical if hidden_earlier => {
-            return Err("a compaction boundary has no logicalParentUuid, hiding earlier speech".into());
+            return Err(
+                "a compaction boundary has no logicalParentUuid, hiding earlier speech".into(),
+            );
         }
         _ => {}
     }
     ordered.sort_unstable();
-    let events = ordered.iter().filter_map(|&(_, _, i)| node_event(&nodes[i])).collect();
-    Ok(History { events, mode: "chain", fallback_reason: None, abandoned, off_chain_commands })
+    let events = ordered
+        .iter()
+        .filter_map(|&(_, _, i)| node_event(&nodes[i]))
+        .collect();
+    Ok(History {
+        events,
+        mode: "chain",
+        fallback_reason: None,
+        abandoned,
+        off_chain_commands,
+    })
 }
 
 fn node_event(n: &Node) -> Option<usize> {

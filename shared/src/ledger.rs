@@ -125,7 +125,10 @@ pub fn report(m: Measured<'_>, budget: &Budget) -> Report {
         .window
         .categories
         .iter()
-        .map(|(c, b)| CategoryBytes { name: c.name(), bytes: *b })
+        .map(|(c, b)| CategoryBytes {
+            name: c.name(),
+            bytes: *b,
+        })
         .collect();
     categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(b.name)));
     let total = m.window.total();
@@ -180,17 +183,43 @@ mod tests {
         w.conversation_bytes = 50;
         w.original_image_view_count = 1;
         let r = report(
-            Measured { window: &w, file: &w, window_start_line: 1, file_bytes: 2000, file_lines: 9, conversation_turns: 2 },
-            &Budget { dirty_budget_bytes: 500, rebuild_on_original_image_view: true },
+            Measured {
+                window: &w,
+                file: &w,
+                window_start_line: 1,
+                file_bytes: 2000,
+                file_lines: 9,
+                conversation_turns: 2,
+            },
+            &Budget {
+                dirty_budget_bytes: 500,
+                rebuild_on_original_image_view: true,
+            },
         );
         assert_eq!(r.total_bytes, 950);
         assert_eq!(r.noise_ratio, 0.95);
-        assert_eq!(r.categories[0], CategoryBytes { name: "tool_result", bytes: 900 });
+        assert_eq!(
+            r.categories[0],
+            CategoryBytes {
+                name: "tool_result",
+                bytes: 900
+            }
+        );
         assert!(r.should_rebuild);
         assert_eq!(r.reasons.len(), 2);
         let r = report(
-            Measured { window: &w, file: &w, window_start_line: 1, file_bytes: 2000, file_lines: 9, conversation_turns: 2 },
-            &Budget { dirty_budget_bytes: 0, rebuild_on_original_image_view: false },
+            Measured {
+                window: &w,
+                file: &w,
+                window_start_line: 1,
+                file_bytes: 2000,
+                file_lines: 9,
+                conversation_turns: 2,
+            },
+            &Budget {
+                dirty_budget_bytes: 0,
+                rebuild_on_original_image_view: false,
+            },
         );
         assert!(!r.should_rebuild);
     }

@@ -18,5 +18,6 @@ pub mod plan;
 pub mod scan;
 pub mod transcript;
 pub mod turns;
+pub mod verify;
 
 pub use error::{Error, ErrorKind, Result};

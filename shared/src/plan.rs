@@ -128,7 +128,9 @@ fn newest_transcript(project: &Path) -> Result<PathBuf> {
         if !name.ends_with(".jsonl") || name.starts_with("agent-") || name.starts_with('.') {
             continue;
         }
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
         if !meta.is_file() {
             continue;
         }
@@ -143,14 +145,20 @@ fn newest_transcript(project: &Path) -> Result<PathBuf> {
             project.display()
         ))
     })?;
-    path.canonicalize().map_err(|e| Error::io_at("resolve", &path, &e))
+    path.canonicalize()
+        .map_err(|e| Error::io_at("resolve", &path, &e))
 }
 
 /// Plan a transcript file (already resolved by [`resolve_transcript`]).
 pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
     let file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
     let source_sha256 = crate::fsutil::sha256_file(path)?;
-    let mut plan = build_from_reader(config, path, BufReader::with_capacity(1 << 16, file), new_session_id)?;
+    let mut plan = build_from_reader(
+        config,
+        path,
+        BufReader::with_capacity(1 << 16, file),
+        new_session_id,
+    )?;
     plan.report.source_sha256 = source_sha256;
     Ok(plan)
 }
@@ -163,7 +171,10 @@ pub fn build_from_reader<R: BufRead>(
     new_session_id: Option<&str>,
 ) -> Result<Plan> {
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
-    let opts = Options { reply_tool: &config.reply_tool_pattern, markers: &markers };
+    let opts = Options {
+        reply_tool: &config.reply_tool_pattern,
+        markers: &markers,
+    };
     let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
     let history = history::select(&scan, config.history);
     let mut sel = turns::select(&scan.events, &history.events, config);
@@ -172,12 +183,22 @@ pub fn build_from_reader<R: BufRead>(
         Some(id) => validate_session_id(id)?,
         None => uuid::Uuid::new_v4().to_string(),
     };
-    let candidate = carry::build(&sel.turns, &scan.events, &session_id, scan.earliest_timestamp.as_deref());
+    let candidate = carry::build(
+        &sel.turns,
+        &scan.events,
+        &session_id,
+        scan.earliest_timestamp.as_deref(),
+    );
     let mut left_out: Vec<LeftOut> = history
         .abandoned
         .iter()
         .map(|&e| (e, LeftOutReason::AbandonedBranch))
-        .chain(history.off_chain_commands.iter().map(|&e| (e, LeftOutReason::LocalCommand)))
+        .chain(
+            history
+                .off_chain_commands
+                .iter()
+                .map(|&e| (e, LeftOutReason::LocalCommand)),
+        )
         .chain(sel.left_out.iter().copied())
         .map(|(e, reason)| LeftOut {
             line: scan.events[e].meta.line,
@@ -187,7 +208,10 @@ pub fn build_from_reader<R: BufRead>(
         .collect();
     left_out.sort_by_key(|l| l.line);
     let items: Vec<&turns::Item> = sel.turns.iter().flat_map(|t| &t.items).collect();
-    let preview = |i: &&turns::Item| Preview { role: i.role, text: i.text.chars().take(PREVIEW_CHARS).collect() };
+    let preview = |i: &&turns::Item| Preview {
+        role: i.role,
+        text: i.text.chars().take(PREVIEW_CHARS).collect(),
+    };
     let ledger = ledger::report(
         Measured {
             window: &scan.window,
@@ -204,7 +228,10 @@ pub fn build_from_reader<R: BufRead>(
     );
     let report = Report {
         source_path: path.display().to_string(),
-        session_id: path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        session_id: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         source_sha256: String::new(),
         source_bytes: scan.bytes,
         versions_seen: scan.versions.iter().cloned().collect(),
@@ -247,7 +274,11 @@ fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
         return;
     }
     if scan.malformed_count > 0 && config.on_malformed_line == OnMalformed::Block {
-        let lines: Vec<String> = scan.malformed.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+        let lines: Vec<String> = scan
+            .malformed
+            .iter()
+            .map(|(n, why)| format!("{n} ({why})"))
+            .collect();
         sel.blocked_reason = Some(format!(
             "{} malformed line(s): {}; fix the transcript or set on_malformed_line = \"skip\" to carry the rest",
             scan.malformed_count,
@@ -270,7 +301,11 @@ fn reason_name(reason: LeftOutReason) -> &'static str {
 
 /// Session ids are used in file names: only `[0-9a-f-]`, bounded length.
 pub fn validate_session_id(id: &str) -> Result<String> {
-    let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
     if ok {
         Ok(id.to_string())
     } else {

@@ -121,9 +121,18 @@ pub struct Markers {
 impl Markers {
     /// Split templates at `{timestamp}`.
     pub fn new(stamp_template: &str, header_template: &str) -> Markers {
-        let (sp, ss) = stamp_template.split_once("{timestamp}").unwrap_or((stamp_template, ""));
-        let hp = header_template.split("{timestamp}").next().unwrap_or(header_template);
-        Markers { stamp_prefix: sp.to_string(), stamp_suffix: ss.to_string(), header_prefix: hp.to_string() }
+        let (sp, ss) = stamp_template
+            .split_once("{timestamp}")
+            .unwrap_or((stamp_template, ""));
+        let hp = header_template
+            .split("{timestamp}")
+            .next()
+            .unwrap_or(header_template);
+        Markers {
+            stamp_prefix: sp.to_string(),
+            stamp_suffix: ss.to_string(),
+            header_prefix: hp.to_string(),
+        }
     }
     /// Whether `text` already starts with a stamp or the startup header.
     pub fn carried_before(&self, text: &str) -> bool {
@@ -132,7 +141,8 @@ impl Markers {
                 let head: String = rest.chars().take(64).collect();
                 self.stamp_suffix.is_empty() || head.contains(&self.stamp_suffix)
             });
-        let is_header = !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix);
+        let is_header =
+            !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix);
         is_stamp || is_header
     }
 }
@@ -170,24 +180,82 @@ pub struct Scan {
 }
 
 const KNOWN_RECORD_TYPES: &[&str] = &[
-    "user", "assistant", "system", "attachment", "summary", "progress", "queue-operation",
-    "file-history-snapshot", "file-history-delta", "last-prompt", "permission-mode", "mode",
-    "ai-title", "custom-title", "pr-link", "bridge-session", "atis-latch", "api-request",
-    "api-request-blob", "api-request-shape", "cost-state", "tools-used", "agent-name",
-    "worktree-state", "frame-link", "started", "result", "relocated",
+    "user",
+    "assistant",
+    "system",
+    "attachment",
+    "summary",
+    "progress",
+    "queue-operation",
+    "file-history-snapshot",
+    "file-history-delta",
+    "last-prompt",
+    "permission-mode",
+    "mode",
+    "ai-title",
+    "custom-title",
+    "pr-link",
+    "bridge-session",
+    "atis-latch",
+    "api-request",
+    "api-request-blob",
+    "api-request-shape",
+    "cost-state",
+    "tools-used",
+    "agent-name",
+    "worktree-state",
+    "frame-link",
+    "started",
+    "result",
+    "relocated",
 ];
 
 const KNOWN_ATTACHMENT_TYPES: &[&str] = &[
-    "agent_listing_delta", "auto_mode", "batching_reminder_sent", "budget_usd",
-    "command_permissions", "compact_file_reference", "date", "date_change",
-    "deferred_tools_delta", "dynamic_skill", "edited_text_file", "environment", "file",
-    "hook_additional_context", "hook_blocking_error", "hook_non_blocking_error", "hook_success",
-    "hook_system_message", "invoked_skills", "mcp_instructions_delta", "model", "nested_memory",
-    "plan_mode", "plan_mode_exit", "prompt_snapshot", "queued_command", "read_truncation_notice",
-    "remote_session_change", "session_context", "silent_turn_reminder", "skill_listing",
-    "structured_output", "task_reminder", "task_status", "todo_reminder", "total_tokens_reminder",
-    "ultra_effort_enter", "ultra_effort_exit", "edited_image_file", "opened_file_in_ide",
-    "selected_lines_in_ide", "diagnostics", "mcp_resource", "hook_cancelled", "memory",
+    "agent_listing_delta",
+    "auto_mode",
+    "batching_reminder_sent",
+    "budget_usd",
+    "command_permissions",
+    "compact_file_reference",
+    "date",
+    "date_change",
+    "deferred_tools_delta",
+    "dynamic_skill",
+    "edited_text_file",
+    "environment",
+    "file",
+    "hook_additional_context",
+    "hook_blocking_error",
+    "hook_non_blocking_error",
+    "hook_success",
+    "hook_system_message",
+    "invoked_skills",
+    "mcp_instructions_delta",
+    "model",
+    "nested_memory",
+    "plan_mode",
+    "plan_mode_exit",
+    "prompt_snapshot",
+    "queued_command",
+    "read_truncation_notice",
+    "remote_session_change",
+    "session_context",
+    "silent_turn_reminder",
+    "skill_listing",
+    "structured_output",
+    "task_reminder",
+    "task_status",
+    "todo_reminder",
+    "total_tokens_reminder",
+    "ultra_effort_enter",
+    "ultra_effort_exit",
+    "edited_image_file",
+    "opened_file_in_ide",
+    "selected_lines_in_ide",
+    "diagnostics",
+    "mcp_resource",
+    "hook_cancelled",
+    "memory",
 ];
 
 /// How many malformed line numbers are kept for the report.
@@ -196,7 +264,10 @@ pub const MALFORMED_KEPT: usize = 20;
 impl Scan {
     /// Read a whole transcript.
     pub fn read<R: BufRead>(input: R, opts: &Options<'_>) -> std::io::Result<Scan> {
-        let mut scan = Scan { window_start_line: 1, ..Scan::default() };
+        let mut scan = Scan {
+            window_start_line: 1,
+            ..Scan::default()
+        };
         transcript::for_each_line(input, |number, raw, line| {
             scan.lines = number;
             scan.bytes += raw.len() as u64 + 1;
@@ -239,20 +310,26 @@ impl Scan {
     }
 
     fn record(&mut self, number: usize, len: usize, r: &Record<'_>, opts: &Options<'_>) {
-        if let Some(v) = r.version.get() {
-            if !self.versions.contains(v.as_ref()) {
-                self.versions.insert(v.to_string());
-            }
+        if let Some(v) = r.version.get()
+            && !self.versions.contains(v.as_ref())
+        {
+            self.versions.insert(v.to_string());
         }
-        if let Some(ts) = r.timestamp.get().filter(|t| transcript::is_timestamp(t)) {
-            if self.earliest_timestamp.as_deref().is_none_or(|e| ts.as_ref() < e) {
-                self.earliest_timestamp = Some(ts.to_string());
-            }
+        if let Some(ts) = r.timestamp.get().filter(|t| transcript::is_timestamp(t))
+            && self
+                .earliest_timestamp
+                .as_deref()
+                .is_none_or(|e| ts.as_ref() < e)
+        {
+            self.earliest_timestamp = Some(ts.to_string());
         }
         let kind = r.kind();
         if !KNOWN_RECORD_TYPES.contains(&kind) {
             let name = if kind.is_empty() { "(none)" } else { kind };
-            *self.unknown_record_types.entry(name.to_string()).or_default() += 1;
+            *self
+                .unknown_record_types
+                .entry(name.to_string())
+                .or_default() += 1;
         }
         let (role, event) = match kind {
             "user" => (Role::User, self.user(number, r, opts)),
@@ -298,9 +375,18 @@ impl Scan {
             Parent::Null => Link::Root,
             Parent::Uuid(p) => Link::To(self.intern(p)),
         };
-        let logical_parent = r.logical_parent_uuid.get().map(|p| p.to_string()).map(|p| self.intern(&p));
+        let logical_parent = r
+            .logical_parent_uuid
+            .get()
+            .map(|p| p.to_string())
+            .map(|p| self.intern(&p));
         let message_id = match role {
-            Role::Assistant => r.message.id.as_deref().map(|m| m.to_string()).map(|m| self.intern(&m)),
+            Role::Assistant => r
+                .message
+                .id
+                .as_deref()
+                .map(|m| m.to_string())
+                .map(|m| self.intern(&m)),
             _ => None,
         };
         self.nodes.push(Node {
@@ -308,7 +394,8 @@ impl Scan {
             uuid,
             parent,
             logical_parent,
-            boundary: r.kind() == "system" && r.subtype.get().is_some_and(|s| s == "compact_boundary"),
+            boundary: r.kind() == "system"
+                && r.subtype.get().is_some_and(|s| s == "compact_boundary"),
             role,
             sidechain: r.sidechain(),
             message_id,
@@ -316,7 +403,14 @@ impl Scan {
         });
     }
 
-    fn push_event(&mut self, number: usize, r: &Record<'_>, speech: Speech, raw: &str, snapshot: Option<String>) -> usize {
+    fn push_event(
+        &mut self,
+        number: usize,
+        r: &Record<'_>,
+        speech: Speech,
+        raw: &str,
+        snapshot: Option<String>,
+    ) -> usize {
         self.events.push(Event {
             meta: meta(number, r),
             speech,
@@ -329,20 +423,27 @@ impl Scan {
     fn user(&mut self, number: usize, r: &Record<'_>, opts: &Options<'_>) -> Option<usize> {
         self.tally_user_blocks(r);
         if let Some(raw) = r.tool_use_result {
-            let cat = if r.sidechain() { Category::Sidechain } else { Category::ToolResult };
+            let cat = if r.sidechain() {
+                Category::Sidechain
+            } else {
+                Category::ToolResult
+            };
             self.tally(cat, raw.get().len());
         }
         // Text ktr wrote itself (stamped items, the startup header) is carried as it is.
-        if let Content::Text(t) = &r.message.content {
-            if !r.sidechain() && !r.meta() && opts.markers.carried_before(t) {
-                self.conversation(t.len());
-                self.seen_speech = true;
-                return Some(self.push_event(number, r, Speech::User(t.to_string()), t, None));
-            }
+        if let Content::Text(t) = &r.message.content
+            && !r.sidechain()
+            && !r.meta()
+            && opts.markers.carried_before(t)
+        {
+            self.conversation(t.len());
+            self.seen_speech = true;
+            return Some(self.push_event(number, r, Speech::User(t.to_string()), t, None));
         }
         let reading = classify::read_user(r);
         let content_len = r.message.content.byte_len();
-        let snapshot = (reading.had_reminder && !self.seen_speech).then(|| reading.raw_text.clone());
+        let snapshot =
+            (reading.had_reminder && !self.seen_speech).then(|| reading.raw_text.clone());
         let speech = match reading.reading {
             UserReading::Speech(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
@@ -360,13 +461,15 @@ impl Scan {
             }
             UserReading::NotSpeech(why) => {
                 self.not_speech(why, content_len, reading.injected_bytes);
-                if snapshot.is_none() {
-                    return None;
-                }
+                snapshot.as_ref()?;
                 Speech::Injected
             }
         };
-        let raw = if reading.raw_text.is_empty() { speech_text(&speech) } else { &reading.raw_text };
+        let raw = if reading.raw_text.is_empty() {
+            speech_text(&speech)
+        } else {
+            &reading.raw_text
+        };
         let raw = raw.to_string();
         Some(self.push_event(number, r, speech, &raw, snapshot))
     }
@@ -402,7 +505,9 @@ impl Scan {
 
     /// Ledger bytes of tool results and images inside a user message.
     fn tally_user_blocks(&mut self, r: &Record<'_>) {
-        let Content::Blocks(blocks) = &r.message.content else { return };
+        let Content::Blocks(blocks) = &r.message.content else {
+            return;
+        };
         for raw in blocks {
             let text = raw.get();
             let kind = block_kind(text);
@@ -471,7 +576,10 @@ impl Scan {
         let kind = attachment.kind();
         if !KNOWN_ATTACHMENT_TYPES.contains(&kind) {
             let name = if kind.is_empty() { "(none)" } else { kind };
-            *self.unknown_attachment_types.entry(name.to_string()).or_default() += 1;
+            *self
+                .unknown_attachment_types
+                .entry(name.to_string())
+                .or_default() += 1;
         }
         if r.sidechain() {
             self.tally(Category::Sidechain, raw.get().len());
@@ -507,10 +615,10 @@ fn speech_text(speech: &Speech) -> &str {
 /// type in every Claude Code version seen; fall back to a parse otherwise).
 fn block_kind(raw: &str) -> &str {
     for prefix in ["{\"type\":\"", "{\"type\": \""] {
-        if let Some(rest) = raw.strip_prefix(prefix) {
-            if let Some(end) = rest.find('"') {
-                return &rest[..end];
-            }
+        if let Some(rest) = raw.strip_prefix(prefix)
+            && let Some(end) = rest.find('"')
+        {
+            return &rest[..end];
         }
     }
     let block: Block<'_> = serde_json::from_str(raw).unwrap_or_default();
@@ -531,7 +639,8 @@ fn known_block_kind(kind: &str) -> &'static str {
 }
 
 fn meta(number: usize, r: &Record<'_>) -> Meta {
-    let own = |s: &crate::transcript::Lenient<crate::transcript::Str<'_>>| s.get().map(|v| v.to_string());
+    let own =
+        |s: &crate::transcript::Lenient<crate::transcript::Str<'_>>| s.get().map(|v| v.to_string());
     Meta {
         line: number,
         uuid: own(&r.uuid),

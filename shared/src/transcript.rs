@@ -291,10 +291,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
                 Ok(m)
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Message { content: Content::Text(Cow::Borrowed(v)), ..Message::default() })
+                Ok(Message {
+                    content: Content::Text(Cow::Borrowed(v)),
+                    ..Message::default()
+                })
             }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Message { content: Content::Text(Cow::Owned(v.to_string())), ..Message::default() })
+                Ok(Message {
+                    content: Content::Text(Cow::Owned(v.to_string())),
+                    ..Message::default()
+                })
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
                 while a.next_element::<IgnoredAny>()?.is_some() {}
@@ -453,7 +459,8 @@ impl<'a> Attachment<'a> {
 /// (`YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM)`).
 pub fn is_timestamp(ts: &str) -> bool {
     let b = ts.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
     if b.len() < 20
         || !digits(0..4)
         || b[4] != b'-'
@@ -498,9 +505,18 @@ mod tests {
     #[test]
     fn malformed_lines_are_classified() {
         assert!(matches!(parse_line(b"   "), Line::Blank));
-        assert!(matches!(parse_line(b"[1,2]"), Line::Malformed("not a JSON object")));
-        assert!(matches!(parse_line(b"{\"a\":"), Line::Malformed("not valid JSON")));
-        assert!(matches!(parse_line(b"{\"a\":\"\xff\"}"), Line::Malformed("not valid UTF-8")));
+        assert!(matches!(
+            parse_line(b"[1,2]"),
+            Line::Malformed("not a JSON object")
+        ));
+        assert!(matches!(
+            parse_line(b"{\"a\":"),
+            Line::Malformed("not valid JSON")
+        ));
+        assert!(matches!(
+            parse_line(b"{\"a\":\"\xff\"}"),
+            Line::Malformed("not valid UTF-8")
+        ));
     }
 
     #[test]
@@ -522,15 +538,27 @@ mod tests {
 
     #[test]
     fn parent_uuid_distinguishes_missing_null_and_value() {
-        assert!(matches!(record(r#"{"type":"user"}"#).parent_uuid, Parent::Missing));
-        assert!(matches!(record(r#"{"parentUuid":null}"#).parent_uuid, Parent::Null));
-        assert!(matches!(record(r#"{"parentUuid":"a"}"#).parent_uuid, Parent::Uuid(ref s) if s == "a"));
+        assert!(matches!(
+            record(r#"{"type":"user"}"#).parent_uuid,
+            Parent::Missing
+        ));
+        assert!(matches!(
+            record(r#"{"parentUuid":null}"#).parent_uuid,
+            Parent::Null
+        ));
+        assert!(
+            matches!(record(r#"{"parentUuid":"a"}"#).parent_uuid, Parent::Uuid(ref s) if s == "a")
+        );
     }
 
     #[test]
     fn blocks_keep_raw_bytes_and_decode_escapes() {
-        let r = record(r#"{"message":{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"tool_result","content":"x"}]}}"#);
-        let Content::Blocks(blocks) = &r.message.content else { panic!() };
+        let r = record(
+            r#"{"message":{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"tool_result","content":"x"}]}}"#,
+        );
+        let Content::Blocks(blocks) = &r.message.content else {
+            panic!()
+        };
         assert_eq!(blocks.len(), 2);
         assert_eq!(Block::parse(blocks[0]).text.get().unwrap(), "a\nb");
         assert_eq!(blocks[1].get(), r#"{"type":"tool_result","content":"x"}"#);

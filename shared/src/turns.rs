@@ -115,13 +115,14 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
         let event = &events[e];
         match &event.speech {
             Speech::Injected => {
-                if !seen_speech && !snapshot_done {
-                    if let Some(raw) = &event.snapshot {
-                        let text = header(config, event) + raw;
-                        sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
-                        builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
-                        snapshot_done = true;
-                    }
+                if !seen_speech
+                    && !snapshot_done
+                    && let Some(raw) = &event.snapshot
+                {
+                    let text = header(config, event) + raw;
+                    sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
+                    builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
+                    snapshot_done = true;
                 }
             }
             Speech::User(text) => {
@@ -147,12 +148,22 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 }
             }
             Speech::Assistant(text) => {
-                if let Some(s) = pending_slash.take() {
-                    if let Speech::Slash(cmd) = &events[s].speech {
-                        builder.user(Item::new(Role::User, ItemKind::SlashCommand, cmd.clone(), s));
-                    }
+                if let Some(s) = pending_slash.take()
+                    && let Speech::Slash(cmd) = &events[s].speech
+                {
+                    builder.user(Item::new(
+                        Role::User,
+                        ItemKind::SlashCommand,
+                        cmd.clone(),
+                        s,
+                    ));
                 }
-                if builder.assistant(Item::new(Role::Assistant, ItemKind::Speech, text.clone(), e)) {
+                if builder.assistant(Item::new(
+                    Role::Assistant,
+                    ItemKind::Speech,
+                    text.clone(),
+                    e,
+                )) {
                     sel.leading_assistant_turns += 1;
                 }
                 seen_speech = true;
@@ -163,7 +174,12 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                     sel.left_out.push((e, LeftOutReason::CompactSummaryDropped));
                 } else {
                     sel.compact_summaries_carried += 1;
-                    builder.user(Item::new(Role::User, ItemKind::CompactSummary, text.clone(), e));
+                    builder.user(Item::new(
+                        Role::User,
+                        ItemKind::CompactSummary,
+                        text.clone(),
+                        e,
+                    ));
                     seen_speech = true;
                 }
             }
@@ -179,7 +195,11 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     sel.open_tail_kept = sel.open_tail && config.include_open_tail;
     if sel.open_tail && !config.include_open_tail {
         let tail = turns.pop().unwrap_or_default();
-        sel.left_out.extend(tail.items.iter().map(|i| (i.event, LeftOutReason::OpenTailDropped)));
+        sel.left_out.extend(
+            tail.items
+                .iter()
+                .map(|i| (i.event, LeftOutReason::OpenTailDropped)),
+        );
     }
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     for turn in &mut turns {
@@ -200,7 +220,13 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
 
 impl Item {
     fn new(role: Role, kind: ItemKind, text: String, event: usize) -> Item {
-        Item { role, kind, text, event, elided_chars: 0 }
+        Item {
+            role,
+            kind,
+            text,
+            event,
+            elided_chars: 0,
+        }
     }
 }
 
@@ -210,7 +236,13 @@ fn header(config: &Config, event: &Event) -> String {
 }
 
 /// Elide over-long items, then stamp the turn's first user item.
-fn finish_turn(turn: &mut Turn, events: &[Event], config: &Config, markers: &Markers, elided: &mut usize) {
+fn finish_turn(
+    turn: &mut Turn,
+    events: &[Event],
+    config: &Config,
+    markers: &Markers,
+    elided: &mut usize,
+) {
     if config.max_event_chars > 0 {
         for item in &mut turn.items {
             if elide(item, config.max_event_chars as usize) {
@@ -221,7 +253,9 @@ fn finish_turn(turn: &mut Turn, events: &[Event], config: &Config, markers: &Mar
     if !config.stamp_turns {
         return;
     }
-    let Some(first) = turn.items.iter_mut().find(|i| i.role == Role::User) else { return };
+    let Some(first) = turn.items.iter_mut().find(|i| i.role == Role::User) else {
+        return;
+    };
     if first.kind == ItemKind::StartupSnapshot || markers.carried_before(&first.text) {
         return;
     }
@@ -229,7 +263,11 @@ fn finish_turn(turn: &mut Turn, events: &[Event], config: &Config, markers: &Mar
     if ts.is_empty() {
         return;
     }
-    first.text = format!("{}\n{}", config.stamp_template.replace("{timestamp}", ts), first.text);
+    first.text = format!(
+        "{}\n{}",
+        config.stamp_template.replace("{timestamp}", ts),
+        first.text
+    );
 }
 
 /// Keep the head and tail of an over-long item with a visible marker.
@@ -268,7 +306,11 @@ fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
                 let turn = turns.remove(0);
                 total -= turn.tokens();
                 sel.dropped_oldest_turns += 1;
-                sel.left_out.extend(turn.items.iter().map(|i| (i.event, LeftOutReason::DroppedOldest)));
+                sel.left_out.extend(
+                    turn.items
+                        .iter()
+                        .map(|i| (i.event, LeftOutReason::DroppedOldest)),
+                );
             }
         }
     }
