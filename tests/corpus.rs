@@ -309,6 +309,17 @@ fn short(text: &str, n: usize) -> String {
     }
 }
 
+/// Keep the start and the end of a long name (corpus names share long prefixes).
+fn middle_cut(text: &str, n: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= n {
+        return text.to_string();
+    }
+    let head: String = chars[..20].iter().collect();
+    let tail: String = chars[chars.len() - (n - 21)..].iter().collect();
+    format!("{head}…{tail}")
+}
+
 struct Row {
     file: String,
     exit: String,
@@ -507,7 +518,7 @@ fn corpus_sweep() {
     for r in &rows {
         table.push_str(&format!(
             "{:<64} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>22}  {}\n",
-            short(&r.file, 63),
+            middle_cut(&r.file, 63),
             r.exit,
             r.source_turns,
             r.selected_turns,
