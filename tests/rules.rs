@@ -4,7 +4,6 @@
 mod plan_support;
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,16 @@ use plan_support::*;
 use serde_json::Value;
 
 const NO_STAMPS: &str = "stamp_turns = false";
+
+/// The four items of the plain two-turn conversation most fixtures share.
+fn two_plain_turns() -> Vec<Item> {
+    vec![
+        user("First question."),
+        assistant("First answer."),
+        user("Second question."),
+        assistant("Second answer."),
+    ]
+}
 
 /// The source record timestamp of the n-th (1-based) record written by the
 /// fixture generator: `2026-03-01T10:00:0n.000Z`.
@@ -604,15 +613,7 @@ fn the_newest_leaf_is_found_even_when_written_before_its_parent() {
     let r = Plan::new("child_before_parent_at_end")
         .config(NO_STAMPS)
         .run_json();
-    assert_eq!(
-        r.carried(),
-        vec![
-            user("First question."),
-            assistant("First answer."),
-            user("Second question."),
-            assistant("Second answer."),
-        ]
-    );
+    assert_eq!(r.carried(), two_plain_turns());
     assert_eq!(r.count("abandoned_branch_records"), 0);
     assert!(!r.flag("open_tail"));
 }
@@ -771,15 +772,7 @@ fn malformed_lines_are_skipped_with_on_malformed_line_skip() {
         .config("on_malformed_line = \"skip\"")
         .run_json();
     assert_eq!(r.count("malformed_lines"), 3);
-    assert_eq!(
-        r.carried(),
-        vec![
-            user("First question."),
-            assistant("First answer."),
-            user("Second question."),
-            assistant("Second answer."),
-        ]
-    );
+    assert_eq!(r.carried(), two_plain_turns());
 }
 
 // ---------------------------------------------------------------------------
@@ -837,15 +830,7 @@ fn invalid_utf8_in_a_line_loses_nothing_else_when_skipped() {
         .config("on_malformed_line = \"skip\"")
         .run_json();
     assert_eq!(r.count("malformed_lines"), 1);
-    assert_eq!(
-        r.carried(),
-        vec![
-            user("First question."),
-            assistant("First answer."),
-            user("Second question."),
-            assistant("Second answer."),
-        ]
-    );
+    assert_eq!(r.carried(), two_plain_turns());
 }
 
 #[test]
@@ -873,15 +858,7 @@ fn a_50_mb_single_line_neither_panics_nor_loses_the_rest() {
         file.sync_all().unwrap();
     }
     assert!(fs::metadata(&path).unwrap().len() > BIG as u64);
-    let outcome = sandbox.ktr(&[
-        "plan".into(),
-        "--config".into(),
-        sandbox.config.clone().into(),
-        "--transcript".into(),
-        path.clone().into(),
-        "--json".into(),
-        "--show-candidate".into(),
-    ]);
+    let outcome = sandbox.run("plan", Some(&path), &["--json", "--show-candidate"]);
     outcome.assert_exit(0);
     let r = outcome.json();
     assert_eq!(
@@ -906,15 +883,7 @@ fn a_50_mb_single_line_neither_panics_nor_loses_the_rest() {
 #[test]
 fn unknown_record_and_attachment_types_are_counted_by_name() {
     let r = Plan::new("unknown_types").config(NO_STAMPS).run_json();
-    assert_eq!(
-        r.carried(),
-        vec![
-            user("First question."),
-            assistant("First answer."),
-            user("Second question."),
-            assistant("Second answer."),
-        ]
-    );
+    assert_eq!(r.carried(), two_plain_turns());
     let expected: BTreeMap<String, u64> = [
         ("frobnicate".to_string(), 2),
         ("mystery-record".to_string(), 1),
@@ -1146,28 +1115,14 @@ fn plan_writes_nothing() {
     let plan = Plan::new("startup_snapshot");
     let (sandbox, path) = plan.prepare();
     let before = tree(sandbox.root());
-    for json in [true, false] {
-        let mut args: Vec<OsString> = vec![
-            "plan".into(),
-            "--config".into(),
-            sandbox.config.clone().into(),
-            "--transcript".into(),
-            path.clone().into(),
-            "--show-candidate".into(),
-        ];
-        if json {
-            args.push("--json".into());
-        }
-        sandbox.ktr(&args).assert_exit(0);
-    }
-    // Without --transcript too (newest transcript in project_dir).
     sandbox
-        .ktr(&[
-            "plan".into(),
-            "--config".into(),
-            sandbox.config.clone().into(),
-        ])
+        .run("plan", Some(&path), &["--show-candidate", "--json"])
         .assert_exit(0);
+    sandbox
+        .run("plan", Some(&path), &["--show-candidate"])
+        .assert_exit(0);
+    // Without --transcript too (newest transcript in project_dir).
+    sandbox.run("plan", None, &[]).assert_exit(0);
     let after = tree(sandbox.root());
     assert_eq!(
         before, after,
@@ -1183,14 +1138,7 @@ fn a_transcript_outside_project_dir_is_refused() {
     fs::create_dir_all(&outside).unwrap();
     let path = outside.join(format!("{SOURCE_SESSION}.jsonl"));
     fs::write(&path, fixture_bytes("two_turns")).unwrap();
-    let outcome = sandbox.ktr(&[
-        "plan".into(),
-        "--config".into(),
-        sandbox.config.clone().into(),
-        "--transcript".into(),
-        path.into(),
-        "--json".into(),
-    ]);
+    let outcome = sandbox.run("plan", Some(&path), &["--json"]);
     outcome.assert_refused();
 }
 
@@ -1206,14 +1154,7 @@ fn a_symlink_escaping_project_dir_is_refused() {
         .project
         .join("0d15ea5e-0000-4000-8000-0000000011ec.jsonl");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    let outcome = sandbox.ktr(&[
-        "plan".into(),
-        "--config".into(),
-        sandbox.config.clone().into(),
-        "--transcript".into(),
-        link.into(),
-        "--json".into(),
-    ]);
+    let outcome = sandbox.run("plan", Some(&link), &["--json"]);
     outcome.assert_refused();
 }
 
@@ -1232,14 +1173,7 @@ fn a_dotdot_path_escaping_project_dir_is_refused() {
         .join("..")
         .join("elsewhere/x.jsonl");
     assert!(sneaky.exists(), "{}", sneaky.display());
-    let outcome = sandbox.ktr(&[
-        "plan".into(),
-        "--config".into(),
-        sandbox.config.clone().into(),
-        "--transcript".into(),
-        sneaky.into(),
-        "--json".into(),
-    ]);
+    let outcome = sandbox.run("plan", Some(&sneaky), &["--json"]);
     outcome.assert_refused();
 }
 
@@ -1299,13 +1233,7 @@ fn without_transcript_the_newest_jsonl_directly_in_project_dir_is_used() {
     set(&old, 300);
     set(&new, 200);
     set(&agent, 10);
-    let outcome = sandbox.ktr(&[
-        "plan".into(),
-        "--config".into(),
-        sandbox.config.clone().into(),
-        "--json".into(),
-        "--show-candidate".into(),
-    ]);
+    let outcome = sandbox.run("plan", None, &["--json", "--show-candidate"]);
     outcome.assert_exit(0);
     let r = outcome.json();
     assert_eq!(
@@ -1319,14 +1247,7 @@ fn without_transcript_the_newest_jsonl_directly_in_project_dir_is_used() {
 fn dirty_prints_the_ledger() {
     let plan = Plan::new("injected_mid_turn");
     let (sandbox, path) = plan.prepare();
-    let outcome = sandbox.ktr(&[
-        "dirty".into(),
-        "--config".into(),
-        sandbox.config.clone().into(),
-        "--transcript".into(),
-        path.into(),
-        "--json".into(),
-    ]);
+    let outcome = sandbox.run("dirty", Some(&path), &["--json"]);
     outcome.assert_exit(0);
     let value: Value = serde_json::from_str(outcome.stdout.trim()).expect("dirty --json is JSON");
     // Either the ledger itself or an object holding it.
@@ -1369,15 +1290,7 @@ fn a_dangling_link_that_hides_earlier_speech_falls_back_to_file_order() {
         .run_json();
     assert_eq!(r.string("history_mode"), "file");
     assert!(!r.string("history_fallback_reason").trim().is_empty());
-    assert_eq!(
-        r.carried(),
-        vec![
-            user("First question."),
-            assistant("First answer."),
-            user("Second question."),
-            assistant("Second answer."),
-        ]
-    );
+    assert_eq!(r.carried(), two_plain_turns());
 }
 
 #[test]
@@ -1423,15 +1336,7 @@ fn a_parent_cycle_falls_back_to_file_order() {
     let r = Plan::new("uuid_cycle").config(NO_STAMPS).run_json();
     assert_eq!(r.string("history_mode"), "file");
     assert!(!r.string("history_fallback_reason").trim().is_empty());
-    assert_eq!(
-        r.carried(),
-        vec![
-            user("First question."),
-            assistant("First answer."),
-            user("Second question."),
-            assistant("Second answer."),
-        ]
-    );
+    assert_eq!(r.carried(), two_plain_turns());
 }
 
 #[test]
@@ -1663,14 +1568,7 @@ fn a_missing_or_non_jsonl_transcript_is_refused() {
     let text = sandbox.project.join("notes.txt");
     fs::write(&text, fixture_bytes("two_turns")).unwrap();
     for path in [sandbox.project.join("no-such-session.jsonl"), text] {
-        let outcome = sandbox.ktr(&[
-            "plan".into(),
-            "--config".into(),
-            sandbox.config.clone().into(),
-            "--transcript".into(),
-            path.into(),
-            "--json".into(),
-        ]);
+        let outcome = sandbox.run("plan", Some(&path), &["--json"]);
         outcome.assert_refused();
     }
 }

@@ -150,6 +150,21 @@ impl Sandbox {
         path
     }
 
+    /// `ktr <command> --config C [--transcript P] <flags…>` in this sandbox.
+    pub fn run(&self, command: &str, transcript: Option<&Path>, flags: &[&str]) -> Outcome {
+        let mut args: Vec<OsString> = vec![
+            command.into(),
+            "--config".into(),
+            self.config.clone().into(),
+        ];
+        if let Some(path) = transcript {
+            args.push("--transcript".into());
+            args.push(path.into());
+        }
+        args.extend(flags.iter().map(OsString::from));
+        self.ktr(&args)
+    }
+
     /// Run `ktr` with the sandbox environment (HOME etc. point inside it).
     pub fn ktr(&self, args: &[OsString]) -> Outcome {
         let mut cmd = Command::new(KTR);
