@@ -266,39 +266,31 @@ fn read_typed(parts: Vec<String>, raw_text: String) -> UserRecord {
     let mut kept = Vec::new();
     let mut had_reminder = false;
     let mut injected_bytes = 0;
-    let mut command: Option<(String, String)> = None;
+    let mut commands: Vec<String> = Vec::new();
     for part in &parts {
         let s = strip_injected(part);
         had_reminder |= s.had_reminder;
         injected_bytes += s.injected_bytes;
         if let Some(name) = s.command_name {
-            command = Some((name, s.command_args.unwrap_or_default()));
+            commands.push(render_command(
+                &name,
+                s.command_args.as_deref().unwrap_or(""),
+            ));
         }
         if !s.text.is_empty() {
             kept.push(s.text);
         }
     }
     let text = kept.join("\n\n");
-    let reading = match command {
-        Some((name, args)) => {
-            let mut rendered = if name.starts_with('/') {
-                name
-            } else {
-                format!("/{name}")
-            };
-            let args = args.trim();
-            if !args.is_empty() {
-                rendered.push(' ');
-                rendered.push_str(args);
-            }
-            if !text.is_empty() {
-                rendered.push_str("\n\n");
-                rendered.push_str(&text);
-            }
-            UserReading::Slash(rendered)
+    let reading = if !commands.is_empty() {
+        if !text.is_empty() {
+            commands.push(text);
         }
-        None if text.is_empty() => UserReading::NotSpeech(NotSpeech::Injection),
-        None => UserReading::Speech(text),
+        UserReading::Slash(commands.join("\n\n"))
+    } else if text.is_empty() {
+        UserReading::NotSpeech(NotSpeech::Injection)
+    } else {
+        UserReading::Speech(text)
     };
     UserRecord {
         reading,
@@ -306,6 +298,21 @@ fn read_typed(parts: Vec<String>, raw_text: String) -> UserRecord {
         had_reminder,
         injected_bytes,
     }
+}
+
+/// `/name args` (or `/name`).
+fn render_command(name: &str, args: &str) -> String {
+    let mut rendered = if name.starts_with('/') {
+        name.to_string()
+    } else {
+        format!("/{name}")
+    };
+    let args = args.trim();
+    if !args.is_empty() {
+        rendered.push(' ');
+        rendered.push_str(args);
+    }
+    rendered
 }
 
 /// The words typed when rejecting a tool call, if any.

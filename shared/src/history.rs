@@ -78,7 +78,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let nodes = &scan.nodes;
     let Some(leaf) = nodes
         .iter()
-        .rposition(|n| n.role != Role::Other && !n.sidechain)
+        .rposition(|n| (n.role != Role::Other || n.event.is_some()) && !n.sidechain)
     else {
         return Ok(History {
             mode: "chain",
@@ -143,7 +143,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let first_chain_line = on_chain.iter().map(|&i| nodes[i].line).min().unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
-        if chain_set.contains(&i) || n.sidechain || n.role == Role::Other {
+        if chain_set.contains(&i) || n.sidechain || (n.role == Role::Other && n.event.is_none()) {
             continue;
         }
         if let Some(pos) = n.message_id.and_then(|m| anchor_of_message.get(&m)) {

@@ -64,8 +64,7 @@ pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Line::Malformed("not valid UTF-8");
     };
-    let first = text.trim_start().as_bytes()[0];
-    if first != b'{' {
+    if !text.trim_start().starts_with('{') {
         return Line::Malformed("not a JSON object");
     }
     match serde_json::from_str::<Record<'_>>(text) {
