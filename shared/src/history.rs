@@ -207,12 +207,9 @@ fn newest_leaf(nodes: &[Node], by_uuid: &HashMap<u32, usize>) -> Option<usize> {
             link = nodes[i].parent;
         }
     }
-    let leaves = (0..nodes.len()).filter(|&i| is_conversation(&nodes[i]));
-    leaves
-        .clone()
-        .filter(|&i| !has_child[i])
-        .last()
-        .or_else(|| leaves.last())
+    let mut leaves = (0..nodes.len()).rev().filter(|&i| is_conversation(&nodes[i]));
+    let last = leaves.clone().next();
+    leaves.find(|&i| !has_child[i]).or(last)
 }
 
 fn node_event(n: &Node) -> Option<usize> {
