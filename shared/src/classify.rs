@@ -240,17 +240,17 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
     if matches!(record.origin_kind(), Some("task-notification" | "peer")) {
         return not(NotSpeech::TaskNotification);
     }
+    if record.prompt_source.get().is_some_and(|s| s == "system") {
+        return not(NotSpeech::SystemPrompt);
+    }
     if record.meta() {
         if is_channel(&raw_text) {
             return UserRecord {
-                reading: UserReading::Speech(raw_text.trim().to_string()),
+                reading: UserReading::Speech(raw_text.clone()),
                 raw_text,
                 had_reminder: false,
                 injected_bytes: 0,
             };
-        }
-        if record.prompt_source.get().is_some_and(|s| s == "system") {
-            return not(NotSpeech::SystemPrompt);
         }
         return not(NotSpeech::MetaInjection);
     }
@@ -347,7 +347,7 @@ pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading> {
     if is_slash_command(&text) {
         return Some(UserReading::NotSpeech(NotSpeech::QueuedCommand));
     }
-    Some(UserReading::Speech(text.trim().to_string()))
+    Some(UserReading::Speech(text))
 }
 
 fn is_slash_command(text: &str) -> bool {
