@@ -740,3 +740,106 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
     .unwrap_err();
     assert!(err.message.contains("timestamp"), "{err}");
 }
+
+/// Driven through the interactive CLI in a private tmux server: a line
+/// typed while a turn runs (queued, absorbed mid-turn as a
+/// `queued_command`), then `/compact`, then one more turn. The rebuild
+/// carries the turns from before the compaction and the queued line once.
+#[test]
+fn an_interactive_session_with_a_queued_line_and_compact_resumes_whole() {
+    let Some(bin) = claude::claude_bin() else {
+        return;
+    };
+    let api = FakeApi::start(vec![
+        Rule::new(
+            "Q-START",
+            vec![
+                vec![tool(
+                    "Bash",
+                    json!({"command": "sleep 4", "description": "wait"}),
+                )],
+                vec![text("ASSISTANT-Q1 等好了，也看到你的补充了。")],
+            ],
+        ),
+        Rule::new(
+            "an <analysis> block followed by a <summary> block",
+            vec![vec![text(
+                "<analysis>short</analysis>\n<summary>COMPACT-SUMMARY-TEXT of the talk</summary>",
+            )]],
+        ),
+        Rule::new(
+            "USER-I3",
+            vec![vec![text("ASSISTANT-I3 压缩之后我还记得。")]],
+        ),
+    ]);
+    let env = ClaudeEnv::new(&bin, &api);
+    env.prepare_interactive(&["Bash"]);
+    let source_id = "5e55a0e0-0000-4000-8000-00000000e2e3";
+    let source = env.transcript(source_id);
+    let tmux = claude::Tmux::start(&env, &["--session-id", source_id]);
+    let minute = Duration::from_secs(60);
+    tmux.wait_idle(minute);
+    tmux.type_line("USER-I1 你好，Q-START 请等一会儿。");
+    tmux.wait_screen("a running turn", minute, |s| s.contains("esc to interrupt"));
+    tmux.type_line("QUEUED-1 顺便说一句：我在排队。");
+    tmux.wait_screen("the reply", minute, |s| s.contains("ASSISTANT-Q1"));
+    tmux.wait_idle(minute);
+    tmux.type_line("/compact");
+    tmux.wait_screen("the compaction", minute, |s| s.contains("Compacted"));
+    tmux.wait_idle(minute);
+    tmux.type_line("USER-I3 压缩之后的问题");
+    tmux.wait_screen("the reply", minute, |s| s.contains("ASSISTANT-I3"));
+    tmux.wait_idle(minute);
+    drop(tmux);
+
+    let recorded = fs::read_to_string(&source).unwrap();
+    assert!(
+        recorded.contains("\"queued_command\""),
+        "no queued_command recorded"
+    );
+    assert!(
+        recorded.contains("\"compact_boundary\""),
+        "no compaction recorded"
+    );
+    let config = config_for(&env, "");
+    let plan = plan_of(&config, &source, &fixed_id("interactive"));
+    assert!(
+        pre_compaction_items(&source, &plan) >= 3,
+        "{:?}",
+        plan.report
+    );
+    assert_eq!(plan.report.compact_summaries_dropped, 1);
+    let queued = candidate_items(&plan.candidate.lines)
+        .iter()
+        .filter(|i| i.text.contains("QUEUED-1"))
+        .count();
+    assert_eq!(queued, 1, "the queued line must be carried exactly once");
+    let row = resume_and_check(&env, &api, &config, &source, &plan, "PROBE-interactive");
+    let sent = sent_text(&api.wait_turn("PROBE-interactive", minute).unwrap());
+    for needle in [
+        "USER-I1",
+        "QUEUED-1",
+        "ASSISTANT-Q1",
+        "USER-I3",
+        "ASSISTANT-I3",
+    ] {
+        assert!(
+            sent.contains(needle),
+            "{needle} is missing after the rebuild"
+        );
+    }
+    assert!(
+        !sent.contains("COMPACT-SUMMARY-TEXT"),
+        "the dropped summary came back"
+    );
+    print_table("interactive, queued line, /compact", &[row]);
+
+    // For comparison: the CLI itself resumes the source from the boundary.
+    let run = env.resume(source_id, "PROBE-original");
+    assert!(run.status.success());
+    let original = sent_text(&api.wait_turn("PROBE-original", minute).unwrap());
+    eprintln!(
+        "claude --resume of the source itself carries the pre-compaction turn: {}",
+        original.contains("USER-I1")
+    );
+}

@@ -234,3 +234,131 @@ impl ClaudeEnv {
         .unwrap();
     }
 }
+
+/// A private tmux server (`tmux -L ktr-e2e-<pid>-<n>`) whose one pane
+/// (`cc:0.0`) runs the interactive CLI. The server is started with the
+/// CLI's environment only, so panes it respawns get that environment too.
+/// Killed (only this server) on drop.
+pub struct Tmux {
+    pub socket: String,
+    socket_path: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+/// The pane the CLI runs in.
+pub const PANE: &str = "cc:0.0";
+
+impl Tmux {
+    /// Start the server running `claude ARGS` in `env.work`.
+    pub fn start(env: &ClaudeEnv, args: &[&str]) -> Tmux {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let mut tmux = Tmux {
+            socket: format!(
+                "ktr-e2e-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::SeqCst)
+            ),
+            socket_path: PathBuf::new(),
+            env: env.env(),
+        };
+        let work = env.work.display().to_string();
+        let bin = env.bin.display().to_string();
+        let mut argv = vec![
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "cc",
+            "-x",
+            "160",
+            "-y",
+            "50",
+            "-c",
+            &work,
+            "--",
+            &bin,
+        ];
+        argv.extend_from_slice(args);
+        tmux.run(&argv);
+        tmux.run(&["set-option", "-g", "remain-on-exit", "off"]);
+        tmux.socket_path = PathBuf::from(tmux.run(&["display-message", "-p", "#{socket_path}"]));
+        tmux
+    }
+
+    /// Run a tmux command on this server; panics on failure.
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .env_clear()
+            .envs(self.env.iter().cloned())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    /// The visible screen of the pane.
+    pub fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", PANE])
+    }
+
+    /// Wait until `cond(screen)` holds; panics with the screen after `timeout`.
+    pub fn wait_screen(&self, what: &str, timeout: Duration, cond: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.screen();
+            if cond(&screen) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Wait until the CLI is idle at its prompt (no turn running).
+    pub fn wait_idle(&self, timeout: Duration) {
+        self.wait_screen("an idle prompt", timeout, |s| {
+            !s.contains("esc to interrupt") && s.contains("? for shortcuts")
+        });
+    }
+
+    /// Type `text` literally, then Enter.
+    pub fn type_line(&self, text: &str) {
+        self.run(&["send-keys", "-t", PANE, "-l", text]);
+        thread::sleep(Duration::from_millis(150));
+        self.run(&["send-keys", "-t", PANE, "Enter"]);
+    }
+
+    /// `#{pane_pid}` of the CLI's pane.
+    pub fn pane_pid(&self) -> u32 {
+        self.run(&["display-message", "-p", "-t", PANE, "#{pane_pid}"])
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        // kill-server leaves the socket file behind.
+        let _ = fs::remove_file(&self.socket_path);
+    }
+}
