@@ -207,7 +207,9 @@ fn newest_leaf(nodes: &[Node], by_uuid: &HashMap<u32, usize>) -> Option<usize> {
             link = nodes[i].parent;
         }
     }
-    let mut leaves = (0..nodes.len()).rev().filter(|&i| is_conversation(&nodes[i]));
+    let mut leaves = (0..nodes.len())
+        .rev()
+        .filter(|&i| is_conversation(&nodes[i]));
     let last = leaves.clone().next();
     leaves.find(|&i| !has_child[i]).or(last)
 }
