@@ -23,25 +23,7 @@ fn corpus_dir() -> PathBuf {
 }
 
 /// Elements Claude Code injects into user text (SPEC §5).
-const INJECTED: &[&str] = &[
-    "system-reminder",
-    "local-command-caveat",
-    "local-command-stdout",
-    "local-command-stderr",
-    "command-name",
-    "command-message",
-    "command-args",
-    "bash-stdout",
-    "bash-stderr",
-    "memory-retrieval",
-    "heartbeat",
-    "scheduled-task",
-    "task-notification",
-    "ide_selection",
-    "ide-selection",
-    "ide_opened_file",
-    "ide_diagnostics",
-];
+const INJECTED: &[&str] = ktr::classify::INJECTED_TAGS;
 
 /// Remove every complete injected element anywhere in the text (simpler and
 /// greedier than the selector's edge rule; good enough for counting).

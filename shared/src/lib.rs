@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod operation;
 pub mod plan;
 pub mod process;
+pub mod rawjson;
 pub mod scan;
 pub mod target;
 pub mod transcript;
