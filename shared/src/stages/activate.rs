@@ -31,6 +31,7 @@ const ACK_POLL: Duration = Duration::from_millis(100);
 pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
     store.claim(id, Status::Verifying, Status::Verifying, "activate")?;
     guarded(store, id, steps, |steps| {
+        pause_point(Stage::Activate, "start");
         let target = Target::from_config(config);
         let op = store.with_lock(|tx| compare_and_swap(tx, config, &target, id))?;
         if op.status != Status::Activating {

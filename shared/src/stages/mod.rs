@@ -422,9 +422,10 @@ fn seconds(value: f64) -> Duration {
 }
 
 /// The test-only pause hook: when `KTR_TEST_PAUSE_AT` is `<stage>:<step>`,
-/// write this pid to `$KTR_TEST_PAUSE_FILE` and sleep (at most five
-/// minutes, then exit without touching anything) so that a test can kill
-/// the stage exactly here.
+/// write this pid to `$KTR_TEST_PAUSE_FILE` and sleep there, so that a test
+/// can kill the stage exactly at that step, or change the world and then
+/// delete the file to let the stage go on. After five minutes unattended
+/// the stage exits without touching anything (recovery then fails it).
 pub fn pause_point(stage: Stage, step: &str) {
     let Ok(at) = std::env::var("KTR_TEST_PAUSE_AT") else {
         return;
@@ -432,10 +433,17 @@ pub fn pause_point(stage: Stage, step: &str) {
     if at.split_once(':') != Some((stage.name(), step)) {
         return;
     }
-    if let Some(file) = std::env::var_os("KTR_TEST_PAUSE_FILE") {
+    let file = std::env::var_os("KTR_TEST_PAUSE_FILE").map(PathBuf::from);
+    if let Some(file) = &file {
         let pid = format!("{}\n", std::process::id());
-        let _ = write_atomic(Path::new(&file), pid.as_bytes(), 0o600, Existing::Replace);
+        let _ = write_atomic(file, pid.as_bytes(), 0o600, Existing::Replace);
     }
-    std::thread::sleep(Duration::from_secs(300));
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        if file.as_ref().is_some_and(|f| !f.exists()) {
+            return;
+        }
+    }
     std::process::exit(3);
 }
