@@ -143,6 +143,54 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
     assert!(log.contains("activated: tmux pane t:0.0"), "{log}");
 }
 
+/// Install `ktr-ack` as Claude Code's SessionStart hook in the sandbox.
+fn install_ack_hook(rig: &Rig) {
+    let settings = rig.sandbox.home.join(".claude/settings.json");
+    let hook = serde_json::json!({"hooks": {"SessionStart": [{"matcher": "resume", "hooks": [
+        {"type": "command", "command": format!("{} --config {}", env!("CARGO_BIN_EXE_ktr-ack"), rig.sandbox.config.display())}
+    ]}]}});
+    fs::write(settings, hook.to_string()).unwrap();
+}
+
+#[test]
+fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
+    let mut rig = Rig::tmux();
+    install_ack_hook(&rig);
+    let ack = env!("CARGO_BIN_EXE_ktr-ack").to_string();
+    let config = rig.sandbox.config.display().to_string();
+    rig.env.extend([
+        ("FAKE_CLAUDE_ACK".to_string(), ack),
+        ("FAKE_CLAUDE_ACK_CONFIG".into(), config),
+        ("FAKE_CLAUDE_CONTEXT_TOKENS".into(), "41234".into()),
+    ]);
+    rig.write_config("");
+    let op = rig.request();
+    rig.stop_source();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    let ack = op.ack.clone().expect("Claude Code's receipt");
+    assert_eq!(ack.session_id, new_id);
+    assert_eq!(op.context_tokens(), Some(41234));
+    assert!(op.estimated_tokens.is_some(), "measured next to estimated");
+    let note = &op.history.last().unwrap().note;
+    assert!(note.contains("41234 context tokens"), "{note}");
+}
+
+#[test]
+fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
+    let rig = Rig::tmux();
+    // The hook is installed but this claude never runs it.
+    install_ack_hook(&rig);
+    let op = rig.request();
+    rig.stop_source();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    let error = op.error.unwrap();
+    assert!(error.contains("did not report SessionStart"), "{error}");
+    assert_eq!(rig.resumed().as_deref(), Some(SRC));
+}
+
 #[test]
 fn a_pane_replaced_after_prepare_is_a_conflict_and_stays_untouched() {
     let mut rig = Rig::tmux();
