@@ -1375,6 +1375,34 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_is_refused_while_another_live_worker_holds_the_operation() {
+        use Status::*;
+        let (_t, store) = store();
+        let op = store.request("x", "REBUILD", None).unwrap();
+        walk(&store, &op.id, &[Scheduled]);
+        let mut other = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        set_worker(&store, &op.id, Worker::of(other.id(), "prepare").unwrap());
+        let err = store
+            .claim(&op.id, Scheduled, Running, "prepare")
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            format!(
+                "operation {} is being worked on by ktr-prepare (pid {}); wait for it",
+                op.id,
+                other.id()
+            )
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+        let op = store.claim(&op.id, Scheduled, Running, "prepare").unwrap();
+        assert_eq!(op.worker, Some(Worker::current("prepare")));
+    }
+
+    #[test]
     fn a_dead_worker_fails_the_operation_and_frees_the_next_request() {
         use Status::*;
         let (_t, store) = store();
