@@ -5,7 +5,9 @@
 //! [`scan`] (one pass: links, speech, ledger tallies) → [`history`] (which
 //! records are the conversation) → [`turns`] (group and select) →
 //! [`carry`] (the candidate session) → [`ledger`] (what pollutes the
-//! window) → [`plan`] (all of it together, read-only).
+//! window) → [`plan`] (all of it together, read-only). The pipeline that
+//! acts on a plan: [`operation`] (state machine) → [`stages`] (prepare,
+//! verify, activate, rollback) → [`target`] (what gets switched).
 
 pub mod carry;
 pub mod classify;
@@ -20,6 +22,7 @@ pub mod plan;
 pub mod process;
 pub mod rawjson;
 pub mod scan;
+pub mod stages;
 pub mod target;
 pub mod transcript;
 pub mod turns;
