@@ -319,7 +319,7 @@ fn systemd_mode_starts_the_stage_in_its_own_scope() {
         .join("ktr-prepare")
         .to_string_lossy()
         .into_owned();
-    let unit = format!("ktr-{}", op.id);
+    let unit = format!("ktr-{}-prepare", op.id);
     let expected_prefix = [
         "--scope",
         "--quiet",

@@ -5,14 +5,17 @@
 //! (`<state_dir>/active`) and prints `{"suppressOutput":true}`. With a
 //! pending operation it binds it to this session, marks it `scheduled` and
 //! starts `ktr-prepare` detached (`ktr-rollback` for `rollback_pending`).
+//! An operation whose worker died is failed here ([`Store::recover_stale`]),
+//! so a killed stage never blocks the next request.
 //!
 //! Usage: `ktr-stop [--config PATH]` with the hook JSON on stdin. Stage
 //! executables are looked up beside this one, or in `$KTR_BIN_DIR`.
 
 use std::path::{Path, PathBuf};
 
-use ktr::config::{Activation, Config};
+use ktr::config::Config;
 use ktr::operation::{Operation, Status, Store, Worker, locate_state_dir, validate_session_id};
+use ktr::stages::{self, Stage};
 use ktr::{Error, Result, process};
 use serde::Deserialize;
 
@@ -66,7 +69,7 @@ fn run() -> Result<Reply> {
         return Ok(Reply::Quiet);
     };
     if !matches!(status, Status::Pending | Status::RollbackPending) {
-        return Ok(Reply::Quiet);
+        return recover(config_arg.as_deref());
     }
     let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
 
@@ -96,49 +99,49 @@ fn run() -> Result<Reply> {
         let Some(mut op) = tx.active_operation()? else {
             return Ok(Reply::Quiet);
         };
-        let Some(stage) = next_stage(&op, &hook, &config)? else {
+        let Some(step) = next_step(&op, &hook, &config)? else {
             return Ok(Reply::Quiet);
         };
-        let argv = stage_argv(&stage, &op, &hook, &config)?;
-        let pid = match process::spawn_detached(&argv, &[], &store.worker_log()) {
+        let transcript = (op.status == Status::Pending).then_some(hook.transcript_path.as_path());
+        let pid = match stages::spawn(&config, &store, step.stage, &op.id, transcript) {
             Ok(pid) => pid,
             // Nothing was changed yet: the operation keeps its status.
             Err(e) => return Ok(stays(e.message)),
         };
-        op.worker = Some(Worker::of(pid, stage.name).unwrap_or(Worker {
+        let name = step.stage.name();
+        op.worker = Some(Worker::of(pid, name).unwrap_or(Worker {
             pid,
             start_time: 0,
-            stage: stage.name.into(),
+            stage: name.into(),
         }));
         if op.status == Status::Pending {
             op.session_id = Some(hook.session_id.clone());
             op.transcript_path = Some(hook.transcript_path.clone());
         }
         let note = format!(
-            "Stop hook of session {} started {} (pid {pid})",
-            hook.session_id, stage.name
+            "Stop hook of session {} started {name} (pid {pid})",
+            hook.session_id
         );
-        tx.transition(&mut op, stage.status, &note)?;
+        tx.transition(&mut op, step.status, &note)?;
         Ok(Reply::Message(format!(
             "ktr: {} scheduled (operation {}); it runs after this reply",
-            stage.what, op.id
+            step.what, op.id
         )))
     });
     // A lock or write failure leaves the operation as it was.
     reply.or_else(|e| Ok(stays(e.message)))
 }
 
-/// The stage a Stop hook starts for an operation.
-struct Stage {
-    name: &'static str,
-    program: &'static str,
+/// The stage a Stop hook starts for an operation, and the status it sets.
+struct Step {
+    stage: Stage,
     status: Status,
     what: &'static str,
 }
 
 /// Which stage this session's Stop starts, or None when the operation is
 /// not this session's business.
-fn next_stage(op: &Operation, hook: &StopHookInput, config: &Config) -> Result<Option<Stage>> {
+fn next_step(op: &Operation, hook: &StopHookInput, config: &Config) -> Result<Option<Step>> {
     match op.status {
         Status::Pending => {
             let bound_elsewhere = op
@@ -159,9 +162,8 @@ fn next_stage(op: &Operation, hook: &StopHookInput, config: &Config) -> Result<O
                     config.project_dir.display()
                 )));
             }
-            Ok(Some(Stage {
-                name: "prepare",
-                program: "ktr-prepare",
+            Ok(Some(Step {
+                stage: Stage::Prepare,
                 status: Status::Scheduled,
                 what: "rebuild",
             }))
@@ -172,9 +174,8 @@ fn next_stage(op: &Operation, hook: &StopHookInput, config: &Config) -> Result<O
             if running != Some(hook.session_id.as_str()) {
                 return Ok(None);
             }
-            Ok(Some(Stage {
-                name: "rollback",
-                program: "ktr-rollback",
+            Ok(Some(Step {
+                stage: Stage::Rollback,
                 status: Status::RollbackScheduled,
                 what: "rollback",
             }))
@@ -183,56 +184,24 @@ fn next_stage(op: &Operation, hook: &StopHookInput, config: &Config) -> Result<O
     }
 }
 
-/// The detached command line of a stage; under systemd inside its own scope
-/// so restarting the service does not kill it.
-fn stage_argv(
-    stage: &Stage,
-    op: &Operation,
-    hook: &StopHookInput,
-    config: &Config,
-) -> Result<Vec<String>> {
-    let bin_dir = match std::env::var_os("KTR_BIN_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(Path::to_path_buf))
-            .ok_or_else(|| Error::io("cannot find the directory of ktr-stop; set KTR_BIN_DIR"))?,
-    };
-    let config_path = config
-        .source
-        .as_deref()
-        .and_then(|p| std::path::absolute(p).ok())
-        .ok_or_else(|| Error::config("cannot resolve the config path for the worker"))?;
-    let mut argv = Vec::new();
-    if config.activation == Activation::Systemd {
-        argv.extend(
-            [
-                "systemd-run",
-                "--scope",
-                "--quiet",
-                "--collect",
-                "--unit",
-                &format!("ktr-{}", op.id),
-                "--property",
-                "KillMode=process",
-                "--",
-            ]
-            .map(String::from),
-        );
-    }
-    argv.push(bin_dir.join(stage.program).to_string_lossy().into_owned());
-    argv.extend([
-        "--config".into(),
-        config_path.to_string_lossy().into_owned(),
-    ]);
-    argv.extend(["--operation".into(), op.id.clone()]);
-    if op.status == Status::Pending {
-        argv.extend([
-            "--transcript".into(),
-            hook.transcript_path.to_string_lossy().into_owned(),
-        ]);
-    }
-    Ok(argv)
+/// An operation is being worked on: if its worker died, fail it now and
+/// tell the human (SPEC §9: a dead worker never blocks the next request).
+fn recover(config_arg: Option<&Path>) -> Result<Reply> {
+    let config = Config::load(config_arg)?;
+    let failed = Store::for_config(&config)?.recover_stale()?;
+    Ok(match failed.first() {
+        Some(op) => Reply::Message(format!(
+            "ktr: operation {} failed: {}{}",
+            op.id,
+            op.error.as_deref().unwrap_or("worker died"),
+            if op.needs_attention {
+                "; check what the target runs (`ktr status`)"
+            } else {
+                ""
+            }
+        )),
+        None => Reply::Quiet,
+    })
 }
 
 /// A `*.jsonl` directly inside `project_dir` (symlinks resolved).

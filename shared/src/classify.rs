@@ -3,7 +3,8 @@
 
 use regex::Regex;
 
-use crate::transcript::{Attachment, Block, Content, Record, text_of};
+use crate::rawjson::{top_level, top_level_str};
+use crate::transcript::{Attachment, Block, Content, Record, text_of, text_of_str};
 
 /// Elements Claude Code injects into user text. Removed only where Claude
 /// Code puts them: as whole blocks, or complete elements at the start or end.
@@ -188,18 +189,22 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
         Content::Text(t) => raw_parts.push(t.to_string()),
         Content::Blocks(blocks) => {
             for raw in blocks {
-                let block = Block::parse(raw);
-                match block.kind() {
-                    "text" => {
-                        if let Some(t) = block.text.get() {
+                match top_level_str(raw.get(), "type") {
+                    Some("text") => {
+                        if let Some(t) = Block::parse(raw).text.get() {
                             raw_parts.push(t.to_string());
                         }
                     }
-                    "tool_result" => {
-                        let feedback = if block.is_error.0 == Some(true) {
-                            block.content.map(text_of).and_then(|t| rejection_words(&t))
-                        } else {
-                            None
+                    Some("tool_result") => {
+                        // Only a rejected call can hold the user's words;
+                        // other results are never decoded.
+                        let rejected =
+                            memchr::memmem::find(raw.get().as_bytes(), b"the user said:").is_some()
+                                && top_level(raw.get(), "is_error") == Some("true");
+                        let feedback = match rejected {
+                            true => top_level(raw.get(), "content")
+                                .and_then(|c| rejection_words(&text_of_str(c))),
+                            false => None,
                         };
                         tool_result = Some(feedback.unwrap_or_default());
                     }
@@ -240,17 +245,17 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
     if matches!(record.origin_kind(), Some("task-notification" | "peer")) {
         return not(NotSpeech::TaskNotification);
     }
+    if record.prompt_source.get().is_some_and(|s| s == "system") {
+        return not(NotSpeech::SystemPrompt);
+    }
     if record.meta() {
         if is_channel(&raw_text) {
             return UserRecord {
-                reading: UserReading::Speech(raw_text.trim().to_string()),
+                reading: UserReading::Speech(raw_text.clone()),
                 raw_text,
                 had_reminder: false,
                 injected_bytes: 0,
             };
-        }
-        if record.prompt_source.get().is_some_and(|s| s == "system") {
-            return not(NotSpeech::SystemPrompt);
         }
         return not(NotSpeech::MetaInjection);
     }
@@ -347,7 +352,7 @@ pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading> {
     if is_slash_command(&text) {
         return Some(UserReading::NotSpeech(NotSpeech::QueuedCommand));
     }
-    Some(UserReading::Speech(text.trim().to_string()))
+    Some(UserReading::Speech(text))
 }
 
 fn is_slash_command(text: &str) -> bool {
@@ -393,11 +398,13 @@ pub fn read_assistant(record: &Record<'_>, reply_tool: &Regex) -> AssistantReadi
         Content::Text(t) => pieces.push(t.to_string()),
         Content::Blocks(blocks) => {
             for raw in blocks {
-                let block = Block::parse(raw);
-                match block.kind() {
-                    "text" => pieces.extend(block.text.0.map(|t| t.into_owned())),
-                    "tool_use" if block.name.get().is_some_and(|n| reply_tool.is_match(n)) => {
-                        pieces.extend(block.input.and_then(reply_text));
+                match top_level_str(raw.get(), "type") {
+                    Some("text") => pieces.extend(Block::parse(raw).text.0.map(|t| t.into_owned())),
+                    Some("tool_use")
+                        if top_level_str(raw.get(), "name")
+                            .is_some_and(|n| reply_tool.is_match(n)) =>
+                    {
+                        pieces.extend(Block::parse(raw).input.and_then(reply_text));
                     }
                     _ => {}
                 }

@@ -57,6 +57,37 @@ pub enum Existing {
 
 /// Write `bytes` to `path` atomically with permission `mode`.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) -> Result<()> {
+    write_atomic_with(path, mode, existing, |file| file.write_all(bytes))
+}
+
+/// Copy `src` to `dst` atomically (streamed, never held in memory) with
+/// permission `mode`. Returns the SHA-256 of the bytes copied.
+pub fn copy_atomic(src: &Path, dst: &Path, mode: u32, existing: Existing) -> Result<String> {
+    let mut input = File::open(src).map_err(|e| Error::io_at("read", src, &e))?;
+    write_atomic_with(dst, mode, existing, |file| {
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            file.write_all(&buf[..n])?;
+        }
+        Ok(hex(&hasher.finalize()))
+    })
+}
+
+/// The mechanics of every atomic write: `fill` a new temp file in the same
+/// directory, `fsync`, rename (or link, for [`Existing::Refuse`]) over
+/// `path`, `fsync` the directory. The temp file is removed on failure.
+fn write_atomic_with<T>(
+    path: &Path,
+    mode: u32,
+    existing: Existing,
+    fill: impl FnOnce(&mut File) -> io::Result<T>,
+) -> Result<T> {
     let dir = parent_of(path);
     if existing == Existing::Refuse && path.symlink_metadata().is_ok() {
         return Err(Error::refused(format!(
@@ -65,7 +96,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) ->
         )));
     }
     let tmp = temp_path(path);
-    let result = (|| -> io::Result<()> {
+    let result = (|| -> io::Result<T> {
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -73,7 +104,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) ->
             .open(&tmp)?;
         // The umask may have narrowed the mode; set it exactly.
         file.set_permissions(fs::Permissions::from_mode(mode))?;
-        file.write_all(bytes)?;
+        let value = fill(&mut file)?;
         file.sync_all()?;
         drop(file);
         if existing == Existing::Refuse {
@@ -83,13 +114,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) ->
         } else {
             fs::rename(&tmp, path)?;
         }
-        sync_dir(&dir)
+        sync_dir(&dir)?;
+        Ok(value)
     })();
-    if let Err(e) = result {
+    result.map_err(|e| {
         let _ = fs::remove_file(&tmp);
-        return Err(Error::io_at("write", path, &e));
-    }
-    Ok(())
+        Error::io_at("write", path, &e)
+    })
 }
 
 /// `fsync` a directory so a rename inside it is durable.
@@ -150,6 +181,26 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"two");
         // No temp files are left behind.
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn atomic_copy_streams_digests_and_refuses_existing() {
+        let dir = std::env::temp_dir().join(format!("ktr-fsutil-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&dir).unwrap();
+        let (src, dst) = (dir.join("src.jsonl"), dir.join("copy.jsonl"));
+        let content = "line\n".repeat(40_000);
+        fs::write(&src, &content).unwrap();
+        let digest = copy_atomic(&src, &dst, 0o600, Existing::Refuse).unwrap();
+        assert_eq!(digest, sha256_hex(content.as_bytes()));
+        assert_eq!(sha256_file(&dst).unwrap(), digest);
+        assert_eq!(
+            fs::metadata(&dst).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let err = copy_atomic(&src, &dst, 0o600, Existing::Refuse).unwrap_err();
+        assert!(err.message.contains("already exists"), "{err}");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2, "no temp file left");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

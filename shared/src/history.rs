@@ -76,15 +76,6 @@ fn chain(scan: &Scan) -> Result<History, String> {
         ));
     }
     let nodes = &scan.nodes;
-    let Some(leaf) = nodes
-        .iter()
-        .rposition(|n| (n.role != Role::Other || n.event.is_some()) && !n.sidechain)
-    else {
-        return Ok(History {
-            mode: "chain",
-            ..History::default()
-        });
-    };
     // uuid → node; the first record wins (duplicates of non-speech records
     // such as progress lines are harmless).
     let mut by_uuid: HashMap<u32, usize> = HashMap::with_capacity(nodes.len());
@@ -93,6 +84,12 @@ fn chain(scan: &Scan) -> Result<History, String> {
             by_uuid.entry(u).or_insert(i);
         }
     }
+    let Some(leaf) = newest_leaf(nodes, &by_uuid) else {
+        return Ok(History {
+            mode: "chain",
+            ..History::default()
+        });
+    };
     // Walk back from the leaf.
     let mut on_chain: Vec<usize> = Vec::new();
     let mut seen: HashSet<usize> = HashSet::new();
@@ -184,6 +181,37 @@ fn chain(scan: &Scan) -> Result<History, String> {
         abandoned,
         off_chain_commands,
     })
+}
+
+/// Whether a record takes part in the conversation (speech or its frame).
+fn is_conversation(n: &Node) -> bool {
+    (n.role != Role::Other || n.event.is_some()) && !n.sidechain
+}
+
+/// The conversation's newest leaf: the last conversation record in file
+/// order that no later conversation record descends from. (A reply can be
+/// written before its parent; the last line is then not the leaf.)
+fn newest_leaf(nodes: &[Node], by_uuid: &HashMap<u32, usize>) -> Option<usize> {
+    let mut has_child = vec![false; nodes.len()];
+    for n in nodes.iter().filter(|n| is_conversation(n)) {
+        // Mark the nearest conversation ancestor, passing through frame
+        // records (attachments, system, progress) in between.
+        let mut link = n.parent;
+        for _ in 0..nodes.len() {
+            let Link::To(p) = link else { break };
+            let Some(&i) = by_uuid.get(&p) else { break };
+            if is_conversation(&nodes[i]) {
+                has_child[i] = true;
+                break;
+            }
+            link = nodes[i].parent;
+        }
+    }
+    let mut leaves = (0..nodes.len())
+        .rev()
+        .filter(|&i| is_conversation(&nodes[i]));
+    let last = leaves.clone().next();
+    leaves.find(|&i| !has_child[i]).or(last)
 }
 
 fn node_event(n: &Node) -> Option<usize> {

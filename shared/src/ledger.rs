@@ -182,20 +182,24 @@ mod tests {
         w.add(Category::Thinking, 50);
         w.conversation_bytes = 50;
         w.original_image_view_count = 1;
-        let r = report(
-            Measured {
+        let run = |dirty_budget_bytes, rebuild_on_original_image_view| {
+            let measured = Measured {
                 window: &w,
                 file: &w,
                 window_start_line: 1,
                 file_bytes: 2000,
                 file_lines: 9,
                 conversation_turns: 2,
-            },
-            &Budget {
-                dirty_budget_bytes: 500,
-                rebuild_on_original_image_view: true,
-            },
-        );
+            };
+            report(
+                measured,
+                &Budget {
+                    dirty_budget_bytes,
+                    rebuild_on_original_image_view,
+                },
+            )
+        };
+        let r = run(500, true);
         assert_eq!(r.total_bytes, 950);
         assert_eq!(r.noise_ratio, 0.95);
         assert_eq!(
@@ -207,20 +211,7 @@ mod tests {
         );
         assert!(r.should_rebuild);
         assert_eq!(r.reasons.len(), 2);
-        let r = report(
-            Measured {
-                window: &w,
-                file: &w,
-                window_start_line: 1,
-                file_bytes: 2000,
-                file_lines: 9,
-                conversation_turns: 2,
-            },
-            &Budget {
-                dirty_budget_bytes: 0,
-                rebuild_on_original_image_view: false,
-            },
-        );
+        let r = run(0, false);
         assert!(!r.should_rebuild);
     }
 }

@@ -5,7 +5,9 @@
 //! [`scan`] (one pass: links, speech, ledger tallies) → [`history`] (which
 //! records are the conversation) → [`turns`] (group and select) →
 //! [`carry`] (the candidate session) → [`ledger`] (what pollutes the
-//! window) → [`plan`] (all of it together, read-only).
+//! window) → [`plan`] (all of it together, read-only). The pipeline that
+//! acts on a plan: [`operation`] (state machine) → [`stages`] (prepare,
+//! verify, activate, rollback) → [`target`] (what gets switched).
 
 pub mod carry;
 pub mod classify;
@@ -19,8 +21,10 @@ pub mod operation;
 pub mod plan;
 pub mod process;
 pub mod prune;
+pub mod rawjson;
 pub mod report;
 pub mod scan;
+pub mod stages;
 pub mod target;
 pub mod transcript;
 pub mod turns;

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, expand_home, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
+use crate::plan::LeftOut;
 use crate::process;
 use crate::target::Target;
 
@@ -80,6 +81,15 @@ impl Status {
         matches!(
             self,
             Status::Activated | Status::Cancelled | Status::Failed | Status::RolledBack
+        )
+    }
+
+    /// Statuses in which the target has certainly not been touched yet, so
+    /// a written candidate was never run and can be discarded.
+    pub fn before_switch(self) -> bool {
+        matches!(
+            self,
+            Status::Pending | Status::Scheduled | Status::Running | Status::Verifying
         )
     }
 
@@ -255,6 +265,14 @@ pub struct Operation {
     pub estimated_tokens: Option<u64>,
     pub ack: Option<Ack>,
     pub history: Vec<Transition>,
+    /// The frozen 0600 copy of the source (`artifacts/<id>/<source>.jsonl`).
+    pub backup: Option<PathBuf>,
+    /// Conversation records the plan did not carry, with the reason (for
+    /// ktr-verify's conservation check).
+    pub left_out: Vec<LeftOut>,
+    /// RFC 3339 UTC: when prepare froze the source. Transcripts modified
+    /// after this are competitors at activation.
+    pub prepared_at: Option<String>,
 }
 
 impl Default for Operation {
@@ -284,6 +302,9 @@ impl Default for Operation {
             estimated_tokens: None,
             ack: None,
             history: Vec::new(),
+            backup: None,
+            left_out: Vec::new(),
+            prepared_at: None,
         }
     }
 }
@@ -328,6 +349,18 @@ pub const DEFAULT_STATE_DIR: &str = "~/.local/state/ktr";
 /// How long a dead worker is tolerated after the operation's last update
 /// before the operation is failed (covers the hand-off between stages).
 pub const DEFAULT_WORKER_GRACE: Duration = Duration::from_secs(10);
+
+/// The grace period: `$KTR_WORKER_GRACE_SECONDS` when it is a non-negative
+/// number (tests shorten it), else [`DEFAULT_WORKER_GRACE`]. Stages record
+/// the next stage as the worker when they hand over, so the grace only
+/// covers a stage's own start-up.
+pub fn worker_grace() -> Duration {
+    std::env::var("KTR_WORKER_GRACE_SECONDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(DEFAULT_WORKER_GRACE, Duration::from_secs_f64)
+}
 
 /// How long to wait for the coordinator lock before giving up.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -396,7 +429,7 @@ impl Store {
         Ok(Store {
             dir: dir.to_path_buf(),
             target: None,
-            grace: DEFAULT_WORKER_GRACE,
+            grace: worker_grace(),
         })
     }
 
@@ -413,7 +446,7 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             target: None,
-            grace: DEFAULT_WORKER_GRACE,
+            grace: worker_grace(),
         }
     }
 
@@ -635,7 +668,8 @@ impl Store {
 
     /// For a stage starting up: under the lock, require status `expected`,
     /// record the calling process as the worker for `stage`, and move to
-    /// `to` (`to == expected` only records the worker).
+    /// `to` (`to == expected` only records the worker). Refused while
+    /// another live process is the recorded worker.
     pub fn claim(&self, id: &str, expected: Status, to: Status, stage: &str) -> Result<Operation> {
         self.with_lock(|tx| {
             let mut op = tx.load(id)?;
@@ -643,6 +677,16 @@ impl Store {
                 return Err(Error::refused(format!(
                     "operation {id} is {}, not {expected}; ktr-{stage} has nothing to do",
                     op.status
+                )));
+            }
+            if let Some(w) = op
+                .worker
+                .as_ref()
+                .filter(|w| w.pid != std::process::id() && w.alive())
+            {
+                return Err(Error::refused(format!(
+                    "operation {id} is being worked on by ktr-{} (pid {}); wait for it",
+                    w.stage, w.pid
                 )));
             }
             op.worker = Some(Worker::current(stage));
@@ -676,7 +720,7 @@ impl Store {
             }
             let died_in = op.status;
             op.error = Some(format!("worker died during {died_in}"));
-            if died_in == Status::Activating {
+            if matches!(died_in, Status::Activating | Status::RollingBack) {
                 op.needs_attention = true;
                 op.target_after = Some(match &self.target {
                     Some(t) => t
@@ -686,11 +730,22 @@ impl Store {
                 });
             }
             let pid = op.worker.as_ref().map_or(0, |w| w.pid);
-            tx.transition(
-                &mut op,
-                Status::Failed,
-                &format!("worker {pid} died during {died_in}"),
-            )?;
+            let mut note = format!("worker {pid} died during {died_in}");
+            // A candidate that never ran is discarded; a failure to do so
+            // is noted but never keeps the operation alive.
+            let discarded = if died_in.before_switch() {
+                discard_candidate(&op)
+            } else {
+                Ok(None)
+            };
+            match discarded {
+                Ok(Some(path)) => {
+                    note.push_str(&format!("; candidate {} discarded", path.display()))
+                }
+                Ok(None) => {}
+                Err(e) => note.push_str(&format!("; {e}")),
+            }
+            tx.transition(&mut op, Status::Failed, &note)?;
             Ok(vec![op])
         })
     }
@@ -797,6 +852,36 @@ impl Tx<'_> {
     /// The store this lock belongs to.
     pub fn store(&self) -> &Store {
         self.store
+    }
+}
+
+/// Delete the never-activated candidate of `op` (SPEC §9: a failed stage
+/// discards it). Only a file named `<candidate session id>.jsonl` that is
+/// not the source is removed. Returns the removed path, if there was one.
+pub fn discard_candidate(op: &Operation) -> Result<Option<PathBuf>> {
+    let Some(c) = &op.candidate else {
+        return Ok(None);
+    };
+    validate_session_id(&c.session_id)?;
+    let named_for_it = c
+        .path
+        .file_name()
+        .is_some_and(|n| *n == *format!("{}.jsonl", c.session_id));
+    let is_source = op.transcript_path.as_ref().is_some_and(|t| {
+        *t == c.path
+            || matches!((t.canonicalize(), c.path.canonicalize()), (Ok(a), Ok(b)) if a == b)
+    });
+    if !named_for_it || is_source {
+        return Err(Error::refused(format!(
+            "operation {}: recorded candidate {} is not a candidate file; not deleting it",
+            op.id,
+            c.path.display()
+        )));
+    }
+    match fs::remove_file(&c.path) {
+        Ok(()) => Ok(Some(c.path.clone())),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io_at("remove candidate", &c.path, &e)),
     }
 }
 
@@ -1287,6 +1372,34 @@ mod tests {
         assert!(op.worker.as_ref().unwrap().alive());
         let op = store.claim(&op.id, Running, Running, "verify").unwrap();
         assert_eq!((op.status, op.history.len()), (Running, 2));
+    }
+
+    #[test]
+    fn a_claim_is_refused_while_another_live_worker_holds_the_operation() {
+        use Status::*;
+        let (_t, store) = store();
+        let op = store.request("x", "REBUILD", None).unwrap();
+        walk(&store, &op.id, &[Scheduled]);
+        let mut other = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        set_worker(&store, &op.id, Worker::of(other.id(), "prepare").unwrap());
+        let err = store
+            .claim(&op.id, Scheduled, Running, "prepare")
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            format!(
+                "operation {} is being worked on by ktr-prepare (pid {}); wait for it",
+                op.id,
+                other.id()
+            )
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+        let op = store.claim(&op.id, Scheduled, Running, "prepare").unwrap();
+        assert_eq!(op.worker, Some(Worker::current("prepare")));
     }
 
     #[test]

@@ -152,15 +152,20 @@ fn newest_transcript(project: &Path) -> Result<PathBuf> {
 /// Plan a transcript file (already resolved by [`resolve_transcript`]).
 pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
     let file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
-    let source_sha256 = crate::fsutil::sha256_file(path)?;
-    let mut plan = build_from_reader(
-        config,
-        path,
-        BufReader::with_capacity(1 << 16, file),
-        new_session_id,
-    )?;
-    plan.report.source_sha256 = source_sha256;
-    Ok(plan)
+    // The digest is computed on a second core while this one parses.
+    std::thread::scope(|s| {
+        let digest = s.spawn(|| crate::fsutil::sha256_file(path));
+        let mut plan = build_from_reader(
+            config,
+            path,
+            BufReader::with_capacity(1 << 16, file),
+            new_session_id,
+        )?;
+        plan.report.source_sha256 = digest
+            .join()
+            .map_err(|_| Error::io(format!("digest of {} failed", path.display())))??;
+        Ok(plan)
+    })
 }
 
 /// Plan from any reader (tests, fuzzing). `source_sha256` is left empty.

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::classify::{self, AssistantReading, NotSpeech, UserReading};
 use crate::fsutil::hex;
 use crate::ledger::{Category, Tally};
-use crate::transcript::{self, Attachment, Block, Content, Line, Parent, Record};
+use crate::transcript::{self, Attachment, Content, Line, Parent, Record};
 
 /// Interned uuid or message id.
 pub type Sym = u32;
@@ -517,7 +517,7 @@ impl Scan {
             match kind {
                 "tool_result" => {
                     self.tally(Category::ToolResult, text.len());
-                    if text.contains("\"type\":\"image\"") || text.contains("\"type\": \"image\"") {
+                    if memchr::memmem::find(text.as_bytes(), b"\"image\"").is_some() {
                         self.window.original_image_view_count += 1;
                         self.file.original_image_view_count += 1;
                     }
@@ -611,31 +611,9 @@ fn speech_text(speech: &Speech) -> &str {
     }
 }
 
-/// The `type` of a raw block without a full parse (blocks start with their
-/// type in every Claude Code version seen; fall back to a parse otherwise).
+/// The `type` of a raw block, found without parsing the block.
 fn block_kind(raw: &str) -> &str {
-    for prefix in ["{\"type\":\"", "{\"type\": \""] {
-        if let Some(rest) = raw.strip_prefix(prefix)
-            && let Some(end) = rest.find('"')
-        {
-            return &rest[..end];
-        }
-    }
-    let block: Block<'_> = serde_json::from_str(raw).unwrap_or_default();
-    known_block_kind(block.kind())
-}
-
-fn known_block_kind(kind: &str) -> &'static str {
-    match kind {
-        "text" => "text",
-        "thinking" => "thinking",
-        "redacted_thinking" => "redacted_thinking",
-        "tool_use" => "tool_use",
-        "server_tool_use" => "server_tool_use",
-        "tool_result" => "tool_result",
-        "image" => "image",
-        _ => "other",
-    }
+    crate::rawjson::top_level_str(raw, "type").unwrap_or("other")
 }
 
 fn meta(number: usize, r: &Record<'_>) -> Meta {

@@ -61,7 +61,7 @@ pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Line::Blank;
     }
-    let Ok(text) = std::str::from_utf8(bytes) else {
+    let Ok(text) = simdutf8::basic::from_utf8(bytes) else {
         return Line::Malformed("not valid UTF-8");
     };
     if !text.trim_start().starts_with('{') {
@@ -413,7 +413,11 @@ impl<'a> Block<'a> {
 /// result content, queued prompts). Non-text blocks are skipped; texts are
 /// joined by a blank line.
 pub fn text_of(raw: &RawValue) -> String {
-    let t = raw.get();
+    text_of_str(raw.get())
+}
+
+/// [`text_of`] for raw JSON text.
+pub fn text_of_str(t: &str) -> String {
     if t.starts_with('"') {
         return serde_json::from_str::<String>(t).unwrap_or_default();
     }

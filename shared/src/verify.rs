@@ -162,25 +162,9 @@ pub struct Conservation {
     pub elided: usize,
 }
 
-const TAGS: &[&str] = &[
-    "system-reminder",
-    "local-command-caveat",
-    "local-command-stdout",
-    "local-command-stderr",
-    "command-name",
-    "command-message",
-    "command-args",
-    "bash-stdout",
-    "bash-stderr",
-    "memory-retrieval",
-    "heartbeat",
-    "scheduled-task",
-    "task-notification",
-    "ide_selection",
-    "ide-selection",
-    "ide_opened_file",
-    "ide_diagnostics",
-];
+/// The injected elements of SPEC §5 (data shared with the selector; the
+/// removal logic below is this module's own).
+const TAGS: &[&str] = crate::classify::INJECTED_TAGS;
 
 /// Every piece of real speech in the backup must be in one of the carried
 /// `texts`, unless the plan left its record out.

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use ktr::operation::Store;
 
+pub mod rig;
+
 /// A stand-in program from `tests/support/`.
 pub fn support(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -141,7 +143,16 @@ impl Sandbox {
 
     /// Run a hook with `stdin`; returns (stdout, exit code).
     pub fn hook(&self, bin: &str, stdin: &str) -> (String, i32) {
-        let mut child = self.command(bin).spawn().unwrap();
+        self.hook_env(bin, stdin, &[])
+    }
+
+    /// [`Sandbox::hook`] with extra environment variables.
+    pub fn hook_env(&self, bin: &str, stdin: &str, env: &[(String, String)]) -> (String, i32) {
+        let mut child = self
+            .command(bin)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .spawn()
+            .unwrap();
         child
             .stdin
             .take()

@@ -1,0 +1,364 @@
+//! Running the real Claude Code CLI offline, in a throw-away HOME, against
+//! the [`crate::fake_api::FakeApi`] (CLAUDE-CODE.md, "Running the real CLI
+//! offline").
+//!
+//! The binary comes from `$KTR_CLAUDE_BIN` (`.ci/run` installs it). Without
+//! it the tests skip, except under `CI`, where a missing binary fails the
+//! run. The CLI never sees the caller's environment: `env_clear()` plus an
+//! explicit allow-list, so no inherited `CLAUDE*`/`ANTHROPIC*` variable
+//! and no real `~/.claude` can be reached.
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::fake_api::FakeApi;
+
+/// The API key the CLI is given (the fake API accepts anything).
+pub const API_KEY: &str = "sk-ant-dummy-ktr-e2e-0123456789abcdefghij";
+
+/// Variables passed through from the test's own environment.
+const ALLOWED: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
+
+/// The real CLI, or `None` (and a note) when the tests should skip.
+pub fn claude_bin() -> Option<PathBuf> {
+    let bin = std::env::var_os("KTR_CLAUDE_BIN").map(PathBuf::from);
+    match bin {
+        Some(path) if path.is_file() => Some(path),
+        other => {
+            let why = match other {
+                Some(p) => format!("KTR_CLAUDE_BIN={} is not a file", p.display()),
+                None => "KTR_CLAUDE_BIN is not set".to_string(),
+            };
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{why}: the real Claude Code CLI is required under CI (.ci/run installs it)"
+            );
+            eprintln!("skipped: {why} (run .ci/run, or export KTR_CLAUDE_BIN)");
+            None
+        }
+    }
+}
+
+/// A finished CLI run.
+#[derive(Debug)]
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// A throw-away installation for the CLI: HOME, TMPDIR and a working
+/// directory, all inside one temp dir.
+pub struct ClaudeEnv {
+    pub tmp: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub home: PathBuf,
+    pub tmpdir: PathBuf,
+    /// The CLI's cwd (canonical, so the project name matches).
+    pub work: PathBuf,
+    pub base_url: String,
+    /// Extra variables for the CLI (after the fixed ones).
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl ClaudeEnv {
+    pub fn new(bin: &Path, api: &FakeApi) -> ClaudeEnv {
+        let tmp = tempfile::Builder::new()
+            .prefix("ktr-e2e-")
+            .tempdir()
+            .unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let env = ClaudeEnv {
+            bin: bin.to_path_buf(),
+            home: root.join("home"),
+            tmpdir: root.join("tmp"),
+            work: root.join("work"),
+            base_url: api.base_url(),
+            extra_env: Vec::new(),
+            tmp,
+        };
+        for dir in [&env.home, &env.tmpdir, &env.work] {
+            fs::create_dir_all(dir).unwrap();
+        }
+        env
+    }
+
+    /// `~/.claude/projects/<encoded cwd>`: where the CLI keeps this
+    /// working directory's sessions.
+    pub fn project_dir(&self) -> PathBuf {
+        self.home
+            .join(".claude/projects")
+            .join(ktr::config::encode_project_name(&self.work))
+    }
+
+    /// The transcript of `session`.
+    pub fn transcript(&self, session: &str) -> PathBuf {
+        self.project_dir().join(format!("{session}.jsonl"))
+    }
+
+    /// The complete environment the CLI runs with.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = ALLOWED
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        if !env.iter().any(|(k, _)| k == "LANG") {
+            env.push(("LANG".into(), "C.UTF-8".into()));
+        }
+        for (k, v) in [
+            ("HOME", self.home.display().to_string()),
+            ("TMPDIR", self.tmpdir.display().to_string()),
+            ("ANTHROPIC_BASE_URL", self.base_url.clone()),
+            ("ANTHROPIC_API_KEY", API_KEY.to_string()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("DISABLE_AUTOUPDATER", "1".into()),
+            ("DISABLE_ERROR_REPORTING", "1".into()),
+            ("TERM", "xterm-256color".into()),
+        ] {
+            env.push((k.to_string(), v));
+        }
+        env.extend(self.extra_env.iter().cloned());
+        env
+    }
+
+    /// The CLI with `args`, in `work`, with exactly [`ClaudeEnv::env`].
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.env_clear()
+            .envs(self.env())
+            .args(args)
+            .current_dir(&self.work)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Run the CLI with `args` to the end (killed after `timeout`).
+    pub fn run(&self, args: &[&str], timeout: Duration) -> Run {
+        let out = self.tmpdir.join("run.stdout");
+        let err = self.tmpdir.join("run.stderr");
+        let start = Instant::now();
+        let mut child = self
+            .command(args)
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&err).unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > timeout {
+                // Only the group this test started.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let status = child.wait().unwrap();
+                panic!(
+                    "claude {args:?} did not finish in {timeout:?} ({status}); stderr: {}",
+                    fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        Run {
+            status,
+            stdout: fs::read_to_string(&out).unwrap_or_default(),
+            stderr: fs::read_to_string(&err).unwrap_or_default(),
+            elapsed: start.elapsed(),
+        }
+    }
+
+    /// `claude -p PROMPT` (a new session).
+    pub fn print(&self, prompt: &str) -> Run {
+        self.run(&["-p", prompt], Duration::from_secs(120))
+    }
+
+    /// `claude -p --resume SESSION PROMPT`.
+    pub fn resume(&self, session: &str, prompt: &str) -> Run {
+        self.run(
+            &["-p", "--resume", session, prompt],
+            Duration::from_secs(120),
+        )
+    }
+
+    /// What interactive mode needs before it shows a prompt: onboarding
+    /// done, the API key approved, the workdir trusted, the `default`
+    /// permission mode (auto mode runs a server-side check a fake API
+    /// cannot pass) and `allow` for the tools the fake model calls.
+    pub fn prepare_interactive(&self, allow: &[&str]) {
+        let key_tail = &API_KEY[API_KEY.len() - 20..];
+        let mut state = self.claude_json();
+        state["hasCompletedOnboarding"] = json!(true);
+        state["hasSeenAutoDefaultNudge"] = json!(true);
+        state["customApiKeyResponses"] = json!({"approved": [key_tail], "rejected": []});
+        state["projects"][self.work.display().to_string()]["hasTrustDialogAccepted"] = json!(true);
+        self.write_claude_json(&state);
+        let settings_path = self.home.join(".claude/settings.json");
+        let mut settings: serde_json::Value = fs::read(&settings_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| json!({}));
+        settings["permissions"]["defaultMode"] = json!("default");
+        settings["permissions"]["allow"] = json!(allow);
+        fs::create_dir_all(settings_path.parent().unwrap()).unwrap();
+        fs::write(
+            &settings_path,
+            serde_json::to_string_pretty(&settings).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// `$HOME/.claude.json` (or `{}`).
+    pub fn claude_json(&self) -> serde_json::Value {
+        fs::read(self.home.join(".claude.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| json!({}))
+    }
+
+    pub fn write_claude_json(&self, value: &serde_json::Value) {
+        fs::write(
+            self.home.join(".claude.json"),
+            serde_json::to_string_pretty(value).unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+/// A private tmux server (`tmux -L ktr-e2e-<pid>-<n>`) whose one pane
+/// (`cc:0.0`) runs the interactive CLI. The server is started with the
+/// CLI's environment only, so panes it respawns get that environment too.
+/// Killed (only this server) on drop.
+pub struct Tmux {
+    pub socket: String,
+    socket_path: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+/// The pane the CLI runs in.
+pub const PANE: &str = "cc:0.0";
+
+impl Tmux {
+    /// Start the server running `claude ARGS` in `env.work`.
+    pub fn start(env: &ClaudeEnv, args: &[&str]) -> Tmux {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let mut tmux = Tmux {
+            socket: format!(
+                "ktr-e2e-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::SeqCst)
+            ),
+            socket_path: PathBuf::new(),
+            env: env.env(),
+        };
+        let work = env.work.display().to_string();
+        let bin = env.bin.display().to_string();
+        let mut argv = vec![
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "cc",
+            "-x",
+            "160",
+            "-y",
+            "50",
+            "-c",
+            &work,
+            "--",
+            &bin,
+        ];
+        argv.extend_from_slice(args);
+        tmux.run(&argv);
+        tmux.run(&["set-option", "-g", "remain-on-exit", "off"]);
+        tmux.socket_path = PathBuf::from(tmux.run(&["display-message", "-p", "#{socket_path}"]));
+        tmux
+    }
+
+    /// Run a tmux command on this server; panics on failure.
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .env_clear()
+            .envs(self.env.iter().cloned())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    /// The visible screen of the pane.
+    pub fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", PANE])
+    }
+
+    /// Wait until `cond(screen)` holds; panics with the screen after `timeout`.
+    pub fn wait_screen(&self, what: &str, timeout: Duration, cond: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.screen();
+            if cond(&screen) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Wait until the CLI is idle at its prompt (no turn running).
+    pub fn wait_idle(&self, timeout: Duration) {
+        self.wait_screen("an idle prompt", timeout, |s| {
+            !s.contains("esc to interrupt") && s.contains("? for shortcuts")
+        });
+    }
+
+    /// Type `text` literally, then Enter.
+    pub fn type_line(&self, text: &str) {
+        self.run(&["send-keys", "-t", PANE, "-l", text]);
+        thread::sleep(Duration::from_millis(150));
+        self.run(&["send-keys", "-t", PANE, "Enter"]);
+    }
+
+    /// `#{pane_pid}` of the CLI's pane.
+    pub fn pane_pid(&self) -> u32 {
+        self.run(&["display-message", "-p", "-t", PANE, "#{pane_pid}"])
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        // kill-server leaves the socket file behind.
+        let _ = fs::remove_file(&self.socket_path);
+    }
+}

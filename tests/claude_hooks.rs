@@ -1,0 +1,169 @@
+//! ktr's hooks as the real Claude Code CLI runs them: `ktr-stop` as the Stop
+//! hook schedules a pending operation with the session and transcript the
+//! CLI reports, and `ktr-ack` as the SessionStart hook records the CLI's
+//! own receipt (with `context_tokens`) when it resumes a rebuilt session.
+//! The next stages are stand-ins (`tests/support/fake-stage`) that only
+//! record their argv.
+
+mod claude;
+mod fake_api;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use claude::ClaudeEnv;
+use fake_api::FakeApi;
+use ktr::config::Config;
+use ktr::operation::{Candidate, Status, Store};
+use serde_json::json;
+
+const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
+const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
+
+fn support(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
+}
+
+fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+#[test]
+fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
+    let Some(bin) = claude::claude_bin() else {
+        return;
+    };
+    let api = FakeApi::start(Vec::new());
+    let mut env = ClaudeEnv::new(&bin, &api);
+    let root = env.tmp.path().canonicalize().unwrap();
+    let (state, stages, records) = (
+        root.join("state"),
+        root.join("stages"),
+        root.join("records"),
+    );
+    for dir in [&stages, &records] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    for stage in ["ktr-prepare", "ktr-rollback"] {
+        std::os::unix::fs::symlink(support("fake-stage"), stages.join(stage)).unwrap();
+    }
+    let config_path = root.join("config.toml");
+    let config_text = format!(
+        "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\ntmux_target = \"ktr-test-nowhere:0.0\"\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\n",
+        env.project_dir(),
+        state,
+        env.work,
+        support("fake-claude"),
+    );
+    fs::write(&config_path, &config_text).unwrap();
+    let config = Config::from_toml(&config_text).unwrap();
+    let hook = |bin: &str| format!("{bin} --config {}", config_path.display());
+    let settings = json!({"hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": hook(STOP), "timeout": 10}]}],
+        "SessionStart": [{"matcher": "resume",
+                          "hooks": [{"type": "command", "command": hook(ACK), "timeout": 10}]}],
+    }});
+    fs::create_dir_all(env.home.join(".claude")).unwrap();
+    fs::write(env.home.join(".claude/settings.json"), settings.to_string()).unwrap();
+    env.extra_env
+        .push(("KTR_BIN_DIR".into(), stages.display().to_string()));
+    env.extra_env
+        .push(("KTR_TEST_RECORDS".into(), records.display().to_string()));
+
+    // A pending request; the CLI finishes a turn; its Stop hook schedules it.
+    let store = Store::open(&state).unwrap();
+    let op = store
+        .request("e2e: tidy the window", "REBUILD", None)
+        .unwrap();
+    let source_id = "5e55a0e0-0000-4000-8000-00000000e2e4";
+    let run = env.run(
+        &["-p", "--session-id", source_id, "USER-H1 你好"],
+        Duration::from_secs(120),
+    );
+    assert!(run.status.success(), "{} {}", run.stdout, run.stderr);
+    let source = env.transcript(source_id);
+    let record = records.clone();
+    assert!(
+        wait_for(Duration::from_secs(10), || fs::read_dir(&record)
+            .unwrap()
+            .flatten()
+            .any(|e| e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("ktr-prepare."))),
+        "the Stop hook did not start ktr-prepare"
+    );
+    let scheduled = store.load(&op.id).unwrap();
+    assert_eq!(scheduled.status, Status::Scheduled);
+    assert_eq!(scheduled.session_id.as_deref(), Some(source_id));
+    assert_eq!(
+        scheduled
+            .transcript_path
+            .as_deref()
+            .map(|p| p.canonicalize().unwrap()),
+        Some(source.canonicalize().unwrap())
+    );
+    let argv: Vec<String> = fs::read_dir(&records)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("ktr-prepare."))
+        .map(|e| {
+            fs::read_to_string(e.path())
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect()
+        })
+        .unwrap();
+    assert!(argv.contains(&op.id), "{argv:?}");
+    assert!(
+        argv.iter()
+            .any(|a| a.ends_with(&format!("{source_id}.jsonl"))),
+        "{argv:?}"
+    );
+
+    // Stand in for prepare/verify/activate: write the candidate and walk the
+    // operation to `activating`; then the CLI resumes the candidate.
+    let new_id = "5e55a0e0-0000-4000-8000-00000000e2e5";
+    let plan = ktr::plan::build(&config, &source, Some(new_id)).unwrap();
+    let candidate = env.transcript(new_id);
+    fs::write(&candidate, plan.candidate.bytes()).unwrap();
+    store
+        .with_lock(|tx| {
+            let mut op = tx.load(&op.id)?;
+            op.candidate = Some(Candidate {
+                session_id: new_id.to_string(),
+                path: candidate.clone(),
+                sha256: plan.candidate.sha256(),
+            });
+            for to in [Status::Running, Status::Verifying, Status::Activating] {
+                tx.transition(&mut op, to, "e2e stand-in")?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let run = env.resume(new_id, "PROBE-ack");
+    assert!(run.status.success(), "{} {}", run.stdout, run.stderr);
+    assert!(
+        wait_for(Duration::from_secs(10), || store
+            .load(&op.id)
+            .is_ok_and(|o| o.ack.is_some())),
+        "ktr-ack recorded no receipt; stderr: {}",
+        run.stderr
+    );
+    let ack = store.load(&op.id).unwrap().ack.unwrap();
+    assert_eq!(ack.session_id, new_id);
+    let tokens = ack.context_tokens.expect("context_tokens");
+    assert!(tokens > 0);
+    eprintln!("ktr-ack recorded context_tokens = {tokens} for the resumed candidate");
+}
