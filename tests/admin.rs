@@ -45,6 +45,11 @@ impl Ktr {
         self
     }
 
+    fn cmd_env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Ktr {
+        self.cmd.env(key, value);
+        self
+    }
+
     fn run(mut self) -> Run {
         let out = self
             .cmd
@@ -704,4 +709,100 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
         .stdout_contains("deleted 3 operations");
     assert!(named_candidate.exists());
     assert_eq!(fs::read_to_string(&outside).unwrap(), "precious\n");
+}
+
+// ---------------------------------------------------------------------------
+// demo
+
+/// The `sandbox  <path>` line the demo prints first.
+fn demo_sandbox(stdout: &str) -> PathBuf {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sandbox     "))
+        .unwrap_or_else(|| panic!("no sandbox line:\n{stdout}"));
+    PathBuf::from(line.trim())
+}
+
+#[test]
+fn demo_runs_a_whole_rebuild_and_cleans_up() {
+    let sb = Sandbox::new();
+    let run = Ktr::new(&sb)
+        .arg("demo")
+        .cmd_env("TMPDIR", sb.tmp.path())
+        .run()
+        .code(0);
+    let run = run
+        .stdout_contains("== 2. ktr doctor ==")
+        .stdout_contains("all checks passed")
+        .stdout_contains("noise")
+        .stdout_contains("plan ok")
+        .stdout_contains("rebuild scheduled")
+        .stdout_contains("verifying → activating")
+        .stdout_contains("status            activated")
+        .stdout_contains("8 (all carried verbatim)")
+        .stdout_contains("unchanged: same sha256")
+        .stdout_contains("demo finished: operation activated");
+    let root = demo_sandbox(&run.stdout);
+    assert!(root.starts_with(sb.tmp.path()), "{}", root.display());
+    assert!(!root.exists(), "the sandbox is removed without --keep");
+    assert!(!run.stdout.contains("sandbox kept"));
+}
+
+#[test]
+fn demo_keep_leaves_a_sandbox_the_cli_can_inspect() {
+    let sb = Sandbox::new();
+    let run = Ktr::new(&sb)
+        .args(["demo", "--keep"])
+        .cmd_env("TMPDIR", sb.tmp.path())
+        .run()
+        .code(0)
+        .stdout_contains("sandbox kept");
+    let root = demo_sandbox(&run.stdout);
+    let config = root.join("config.toml");
+    let out = Command::new(KTR)
+        .args(["--config"])
+        .arg(&config)
+        .args(["status", "--json"])
+        .env("HOME", &sb.home)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "activated");
+    let candidate = PathBuf::from(v["candidate_path"].as_str().unwrap());
+    assert!(candidate.starts_with(&root) && candidate.is_file());
+    let pointer = fs::read_to_string(root.join("resume_session")).unwrap();
+    assert_eq!(pointer.trim(), v["candidate_session_id"].as_str().unwrap());
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn demo_without_the_stages_says_so_and_keeps_the_evidence() {
+    let sb = Sandbox::new();
+    // ktr and ktr-stop alone: the Stop hook cannot start ktr-prepare.
+    let lonely = sb.tmp.path().join("lonely");
+    fs::create_dir(&lonely).unwrap();
+    for bin in [KTR, env!("CARGO_BIN_EXE_ktr-stop")] {
+        let name = Path::new(bin).file_name().unwrap();
+        fs::copy(bin, lonely.join(name)).unwrap();
+    }
+    let out = Command::new(lonely.join("ktr"))
+        .arg("demo")
+        .env_clear()
+        .env("HOME", &sb.home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("TMPDIR", sb.tmp.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("the Stop hook did not schedule operation")
+            && stderr.contains("ktr-prepare"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stdout.contains("sandbox kept"), "{stdout}");
+    let root = demo_sandbox(&stdout);
+    assert!(root.join("config.toml").is_file());
 }

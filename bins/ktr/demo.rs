@@ -16,6 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ktr::config::{Config, encode_project_name};
+use ktr::fsutil::{sha256_file, sha256_hex};
 use ktr::operation::{Operation, Status, Store};
 use ktr::report::StatusView;
 use ktr::turns::estimate_tokens;
@@ -194,6 +195,13 @@ fn summary(sb: &Sandbox, report: &plan::Report, op: &Operation) -> Result<String
         .len();
     let window = window_tokens(&sb.transcript, report.ledger.window_start_line)?;
     let pointer = fs::read_to_string(&sb.pointer).unwrap_or_default();
+    // Prove, do not claim, that the source was left alone.
+    if sha256_file(&sb.transcript)? != sha256_hex(EXAMPLE.as_bytes()) {
+        return Err(Error::refused(format!(
+            "the source transcript {} changed during the demo",
+            sb.transcript.display()
+        )));
+    }
     let mut s = String::new();
     let mut line = |k: &str, before: String, after: String| {
         s.push_str(&format!("{k:<22}{before:>24}  →  {after}\n"))
@@ -222,7 +230,7 @@ fn summary(sb: &Sandbox, report: &plan::Report, op: &Operation) -> Result<String
         ),
     );
     s.push_str(&format!(
-        "\ncarried items   {}\ncandidate       {}\npointer now     {}\nsource          {} (never modified)\n",
+        "\ncarried items   {}\ncandidate       {}\npointer now     {}\nsource          {} (unchanged: same sha256 as before)\n",
         op.manifest.len(),
         candidate.path.display(),
         pointer.trim(),

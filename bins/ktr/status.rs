@@ -60,8 +60,17 @@ pub fn human(v: &StatusView) -> String {
     if let Some(p) = &v.candidate_path {
         line("candidate file", p.display().to_string());
     }
+    if let Some(p) = &v.backup {
+        line("frozen backup", p.display().to_string());
+    }
     if v.manifest_items > 0 {
-        line("carried items", v.manifest_items.to_string());
+        line(
+            "carried items",
+            format!(
+                "{} ({} records left out, each with its reason)",
+                v.manifest_items, v.left_out_records
+            ),
+        );
     }
     if let Some(ok) = v.verified {
         line("verified", if ok { "yes".into() } else { "NO".into() });

@@ -37,7 +37,13 @@ pub struct StatusView {
     pub candidate_path: Option<PathBuf>,
     pub candidate_sha256: Option<String>,
     pub source_sha256: Option<String>,
+    /// The frozen 0600 copy of the source that the candidate was built from.
+    pub backup: Option<PathBuf>,
+    /// When prepare froze the source.
+    pub prepared_at: Option<String>,
     pub manifest_items: usize,
+    /// Conversation records the plan did not carry (each with its reason).
+    pub left_out_records: usize,
     /// Whether ktr-verify passed (`verification.ok`), once it ran.
     pub verified: Option<bool>,
     pub target_before: Option<String>,
@@ -75,7 +81,10 @@ impl StatusView {
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
             candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
             source_sha256: op.source_sha256.clone(),
+            backup: op.backup.clone(),
+            prepared_at: op.prepared_at.clone(),
             manifest_items: op.manifest.len(),
+            left_out_records: op.left_out.len(),
             verified: op
                 .verification
                 .as_ref()
