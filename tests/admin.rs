@@ -701,14 +701,32 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     });
     put(&sb, &climbing);
 
+    // Artifacts holding a symlink to something else: only the link goes.
+    std::os::unix::fs::symlink(
+        &outside,
+        sb.state.join("artifacts").join(&forged.id).join("link"),
+    )
+    .unwrap();
+    // An artifacts "dir" that is itself a symlink is left alone.
+    let decoy_dir = sb.tmp.path().join("decoy");
+    fs::create_dir(&decoy_dir).unwrap();
+    fs::write(decoy_dir.join("keep.txt"), "k").unwrap();
+    let linked = finished(&sb, &[Cancelled], OLD);
+    let linked_art = sb.state.join("artifacts").join(&linked.id);
+    fs::remove_dir_all(&linked_art).unwrap();
+    std::os::unix::fs::symlink(&decoy_dir, &linked_art).unwrap();
+
     Ktr::new(&sb)
         .args(["prune", "--older-than", "1", "--yes"])
         .run()
         .code(0)
         .stdout_contains("the resume pointer names it")
-        .stdout_contains("deleted 3 operations");
+        .stdout_contains("is not a directory (a symlink?)")
+        .stdout_contains("deleted 4 operations");
     assert!(named_candidate.exists());
     assert_eq!(fs::read_to_string(&outside).unwrap(), "precious\n");
+    assert!(decoy_dir.join("keep.txt").is_file());
+    assert!(!sb.state.join("artifacts").join(&forged.id).exists());
 }
 
 // ---------------------------------------------------------------------------

@@ -170,3 +170,46 @@ fn a_failed_rebuild_keeps_the_old_session() {
     assert!(stderr.contains("rebuild did not complete"), "{stderr}");
     assert!(transcript.is_file());
 }
+
+#[test]
+fn a_fifo_feeds_prompts_across_writers() {
+    let (sb, pointer) = pointer_sandbox();
+    let log = sb.tmp.path().join("claude.log");
+    let fifo = sb.tmp.path().join("prompts");
+    let mut runner = Command::new("sh")
+        .arg(runner_sh())
+        .args(["--config".as_ref(), sb.config.as_os_str()])
+        .args(["--pointer".as_ref(), pointer.as_os_str()])
+        .args(["--project".as_ref(), sb.project.as_os_str()])
+        .args(["--fifo".as_ref(), fifo.as_os_str()])
+        .env_clear()
+        .env("HOME", &sb.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("CLAUDE", support("claude-print"))
+        .env("KTR", KTR)
+        .env("KTR_PREPARE", KTR_PREPARE)
+        .env("FAKE_CLAUDE_LOG", &log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || fifo.exists()));
+    // Two writers, one after the other: the runner reopens the FIFO.
+    for prompt in ["one", "two"] {
+        let mut w = fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        writeln!(w, "{prompt}").unwrap();
+        drop(w);
+        let n = if prompt == "one" { 1 } else { 2 };
+        assert!(wait_for(Duration::from_secs(10), || runs(&log).len() == n));
+    }
+    let prompts: Vec<String> = runs(&log).iter().map(|r| r[3].clone()).collect();
+    assert_eq!(prompts, ["one", "two"]);
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let meta = fs::metadata(&fifo).unwrap();
+    assert!(meta.file_type().is_fifo());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // Only the runner we started.
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+}
