@@ -250,6 +250,11 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             "{flag} does not apply to ktr {command}; see ktr --help"
         )));
     }
+    if command == "demo" && raw.config.is_some() {
+        return Err(Error::usage(
+            "ktr demo builds its own throwaway config; it takes no --config",
+        ));
+    }
     let max_operands = match command {
         "status" | "cancel" | "rollback-request" => 1,
         _ => 0,
