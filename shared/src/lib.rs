@@ -19,6 +19,7 @@ pub mod operation;
 pub mod plan;
 pub mod process;
 pub mod scan;
+pub mod settings;
 pub mod target;
 pub mod transcript;
 pub mod turns;
