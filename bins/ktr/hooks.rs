@@ -1,7 +1,9 @@
-//! `ktr hooks merge|unmerge` — the installer's settings.json edit (hidden
-//! from `--help`; `install` calls it). Merge puts the Stop and
-//! SessionStart hooks of `hooks.json` into Claude Code's settings, pointing
-//! at the binaries in `--prefix`; unmerge takes exactly those out again.
+//! `ktr hooks merge|unmerge|registered` — the installer's edits of Claude
+//! Code's files (hidden from `--help`; `install` calls it). Merge puts the
+//! Stop and SessionStart hooks of `hooks.json` into Claude Code's settings,
+//! pointing at the binaries in `--prefix`; unmerge takes exactly those out
+//! again; registered exits 0 when `~/.claude.json` already registers
+//! `<prefix>/ktr-mcp --config C` as the MCP server `ktr`, 1 otherwise.
 
 use std::path::{Path, PathBuf};
 
@@ -23,11 +25,12 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
             let config = args.common.config.as_deref().map(absolute).transpose()?;
             Edit::merge(&path, &absolute(prefix)?, config.as_deref())?
         }
+        "registered" => return registered(args),
         "unmerge" if args.prefix.is_none() => Edit::unmerge(&path)?,
         "unmerge" => return Err(Error::usage("--prefix does not apply to ktr hooks unmerge")),
         other => {
             return Err(Error::usage(format!(
-                "ktr hooks needs merge or unmerge, not {other:?}"
+                "ktr hooks needs merge, unmerge or registered, not {other:?}"
             )));
         }
     };
@@ -45,6 +48,23 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
         (true, None) => format!("created {}\n", path.display()),
     });
     Ok(0)
+}
+
+fn registered(args: &HooksArgs) -> Result<u8, Error> {
+    let prefix = args
+        .prefix
+        .as_deref()
+        .ok_or_else(|| Error::usage("ktr hooks registered needs --prefix DIR"))?;
+    let command = absolute(prefix)?.join("ktr-mcp");
+    let config = ktr::config::Config::locate(args.common.config.as_deref());
+    let wanted = vec![
+        "--config".to_string(),
+        absolute(&config)?.display().to_string(),
+    ];
+    let text =
+        std::fs::read_to_string(ktr::config::home_dir().join(".claude.json")).unwrap_or_default();
+    let yes = settings::mcp_registered(&text, &command.display().to_string(), &wanted);
+    Ok(if yes { 0 } else { 1 })
 }
 
 fn absolute(p: &Path) -> Result<PathBuf, Error> {
