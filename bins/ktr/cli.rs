@@ -55,6 +55,17 @@ pub struct DoctorArgs {
     pub common: Common,
 }
 
+/// `ktr hooks merge|unmerge` (hidden; the installer's settings.json merge).
+#[derive(Debug, Default)]
+pub struct HooksArgs {
+    pub common: Common,
+    /// `merge` or `unmerge`.
+    pub action: String,
+    pub settings: Option<PathBuf>,
+    pub prefix: Option<PathBuf>,
+    pub dry_run: bool,
+}
+
 /// A parsed command line.
 #[derive(Debug)]
 pub enum Command {
@@ -63,6 +74,7 @@ pub enum Command {
     Plan(PlanArgs),
     Dirty(DirtyArgs),
     Doctor(DoctorArgs),
+    Hooks(HooksArgs),
 }
 
 /// Everything the command line said, before validation.
@@ -77,6 +89,10 @@ struct Raw {
     help: bool,
     version: bool,
     seen: Vec<&'static str>,
+    action: Option<String>,
+    settings: Option<PathBuf>,
+    prefix: Option<PathBuf>,
+    dry_run: bool,
 }
 
 /// Parse the arguments after the program name.
@@ -110,6 +126,21 @@ fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Er
                 raw.seen.push("--session-id");
             }
             Value(v) if raw.command.is_none() => raw.command = Some(v.string()?),
+            Value(v) if raw.command.as_deref() == Some("hooks") && raw.action.is_none() => {
+                raw.action = Some(v.string()?)
+            }
+            Long("settings") => {
+                raw.settings = Some(parser.value()?.into());
+                raw.seen.push("--settings");
+            }
+            Long("prefix") => {
+                raw.prefix = Some(parser.value()?.into());
+                raw.seen.push("--prefix");
+            }
+            Long("dry-run") => {
+                raw.dry_run = true;
+                raw.seen.push("--dry-run");
+            }
             _ => return Err(arg.unexpected()),
         }
     }
@@ -132,6 +163,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
         "dirty" => &["--json", "--transcript"],
         "doctor" => &["--json"],
+        "hooks" => &["--settings", "--prefix", "--dry-run"],
         "" => return Err(Error::usage("no command given; see ktr --help")),
         other => {
             return Err(Error::usage(format!(
@@ -154,6 +186,13 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "dirty" => Command::Dirty(DirtyArgs {
             common,
             transcript: raw.transcript,
+        }),
+        "hooks" => Command::Hooks(HooksArgs {
+            common,
+            action: raw.action.unwrap_or_default(),
+            settings: raw.settings,
+            prefix: raw.prefix,
+            dry_run: raw.dry_run,
         }),
         _ => Command::Doctor(DoctorArgs { common }),
     })

@@ -5,6 +5,7 @@
 mod cli;
 mod dirty;
 mod doctor;
+mod hooks;
 mod out;
 mod plan;
 
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Dirty(args) => dirty::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Hooks(args) => hooks::run(&args),
     });
     match result {
         Ok(code) => ExitCode::from(code),

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod process;
 pub mod rawjson;
 pub mod scan;
+pub mod settings;
 pub mod stages;
 pub mod target;
 pub mod transcript;
