@@ -765,6 +765,9 @@ fn demo_runs_a_whole_rebuild_and_cleans_up() {
     let root = demo_sandbox(&run.stdout);
     assert!(root.starts_with(sb.tmp.path()), "{}", root.display());
     assert!(!root.exists(), "the sandbox is removed without --keep");
+    // The HOME it ran under is untouched: hooks and MCP went into the sandbox.
+    assert!(!sb.home.join(".claude/settings.json").exists());
+    assert!(!sb.home.join(".claude.json").exists());
     assert!(!run.stdout.contains("sandbox kept"));
 }
 

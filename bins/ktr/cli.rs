@@ -118,6 +118,17 @@ pub struct DemoArgs {
 /// The reason recorded when `ktr request` is given none.
 pub const DEFAULT_REASON: &str = "requested with ktr request";
 
+/// `ktr hooks merge|unmerge` (hidden; the installer's settings.json merge).
+#[derive(Debug, Default)]
+pub struct HooksArgs {
+    pub common: Common,
+    /// `merge` or `unmerge`.
+    pub action: String,
+    pub settings: Option<PathBuf>,
+    pub prefix: Option<PathBuf>,
+    pub dry_run: bool,
+}
+
 /// A parsed command line.
 #[derive(Debug)]
 pub enum Command {
@@ -133,6 +144,7 @@ pub enum Command {
     Ops(OpsArgs),
     Prune(PruneArgs),
     Demo(DemoArgs),
+    Hooks(HooksArgs),
 }
 
 /// Everything the command line said, before validation.
@@ -154,6 +166,10 @@ struct Raw {
     help: bool,
     version: bool,
     seen: Vec<&'static str>,
+    action: Option<String>,
+    settings: Option<PathBuf>,
+    prefix: Option<PathBuf>,
+    dry_run: bool,
 }
 
 /// Parse the arguments after the program name.
@@ -211,6 +227,21 @@ fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Er
                 raw.seen.push("--keep");
             }
             Value(v) if raw.command.is_none() => raw.command = Some(v.string()?),
+            Value(v) if raw.command.as_deref() == Some("hooks") && raw.action.is_none() => {
+                raw.action = Some(v.string()?)
+            }
+            Long("settings") => {
+                raw.settings = Some(parser.value()?.into());
+                raw.seen.push("--settings");
+            }
+            Long("prefix") => {
+                raw.prefix = Some(parser.value()?.into());
+                raw.seen.push("--prefix");
+            }
+            Long("dry-run") => {
+                raw.dry_run = true;
+                raw.seen.push("--dry-run");
+            }
             Value(v) => raw.operands.push(v.string()?),
             _ => return Err(arg.unexpected()),
         }
@@ -238,6 +269,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "cancel" | "rollback-request" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
         "demo" => &["--keep"],
+        "hooks" => &["--settings", "--prefix", "--dry-run"],
         "" => return Err(Error::usage("no command given; see ktr --help")),
         other => {
             return Err(Error::usage(format!(
@@ -309,6 +341,13 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "dirty" => Command::Dirty(DirtyArgs {
             common,
             transcript: raw.transcript,
+        }),
+        "hooks" => Command::Hooks(HooksArgs {
+            common,
+            action: raw.action.unwrap_or_default(),
+            settings: raw.settings,
+            prefix: raw.prefix,
+            dry_run: raw.dry_run,
         }),
         _ => Command::Doctor(DoctorArgs { common }),
     })

@@ -19,8 +19,9 @@ use ktr::config::{Config, encode_project_name};
 use ktr::fsutil::{sha256_file, sha256_hex};
 use ktr::operation::{Operation, Status, Store};
 use ktr::report::StatusView;
+use ktr::settings::Edit;
 use ktr::turns::estimate_tokens;
-use ktr::{Error, doctor, plan};
+use ktr::{Error, plan};
 
 use crate::cli::DemoArgs;
 use crate::{dirty, out, status};
@@ -54,9 +55,10 @@ fn drill(sb: &Sandbox) -> Result<u8, Error> {
     heading(
         1,
         "a throwaway installation",
-        "A temp HOME with one Claude Code project holding the example session, a state dir and a\n\
-         config in pointer mode: the switch rewrites a pointer file a `claude -p --resume` loop\n\
-         reads, so no Claude Code process is touched.",
+        "A temp HOME with one Claude Code project holding the example session, a state dir, a\n\
+         config in pointer mode (the switch rewrites a pointer file a `claude -p --resume` loop\n\
+         reads, so no Claude Code process is touched), and the hooks and MCP server registered\n\
+         in that HOME as ./install would.",
     );
     out::print(&format!(
         "sandbox     {}\ntranscript  {}\nconfig      {}\n",
@@ -67,7 +69,8 @@ fn drill(sb: &Sandbox) -> Result<u8, Error> {
     let config = Config::load(Some(&sb.config))?;
 
     heading(2, "ktr doctor", "Read-only checks of the installation.");
-    out::print(&crate::doctor::human(&doctor::check(Some(&sb.config))));
+    let doctor = sb.run(&sb.bin_dir.join("ktr"), &["doctor"], None)?;
+    out::print(&doctor);
 
     heading(
         3,
@@ -257,11 +260,17 @@ struct Sandbox {
     transcript: PathBuf,
     pointer: PathBuf,
     config: PathBuf,
+    /// Where the ktr executables are: beside this one.
+    bin_dir: PathBuf,
     keep: bool,
 }
 
 impl Sandbox {
     fn create() -> Result<Sandbox, Error> {
+        let bin_dir = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .ok_or_else(|| Error::io("cannot find the directory of the ktr executable"))?;
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -284,6 +293,7 @@ impl Sandbox {
             config: root.join("config.toml"),
             home,
             root,
+            bin_dir,
             keep: false,
         };
         for dir in [&workdir, &project] {
@@ -318,23 +328,47 @@ impl Sandbox {
             toml_str(&sandbox.pointer)?,
         );
         write(&sandbox.config, &config)?;
+        sandbox.install()?;
         Ok(sandbox)
     }
 
-    /// Run the real `ktr-stop` (beside this executable) with the Stop hook
-    /// JSON Claude Code would send; returns what it printed.
-    fn stop_hook(&self) -> Result<String, Error> {
-        let bin_dir = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(Path::to_path_buf))
-            .ok_or_else(|| Error::io("cannot find the directory of the ktr executable"))?;
-        let stop = bin_dir.join("ktr-stop");
-        if !stop.is_file() {
+    /// Run one of the installed ktr programs with `--config` and `args`,
+    /// only the sandbox in its environment and `stdin` as its input;
+    /// returns what it printed.
+    fn run(&self, program: &Path, args: &[&str], stdin: Option<&str>) -> Result<String, Error> {
+        if !program.is_file() {
             return Err(Error::io(format!(
                 "{} is missing; install every ktr binary into one directory",
-                stop.display()
+                program.display()
             )));
         }
+        let mut child = Command::new(program)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("TMPDIR", &self.root)
+            .env("KTR_BIN_DIR", &self.bin_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::io_at("run", program, &e))?;
+        if let Some(mut pipe) = child.stdin.take() {
+            pipe.write_all(stdin.unwrap_or("").as_bytes())
+                .map_err(|e| Error::io_at("write to", program, &e))?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| Error::io_at("wait for", program, &e))?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Run the real `ktr-stop` with the Stop hook JSON Claude Code would
+    /// send; returns what it printed.
+    fn stop_hook(&self) -> Result<String, Error> {
         let input = serde_json::json!({
             "session_id": EXAMPLE_SESSION,
             "transcript_path": self.transcript,
@@ -343,28 +377,31 @@ impl Sandbox {
             "stop_hook_active": false,
             "last_assistant_message": "好的，我们明天继续。",
         });
-        let mut child = Command::new(&stop)
-            .arg("--config")
-            .arg(&self.config)
-            .env_clear()
-            .env("HOME", &self.home)
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("TMPDIR", &self.root)
-            .env("KTR_BIN_DIR", &bin_dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| Error::io_at("run", &stop, &e))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(input.to_string().as_bytes())
-                .map_err(|e| Error::io_at("write to", &stop, &e))?;
-        }
-        let output = child
-            .wait_with_output()
-            .map_err(|e| Error::io_at("wait for", &stop, &e))?;
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        self.run(
+            &self.bin_dir.join("ktr-stop"),
+            &[],
+            Some(&input.to_string()),
+        )
+    }
+
+    /// Register the hooks (`settings.json`) and the MCP server
+    /// (`.claude.json`) in the sandbox HOME, as `./install` does.
+    fn install(&self) -> Result<(), Error> {
+        Edit::merge(
+            &self.home.join(".claude/settings.json"),
+            &self.bin_dir,
+            Some(&self.config),
+        )?
+        .apply()?;
+        let claude_json = serde_json::json!({
+            "mcpServers": {"ktr": {
+                "type": "stdio",
+                "command": self.bin_dir.join("ktr-mcp"),
+                "args": ["--config", self.config],
+            }}
+        });
+        let path = self.home.join(".claude.json");
+        fs::write(&path, format!("{claude_json:#}\n")).map_err(|e| Error::io_at("write", &path, &e))
     }
 }
 

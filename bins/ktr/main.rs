@@ -7,6 +7,7 @@ mod cli;
 mod demo;
 mod dirty;
 mod doctor;
+mod hooks;
 mod ops;
 mod out;
 mod plan;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         Command::Ops(args) => ops::run(&args),
         Command::Prune(args) => prune::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Hooks(args) => hooks::run(&args),
     });
     match result {
         Ok(code) => ExitCode::from(code),

@@ -24,6 +24,7 @@ pub mod prune;
 pub mod rawjson;
 pub mod report;
 pub mod scan;
+pub mod settings;
 pub mod stages;
 pub mod target;
 pub mod transcript;

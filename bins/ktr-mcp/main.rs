@@ -1,0 +1,108 @@
+//! `ktr-mcp` — the MCP stdio server Claude Code starts at every launch
+//! (SPEC §11). It exposes seven tools to the model: read-only checks
+//! (`doctor`, `dirty`, `plan`, `status`) and the three requests that need a
+//! human's confirmation word (`request`, `cancel`, `rollback_request`).
+//! Nothing here switches anything: a request only records a pending
+//! operation; the Stop hook starts the work after the reply has finished.
+//!
+//! Usage: `ktr-mcp [--config PATH] [--session ID]`. stdout carries the
+//! protocol; logs go to stderr.
+
+mod served;
+mod tools;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
+
+const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("ktr-mcp: {message}; {USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ktr-mcp: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(serve(args))
+}
+
+/// Answer MCP requests on stdin/stdout until the client closes stdin.
+async fn serve(args: Args) -> ExitCode {
+    let served = served::Session::detect(args.session);
+    eprintln!("ktr-mcp: serving {}", served.describe());
+    let server = tools::Server::new(args.config, served);
+    let running = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running,
+        // Stdin closed before `initialize`: nobody to serve, not a failure.
+        Err(ServerInitializeError::ConnectionClosed(_)) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ktr-mcp: cannot initialize: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match running.waiting().await {
+        Ok(reason) => {
+            eprintln!("ktr-mcp: stopped ({reason:?})");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ktr-mcp: server task failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The command line.
+struct Args {
+    config: Option<PathBuf>,
+    session: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    use lexopt::prelude::*;
+    let mut args = Args {
+        config: None,
+        session: None,
+    };
+    let mut parser = lexopt::Parser::from_env();
+    while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
+        match arg {
+            Long("config") => args.config = Some(value(&mut parser)?.into()),
+            Long("session") => {
+                let id = value(&mut parser)?
+                    .into_string()
+                    .map_err(|_| "--session must be UTF-8".to_string())?;
+                ktr::operation::validate_session_id(&id).map_err(|e| e.message)?;
+                args.session = Some(id);
+            }
+            Short('h') | Long("help") => {
+                println!("{USAGE}\nMCP stdio server exposing the seven thread_rebuild_* tools.");
+                std::process::exit(0);
+            }
+            Short('V') | Long("version") => {
+                println!("ktr-mcp {}", env!("CARGO_PKG_VERSION"));
+                std::process::exit(0);
+            }
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(args)
+}
+
+fn value(parser: &mut lexopt::Parser) -> Result<std::ffi::OsString, String> {
+    parser.value().map_err(|e| e.to_string())
+}

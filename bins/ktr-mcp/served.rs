@@ -1,0 +1,106 @@
+//! Which Claude Code session this server serves. Claude Code (measured on
+//! 2.1.328) starts MCP servers with `CLAUDE_CODE_SESSION_ID` set to the
+//! session id, also after `--resume`; `--session ID` overrides it.
+
+use std::path::{Path, PathBuf};
+
+use ktr::config::Config;
+use ktr::operation::validate_session_id;
+use ktr::{Error, Result, plan};
+
+/// The environment variable Claude Code gives its MCP servers.
+pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";
+
+/// The served session, if known.
+#[derive(Debug, Clone)]
+pub struct Session {
+    id: Option<String>,
+    origin: &'static str,
+}
+
+/// A transcript chosen for `dirty`/`plan`, and why that one.
+pub struct Chosen {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+impl Session {
+    /// `--session ID` (already validated), else `$CLAUDE_CODE_SESSION_ID`
+    /// when it is a valid id, else unknown.
+    pub fn detect(arg: Option<String>) -> Session {
+        if let Some(id) = arg {
+            return Session {
+                id: Some(id),
+                origin: "--session",
+            };
+        }
+        match std::env::var(SESSION_ENV) {
+            Ok(id) if validate_session_id(&id).is_ok() => Session {
+                id: Some(id),
+                origin: SESSION_ENV,
+            },
+            _ => Session {
+                id: None,
+                origin: "unknown",
+            },
+        }
+    }
+
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        match &self.id {
+            Some(id) => format!("session {id} (from {})", self.origin),
+            None => "an unknown session (no --session, no $CLAUDE_CODE_SESSION_ID)".into(),
+        }
+    }
+
+    /// The transcript to read: the given one, else this session's when it
+    /// lives in `project_dir`, else the newest transcript there.
+    pub fn choose(&self, config: &Config, given: Option<&Path>) -> Result<Chosen> {
+        if let Some(given) = given {
+            return Ok(Chosen {
+                path: plan::resolve_transcript(config, Some(given))?,
+                why: "the transcript_path given".into(),
+            });
+        }
+        if let Some((id, path)) = self.in_project(config) {
+            return Ok(Chosen {
+                path: plan::resolve_transcript(config, Some(&path))?,
+                why: format!("the session being served ({id})"),
+            });
+        }
+        let why = match &self.id {
+            Some(id) => format!(
+                "the newest transcript in project_dir (the session being served, {id}, has no transcript there)"
+            ),
+            None => {
+                "the newest transcript in project_dir (the session being served is unknown)".into()
+            }
+        };
+        Ok(Chosen {
+            path: plan::resolve_transcript(config, None)?,
+            why,
+        })
+    }
+
+    /// The session a request binds to: this one when its transcript is in
+    /// `project_dir`; none when unknown (the first Stop hook in
+    /// `project_dir` binds it). A known session elsewhere is refused: ktr
+    /// would otherwise rebuild a session other than the one asking.
+    pub fn binding(&self, config: &Config) -> Result<Option<String>> {
+        match (&self.id, self.in_project(config)) {
+            (None, _) => Ok(None),
+            (Some(_), Some((id, _))) => Ok(Some(id)),
+            (Some(id), None) => Err(Error::refused(format!(
+                "this Claude Code session ({id}) has no transcript in project_dir {}; ktr rebuilds only sessions there: ask from that session, or fix project_dir",
+                config.project_dir.display()
+            ))),
+        }
+    }
+
+    fn in_project(&self, config: &Config) -> Option<(String, PathBuf)> {
+        let id = self.id.as_ref()?;
+        let path = config.project_dir.join(format!("{id}.jsonl"));
+        path.is_file().then(|| (id.clone(), path))
+    }
+}

@@ -1,0 +1,304 @@
+//! The seven tools (SPEC §11), each a thin call into the library. Every
+//! failure reaches the model as a tool result with `isError: true` and the
+//! library's one-line message; successes are structured JSON.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::schemars::JsonSchema;
+use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use ktr::config::Config;
+use ktr::operation::{Operation, Store};
+use ktr::target::Target;
+use ktr::{Error, Result, doctor, plan};
+
+use crate::served::Session;
+
+/// The server: which config to load and which session it serves.
+#[derive(Clone)]
+pub struct Server {
+    config: Option<PathBuf>,
+    served: Arc<Session>,
+}
+
+/// `thread_rebuild_dirty` / `thread_rebuild_plan` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct TranscriptArgs {
+    /// A `*.jsonl` transcript directly inside project_dir. Leave it out to use the session being served (else the newest transcript in project_dir).
+    #[serde(default)]
+    pub transcript_path: Option<String>,
+}
+
+/// `thread_rebuild_request` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RequestArgs {
+    /// Why the session should be rebuilt, in a few words (recorded in the operation).
+    pub reason: String,
+    /// Exactly `REBUILD` — pass it only after the human explicitly agreed to the rebuild.
+    pub confirmation: String,
+}
+
+/// `thread_rebuild_status` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct StatusArgs {
+    /// The operation to show. Leave it out for the most recent one.
+    #[serde(default)]
+    pub operation_id: Option<String>,
+}
+
+/// `thread_rebuild_cancel` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct CancelArgs {
+    /// The pending operation to cancel (from thread_rebuild_request or thread_rebuild_status).
+    pub operation_id: String,
+    /// Exactly `CANCEL` — pass it only after the human explicitly asked to cancel.
+    pub confirmation: String,
+}
+
+/// `thread_rebuild_rollback_request` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RollbackArgs {
+    /// The activated operation to switch back (from thread_rebuild_status).
+    pub operation_id: String,
+    /// Exactly `ROLLBACK` — pass it only after the human explicitly asked to go back.
+    pub confirmation: String,
+}
+
+type ToolResult = std::result::Result<CallToolResult, ErrorData>;
+
+#[tool_router]
+impl Server {
+    /// A server reading `config` (None: the default location) for `served`.
+    pub fn new(config: Option<PathBuf>, served: Session) -> Server {
+        Server {
+            config,
+            served: Arc::new(served),
+        }
+    }
+
+    #[tool(
+        description = "Read-only health report of the ktr installation: config, project dir, workdir, target, hooks, MCP registration, state dir, stuck operations. Each failed check says how to fix it.",
+        annotations(read_only_hint = true)
+    )]
+    async fn thread_rebuild_doctor(&self) -> ToolResult {
+        let config = self.config.clone();
+        run("thread_rebuild_doctor", move || {
+            Ok(doctor::check(config.as_deref()))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Read-only dirty ledger: how many bytes of the current context window are residue (tool results, thinking, injections…) versus conversation, and whether a rebuild is advised. Call this first.",
+        annotations(read_only_hint = true)
+    )]
+    async fn thread_rebuild_dirty(
+        &self,
+        Parameters(args): Parameters<TranscriptArgs>,
+    ) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_dirty", move || {
+            let (chosen, plan) = this.plan(args.transcript_path)?;
+            Ok(json!({
+                "transcript": plan.report.source_path,
+                "transcript_choice": chosen,
+                "ledger": plan.report.ledger,
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Read-only plan of a rebuild: turns carried verbatim, estimated tokens of the new window, what is left out and why, and blocked_reason if a check refuses. Writes nothing. Show it to the human before asking for REBUILD.",
+        annotations(read_only_hint = true)
+    )]
+    async fn thread_rebuild_plan(
+        &self,
+        Parameters(args): Parameters<TranscriptArgs>,
+    ) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_plan", move || {
+            let (chosen, plan) = this.plan(args.transcript_path)?;
+            plan_view(&plan, &chosen)
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Request a rebuild of this session. Only after the human explicitly agreed; confirmation must be exactly REBUILD. It only records a pending operation: finish your reply normally, the switch happens after the reply ends (Stop hook).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn thread_rebuild_request(
+        &self,
+        Parameters(args): Parameters<RequestArgs>,
+    ) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_request", move || {
+            let config = this.load_config()?;
+            let session = this.served.binding(&config)?;
+            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session)?;
+            Ok(json!({
+                "operation": operation_view(&op),
+                "next": "Finish your reply normally now; do not wait or poll. After this reply ends the Stop hook starts the rebuild in the background and the session is switched over; check later with thread_rebuild_status.",
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Read-only status of a rebuild operation (default: the most recent): status, reasons, error, session_conflict, needs_attention, estimated vs measured context tokens, history.",
+        annotations(read_only_hint = true)
+    )]
+    async fn thread_rebuild_status(&self, Parameters(args): Parameters<StatusArgs>) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_status", move || {
+            let config = this.load_config()?;
+            let store = Store::at(&config.state_dir).with_target(Target::from_config(&config));
+            let recovered = store.recover_stale()?;
+            let op = match args.operation_id {
+                Some(id) => Some(store.load(&id)?),
+                None => store.latest()?,
+            };
+            Ok(json!({
+                "operation": op.as_ref().map(operation_view),
+                "recovered_stale": recovered.iter().map(|o| &o.id).collect::<Vec<_>>(),
+                "note": if op.is_none() { "no operation has been requested yet" } else { "" },
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Cancel a pending rebuild (only while it is still pending). Only after the human asked; confirmation must be exactly CANCEL.",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn thread_rebuild_cancel(&self, Parameters(args): Parameters<CancelArgs>) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_cancel", move || {
+            let config = this.load_config()?;
+            let op = Store::for_config(&config)?.cancel(&args.operation_id, &args.confirmation)?;
+            Ok(json!({ "operation": operation_view(&op) }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Ask to switch an activated rebuild back to the old session. Only after the human asked; confirmation must be exactly ROLLBACK. Finish your reply normally: the switch back happens after the reply ends (Stop hook).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn thread_rebuild_rollback_request(
+        &self,
+        Parameters(args): Parameters<RollbackArgs>,
+    ) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_rollback_request", move || {
+            let config = this.load_config()?;
+            let op = Store::for_config(&config)?
+                .rollback_request(&args.operation_id, &args.confirmation)?;
+            Ok(json!({
+                "operation": operation_view(&op),
+                "next": "Finish your reply normally now; the switch back to the old session happens after this reply ends (Stop hook).",
+            }))
+        })
+        .await
+    }
+}
+
+#[tool_handler(
+    name = "ktr",
+    instructions = "ktr rebuilds this long-running Claude Code session losslessly: every real user/assistant turn is copied verbatim onto a fresh session (tool results, thinking and injections are dropped) and Claude Code is switched over to it. Always call thread_rebuild_dirty and thread_rebuild_plan first and tell the human what they show (noise, turns carried, estimated tokens, blocked_reason). Call thread_rebuild_request only after the human explicitly agreed in this conversation, with confirmation exactly REBUILD; never on your own initiative. After requesting, finish your reply normally and do not wait or poll: the switch happens after this reply ends (Stop hook), in the background. thread_rebuild_cancel (CANCEL, pending only) and thread_rebuild_rollback_request (ROLLBACK, activated only) likewise need the human's explicit word. No tool deletes anything."
+)]
+impl ServerHandler for Server {}
+
+impl Server {
+    fn load_config(&self) -> Result<Config> {
+        Config::load(self.config.as_deref())
+    }
+
+    /// Load the config, choose the transcript and plan it (read-only).
+    fn plan(&self, given: Option<String>) -> Result<(String, plan::Plan)> {
+        let config = self.load_config()?;
+        let given = given.map(PathBuf::from);
+        let chosen = self.served.choose(&config, given.as_deref())?;
+        let plan = plan::build(&config, &chosen.path, None)?;
+        Ok((chosen.why, plan))
+    }
+}
+
+/// Run a library call off the async thread and turn its outcome into a
+/// tool result; log one line to stderr.
+async fn run<T, F>(tool: &'static str, f: F) -> ToolResult
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    let outcome = tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(Error::io(format!("{tool} stopped unexpectedly: {e}"))));
+    Ok(match outcome {
+        Ok(value) => {
+            eprintln!("ktr-mcp: {tool}: ok");
+            match serde_json::to_value(&value) {
+                Ok(v) => CallToolResult::structured(v),
+                Err(e) => error_result(tool, &format!("cannot encode the result: {e}")),
+            }
+        }
+        Err(e) => error_result(tool, &e.message),
+    })
+}
+
+fn error_result(tool: &str, message: &str) -> CallToolResult {
+    eprintln!("ktr-mcp: {tool}: {message}");
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// The plan report for the model: every field of `ktr plan --json` except
+/// the per-record `left_out` list, which is summarised by reason (it can
+/// hold thousands of entries, and the model reads it inside the very
+/// window being measured).
+fn plan_view(plan: &plan::Plan, why: &str) -> Result<Value> {
+    let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
+    for l in &plan.report.left_out {
+        *by_reason.entry(l.reason.as_str()).or_default() += 1;
+    }
+    let mut report = serde_json::to_value(&plan.report)
+        .map_err(|e| Error::io(format!("cannot encode the plan: {e}")))?;
+    if let Some(obj) = report.as_object_mut() {
+        obj.remove("left_out");
+        obj.insert("left_out_by_reason".into(), json!(by_reason));
+        obj.insert("transcript_choice".into(), json!(why));
+        obj.insert(
+            "next".into(),
+            json!(match &plan.report.blocked_reason {
+                Some(_) => "blocked: do not request a rebuild; tell the human the blocked_reason",
+                None =>
+                    "if the human agrees, call thread_rebuild_request with confirmation REBUILD",
+            }),
+        );
+    }
+    Ok(report)
+}
+
+/// An operation for the model: everything but the manifest (one entry per
+/// carried item), which is replaced by its length.
+fn operation_view(op: &Operation) -> Value {
+    let mut value = serde_json::to_value(op).unwrap_or(Value::Null);
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("manifest");
+        obj.insert("manifest_items".into(), json!(op.manifest.len()));
+        obj.insert("context_tokens".into(), json!(op.context_tokens()));
+    }
+    value
+}

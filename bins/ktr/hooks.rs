@@ -1,0 +1,73 @@
+//! `ktr hooks merge|unmerge|registered` — the installer's edits of Claude
+//! Code's files (hidden from `--help`; `install` calls it). Merge puts the
+//! Stop and SessionStart hooks of `hooks.json` into Claude Code's settings,
+//! pointing at the binaries in `--prefix`; unmerge takes exactly those out
+//! again; registered exits 0 when `~/.claude.json` already registers
+//! `<prefix>/ktr-mcp --config C` as the MCP server `ktr`, 1 otherwise.
+
+use std::path::{Path, PathBuf};
+
+use ktr::Error;
+use ktr::settings::{self, Edit};
+
+use crate::cli::HooksArgs;
+use crate::out;
+
+pub fn run(args: &HooksArgs) -> Result<u8, Error> {
+    let path = args.settings.clone().unwrap_or_else(settings::default_path);
+    let edit = match args.action.as_str() {
+        "merge" => {
+            let prefix = args.prefix.as_deref().ok_or_else(|| {
+                Error::usage(
+                    "ktr hooks merge needs --prefix DIR (where ktr-stop and ktr-ack are installed)",
+                )
+            })?;
+            let config = args.common.config.as_deref().map(absolute).transpose()?;
+            Edit::merge(&path, &absolute(prefix)?, config.as_deref())?
+        }
+        "registered" => return registered(args),
+        "unmerge" if args.prefix.is_none() => Edit::unmerge(&path)?,
+        "unmerge" => return Err(Error::usage("--prefix does not apply to ktr hooks unmerge")),
+        other => {
+            return Err(Error::usage(format!(
+                "ktr hooks needs merge, unmerge or registered, not {other:?}"
+            )));
+        }
+    };
+    if args.dry_run {
+        out::print(&match edit.changes() {
+            true => edit.diff(),
+            false => format!("{} already up to date; nothing to change\n", path.display()),
+        });
+        return Ok(0);
+    }
+    let applied = edit.apply()?;
+    out::print(&match (applied.changed, applied.backup) {
+        (false, _) => format!("{} already up to date\n", path.display()),
+        (true, Some(b)) => format!("updated {} (backup: {})\n", path.display(), b.display()),
+        (true, None) => format!("created {}\n", path.display()),
+    });
+    Ok(0)
+}
+
+fn registered(args: &HooksArgs) -> Result<u8, Error> {
+    let prefix = args
+        .prefix
+        .as_deref()
+        .ok_or_else(|| Error::usage("ktr hooks registered needs --prefix DIR"))?;
+    let command = absolute(prefix)?.join("ktr-mcp");
+    let config = ktr::config::Config::locate(args.common.config.as_deref());
+    let wanted = vec![
+        "--config".to_string(),
+        absolute(&config)?.display().to_string(),
+    ];
+    let text =
+        std::fs::read_to_string(ktr::config::home_dir().join(".claude.json")).unwrap_or_default();
+    let yes = settings::mcp_registered(&text, &command.display().to_string(), &wanted);
+    Ok(if yes { 0 } else { 1 })
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(p)
+        .map_err(|e| Error::usage(format!("cannot make {} absolute: {e}", p.display())))
+}
