@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use ktr::config::Config;
 use ktr::operation::{Operation, Store};
+use ktr::report::StatusView;
 use ktr::target::Target;
 use ktr::{Error, Result, doctor, plan};
 
@@ -291,14 +292,9 @@ fn plan_view(plan: &plan::Plan, why: &str) -> Result<Value> {
     Ok(report)
 }
 
-/// An operation for the model: everything but the manifest (one entry per
-/// carried item), which is replaced by its length.
+/// An operation for the model: the same view `ktr status --json` prints
+/// (the manifest and left-out list summarised by their lengths, estimated
+/// next to measured tokens, and the next step in one sentence).
 fn operation_view(op: &Operation) -> Value {
-    let mut value = serde_json::to_value(op).unwrap_or(Value::Null);
-    if let Some(obj) = value.as_object_mut() {
-        obj.remove("manifest");
-        obj.insert("manifest_items".into(), json!(op.manifest.len()));
-        obj.insert("context_tokens".into(), json!(op.context_tokens()));
-    }
-    value
+    serde_json::to_value(StatusView::of(op)).unwrap_or(Value::Null)
 }
