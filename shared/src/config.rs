@@ -301,6 +301,23 @@ impl Config {
         })
     }
 
+    /// Why `claude_workdir` does not match `project_dir` (Claude Code names
+    /// the project folder after its working directory), or `None`.
+    pub fn workdir_mismatch(&self) -> Option<String> {
+        let expected = encode_project_name(&self.claude_workdir);
+        let actual = self
+            .project_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (expected != actual).then(|| {
+            format!(
+                "claude_workdir {} encodes to {expected}, but project_dir is named {actual}",
+                self.claude_workdir.display()
+            )
+        })
+    }
+
     /// The resume argv with `{session_id}` replaced.
     pub fn resume_argv(&self, session_id: &str) -> Vec<String> {
         self.resume_command

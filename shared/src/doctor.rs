@@ -111,22 +111,12 @@ fn project_dir(dir: &Path) -> Check {
 }
 
 fn workdir(config: &Config) -> Check {
-    let expected = config::encode_project_name(&config.claude_workdir);
-    let actual = config
-        .project_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if expected == actual {
+    let Some(detail) = config.workdir_mismatch() else {
         return pass(
             "workdir ↔ project",
-            format!("{} encodes to {actual}", config.claude_workdir.display()),
+            format!("{} matches project_dir", config.claude_workdir.display()),
         );
-    }
-    let detail = format!(
-        "claude_workdir {} encodes to {expected}, but project_dir is named {actual}",
-        config.claude_workdir.display()
-    );
+    };
     if config.verify_workdir_matches_project {
         fail(
             "workdir ↔ project",

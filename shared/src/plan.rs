@@ -185,7 +185,10 @@ pub fn build_from_reader<R: BufRead>(
     let mut sel = turns::select(&scan.events, &history.events, config);
     block_on_input_problems(config, &scan, &mut sel);
     let session_id = match new_session_id {
-        Some(id) => validate_session_id(id)?,
+        Some(id) => {
+            crate::operation::validate_session_id(id)?;
+            id.to_string()
+        }
         None => uuid::Uuid::new_v4().to_string(),
     };
     let candidate = carry::build(
@@ -301,21 +304,5 @@ fn reason_name(reason: LeftOutReason) -> &'static str {
         LeftOutReason::LocalCommand => "local_command",
         LeftOutReason::OpenTailDropped => "open_tail_dropped",
         LeftOutReason::DroppedOldest => "dropped_oldest",
-    }
-}
-
-/// Session ids are used in file names: only `[0-9a-f-]`, bounded length.
-pub fn validate_session_id(id: &str) -> Result<String> {
-    let ok = !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
-    if ok {
-        Ok(id.to_string())
-    } else {
-        Err(Error::usage(format!(
-            "session id {id:?} is not valid: use lower-case hex and dashes (a UUID), at most 64 characters"
-        )))
     }
 }

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Instant, SystemTime};
 
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, update};
-use crate::config::{Activation, Config, encode_project_name};
+use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::operation::{Candidate, Operation, Status, Store, Worker, rfc3339, validate_session_id};
@@ -220,22 +220,12 @@ pub fn schedule_by_hand(
 /// `claude_workdir` must encode to `project_dir`'s name, or `--resume`
 /// would look in another folder after the old process is gone (INCIDENTS 4).
 fn check_workdir(config: &Config) -> Result<()> {
-    if !config.verify_workdir_matches_project {
-        return Ok(());
+    match config.workdir_mismatch() {
+        Some(why) if config.verify_workdir_matches_project => Err(Error::refused(format!(
+            "{why}; set claude_workdir to the directory Claude Code runs in (or verify_workdir_matches_project = false)"
+        ))),
+        _ => Ok(()),
     }
-    let expected = encode_project_name(&config.claude_workdir);
-    let actual = config
-        .project_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if expected == actual {
-        return Ok(());
-    }
-    Err(Error::refused(format!(
-        "claude_workdir {} encodes to {expected}, but project_dir is named {actual}; set claude_workdir to the directory Claude Code runs in (or verify_workdir_matches_project = false)",
-        config.claude_workdir.display()
-    )))
 }
 
 /// A stable, verified copy of the source.
