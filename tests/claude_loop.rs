@@ -292,7 +292,7 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
         "project_dir = {}\nstate_dir = {}\nactivation = \"tmux\"\ntmux_target = {}\n\
          claude_workdir = {}\nresume_command = [{}, \"--resume\", \"{{session_id}}\"]\n\
          activation_delay_seconds = 0.5\nstable_file_seconds = 0.5\n\
-         stable_file_timeout_seconds = 20\nhealthcheck_seconds = 4\n\n[resume_env]\n",
+         stable_file_timeout_seconds = 20\nhealthcheck_seconds = 5\n\n[resume_env]\n",
         path(&env.project_dir()),
         path(state),
         q(claude::PANE),
@@ -484,6 +484,20 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     assert_eq!(ack.session_id, new_id);
     let context_tokens = ack.context_tokens.expect("context_tokens");
     assert!(context_tokens > 0);
+    let activated = op
+        .history
+        .iter()
+        .rfind(|t| t.to == Status::Activated)
+        .unwrap();
+    assert!(
+        activated.note.contains(&format!(
+            "Claude Code reports {context_tokens} context tokens"
+        )),
+        "activated without Claude Code's receipt: {}",
+        activated.note
+    );
+    let receipt = lp.store.artifacts_dir(&op.id).unwrap().join("ack.json");
+    assert!(receipt.is_file(), "no {}", receipt.display());
 
     // The old transcript. ktr never writes it: what it froze is the source
     // as it was after the request turn (the backup has the recorded digest,
@@ -501,6 +515,15 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         "the old transcript no longer starts with what was frozen"
     );
     let appended_on_exit = source_now.len() - frozen.len();
+    // What it appends (2.1.328: `last-prompt`, `cost-state`) is file-only:
+    // nothing anyone said after the freeze was left behind.
+    for line in String::from_utf8_lossy(&source_now[frozen.len()..]).lines() {
+        let record: Value = serde_json::from_str(line).unwrap_or_default();
+        assert!(
+            !matches!(record["type"].as_str(), Some("user" | "assistant")),
+            "a conversation record reached the old transcript after the freeze: {line}"
+        );
+    }
     let source_digest = sha256_file(&lp.source()).unwrap();
 
     // The next message reaches the model with every turn and no residue.
@@ -548,10 +571,21 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     );
 
     let stop_to_activated = history_seconds(&op, Status::Scheduled, Status::Activated);
+    let activating = op
+        .history
+        .iter()
+        .find(|t| t.to == Status::Activating)
+        .unwrap();
+    let switch_to_ack = parse_rfc3339(&ack.at)
+        .unwrap()
+        .duration_since(parse_rfc3339(&activating.at).unwrap())
+        .unwrap_or_default()
+        .as_secs_f64();
     eprintln!(
         "loop: messages {before_bytes} B before the rebuild -> {after_bytes} B after ({:.1} %); \
          request body {} B -> {} B; context_tokens {context_tokens} (estimate {:?}); \
-         reply end -> activated {:.1} s (Stop hook -> activated {stop_to_activated:.1} s); \
+         reply end -> activated {:.1} s (Stop hook -> activated {stop_to_activated:.1} s, \
+         switch -> ack {switch_to_ack:.1} s, healthcheck_seconds 5); \
          Claude Code appended {appended_on_exit} B to the old transcript on exit",
         100.0 * after_bytes as f64 / before_bytes as f64,
         before.bytes,
@@ -572,15 +606,13 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         ],
     )]);
     let pane_new = lp.tmux.pane_pid();
-    lp.say(
-        "USER-L5 还是回到旧窗口吧 ROLLBACK-ASK，我确认。",
-        "ASSISTANT-L5",
-    );
-    let rollback_asked = Instant::now();
+    // The switch back follows the reply within milliseconds, so the reply
+    // may never be seen on the screen: wait for the operation instead.
+    lp.tmux
+        .type_line("USER-L5 还是回到旧窗口吧 ROLLBACK-ASK，我确认。");
     let op = lp.wait_status("the rollback to finish", |s| {
         matches!(s, Status::RolledBack | Status::Failed)
     });
-    let rolled_back_after = rollback_asked.elapsed();
     assert_eq!(
         op.status,
         Status::RolledBack,
@@ -620,8 +652,8 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         "the rebuilt session's turn leaked into the old one"
     );
     eprintln!(
-        "rollback: reply end -> rolled_back {:.1} s; messages after rollback {} B; test took {:.1} s",
-        rolled_back_after.as_secs_f64(),
+        "rollback: Stop hook -> rolled_back {:.1} s; messages after rollback {} B; test took {:.1} s",
+        history_seconds(&op, Status::RollbackScheduled, Status::RolledBack),
         back.messages_bytes(),
         started.elapsed().as_secs_f64()
     );

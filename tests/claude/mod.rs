@@ -372,13 +372,31 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let tmux = |args: &[&str]| {
+            Command::new("tmux")
+                .arg("-L")
+                .arg(&self.socket)
+                .args(args)
+                .env_clear()
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+        };
+        let panes: Vec<u32> = tmux(&["list-panes", "-a", "-F", "#{pane_pid}"])
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = tmux(&["kill-server"]);
+        // The CLI still writes into its HOME while it exits; wait (bounded)
+        // until it is gone so the temp dir can be removed whole.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while panes.iter().any(|pid| ktr::process::pid_alive(*pid)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
         // kill-server leaves the socket file behind.
         let _ = fs::remove_file(&self.socket_path);
     }
