@@ -509,6 +509,10 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let backup = op.backup.clone().expect("a frozen backup");
     assert_eq!(sha256_file(&backup).ok(), op.source_sha256);
     let frozen = fs::read(&backup).unwrap();
+    assert!(
+        String::from_utf8_lossy(&frozen).contains("ASSISTANT-L3"),
+        "the freeze did not wait for the request turn to finish"
+    );
     let source_now = fs::read(lp.source()).unwrap();
     assert!(
         source_now.starts_with(&frozen),
