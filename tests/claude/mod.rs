@@ -249,16 +249,28 @@ pub struct Tmux {
 pub const PANE: &str = "cc:0.0";
 
 impl Tmux {
-    /// Start the server running `claude ARGS` in `env.work`.
-    pub fn start(env: &ClaudeEnv, args: &[&str]) -> Tmux {
+    /// A socket name no other test (or real user) has: `ktr-e2e-<pid>-<n>`.
+    pub fn unique_socket() -> String {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
+        format!(
+            "ktr-e2e-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        )
+    }
+
+    /// Start the server running `claude ARGS` in `env.work`.
+    pub fn start(env: &ClaudeEnv, args: &[&str]) -> Tmux {
+        Tmux::start_on(env, &Tmux::unique_socket(), args)
+    }
+
+    /// [`Tmux::start`] on a given socket name (from
+    /// [`Tmux::unique_socket`]), for tests that must tell the processes in
+    /// the pane which server they run in before it starts.
+    pub fn start_on(env: &ClaudeEnv, socket: &str, args: &[&str]) -> Tmux {
         let mut tmux = Tmux {
-            socket: format!(
-                "ktr-e2e-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::SeqCst)
-            ),
+            socket: socket.to_string(),
             socket_path: PathBuf::new(),
             env: env.env(),
         };
@@ -347,17 +359,44 @@ impl Tmux {
             .parse()
             .unwrap()
     }
+
+    /// The command line of the process running in the pane.
+    pub fn pane_argv(&self) -> Vec<String> {
+        let raw = fs::read(format!("/proc/{}/cmdline", self.pane_pid())).unwrap_or_default();
+        raw.split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
 }
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let tmux = |args: &[&str]| {
+            Command::new("tmux")
+                .arg("-L")
+                .arg(&self.socket)
+                .args(args)
+                .env_clear()
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+        };
+        let panes: Vec<u32> = tmux(&["list-panes", "-a", "-F", "#{pane_pid}"])
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = tmux(&["kill-server"]);
+        // The CLI still writes into its HOME while it exits; wait (bounded)
+        // until it is gone so the temp dir can be removed whole.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while panes.iter().any(|pid| ktr::process::pid_alive(*pid)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
         // kill-server leaves the socket file behind.
         let _ = fs::remove_file(&self.socket_path);
     }

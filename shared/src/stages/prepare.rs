@@ -94,7 +94,7 @@ pub fn prepare(
             .project_dir
             .canonicalize()
             .map_err(|e| Error::io_at("resolve", &config.project_dir, &e))?;
-        let bytes = plan.candidate.bytes();
+        let bytes = test_corruption(plan.candidate.bytes(), steps);
         let candidate = Candidate {
             session_id: new_id.clone(),
             path: project.join(format!("{new_id}.jsonl")),
@@ -310,4 +310,45 @@ fn startup_snapshot(plan: &Plan) -> Option<String> {
         .position(|m| m.kind == "startup_snapshot")?;
     let line: serde_json::Value = serde_json::from_str(plan.candidate.lines.get(position)?).ok()?;
     line["message"]["content"].as_str().map(str::to_string)
+}
+
+/// Debug builds only: `KTR_TEST_CORRUPT_CANDIDATE=strip-timestamps` removes
+/// the `timestamp` of every candidate line right before it is written, so
+/// that the recorded digests describe the corrupted bytes (the manifest's
+/// texts are unchanged) but Claude Code cannot load the session. The
+/// end-to-end tests use it to prove that such a candidate is refused and
+/// the old session keeps running. Release builds ignore the variable.
+#[cfg(debug_assertions)]
+fn test_corruption(bytes: Vec<u8>, steps: &mut Steps) -> Vec<u8> {
+    match std::env::var("KTR_TEST_CORRUPT_CANDIDATE").as_deref() {
+        Ok("strip-timestamps") => {}
+        Ok(other) => {
+            steps.say(format!(
+                "KTR_TEST_CORRUPT_CANDIDATE={other:?} is not a known corruption; ignored"
+            ));
+            return bytes;
+        }
+        Err(_) => return bytes,
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let mut record: serde_json::Value = match serde_json::from_slice(line) {
+            Ok(v) => v,
+            Err(_) => return bytes,
+        };
+        if let Some(map) = record.as_object_mut() {
+            map.remove("timestamp");
+        }
+        out.extend_from_slice(record.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    steps
+        .say("test hook: stripped every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)");
+    out
+}
+
+/// Release builds: the candidate is written as built.
+#[cfg(not(debug_assertions))]
+fn test_corruption(bytes: Vec<u8>, _steps: &mut Steps) -> Vec<u8> {
+    bytes
 }
