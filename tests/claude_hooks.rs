@@ -94,14 +94,19 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
     let source = env.transcript(source_id);
     let record = records.clone();
     assert!(
-        wait_for(Duration::from_secs(10), || fs::read_dir(&record)
+        wait_for(Duration::from_secs(30), || fs::read_dir(&record)
             .unwrap()
             .flatten()
             .any(|e| e
                 .file_name()
                 .to_string_lossy()
                 .starts_with("ktr-prepare."))),
-        "the Stop hook did not start ktr-prepare"
+        "the Stop hook did not start ktr-prepare; operation: {:?}; worker.log: {:?}; ktr.log: {:?}; stdout: {}; stderr: {}",
+        store.load(&op.id).map(|o| (o.status, o.error)),
+        fs::read_to_string(state.join("worker.log")).unwrap_or_default(),
+        fs::read_to_string(state.join("ktr.log")).unwrap_or_default(),
+        run.stdout,
+        run.stderr,
     );
     let scheduled = store.load(&op.id).unwrap();
     assert_eq!(scheduled.status, Status::Scheduled);

@@ -186,6 +186,7 @@ impl Tmux {
         }
     }
 
+    /// `tmux set-option -p -t T remain-on-exit on`, then
     /// `tmux respawn-pane -k -t T -c WORKDIR [-e K=V…] -- argv…`.
     fn respawn(&self, session_id: &str, config: &Config) -> Result<()> {
         let workdir = &config.claude_workdir;
@@ -200,6 +201,18 @@ impl Tmux {
             // tmux would hand a single word to a shell; never do that.
             return Err(Error::config("resume_command must have at least two words"));
         }
+        // Keep the pane when the resumed Claude exits at once: with tmux's
+        // default a dying process takes its pane (and maybe the session)
+        // with it, and the fallback would have nothing to respawn.
+        let keep = self.argv(&[
+            "set-option",
+            "-p",
+            "-t",
+            &self.target,
+            "remain-on-exit",
+            "on",
+        ]);
+        process::run_checked(&keep, CONTROL_TIMEOUT)?;
         let mut argv = self.argv(&["respawn-pane", "-k", "-t", &self.target, "-c"]);
         argv.push(workdir.to_string_lossy().into_owned());
         for (k, v) in &config.resume_env {

@@ -138,8 +138,8 @@ impl Rig {
         match self.kind {
             Kind::Tmux => {
                 let server = self.tmux.as_ref().unwrap();
-                // Keep a dead pane so the server survives an exiting claude.
-                server.tmux(&["set-option", "-g", "remain-on-exit", "on"]);
+                // tmux's defaults, as on a user's machine: an exiting claude
+                // takes its pane with it unless ktr keeps the pane itself.
                 let mut args: Vec<String> = ["respawn-pane", "-k", "-t", "t:0.0", "-c"]
                     .map(String::from)
                     .to_vec();
