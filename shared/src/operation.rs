@@ -1012,6 +1012,17 @@ mod tests {
         fs::metadata(path).unwrap().permissions().mode() & 0o777
     }
 
+    /// A fresh pending operation in `store`.
+    fn requested(store: &Store) -> Operation {
+        store.request("x", "REBUILD", None).unwrap()
+    }
+
+    /// `result` is an error whose message contains `needle`.
+    fn assert_refused<T: std::fmt::Debug>(result: Result<T>, needle: &str) {
+        let err = result.unwrap_err();
+        assert!(err.message.contains(needle), "{err}");
+    }
+
     /// Drive `id` along `path` of statuses.
     fn walk(store: &Store, id: &str, path: &[Status]) -> Operation {
         store
@@ -1191,7 +1202,7 @@ mod tests {
             assert_eq!(err.message, "confirmation must be exactly REBUILD");
         }
         assert!(store.list().unwrap().is_empty(), "nothing was created");
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         assert_eq!(
             store.cancel(&op.id, "cancel").unwrap_err().message,
             "confirmation must be exactly CANCEL"
@@ -1225,10 +1236,10 @@ mod tests {
             Some("s1"),
             "an unbound request binds when a session is given"
         );
-        let err = store
-            .request("x", "REBUILD", Some("s2".into()))
-            .unwrap_err();
-        assert!(err.message.contains("pending for session s1"), "{err}");
+        assert_refused(
+            store.request("x", "REBUILD", Some("s2".into())),
+            "pending for session s1",
+        );
         assert_eq!(store.list().unwrap().len(), 1);
         assert!(
             store
@@ -1242,7 +1253,7 @@ mod tests {
     #[test]
     fn a_busy_operation_refuses_new_requests_by_name() {
         let (_t, store) = store();
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         walk(&store, &op.id, &[Status::Scheduled]);
         let err = store.request("y", "REBUILD", None).unwrap_err();
         assert_eq!(err.exit_code(), 1);
@@ -1255,14 +1266,13 @@ mod tests {
     #[test]
     fn cancel_only_pending_and_it_frees_the_next_request() {
         let (_t, store) = store();
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         let cancelled = store.cancel(&op.id, "CANCEL").unwrap();
         assert_eq!(cancelled.status, Status::Cancelled);
         assert_eq!(store.active(), None);
-        let err = store.cancel(&op.id, "CANCEL").unwrap_err();
-        assert!(
-            err.message.contains("is cancelled; only a pending"),
-            "{err}"
+        assert_refused(
+            store.cancel(&op.id, "CANCEL"),
+            "is cancelled; only a pending",
         );
         let next = store.request("again", "REBUILD", None).unwrap();
         assert_ne!(next.id, op.id);
@@ -1280,11 +1290,10 @@ mod tests {
     fn rollback_request_only_for_activated() {
         use Status::*;
         let (_t, store) = store();
-        let op = store.request("x", "REBUILD", None).unwrap();
-        let err = store.rollback_request(&op.id, "ROLLBACK").unwrap_err();
-        assert!(
-            err.message.contains("is pending; only an activated"),
-            "{err}"
+        let op = requested(&store);
+        assert_refused(
+            store.rollback_request(&op.id, "ROLLBACK"),
+            "is pending; only an activated",
         );
         walk(
             &store,
@@ -1294,14 +1303,13 @@ mod tests {
         let op = store.rollback_request(&op.id, "ROLLBACK").unwrap();
         assert_eq!(op.status, RollbackPending);
         assert_eq!(store.active(), Some((op.id.clone(), RollbackPending)));
-        let err = store.request("y", "REBUILD", None).unwrap_err();
-        assert!(err.message.contains("is rollback_pending"), "{err}");
+        assert_refused(store.request("y", "REBUILD", None), "is rollback_pending");
     }
 
     #[test]
     fn the_lock_serialises_read_modify_write() {
         let (_t, store) = store();
-        let id = store.request("x", "REBUILD", None).unwrap().id;
+        let id = requested(&store).id;
         let store = Arc::new(store);
         let threads: Vec<_> = (0..8)
             .map(|_| {
@@ -1354,7 +1362,7 @@ mod tests {
     fn a_stage_claims_only_the_status_it_expects() {
         use Status::*;
         let (_t, store) = store();
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         let err = store
             .claim(&op.id, Scheduled, Running, "prepare")
             .unwrap_err();
@@ -1378,7 +1386,7 @@ mod tests {
     fn a_claim_is_refused_while_another_live_worker_holds_the_operation() {
         use Status::*;
         let (_t, store) = store();
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         walk(&store, &op.id, &[Scheduled]);
         let mut other = std::process::Command::new("sleep")
             .arg("5")
@@ -1407,7 +1415,7 @@ mod tests {
         use Status::*;
         let (_t, store) = store();
         let store = store.with_grace(Duration::ZERO);
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         walk(&store, &op.id, &[Scheduled, Running]);
         set_worker(&store, &op.id, dead_worker("prepare"));
         let next = store.request("again", "REBUILD", None).unwrap();
@@ -1422,7 +1430,7 @@ mod tests {
     fn a_live_worker_or_a_recent_death_is_left_alone() {
         use Status::*;
         let (_t, store) = store();
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         walk(&store, &op.id, &[Scheduled, Running]);
         set_worker(&store, &op.id, Worker::current("prepare"));
         let store = store.with_grace(Duration::ZERO);
@@ -1441,7 +1449,7 @@ mod tests {
         use Status::*;
         let (_t, store) = store();
         let store = store.with_grace(Duration::ZERO);
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         walk(&store, &op.id, &[Scheduled, Running, Verifying]);
         let mut me = Worker::current("verify");
         me.start_time += 1;
@@ -1463,7 +1471,7 @@ mod tests {
         let store = store
             .with_grace(Duration::ZERO)
             .with_target(Target::Pointer(crate::target::Pointer { path: pointer }));
-        let op = store.request("x", "REBUILD", None).unwrap();
+        let op = requested(&store);
         walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
         set_worker(&store, &op.id, dead_worker("activate"));
         let failed = store.recover_stale().unwrap().pop().unwrap();

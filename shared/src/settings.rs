@@ -203,41 +203,82 @@ pub fn wanted(bin_dir: &Path, config: Option<&Path>) -> Result<Vec<Wanted>> {
         None => String::new(),
     };
     let mut out = Vec::new();
-    for (event, groups) in events {
-        let Json::Array(groups) = groups else {
-            return Err(bad("has an event that is not a list"));
+    for entry in hook_entries(events) {
+        let HookEntry {
+            event,
+            matcher,
+            hook,
+        } = entry.map_err(|shape| bad(shape.what()))?;
+        let mut hook = hook.clone();
+        let Some(Json::String(command)) = hook.get_mut("command") else {
+            return Err(bad("has a hook without command"));
         };
-        for group in groups {
-            let matcher = group
-                .get("matcher")
-                .and_then(Json::as_str)
-                .map(String::from);
-            let Some(Json::Array(hooks)) = group.get("hooks") else {
-                return Err(bad("has a group without hooks"));
-            };
-            for hook in hooks {
-                let mut hook = hook.clone();
-                let Some(Json::String(command)) = hook.get_mut("command") else {
-                    return Err(bad("has a hook without command"));
-                };
-                let program_template = command.replace("{config_arg}", "");
-                let program_path =
-                    program_template.replace("{bin_dir}", &bin_dir.to_string_lossy());
-                let program = OUR_PROGRAMS
-                    .into_iter()
-                    .find(|p| program_template.ends_with(&format!("/{p}")))
-                    .ok_or_else(|| bad("runs a program that is not ktr's"))?;
-                *command = format!("{}{config_arg}", sh_quote(&program_path));
-                out.push(Wanted {
-                    event: event.clone(),
-                    matcher: matcher.clone(),
-                    program,
-                    hook,
-                });
-            }
-        }
+        let program_template = command.replace("{config_arg}", "");
+        let program_path = program_template.replace("{bin_dir}", &bin_dir.to_string_lossy());
+        let program = OUR_PROGRAMS
+            .into_iter()
+            .find(|p| program_template.ends_with(&format!("/{p}")))
+            .ok_or_else(|| bad("runs a program that is not ktr's"))?;
+        *command = format!("{}{config_arg}", sh_quote(&program_path));
+        out.push(Wanted {
+            event: event.to_string(),
+            matcher: matcher.map(String::from),
+            program,
+            hook,
+        });
     }
     Ok(out)
+}
+
+/// One hook of a `hooks` object, with the event and matcher it sits under.
+struct HookEntry<'a> {
+    event: &'a str,
+    matcher: Option<&'a str>,
+    hook: &'a Json,
+}
+
+/// A part of a `hooks` object that is not shaped as Claude Code expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Misshapen {
+    EventNotAList,
+    GroupWithoutHooks,
+}
+
+impl Misshapen {
+    /// What is wrong, as the end of a sentence about the document.
+    fn what(self) -> &'static str {
+        match self {
+            Misshapen::EventNotAList => "has an event that is not a list",
+            Misshapen::GroupWithoutHooks => "has a group without hooks",
+        }
+    }
+}
+
+/// Every hook of a `hooks` object (`{event: [{matcher?, hooks: [hook…]}…]}`)
+/// in document order; a misshapen event or group is one `Err` item in its
+/// place, so a strict reader can stop there and a lenient one skip it.
+fn hook_entries(
+    events: &[(String, Json)],
+) -> impl Iterator<Item = std::result::Result<HookEntry<'_>, Misshapen>> {
+    type Entries<'a> = Box<dyn Iterator<Item = std::result::Result<HookEntry<'a>, Misshapen>> + 'a>;
+    events.iter().flat_map(|(event, groups)| -> Entries<'_> {
+        let Json::Array(groups) = groups else {
+            return Box::new(std::iter::once(Err(Misshapen::EventNotAList)));
+        };
+        Box::new(groups.iter().flat_map(move |group| -> Entries<'_> {
+            let matcher = group.get("matcher").and_then(Json::as_str);
+            let Some(Json::Array(hooks)) = group.get("hooks") else {
+                return Box::new(std::iter::once(Err(Misshapen::GroupWithoutHooks)));
+            };
+            Box::new(hooks.iter().map(move |hook| {
+                Ok(HookEntry {
+                    event,
+                    matcher,
+                    hook,
+                })
+            }))
+        }))
+    })
 }
 
 /// Quote a word for `sh` only when it needs it.
@@ -513,36 +554,26 @@ pub struct Found {
 /// Our hooks in a settings document, for `doctor`.
 pub fn find_ours(text: &str) -> Result<Vec<Found>> {
     let doc = Json::parse(text).map_err(|e| Error::refused(format!("not valid JSON: {e}")))?;
-    let mut found = Vec::new();
     let Some(Json::Object(events)) = doc.get("hooks") else {
-        return Ok(found);
+        return Ok(Vec::new());
     };
-    for (event, groups) in events {
-        let Json::Array(groups) = groups else {
-            continue;
-        };
-        for group in groups {
-            let matcher = group
-                .get("matcher")
+    Ok(hook_entries(events)
+        .flatten()
+        .filter_map(|entry| {
+            let program = our_program(entry.hook)?;
+            let command = entry
+                .hook
+                .get("command")
                 .and_then(Json::as_str)
-                .map(String::from);
-            let Some(Json::Array(hooks)) = group.get("hooks") else {
-                continue;
-            };
-            for hook in hooks {
-                if let Some(program) = our_program(hook) {
-                    let command = hook.get("command").and_then(Json::as_str).unwrap_or("");
-                    found.push(Found {
-                        event: event.clone(),
-                        matcher: matcher.clone(),
-                        program,
-                        path: program_of(command),
-                    });
-                }
-            }
-        }
-    }
-    Ok(found)
+                .unwrap_or("");
+            Some(Found {
+                event: entry.event.to_string(),
+                matcher: entry.matcher.map(String::from),
+                program,
+                path: program_of(command),
+            })
+        })
+        .collect())
 }
 
 /// Whether `~/.claude.json` text registers the MCP server `ktr` at user
@@ -824,6 +855,53 @@ mod tests {
         let text =
             "{\n  \"a\": [],\n  \"b\": {},\n  \"z\": [\n    1,\n    \"中\"\n  ],\n  \"c\": null\n}";
         assert_eq!(Json::parse(text).unwrap().pretty(), text);
+    }
+
+    #[test]
+    fn hook_entries_walk_in_order_and_mark_misshapen_parts() {
+        let doc = Json::parse(
+            r#"{"hooks": {
+                "Stop": [{"hooks": [{"type": "command", "command": "/b/ktr-stop"}]}, {"matcher": "x"}],
+                "Odd": "not a list",
+                "SessionStart": [{"matcher": "resume", "hooks": [
+                    {"type": "command", "command": "/other"},
+                    {"type": "command", "command": "'/b b/ktr-ack' --config c"}]}]
+            }}"#,
+        )
+        .unwrap();
+        let Some(Json::Object(events)) = doc.get("hooks") else {
+            panic!("no hooks");
+        };
+        let walked: Vec<_> = hook_entries(events)
+            .map(|e| e.map(|e| (e.event, e.matcher, e.hook.get("command").unwrap().clone())))
+            .collect();
+        assert_eq!(walked.len(), 5);
+        assert_eq!(
+            walked[0],
+            Ok(("Stop", None, Json::String("/b/ktr-stop".into())))
+        );
+        assert_eq!(walked[1], Err(Misshapen::GroupWithoutHooks));
+        assert_eq!(walked[2], Err(Misshapen::EventNotAList));
+        assert_eq!(
+            walked[3],
+            Ok((
+                "SessionStart",
+                Some("resume"),
+                Json::String("/other".into())
+            ))
+        );
+        // The lenient reader skips what is misshapen and finds ours.
+        let found = find_ours(&doc.pretty()).unwrap();
+        assert_eq!(
+            found
+                .iter()
+                .map(|f| (f.event.as_str(), f.program, f.path.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("Stop", "ktr-stop", "/b/ktr-stop"),
+                ("SessionStart", "ktr-ack", "/b b/ktr-ack")
+            ]
+        );
     }
 
     #[test]
