@@ -103,21 +103,6 @@ impl Run {
     }
 }
 
-/// Move `id` along `path` of statuses with the library, as stages would.
-fn walk(sandbox: &Sandbox, id: &str, path: &[Status], edit: impl FnOnce(&mut Operation)) {
-    sandbox
-        .store()
-        .with_lock(|tx| {
-            let mut op = tx.load(id)?;
-            edit(&mut op);
-            for to in path {
-                tx.transition(&mut op, *to, "test")?;
-            }
-            Ok(())
-        })
-        .unwrap();
-}
-
 const TO_ACTIVATED: [Status; 5] = [
     Status::Scheduled,
     Status::Running,
@@ -183,7 +168,7 @@ fn request_creates_merges_and_refuses_by_name() {
         .stdout_contains("requested with ktr request")
         .stdout_contains(&format!("ktr cancel {id} --confirm CANCEL"));
 
-    walk(&sb, &id, &[Status::Scheduled, Status::Running], |_| {});
+    sb.walk(&id, &[Status::Scheduled, Status::Running], |_| {});
     Ktr::new(&sb)
         .args(["request", "--confirm", "REBUILD", "--reason", "again"])
         .run()
@@ -218,7 +203,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
     let op = store
         .request("window 4 MB", "REBUILD", Some("src-session".into()))
         .unwrap();
-    walk(&sb, &op.id, &TO_ACTIVATED, |op| {
+    sb.walk(&op.id, &TO_ACTIVATED, |op| {
         op.attempts = 2;
         op.estimated_tokens = Some(11_800);
         op.candidate = Some(Candidate {
@@ -304,8 +289,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
 fn status_of_a_failure_shows_error_conflict_and_attention() {
     let sb = Sandbox::new();
     let op = sb.store().request("x", "REBUILD", None).unwrap();
-    walk(
-        &sb,
+    sb.walk(
         &op.id,
         &[Status::Scheduled, Status::Running, Status::Failed],
         |op| {
@@ -343,7 +327,7 @@ fn a_dead_worker_is_failed_by_any_command_and_never_blocks() {
     let mut child = Command::new("true").spawn().unwrap();
     let pid = child.id();
     child.wait().unwrap();
-    walk(&sb, &op.id, &[Status::Scheduled, Status::Running], |_| {});
+    sb.walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
     let path = sb.state.join(format!("operations/{}.json", op.id));
     let mut stored: Operation = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     stored.worker = Some(ktr::operation::Worker {
@@ -397,7 +381,7 @@ fn cancel_only_a_pending_operation() {
         .stderr_contains("is cancelled; only a pending operation can be cancelled");
 
     let busy = sb.store().request("y", "REBUILD", None).unwrap();
-    walk(&sb, &busy.id, &[Status::Scheduled], |_| {});
+    sb.walk(&busy.id, &[Status::Scheduled], |_| {});
     Ktr::new(&sb)
         .args(["cancel", &busy.id, "--confirm", "CANCEL"])
         .run()
@@ -415,7 +399,7 @@ fn rollback_request_only_for_an_activated_operation() {
         .run()
         .code(1)
         .stderr_contains("is pending; only an activated operation can be rolled back");
-    walk(&sb, &op.id, &TO_ACTIVATED, |_| {});
+    sb.walk(&op.id, &TO_ACTIVATED, |_| {});
     Ktr::new(&sb)
         .args(["rollback-request", &op.id, "--confirm", "rollback"])
         .run()

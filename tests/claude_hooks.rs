@@ -6,6 +6,7 @@
 //! record their argv.
 
 mod claude;
+mod common;
 mod fake_api;
 
 use std::fs;

@@ -20,6 +20,7 @@
 //! real CLI at a time): they measure timings and share two cores.
 
 mod claude;
+mod common;
 mod fake_api;
 
 use std::fs;
@@ -31,7 +32,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use claude::{ClaudeEnv, Tmux};
-use fake_api::{FakeApi, Logged, Rule, message_texts, text, thinking, tool};
+use fake_api::{FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool};
 use ktr::fsutil::sha256_file;
 use ktr::operation::{Operation, Status, Store, parse_rfc3339};
 use serde_json::{Value, json};
@@ -245,7 +246,7 @@ impl Loop {
             .unwrap_or_else(|| "no operation".into());
         let log = fs::read_to_string(self.store.worker_log()).unwrap_or_default();
         let screen = Command::new("tmux")
-            .args(["-L", &self.tmux.socket, "capture-pane", "-p", "-t"])
+            .args(["-L", &self.tmux.server.socket, "capture-pane", "-p", "-t"])
             .arg(claude::PANE)
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -346,19 +347,6 @@ fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
             .is_some_and(|c| c.ends_with("/prefix/bin/ktr-mcp")),
         "claude mcp add did not register ktr-mcp: {registered}; install said: {said}"
     );
-}
-
-/// Every string inside `v`, NUL-separated.
-fn all_strings(v: &Value, out: &mut String) {
-    match v {
-        Value::String(s) => {
-            out.push_str(s);
-            out.push('\0');
-        }
-        Value::Array(a) => a.iter().for_each(|x| all_strings(x, out)),
-        Value::Object(o) => o.values().for_each(|x| all_strings(x, out)),
-        _ => {}
-    }
 }
 
 /// The text the model was sent, system messages left aside.

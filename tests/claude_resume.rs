@@ -7,6 +7,7 @@
 //! `CI` a missing CLI fails instead of skipping.
 
 mod claude;
+mod common;
 mod fake_api;
 
 use std::fs;
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use claude::ClaudeEnv;
-use fake_api::{FakeApi, Logged, Rule, message_texts, text, thinking, tool};
+use fake_api::{FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool};
 use ktr::config::Config;
 use ktr::plan;
 use ktr::verify::{self, Expected};
@@ -132,19 +133,6 @@ fn request_blocks(request: &Logged) -> Vec<Item> {
 /// block each, ending every block but the last with a newline.
 fn same_text(sent: &str, carried: &str) -> bool {
     sent == carried || sent.strip_suffix('\n') == Some(carried)
-}
-
-/// Every string inside `v`, each followed by a NUL.
-fn all_strings(v: &Value, out: &mut String) {
-    match v {
-        Value::String(s) => {
-            out.push_str(s);
-            out.push('\0');
-        }
-        Value::Array(a) => a.iter().for_each(|x| all_strings(x, out)),
-        Value::Object(o) => o.values().for_each(|x| all_strings(x, out)),
-        _ => {}
-    }
 }
 
 /// A row of the acceptance table.

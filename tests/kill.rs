@@ -119,9 +119,7 @@ fn killing_ktr_activate_at_every_step() {
 #[test]
 fn killing_ktr_rollback_mid_switch_needs_attention() {
     let mut rig = Rig::tmux();
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Status::Activated, "{:?}", op.error);
     let candidate = op.candidate.clone().unwrap();
     rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();

@@ -164,9 +164,7 @@ fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
         ("FAKE_CLAUDE_CONTEXT_TOKENS".into(), "41234".into()),
     ]);
     rig.write_config("");
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Activated, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
     let ack = op.ack.clone().expect("Claude Code's receipt");
@@ -182,9 +180,7 @@ fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
     let rig = Rig::tmux();
     // The hook is installed but this claude never runs it.
     install_ack_hook(&rig);
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, RolledBack, "{:?}", op.error);
     let error = op.error.unwrap();
     assert!(error.contains("did not report SessionStart"), "{error}");
@@ -194,10 +190,7 @@ fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
 #[test]
 fn a_pane_replaced_after_prepare_is_a_conflict_and_stays_untouched() {
     let mut rig = Rig::tmux();
-    rig.pause_at = Some("activate:start".into());
-    let op = rig.request();
-    rig.stop_source();
-    rig.wait_paused();
+    let op = rig.rebuild_paused_at("activate:start");
     // A third party restarts the pane between prepare and activate.
     let server = rig.tmux.as_ref().unwrap();
     server.tmux(&["respawn-pane", "-k", "-t", "t:0.0", "sleep", "3600"]);
@@ -220,10 +213,7 @@ fn a_pane_replaced_after_prepare_is_a_conflict_and_stays_untouched() {
 #[test]
 fn a_competing_transcript_after_prepare_refuses_the_switch() {
     let mut rig = Rig::tmux();
-    rig.pause_at = Some("activate:start".into());
-    let op = rig.request();
-    rig.stop_source();
-    rig.wait_paused();
+    let op = rig.rebuild_paused_at("activate:start");
     let other = rig
         .project
         .join("0e0e0e0e-1111-4222-8333-444455556666.jsonl");
@@ -240,10 +230,7 @@ fn a_competing_transcript_after_prepare_refuses_the_switch() {
 #[test]
 fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
     let mut rig = Rig::tmux();
-    rig.pause_at = Some("activate:start".into());
-    let op = rig.request();
-    rig.stop_source();
-    rig.wait_paused();
+    let op = rig.rebuild_paused_at("activate:start");
     let first = rig.store().load(&op.id).unwrap().candidate.unwrap();
     // The human typed again after prepare froze the source.
     let mut text = fs::read_to_string(&rig.source).unwrap();
@@ -281,10 +268,7 @@ fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
 fn source_changes_stop_after_source_change_retries() {
     let mut rig = Rig::tmux();
     rig.write_config("source_change_retries = 0");
-    rig.pause_at = Some("activate:start".into());
-    let op = rig.request();
-    rig.stop_source();
-    rig.wait_paused();
+    let op = rig.rebuild_paused_at("activate:start");
     fs::write(&rig.source, fs::read_to_string(&rig.source).unwrap() + "\n").unwrap();
     rig.unpause();
     let op = rig.wait_terminal(&op.id);
@@ -296,9 +280,7 @@ fn source_changes_stop_after_source_change_retries() {
 #[test]
 fn an_unhealthy_new_session_falls_back_to_the_old_one() {
     let rig = Rig::with(Kind::Tmux, "", &[("FAKE_CLAUDE_ONLY", SRC)]);
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, RolledBack, "{:?}", op.error);
     assert_eq!(op.rollback_ok, Some(true));
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
@@ -324,9 +306,7 @@ fn a_failing_fallback_needs_attention() {
     // the old one alike.
     rig.env.push(("FAKE_CLAUDE_MODE".into(), "exit".into()));
     rig.write_config("");
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Failed);
     assert_eq!((op.rollback_ok, op.needs_attention), (Some(false), true));
     assert!(
@@ -340,9 +320,7 @@ fn a_failing_fallback_needs_attention() {
 #[test]
 fn rollback_after_activation_resumes_the_old_session() {
     let rig = Rig::tmux();
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Activated, "{:?}", op.error);
     let candidate = op.candidate.clone().unwrap();
     let op = rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
@@ -375,9 +353,7 @@ fn rollback_after_activation_resumes_the_old_session() {
 #[test]
 fn rollback_refuses_when_the_target_changed_since_activation() {
     let rig = Rig::tmux();
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Activated, "{:?}", op.error);
     let candidate = op.candidate.clone().unwrap();
     rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
@@ -411,10 +387,7 @@ fn a_cancelled_request_is_never_prepared() {
 #[test]
 fn a_request_while_another_runs_names_it() {
     let mut rig = Rig::tmux();
-    rig.pause_at = Some("prepare:running".into());
-    let op = rig.request();
-    rig.stop_source();
-    rig.wait_paused();
+    let op = rig.rebuild_paused_at("prepare:running");
     let err = rig.store().request("again", "REBUILD", None).unwrap_err();
     assert!(
         err.message.contains(&op.id) && err.message.contains("is running"),
@@ -428,10 +401,7 @@ fn a_request_while_another_runs_names_it() {
 #[test]
 fn a_tampered_candidate_fails_verification_and_is_discarded() {
     let mut rig = Rig::tmux();
-    rig.pause_at = Some("verify:start".into());
-    let op = rig.request();
-    rig.stop_source();
-    rig.wait_paused();
+    let op = rig.rebuild_paused_at("verify:start");
     let candidate = rig.store().load(&op.id).unwrap().candidate.unwrap();
     let text = fs::read_to_string(&candidate.path).unwrap();
     fs::write(&candidate.path, text.replacen("小满", "小美", 1)).unwrap();
@@ -455,9 +425,7 @@ fn a_workdir_that_does_not_match_the_project_is_refused_before_writing() {
         &format!("claude_workdir = {other:?}"),
     );
     fs::write(&rig.sandbox.config, text).unwrap();
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Failed);
     assert!(
         op.error.unwrap().contains("encodes to"),
@@ -471,9 +439,7 @@ fn a_workdir_that_does_not_match_the_project_is_refused_before_writing() {
 fn a_poisoned_session_is_blocked_with_the_reason() {
     let rig = Rig::tmux();
     rig.write_config("poison_pattern = \"提醒\"");
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Failed);
     assert!(op.error.unwrap().contains("poisoned"));
     assert!(op.stats.unwrap()["poison_hits"].as_u64().unwrap() >= 2);
@@ -485,9 +451,7 @@ fn a_poisoned_session_is_blocked_with_the_reason() {
 fn systemd_target_runs_every_stage_in_its_own_scope() {
     let rig = Rig::with(Kind::Systemd, "", &[]);
     let mainpid_before = fs::read_to_string(rig.sandbox.path_dir.join("mainpid")).unwrap();
-    let op = rig.request();
-    rig.stop_source();
-    let op = rig.wait_terminal(&op.id);
+    let op = rig.rebuild();
     assert_eq!(op.status, Activated, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
     assert_eq!(

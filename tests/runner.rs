@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,41 +21,53 @@ fn runner_sh() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/runner.sh")
 }
 
-/// A pointer-mode sandbox holding the example session, the pointer naming it.
-fn pointer_sandbox() -> (Sandbox, PathBuf) {
-    let sb = Sandbox::new();
-    let pointer = sb.tmp.path().join("resume_session");
-    sb.write_config(&format!(
+/// The pointer-mode config for the runner: fast timings plus `extra` lines.
+fn pointer_config(pointer: &Path, extra: &str) -> String {
+    format!(
         "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\n\
          verify_workdir_matches_project = false\nactivation_delay_seconds = 0\n\
-         stable_file_seconds = 0.1\nstable_file_timeout_seconds = 5\nhealthcheck_seconds = 0.5\n"
-    ));
+         stable_file_seconds = 0.1\nstable_file_timeout_seconds = 5\n{extra}"
+    )
+}
+
+/// A pointer-mode sandbox holding the example session, the pointer naming
+/// it, and where the stand-in claude logs its runs.
+fn pointer_sandbox() -> (Sandbox, PathBuf, PathBuf) {
+    let sb = Sandbox::new();
+    let pointer = sb.tmp.path().join("resume_session");
+    sb.write_config(&pointer_config(&pointer, "healthcheck_seconds = 0.5\n"));
     fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl"),
         sb.project.join(format!("{SESSION}.jsonl")),
     )
     .unwrap();
     fs::write(&pointer, format!("{SESSION}\n")).unwrap();
-    (sb, pointer)
+    let log = sb.tmp.path().join("claude.log");
+    (sb, pointer, log)
 }
 
-/// Start the runner reading prompts from a pipe.
-fn start(sb: &Sandbox, pointer: &Path, log: &Path) -> Child {
-    Command::new("sh")
-        .arg(runner_sh())
-        .arg("--config")
-        .arg(&sb.config)
-        .arg("--pointer")
-        .arg(pointer)
-        .arg("--project")
-        .arg(&sb.project)
+/// The runner command with only the sandbox's environment and the
+/// stand-in claude; `extra` arguments after `--config/--pointer/--project`.
+fn runner(sb: &Sandbox, pointer: &Path, log: &Path, extra: &[&OsStr]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg(runner_sh())
+        .args(["--config".as_ref(), sb.config.as_os_str()])
+        .args(["--pointer".as_ref(), pointer.as_os_str()])
+        .args(["--project".as_ref(), sb.project.as_os_str()])
+        .args(extra)
         .env_clear()
         .env("HOME", &sb.home)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("CLAUDE", support("claude-print"))
         .env("KTR", KTR)
         .env("KTR_PREPARE", KTR_PREPARE)
-        .env("FAKE_CLAUDE_LOG", log)
+        .env("FAKE_CLAUDE_LOG", log);
+    cmd
+}
+
+/// Start the runner reading prompts from a pipe.
+fn start(sb: &Sandbox, pointer: &Path, log: &Path) -> Child {
+    runner(sb, pointer, log, &[])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -73,8 +86,7 @@ fn runs(log: &Path) -> Vec<Vec<String>> {
 
 #[test]
 fn a_request_moves_the_pointer_and_the_next_run_resumes_the_new_session() {
-    let (sb, pointer) = pointer_sandbox();
-    let log = sb.tmp.path().join("claude.log");
+    let (sb, pointer, log) = pointer_sandbox();
     let mut runner = start(&sb, &pointer, &log);
     let mut stdin = runner.stdin.take().unwrap();
 
@@ -129,8 +141,7 @@ fn a_request_moves_the_pointer_and_the_next_run_resumes_the_new_session() {
 
 #[test]
 fn without_a_request_the_runner_never_rebuilds() {
-    let (sb, pointer) = pointer_sandbox();
-    let log = sb.tmp.path().join("claude.log");
+    let (sb, pointer, log) = pointer_sandbox();
     let mut runner = start(&sb, &pointer, &log);
     let mut stdin = runner.stdin.take().unwrap();
     writeln!(stdin, "a\n\nb").unwrap();
@@ -146,16 +157,10 @@ fn without_a_request_the_runner_never_rebuilds() {
 
 #[test]
 fn a_failed_rebuild_keeps_the_old_session() {
-    let (sb, pointer) = pointer_sandbox();
+    let (sb, pointer, log) = pointer_sandbox();
     // Poison the window: the plan blocks, prepare fails, the pointer stays.
     let transcript = sb.project.join(format!("{SESSION}.jsonl"));
-    sb.write_config(&format!(
-        "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\n\
-         verify_workdir_matches_project = false\nactivation_delay_seconds = 0\n\
-         stable_file_seconds = 0.1\nstable_file_timeout_seconds = 5\n\
-         poison_pattern = \"[a-z]\"\n"
-    ));
-    let log = sb.tmp.path().join("claude.log");
+    sb.write_config(&pointer_config(&pointer, "poison_pattern = \"[a-z]\"\n"));
     let op = sb.store().request("x", "REBUILD", None).unwrap();
     let mut runner = start(&sb, &pointer, &log);
     let mut stdin = runner.stdin.take().unwrap();
@@ -173,22 +178,9 @@ fn a_failed_rebuild_keeps_the_old_session() {
 
 #[test]
 fn a_fifo_feeds_prompts_across_writers() {
-    let (sb, pointer) = pointer_sandbox();
-    let log = sb.tmp.path().join("claude.log");
+    let (sb, pointer, log) = pointer_sandbox();
     let fifo = sb.tmp.path().join("prompts");
-    let mut runner = Command::new("sh")
-        .arg(runner_sh())
-        .args(["--config".as_ref(), sb.config.as_os_str()])
-        .args(["--pointer".as_ref(), pointer.as_os_str()])
-        .args(["--project".as_ref(), sb.project.as_os_str()])
-        .args(["--fifo".as_ref(), fifo.as_os_str()])
-        .env_clear()
-        .env("HOME", &sb.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("CLAUDE", support("claude-print"))
-        .env("KTR", KTR)
-        .env("KTR_PREPARE", KTR_PREPARE)
-        .env("FAKE_CLAUDE_LOG", &log)
+    let mut runner = runner(&sb, &pointer, &log, &["--fifo".as_ref(), fifo.as_os_str()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -24,26 +24,6 @@ fn message(stdout: &str) -> String {
         .to_string()
 }
 
-/// Drive an operation through `path` with the library.
-fn walk(
-    sandbox: &Sandbox,
-    id: &str,
-    path: &[Status],
-    edit: impl FnOnce(&mut Operation),
-) -> Operation {
-    sandbox
-        .store()
-        .with_lock(|tx| {
-            let mut op = tx.load(id)?;
-            edit(&mut op);
-            for to in path {
-                tx.transition(&mut op, *to, "test")?;
-            }
-            Ok(op)
-        })
-        .unwrap()
-}
-
 #[test]
 fn nothing_pending_is_silent_and_needs_no_state_dir() {
     let sandbox = Sandbox::new();
@@ -56,12 +36,7 @@ fn nothing_pending_is_silent_and_needs_no_state_dir() {
     assert!(!sandbox.state.exists(), "the fast path creates nothing");
     // An operation that is already running is not the hook's business either.
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
-    walk(
-        &sandbox,
-        &op.id,
-        &[Status::Scheduled, Status::Running],
-        |_| {},
-    );
+    sandbox.walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
     assert_eq!(
         sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript)),
         (QUIET.into(), 0)
@@ -347,8 +322,7 @@ fn systemd_mode_starts_the_stage_in_its_own_scope() {
 fn activated_operation(sandbox: &Sandbox, candidate: &str) -> Operation {
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
     use Status::*;
-    walk(
-        sandbox,
+    sandbox.walk(
         &op.id,
         &[Scheduled, Running, Verifying, Activating, Activated],
         |op| {

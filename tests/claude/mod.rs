@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::common::TmuxServer;
 use crate::fake_api::FakeApi;
 
 /// The API key the CLI is given (the fake API accepts anything).
@@ -240,9 +241,7 @@ impl ClaudeEnv {
 /// CLI's environment only, so panes it respawns get that environment too.
 /// Killed (only this server) on drop.
 pub struct Tmux {
-    pub socket: String,
-    socket_path: PathBuf,
-    env: Vec<(String, String)>,
+    pub server: TmuxServer,
 }
 
 /// The pane the CLI runs in.
@@ -251,13 +250,7 @@ pub const PANE: &str = "cc:0.0";
 impl Tmux {
     /// A socket name no other test (or real user) has: `ktr-e2e-<pid>-<n>`.
     pub fn unique_socket() -> String {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        format!(
-            "ktr-e2e-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        )
+        TmuxServer::unique_socket("ktr-e2e")
     }
 
     /// Start the server running `claude ARGS` in `env.work`.
@@ -269,53 +262,18 @@ impl Tmux {
     /// [`Tmux::unique_socket`]), for tests that must tell the processes in
     /// the pane which server they run in before it starts.
     pub fn start_on(env: &ClaudeEnv, socket: &str, args: &[&str]) -> Tmux {
-        let mut tmux = Tmux {
-            socket: socket.to_string(),
-            socket_path: PathBuf::new(),
-            env: env.env(),
-        };
         let work = env.work.display().to_string();
         let bin = env.bin.display().to_string();
-        let mut argv = vec![
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "cc",
-            "-x",
-            "160",
-            "-y",
-            "50",
-            "-c",
-            &work,
-            "--",
-            &bin,
-        ];
-        argv.extend_from_slice(args);
-        tmux.run(&argv);
-        tmux.run(&["set-option", "-g", "remain-on-exit", "off"]);
-        tmux.socket_path = PathBuf::from(tmux.run(&["display-message", "-p", "#{socket_path}"]));
-        tmux
+        let mut new_session = vec!["-s", "cc", "-x", "160", "-y", "50", "-c", &work, "--", &bin];
+        new_session.extend_from_slice(args);
+        let server = TmuxServer::start_on(socket, Some(env.env()), &new_session);
+        server.tmux(&["set-option", "-g", "remain-on-exit", "off"]);
+        Tmux { server }
     }
 
     /// Run a tmux command on this server; panics on failure.
     pub fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .env_clear()
-            .envs(self.env.iter().cloned())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+        self.server.tmux(args)
     }
 
     /// The visible screen of the pane.
@@ -372,32 +330,13 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let tmux = |args: &[&str]| {
-            Command::new("tmux")
-                .arg("-L")
-                .arg(&self.socket)
-                .args(args)
-                .env_clear()
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-        };
-        let panes: Vec<u32> = tmux(&["list-panes", "-a", "-F", "#{pane_pid}"])
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let _ = tmux(&["kill-server"]);
+        let panes = self.server.pane_pids();
+        self.server.kill();
         // The CLI still writes into its HOME while it exits; wait (bounded)
         // until it is gone so the temp dir can be removed whole.
         let deadline = Instant::now() + Duration::from_secs(10);
         while panes.iter().any(|pid| ktr::process::pid_alive(*pid)) && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(50));
         }
-        // kill-server leaves the socket file behind.
-        let _ = fs::remove_file(&self.socket_path);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ktr::operation::Store;
+use ktr::operation::{Operation, Status, Store};
 
 pub mod rig;
 
@@ -108,6 +108,21 @@ impl Sandbox {
         Store::open(&self.state).unwrap()
     }
 
+    /// Drive operation `id` through `path` with the library, as the stages
+    /// would, after `edit`; returns it.
+    pub fn walk(&self, id: &str, path: &[Status], edit: impl FnOnce(&mut Operation)) -> Operation {
+        self.store()
+            .with_lock(|tx| {
+                let mut op = tx.load(id)?;
+                edit(&mut op);
+                for to in path {
+                    tx.transition(&mut op, *to, "test")?;
+                }
+                Ok(op)
+            })
+            .unwrap()
+    }
+
     /// The Stop hook input Claude Code would send for `session`.
     pub fn stop_input(&self, session: &str, transcript: &Path) -> String {
         serde_json::json!({
@@ -189,72 +204,109 @@ impl Sandbox {
     }
 }
 
-/// A private tmux server (`tmux -L ktr-test-<pid>-<n>`) with one session
-/// `t` running `sleep`. Killed (only this server) on drop.
+/// A private tmux server (`tmux -L <socket>`): the tests' own, never a
+/// user's. Killed (only this server) on drop.
 pub struct TmuxServer {
     pub socket: String,
     socket_path: PathBuf,
+    /// The whole environment of every tmux call (so of the server and the
+    /// panes it starts), when set; else the test's own without `TMUX`.
+    env: Option<Vec<(String, String)>>,
 }
 
 impl TmuxServer {
-    pub fn start() -> TmuxServer {
+    /// A socket name no other test (or real user) has: `<prefix>-<pid>-<n>`.
+    pub fn unique_socket(prefix: &str) -> String {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let socket = format!(
-            "ktr-test-{}-{}",
+        format!(
+            "{prefix}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
-        );
+        )
+    }
+
+    /// A server `ktr-test-<pid>-<n>` with one session `t` running `sleep`.
+    pub fn start() -> TmuxServer {
+        TmuxServer::start_on(
+            &TmuxServer::unique_socket("ktr-test"),
+            None,
+            &["-s", "t", "-x", "80", "-y", "24", "sleep", "3600"],
+        )
+    }
+
+    /// Start a server on `socket`, without any tmux config file, by
+    /// `new-session -d NEW_SESSION…`; `env` as in [`TmuxServer::env`].
+    pub fn start_on(
+        socket: &str,
+        env: Option<Vec<(String, String)>>,
+        new_session: &[&str],
+    ) -> TmuxServer {
         let mut server = TmuxServer {
-            socket,
+            socket: socket.to_string(),
             socket_path: PathBuf::new(),
+            env,
         };
-        server.tmux(&[
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "t",
-            "-x",
-            "80",
-            "-y",
-            "24",
-            "sleep",
-            "3600",
-        ]);
+        let mut args = vec!["-f", "/dev/null", "new-session", "-d"];
+        args.extend_from_slice(new_session);
+        server.tmux(&args);
         server.socket_path =
             PathBuf::from(server.tmux(&["display-message", "-p", "#{socket_path}"]));
         server
     }
 
-    /// Run a tmux command on this server; panics on failure.
-    pub fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-L")
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("tmux");
+        cmd.arg("-L")
             .arg(&self.socket)
             .args(args)
-            .env_remove("TMUX")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .stdin(Stdio::null());
+        match &self.env {
+            Some(env) => cmd.env_clear().envs(env.iter().cloned()),
+            None => cmd.env_remove("TMUX"),
+        };
+        cmd
+    }
+
+    /// Run a tmux command on this server; panics on failure. Returns stdout
+    /// without trailing whitespace.
+    pub fn tmux(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().unwrap();
         assert!(
             out.status.success(),
             "tmux {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     }
-}
 
-impl Drop for TmuxServer {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .stdin(Stdio::null())
+    /// The pids of every pane's process (none if the server is gone).
+    pub fn pane_pids(&self) -> Vec<u32> {
+        self.command(&["list-panes", "-a", "-F", "#{pane_pid}"])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Kill this server (only this one); quiet if it is already gone.
+    pub fn kill(&self) {
+        let _ = self
+            .command(&["kill-server"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
         // kill-server leaves the socket file behind.
         let _ = fs::remove_file(&self.socket_path);
+    }
+}
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

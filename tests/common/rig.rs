@@ -236,6 +236,25 @@ impl Rig {
         self.stop(SRC, &self.source)
     }
 
+    /// Request a rebuild, run the source's Stop hook and wait until the
+    /// operation is terminal; returns it.
+    pub fn rebuild(&self) -> Operation {
+        let op = self.request();
+        self.stop_source();
+        self.wait_terminal(&op.id)
+    }
+
+    /// Request a rebuild and run the source's Stop hook with the pipeline
+    /// set to pause at `at`; returns (once a stage paused there) the
+    /// operation as requested.
+    pub fn rebuild_paused_at(&mut self, at: &str) -> Operation {
+        self.pause_at = Some(at.into());
+        let op = self.request();
+        self.stop_source();
+        self.wait_paused();
+        op
+    }
+
     /// Wait until a stage reached the pause step; returns its pid.
     pub fn wait_paused(&self) -> u32 {
         assert!(

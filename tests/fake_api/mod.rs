@@ -196,6 +196,20 @@ pub fn message_texts(message: &Value) -> Vec<String> {
     }
 }
 
+/// Append every string inside `v` to `out`, each followed by a NUL (so a
+/// needle cannot match across two strings).
+pub fn all_strings(v: &Value, out: &mut String) {
+    match v {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\0');
+        }
+        Value::Array(a) => a.iter().for_each(|x| all_strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| all_strings(x, out)),
+        _ => {}
+    }
+}
+
 /// The text of the last user message (all its text blocks joined).
 pub fn last_user_text(messages: &[Value]) -> String {
     messages
