@@ -329,18 +329,13 @@ impl Operation {
 /// Reject ids that could not have come from us before they touch a path:
 /// `[0-9a-f-]`, 1 to 64 characters.
 pub fn validate_id(id: &str) -> Result<()> {
-    let ok = (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::usage(format!(
-            "invalid operation id {:?}: expected lower-case hex and dashes (see `ktr ops`)",
-            truncate(id, 80)
-        )))
-    }
+    validate_name(
+        id,
+        64,
+        |b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-',
+        "operation id",
+        "lower-case hex and dashes (see `ktr ops`)",
+    )
 }
 
 /// Default state dir when no config says otherwise.
@@ -898,16 +893,30 @@ pub fn confirm(given: &str, word: &str) -> Result<()> {
 
 /// Session ids come from Claude Code and end up in file names: be strict.
 pub fn validate_session_id(id: &str) -> Result<()> {
-    let ok = (1..=128).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
+    validate_name(
+        id,
+        128,
+        |b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_',
+        "session id",
+        "letters, digits, - or _",
+    )
+}
+
+/// `name` is 1 to `max` bytes, each `allowed`; else a usage error naming
+/// `what` it is and the `expected` characters.
+fn validate_name(
+    name: &str,
+    max: usize,
+    allowed: impl Fn(u8) -> bool,
+    what: &str,
+    expected: &str,
+) -> Result<()> {
+    if (1..=max).contains(&name.len()) && name.bytes().all(allowed) {
         Ok(())
     } else {
         Err(Error::usage(format!(
-            "invalid session id {:?}: expected letters, digits, - or _",
-            truncate(id, 80)
+            "invalid {what} {:?}: expected {expected}",
+            truncate(name, 80)
         )))
     }
 }
@@ -1241,13 +1250,7 @@ mod tests {
             "pending for session s1",
         );
         assert_eq!(store.list().unwrap().len(), 1);
-        assert!(
-            store
-                .request("   ", "REBUILD", None)
-                .unwrap_err()
-                .message
-                .contains("reason")
-        );
+        assert_refused(store.request("   ", "REBUILD", None), "reason");
     }
 
     #[test]
@@ -1277,13 +1280,7 @@ mod tests {
         let next = store.request("again", "REBUILD", None).unwrap();
         assert_ne!(next.id, op.id);
         walk(&store, &next.id, &[Status::Scheduled]);
-        assert!(
-            store
-                .cancel(&next.id, "CANCEL")
-                .unwrap_err()
-                .message
-                .contains("is scheduled")
-        );
+        assert_refused(store.cancel(&next.id, "CANCEL"), "is scheduled");
     }
 
     #[test]
@@ -1500,7 +1497,7 @@ mod tests {
             (Status::RollbackScheduled, 0, 0)
         );
         fs::write(store.operation_path(id).unwrap(), "{").unwrap();
-        assert!(store.load(id).unwrap_err().message.contains("is damaged"));
+        assert_refused(store.load(id), "is damaged");
         assert_eq!(
             store.list().unwrap().len(),
             0,
