@@ -626,13 +626,7 @@ impl Store {
     pub fn cancel(&self, id: &str, confirmation: &str) -> Result<Operation> {
         confirm(confirmation, "CANCEL")?;
         self.with_lock(|tx| {
-            let mut op = tx.load(id)?;
-            if op.status != Status::Pending {
-                return Err(Error::refused(format!(
-                    "operation {id} is {}; only a pending operation can be cancelled",
-                    op.status
-                )));
-            }
+            let mut op = tx.load_in(id, Status::Pending, "a pending operation can be cancelled")?;
             tx.transition(&mut op, Status::Cancelled, "cancelled by request")?;
             Ok(op)
         })
@@ -643,13 +637,11 @@ impl Store {
         confirm(confirmation, "ROLLBACK")?;
         self.recover_stale()?;
         self.with_lock(|tx| {
-            let mut op = tx.load(id)?;
-            if op.status != Status::Activated {
-                return Err(Error::refused(format!(
-                    "operation {id} is {}; only an activated operation can be rolled back",
-                    op.status
-                )));
-            }
+            let mut op = tx.load_in(
+                id,
+                Status::Activated,
+                "an activated operation can be rolled back",
+            )?;
             if let Some(other) = tx.active_operation()? {
                 return Err(Error::refused(format!(
                     "operation {} is {}; wait for it to finish first",
@@ -763,6 +755,19 @@ impl Tx<'_> {
     /// Load one operation (under the lock).
     pub fn load(&self, id: &str) -> Result<Operation> {
         self.store.load(id)
+    }
+
+    /// Load `id` and require it to be in `status`; otherwise refuse with
+    /// "operation ID is S; only <rule>".
+    pub fn load_in(&self, id: &str, status: Status, rule: &str) -> Result<Operation> {
+        let op = self.load(id)?;
+        if op.status != status {
+            return Err(Error::refused(format!(
+                "operation {id} is {}; only {rule}",
+                op.status
+            )));
+        }
+        Ok(op)
     }
 
     /// The operation named by `active`, if it is still non-terminal.
