@@ -88,6 +88,45 @@ impl<T> Lenient<T> {
     }
 }
 
+/// Visitor methods for the lenient rule "a value of the wrong type reads as
+/// absent": `scalars` (booleans, numbers, null), `seq` and `map` give
+/// `Self::Value::default()`, skipping whatever they contain.
+macro_rules! absent_otherwise {
+    ($($kind:ident),+) => { $(absent_otherwise!(@ $kind);)+ };
+    (@ scalars) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+    };
+    (@ seq) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+    (@ map) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+}
+
 impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -105,32 +144,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
             fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
                 Ok(Some(Cow::Owned(v)))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(None)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(None)
-            }
+            absent_otherwise!(scalars, seq, map);
         }
         d.deserialize_any(V).map(Lenient)
     }
@@ -301,25 +315,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
                     ..Message::default()
                 })
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Message::default())
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Message::default())
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Message::default())
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Message::default())
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Message::default())
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Message::default())
-            }
+            absent_otherwise!(scalars, seq);
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
@@ -346,25 +342,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
                 }
                 Ok(Content::Blocks(blocks))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Content::None)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Content::None)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Content::None)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Content::None)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Content::None)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Content::None)
-            }
+            absent_otherwise!(scalars, map);
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
