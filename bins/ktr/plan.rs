@@ -31,67 +31,72 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
 }
 
 pub fn human(r: &plan::Report) -> String {
-    let mut s = String::new();
-    let mut line = |k: &str, v: String| s.push_str(&format!("{k:<28}{v}\n"));
-    line("source", r.source_path.clone());
-    line("session", r.session_id.clone());
-    line("sha256", r.source_sha256.clone());
-    line("size", out::bytes(r.source_bytes));
-    line("claude code versions", r.versions_seen.join(", "));
-    let mode = match &r.history_fallback_reason {
+    let history = match &r.history_fallback_reason {
         Some(why) => format!("{} (fallback: {why})", r.history_mode),
         None => r.history_mode.to_string(),
     };
-    line("history", mode);
-    line(
-        "turns (source → carried)",
-        format!("{} → {}", r.source_turns, r.selected_turns),
-    );
-    line("carried items", r.carried_items.to_string());
-    line(
-        "open tail",
-        format!("{} (kept: {})", r.open_tail, r.open_tail_kept),
-    );
-    line("dropped oldest turns", r.dropped_oldest_turns.to_string());
-    line(
-        "leading assistant turns",
-        r.leading_assistant_turns.to_string(),
-    );
-    line(
-        "estimated tokens",
-        format!(
-            "{} (+ ~37k fixed overhead of a fresh window)",
-            r.estimated_tokens
+    let mut rows: Vec<(&str, String)> = vec![
+        ("source", r.source_path.clone()),
+        ("session", r.session_id.clone()),
+        ("sha256", r.source_sha256.clone()),
+        ("size", out::bytes(r.source_bytes)),
+        ("claude code versions", r.versions_seen.join(", ")),
+        ("history", history),
+        (
+            "turns (source → carried)",
+            format!("{} → {}", r.source_turns, r.selected_turns),
         ),
+        ("carried items", r.carried_items.to_string()),
+        (
+            "open tail",
+            format!("{} (kept: {})", r.open_tail, r.open_tail_kept),
+        ),
+        ("dropped oldest turns", r.dropped_oldest_turns.to_string()),
+        (
+            "leading assistant turns",
+            r.leading_assistant_turns.to_string(),
+        ),
+        (
+            "estimated tokens",
+            format!(
+                "{} (+ ~37k fixed overhead of a fresh window)",
+                r.estimated_tokens
+            ),
+        ),
+        ("startup snapshot frozen", r.startup_frozen.to_string()),
+        (
+            "compact summaries dropped",
+            r.compact_summaries_dropped.to_string(),
+        ),
+        (
+            "abandoned branch records",
+            r.abandoned_branch_records.to_string(),
+        ),
+        (
+            "malformed lines",
+            format!("{} {:?}", r.malformed_lines, r.malformed_line_numbers),
+        ),
+        (
+            "unknown record types",
+            format!("{:?}", r.unknown_record_types),
+        ),
+        (
+            "unknown attachment types",
+            format!("{:?}", r.unknown_attachment_types),
+        ),
+        ("poison hits (last 10 turns)", r.poison_hits.to_string()),
+    ];
+    rows.extend(
+        r.first_carried
+            .as_ref()
+            .map(|p| ("first carried", preview(p))),
     );
-    line("startup snapshot frozen", r.startup_frozen.to_string());
-    line(
-        "compact summaries dropped",
-        r.compact_summaries_dropped.to_string(),
+    rows.extend(
+        r.last_carried
+            .as_ref()
+            .map(|p| ("last carried", preview(p))),
     );
-    line(
-        "abandoned branch records",
-        r.abandoned_branch_records.to_string(),
-    );
-    line(
-        "malformed lines",
-        format!("{} {:?}", r.malformed_lines, r.malformed_line_numbers),
-    );
-    line(
-        "unknown record types",
-        format!("{:?}", r.unknown_record_types),
-    );
-    line(
-        "unknown attachment types",
-        format!("{:?}", r.unknown_attachment_types),
-    );
-    line("poison hits (last 10 turns)", r.poison_hits.to_string());
-    if let Some(first) = &r.first_carried {
-        line("first carried", preview(first));
-    }
-    if let Some(last) = &r.last_carried {
-        line("last carried", preview(last));
-    }
+    let mut s: String = rows.iter().map(|(k, v)| format!("{k:<28}{v}\n")).collect();
     s.push('\n');
     s.push_str(&dirty::human(&r.ledger));
     s.push('\n');
