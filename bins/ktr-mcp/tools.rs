@@ -2,7 +2,6 @@
 //! failure reaches the model as a tool result with `isError: true` and the
 //! library's one-line message; successes are structured JSON.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -270,10 +269,7 @@ fn error_result(tool: &str, message: &str) -> CallToolResult {
 /// hold thousands of entries, and the model reads it inside the very
 /// window being measured).
 fn plan_view(plan: &plan::Plan, why: &str) -> Result<Value> {
-    let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in &plan.report.left_out {
-        *by_reason.entry(l.reason.as_str()).or_default() += 1;
-    }
+    let by_reason = ktr::report::left_out_by_reason(&plan.report.left_out);
     let mut report = serde_json::to_value(&plan.report)
         .map_err(|e| Error::io(format!("cannot encode the plan: {e}")))?;
     if let Some(obj) = report.as_object_mut() {

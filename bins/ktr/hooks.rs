@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use ktr::Error;
-use ktr::settings::{self, Edit};
+use ktr::settings::{self, Applied, Edit};
 
 use crate::cli::HooksArgs;
 use crate::out;
@@ -41,11 +41,16 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
         });
         return Ok(0);
     }
-    let applied = edit.apply()?;
-    out::print(&match (applied.changed, applied.backup) {
-        (false, _) => format!("{} already up to date\n", path.display()),
-        (true, Some(b)) => format!("updated {} (backup: {})\n", path.display(), b.display()),
-        (true, None) => format!("created {}\n", path.display()),
+    let path = path.display();
+    out::print(&match edit.apply()? {
+        Applied::Unchanged => format!("{path} already up to date\n"),
+        Applied::Created => format!("created {path}\n"),
+        Applied::Updated { backup } => format!("updated {path} (backup: {})\n", backup.display()),
+        Applied::Restored { from } => format!(
+            "restored {path} to its bytes before install (from {}, now removed)\n",
+            from.display()
+        ),
+        Applied::Removed => format!("removed {path}: install had created it\n"),
     });
     Ok(0)
 }

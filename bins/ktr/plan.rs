@@ -1,15 +1,16 @@
 //! `ktr plan`: what a rebuild would carry. Writes nothing anywhere.
 
 use ktr::config::Config;
-use ktr::{Error, plan};
+use ktr::{Error, plan, report};
 
 use crate::cli::PlanArgs;
 use crate::{dirty, out};
 
 pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
-    let path = plan::resolve_transcript(&config, args.transcript.as_deref())?;
-    let plan = plan::build(&config, &path, args.session_id.as_deref())?;
+    let given = args.source.path(&config.project_dir);
+    let path = plan::resolve_transcript(&config, given.as_deref())?;
+    let plan = plan::build(&config, &path, args.new_session.as_deref())?;
     if args.common.json {
         let mut value = serde_json::to_value(&plan.report).expect("reports serialize");
         if args.show_candidate {
@@ -47,6 +48,10 @@ pub fn human(r: &plan::Report) -> String {
             format!("{} → {}", r.source_turns, r.selected_turns),
         ),
         ("carried items", r.carried_items.to_string()),
+        (
+            "left out",
+            report::left_out_summary(&report::left_out_by_reason(&r.left_out)),
+        ),
         (
             "open tail",
             format!("{} (kept: {})", r.open_tail, r.open_tail_kept),
