@@ -256,7 +256,7 @@ fn state_dir(dir: &Path) -> Check {
                         "{} is mode {mode:o}; others can read operation files",
                         dir.display()
                     ),
-                    &format!("chmod 700 {}", dir.display()),
+                    format!("chmod 700 {}", dir.display()),
                 )
             }
         }
