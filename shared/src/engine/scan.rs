@@ -11,10 +11,10 @@ use std::io::BufRead;
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
-use crate::classify::{self, AssistantReading, NotSpeech, UserReading};
+use crate::engine::classify::{self, AssistantReading, NotSpeech, UserReading};
+use crate::engine::ledger::{Category, Tally};
+use crate::engine::transcript::{self, Attachment, Content, Line, Parent, Record};
 use crate::fsutil::hex;
-use crate::ledger::{Category, Tally};
-use crate::transcript::{self, Attachment, Content, Line, Parent, Record};
 
 /// Interned uuid or message id.
 pub type Sym = u32;
@@ -32,7 +32,7 @@ pub enum Link {
 
 /// The role a record plays in the chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub enum RecordRole {
     User,
     Assistant,
     /// Attachments, system records, progress…: links only.
@@ -47,7 +47,7 @@ pub struct Node {
     pub parent: Link,
     pub logical_parent: Option<Sym>,
     pub boundary: bool,
-    pub role: Role,
+    pub role: RecordRole,
     pub sidechain: bool,
     pub message_id: Option<Sym>,
     /// Index into [`Scan::events`] when the record holds speech.
@@ -97,7 +97,7 @@ pub struct Event {
 }
 
 /// Counters of records that are not speech.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NotSpeechCounts {
     pub teammate_messages: u64,
     pub task_notifications: u64,
@@ -332,38 +332,39 @@ impl Scan {
                 .or_default() += 1;
         }
         let (role, event) = match kind {
-            "user" => (Role::User, self.user(number, r, opts)),
-            "assistant" => (Role::Assistant, self.assistant(number, r, opts)),
-            "attachment" => (Role::Other, self.attachment(number, r)),
+            "user" => (RecordRole::User, self.user(number, r, opts)),
+            "assistant" => (RecordRole::Assistant, self.assistant(number, r, opts)),
+            "attachment" => (RecordRole::Other, self.attachment(number, r)),
             "system" => {
                 if r.subtype.get().is_some_and(|s| s == "compact_boundary") {
                     self.window = Tally::default();
                     self.window_start_line = number + 1;
                 }
                 self.tally(Category::System, len);
-                (Role::Other, None)
+                (RecordRole::Other, None)
             }
             _ => {
                 self.window.file_only_bytes += len as u64;
                 self.file.file_only_bytes += len as u64;
-                (Role::Other, None)
+                (RecordRole::Other, None)
             }
         };
         self.node(number, r, role, event);
     }
 
-    fn node(&mut self, number: usize, r: &Record<'_>, role: Role, event: Option<usize>) {
-        let uuid = r.uuid.get().map(|u| u.to_string());
-        if uuid.is_none() && role == Role::Other {
+    fn node(&mut self, number: usize, r: &Record<'_>, role: RecordRole, event: Option<usize>) {
+        let uuid = r.uuid.get().map(std::string::ToString::to_string);
+        if uuid.is_none() && role == RecordRole::Other {
             return; // file-only records carry no links
         }
-        if role != Role::Other && (uuid.is_none() || matches!(r.parent_uuid, Parent::Missing)) {
+        if role != RecordRole::Other && (uuid.is_none() || matches!(r.parent_uuid, Parent::Missing))
+        {
             self.unlinked_records += 1;
         }
         let uuid = match uuid {
             Some(u) => {
                 let sym = self.intern(&u);
-                if role != Role::Other && !self.speech_uuids.insert(sym) {
+                if role != RecordRole::Other && !self.speech_uuids.insert(sym) {
                     self.repeated_uuids += 1;
                 }
                 Some(sym)
@@ -378,14 +379,14 @@ impl Scan {
         let logical_parent = r
             .logical_parent_uuid
             .get()
-            .map(|p| p.to_string())
+            .map(std::string::ToString::to_string)
             .map(|p| self.intern(&p));
         let message_id = match role {
-            Role::Assistant => r
+            RecordRole::Assistant => r
                 .message
                 .id
                 .as_deref()
-                .map(|m| m.to_string())
+                .map(std::string::ToString::to_string)
                 .map(|m| self.intern(&m)),
             _ => None,
         };
@@ -613,12 +614,13 @@ fn speech_text(speech: &Speech) -> &str {
 
 /// The `type` of a raw block, found without parsing the block.
 fn block_kind(raw: &str) -> &str {
-    crate::rawjson::top_level_str(raw, "type").unwrap_or("other")
+    crate::engine::rawjson::top_level_str(raw, "type").unwrap_or("other")
 }
 
 fn meta(number: usize, r: &Record<'_>) -> Meta {
-    let own =
-        |s: &crate::transcript::Lenient<crate::transcript::Str<'_>>| s.get().map(|v| v.to_string());
+    let own = |s: &crate::engine::transcript::Lenient<crate::engine::transcript::Str<'_>>| {
+        s.get().map(std::string::ToString::to_string)
+    };
     Meta {
         line: number,
         uuid: own(&r.uuid),

@@ -2,20 +2,20 @@
 //! frozen backup, independently of how prepare selected it.
 
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, update};
-use crate::carry::ManifestEntry;
 use crate::config::Config;
+use crate::engine::conserve::{Expected, check};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
-use crate::operation::{Status, Store, now_rfc3339};
-use crate::verify::{Expected, verify as check};
+use crate::pipeline::operation::Verification;
+use crate::pipeline::operation::{Status, Store};
 
 /// Verify operation `id` (status `verifying`): the backup still has the
-/// frozen digest, and [`crate::verify::verify`] passes (structure, a fresh
+/// frozen digest, and [`crate::engine::conserve::check`] passes (structure, a fresh
 /// rebuild, the conservation check). Passing records the report and
 /// names `ktr-activate` next; failing discards the candidate and fails the
 /// operation with the reason.
 pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
-    let op = store.claim(id, Status::Verifying, Status::Verifying, "verify")?;
+    let op = store.claim(id, Stage::Verify, Status::Verifying)?;
     guarded(store, id, steps, |steps| {
         pause_point(Stage::Verify, "start");
         let missing = |what: &str| Error::refused(format!("operation {id} has no {what} recorded"));
@@ -32,18 +32,10 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
                 backup.display()
             )));
         }
-        let manifest: Vec<ManifestEntry> = op
-            .manifest
-            .iter()
-            .map(|v| serde_json::from_value(v.clone()))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| {
-                Error::refused(format!("verification failed: manifest is damaged: {e}"))
-            })?;
         let expected = Expected {
             session_id: &candidate.session_id,
             candidate_sha256: &candidate.sha256,
-            manifest: &manifest,
+            manifest: &op.manifest,
             left_out: &op.left_out,
         };
         match check(config, &backup, &candidate.path, &expected) {
@@ -55,13 +47,8 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
                     report.source_records_left_out
                 ));
                 pause_point(Stage::Verify, "verified");
-                let mut verification = serde_json::to_value(&report).unwrap_or_default();
-                if let Some(map) = verification.as_object_mut() {
-                    map.insert("ok".into(), true.into());
-                    map.insert("at".into(), now_rfc3339().into());
-                }
                 let op = update(store, id, Status::Verifying, None, |op| {
-                    op.verification = Some(verification);
+                    op.verification = Some(Verification::passed(report));
                 })?;
                 Ok(Outcome {
                     operation: op,
@@ -71,11 +58,7 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
             Err(e) => {
                 steps.say(&e.message);
                 let op = abandon(store, id, &e.message, |op| {
-                    op.verification = Some(serde_json::json!({
-                        "ok": false,
-                        "at": now_rfc3339(),
-                        "error": e.message,
-                    }));
+                    op.verification = Some(Verification::failed(&e.message));
                 })?;
                 Ok(Outcome::done(op))
             }

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::admin::settings;
 use crate::config::{self, Config, home_dir};
-use crate::operation::Store;
-use crate::settings;
-use crate::target::Target;
+use crate::pipeline::operation::Store;
+use crate::pipeline::target::Target;
 
 /// One checked item.
 #[derive(Debug, Clone, Serialize)]

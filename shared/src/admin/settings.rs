@@ -1,7 +1,7 @@
 //! Claude Code's `settings.json` and ktr's hooks in it (SPEC §13).
 //!
 //! [`merge`] puts the fragment of `hooks.json` (the Stop hook `ktr-stop`
-//! and the SessionStart/`resume` hook `ktr-ack`) into a settings document;
+//! and the `SessionStart`/`resume` hook `ktr-ack`) into a settings document;
 //! [`unmerge`] takes exactly those out again. Both are pure functions on
 //! text, so they are tested byte for byte:
 //!
@@ -31,7 +31,7 @@ use crate::fsutil::{Existing, write_atomic};
 /// `{bin_dir}` is replaced by the install prefix and `{config_arg}` by
 /// ` --config PATH` (or nothing), both shell-quoted: Claude Code runs hook
 /// commands through a shell.
-pub const FRAGMENT: &str = include_str!("../../hooks.json");
+pub const FRAGMENT: &str = include_str!("../../../hooks.json");
 
 /// The executables whose hooks are ours.
 pub const OUR_PROGRAMS: [&str; 2] = ["ktr-stop", "ktr-ack"];
@@ -41,7 +41,7 @@ pub fn default_path() -> PathBuf {
     home_dir().join(".claude/settings.json")
 }
 
-/// A JSON value that keeps object keys in their order (serde_json's map
+/// A JSON value that keeps object keys in their order (`serde_json`'s map
 /// sorts them, which would reorder a user's settings).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Json {
@@ -636,10 +636,10 @@ impl Edit {
             &path.display().to_string(),
             &events_of(&wanted),
         )?;
-        let after = if Some(&after) != before.as_ref() {
-            original_bytes(path, &after).unwrap_or(after)
-        } else {
+        let after = if Some(&after) == before.as_ref() {
             after
+        } else {
+            original_bytes(path, &after).unwrap_or(after)
         };
         Ok(Edit {
             path: path.to_path_buf(),
@@ -690,18 +690,15 @@ impl Edit {
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(_) => 0o600,
         };
-        let backup = match &self.before {
-            Some(before) => {
-                let backup = backup_path(&self.path);
-                write_atomic(&backup, before.as_bytes(), mode, Existing::Refuse)?;
-                Some(backup)
+        let backup = if let Some(before) = &self.before {
+            let backup = backup_path(&self.path);
+            write_atomic(&backup, before.as_bytes(), mode, Existing::Refuse)?;
+            Some(backup)
+        } else {
+            if let Some(dir) = self.path.parent() {
+                fs::create_dir_all(dir).map_err(|e| Error::io_at("create", dir, &e))?;
             }
-            None => {
-                if let Some(dir) = self.path.parent() {
-                    fs::create_dir_all(dir).map_err(|e| Error::io_at("create", dir, &e))?;
-                }
-                None
-            }
+            None
         };
         write_atomic(&self.path, self.after.as_bytes(), mode, Existing::Replace)?;
         Ok(Applied {
@@ -732,9 +729,9 @@ fn backup_path(path: &Path) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let stamp: String = crate::operation::now_rfc3339()
+    let stamp: String = crate::time::now_rfc3339()
         .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
+        .filter(char::is_ascii_alphanumeric)
         .collect();
     let base = path.with_file_name(format!("{name}{BACKUP_MARK}{stamp}"));
     let mut candidate = base.clone();

@@ -22,7 +22,8 @@ use std::path::PathBuf;
 use super::{Outcome, Stage, Steps, hand_off, run, run_chain, schedule_by_hand};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::operation::{Status, Store, validate_id};
+use crate::ids::OperationId;
+use crate::pipeline::operation::{Status, Store};
 
 /// Parsed arguments of a stage executable.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -66,7 +67,7 @@ impl Args {
             }
         }
         if let Some(id) = &out.operation {
-            validate_id(id)?;
+            OperationId::parse(id)?;
         } else if stage != Stage::Prepare {
             return Err(bad("--operation ID is required".into()));
         }
@@ -86,11 +87,7 @@ pub fn main(stage: Stage) -> ! {
     let code = match execute(stage, std::env::args_os().skip(1)) {
         Ok(outcome) => {
             println!("{}", outcome.summary());
-            if outcome.operation.status == Status::Failed {
-                1
-            } else {
-                0
-            }
+            i32::from(outcome.operation.status == Status::Failed)
         }
         Err(e) => {
             eprintln!("{stage}: {e}");
@@ -108,18 +105,17 @@ pub fn execute(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result
     let config = Config::load(args.config.as_deref())?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
-    let (id, by_hand) = match &args.operation {
-        Some(id) => (id.clone(), false),
-        None => {
-            let op = schedule_by_hand(
-                &config,
-                &store,
-                args.transcript.as_deref(),
-                args.confirm.as_deref(),
-                args.reason.as_deref(),
-            )?;
-            (op.id, true)
-        }
+    let (id, by_hand) = if let Some(id) = &args.operation {
+        (id.clone(), false)
+    } else {
+        let op = schedule_by_hand(
+            &config,
+            &store,
+            args.transcript.as_deref(),
+            args.confirm.as_deref(),
+            args.reason.as_deref(),
+        )?;
+        (op.id.into(), true)
     };
     let mut steps = Steps::new(stage, &id);
     let outcome = run(

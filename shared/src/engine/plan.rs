@@ -7,43 +7,43 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::carry::{self, Candidate};
-use crate::config::{Config, OnMalformed};
+use crate::config::{Config, HistoryMode, OnMalformed};
+use crate::engine::candidate::{self, Candidate};
+use crate::engine::chain;
+use crate::engine::ledger::{self, Budget, LedgerReport, Measured};
+use crate::engine::scan::{Markers, NotSpeechCounts, Options, Scan};
+use crate::engine::turns::{self, LeftOutReason, Role, Selection};
 use crate::error::{Error, Result};
-use crate::history;
-use crate::ledger::{self, Budget, Measured};
-use crate::scan::{Markers, NotSpeechCounts, Options, Scan};
-use crate::turns::{self, LeftOutReason, Role, Selection};
 
 /// How much of the first/last carried text the report shows.
 const PREVIEW_CHARS: usize = 300;
 
 /// A carried item as shown in the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preview {
     pub role: Role,
     pub text: String,
 }
 
 /// A conversation record that was not carried, and why.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LeftOut {
     pub line: usize,
     pub uuid: Option<String>,
-    pub reason: String,
+    pub reason: LeftOutReason,
 }
 
 /// Everything `ktr plan` reports (SPEC §14).
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
     pub source_path: String,
     pub session_id: String,
     pub source_sha256: String,
     pub source_bytes: u64,
     pub versions_seen: Vec<String>,
-    pub history_mode: &'static str,
+    pub history_mode: HistoryMode,
     pub history_fallback_reason: Option<String>,
     pub source_turns: usize,
     pub selected_turns: usize,
@@ -66,17 +66,19 @@ pub struct Report {
     pub elided_items: usize,
     pub poison_hits: usize,
     pub blocked_reason: Option<String>,
-    pub ledger: ledger::Report,
+    pub ledger: LedgerReport,
     pub first_carried: Option<Preview>,
     pub last_carried: Option<Preview>,
-    /// Every conversation record that was not carried, with the reason.
+    /// Every conversation record that was not carried, with the reason
+    /// (empty in an operation's stats, which keep it on its own).
+    #[serde(default)]
     pub left_out: Vec<LeftOut>,
 }
 
 /// A plan: the report, the candidate it would write, and what it left out.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub report: Report,
+    pub report: PlanReport,
     pub candidate: Candidate,
 }
 
@@ -181,17 +183,17 @@ pub fn build_from_reader<R: BufRead>(
         markers: &markers,
     };
     let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
-    let history = history::select(&scan, config.history);
+    let history = chain::select(&scan, config.history);
     let mut sel = turns::select(&scan.events, &history.events, config);
     block_on_input_problems(config, &scan, &mut sel);
     let session_id = match new_session_id {
         Some(id) => {
-            crate::operation::validate_session_id(id)?;
+            crate::ids::SessionId::parse(id)?;
             id.to_string()
         }
         None => uuid::Uuid::new_v4().to_string(),
     };
-    let candidate = carry::build(
+    let candidate = candidate::build(
         &sel.turns,
         &scan.events,
         &session_id,
@@ -211,7 +213,7 @@ pub fn build_from_reader<R: BufRead>(
         .map(|(e, reason)| LeftOut {
             line: scan.events[e].meta.line,
             uuid: scan.events[e].meta.uuid.clone(),
-            reason: reason_name(reason).to_string(),
+            reason,
         })
         .collect();
     left_out.sort_by_key(|l| l.line);
@@ -221,7 +223,7 @@ pub fn build_from_reader<R: BufRead>(
         text: i.text.chars().take(PREVIEW_CHARS).collect(),
     };
     let ledger = ledger::report(
-        Measured {
+        &Measured {
             window: &scan.window,
             file: &scan.file,
             window_start_line: scan.window_start_line,
@@ -234,7 +236,7 @@ pub fn build_from_reader<R: BufRead>(
             rebuild_on_original_image_view: config.rebuild_on_original_image_view,
         },
     );
-    let report = Report {
+    let report = PlanReport {
         source_path: path.display().to_string(),
         session_id: path
             .file_stem()
@@ -294,15 +296,5 @@ fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
         ));
     } else if sel.turns.is_empty() {
         sel.blocked_reason = Some("no conversation turns to carry".to_string());
-    }
-}
-
-fn reason_name(reason: LeftOutReason) -> &'static str {
-    match reason {
-        LeftOutReason::AbandonedBranch => "abandoned_branch",
-        LeftOutReason::CompactSummaryDropped => "compact_summary_dropped",
-        LeftOutReason::LocalCommand => "local_command",
-        LeftOutReason::OpenTailDropped => "open_tail_dropped",
-        LeftOutReason::DroppedOldest => "dropped_oldest",
     }
 }

@@ -7,11 +7,14 @@ use std::time::{Instant, SystemTime};
 
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, update};
 use crate::config::{Activation, Config};
+use crate::engine::plan::{self, Plan, PlanReport};
+use crate::engine::turns::ItemKind;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
-use crate::operation::{Candidate, Operation, Status, Store, Worker, rfc3339, validate_session_id};
-use crate::plan::{self, Plan};
-use crate::target::Target;
+use crate::ids::SessionId;
+use crate::pipeline::operation::{CandidateFile, Operation, Status, Store, Worker};
+use crate::pipeline::target::Target;
+use crate::time::rfc3339;
 
 /// Prepare operation `id` (status `scheduled`): sleep
 /// `activation_delay_seconds`; resolve the transcript (`transcript`, else
@@ -28,7 +31,7 @@ pub fn prepare(
     transcript: Option<&Path>,
     steps: &mut Steps,
 ) -> Result<Outcome> {
-    let op = store.claim(id, Status::Scheduled, Status::Scheduled, "prepare")?;
+    let op = store.claim(id, Stage::Prepare, Status::Scheduled)?;
     guarded(store, id, steps, |steps| {
         pause_point(Stage::Prepare, "delay");
         if config.activation_delay_seconds > 0.0 {
@@ -65,7 +68,7 @@ pub fn prepare(
         let frozen = freeze(config, store, id, &source, steps)?;
         pause_point(Stage::Prepare, "frozen");
 
-        let new_id = uuid::Uuid::new_v4().to_string();
+        let new_id = SessionId::new_random();
         let plan = plan::build(config, &frozen.backup, Some(&new_id))?;
         let stats = stats_of(&plan, &source);
         if let Some(reason) = &plan.report.blocked_reason {
@@ -95,7 +98,7 @@ pub fn prepare(
             .canonicalize()
             .map_err(|e| Error::io_at("resolve", &config.project_dir, &e))?;
         let bytes = test_corruption(plan.candidate.bytes(), steps);
-        let candidate = Candidate {
+        let candidate = CandidateFile {
             session_id: new_id.clone(),
             path: project.join(format!("{new_id}.jsonl")),
             sha256: crate::fsutil::sha256_hex(&bytes),
@@ -107,13 +110,8 @@ pub fn prepare(
             op.backup = Some(frozen.backup.clone());
             op.prepared_at = Some(rfc3339(frozen.at));
             op.candidate = Some(candidate.clone());
-            op.manifest = plan
-                .candidate
-                .manifest
-                .iter()
-                .filter_map(|m| serde_json::to_value(m).ok())
-                .collect();
-            op.left_out = plan.report.left_out.clone();
+            op.manifest.clone_from(&plan.candidate.manifest);
+            op.left_out.clone_from(&plan.report.left_out);
             op.stats = Some(stats);
             op.estimated_tokens = Some(plan.report.estimated_tokens);
             op.target_before = Some(target_before.clone());
@@ -162,11 +160,12 @@ pub fn schedule_by_hand(
         Error::usage("pointer mode needs --transcript PATH (the session the runner resumes)")
     })?;
     let source = plan::resolve_transcript(config, Some(transcript))?;
-    let session = source
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    validate_session_id(&session)?;
+    let session = SessionId::parse(
+        &source
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )?;
     store.recover_stale()?;
     match store.active() {
         None => {
@@ -178,7 +177,7 @@ pub fn schedule_by_hand(
             store.request(
                 reason.unwrap_or("pointer-mode rebuild"),
                 word,
-                Some(session.clone()),
+                Some(session.as_str()),
             )?;
         }
         Some((_, Status::Pending)) => {}
@@ -198,7 +197,7 @@ pub fn schedule_by_hand(
                 op.id, op.status
             )));
         }
-        if op.session_id.as_ref().is_some_and(|s| *s != session) {
+        if op.session_id.as_ref().is_some_and(|s| **s != *session) {
             return Err(Error::refused(format!(
                 "operation {} is pending for session {}, not {session}",
                 op.id,
@@ -207,7 +206,7 @@ pub fn schedule_by_hand(
         }
         op.session_id = Some(session.clone());
         op.transcript_path = Some(source.clone());
-        op.worker = Some(Worker::current(Stage::Prepare.name()));
+        op.worker = Some(Worker::current(Stage::Prepare));
         tx.transition(
             &mut op,
             Status::Scheduled,
@@ -292,13 +291,12 @@ fn freeze(
 
 /// The plan report as recorded in the operation: `left_out` is stored on
 /// its own, and `source_path` names the real source, not the backup.
-fn stats_of(plan: &Plan, source: &Path) -> serde_json::Value {
-    let mut stats = serde_json::to_value(&plan.report).unwrap_or_default();
-    if let Some(map) = stats.as_object_mut() {
-        map.remove("left_out");
-        map.insert("source_path".into(), source.display().to_string().into());
+fn stats_of(plan: &Plan, source: &Path) -> PlanReport {
+    PlanReport {
+        source_path: source.display().to_string(),
+        left_out: Vec::new(),
+        ..plan.report.clone()
     }
-    stats
 }
 
 /// The carried text of the frozen startup snapshot, if one was frozen.
@@ -307,7 +305,7 @@ fn startup_snapshot(plan: &Plan) -> Option<String> {
         .candidate
         .manifest
         .iter()
-        .position(|m| m.kind == "startup_snapshot")?;
+        .position(|m| m.kind == ItemKind::StartupSnapshot)?;
     let line: serde_json::Value = serde_json::from_str(plan.candidate.lines.get(position)?).ok()?;
     line["message"]["content"].as_str().map(str::to_string)
 }

@@ -22,11 +22,12 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::admin::report::age;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
-use crate::operation::{Operation, Status, Store, validate_id, validate_session_id};
-use crate::report::age;
+use crate::ids::{OperationId, SessionId};
+use crate::pipeline::operation::{Operation, Status, Store};
 
 /// One file or directory prune deletes (or would delete).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -94,16 +95,16 @@ pub fn prune(
         };
         for op in &ops {
             let keep = |why: String| Kept {
-                id: op.id.clone(),
+                id: op.id.to_string(),
                 status: op.status,
                 path: None,
                 why,
             };
-            if !op.status.is_terminal() || active.as_deref() == Some(op.id.as_str()) {
+            if !op.status.is_terminal() || active.as_deref() == Some(&*op.id) {
                 outcome.kept.push(keep("not finished".into()));
                 continue;
             }
-            if newest_activated.as_deref() == Some(op.id.as_str()) {
+            if newest_activated.as_deref() == Some(&*op.id) {
                 outcome.kept.push(keep(
                     "newest activated operation: the handle to roll the running session back"
                         .into(),
@@ -148,7 +149,7 @@ pub fn prune(
             });
             outcome.bytes += files.iter().map(|f| f.bytes).sum::<u64>();
             outcome.pruned.push(Pruned {
-                id: op.id.clone(),
+                id: op.id.to_string(),
                 status: op.status,
                 updated_at: op.updated_at.clone(),
                 files,
@@ -176,7 +177,7 @@ fn leftover_candidate(
         return Ok(None);
     };
     let sid = &candidate.session_id;
-    if validate_session_id(sid).is_err() {
+    if SessionId::parse(sid).is_err() {
         return Err(format!(
             "candidate session id {sid:?} is invalid: left alone"
         ));
@@ -223,7 +224,7 @@ fn leftover_candidate(
     if !sha256_file(&expected).is_ok_and(|d| d == candidate.sha256) {
         return refuse("changed since ktr wrote it (someone resumed it)");
     }
-    if fs::read_to_string(&config.resume_pointer_path).is_ok_and(|p| p.trim() == sid) {
+    if fs::read_to_string(&config.resume_pointer_path).is_ok_and(|p| p.trim() == sid.as_str()) {
         return refuse("the resume pointer names it");
     }
     if ops.iter().any(|o| o.session_id.as_deref() == Some(sid)) {
@@ -238,7 +239,7 @@ fn leftover_candidate(
 
 /// `artifacts/<id>/` if it is a real directory.
 fn artifacts(store: &Store, id: &str) -> std::result::Result<Option<Doomed>, String> {
-    validate_id(id).map_err(|e| e.message)?;
+    OperationId::parse(id).map_err(|e| e.message)?;
     let dir = store.dir().join("artifacts").join(id);
     match fs::symlink_metadata(&dir) {
         Err(_) => Ok(None),

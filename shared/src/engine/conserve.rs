@@ -18,12 +18,12 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::carry::{ITEM_NAMESPACE, ManifestEntry};
 use crate::config::Config;
+use crate::engine::candidate::{ITEM_NAMESPACE, ManifestEntry};
+use crate::engine::plan::{self, LeftOut};
+use crate::engine::transcript::is_timestamp;
 use crate::error::{Error, Result};
 use crate::fsutil::{sha256_file, sha256_hex};
-use crate::plan::{self, LeftOut};
-use crate::transcript::is_timestamp;
 
 /// What the operation recorded at prepare time.
 pub struct Expected<'a> {
@@ -34,8 +34,8 @@ pub struct Expected<'a> {
 }
 
 /// What verification checked.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ConservationCounts {
     pub candidate_lines: usize,
     pub source_pieces_checked: usize,
     pub source_records_left_out: usize,
@@ -43,12 +43,12 @@ pub struct Report {
 }
 
 /// Verify `candidate` against the frozen `backup`.
-pub fn verify(
+pub fn check(
     config: &Config,
     backup: &Path,
     candidate: &Path,
     expected: &Expected<'_>,
-) -> Result<Report> {
+) -> Result<ConservationCounts> {
     let digest = sha256_file(candidate)?;
     if digest != expected.candidate_sha256 {
         return Err(fail(format!(
@@ -61,11 +61,11 @@ pub fn verify(
     let rebuilt = plan::build(config, backup, Some(expected.session_id))?;
     if rebuilt.candidate.bytes() != bytes {
         return Err(fail(
-            "candidate differs from a fresh rebuild of the frozen backup".into(),
+            "candidate differs from a fresh rebuild of the frozen backup",
         ));
     }
     let conservation = conserve(backup, &texts, expected, &config.reply_tool_pattern)?;
-    Ok(Report {
+    Ok(ConservationCounts {
         candidate_lines: texts.len(),
         source_pieces_checked: conservation.checked,
         source_records_left_out: conservation.left_out,
@@ -73,13 +73,13 @@ pub fn verify(
     })
 }
 
-fn fail(message: String) -> Error {
+fn fail(message: impl std::fmt::Display) -> Error {
     Error::refused(format!("verification failed: {message}"))
 }
 
 /// Check every candidate line; return the carried texts in order.
 fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>> {
-    let text = std::str::from_utf8(bytes).map_err(|_| fail("candidate is not UTF-8".into()))?;
+    let text = std::str::from_utf8(bytes).map_err(|_| fail("candidate is not UTF-8"))?;
     let lines: Vec<&str> = text.split_terminator('\n').collect();
     if lines.len() != expected.manifest.len() {
         return Err(fail(format!(
@@ -94,7 +94,7 @@ fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>>
         let at = |what: &str| fail(format!("line {}: {what}", i + 1));
         let v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
         let kind = v["type"].as_str().unwrap_or("");
-        if kind != "user" && kind != "assistant" || kind != entry.role {
+        if kind != entry.role.as_str() {
             return Err(at(&format!(
                 "type {kind:?} does not match the manifest role {}",
                 entry.role
@@ -140,16 +140,15 @@ fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>>
 /// The text of a candidate line, only if the message is exactly one text.
 fn carried_text(v: &Value) -> Option<String> {
     let message = v.get("message")?.as_object()?;
-    match v["type"].as_str()? {
-        "user" => message.get("content")?.as_str().map(str::to_string),
-        _ => {
-            let blocks = message.get("content")?.as_array()?;
-            match blocks.as_slice() {
-                [only] if only["type"] == "text" && only.as_object()?.len() == 2 => {
-                    only["text"].as_str().map(str::to_string)
-                }
-                _ => None,
+    if v["type"].as_str()? == "user" {
+        message.get("content")?.as_str().map(str::to_string)
+    } else {
+        let blocks = message.get("content")?.as_array()?;
+        match blocks.as_slice() {
+            [only] if only["type"] == "text" && only.as_object()?.len() == 2 => {
+                only["text"].as_str().map(str::to_string)
             }
+            _ => None,
         }
     }
 }
@@ -164,7 +163,7 @@ pub struct Conservation {
 
 /// The injected elements of SPEC §5 (data shared with the selector; the
 /// removal logic below is this module's own).
-const TAGS: &[&str] = crate::classify::INJECTED_TAGS;
+const TAGS: &[&str] = crate::engine::classify::INJECTED_TAGS;
 
 /// Every piece of real speech in the backup must be in one of the carried
 /// `texts`, unless the plan left its record out.
@@ -306,9 +305,10 @@ fn user_pieces(v: &Value, content: &Value) -> Vec<String> {
         return Vec::new();
     }
     if v["isMeta"] == Value::Bool(true) {
-        return match joined.trim_start().starts_with("<channel") {
-            true => trimmed(vec![joined]),
-            false => Vec::new(),
+        return if joined.trim_start().starts_with("<channel") {
+            trimmed(vec![joined])
+        } else {
+            Vec::new()
         };
     }
     // Naive removal, block by block: every known injected element, wherever it stands.

@@ -7,10 +7,10 @@
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::engine::scan::Event;
+use crate::engine::transcript::is_timestamp;
+use crate::engine::turns::{ItemKind, Role, Turn};
 use crate::fsutil::sha256_hex;
-use crate::scan::Event;
-use crate::transcript::is_timestamp;
-use crate::turns::{Item, ItemKind, Role, Turn};
 
 /// Namespace of item uuids (a fixed, documented constant).
 pub const ITEM_NAMESPACE: Uuid = Uuid::from_u128(0x6b74_7200_5f1e_4c2a_9d3b_7a11_c0de_0001);
@@ -22,8 +22,8 @@ const EPOCH: &str = "1970-01-01T00:00:00.000Z";
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ManifestEntry {
     pub position: usize,
-    pub role: String,
-    pub kind: String,
+    pub role: Role,
+    pub kind: ItemKind,
     pub source_uuid: Option<String>,
     pub source_line: usize,
     pub source_timestamp: Option<String>,
@@ -168,8 +168,8 @@ pub fn build(
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
         manifest.push(ManifestEntry {
             position,
-            role: role_name(item).to_string(),
-            kind: kind_name(item.kind).to_string(),
+            role: item.role,
+            kind: item.kind,
             source_uuid: meta.uuid.clone(),
             source_line: meta.line,
             source_timestamp: meta.timestamp.clone(),
@@ -186,21 +186,5 @@ pub fn build(
         session_id: session_id.to_string(),
         lines,
         manifest,
-    }
-}
-
-fn role_name(item: &Item) -> &'static str {
-    match item.role {
-        Role::User => "user",
-        Role::Assistant => "assistant",
-    }
-}
-
-fn kind_name(kind: ItemKind) -> &'static str {
-    match kind {
-        ItemKind::Speech => "speech",
-        ItemKind::SlashCommand => "slash_command",
-        ItemKind::StartupSnapshot => "startup_snapshot",
-        ItemKind::CompactSummary => "compact_summary",
     }
 }

@@ -3,8 +3,8 @@
 
 use regex::Regex;
 
-use crate::rawjson::{top_level, top_level_str};
-use crate::transcript::{Attachment, Block, Content, Record, text_of, text_of_str};
+use crate::engine::rawjson::{top_level, top_level_str};
+use crate::engine::transcript::{Attachment, Block, Content, Record, text_of, text_of_str};
 
 /// Elements Claude Code injects into user text. Removed only where Claude
 /// Code puts them: as whole blocks, or complete elements at the start or end.
@@ -201,10 +201,11 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
                         let rejected =
                             memchr::memmem::find(raw.get().as_bytes(), b"the user said:").is_some()
                                 && top_level(raw.get(), "is_error") == Some("true");
-                        let feedback = match rejected {
-                            true => top_level(raw.get(), "content")
-                                .and_then(|c| rejection_words(&text_of_str(c))),
-                            false => None,
+                        let feedback = if rejected {
+                            top_level(raw.get(), "content")
+                                .and_then(|c| rejection_words(&text_of_str(c)))
+                        } else {
+                            None
                         };
                         tool_result = Some(feedback.unwrap_or_default());
                     }
@@ -232,14 +233,15 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
         };
     }
     if let Some(words) = tool_result {
-        return match words.is_empty() {
-            true => not(NotSpeech::ToolResult),
-            false => UserRecord {
+        return if words.is_empty() {
+            not(NotSpeech::ToolResult)
+        } else {
+            UserRecord {
                 reading: UserReading::Speech(words),
                 raw_text: String::new(),
                 had_reminder: false,
                 injected_bytes: 0,
-            },
+            }
         };
     }
     if matches!(record.origin_kind(), Some("task-notification" | "peer")) {
@@ -262,17 +264,17 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
     if raw_text.trim_start().starts_with("<teammate-message") {
         return not(NotSpeech::TeammateMessage);
     }
-    read_typed(raw_parts, raw_text)
+    read_typed(&raw_parts, raw_text)
 }
 
 /// Strip each text part, then decide between speech, slash command and
 /// pure injection.
-fn read_typed(parts: Vec<String>, raw_text: String) -> UserRecord {
+fn read_typed(parts: &[String], raw_text: String) -> UserRecord {
     let mut kept = Vec::new();
     let mut had_reminder = false;
     let mut injected_bytes = 0;
     let mut commands: Vec<String> = Vec::new();
-    for part in &parts {
+    for part in parts {
         let s = strip_injected(part);
         had_reminder |= s.had_reminder;
         injected_bytes += s.injected_bytes;
@@ -399,7 +401,9 @@ pub fn read_assistant(record: &Record<'_>, reply_tool: &Regex) -> AssistantReadi
         Content::Blocks(blocks) => {
             for raw in blocks {
                 match top_level_str(raw.get(), "type") {
-                    Some("text") => pieces.extend(Block::parse(raw).text.0.map(|t| t.into_owned())),
+                    Some("text") => {
+                        pieces.extend(Block::parse(raw).text.0.map(std::borrow::Cow::into_owned));
+                    }
                     Some("tool_use")
                         if top_level_str(raw.get(), "name")
                             .is_some_and(|n| reply_tool.is_match(n)) =>

@@ -4,8 +4,8 @@
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, seconds, source_session};
 use crate::config::Config;
 use crate::error::Result;
-use crate::operation::{Status, Store};
-use crate::target::Target;
+use crate::pipeline::operation::{Status, Store};
+use crate::pipeline::target::Target;
 
 /// Roll operation `id` back (status `rollback_scheduled` → `rolling_back`):
 /// the target must still run what activation left (the identity recorded
@@ -13,12 +13,7 @@ use crate::target::Target;
 /// untouched; then resume the source session and check its health:
 /// `rolled_back`, or `failed` with `needs_attention`.
 pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
-    let op = store.claim(
-        id,
-        Status::RollbackScheduled,
-        Status::RollingBack,
-        "rollback",
-    )?;
+    let op = store.claim(id, Stage::Rollback, Status::RollingBack)?;
     guarded(store, id, steps, |steps| {
         let target = Target::from_config(config);
         let old = source_session(&op)?;

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::operation::{Operation, Status, Transition, Worker, parse_rfc3339};
+use crate::pipeline::operation::{Operation, Status, Transition, Worker};
+use crate::time::parse_rfc3339;
 
 /// Everything `status` shows about one operation. The manifest is summarised
 /// by its length (it holds one entry per carried item and can be long).
@@ -62,14 +63,14 @@ impl StatusView {
     /// The view of `op`.
     pub fn of(op: &Operation) -> StatusView {
         StatusView {
-            id: op.id.clone(),
+            id: op.id.to_string(),
             status: op.status,
             terminal: op.status.is_terminal(),
             next: next_step(op),
             reasons: op.reasons.clone(),
             created_at: op.created_at.clone(),
             updated_at: op.updated_at.clone(),
-            session_id: op.session_id.clone(),
+            session_id: op.session_id.as_ref().map(ToString::to_string),
             transcript_path: op.transcript_path.clone(),
             attempts: op.attempts,
             worker: op.worker.clone(),
@@ -77,7 +78,7 @@ impl StatusView {
             session_conflict: op.session_conflict,
             needs_attention: op.needs_attention,
             rollback_ok: op.rollback_ok,
-            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.clone()),
+            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
             candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
             source_sha256: op.source_sha256.clone(),
@@ -85,11 +86,7 @@ impl StatusView {
             prepared_at: op.prepared_at.clone(),
             manifest_items: op.manifest.len(),
             left_out_records: op.left_out.len(),
-            verified: op
-                .verification
-                .as_ref()
-                .and_then(|v| v.get("ok"))
-                .and_then(|ok| ok.as_bool()),
+            verified: op.verification.as_ref().map(|v| v.ok),
             target_before: op.target_before.clone(),
             target_after: op.target_after.clone(),
             estimated_tokens: op.estimated_tokens,
@@ -161,14 +158,14 @@ impl OpsRow {
     /// The row of `op`.
     pub fn of(op: &Operation) -> OpsRow {
         OpsRow {
-            id: op.id.clone(),
+            id: op.id.to_string(),
             status: op.status,
             created_at: op.created_at.clone(),
             updated_at: op.updated_at.clone(),
             attempts: op.attempts,
             reasons: op.reasons.clone(),
-            session_id: op.session_id.clone(),
-            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.clone()),
+            session_id: op.session_id.as_ref().map(ToString::to_string),
+            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
             estimated_tokens: op.estimated_tokens,
             context_tokens: op.context_tokens(),
             error: op.error.clone(),
@@ -177,7 +174,7 @@ impl OpsRow {
     }
 }
 
-/// The history table, newest first (from [`crate::operation::Store::list`],
+/// The history table, newest first (from [`crate::pipeline::operation::Store::list`],
 /// which is oldest first).
 pub fn ops(list: &[Operation]) -> Vec<OpsRow> {
     list.iter().rev().map(OpsRow::of).collect()
@@ -202,7 +199,8 @@ pub fn human_age(age: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operation::{Ack, Candidate};
+    use crate::ids::SessionId;
+    use crate::pipeline::operation::{Ack, CandidateFile, Verification};
 
     fn op(status: Status) -> Operation {
         Operation {
@@ -217,16 +215,23 @@ mod tests {
         o.estimated_tokens = Some(11_800);
         o.ack = Some(Ack {
             at: "2026-11-29T08:00:00.000Z".into(),
-            session_id: "new".into(),
+            session_id: SessionId::parse("new").unwrap(),
             context_tokens: Some(49_100),
         });
-        o.candidate = Some(Candidate {
-            session_id: "new".into(),
+        o.candidate = Some(CandidateFile {
+            session_id: SessionId::parse("new").unwrap(),
             path: "/p/new.jsonl".into(),
             sha256: "ab".into(),
         });
-        o.manifest = vec![serde_json::json!({}); 3];
-        o.verification = Some(serde_json::json!({"ok": true}));
+        let entry: crate::engine::ManifestEntry = serde_json::from_value(serde_json::json!({
+            "position": 0, "role": "user", "kind": "speech", "source_uuid": null,
+            "source_line": 1, "source_timestamp": null, "source_sha256": "a",
+            "carried_sha256": "b", "uuid": "u"
+        }))
+        .unwrap();
+        o.manifest = vec![entry; 3];
+        o.verification = Some(Verification::failed("x"));
+        o.verification.as_mut().unwrap().ok = true;
         let v = StatusView::of(&o);
         assert_eq!(
             (v.estimated_tokens, v.context_tokens),

@@ -243,7 +243,7 @@ fn lenient_origin<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Orig
     Ok(serde_json::from_str(raw.get()).ok())
 }
 
-impl<'a> Record<'a> {
+impl Record<'_> {
     /// The record's `type`, or "" when absent.
     pub fn kind(&self) -> &str {
         self.kind.get().map_or("", |s| s)
@@ -258,7 +258,11 @@ impl<'a> Record<'a> {
     }
     /// `origin.kind`, if any.
     pub fn origin_kind(&self) -> Option<&str> {
-        self.origin.as_ref()?.kind.get().map(|s| s.as_ref())
+        self.origin
+            .as_ref()?
+            .kind
+            .get()
+            .map(std::convert::AsRef::as_ref)
     }
 }
 

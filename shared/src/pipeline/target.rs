@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
-use crate::operation::validate_session_id;
-use crate::process;
+use crate::ids::SessionId;
+use crate::pipeline::process;
 
 /// How long an identity query or a tmux command may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -85,7 +85,7 @@ impl Target {
         }
     }
 
-    /// What runs now: the tmux pane pid, the unit's MainPID (`0` when it is
+    /// What runs now: the tmux pane pid, the unit's `MainPID` (`0` when it is
     /// stopped), or the pointer content (empty when there is no pointer yet).
     pub fn identity(&self) -> Result<String> {
         match self {
@@ -98,7 +98,7 @@ impl Target {
     /// Run session `session_id` in the target, as `config` says
     /// (`resume_command`, `resume_env`, `claude_workdir`).
     pub fn switch(&self, session_id: &str, config: &Config) -> Result<()> {
-        validate_session_id(session_id)?;
+        SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.respawn(session_id, config),
             Target::Systemd(s) => {
@@ -155,7 +155,7 @@ impl Tmux {
         if let Some(socket) = &self.socket {
             argv.extend(["-L".to_string(), socket.clone()]);
         }
-        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.extend(args.iter().map(std::string::ToString::to_string));
         argv
     }
 
@@ -286,7 +286,6 @@ fn watch(session_id: &str, wait: Duration, pid_of: impl Fn() -> Result<u32>) -> 
                     "process {first} running {session_id} was replaced by {pid} during the health check"
                 )));
             }
-            (Ok(_), Some(_)) => {}
             (Err(e), Some(first)) => {
                 return Err(Error::refused(format!(
                     "process {first} running {session_id} did not stay healthy: {}",
@@ -300,7 +299,7 @@ fn watch(session_id: &str, wait: Duration, pid_of: impl Fn() -> Result<u32>) -> 
                     e.message
                 )));
             }
-            (Err(_), None) => {}
+            (Ok(_), Some(_)) | (Err(_), None) => {}
         }
         if let Some(pid) = healthy_pid.filter(|_| Instant::now() >= deadline) {
             return Ok(pid.to_string());

@@ -9,8 +9,9 @@ use super::{Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, sourc
 use crate::config::{Activation, Config, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
-use crate::operation::{Operation, Status, Store, Tx, discard_candidate, parse_rfc3339};
-use crate::target::Target;
+use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate};
+use crate::pipeline::target::Target;
+use crate::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
 const ACK_POLL: Duration = Duration::from_millis(100);
@@ -29,7 +30,7 @@ const ACK_POLL: Duration = Duration::from_millis(100);
 /// way: `rolled_back` if that is healthy, else `failed` with
 /// `rollback_ok: false` and `needs_attention`.
 pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
-    store.claim(id, Status::Verifying, Status::Verifying, "activate")?;
+    store.claim(id, Stage::Activate, Status::Verifying)?;
     guarded(store, id, steps, |steps| {
         pause_point(Stage::Activate, "start");
         let target = Target::from_config(config);
@@ -47,7 +48,7 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
         let new_id = op
             .candidate
             .as_ref()
-            .map(|c| c.session_id.clone())
+            .map(|c| c.session_id.to_string())
             .unwrap_or_default();
         steps.say(format!("checks passed; switching {target} to {new_id}"));
         pause_point(Stage::Activate, "checked");
@@ -68,7 +69,7 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                 store,
                 &op,
                 &target,
-                format!("switch failed: {e}"),
+                &format!("switch failed: {e}"),
                 steps,
             );
         }
@@ -94,7 +95,7 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                 store,
                 &op,
                 &target,
-                format!("new session {new_id} unhealthy: {e}"),
+                &format!("new session {new_id} unhealthy: {e}"),
                 steps,
             ),
         }
@@ -103,13 +104,15 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
 
 /// The checks of SPEC §10 under one lock; returns the operation, moved to
 /// `activating`, or to `pending`/`failed` when a check failed.
-fn compare_and_swap(tx: &mut Tx, config: &Config, target: &Target, id: &str) -> Result<Operation> {
+fn compare_and_swap(
+    tx: &mut Locked,
+    config: &Config,
+    target: &Target,
+    id: &str,
+) -> Result<Operation> {
     let mut op = tx.load(id)?;
     super::ensure_ours(&op, Status::Verifying)?;
-    let passed = op
-        .verification
-        .as_ref()
-        .is_some_and(|v| v["ok"] == serde_json::Value::Bool(true));
+    let passed = op.verification.as_ref().is_some_and(|v| v.ok);
     if !passed {
         fail_in(
             tx,
@@ -154,7 +157,7 @@ fn compare_and_swap(tx: &mut Tx, config: &Config, target: &Target, id: &str) -> 
     };
     if let Some((why, session_conflict)) = problem {
         fail_in(tx, &mut op, &why, |op| {
-            op.session_conflict = session_conflict
+            op.session_conflict = session_conflict;
         })?;
         return Ok(op);
     }
@@ -169,7 +172,7 @@ fn compare_and_swap(tx: &mut Tx, config: &Config, target: &Target, id: &str) -> 
 /// New messages arrived after prepare: discard this candidate and go back
 /// to `pending` so the next Stop prepares again, or fail once
 /// `source_change_retries` retries are used up.
-fn source_changed(tx: &mut Tx, config: &Config, op: &mut Operation) -> Result<()> {
+fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Result<()> {
     if u64::from(op.attempts) > config.source_change_retries {
         let why = format!(
             "the source changed after prepare on every one of {} attempts (source_change_retries = {}); request again when the conversation is quiet",
@@ -192,7 +195,7 @@ fn source_changed(tx: &mut Tx, config: &Config, op: &mut Operation) -> Result<()
     let note = format!(
         "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
         op.attempts,
-        discarded.map_or("".into(), |p| p.display().to_string())
+        discarded.map_or(String::new(), |p| p.display().to_string())
     );
     tx.transition(op, Status::Pending, &note)
 }
@@ -295,7 +298,7 @@ fn fall_back(
     store: &Store,
     op: &Operation,
     target: &Target,
-    reason: String,
+    reason: &str,
     steps: &mut Steps,
 ) -> Result<Outcome> {
     steps.say(format!("{reason}; resuming the old session"));
@@ -307,7 +310,7 @@ fn fall_back(
         let mut op = tx.load(&op.id)?;
         match &back {
             Ok(identity) => {
-                op.error = Some(reason.clone());
+                op.error = Some(reason.to_string());
                 op.rollback_ok = Some(true);
                 op.target_after = Some(identity.clone());
                 let note = format!("{reason}; old session resumed (identity {identity})");

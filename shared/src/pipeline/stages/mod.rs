@@ -18,10 +18,12 @@
 //! to `$KTR_TEST_PAUSE_FILE` and sleep at that step ([`pause_point`]), so a
 //! test can SIGKILL it exactly there.
 
+pub mod ack;
 mod activate;
 pub mod cli;
 mod prepare;
 mod rollback;
+pub mod stop;
 mod verify;
 
 use std::fmt;
@@ -31,59 +33,16 @@ use std::time::Duration;
 use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, write_atomic};
-use crate::operation::{Operation, Status, Store, Tx, Worker, discard_candidate, now_rfc3339};
-use crate::process;
+use crate::pipeline::operation::{Locked, Operation, Status, Store, Worker, discard_candidate};
+use crate::pipeline::process;
+use crate::time::now_rfc3339;
 
+#[doc(no_inline)]
+pub use crate::pipeline::operation::Stage;
 pub use activate::activate;
 pub use prepare::{prepare, schedule_by_hand};
 pub use rollback::rollback;
 pub use verify::verify;
-
-/// One stage of the pipeline, each its own executable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    Prepare,
-    Verify,
-    Activate,
-    Rollback,
-}
-
-impl Stage {
-    /// `prepare`, `verify`, `activate`, `rollback` (recorded as the worker).
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Prepare => "prepare",
-            Stage::Verify => "verify",
-            Stage::Activate => "activate",
-            Stage::Rollback => "rollback",
-        }
-    }
-
-    /// The executable: `ktr-<name>`.
-    pub fn program(self) -> &'static str {
-        match self {
-            Stage::Prepare => "ktr-prepare",
-            Stage::Verify => "ktr-verify",
-            Stage::Activate => "ktr-activate",
-            Stage::Rollback => "ktr-rollback",
-        }
-    }
-
-    /// The status an operation must have when this stage starts.
-    pub fn expects(self) -> Status {
-        match self {
-            Stage::Prepare => Status::Scheduled,
-            Stage::Verify | Stage::Activate => Status::Verifying,
-            Stage::Rollback => Status::RollbackScheduled,
-        }
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.program())
-    }
-}
 
 /// What a stage left behind: the operation as saved, and the stage to
 /// start next (None when the operation is terminal or back to pending).
@@ -291,11 +250,7 @@ pub fn hand_off(
         }
         match spawn(config, store, next, id, None) {
             Ok(pid) => {
-                op.worker = Some(Worker::of(pid, next.name()).unwrap_or(Worker {
-                    pid,
-                    start_time: 0,
-                    stage: next.name().into(),
-                }));
+                op.worker = Some(Worker::spawned(pid, next));
                 tx.save(&mut op)?;
                 Ok(Ok((op, pid)))
             }
@@ -331,7 +286,7 @@ pub fn abandon(
 
 /// [`abandon`] inside a held lock.
 fn fail_in(
-    tx: &mut Tx,
+    tx: &mut Locked,
     op: &mut Operation,
     reason: &str,
     edit: impl FnOnce(&mut Operation),
@@ -412,7 +367,7 @@ fn source_session(op: &Operation) -> Result<String> {
         .as_deref()
         .and_then(|p| p.file_stem())
         .map(|s| s.to_string_lossy().into_owned())
-        .or_else(|| op.session_id.clone())
+        .or_else(|| op.session_id.as_ref().map(ToString::to_string))
         .ok_or_else(|| Error::refused(format!("operation {} has no source session", op.id)))
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The categories of residue, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,15 +66,15 @@ impl Tally {
 }
 
 /// One category line of the report.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CategoryBytes {
-    pub name: &'static str,
+    pub name: String,
     pub bytes: u64,
 }
 
 /// The ledger as reported by `ktr dirty` and inside `ktr plan`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerReport {
     /// Residue bytes in the current window.
     pub total_bytes: u64,
     /// Residue per category, largest first.
@@ -120,17 +120,17 @@ pub struct Measured<'a> {
 }
 
 /// Build the report and its verdict.
-pub fn report(m: Measured<'_>, budget: &Budget) -> Report {
+pub fn report(m: &Measured<'_>, budget: &Budget) -> LedgerReport {
     let mut categories: Vec<CategoryBytes> = m
         .window
         .categories
         .iter()
         .map(|(c, b)| CategoryBytes {
-            name: c.name(),
+            name: c.name().to_string(),
             bytes: *b,
         })
         .collect();
-    categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(b.name)));
+    categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
     let total = m.window.total();
     let denominator = total + m.window.conversation_bytes;
     let noise_ratio = if denominator == 0 {
@@ -151,7 +151,7 @@ pub fn report(m: Measured<'_>, budget: &Budget) -> Report {
             m.window.original_image_view_count
         ));
     }
-    Report {
+    LedgerReport {
         total_bytes: total,
         categories,
         conversation_bytes: m.window.conversation_bytes,
@@ -192,7 +192,7 @@ mod tests {
                 conversation_turns: 2,
             };
             report(
-                measured,
+                &measured,
                 &Budget {
                     dirty_budget_bytes,
                     rebuild_on_original_image_view,
@@ -201,11 +201,11 @@ mod tests {
         };
         let r = run(500, true);
         assert_eq!(r.total_bytes, 950);
-        assert_eq!(r.noise_ratio, 0.95);
+        assert!((r.noise_ratio - 0.95).abs() < 1e-9);
         assert_eq!(
             r.categories[0],
             CategoryBytes {
-                name: "tool_result",
+                name: "tool_result".into(),
                 bytes: 900
             }
         );

@@ -10,15 +10,15 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::config::HistoryMode;
-use crate::scan::{Link, Node, Role, Scan, Speech};
+use crate::engine::scan::{Link, Node, RecordRole, Scan, Speech};
 
 /// The conversation's records, in order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct History {
     /// Indices into `scan.events`, in conversation order.
     pub events: Vec<usize>,
-    /// "chain" or "file".
-    pub mode: &'static str,
+    /// Chain, or file order (as asked, or as a fallback).
+    pub mode: HistoryMode,
     pub fallback_reason: Option<String>,
     /// Speech-bearing user/assistant records off the chain.
     pub abandoned: Vec<usize>,
@@ -39,15 +39,15 @@ enum WalkEnd {
 /// Choose the conversation from a scan.
 pub fn select(scan: &Scan, mode: HistoryMode) -> History {
     if mode == HistoryMode::File {
-        return file_order(scan, "file", None);
+        return file_order(scan, None);
     }
     match chain(scan) {
         Ok(h) => h,
-        Err(reason) => file_order(scan, "file", Some(reason)),
+        Err(reason) => file_order(scan, Some(reason)),
     }
 }
 
-fn file_order(scan: &Scan, mode: &'static str, reason: Option<String>) -> History {
+fn file_order(scan: &Scan, reason: Option<String>) -> History {
     let events = scan
         .nodes
         .iter()
@@ -56,9 +56,10 @@ fn file_order(scan: &Scan, mode: &'static str, reason: Option<String>) -> Histor
         .collect();
     History {
         events,
-        mode,
+        mode: HistoryMode::File,
         fallback_reason: reason,
-        ..History::default()
+        abandoned: Vec::new(),
+        off_chain_commands: Vec::new(),
     }
 }
 
@@ -86,8 +87,11 @@ fn chain(scan: &Scan) -> Result<History, String> {
     }
     let Some(leaf) = newest_leaf(nodes, &by_uuid) else {
         return Ok(History {
-            mode: "chain",
-            ..History::default()
+            events: Vec::new(),
+            mode: HistoryMode::Chain,
+            fallback_reason: None,
+            abandoned: Vec::new(),
+            off_chain_commands: Vec::new(),
         });
     };
     // Walk back from the leaf.
@@ -140,7 +144,10 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let first_chain_line = on_chain.iter().map(|&i| nodes[i].line).min().unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
-        if chain_set.contains(&i) || n.sidechain || (n.role == Role::Other && n.event.is_none()) {
+        if chain_set.contains(&i)
+            || n.sidechain
+            || (n.role == RecordRole::Other && n.event.is_none())
+        {
             continue;
         }
         if let Some(pos) = n.message_id.and_then(|m| anchor_of_message.get(&m)) {
@@ -176,7 +183,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
         .collect();
     Ok(History {
         events,
-        mode: "chain",
+        mode: HistoryMode::Chain,
         fallback_reason: None,
         abandoned,
         off_chain_commands,
@@ -185,7 +192,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
 
 /// Whether a record takes part in the conversation (speech or its frame).
 fn is_conversation(n: &Node) -> bool {
-    (n.role != Role::Other || n.event.is_some()) && !n.sidechain
+    (n.role != RecordRole::Other || n.event.is_some()) && !n.sidechain
 }
 
 /// The conversation's newest leaf: the last conversation record in file

@@ -8,18 +8,34 @@
 use regex::Regex;
 
 use crate::config::{CarryOverflow, Config};
-use crate::scan::{Event, Markers, Speech};
+use crate::engine::scan::{Event, Markers, Speech};
 
 /// Who speaks an item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
     Assistant,
 }
 
+impl Role {
+    /// `user` or `assistant`: the record type and the API role.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What an item is, for the manifest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemKind {
     Speech,
@@ -57,7 +73,9 @@ impl Turn {
 }
 
 /// Why an event of the conversation was not carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LeftOutReason {
     AbandonedBranch,
@@ -341,15 +359,12 @@ impl Builder {
     }
     /// Returns true when this opened a leading assistant-only turn.
     fn assistant(&mut self, item: Item) -> bool {
-        match self.turns.last_mut() {
-            Some(t) => {
-                t.items.push(item);
-                false
-            }
-            None => {
-                self.turns.push(Turn { items: vec![item] });
-                true
-            }
+        if let Some(t) = self.turns.last_mut() {
+            t.items.push(item);
+            false
+        } else {
+            self.turns.push(Turn { items: vec![item] });
+            true
         }
     }
 }
