@@ -117,10 +117,13 @@ def sandbox(tmp: Path, source: Path, session: str) -> tuple[Path, Path, Path]:
 
 
 def timed(argv: list[str], tmp: Path, timeout: float, stdout: str = os.devnull) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS MiB (GNU time) and exit code of one run; rc 124 on timeout."""
+    """Wall seconds, peak RSS MiB (GNU time) and exit code of one run; rc 124 on timeout.
+
+    The CPU seconds (user + system) of the last run are left in ``LAST_CPU[0]``.
+    """
     out = tmp / "rss.txt"
     err = tmp / "stderr.txt"
-    full = [common.GNU_TIME, "-f", "%M", "-o", str(out), *argv] if os.access(common.GNU_TIME, os.X_OK) else argv
+    full = [common.GNU_TIME, "-f", "%U %S %M", "-o", str(out), *argv] if os.access(common.GNU_TIME, os.X_OK) else argv
     t0 = time.perf_counter()
     with open(stdout, "wb") as so, open(err, "wb") as se:
         try:
@@ -129,10 +132,16 @@ def timed(argv: list[str], tmp: Path, timeout: float, stdout: str = os.devnull) 
             return timeout, 0.0, 124
     wall = time.perf_counter() - t0
     try:
-        kib = int(out.read_text().strip().splitlines()[-1])
+        user, system, kib_text = out.read_text().strip().splitlines()[-1].split()
+        kib = int(kib_text)
+        LAST_CPU[0] = float(user) + float(system)
     except (OSError, ValueError, IndexError):
         kib = 0
+        LAST_CPU[0] = 0.0
     return wall, kib / 1024, rc
+
+
+LAST_CPU = [0.0]
 
 
 def parse_ts(s: str) -> float:
@@ -158,7 +167,7 @@ def chain_once(bins: Path, source: Path, session: str, timeout: float) -> dict:
         cfg, link, state = sandbox(tmp, source, session)
         argv = [str(bins / "ktr-prepare"), "--config", str(cfg), "--transcript", str(link), "--confirm", "REBUILD"]
         wall, rss, rc = timed(argv, tmp, timeout)
-        res = {"wall": wall, "rss": rss, "rc": rc}
+        res = {"wall": wall, "rss": rss, "rc": rc, "cpu": LAST_CPU[0]}
         if rc == 124:
             return res
         if rc != 0:
@@ -191,9 +200,11 @@ def baseline(path: Path) -> dict:
         while fh.read(1 << 20):
             pass
     out = {}
-    for name, argv in (("wc", ["wc", "-l", str(path)]), ("sha256sum", ["sha256sum", str(path)])):
-        ts = [common.spawn([shutil.which(argv[0]) or argv[0], *argv[1:]])[0] for _ in range(3)]
-        out[name] = statistics.median(ts)
+    with tempfile.TemporaryDirectory(prefix="ktr-chain-base-") as td:
+        for name, argv in (("wc", ["wc", "-l", str(path)]), ("sha256sum", ["sha256sum", str(path)])):
+            runs = [timed([shutil.which(argv[0]) or argv[0], *argv[1:]], Path(td), 600) for _ in range(3)]
+            out[name] = statistics.median(r[0] for r in runs)
+            out[name + "_cpu"] = LAST_CPU[0]
     return out
 
 
@@ -202,7 +213,7 @@ def fmt_chain(label: str, r: dict) -> str:
         return f"  {label:8} chain TIMEOUT after {r['wall']:.0f} s"
     st = r.get("stages", {})
     stages = " ".join(f"{k} {v:.2f}" for k, v in st.items())
-    return (f"  {label:8} chain {r['wall']:7.2f} s (RSS {r['rss']:6.1f} MiB; {stages}) | "
+    return (f"  {label:8} chain {r['wall']:7.2f} s, CPU {r['cpu']:6.2f} s (RSS {r['rss']:6.1f} MiB; {stages}) | "
             f"plan {r['plan_s']:6.2f} s RSS {r['plan_rss']:6.1f} MiB | op file {r['op_bytes'] / 1024:9.1f} KiB, "
             f"status {r['status_ms']:7.1f} ms RSS {r['status_rss']:.1f} MiB")
 
@@ -240,13 +251,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{summary.get('turns', n)} turns, {path.stat().st_size / MB:.1f} MB, {summary.get('records')} lines")
         for _ in range(a.runs):
             base = baseline(path)
-            print(f"  baseline wc -l {base['wc'] * 1000:.0f} ms, sha256sum {base['sha256sum'] * 1000:.0f} ms")
+            print(f"  baseline wc -l {base['wc'] * 1000:.0f} ms, sha256sum {base['sha256sum'] * 1000:.0f} ms "
+                  f"(CPU {base['sha256sum_cpu']:.2f} s)")
             for label, d in variants:
                 r = chain_once(d, path, session, a.timeout)
                 print(fmt_chain(label, r), flush=True)
                 if r["rc"] != 124:
+                    cpu_ratio = r["cpu"] / base["sha256sum_cpu"] if base["sha256sum_cpu"] else float("nan")
                     print(f"  {'':8} chain/wc {r['wall'] / base['wc']:.0f}x, chain/sha256sum "
-                          f"{r['wall'] / base['sha256sum']:.1f}x")
+                          f"{r['wall'] / base['sha256sum']:.1f}x wall, {cpu_ratio:.1f}x CPU")
                 if label != "this":
                     continue
                 target = TARGETS_S.get(n)
