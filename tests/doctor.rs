@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use common::{Sandbox, TmuxServer};
-use ktr::settings::Edit;
+use ktr::admin::settings::Edit;
 use serde_json::{Value, json};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");

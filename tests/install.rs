@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ktr::settings::{self, Applied, Edit, Json, Wanted};
+use ktr::admin::settings::{self, Applied, Edit, Json, Wanted};
 
 const WHAT: &str = "settings.json";
 
@@ -358,6 +358,7 @@ fn unmerge_restores_the_absence_of_a_file_install_created() {
 
 // ---- the install script ----
 
+#[allow(clippy::struct_field_names)] // a Home has a home dir
 struct Home {
     _tmp: tempfile::TempDir,
     home: PathBuf,

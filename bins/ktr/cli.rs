@@ -257,7 +257,7 @@ fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Er
             }
             Value(v) if raw.command.is_none() => raw.command = Some(v.string()?),
             Value(v) if raw.command.as_deref() == Some("hooks") && raw.action.is_none() => {
-                raw.action = Some(v.string()?)
+                raw.action = Some(v.string()?);
             }
             Long("settings") => {
                 raw.settings = Some(parser.value()?.into());
@@ -333,7 +333,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
     }
     let operand = raw.operands.into_iter().next();
     if let Some(id) = &raw.session {
-        ktr::operation::validate_session_id(id)?;
+        ktr::ids::SessionId::parse(id)?;
     }
     Ok(match command {
         "request" => Command::Request(RequestArgs {

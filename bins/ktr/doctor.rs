@@ -1,6 +1,7 @@
 //! `ktr doctor`: check the installation and explain each item.
 
-use ktr::{Error, doctor};
+use ktr::Error;
+use ktr::admin::doctor;
 
 use crate::cli::DoctorArgs;
 use crate::out;
