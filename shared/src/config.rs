@@ -52,6 +52,10 @@ pub struct Config {
     pub resume_command: Vec<String>,
     pub resume_env: BTreeMap<String, String>,
     pub systemd_unit: String,
+    /// `systemd_manager = "user"`: every systemctl / systemd-run call gets
+    /// `--user` (a unit of the user's own manager); `"system"` (default):
+    /// the system manager, which needs root (or a polkit rule).
+    pub systemd_user: bool,
     pub resume_pointer_path: PathBuf,
     pub systemd_restart_timeout_seconds: f64,
     pub dirty_budget_bytes: u64,
@@ -91,6 +95,7 @@ const KEYS: &[&str] = &[
     "resume_command",
     "resume_env",
     "systemd_unit",
+    "systemd_manager",
     "resume_pointer_path",
     "systemd_restart_timeout_seconds",
     "dirty_budget_bytes",
@@ -192,6 +197,16 @@ impl Config {
         if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
             return Err(keys.rule("systemd_unit", "must end in .service"));
         }
+        let systemd_user = match keys.string("systemd_manager", "system")?.as_str() {
+            "system" => false,
+            "user" => true,
+            other => {
+                return Err(keys.rule(
+                    "systemd_manager",
+                    &format!("must be system or user (got {other:?})"),
+                ));
+            }
+        };
         let resume_pointer_path = expand_home(
             &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
             &home,
@@ -277,6 +292,7 @@ impl Config {
             resume_command,
             resume_env,
             systemd_unit,
+            systemd_user,
             resume_pointer_path,
             systemd_restart_timeout_seconds,
             dirty_budget_bytes: keys.integer("dirty_budget_bytes", 524_288)?,
