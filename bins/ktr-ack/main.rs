@@ -64,10 +64,16 @@ fn run() -> Result<Option<String>> {
         if !awaits_ack(&op, &hook.session_id) {
             return Ok(None);
         }
-        let receipt = store.artifacts_dir(&op.id)?.join("ack.json");
+        let artifacts = store.artifacts_dir(&op.id)?;
+        if op.ack.is_some() {
+            // The first receipt is the activation's measurement; a later
+            // resume of the same session is its own event, kept beside it.
+            append_line(&artifacts.join("resumes.jsonl"), &ack)?;
+            return Ok(Some(op.id));
+        }
         let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
         bytes.push(b'\n');
-        write_atomic(&receipt, &bytes, 0o600, Existing::Replace)?;
+        write_atomic(&artifacts.join("ack.json"), &bytes, 0o600, Existing::Replace)?;
         op.ack = Some(ack.clone());
         tx.save(&mut op)?;
         Ok(Some(op.id))
@@ -95,6 +101,20 @@ fn awaits_ack(op: &Operation, session_id: &str) -> bool {
             .candidate
             .as_ref()
             .is_some_and(|c| c.session_id == session_id)
+}
+
+/// Append `ack` as one JSON line to `path` (created 0600).
+fn append_line(path: &std::path::Path, ack: &Ack) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let line = serde_json::to_string(ack).map_err(|e| Error::io(e.to_string()))? + "\n";
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| Error::io_at("append to", path, &e))
 }
 
 /// Token counts arrive as JSON numbers (integer or float).

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use ktr::config::Config;
 use ktr::operation::validate_session_id;
+use ktr::process;
+use ktr::target::Target;
 use ktr::{Error, Result, plan};
 
 /// The environment variable Claude Code gives its MCP servers.
@@ -96,6 +98,24 @@ impl Session {
                 config.project_dir.display()
             ))),
         }
+    }
+
+    /// The target a rebuild of `session` would switch, described for the
+    /// model, after checking that it runs the Claude Code process serving
+    /// this server (its parent) on `session`: otherwise a model in another
+    /// session of the same project would rebuild itself into the target's
+    /// place. Refused with the reason naming both; nothing is recorded.
+    pub fn target_for(&self, config: &Config, session: Option<&str>) -> Result<String> {
+        let target = Target::from_config(config);
+        let claude = process::runner_of(std::process::id());
+        let running = match session {
+            Some(session) => target.check_runs(claude, session)?,
+            None => match target.running() {
+                Ok(running) => running,
+                Err(e) => return Ok(format!("{target} (unreadable now: {})", e.message)),
+            },
+        };
+        Ok(format!("{target}, which runs {}", running.describe()))
     }
 
     fn in_project(&self, config: &Config) -> Option<(String, PathBuf)> {

@@ -117,6 +117,8 @@ fn run() -> Result<Reply> {
         if op.status == Status::Pending {
             op.session_id = Some(hook.session_id.clone());
             op.transcript_path = Some(hook.transcript_path.clone());
+            // The Claude Code process that ran this hook: the target must run it.
+            op.claude = process::runner_of(std::process::id());
         }
         let note = format!(
             "Stop hook of session {} started {name} (pid {pid})",

@@ -26,8 +26,8 @@ use crate::config::{Config, expand_home, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
 use crate::plan::LeftOut;
-use crate::process;
-use crate::target::Target;
+use crate::process::{self, ProcessId};
+use crate::target::{Ran, Target};
 
 /// Where an operation is in its life (SPEC §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -210,6 +210,15 @@ pub struct Ack {
     pub context_tokens: Option<u64>,
 }
 
+/// A target as seen at one moment: its identity and the session it ran
+/// (when that could be found).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenTarget {
+    pub identity: String,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
 /// One step of an operation's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
@@ -249,8 +258,17 @@ pub struct Operation {
     pub stats: Option<serde_json::Value>,
     /// Result of ktr-verify (`{"ok": true, …}`), filled by verify.
     pub verification: Option<serde_json::Value>,
+    /// What the target ran when the rebuild was requested (SPEC §10:
+    /// prepare refuses when it changed, unless the same session was resumed).
+    pub requested_target: Option<SeenTarget>,
+    /// The Claude Code process whose Stop hook scheduled the rebuild (the
+    /// hook's parent, past `sh -c`): the target must run it to be switched.
+    pub claude: Option<ProcessId>,
     /// Target identity recorded before the switch (tmux pane pid, MainPID, pointer).
     pub target_before: Option<String>,
+    /// What the target ran right before the switch (session, command line,
+    /// directory): the fallback and a rollback restore exactly this.
+    pub target_ran: Option<Ran>,
     /// Target identity after the switch (or what it ran when a worker died).
     pub target_after: Option<String>,
     /// Why it failed, one line.
@@ -293,7 +311,10 @@ impl Default for Operation {
             manifest: Vec::new(),
             stats: None,
             verification: None,
+            requested_target: None,
+            claude: None,
             target_before: None,
+            target_ran: None,
             target_after: None,
             error: None,
             session_conflict: false,
@@ -407,6 +428,8 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
 pub struct Store {
     dir: PathBuf,
     target: Option<Target>,
+    /// `project_dir` of the config (requests bind to a session there).
+    project_dir: Option<PathBuf>,
     grace: Duration,
 }
 
@@ -424,6 +447,7 @@ impl Store {
         Ok(Store {
             dir: dir.to_path_buf(),
             target: None,
+            project_dir: None,
             grace: worker_grace(),
         })
     }
@@ -433,6 +457,7 @@ impl Store {
     pub fn for_config(config: &Config) -> Result<Store> {
         let mut store = Store::open(&config.state_dir)?;
         store.target = Some(Target::from_config(config));
+        store.project_dir = Some(config.project_dir.clone());
         Ok(store)
     }
 
@@ -441,6 +466,7 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             target: None,
+            project_dir: None,
             grace: worker_grace(),
         }
     }
@@ -455,6 +481,16 @@ impl Store {
     pub fn with_target(mut self, target: Target) -> Store {
         self.target = Some(target);
         self
+    }
+
+    /// What the configured target runs now (None without a target, or
+    /// when it cannot be read).
+    pub fn seen_target(&self) -> Option<SeenTarget> {
+        let running = self.target.as_ref()?.running().ok()?;
+        Some(SeenTarget {
+            identity: running.identity,
+            session: running.session,
+        })
     }
 
     /// The state dir.
@@ -587,6 +623,21 @@ impl Store {
             validate_session_id(s)?;
         }
         self.recover_stale()?;
+        let seen = self.seen_target();
+        if let (Some(asked), Some(running)) = (&session, seen.as_ref().and_then(|s| s.session.as_ref())) {
+            if asked != running {
+                return Err(Error::refused(format!(
+                    "{} runs session {running}, not {asked}: a rebuild of {asked} would replace another conversation; ask from the session the target runs",
+                    self.target.as_ref().map_or_else(String::new, ToString::to_string)
+                )));
+            }
+        }
+        // Unbound: the session the target runs now, when it lives in project_dir.
+        let session = session.or_else(|| {
+            let running = seen.as_ref()?.session.clone()?;
+            let project = self.project_dir.as_ref()?;
+            project.join(format!("{running}.jsonl")).is_file().then_some(running)
+        });
         self.with_lock(|tx| {
             if let Some(mut op) = tx.active_operation()? {
                 if op.status != Status::Pending {
@@ -615,6 +666,7 @@ impl Store {
             // `active` first: an operation file nobody points at would be
             // invisible; an `active` naming a missing file reads as none.
             let mut op = Operation::new(reason, session);
+            op.requested_target = seen;
             tx.set_active(&op)?;
             tx.save(&mut op)?;
             tx.log(&op.id, Status::Pending, Status::Pending, "requested")?;

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session};
+use super::{
+    Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
+};
 use crate::config::{Activation, Config, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
@@ -152,12 +154,23 @@ fn compare_and_swap(tx: &mut Tx, config: &Config, target: &Target, id: &str) -> 
             ))
         }),
     };
-    if let Some((why, session_conflict)) = problem {
-        fail_in(tx, &mut op, &why, |op| {
-            op.session_conflict = session_conflict
-        })?;
-        return Ok(op);
-    }
+    let running = match problem {
+        Some(problem) => Err(problem),
+        None => source_session(&op).and_then(|old| {
+            let running = target_guard::runs_source(target, &op, &old)?;
+            Ok(running.ran(&old))
+        }).map_err(|e| conflict(e.message)),
+    };
+    let ran = match running {
+        Ok(ran) => ran,
+        Err((why, session_conflict)) => {
+            fail_in(tx, &mut op, &why, |op| {
+                op.session_conflict = session_conflict
+            })?;
+            return Ok(op);
+        }
+    };
+    op.target_ran = Some(ran);
     tx.transition(
         &mut op,
         Status::Activating,
@@ -298,23 +311,21 @@ fn fall_back(
     reason: String,
     steps: &mut Steps,
 ) -> Result<Outcome> {
-    steps.say(format!("{reason}; resuming the old session"));
-    let back = source_session(op).and_then(|old| {
-        target.switch(&old, config)?;
-        target.health(&old, seconds(config.healthcheck_seconds))
-    });
+    steps.say(format!("{reason}; restoring what the target ran"));
+    let back = restore(config, op, target, || {});
     let op = store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
         match &back {
-            Ok(identity) => {
+            Ok((identity, what)) => {
                 op.error = Some(reason.clone());
                 op.rollback_ok = Some(true);
                 op.target_after = Some(identity.clone());
-                let note = format!("{reason}; old session resumed (identity {identity})");
+                let note =
+                    format!("{reason}; old session resumed: {what} (identity {identity})");
                 tx.transition(&mut op, Status::RolledBack, &note)?;
             }
             Err(e) => {
-                let why = format!("{reason}; resuming the old session failed too: {e}");
+                let why = format!("{reason}; restoring what the target ran failed too: {e}");
                 let now = target
                     .identity()
                     .unwrap_or_else(|e| format!("unknown: {e}"));
@@ -329,4 +340,33 @@ fn fall_back(
     })?;
     steps.say(format!("operation is {}", op.status));
     Ok(Outcome::done(op))
+}
+
+/// Put back what the target ran before the switch (`target_ran`, recorded
+/// by the compare-and-swap checks; the source session for operations
+/// recorded before it existed) and check it is healthy. Returns the
+/// identity and a description of what runs again.
+pub(super) fn restore(
+    config: &Config,
+    op: &Operation,
+    target: &Target,
+    switched: impl FnOnce(),
+) -> Result<(String, String)> {
+    let ran = match &op.target_ran {
+        Some(ran) => ran.clone(),
+        None => crate::target::Ran {
+            session: source_session(op)?,
+            argv: Vec::new(),
+            cwd: None,
+        },
+    };
+    target.restore(&ran, config)?;
+    switched();
+    let identity = target.health(&ran.session, seconds(config.healthcheck_seconds))?;
+    let what = if ran.argv.is_empty() {
+        format!("session {}", ran.session)
+    } else {
+        format!("session {} ({})", ran.session, ran.argv.join(" "))
+    };
+    Ok((identity, what))
 }

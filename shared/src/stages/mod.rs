@@ -22,6 +22,7 @@ mod activate;
 pub mod cli;
 mod prepare;
 mod rollback;
+mod target_guard;
 mod verify;
 
 use std::fmt;
