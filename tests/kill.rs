@@ -16,7 +16,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     let source_sha = rig.source_sha();
     rig.pause_at = Some(at.to_string());
     let op = rig.request();
-    assert!(rig.stop_source().contains("rebuild scheduled"), "{at}");
+    assert!(rig.stop_current().contains("rebuild scheduled"), "{at}");
     let pid = rig.wait_paused();
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -29,7 +29,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
 
     // The next Stop hook notices the dead worker and tells the human.
     rig.pause_at = None;
-    let out = rig.stop_source();
+    let out = rig.stop_current();
     let why = format!("worker died during {died_in}");
     assert!(out.contains(&why), "{at}: {out}");
     let op = rig.store().load(&op.id).unwrap();
@@ -58,7 +58,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
 
     // A new request goes all the way.
     let next = rig.request();
-    assert!(rig.stop_source().contains("rebuild scheduled"), "{at}");
+    assert!(rig.stop_current().contains("rebuild scheduled"), "{at}");
     let next = rig.wait_terminal(&next.id);
     assert_eq!(next.status, Status::Activated, "{at}: {:?}", next.error);
     let new_id = next.candidate.unwrap().session_id;

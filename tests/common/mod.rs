@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use ktr::operation::{Operation, Status, Store};
 
 pub mod rig;
+pub mod systemd;
 
 /// A stand-in program from `tests/support/`.
 pub fn support(name: &str) -> PathBuf {
@@ -137,17 +138,29 @@ impl Sandbox {
         .to_string()
     }
 
+    /// The whole environment of a hook: only the sandbox.
+    pub fn hook_base_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("HOME".into(), self.home.display().to_string()),
+            (
+                "PATH".into(),
+                format!("{}:/usr/local/bin:/usr/bin:/bin", self.path_dir.display()),
+            ),
+            ("KTR_BIN_DIR".into(), self.bin.display().to_string()),
+            ("KTR_TEST_RECORDS".into(), self.records.display().to_string()),
+        ]
+    }
+
     /// A hook command with a clean environment pointing only into the sandbox.
     pub fn command(&self, bin: &str) -> Command {
-        let mut cmd = Command::new(bin);
+        self.command_via(Command::new(bin))
+    }
+
+    /// [`Sandbox::command`] for a command built elsewhere (e.g. run inside
+    /// a real systemd's namespaces).
+    pub fn command_via(&self, mut cmd: Command) -> Command {
         cmd.env_clear()
-            .env("HOME", &self.home)
-            .env(
-                "PATH",
-                format!("{}:/usr/local/bin:/usr/bin:/bin", self.path_dir.display()),
-            )
-            .env("KTR_BIN_DIR", &self.bin)
-            .env("KTR_TEST_RECORDS", &self.records)
+            .envs(self.hook_base_env())
             .arg("--config")
             .arg(&self.config)
             .stdin(Stdio::piped())
@@ -163,11 +176,12 @@ impl Sandbox {
 
     /// [`Sandbox::hook`] with extra environment variables.
     pub fn hook_env(&self, bin: &str, stdin: &str, env: &[(String, String)]) -> (String, i32) {
-        let mut child = self
-            .command(bin)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .spawn()
-            .unwrap();
+        self.hook_with(self.command(bin), stdin, env)
+    }
+
+    /// Run `cmd` (from [`Sandbox::command`]) as a hook with `stdin` and `env`.
+    pub fn hook_with(&self, mut cmd: Command, stdin: &str, env: &[(String, String)]) -> (String, i32) {
+        let mut child = cmd.envs(env.iter().map(|(k, v)| (k, v))).spawn().unwrap();
         child
             .stdin
             .take()

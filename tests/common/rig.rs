@@ -12,6 +12,7 @@ use ktr::config::{Config, encode_project_name};
 use ktr::fsutil::sha256_file;
 use ktr::operation::{Operation, Status, Store};
 
+use super::systemd::RealSystemd;
 use super::{Sandbox, TmuxServer, support, wait_for};
 
 /// The source session: `examples/session.jsonl` under this id.
@@ -24,14 +25,23 @@ pub const SETTLE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Tmux,
+    /// A real systemd ([`RealSystemd`]) whose unit `claude-session.service`
+    /// runs a start script that resumes the session the pointer names.
     Systemd,
     Pointer,
 }
+
+/// The unit a systemd rig runs.
+pub const UNIT: &str = "claude-session.service";
 
 pub struct Rig {
     pub sandbox: Sandbox,
     pub kind: Kind,
     pub tmux: Option<TmuxServer>,
+    /// The real systemd of a systemd rig.
+    pub sysd: Option<RealSystemd>,
+    /// Where the stand-in claude picks up hooks to run (`FAKE_CLAUDE_HOOKS`).
+    pub hooks: PathBuf,
     /// `<home>/.claude/projects/<encoded workdir>`: matches claude_workdir.
     pub project: PathBuf,
     pub source: PathBuf,
@@ -69,8 +79,11 @@ impl Rig {
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl");
         fs::copy(example, &source).unwrap();
         let root = sandbox.tmp.path().to_path_buf();
+        let hooks = root.join("hooks");
+        fs::create_dir_all(&hooks).unwrap();
         let mut env = vec![
             ("KTR_WORKER_GRACE_SECONDS".to_string(), "0".to_string()),
+            ("FAKE_CLAUDE_HOOKS".into(), hooks.display().to_string()),
             (
                 "FAKE_CLAUDE_RECORD".into(),
                 root.join("claude").display().to_string(),
@@ -86,9 +99,12 @@ impl Rig {
         if let Some(server) = &tmux {
             env.push(("KTR_TMUX_SOCKET".into(), server.socket.clone()));
         }
+        let sysd = (kind == Kind::Systemd).then(|| RealSystemd::start(&root.join("sysd")));
         let rig = Rig {
             kind,
             tmux,
+            sysd,
+            hooks,
             project,
             source,
             record: root.join("claude"),
@@ -161,24 +177,10 @@ impl Rig {
                 server.tmux(&args);
             }
             Kind::Systemd => {
-                let dir = &self.sandbox.path_dir;
-                for tool in ["systemctl", "systemd-run"] {
-                    std::os::unix::fs::symlink(support(tool), dir.join(tool)).unwrap();
-                }
-                fs::write(dir.join("pointer-path"), self.pointer.display().to_string()).unwrap();
-                fs::write(
-                    dir.join("claude"),
-                    support("fake-claude").display().to_string(),
-                )
-                .unwrap();
+                let sysd = self.sysd.as_ref().unwrap();
                 fs::write(&self.pointer, format!("{SRC}\n")).unwrap();
-                let status = Command::new(dir.join("systemctl"))
-                    .args(["restart", "claude-session.service"])
-                    .envs(self.env.iter().map(|(k, v)| (k, v)))
-                    .stdin(Stdio::null())
-                    .status()
-                    .unwrap();
-                assert!(status.success());
+                sysd.install_unit(UNIT, &self.unit_text(""));
+                sysd.systemctl(&["start", UNIT]);
             }
             Kind::Pointer => {
                 fs::write(&self.pointer, format!("{SRC}\n")).unwrap();
@@ -190,6 +192,47 @@ impl Rig {
                 == Some(SRC)),
             "the old session never started"
         );
+    }
+
+    /// The household's unit: a start script that resumes the session the
+    /// pointer names (exec, so MainPID is Claude itself), the stand-in
+    /// claude's environment, restarted like a real service; `extra` lines
+    /// go into `[Service]`.
+    pub fn unit_text(&self, extra: &str) -> String {
+        let start = self.sandbox.tmp.path().join("claude-start");
+        fs::write(
+            &start,
+            format!(
+                "#!/bin/sh\n# resume the session the pointer names\nexec {} --resume \"$(cat {})\"\n",
+                support("fake-claude").display(),
+                self.pointer.display()
+            ),
+        )
+        .unwrap();
+        let mut perms = fs::metadata(&start).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        fs::set_permissions(&start, perms).unwrap();
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .filter(|(k, _)| k.starts_with("FAKE_CLAUDE_"))
+            .map(|(k, v)| format!("Environment=\"{k}={v}\""))
+            .collect();
+        format!(
+            "[Unit]\nDescription=ktr test: Claude Code resumed from the pointer file\n[Service]\nExecStart={}\nWorkingDirectory={}\n{}\nRestart=always\nRestartSec=200ms\n{extra}\n",
+            start.display(),
+            self.sandbox.work.display(),
+            env.join("\n")
+        )
+    }
+
+    /// A ktr program run as a hook or by hand: the sandbox's environment,
+    /// inside the real systemd's namespaces for a systemd rig.
+    pub fn program(&self, bin: &str) -> Command {
+        match &self.sysd {
+            Some(sysd) => self.sandbox.command_via(sysd.command(&[bin])),
+            None => self.sandbox.command(bin),
+        }
     }
 
     pub fn config(&self) -> Config {
@@ -221,19 +264,132 @@ impl Rig {
     }
 
     /// Feed `ktr-stop` the Stop hook JSON of `session`; returns its stdout.
+    /// When a stand-in claude of this rig runs `session`, that process runs
+    /// the hook (as Claude Code does: claude → `sh -c` → ktr-stop), so the
+    /// hook records it as the session's Claude; otherwise the test runs it.
     pub fn stop(&self, session: &str, transcript: &Path) -> String {
-        let (out, code) = self.sandbox.hook_env(
-            env!("CARGO_BIN_EXE_ktr-stop"),
-            &self.sandbox.stop_input(session, transcript),
-            &self.hook_env(),
-        );
+        let input = self.sandbox.stop_input(session, transcript);
+        let (out, code) = if self.claude_of(session).is_some() {
+            self.hook_from_claude(session, env!("CARGO_BIN_EXE_ktr-stop"), &input)
+        } else {
+            let cmd = self.program(env!("CARGO_BIN_EXE_ktr-stop"));
+            self.sandbox.hook_with(cmd, &input, &self.hook_env())
+        };
         assert_eq!(code, 0, "ktr-stop always exits 0");
         out
+    }
+
+    /// The pid (as the test sees it) of a live stand-in claude of this rig
+    /// running `session`.
+    pub fn claude_of(&self, session: &str) -> Option<u32> {
+        let hooks = format!("FAKE_CLAUDE_HOOKS={}", self.hooks.display());
+        let program = support("fake-claude").display().to_string();
+        fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let argv = ktr::process::cmdline(pid)?;
+            let runs = argv.iter().any(|a| *a == program)
+                && argv.windows(2).any(|w| w[0] == "--resume" && w[1] == session);
+            let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let ours = environ.split(|b| *b == 0).any(|v| v == hooks.as_bytes());
+            (runs && ours && ktr::process::pid_alive(pid)).then_some(pid)
+        })
+    }
+
+    /// Have the stand-in claude running `session` run `bin --config C`
+    /// with `stdin` as one of its hooks; returns (stdout, exit code).
+    pub fn hook_from_claude(&self, session: &str, bin: &str, stdin: &str) -> (String, i32) {
+        let base = self.hooks.join(session);
+        let file = |ext: &str| base.with_extension(ext);
+        for ext in ["out", "code", "err"] {
+            let _ = fs::remove_file(file(ext));
+        }
+        let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+        let mut words = vec!["exec".to_string(), "env".into(), "-i".into()];
+        words.extend(
+            self.sandbox
+                .hook_base_env()
+                .into_iter()
+                .chain(self.hook_env())
+                .map(|(k, v)| quote(&format!("{k}={v}"))),
+        );
+        words.extend([quote(bin), "--config".into(), quote(&self.sandbox.config.to_string_lossy())]);
+        fs::write(file("in"), stdin).unwrap();
+        fs::write(file("run.tmp"), words.join(" ")).unwrap();
+        fs::rename(file("run.tmp"), file("run")).unwrap();
+        assert!(
+            wait_for(SETTLE, || file("code").exists()),
+            "the stand-in claude of {session} never ran the hook"
+        );
+        let code = fs::read_to_string(file("code")).unwrap().trim().parse().unwrap();
+        (fs::read_to_string(file("out")).unwrap(), code)
+    }
+
+    /// Start another Claude Code session on `session` in the same project
+    /// but outside the target (a second terminal): a tmux window of the
+    /// rig's server, a process inside the real systemd, or a plain child.
+    /// Returns its pid as the test sees it.
+    pub fn bystander(&self, session: &str) -> u32 {
+        let mut argv: Vec<String> = vec!["env".into()];
+        argv.extend(
+            self.env
+                .iter()
+                .filter(|(k, _)| k.starts_with("FAKE_CLAUDE_"))
+                .map(|(k, v)| format!("{k}={v}")),
+        );
+        argv.extend([
+            support("fake-claude").display().to_string(),
+            "--resume".into(),
+            session.into(),
+        ]);
+        let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+        match (&self.tmux, &self.sysd) {
+            (Some(server), _) => {
+                let mut args = vec!["new-window", "-d", "-t", "t:", "-c"];
+                let work = self.sandbox.work.display().to_string();
+                args.push(&work);
+                args.push("--");
+                args.extend(&words);
+                server.tmux(&args);
+            }
+            (None, Some(sysd)) => {
+                let mut run = vec!["systemd-run", "--quiet", "--collect", "-p", "WorkingDirectory=/"];
+                run.extend_from_slice(&words);
+                let (ok, _, err) = sysd.run(&run);
+                assert!(ok, "bystander: {err}");
+            }
+            (None, None) => {
+                Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .current_dir(&self.sandbox.work)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+            }
+        }
+        let mut pid = None;
+        assert!(
+            wait_for(Duration::from_secs(10), || {
+                pid = self.claude_of(session);
+                pid.is_some()
+            }),
+            "the bystander claude on {session} never started"
+        );
+        pid.unwrap()
     }
 
     /// The Stop hook of the source session.
     pub fn stop_source(&self) -> String {
         self.stop(SRC, &self.source)
+    }
+
+    /// The Stop hook of the session the target runs now (the stand-in
+    /// claude's last resume): after an activation that is the candidate.
+    pub fn stop_current(&self) -> String {
+        let session = self.resumed().expect("the stand-in claude resumed a session");
+        let transcript = self.project.join(format!("{session}.jsonl"));
+        self.stop(&session, &transcript)
     }
 
     /// Request a rebuild, run the source's Stop hook and wait until the
@@ -352,9 +508,14 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // The stand-in systemd unit's claude is ours: stop it by pid.
-        if let Ok(pid) = fs::read_to_string(self.sandbox.path_dir.join("mainpid")) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
+        // Stand-in claudes of this rig outside tmux and systemd (the
+        // bystander of a pointer rig) are ours: stop them by pid.
+        if self.tmux.is_none() && self.sysd.is_none() {
+            for session in self.resume_history() {
+                if let Some(pid) = self.claude_of(&session) {
+                    let _ = Command::new("kill").arg(pid.to_string()).status();
+                }
+            }
         }
         // A stage still paused (a failed test) must not outlive it.
         if let Ok(pid) = fs::read_to_string(&self.pause_file) {

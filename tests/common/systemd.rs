@@ -53,16 +53,19 @@ impl RealSystemd {
         sysd
     }
 
+    /// The script, told which manager through `env` arguments, so that a
+    /// caller may still clear the environment.
     fn script(&self) -> Command {
-        let mut cmd = Command::new(support("real-systemd.sh"));
-        cmd.env("SYSD_DIR", &self.dir)
-            .env("SYSD_NAME", &self.name)
+        let mut cmd = Command::new("/usr/bin/env");
+        cmd.arg(format!("SYSD_DIR={}", self.dir.display()))
+            .arg(format!("SYSD_NAME={}", self.name))
+            .arg(support("real-systemd.sh"))
             .stdin(Stdio::null());
         cmd
     }
 
     /// `argv` run inside the manager's namespaces (the caller sets env,
-    /// stdin and the rest as for any command).
+    /// stdin and the rest as for any command; `env_clear` is fine).
     pub fn command(&self, argv: &[&str]) -> Command {
         let mut cmd = self.script();
         cmd.arg("exec").args(argv);

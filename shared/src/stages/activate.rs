@@ -311,7 +311,7 @@ fn fall_back(
     reason: String,
     steps: &mut Steps,
 ) -> Result<Outcome> {
-    steps.say(format!("{reason}; restoring what the target ran"));
+    steps.say(format!("{reason}; resuming the old session (what the target ran)"));
     let back = restore(config, op, target, || {});
     let op = store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
@@ -325,7 +325,7 @@ fn fall_back(
                 tx.transition(&mut op, Status::RolledBack, &note)?;
             }
             Err(e) => {
-                let why = format!("{reason}; restoring what the target ran failed too: {e}");
+                let why = format!("{reason}; resuming the old session failed too: {e}");
                 let now = target
                     .identity()
                     .unwrap_or_else(|e| format!("unknown: {e}"));
