@@ -153,28 +153,8 @@ impl Rig {
     fn start_old_session(&self) {
         match self.kind {
             Kind::Tmux => {
-                let server = self.tmux.as_ref().unwrap();
-                // tmux's defaults, as on a user's machine: an exiting claude
-                // takes its pane with it unless ktr keeps the pane itself.
-                let mut args: Vec<String> = ["respawn-pane", "-k", "-t", "t:0.0", "-c"]
-                    .map(String::from)
-                    .to_vec();
-                args.push(self.sandbox.work.display().to_string());
-                for (k, v) in self
-                    .env
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("FAKE_CLAUDE_"))
-                {
-                    args.extend(["-e".into(), format!("{k}={v}")]);
-                }
-                args.extend([
-                    "--".into(),
-                    support("fake-claude").display().to_string(),
-                    "--resume".into(),
-                    SRC.into(),
-                ]);
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                server.tmux(&args);
+                let claude = support("fake-claude").display().to_string();
+                self.respawn_pane(&[&claude, "--resume", SRC]);
             }
             Kind::Systemd => {
                 let sysd = self.sysd.as_ref().unwrap();
@@ -192,6 +172,37 @@ impl Rig {
                 == Some(SRC)),
             "the old session never started"
         );
+    }
+
+    /// Run `argv` in the pane (tmux rigs) in the workdir with the stand-in
+    /// claude's environment, as the user's setup would; tmux's defaults
+    /// otherwise (an exiting claude takes its pane with it unless ktr
+    /// keeps the pane itself).
+    pub fn respawn_pane(&self, argv: &[&str]) {
+        let server = self.tmux.as_ref().unwrap();
+        let mut args: Vec<String> = ["respawn-pane", "-k", "-t", "t:0.0", "-c"]
+            .map(String::from)
+            .to_vec();
+        args.push(self.sandbox.work.display().to_string());
+        for (k, v) in self
+            .env
+            .iter()
+            .filter(|(k, _)| k.starts_with("FAKE_CLAUDE_"))
+        {
+            args.extend(["-e".into(), format!("{k}={v}")]);
+        }
+        args.push("--".into());
+        args.extend(argv.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        server.tmux(&args);
+    }
+
+    /// Copy the source transcript to session `id` in the same project (a
+    /// second Claude Code session there); returns its path.
+    pub fn second_session(&self, id: &str) -> PathBuf {
+        let path = self.project.join(format!("{id}.jsonl"));
+        fs::copy(&self.source, &path).unwrap();
+        path
     }
 
     /// The household's unit: a start script that resumes the session the
