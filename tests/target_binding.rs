@@ -184,3 +184,64 @@ fn systemd_a_rebuild_of_the_session_the_unit_does_not_run_is_refused() {
     assert_eq!(sysd.main_pid(UNIT), main_pid, "the unit was not restarted");
     assert_eq!(fs::read_to_string(&rig.pointer).unwrap(), format!("{SRC}\n"));
 }
+
+#[test]
+#[ignore = "needs a real systemd (root, cgroup2)"]
+fn systemd_an_unhealthy_session_crash_looping_into_the_start_limit_is_still_undone() {
+    // Restart=always: the new session exits at once and crash-loops into
+    // systemd's start limit; the fallback resets it and resumes the old one.
+    let mut rig = Rig::with(Kind::Systemd, "", &[("FAKE_CLAUDE_ONLY", SRC)]);
+    let op = rig.rebuild_paused_at("activate:switched");
+    let sysd = rig.sysd.as_ref().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || sysd.property(UNIT, "ActiveState") == "failed"
+            && sysd.property(UNIT, "NRestarts") != "0"),
+        "the new session never crash-looped into the start limit: {}\n{}",
+        sysd.systemctl(&["cat", UNIT]),
+        sysd.run(&["journalctl", "--no-pager", "-o", "cat", "-u", UNIT]).1
+    );
+    assert_eq!(sysd.main_pid(UNIT), 0, "Claude is down");
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    let sysd = rig.sysd.as_ref().unwrap();
+    assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    assert!(rig.resume_history().contains(&new_id), "the new session was tried");
+    assert_eq!(rig.resumed().as_deref(), Some(SRC), "the old session runs again");
+    assert_eq!(fs::read_to_string(&rig.pointer).unwrap(), format!("{SRC}\n"));
+    assert_eq!(sysd.property(UNIT, "ActiveState"), "active");
+    let main_pid = sysd.main_pid(UNIT);
+    assert_eq!(op.target_after, Some(main_pid.to_string()));
+    let (_, journal, _) = sysd.run(&["journalctl", "--no-pager", "-o", "cat", "-u", UNIT]);
+    assert!(
+        journal.contains("Start request repeated too quickly"),
+        "the start limit was hit:\n{journal}"
+    );
+}
+
+#[test]
+#[ignore = "needs a real systemd (root, cgroup2)"]
+fn systemd_a_refused_restart_puts_the_pointer_back() {
+    let mut rig = Rig::with(Kind::Systemd, "", &[]);
+    let main_pid = rig.sysd.as_ref().unwrap().main_pid(UNIT);
+    let op = rig.rebuild_paused_at("activate:start");
+    let sysd = rig.sysd.as_ref().unwrap();
+    // Between the checks and the switch the unit stops accepting restarts.
+    let dropin = sysd.dir.join(format!("etc-system/{UNIT}.d"));
+    fs::create_dir_all(&dropin).unwrap();
+    fs::write(dropin.join("refuse.conf"), "[Unit]\nRefuseManualStart=yes\n").unwrap();
+    sysd.systemctl(&["daemon-reload"]);
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Status::Failed);
+    let error = op.error.unwrap();
+    assert!(error.contains("switch failed, old session untouched"), "{error}");
+    assert!(error.contains("pointer put back"), "{error}");
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{SRC}\n"),
+        "the next ordinary restart resumes the old session, not a candidate that never ran"
+    );
+    assert_eq!(sysd.main_pid(UNIT), main_pid, "Claude kept running");
+    assert_eq!(sysd.property(UNIT, "ActiveState"), "active");
+}
