@@ -245,3 +245,38 @@ fn systemd_a_refused_restart_puts_the_pointer_back() {
     assert_eq!(sysd.main_pid(UNIT), main_pid, "Claude kept running");
     assert_eq!(sysd.property(UNIT, "ActiveState"), "active");
 }
+
+#[test]
+#[ignore = "needs a real systemd (root, cgroup2)"]
+fn systemd_a_failing_systemd_run_is_reported_and_the_request_stays_pending() {
+    let rig = Rig::with(Kind::Systemd, "", &[]);
+    let sysd = rig.sysd.as_ref().unwrap();
+    let op = rig.request();
+    // Someone holds the scope name prepare would run in.
+    let scope = format!("ktr-{}-prepare", op.id);
+    let mut holder = sysd
+        .command(&["systemd-run", "--scope", "--quiet", "--unit", &scope, "--", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let unit = format!("{scope}.scope");
+    assert!(wait_for(Duration::from_secs(10), || sysd.property(&unit, "ActiveState") == "active"));
+    let out = rig.stop_source();
+    assert!(
+        out.contains("systemd-run could not start ktr-prepare in its own scope")
+            && out.contains("was already loaded")
+            && out.contains(&format!("operation {} stays pending", op.id)),
+        "{out}"
+    );
+    assert_eq!(rig.store().load(&op.id).unwrap().status, Status::Pending);
+    let log = fs::read_to_string(rig.sandbox.state.join("worker.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l.ends_with(&format!("for operation {}", op.id)) && l.contains(" starting systemd-run --scope")),
+        "worker.log says when and what was started:\n{log}"
+    );
+    // Once the name is free the next Stop goes all the way.
+    sysd.systemctl(&["stop", &unit]);
+    let _ = holder.wait();
+    rig.stop_source();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Status::Activated, "{:?}", op.error);
+}

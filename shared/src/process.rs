@@ -212,6 +212,43 @@ pub fn spawn_detached(argv: &[String], env: &[(String, String)], log_file: &Path
     Ok(child.id())
 }
 
+/// Wait until our child `pid` has exec'd `program` (its command line names
+/// it), e.g. `systemd-run --scope … -- program`. An error when the child
+/// exited first (it is reaped; its exit status is in the message) or did
+/// not get there within `timeout`.
+pub fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        // A script names itself second (`/bin/sh /path/program …`).
+        let argv = cmdline(pid).unwrap_or_default();
+        let ran = argv
+            .iter()
+            .take(2)
+            .any(|a| Path::new(a).file_name().is_some_and(|n| n == program));
+        if ran && pid_alive(pid) {
+            return Ok(());
+        }
+        let mut raw: libc::c_int = 0;
+        // SAFETY: waitpid on our own child with a valid out-pointer.
+        let reaped = unsafe { libc::waitpid(pid as libc::pid_t, &raw mut raw, libc::WNOHANG) };
+        if reaped == pid as libc::pid_t {
+            let status = ExitStatus::from_raw(raw);
+            // Exit 0: it ran and is done already.
+            if status.success() {
+                return Ok(());
+            }
+            return Err(Error::io(format!("it exited with {}", describe_status(status))));
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::io(format!(
+                "{program} did not start within {:.0} s",
+                timeout.as_secs_f64()
+            )));
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Run `argv` to completion, but never longer than `timeout`: on expiry the
 /// whole process group is killed and an error names the command. stdin is
 /// `/dev/null`; stdout and stderr are captured. A non-zero exit is *not* an
