@@ -730,3 +730,50 @@ fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
         started.elapsed().as_secs_f64()
     );
 }
+
+#[test]
+fn another_session_of_the_project_asking_through_mcp_is_refused_with_the_reason() {
+    let Some(bin) = claude::claude_bin() else {
+        return;
+    };
+    let lp = Loop::start(&bin, &[]);
+    let pane = lp.tmux.pane_pid();
+    // A second live session in the same project, in another window: not
+    // the pane ktr switches.
+    let other = uuid::Uuid::new_v4().to_string();
+    let work = lp.env.work.display().to_string();
+    let cli = lp.env.bin.display().to_string();
+    lp.tmux.run(&[
+        "new-window", "-d", "-t", "cc:", "-c", &work, "--", &cli, "--session-id", &other,
+    ]);
+    let window = "cc:1.0";
+    lp.tmux.wait_idle_of(window, TURN);
+    lp.tmux.type_line_to(window, TALK[2].0);
+    lp.tmux
+        .wait_screen_of(window, "the reply ASSISTANT-L3", TURN, |s| s.contains("ASSISTANT-L3"));
+    // The model got the refusal as the tool's result, naming both sessions.
+    let needle = format!("not the Claude of session {other}");
+    let refused = lp
+        .api
+        .turns()
+        .into_iter()
+        .find(|r| {
+            r.messages().iter().any(|m| {
+                m["content"].as_array().into_iter().flatten().any(|b| {
+                    let mut text = String::new();
+                    all_strings(&b["content"], &mut text);
+                    b["type"] == "tool_result" && b["is_error"] == true && text.contains(&needle)
+                })
+            })
+        })
+        .unwrap_or_else(|| panic!("the model never saw the refusal\n{}", lp.diagnosis()));
+    let mut said = String::new();
+    all_strings(&refused.body["messages"], &mut said);
+    assert!(
+        said.contains(&format!("target tmux pane {}", claude::PANE))
+            && said.contains(&format!("(session {}…)", &lp.source_id[..8])),
+        "the refusal names the target and the session it runs: {said}"
+    );
+    assert!(lp.store.latest().unwrap().is_none(), "nothing was requested");
+    assert_eq!(lp.tmux.pane_pid(), pane, "the target pane was not touched");
+}

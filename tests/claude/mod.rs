@@ -278,14 +278,30 @@ impl Tmux {
 
     /// The visible screen of the pane.
     pub fn screen(&self) -> String {
-        self.run(&["capture-pane", "-p", "-t", PANE])
+        self.screen_of(PANE)
+    }
+
+    /// The visible screen of `pane`.
+    pub fn screen_of(&self, pane: &str) -> String {
+        self.run(&["capture-pane", "-p", "-t", pane])
     }
 
     /// Wait until `cond(screen)` holds; panics with the screen after `timeout`.
     pub fn wait_screen(&self, what: &str, timeout: Duration, cond: impl Fn(&str) -> bool) {
+        self.wait_screen_of(PANE, what, timeout, cond);
+    }
+
+    /// [`Tmux::wait_screen`] for `pane`.
+    pub fn wait_screen_of(
+        &self,
+        pane: &str,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&str) -> bool,
+    ) {
         let deadline = Instant::now() + timeout;
         loop {
-            let screen = self.screen();
+            let screen = self.screen_of(pane);
             if cond(&screen) {
                 return;
             }
@@ -299,16 +315,26 @@ impl Tmux {
 
     /// Wait until the CLI is idle at its prompt (no turn running).
     pub fn wait_idle(&self, timeout: Duration) {
-        self.wait_screen("an idle prompt", timeout, |s| {
+        self.wait_idle_of(PANE, timeout);
+    }
+
+    /// [`Tmux::wait_idle`] for `pane`.
+    pub fn wait_idle_of(&self, pane: &str, timeout: Duration) {
+        self.wait_screen_of(pane, "an idle prompt", timeout, |s| {
             !s.contains("esc to interrupt") && s.contains("? for shortcuts")
         });
     }
 
     /// Type `text` literally, then Enter.
     pub fn type_line(&self, text: &str) {
-        self.run(&["send-keys", "-t", PANE, "-l", text]);
+        self.type_line_to(PANE, text);
+    }
+
+    /// [`Tmux::type_line`] into `pane`.
+    pub fn type_line_to(&self, pane: &str, text: &str) {
+        self.run(&["send-keys", "-t", pane, "-l", text]);
         thread::sleep(Duration::from_millis(150));
-        self.run(&["send-keys", "-t", PANE, "Enter"]);
+        self.run(&["send-keys", "-t", pane, "Enter"]);
     }
 
     /// `#{pane_pid}` of the CLI's pane.
