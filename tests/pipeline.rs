@@ -173,6 +173,21 @@ fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
     assert!(op.estimated_tokens.is_some(), "measured next to estimated");
     let note = &op.history.last().unwrap().note;
     assert!(note.contains("41234 context tokens"), "{note}");
+
+    // A later resume of the same session (a restart by hand) is its own
+    // event: the activation's first receipt stays.
+    let later = serde_json::json!({
+        "session_id": new_id, "source": "resume", "hook_event_name": "SessionStart",
+        "context_tokens": 55555,
+    });
+    let (_, code) = rig.sandbox.hook(env!("CARGO_BIN_EXE_ktr-ack"), &later.to_string());
+    assert_eq!(code, 0);
+    let op = rig.store().load(&op.id).unwrap();
+    assert_eq!(op.context_tokens(), Some(41234), "the first receipt per activation");
+    let resumes = rig.store().artifacts_dir(&op.id).unwrap().join("resumes.jsonl");
+    let resumes = fs::read_to_string(resumes).unwrap();
+    assert_eq!(resumes.lines().count(), 1);
+    assert!(resumes.contains("55555"), "{resumes}");
 }
 
 #[test]
@@ -207,6 +222,13 @@ fn a_pane_replaced_after_prepare_is_a_conflict_and_stays_untouched() {
         rig.transcripts(),
         [format!("{SRC}.jsonl")],
         "candidate discarded"
+    );
+    // status says the candidate is gone and what the pane runs now.
+    let status = ktr_status(&rig, &op.id);
+    assert!(status.contains("(discarded: it never ran)"), "{status}");
+    assert!(
+        status.contains(&format!("target now        tmux pane t:0.0 (server -L {}) runs pid {pane} (sleep 3600)", rig.tmux.as_ref().unwrap().socket)),
+        "{status}"
     );
 }
 
@@ -348,6 +370,25 @@ fn rollback_after_activation_resumes_the_old_session() {
         [SRC, candidate.session_id.as_str(), SRC]
     );
     assert!(candidate.path.exists(), "an activated candidate is kept");
+    // "target after" is what runs after the rollback, not before it.
+    assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
+    let status = ktr_status(&rig, &op.id);
+    assert!(
+        status.contains(&format!("target after      {}", rig.pane_pid())),
+        "{status}"
+    );
+}
+
+/// `ktr status OP` as a human reads it.
+fn ktr_status(rig: &Rig, id: &str) -> String {
+    let out = rig
+        .program(env!("CARGO_BIN_EXE_ktr"))
+        .envs(rig.hook_env())
+        .args(["status", id])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]

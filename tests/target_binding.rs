@@ -280,3 +280,68 @@ fn systemd_a_failing_systemd_run_is_reported_and_the_request_stays_pending() {
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Status::Activated, "{:?}", op.error);
 }
+
+/// `ktr doctor --json` run like a hook of the rig: name → (ok, detail).
+fn doctor(rig: &Rig) -> Vec<(String, bool, String)> {
+    let out = rig
+        .program(env!("CARGO_BIN_EXE_ktr"))
+        .envs(rig.hook_env())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["ok"].as_bool().unwrap(),
+                c["detail"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[track_caller]
+fn check(checks: &[(String, bool, String)], name: &str) -> (bool, String) {
+    let (_, ok, detail) = checks
+        .iter()
+        .find(|(n, _, _)| n == name)
+        .unwrap_or_else(|| panic!("no {name} check in {checks:?}"));
+    (*ok, detail.clone())
+}
+
+#[test]
+#[ignore = "needs a real systemd (root, cgroup2)"]
+fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
+    let rig = Rig::with(Kind::Systemd, "", &[]);
+    let sysd = rig.sysd.as_ref().unwrap();
+    let main_pid = sysd.main_pid(UNIT);
+    let checks = doctor(&rig);
+    let (ok, detail) = check(&checks, "target");
+    assert!(ok && detail.contains(&format!("runs pid {main_pid} runs session {SRC}")), "{detail}");
+    let (ok, detail) = check(&checks, "systemd unit");
+    assert!(ok && detail.contains("loaded, active/running"), "{detail}");
+    assert!(check(&checks, "pointer").0, "{checks:?}");
+    assert!(check(&checks, "systemd-run").0, "{checks:?}");
+    assert!(check(&checks, "systemd rights").0, "root may restart");
+
+    // The pointer names another session than the one running.
+    fs::write(&rig.pointer, format!("{OTHER}\n")).unwrap();
+    let (ok, detail) = check(&doctor(&rig), "pointer");
+    assert!(!ok && detail.contains(&format!("names \"{OTHER}\" but the unit runs session {SRC}")), "{detail}");
+    fs::write(&rig.pointer, format!("{SRC}\n")).unwrap();
+
+    // Stopped: MainPID 0 with exit 0 is not "ok".
+    sysd.systemctl(&["stop", UNIT]);
+    let (ok, detail) = check(&doctor(&rig), "systemd unit");
+    assert!(!ok && detail.contains("is not running Claude Code"), "{detail}");
+
+    // A unit that does not exist.
+    rig.write_config("systemd_unit = \"nosuch.service\"");
+    let (ok, detail) = check(&doctor(&rig), "systemd unit");
+    assert!(!ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"), "{detail}");
+}

@@ -99,6 +99,14 @@ fn run() -> Result<Reply> {
         let Some(mut op) = tx.active_operation()? else {
             return Ok(Reply::Quiet);
         };
+        let ttl = std::time::Duration::from_secs_f64(config.request_ttl_hours * 3600.0);
+        if tx.expire_if_old(&mut op, ttl)? {
+            return Ok(Reply::Message(format!(
+                "ktr: operation {} expired: {}",
+                op.id,
+                op.error.as_deref().unwrap_or("")
+            )));
+        }
         let Some(step) = next_step(&op, &hook, &config)? else {
             return Ok(Reply::Quiet);
         };

@@ -77,6 +77,8 @@ pub struct Config {
     pub stable_file_timeout_seconds: f64,
     pub healthcheck_seconds: f64,
     pub source_change_retries: u64,
+    /// A pending request older than this many hours expires (`expired`).
+    pub request_ttl_hours: f64,
 }
 
 /// Default poison pattern (SPEC §2).
@@ -117,6 +119,7 @@ const KEYS: &[&str] = &[
     "stable_file_timeout_seconds",
     "healthcheck_seconds",
     "source_change_retries",
+    "request_ttl_hours",
 ];
 
 impl Config {
@@ -216,6 +219,10 @@ impl Config {
         if systemd_restart_timeout_seconds < 10.0 {
             return Err(keys.rule("systemd_restart_timeout_seconds", "must be at least 10"));
         }
+        let request_ttl_hours = keys.seconds("request_ttl_hours", 24.0)?;
+        if request_ttl_hours <= 0.0 {
+            return Err(keys.rule("request_ttl_hours", "must be more than 0"));
+        }
         let carry_max_tokens = keys.integer("carry_max_tokens", 0)?;
         if carry_max_tokens != 0 && carry_max_tokens < 5000 {
             return Err(keys.rule("carry_max_tokens", "must be 0 (no cap) or at least 5000"));
@@ -314,6 +321,7 @@ impl Config {
             stable_file_timeout_seconds,
             healthcheck_seconds,
             source_change_retries: keys.integer("source_change_retries", 2)?,
+            request_ttl_hours,
         })
     }
 

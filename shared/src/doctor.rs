@@ -443,6 +443,11 @@ fn operations(config: &Config) -> Check {
                 "run `ktr status`: it marks the operation failed so the next request is not blocked",
             );
         }
+        if let Ok(op) = store.load(&id)
+            && let Some(check) = waiting_for_another_session(config, &op)
+        {
+            return check;
+        }
         return pass("operations", format!("operation {id} is {status}"));
     }
     match store.latest() {
@@ -469,4 +474,28 @@ fn operations(config: &Config) -> Check {
             "check state_dir permissions (0700, owned by you)",
         ),
     }
+}
+
+/// A pending request bound to a session the target does not run waits for
+/// a Stop that may never come: say so, with its age (it expires after
+/// `request_ttl_hours`).
+fn waiting_for_another_session(config: &Config, op: &crate::operation::Operation) -> Option<Check> {
+    let bound = op.session_id.as_deref().filter(|_| op.status == crate::operation::Status::Pending)?;
+    let runs = Target::from_config(config).running().ok()?.session?;
+    if runs == bound {
+        return None;
+    }
+    let age = crate::report::age(&op.created_at, std::time::SystemTime::now())
+        .map_or_else(|| "?".to_string(), crate::report::human_age);
+    Some(fail(
+        "operations",
+        format!(
+            "operation {} has waited {age} for session {bound}, which the target does not run (it runs {runs}); it expires {} h after the request (request_ttl_hours)",
+            op.id, config.request_ttl_hours
+        ),
+        &format!(
+            "resume {bound} in the target, or `ktr cancel {} --confirm CANCEL`",
+            op.id
+        ),
+    ))
 }

@@ -57,11 +57,14 @@ pub enum Status {
     Failed,
     /// The old session runs again.
     RolledBack,
+    /// Pending for longer than `request_ttl_hours`: the bound session never
+    /// stopped (it no longer runs, or not in the target). Nothing was changed.
+    Expired,
 }
 
 impl Status {
     /// Every status, in life-cycle order.
-    pub const ALL: [Status; 12] = [
+    pub const ALL: [Status; 13] = [
         Status::Pending,
         Status::Scheduled,
         Status::Running,
@@ -74,13 +77,19 @@ impl Status {
         Status::Cancelled,
         Status::Failed,
         Status::RolledBack,
+        Status::Expired,
     ];
 
-    /// Terminal operations block nothing: activated, cancelled, failed, rolled_back.
+    /// Terminal operations block nothing: activated, cancelled, failed,
+    /// rolled_back, expired.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            Status::Activated | Status::Cancelled | Status::Failed | Status::RolledBack
+            Status::Activated
+                | Status::Cancelled
+                | Status::Failed
+                | Status::RolledBack
+                | Status::Expired
         )
     }
 
@@ -108,6 +117,7 @@ impl Status {
             Status::Cancelled => "cancelled",
             Status::Failed => "failed",
             Status::RolledBack => "rolled_back",
+            Status::Expired => "expired",
         }
     }
 
@@ -126,7 +136,7 @@ impl Status {
     /// activated → rollback_pending → rollback_scheduled → rolling_back → rolled_back
     /// rollback_scheduled → rollback_pending   (scheduling undone)
     /// rollback_scheduled → rolled_back        (ktr-rollback without a rolling_back step)
-    /// pending → cancelled;   any non-terminal → failed
+    /// pending → cancelled | expired;   any non-terminal → failed
     /// ```
     pub fn can_become(self, to: Status) -> bool {
         use Status::*;
@@ -135,7 +145,7 @@ impl Status {
         }
         matches!(
             (self, to),
-            (Pending, Scheduled | Cancelled)
+            (Pending, Scheduled | Cancelled | Expired)
                 | (Scheduled, Running | Pending)
                 | (Running, Verifying)
                 | (Verifying, Activating | Pending)
@@ -430,6 +440,8 @@ pub struct Store {
     target: Option<Target>,
     /// `project_dir` of the config (requests bind to a session there).
     project_dir: Option<PathBuf>,
+    /// `request_ttl_hours`: a pending request older than this expires.
+    ttl: Option<Duration>,
     grace: Duration,
 }
 
@@ -448,6 +460,7 @@ impl Store {
             dir: dir.to_path_buf(),
             target: None,
             project_dir: None,
+            ttl: None,
             grace: worker_grace(),
         })
     }
@@ -458,6 +471,7 @@ impl Store {
         let mut store = Store::open(&config.state_dir)?;
         store.target = Some(Target::from_config(config));
         store.project_dir = Some(config.project_dir.clone());
+        store.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
         Ok(store)
     }
 
@@ -467,6 +481,7 @@ impl Store {
             dir: dir.to_path_buf(),
             target: None,
             project_dir: None,
+            ttl: None,
             grace: worker_grace(),
         }
     }
@@ -744,9 +759,12 @@ impl Store {
     /// what the target runs now is recorded and `needs_attention` is set.
     /// Returns the operations it failed.
     pub fn recover_stale(&self) -> Result<Vec<Operation>> {
-        let Some((id, _)) = self.active() else {
+        let Some((id, status)) = self.active() else {
             return Ok(Vec::new());
         };
+        if status == Status::Pending {
+            return self.expire_stale_request();
+        }
         if !self.load(&id).is_ok_and(|op| self.is_stale(&op)) {
             return Ok(Vec::new());
         }
@@ -785,6 +803,23 @@ impl Store {
                 Err(e) => note.push_str(&format!("; {e}")),
             }
             tx.transition(&mut op, Status::Failed, &note)?;
+            Ok(vec![op])
+        })
+    }
+
+    /// Expire the pending request when it is older than `request_ttl_hours`
+    /// (a store opened with [`Store::for_config`]); returns it then.
+    pub fn expire_stale_request(&self) -> Result<Vec<Operation>> {
+        let Some(ttl) = self.ttl else {
+            return Ok(Vec::new());
+        };
+        self.with_lock(|tx| {
+            let Some(mut op) = tx.active_operation()? else {
+                return Ok(Vec::new());
+            };
+            if !tx.expire_if_old(&mut op, ttl)? {
+                return Ok(Vec::new());
+            }
             Ok(vec![op])
         })
     }
@@ -899,6 +934,27 @@ impl Tx<'_> {
             .map_err(|e| Error::io_at("open", &path, &e))?;
         file.write_all(format!("{line}\n").as_bytes())
             .map_err(|e| Error::io_at("append to", &path, &e))
+    }
+
+    /// Move a pending `op` older than `ttl` to `expired` (error: how long
+    /// it waited and for which session). Returns whether it expired.
+    pub fn expire_if_old(&mut self, op: &mut Operation, ttl: Duration) -> Result<bool> {
+        let created = parse_rfc3339(&op.created_at).unwrap_or(UNIX_EPOCH);
+        let age = SystemTime::now().duration_since(created).unwrap_or_default();
+        if op.status != Status::Pending || age < ttl {
+            return Ok(false);
+        }
+        let why = format!(
+            "request expired after {:.1} h (request_ttl_hours = {}): {} never stopped since it was requested",
+            age.as_secs_f64() / 3600.0,
+            ttl.as_secs_f64() / 3600.0,
+            op.session_id
+                .as_deref()
+                .map_or_else(|| "no session in project_dir".to_string(), |s| format!("session {s}"))
+        );
+        op.error = Some(why.clone());
+        self.transition(op, Status::Expired, &why)?;
+        Ok(true)
     }
 
     /// The store this lock belongs to.
@@ -1087,6 +1143,37 @@ mod tests {
     fn assert_refused<T: std::fmt::Debug>(result: Result<T>, needle: &str) {
         let err = result.unwrap_err();
         assert!(err.message.contains(needle), "{err}");
+    }
+
+    #[test]
+    fn a_pending_request_expires_after_request_ttl_hours() {
+        let (_tmp, store) = store();
+        let mut store = store;
+        let op = store.request("x", "REBUILD", Some("sess-1".into())).unwrap();
+        // Without a configured ttl nothing expires.
+        assert!(store.recover_stale().unwrap().is_empty());
+        store.ttl = Some(Duration::from_secs(3600));
+        assert!(store.recover_stale().unwrap().is_empty(), "fresh: not yet");
+        store
+            .with_lock(|tx| {
+                let mut op = tx.load(&op.id)?;
+                op.created_at = rfc3339(SystemTime::now() - Duration::from_secs(7200));
+                tx.save(&mut op)
+            })
+            .unwrap();
+        let expired = store.recover_stale().unwrap();
+        assert_eq!(expired.len(), 1);
+        let op = store.load(&op.id).unwrap();
+        assert_eq!(op.status, Status::Expired);
+        assert!(op.status.is_terminal());
+        let error = op.error.unwrap();
+        assert!(
+            error.starts_with("request expired after 2.0 h (request_ttl_hours = 1)")
+                && error.contains("session sess-1 never stopped"),
+            "{error}"
+        );
+        assert_eq!(store.active(), None, "nothing blocks the next request");
+        assert_eq!(store.request("y", "REBUILD", None).unwrap().status, Status::Pending);
     }
 
     /// Drive `id` along `path` of statuses.

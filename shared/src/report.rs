@@ -181,6 +181,9 @@ pub fn next_step(op: &Operation) -> String {
             "failed; the old session is untouched; fix the error and request again".into()
         }
         Status::RolledBack => "the old session runs again".into(),
+        Status::Expired => {
+            "expired: the bound session never stopped within request_ttl_hours; nothing was changed; request again from the session the target runs".into()
+        }
     }
 }
 

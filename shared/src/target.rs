@@ -185,12 +185,8 @@ impl Target {
         validate_session_id(&ran.session)?;
         match self {
             Target::Tmux(t) => {
-                let names_it = ran.argv.iter().any(|a| a.contains(&ran.session));
-                let argv = if names_it && ran.argv.len() >= 2 {
-                    ran.argv.clone()
-                } else {
-                    config.resume_argv(&ran.session)
-                };
+                let argv = resume_form(&ran.argv, &ran.session)
+                    .unwrap_or_else(|| config.resume_argv(&ran.session));
                 let workdir = ran
                     .cwd
                     .clone()
@@ -552,6 +548,25 @@ pub fn session_arg(argv: &[String]) -> Option<String> {
     None
 }
 
+/// `argv` as a command that resumes `session`: unchanged when it already
+/// says `--resume S` / `-r S`; with `--session-id S` (which starts a new
+/// session under that id and is refused for an existing one, measured on
+/// 2.1.328) turned into `--resume S`; None when it does not name `session`.
+fn resume_form(argv: &[String], session: &str) -> Option<Vec<String>> {
+    if argv.len() < 2 || session_arg(argv).as_deref() != Some(session) {
+        return None;
+    }
+    let mut out = argv.to_vec();
+    for (i, word) in argv.iter().enumerate() {
+        if word == "--session-id" && argv.get(i + 1).is_some_and(|v| v == session) {
+            out[i] = "--resume".into();
+        } else if word.strip_prefix("--session-id=") == Some(session) {
+            out[i] = format!("--resume={session}");
+        }
+    }
+    Some(out)
+}
+
 fn shorten(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();
@@ -645,5 +660,49 @@ fn runs_session(pid: u32, session_id: &str) -> Result<()> {
             "process {pid} ({}) does not run session {session_id}",
             shown.chars().take(120).collect::<String>()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| (*w).to_string()).collect()
+    }
+
+    #[test]
+    fn the_session_is_read_from_resume_r_and_session_id() {
+        let s = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
+        for words in [
+            vec!["claude", "--resume", s],
+            vec!["claude", "--model", "x", "-r", s],
+            vec!["claude", &format!("--resume={s}")],
+            vec!["claude", "--session-id", s, "--verbose"],
+        ] {
+            assert_eq!(session_arg(&argv(&words)).as_deref(), Some(s), "{words:?}");
+        }
+        assert_eq!(session_arg(&argv(&["claude"])), None);
+        assert_eq!(session_arg(&argv(&["sleep", "3600"])), None);
+        assert_eq!(session_arg(&argv(&["claude", "--resume"])), None);
+        assert_eq!(session_arg(&argv(&["claude", "--resume", "../x"])), None);
+        assert_eq!(session_arg(&argv(&[s, s])), None, "argv[0] is not an option value");
+    }
+
+    #[test]
+    fn what_ran_is_restored_as_a_resume_of_the_same_session() {
+        let s = "aaaaaaaa-1111-4222-8333-444444444444";
+        let same = argv(&["/bin/claude", "--model", "opus", "--resume", s]);
+        assert_eq!(resume_form(&same, s), Some(same.clone()));
+        assert_eq!(
+            resume_form(&argv(&["claude", "--session-id", s, "--verbose"]), s),
+            Some(argv(&["claude", "--resume", s, "--verbose"]))
+        );
+        assert_eq!(
+            resume_form(&argv(&["claude", &format!("--session-id={s}")]), s),
+            Some(argv(&["claude", &format!("--resume={s}")]))
+        );
+        assert_eq!(resume_form(&argv(&["claude"]), s), None, "a plain start: resume_command");
+        assert_eq!(resume_form(&argv(&["claude", "--resume", "other"]), s), None);
     }
 }
