@@ -546,6 +546,8 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
 fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     use Status::*;
     let sb = Sandbox::new();
+    // The old pending request must not expire under this test (~7 years).
+    sb.write_config("request_ttl_hours = 60000");
     let source = sb.project.join("source-session.jsonl");
     fs::write(&source, "{\"type\":\"user\"}\n").unwrap();
     fs::write(sb.project.join("someone-else.jsonl"), "x\n").unwrap();

@@ -744,13 +744,24 @@ fn another_session_of_the_project_asking_through_mcp_is_refused_with_the_reason(
     let work = lp.env.work.display().to_string();
     let cli = lp.env.bin.display().to_string();
     lp.tmux.run(&[
-        "new-window", "-d", "-t", "cc:", "-c", &work, "--", &cli, "--session-id", &other,
+        "new-window",
+        "-d",
+        "-t",
+        "cc:",
+        "-c",
+        &work,
+        "--",
+        &cli,
+        "--session-id",
+        &other,
     ]);
     let window = "cc:1.0";
     lp.tmux.wait_idle_of(window, TURN);
     lp.tmux.type_line_to(window, TALK[2].0);
     lp.tmux
-        .wait_screen_of(window, "the reply ASSISTANT-L3", TURN, |s| s.contains("ASSISTANT-L3"));
+        .wait_screen_of(window, "the reply ASSISTANT-L3", TURN, |s| {
+            s.contains("ASSISTANT-L3")
+        });
     // The model got the refusal as the tool's result, naming both sessions.
     let needle = format!("not the Claude of session {other}");
     let refused = lp
@@ -774,6 +785,9 @@ fn another_session_of_the_project_asking_through_mcp_is_refused_with_the_reason(
             && said.contains(&format!("(session {}…)", &lp.source_id[..8])),
         "the refusal names the target and the session it runs: {said}"
     );
-    assert!(lp.store.latest().unwrap().is_none(), "nothing was requested");
+    assert!(
+        lp.store.latest().unwrap().is_none(),
+        "nothing was requested"
+    );
     assert_eq!(lp.tmux.pane_pid(), pane, "the target pane was not touched");
 }

@@ -26,8 +26,14 @@ const TOOLS: [&str; 7] = [
 ];
 
 /// A sandbox whose project holds the example session.
+/// A sandbox whose target (a pointer file) runs `SESSION`, with its transcript.
 fn fixture() -> (Sandbox, PathBuf) {
     let sb = Sandbox::new();
+    let pointer = sb.tmp.path().join("pointer");
+    fs::write(&pointer, format!("{SESSION}\n")).unwrap();
+    sb.write_config(&format!(
+        "activation = \"pointer\"\nresume_pointer_path = {pointer:?}"
+    ));
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl");
     let transcript = sb.project.join(format!("{SESSION}.jsonl"));
     fs::copy(example, &transcript).unwrap();
@@ -476,6 +482,43 @@ fn request_status_cancel_and_rollback_act_on_the_operation_store() {
     let (_, status) = c.call("thread_rebuild_status", json!({"operation_id": id}));
     assert_eq!(status["operation"]["status"], "cancelled");
     assert_eq!(c.close(), 0);
+}
+
+#[test]
+fn a_session_the_target_does_not_run_cannot_request_a_rebuild() {
+    let (sb, transcript) = fixture();
+    let other = "99999999-8888-4777-8666-555555555555";
+    fs::copy(&transcript, sb.project.join(format!("{other}.jsonl"))).unwrap();
+    let (mut c, _) = Client::start(&sb, Some(other));
+    let (err, msg) = c.call(
+        "thread_rebuild_request",
+        json!({"reason": "x", "confirmation": "REBUILD"}),
+    );
+    assert!(err);
+    let msg = msg.as_str().unwrap();
+    assert!(
+        msg.contains(&format!(
+            "names session {SESSION}, not session {other}; not switching"
+        )),
+        "{msg}"
+    );
+    assert!(
+        sb.store().list().unwrap().is_empty(),
+        "nothing was recorded"
+    );
+    // The session the pointer names may, and is told which target switches.
+    let (mut c2, _) = Client::start(&sb, Some(SESSION));
+    let (err, ok) = c2.call(
+        "thread_rebuild_request",
+        json!({"reason": "x", "confirmation": "REBUILD"}),
+    );
+    assert!(!err, "{ok}");
+    assert!(
+        ok["target"].as_str().unwrap().starts_with("pointer file"),
+        "{ok}"
+    );
+    assert_eq!(c.close(), 0);
+    assert_eq!(c2.close(), 0);
 }
 
 #[test]

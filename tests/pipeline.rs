@@ -180,11 +180,21 @@ fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
         "session_id": new_id, "source": "resume", "hook_event_name": "SessionStart",
         "context_tokens": 55555,
     });
-    let (_, code) = rig.sandbox.hook(env!("CARGO_BIN_EXE_ktr-ack"), &later.to_string());
+    let (_, code) = rig
+        .sandbox
+        .hook(env!("CARGO_BIN_EXE_ktr-ack"), &later.to_string());
     assert_eq!(code, 0);
     let op = rig.store().load(&op.id).unwrap();
-    assert_eq!(op.context_tokens(), Some(41234), "the first receipt per activation");
-    let resumes = rig.store().artifacts_dir(&op.id).unwrap().join("resumes.jsonl");
+    assert_eq!(
+        op.context_tokens(),
+        Some(41234),
+        "the first receipt per activation"
+    );
+    let resumes = rig
+        .store()
+        .artifacts_dir(&op.id)
+        .unwrap()
+        .join("resumes.jsonl");
     let resumes = fs::read_to_string(resumes).unwrap();
     assert_eq!(resumes.lines().count(), 1);
     assert!(resumes.contains("55555"), "{resumes}");
@@ -227,7 +237,10 @@ fn a_pane_replaced_after_prepare_is_a_conflict_and_stays_untouched() {
     let status = ktr_status(&rig, &op.id);
     assert!(status.contains("(discarded: it never ran)"), "{status}");
     assert!(
-        status.contains(&format!("target now        tmux pane t:0.0 (server -L {}) runs pid {pane} (sleep 3600)", rig.tmux.as_ref().unwrap().socket)),
+        status.contains(&format!(
+            "target now        tmux pane t:0.0 (server -L {}) runs pid {pane} (sleep 3600)",
+            rig.tmux.as_ref().unwrap().socket
+        )),
         "{status}"
     );
 }
@@ -387,7 +400,11 @@ fn ktr_status(rig: &Rig, id: &str) -> String {
         .args(["status", id])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -514,16 +531,26 @@ fn systemd_target_runs_every_stage_in_its_own_scope() {
     let log = fs::read_to_string(rig.sandbox.state.join("worker.log")).unwrap();
     for stage in ["prepare", "verify", "activate"] {
         let scope = format!("ktr-{}-{stage}.scope", op.id);
-        assert!(journal.contains(&scope), "no {scope} in the journal:\n{journal}");
+        assert!(
+            journal.contains(&scope),
+            "no {scope} in the journal:\n{journal}"
+        );
         let notes: Vec<&str> = op.history.iter().map(|t| t.note.as_str()).collect();
-        let pid = [format!("started {stage} (pid "), format!("started ktr-{stage} (pid ")]
-            .iter()
-            .find_map(|needle| {
-                let text = notes.iter().copied().chain(log.lines()).find(|l| l.contains(needle.as_str()))?;
-                let rest = &text[text.find(needle.as_str())? + needle.len()..];
-                Some(rest[..rest.find(')')?].to_string())
-            })
-            .unwrap_or_else(|| panic!("who started {stage}?\n{log}"));
+        let pid = [
+            format!("started {stage} (pid "),
+            format!("started ktr-{stage} (pid "),
+        ]
+        .iter()
+        .find_map(|needle| {
+            let text = notes
+                .iter()
+                .copied()
+                .chain(log.lines())
+                .find(|l| l.contains(needle.as_str()))?;
+            let rest = &text[text.find(needle.as_str())? + needle.len()..];
+            Some(rest[..rest.find(')')?].to_string())
+        })
+        .unwrap_or_else(|| panic!("who started {stage}?\n{log}"));
         assert!(
             log.contains(&format!("ktr-{stage}[{pid}]")),
             "{stage} did not run as pid {pid}:\n{log}"

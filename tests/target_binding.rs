@@ -36,7 +36,10 @@ fn assert_refused_for_the_other(rig: &Rig, op: &Operation, expected: &str) {
     assert_eq!(op.status, Status::Failed, "{op:#?}");
     let error = op.error.as_deref().unwrap();
     assert!(error.contains(expected), "{error}");
-    assert!(error.contains(OTHER) && error.ends_with("not switching"), "{error}");
+    assert!(
+        error.contains(OTHER) && error.ends_with("not switching"),
+        "{error}"
+    );
     assert!(op.session_conflict);
     assert!(op.candidate.is_none(), "nothing was prepared");
     assert_eq!(
@@ -53,7 +56,11 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
     let bystander = rig.bystander(OTHER);
     let pane = rig.pane_pid();
     let op = rebuild_of(&rig, OTHER);
-    assert_eq!(op.claude.map(|c| c.pid), Some(bystander), "the Stop hook's Claude");
+    assert_eq!(
+        op.claude.map(|c| c.pid),
+        Some(bystander),
+        "the Stop hook's Claude"
+    );
     let expected = format!(
         "target tmux pane t:0.0 (server -L {}) runs pid {pane} (session 5d1c9a8e…), not the Claude of session {OTHER} (pid {bystander})",
         rig.tmux.as_ref().unwrap().socket
@@ -82,7 +89,10 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
     assert_eq!(op.status, Status::Activated, "{:?}", op.error);
     let new_id = op.candidate.unwrap().session_id;
     assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()));
-    assert!(ktr::process::pid_alive(bystander), "the other session lives on");
+    assert!(
+        ktr::process::pid_alive(bystander),
+        "the other session lives on"
+    );
 }
 
 #[test]
@@ -94,13 +104,18 @@ fn tmux_a_pane_started_from_a_shell_is_switched_and_a_claude_restarted_there_is_
     let script = format!("while :; do {claude} --resume {SRC}; done");
     rig.respawn_pane(&["sh", "-c", &script]);
     let shell = rig.pane_pid();
-    assert!(wait_for(Duration::from_secs(10), || rig.claude_of(SRC).is_some()));
+    assert!(wait_for(Duration::from_secs(10), || rig
+        .claude_of(SRC)
+        .is_some()));
     let first = rig.claude_of(SRC).unwrap();
     assert_ne!(first.to_string(), shell, "claude is a child of the shell");
 
     // Restarted by hand between the Stop hook and the switch: refused.
     let op = rig.rebuild_paused_at("activate:start");
-    Command::new("kill").arg(first.to_string()).status().unwrap();
+    Command::new("kill")
+        .arg(first.to_string())
+        .status()
+        .unwrap();
     assert!(wait_for(Duration::from_secs(10), || rig
         .claude_of(SRC)
         .is_some_and(|p| p != first)));
@@ -109,7 +124,9 @@ fn tmux_a_pane_started_from_a_shell_is_switched_and_a_claude_restarted_there_is_
     assert_eq!(op.status, Status::Failed);
     let error = op.error.unwrap();
     assert!(
-        error.contains(&format!("not the Claude of session {SRC} (pid {first}, which has exited)")),
+        error.contains(&format!(
+            "not the Claude of session {SRC} (pid {first}, which has exited)"
+        )),
         "{error}"
     );
     assert_eq!(rig.pane_pid(), shell, "the shell pane was not touched");
@@ -148,11 +165,23 @@ fn tmux_the_fallback_puts_back_exactly_what_ran() {
     assert_eq!(recorded.session, SRC);
     assert_eq!(
         recorded.argv,
-        ["/bin/sh", &claude, "--model", "opus", "--resume", SRC, "--append-system-prompt", "be brief"]
+        [
+            "/bin/sh",
+            &claude,
+            "--model",
+            "opus",
+            "--resume",
+            SRC,
+            "--append-system-prompt",
+            "be brief"
+        ]
     );
     // Same command line, same directory, same marker as before the switch.
     assert_eq!(fs::read_to_string(&rig.record).unwrap(), ran);
-    assert!(ran.contains(&format!("cwd={}", elsewhere.canonicalize().unwrap().display())));
+    assert!(ran.contains(&format!(
+        "cwd={}",
+        elsewhere.canonicalize().unwrap().display()
+    )));
 }
 
 #[test]
@@ -165,7 +194,10 @@ fn pointer_a_rebuild_of_the_session_the_pointer_does_not_name_is_refused() {
         rig.pointer.display()
     );
     assert_refused_for_the_other(&rig, &op, &expected);
-    assert_eq!(fs::read_to_string(&rig.pointer).unwrap(), format!("{SRC}\n"));
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{SRC}\n")
+    );
 }
 
 #[test]
@@ -182,7 +214,10 @@ fn systemd_a_rebuild_of_the_session_the_unit_does_not_run_is_refused() {
     );
     assert_refused_for_the_other(&rig, &op, &expected);
     assert_eq!(sysd.main_pid(UNIT), main_pid, "the unit was not restarted");
-    assert_eq!(fs::read_to_string(&rig.pointer).unwrap(), format!("{SRC}\n"));
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{SRC}\n")
+    );
 }
 
 #[test]
@@ -194,11 +229,14 @@ fn systemd_an_unhealthy_session_crash_looping_into_the_start_limit_is_still_undo
     let op = rig.rebuild_paused_at("activate:switched");
     let sysd = rig.sysd.as_ref().unwrap();
     assert!(
-        wait_for(Duration::from_secs(30), || sysd.property(UNIT, "ActiveState") == "failed"
+        wait_for(Duration::from_secs(30), || sysd
+            .property(UNIT, "ActiveState")
+            == "failed"
             && sysd.property(UNIT, "NRestarts") != "0"),
         "the new session never crash-looped into the start limit: {}\n{}",
         sysd.systemctl(&["cat", UNIT]),
-        sysd.run(&["journalctl", "--no-pager", "-o", "cat", "-u", UNIT]).1
+        sysd.run(&["journalctl", "--no-pager", "-o", "cat", "-u", UNIT])
+            .1
     );
     assert_eq!(sysd.main_pid(UNIT), 0, "Claude is down");
     rig.unpause();
@@ -206,9 +244,19 @@ fn systemd_an_unhealthy_session_crash_looping_into_the_start_limit_is_still_undo
     let sysd = rig.sysd.as_ref().unwrap();
     assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
-    assert!(rig.resume_history().contains(&new_id), "the new session was tried");
-    assert_eq!(rig.resumed().as_deref(), Some(SRC), "the old session runs again");
-    assert_eq!(fs::read_to_string(&rig.pointer).unwrap(), format!("{SRC}\n"));
+    assert!(
+        rig.resume_history().contains(&new_id),
+        "the new session was tried"
+    );
+    assert_eq!(
+        rig.resumed().as_deref(),
+        Some(SRC),
+        "the old session runs again"
+    );
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{SRC}\n")
+    );
     assert_eq!(sysd.property(UNIT, "ActiveState"), "active");
     let main_pid = sysd.main_pid(UNIT);
     assert_eq!(op.target_after, Some(main_pid.to_string()));
@@ -229,13 +277,20 @@ fn systemd_a_refused_restart_puts_the_pointer_back() {
     // Between the checks and the switch the unit stops accepting restarts.
     let dropin = sysd.dir.join(format!("etc-system/{UNIT}.d"));
     fs::create_dir_all(&dropin).unwrap();
-    fs::write(dropin.join("refuse.conf"), "[Unit]\nRefuseManualStart=yes\n").unwrap();
+    fs::write(
+        dropin.join("refuse.conf"),
+        "[Unit]\nRefuseManualStart=yes\n",
+    )
+    .unwrap();
     sysd.systemctl(&["daemon-reload"]);
     rig.unpause();
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Status::Failed);
     let error = op.error.unwrap();
-    assert!(error.contains("switch failed, old session untouched"), "{error}");
+    assert!(
+        error.contains("switch failed, old session untouched"),
+        "{error}"
+    );
     assert!(error.contains("pointer put back"), "{error}");
     assert_eq!(
         fs::read_to_string(&rig.pointer).unwrap(),
@@ -255,11 +310,22 @@ fn systemd_a_failing_systemd_run_is_reported_and_the_request_stays_pending() {
     // Someone holds the scope name prepare would run in.
     let scope = format!("ktr-{}-prepare", op.id);
     let mut holder = sysd
-        .command(&["systemd-run", "--scope", "--quiet", "--unit", &scope, "--", "sleep", "600"])
+        .command(&[
+            "systemd-run",
+            "--scope",
+            "--quiet",
+            "--unit",
+            &scope,
+            "--",
+            "sleep",
+            "600",
+        ])
         .spawn()
         .unwrap();
     let unit = format!("{scope}.scope");
-    assert!(wait_for(Duration::from_secs(10), || sysd.property(&unit, "ActiveState") == "active"));
+    assert!(wait_for(Duration::from_secs(10), || sysd
+        .property(&unit, "ActiveState")
+        == "active"));
     let out = rig.stop_source();
     assert!(
         out.contains("systemd-run could not start ktr-prepare in its own scope")
@@ -270,7 +336,9 @@ fn systemd_a_failing_systemd_run_is_reported_and_the_request_stays_pending() {
     assert_eq!(rig.store().load(&op.id).unwrap().status, Status::Pending);
     let log = fs::read_to_string(rig.sandbox.state.join("worker.log")).unwrap();
     assert!(
-        log.lines().any(|l| l.ends_with(&format!("for operation {}", op.id)) && l.contains(" starting systemd-run --scope")),
+        log.lines()
+            .any(|l| l.ends_with(&format!("for operation {}", op.id))
+                && l.contains(" starting systemd-run --scope")),
         "worker.log says when and what was started:\n{log}"
     );
     // Once the name is free the next Stop goes all the way.
@@ -322,7 +390,10 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
     let main_pid = sysd.main_pid(UNIT);
     let checks = doctor(&rig);
     let (ok, detail) = check(&checks, "target");
-    assert!(ok && detail.contains(&format!("runs pid {main_pid} runs session {SRC}")), "{detail}");
+    assert!(
+        ok && detail.contains(&format!("runs pid {main_pid} runs session {SRC}")),
+        "{detail}"
+    );
     let (ok, detail) = check(&checks, "systemd unit");
     assert!(ok && detail.contains("loaded, active/running"), "{detail}");
     assert!(check(&checks, "pointer").0, "{checks:?}");
@@ -332,16 +403,27 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
     // The pointer names another session than the one running.
     fs::write(&rig.pointer, format!("{OTHER}\n")).unwrap();
     let (ok, detail) = check(&doctor(&rig), "pointer");
-    assert!(!ok && detail.contains(&format!("names \"{OTHER}\" but the unit runs session {SRC}")), "{detail}");
+    assert!(
+        !ok && detail.contains(&format!(
+            "names \"{OTHER}\" but the unit runs session {SRC}"
+        )),
+        "{detail}"
+    );
     fs::write(&rig.pointer, format!("{SRC}\n")).unwrap();
 
     // Stopped: MainPID 0 with exit 0 is not "ok".
     sysd.systemctl(&["stop", UNIT]);
     let (ok, detail) = check(&doctor(&rig), "systemd unit");
-    assert!(!ok && detail.contains("is not running Claude Code"), "{detail}");
+    assert!(
+        !ok && detail.contains("is not running Claude Code"),
+        "{detail}"
+    );
 
     // A unit that does not exist.
     rig.write_config("systemd_unit = \"nosuch.service\"");
     let (ok, detail) = check(&doctor(&rig), "systemd unit");
-    assert!(!ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"), "{detail}");
+    assert!(
+        !ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"),
+        "{detail}"
+    );
 }

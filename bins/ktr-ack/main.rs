@@ -73,7 +73,12 @@ fn run() -> Result<Option<String>> {
         }
         let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
         bytes.push(b'\n');
-        write_atomic(&artifacts.join("ack.json"), &bytes, 0o600, Existing::Replace)?;
+        write_atomic(
+            &artifacts.join("ack.json"),
+            &bytes,
+            0o600,
+            Existing::Replace,
+        )?;
         op.ack = Some(ack.clone());
         tx.save(&mut op)?;
         Ok(Some(op.id))

@@ -148,6 +148,7 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_request", move || {
             let config = this.load_config()?;
+            ktr::operation::confirm(&args.confirmation, "REBUILD")?;
             let session = this.served.binding(&config)?;
             let target = this.served.target_for(&config, session.as_deref())?;
             let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session)?;
@@ -175,9 +176,9 @@ impl Server {
                 None => store.latest()?,
             };
             let target = Target::from_config(&config);
-            let view = op
-                .as_ref()
-                .map(|op| serde_json::to_value(StatusView::of(op).looking_at(&target)).unwrap_or(Value::Null));
+            let view = op.as_ref().map(|op| {
+                serde_json::to_value(StatusView::of(op).looking_at(&target)).unwrap_or(Value::Null)
+            });
             Ok(json!({
                 "operation": view,
                 "recovered_stale": recovered.iter().map(|o| &o.id).collect::<Vec<_>>(),

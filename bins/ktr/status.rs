@@ -16,7 +16,9 @@ pub fn run(args: &StatusArgs) -> Result<u8, Error> {
         Some(id) => Some(store.load(id)?),
         None => store.latest()?,
     };
-    let view = op.as_ref().map(|op| StatusView::of(op).looking_at(&Target::from_config(&config)));
+    let view = op
+        .as_ref()
+        .map(|op| StatusView::of(op).looking_at(&Target::from_config(&config)));
     match (&view, args.common.json) {
         (_, true) => out::json(&view),
         (Some(v), false) => out::print(&human(v)),

@@ -219,7 +219,11 @@ fn systemd(config: &Config) -> Vec<Check> {
     let Target::Systemd(unit) = Target::from_config(config) else {
         return Vec::new();
     };
-    let ctl = if unit.user { "systemctl --user" } else { "systemctl" };
+    let ctl = if unit.user {
+        "systemctl --user"
+    } else {
+        "systemctl"
+    };
     let mut checks = Vec::new();
     let state = unit.state();
     checks.push(match &state {
@@ -263,13 +267,11 @@ fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
             );
         }
     };
-    let running = main_pid
-        .filter(|p| *p > 0)
-        .and_then(|pid| {
-            crate::process::with_descendants(pid)
-                .into_iter()
-                .find_map(|p| crate::target::session_arg(&crate::process::cmdline(p)?))
-        });
+    let running = main_pid.filter(|p| *p > 0).and_then(|pid| {
+        crate::process::with_descendants(pid)
+            .into_iter()
+            .find_map(|p| crate::target::session_arg(&crate::process::cmdline(p)?))
+    });
     match running {
         Some(session) if session != pointer => fail(
             "pointer",
@@ -284,7 +286,10 @@ fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
         ),
         Some(session) => pass(
             "pointer",
-            format!("{} names {session}, the session the unit runs", path.display()),
+            format!(
+                "{} names {session}, the session the unit runs",
+                path.display()
+            ),
         ),
         None => pass(
             "pointer",
@@ -306,7 +311,9 @@ fn systemd_rights(user: bool) -> Check {
     }
     fail(
         "systemd rights",
-        format!("running as uid {uid}: restarting a system unit and `systemd-run --scope` need root (\"Access denied\")"),
+        format!(
+            "running as uid {uid}: restarting a system unit and `systemd-run --scope` need root (\"Access denied\")"
+        ),
         "run Claude Code as a user unit and set systemd_manager = \"user\" (or run ktr as root)",
     )
 }
@@ -318,9 +325,7 @@ fn systemd_run(user: bool) -> Check {
     if user {
         argv.push("--user".into());
     }
-    argv.extend(
-        ["--scope", "--quiet", "--collect", "--", "true"].map(String::from),
-    );
+    argv.extend(["--scope", "--quiet", "--collect", "--", "true"].map(String::from));
     match crate::process::run_checked(&argv, std::time::Duration::from_secs(10)) {
         Ok(_) => pass("systemd-run", "`systemd-run --scope` works".into()),
         Err(e) => fail(
@@ -480,7 +485,10 @@ fn operations(config: &Config) -> Check {
 /// a Stop that may never come: say so, with its age (it expires after
 /// `request_ttl_hours`).
 fn waiting_for_another_session(config: &Config, op: &crate::operation::Operation) -> Option<Check> {
-    let bound = op.session_id.as_deref().filter(|_| op.status == crate::operation::Status::Pending)?;
+    let bound = op
+        .session_id
+        .as_deref()
+        .filter(|_| op.status == crate::operation::Status::Pending)?;
     let runs = Target::from_config(config).running().ok()?.session?;
     if runs == bound {
         return None;

@@ -639,19 +639,25 @@ impl Store {
         }
         self.recover_stale()?;
         let seen = self.seen_target();
-        if let (Some(asked), Some(running)) = (&session, seen.as_ref().and_then(|s| s.session.as_ref())) {
-            if asked != running {
-                return Err(Error::refused(format!(
-                    "{} runs session {running}, not {asked}: a rebuild of {asked} would replace another conversation; ask from the session the target runs",
-                    self.target.as_ref().map_or_else(String::new, ToString::to_string)
-                )));
-            }
+        if let (Some(asked), Some(running)) =
+            (&session, seen.as_ref().and_then(|s| s.session.as_ref()))
+            && asked != running
+        {
+            return Err(Error::refused(format!(
+                "{} runs session {running}, not {asked}: a rebuild of {asked} would replace another conversation; ask from the session the target runs",
+                self.target
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string)
+            )));
         }
         // Unbound: the session the target runs now, when it lives in project_dir.
         let session = session.or_else(|| {
             let running = seen.as_ref()?.session.clone()?;
             let project = self.project_dir.as_ref()?;
-            project.join(format!("{running}.jsonl")).is_file().then_some(running)
+            project
+                .join(format!("{running}.jsonl"))
+                .is_file()
+                .then_some(running)
         });
         self.with_lock(|tx| {
             if let Some(mut op) = tx.active_operation()? {
@@ -940,7 +946,9 @@ impl Tx<'_> {
     /// it waited and for which session). Returns whether it expired.
     pub fn expire_if_old(&mut self, op: &mut Operation, ttl: Duration) -> Result<bool> {
         let created = parse_rfc3339(&op.created_at).unwrap_or(UNIX_EPOCH);
-        let age = SystemTime::now().duration_since(created).unwrap_or_default();
+        let age = SystemTime::now()
+            .duration_since(created)
+            .unwrap_or_default();
         if op.status != Status::Pending || age < ttl {
             return Ok(false);
         }
@@ -948,9 +956,10 @@ impl Tx<'_> {
             "request expired after {:.1} h (request_ttl_hours = {}): {} never stopped since it was requested",
             age.as_secs_f64() / 3600.0,
             ttl.as_secs_f64() / 3600.0,
-            op.session_id
-                .as_deref()
-                .map_or_else(|| "no session in project_dir".to_string(), |s| format!("session {s}"))
+            op.session_id.as_deref().map_or_else(
+                || "no session in project_dir".to_string(),
+                |s| format!("session {s}")
+            )
         );
         op.error = Some(why.clone());
         self.transition(op, Status::Expired, &why)?;
@@ -1149,7 +1158,9 @@ mod tests {
     fn a_pending_request_expires_after_request_ttl_hours() {
         let (_tmp, store) = store();
         let mut store = store;
-        let op = store.request("x", "REBUILD", Some("sess-1".into())).unwrap();
+        let op = store
+            .request("x", "REBUILD", Some("sess-1".into()))
+            .unwrap();
         // Without a configured ttl nothing expires.
         assert!(store.recover_stale().unwrap().is_empty());
         store.ttl = Some(Duration::from_secs(3600));
@@ -1173,7 +1184,10 @@ mod tests {
             "{error}"
         );
         assert_eq!(store.active(), None, "nothing blocks the next request");
-        assert_eq!(store.request("y", "REBUILD", None).unwrap().status, Status::Pending);
+        assert_eq!(
+            store.request("y", "REBUILD", None).unwrap().status,
+            Status::Pending
+        );
     }
 
     /// Drive `id` along `path` of statuses.
@@ -1216,6 +1230,7 @@ mod tests {
         let allowed = [
             (Pending, Scheduled),
             (Pending, Cancelled),
+            (Pending, Expired),
             (Scheduled, Running),
             (Scheduled, Pending),
             (Running, Verifying),
@@ -1241,7 +1256,10 @@ mod tests {
             .into_iter()
             .filter(|s| s.is_terminal())
             .collect();
-        assert_eq!(terminal, [Activated, Cancelled, Failed, RolledBack]);
+        assert_eq!(
+            terminal,
+            [Activated, Cancelled, Failed, RolledBack, Expired]
+        );
         for s in Status::ALL {
             assert_eq!(Status::parse(s.as_str()), Some(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());

@@ -141,7 +141,10 @@ fn is_command_shell(argv: &[String]) -> bool {
         name.trim_start_matches('-'),
         "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "busybox"
     );
-    shell && argv[1..].iter().any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
+    shell
+        && argv[1..]
+            .iter()
+            .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
 }
 
 /// The process that ran `pid`: its nearest ancestor that is not a
@@ -237,7 +240,10 @@ pub fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
             if status.success() {
                 return Ok(());
             }
-            return Err(Error::io(format!("it exited with {}", describe_status(status))));
+            return Err(Error::io(format!(
+                "it exited with {}",
+                describe_status(status)
+            )));
         }
         if Instant::now() >= deadline {
             return Err(Error::io(format!(
@@ -435,8 +441,16 @@ mod tests {
         let shell = |words: &[&str]| is_command_shell(&argv(words));
         assert!(shell(&["/bin/sh", "-c", "ktr-stop --config x"]));
         assert!(shell(&["bash", "-ec", "x"]));
-        assert!(!shell(&["/bin/sh", "/usr/bin/fake-claude", "--resume", "a"]));
-        assert!(!shell(&["claude", "-c"]), "claude --continue is not a shell");
+        assert!(!shell(&[
+            "/bin/sh",
+            "/usr/bin/fake-claude",
+            "--resume",
+            "a"
+        ]));
+        assert!(
+            !shell(&["claude", "-c"]),
+            "claude --continue is not a shell"
+        );
         assert!(!shell(&["bash", "--rcfile", "x"]));
         // This test's runner: `sh -c 'sleep'` is skipped, the test is found.
         let me = ProcessId::of(std::process::id()).unwrap();

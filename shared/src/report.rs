@@ -90,9 +90,10 @@ impl StatusView {
             candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.clone()),
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
             candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
-            candidate_discarded: op.candidate.as_ref().is_some_and(|c| {
-                !matches!(op.status, Status::Activated) && !c.path.exists()
-            }),
+            candidate_discarded: op
+                .candidate
+                .as_ref()
+                .is_some_and(|c| !matches!(op.status, Status::Activated) && !c.path.exists()),
             source_sha256: op.source_sha256.clone(),
             backup: op.backup.clone(),
             prepared_at: op.prepared_at.clone(),

@@ -157,16 +157,15 @@ impl Target {
                 running.identity
             )));
         };
-        let inside = claude.filter(|c| {
-            c.alive() && process::with_descendants(root).contains(&c.pid)
-        });
+        let inside =
+            claude.filter(|c| c.alive() && process::with_descendants(root).contains(&c.pid));
         if inside.is_some() {
             return Ok(running);
         }
-        let theirs = running
-            .session
-            .as_deref()
-            .map_or_else(|| "session unknown".to_string(), |s| format!("session {}", short(s)));
+        let theirs = running.session.as_deref().map_or_else(
+            || "session unknown".to_string(),
+            |s| format!("session {}", short(s)),
+        );
         let ours = match claude {
             Some(c) if !c.alive() => format!(" (pid {}, which has exited)", c.pid),
             Some(c) => format!(" (pid {})", c.pid),
@@ -384,14 +383,16 @@ impl Systemd {
             Err(e) => return Err(Error::io_at("read pointer", &self.pointer, &e)),
         };
         write_pointer(&self.pointer, session_id)?;
-        let _ = process::run_with_timeout(&self.argv(&["reset-failed", &self.unit]), CONTROL_TIMEOUT);
+        let _ =
+            process::run_with_timeout(&self.argv(&["reset-failed", &self.unit]), CONTROL_TIMEOUT);
         let restart = self.argv(&["restart", &self.unit]);
         let Err(e) = process::run_checked(&restart, self.restart_timeout) else {
             return Ok(());
         };
-        let state = self
-            .state()
-            .map_or_else(|s| format!("state unknown: {}", s.message), |s| s.to_string());
+        let state = self.state().map_or_else(
+            |s| format!("state unknown: {}", s.message),
+            |s| s.to_string(),
+        );
         let put_back = match before {
             Some(bytes) => write_atomic(&self.pointer, &bytes, 0o600, Existing::Replace),
             None => fs::remove_file(&self.pointer)
@@ -686,7 +687,11 @@ mod tests {
         assert_eq!(session_arg(&argv(&["sleep", "3600"])), None);
         assert_eq!(session_arg(&argv(&["claude", "--resume"])), None);
         assert_eq!(session_arg(&argv(&["claude", "--resume", "../x"])), None);
-        assert_eq!(session_arg(&argv(&[s, s])), None, "argv[0] is not an option value");
+        assert_eq!(
+            session_arg(&argv(&[s, s])),
+            None,
+            "argv[0] is not an option value"
+        );
     }
 
     #[test]
@@ -702,7 +707,14 @@ mod tests {
             resume_form(&argv(&["claude", &format!("--session-id={s}")]), s),
             Some(argv(&["claude", &format!("--resume={s}")]))
         );
-        assert_eq!(resume_form(&argv(&["claude"]), s), None, "a plain start: resume_command");
-        assert_eq!(resume_form(&argv(&["claude", "--resume", "other"]), s), None);
+        assert_eq!(
+            resume_form(&argv(&["claude"]), s),
+            None,
+            "a plain start: resume_command"
+        );
+        assert_eq!(
+            resume_form(&argv(&["claude", "--resume", "other"]), s),
+            None
+        );
     }
 }

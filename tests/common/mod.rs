@@ -147,7 +147,10 @@ impl Sandbox {
                 format!("{}:/usr/local/bin:/usr/bin:/bin", self.path_dir.display()),
             ),
             ("KTR_BIN_DIR".into(), self.bin.display().to_string()),
-            ("KTR_TEST_RECORDS".into(), self.records.display().to_string()),
+            (
+                "KTR_TEST_RECORDS".into(),
+                self.records.display().to_string(),
+            ),
         ]
     }
 
@@ -180,7 +183,12 @@ impl Sandbox {
     }
 
     /// Run `cmd` (from [`Sandbox::command`]) as a hook with `stdin` and `env`.
-    pub fn hook_with(&self, mut cmd: Command, stdin: &str, env: &[(String, String)]) -> (String, i32) {
+    pub fn hook_with(
+        &self,
+        mut cmd: Command,
+        stdin: &str,
+        env: &[(String, String)],
+    ) -> (String, i32) {
         let mut child = cmd.envs(env.iter().map(|(k, v)| (k, v))).spawn().unwrap();
         child
             .stdin

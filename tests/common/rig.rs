@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use ktr::config::{Config, encode_project_name};
@@ -298,8 +298,10 @@ impl Rig {
         fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let argv = ktr::process::cmdline(pid)?;
-            let runs = argv.iter().any(|a| *a == program)
-                && argv.windows(2).any(|w| w[0] == "--resume" && w[1] == session);
+            let runs = argv.contains(&program)
+                && argv
+                    .windows(2)
+                    .any(|w| w[0] == "--resume" && w[1] == session);
             let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
             let ours = environ.split(|b| *b == 0).any(|v| v == hooks.as_bytes());
             (runs && ours && ktr::process::pid_alive(pid)).then_some(pid)
@@ -323,7 +325,11 @@ impl Rig {
                 .chain(self.hook_env())
                 .map(|(k, v)| quote(&format!("{k}={v}"))),
         );
-        words.extend([quote(bin), "--config".into(), quote(&self.sandbox.config.to_string_lossy())]);
+        words.extend([
+            quote(bin),
+            "--config".into(),
+            quote(&self.sandbox.config.to_string_lossy()),
+        ]);
         fs::write(file("in"), stdin).unwrap();
         fs::write(file("run.tmp"), words.join(" ")).unwrap();
         fs::rename(file("run.tmp"), file("run")).unwrap();
@@ -331,13 +337,17 @@ impl Rig {
             wait_for(SETTLE, || file("code").exists()),
             "the stand-in claude of {session} never ran the hook"
         );
-        let code = fs::read_to_string(file("code")).unwrap().trim().parse().unwrap();
+        let code = fs::read_to_string(file("code"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         (fs::read_to_string(file("out")).unwrap(), code)
     }
 
     /// Start another Claude Code session on `session` in the same project
     /// but outside the target (a second terminal): a tmux window of the
-    /// rig's server, a process inside the real systemd, or a plain child.
+    /// rig's server, or a transient service of the real systemd.
     /// Returns its pid as the test sees it.
     pub fn bystander(&self, session: &str) -> u32 {
         let mut argv: Vec<String> = vec!["env".into()];
@@ -363,21 +373,18 @@ impl Rig {
                 server.tmux(&args);
             }
             (None, Some(sysd)) => {
-                let mut run = vec!["systemd-run", "--quiet", "--collect", "-p", "WorkingDirectory=/"];
+                let mut run = vec![
+                    "systemd-run",
+                    "--quiet",
+                    "--collect",
+                    "-p",
+                    "WorkingDirectory=/",
+                ];
                 run.extend_from_slice(&words);
                 let (ok, _, err) = sysd.run(&run);
                 assert!(ok, "bystander: {err}");
             }
-            (None, None) => {
-                Command::new(&argv[0])
-                    .args(&argv[1..])
-                    .current_dir(&self.sandbox.work)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap();
-            }
+            (None, None) => panic!("a pointer rig runs no Claude: no bystander"),
         }
         let mut pid = None;
         assert!(
@@ -398,7 +405,9 @@ impl Rig {
     /// The Stop hook of the session the target runs now (the stand-in
     /// claude's last resume): after an activation that is the candidate.
     pub fn stop_current(&self) -> String {
-        let session = self.resumed().expect("the stand-in claude resumed a session");
+        let session = self
+            .resumed()
+            .expect("the stand-in claude resumed a session");
         let transcript = self.project.join(format!("{session}.jsonl"));
         self.stop(&session, &transcript)
     }
@@ -519,15 +528,6 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // Stand-in claudes of this rig outside tmux and systemd (the
-        // bystander of a pointer rig) are ours: stop them by pid.
-        if self.tmux.is_none() && self.sysd.is_none() {
-            for session in self.resume_history() {
-                if let Some(pid) = self.claude_of(&session) {
-                    let _ = Command::new("kill").arg(pid.to_string()).status();
-                }
-            }
-        }
         // A stage still paused (a failed test) must not outlive it.
         if let Ok(pid) = fs::read_to_string(&self.pause_file) {
             let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();

@@ -156,10 +156,12 @@ fn compare_and_swap(tx: &mut Tx, config: &Config, target: &Target, id: &str) -> 
     };
     let running = match problem {
         Some(problem) => Err(problem),
-        None => source_session(&op).and_then(|old| {
-            let running = target_guard::runs_source(target, &op, &old)?;
-            Ok(running.ran(&old))
-        }).map_err(|e| conflict(e.message)),
+        None => source_session(&op)
+            .and_then(|old| {
+                let running = target_guard::runs_source(target, &op, &old)?;
+                Ok(running.ran(&old))
+            })
+            .map_err(|e| conflict(e.message)),
     };
     let ran = match running {
         Ok(ran) => ran,
@@ -311,7 +313,9 @@ fn fall_back(
     reason: String,
     steps: &mut Steps,
 ) -> Result<Outcome> {
-    steps.say(format!("{reason}; resuming the old session (what the target ran)"));
+    steps.say(format!(
+        "{reason}; resuming the old session (what the target ran)"
+    ));
     let back = restore(config, op, target, || {});
     let op = store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
@@ -320,8 +324,7 @@ fn fall_back(
                 op.error = Some(reason.clone());
                 op.rollback_ok = Some(true);
                 op.target_after = Some(identity.clone());
-                let note =
-                    format!("{reason}; old session resumed: {what} (identity {identity})");
+                let note = format!("{reason}; old session resumed: {what} (identity {identity})");
                 tx.transition(&mut op, Status::RolledBack, &note)?;
             }
             Err(e) => {

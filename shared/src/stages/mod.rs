@@ -268,7 +268,11 @@ pub fn spawn(
 ) -> Result<u32> {
     let argv = command(config, stage, op_id, transcript)?;
     let log = store.worker_log();
-    let line = format!("{} starting {} for operation {op_id}\n", now_rfc3339(), argv.join(" "));
+    let line = format!(
+        "{} starting {} for operation {op_id}\n",
+        now_rfc3339(),
+        argv.join(" ")
+    );
     append_log(&log, &line)?;
     let pid = process::spawn_detached(&argv, &[], &log)?;
     if config.activation == Activation::Systemd {
@@ -280,7 +284,11 @@ pub fn spawn(
             Error::io(format!(
                 "systemd-run could not start {stage} in its own scope ({}){}",
                 e.message,
-                if said.is_empty() { String::new() } else { format!(": {said}") }
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                }
             ))
         })?;
     }
