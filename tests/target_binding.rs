@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::rig::{Kind, Rig, SRC, UNIT};
 use common::{support, wait_for};
-use ktr::operation::{Operation, Status};
+use ktr::pipeline::operation::{Operation, Status};
 
 /// The second session of the project (not in the target).
 const OTHER: &str = "b7e2c4d1-9a3f-4c5e-8d21-6f0a1b2c3d4e";
@@ -67,7 +67,7 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
     );
     assert_refused_for_the_other(&rig, &op, &expected);
     assert_eq!(rig.pane_pid(), pane, "the pane was not touched");
-    assert!(ktr::process::pid_alive(bystander));
+    assert!(ktr::pipeline::process::pid_alive(bystander));
     assert_eq!(rig.resume_history(), [SRC, OTHER]);
 
     // The CLI refuses such a request up front: it can see what the pane runs.
@@ -90,7 +90,7 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
     let new_id = op.candidate.unwrap().session_id;
     assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()));
     assert!(
-        ktr::process::pid_alive(bystander),
+        ktr::pipeline::process::pid_alive(bystander),
         "the other session lives on"
     );
 }
@@ -245,7 +245,7 @@ fn systemd_an_unhealthy_session_crash_looping_into_the_start_limit_is_still_undo
     assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
     assert!(
-        rig.resume_history().contains(&new_id),
+        rig.resume_history().contains(&new_id.to_string()),
         "the new session was tried"
     );
     assert_eq!(

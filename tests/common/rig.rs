@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ktr::config::{Config, encode_project_name};
 use ktr::fsutil::sha256_file;
-use ktr::operation::{Operation, Status, Store};
+use ktr::pipeline::operation::{Operation, Status, Store};
 
 use super::systemd::RealSystemd;
 use super::{Sandbox, TmuxServer, support, wait_for};
@@ -42,7 +42,7 @@ pub struct Rig {
     pub sysd: Option<RealSystemd>,
     /// Where the stand-in claude picks up hooks to run (`FAKE_CLAUDE_HOOKS`).
     pub hooks: PathBuf,
-    /// `<home>/.claude/projects/<encoded workdir>`: matches claude_workdir.
+    /// `<home>/.claude/projects/<encoded workdir>`: matches `claude_workdir`.
     pub project: PathBuf,
     pub source: PathBuf,
     /// The stand-in claude's record file (`.read`, `.history` beside it).
@@ -297,14 +297,14 @@ impl Rig {
         let program = support("fake-claude").display().to_string();
         fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let argv = ktr::process::cmdline(pid)?;
+            let argv = ktr::pipeline::process::cmdline(pid)?;
             let runs = argv.contains(&program)
                 && argv
                     .windows(2)
                     .any(|w| w[0] == "--resume" && w[1] == session);
             let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
             let ours = environ.split(|b| *b == 0).any(|v| v == hooks.as_bytes());
-            (runs && ours && ktr::process::pid_alive(pid)).then_some(pid)
+            (runs && ours && ktr::pipeline::process::pid_alive(pid)).then_some(pid)
         })
     }
 
@@ -477,7 +477,7 @@ impl Rig {
             .filter_map(|l| l.strip_prefix("arg="))
             .collect();
         let at = args.iter().position(|a| *a == "--resume")?;
-        args.get(at + 1).map(|s| s.to_string())
+        args.get(at + 1).map(std::string::ToString::to_string)
     }
 
     /// Every session the stand-in claude resumed, in order.
