@@ -22,7 +22,7 @@ const OTHER: &str = "b7e2c4d1-9a3f-4c5e-8d21-6f0a1b2c3d4e";
 fn rebuild_of(rig: &Rig, session: &str) -> Operation {
     let op = rig
         .store()
-        .request("test rebuild", "REBUILD", Some(session.into()))
+        .request("test rebuild", "REBUILD", Some(session))
         .unwrap();
     let transcript = rig.project.join(format!("{session}.jsonl"));
     rig.stop(session, &transcript);

@@ -106,7 +106,7 @@ impl Session {
     /// this server (its parent) on `session`: otherwise a model in another
     /// session of the same project would rebuild itself into the target's
     /// place. Refused with the reason naming both; nothing is recorded.
-    pub fn target_for(&self, config: &Config, session: Option<&str>) -> Result<String> {
+    pub fn target_for(config: &Config, session: Option<&str>) -> Result<String> {
         let target = Target::from_config(config);
         let claude = process::runner_of(std::process::id());
         let running = match session {

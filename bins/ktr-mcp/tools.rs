@@ -152,7 +152,7 @@ impl Server {
             let config = this.load_config()?;
             ktr::pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
             let session = this.served.binding(&config)?;
-            let target = this.served.target_for(&config, session.as_deref())?;
+            let target = Session::target_for(&config, session.as_deref())?;
             let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
             Ok(json!({
                 "operation": operation_view(&op),

@@ -179,16 +179,11 @@ impl Sandbox {
 
     /// [`Sandbox::hook`] with extra environment variables.
     pub fn hook_env(&self, bin: &str, stdin: &str, env: &[(String, String)]) -> (String, i32) {
-        self.hook_with(self.command(bin), stdin, env)
+        Sandbox::run_hook(self.command(bin), stdin, env)
     }
 
     /// Run `cmd` (from [`Sandbox::command`]) as a hook with `stdin` and `env`.
-    pub fn hook_with(
-        &self,
-        mut cmd: Command,
-        stdin: &str,
-        env: &[(String, String)],
-    ) -> (String, i32) {
+    pub fn run_hook(mut cmd: Command, stdin: &str, env: &[(String, String)]) -> (String, i32) {
         let mut child = cmd.envs(env.iter().map(|(k, v)| (k, v))).spawn().unwrap();
         child
             .stdin

@@ -192,7 +192,7 @@ impl Rig {
             args.extend(["-e".into(), format!("{k}={v}")]);
         }
         args.push("--".into());
-        args.extend(argv.iter().map(|a| a.to_string()));
+        args.extend(argv.iter().map(std::string::ToString::to_string));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         server.tmux(&args);
     }
@@ -206,7 +206,7 @@ impl Rig {
     }
 
     /// The household's unit: a start script that resumes the session the
-    /// pointer names (exec, so MainPID is Claude itself), the stand-in
+    /// pointer names (exec, so `MainPID` is Claude itself), the stand-in
     /// claude's environment, restarted like a real service; `extra` lines
     /// go into `[Service]`.
     pub fn unit_text(&self, extra: &str) -> String {
@@ -284,7 +284,7 @@ impl Rig {
             self.hook_from_claude(session, env!("CARGO_BIN_EXE_ktr-stop"), &input)
         } else {
             let cmd = self.program(env!("CARGO_BIN_EXE_ktr-stop"));
-            self.sandbox.hook_with(cmd, &input, &self.hook_env())
+            Sandbox::run_hook(cmd, &input, &self.hook_env())
         };
         assert_eq!(code, 0, "ktr-stop always exits 0");
         out

@@ -113,7 +113,7 @@ impl RealSystemd {
         self.systemctl(&["show", "-p", name, "--value", unit])
     }
 
-    /// Wait until `unit` runs a process (MainPID ≠ 0); returns it.
+    /// Wait until `unit` runs a process (`MainPID` ≠ 0); returns it.
     #[track_caller]
     pub fn wait_main_pid(&self, unit: &str, timeout: Duration) -> u32 {
         let mut pid = 0;

@@ -213,7 +213,7 @@ fn target(config: &Config) -> Check {
 }
 
 /// systemd mode: the unit exists and runs Claude, the pointer names the
-/// session MainPID runs, ktr may restart the unit and can start its
+/// session `MainPID` runs, ktr may restart the unit and can start its
 /// stages with `systemd-run`.
 fn systemd(config: &Config) -> Vec<Check> {
     let Target::Systemd(unit) = Target::from_config(config) else {
@@ -253,7 +253,7 @@ fn systemd(config: &Config) -> Vec<Check> {
     checks
 }
 
-/// The pointer names the session the unit's MainPID runs: otherwise the
+/// The pointer names the session the unit's `MainPID` runs: otherwise the
 /// next ordinary restart resumes another session.
 fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
     let path = &config.resume_pointer_path;

@@ -134,7 +134,7 @@ impl Target {
     }
 
     /// Refuse unless the target runs the session being rebuilt: for tmux
-    /// and systemd the pane's process / the unit's MainPID or one of its
+    /// and systemd the pane's process / the unit's `MainPID` or one of its
     /// descendants is `claude` (the Claude Code process whose Stop hook
     /// scheduled the rebuild); for a pointer, the pointer names `session`.
     /// The reason names both sides; nothing is touched.
@@ -437,7 +437,7 @@ impl fmt::Display for UnitState {
 pub struct Running {
     /// The identity ([`Target::identity`]).
     pub identity: String,
-    /// The pane's process / MainPID (tmux, systemd; None when stopped).
+    /// The pane's process / `MainPID` (tmux, systemd; None when stopped).
     pub root: Option<u32>,
     /// The session it runs: the pointer's content, or the id after
     /// `--resume` / `-r` / `--session-id` on the command line of the root

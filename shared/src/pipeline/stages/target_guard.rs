@@ -8,7 +8,7 @@ use crate::pipeline::target::{Running, Target};
 
 /// The target runs the session being rebuilt: for tmux and systemd the
 /// Claude Code process whose Stop hook scheduled the rebuild
-/// (`op.claude`) is the pane's process / the unit's MainPID or one of its
+/// (`op.claude`) is the pane's process / the unit's `MainPID` or one of its
 /// descendants; for a pointer, the pointer names `source`. Returns what the
 /// target runs. The refusal names both sides; nothing is touched.
 pub fn runs_source(target: &Target, op: &Operation, source: &str) -> Result<Running> {
