@@ -160,7 +160,13 @@ fn tmux_the_fallback_puts_back_exactly_what_ran() {
     let op = rig.rebuild();
     assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
-    assert_eq!(rig.resume_history(), [SRC, SRC, new_id.as_str(), SRC]);
+    // (The first, replaced claude may be killed before it logs its resume.)
+    let history = rig.resume_history();
+    assert_eq!(
+        history[history.len() - 2..],
+        [new_id.as_str(), SRC],
+        "{history:?}"
+    );
     let recorded = op.target_ran.clone().unwrap();
     assert_eq!(recorded.session, SRC);
     assert_eq!(
