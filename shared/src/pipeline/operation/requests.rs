@@ -32,6 +32,12 @@ impl Store {
             ));
         }
         let session = session.map(SessionId::parse).transpose()?;
+        if let Some(project) = self.project.as_ref().filter(|p| !p.is_dir()) {
+            return Err(Error::config(format!(
+                "project_dir {} is not a directory, so no Stop hook could ever schedule this request; set project_dir to the Claude Code project folder (`ktr doctor`)",
+                project.display()
+            )));
+        }
         self.recover_stale()?;
         let seen = self.seen_target();
         if let (Some(asked), Some(running)) =
@@ -48,7 +54,7 @@ impl Store {
         // Unbound: the session the target runs now, when it lives in project_dir.
         let session = session.or_else(|| {
             let running = seen.as_ref()?.session.clone()?;
-            let project = self.project_dir.as_ref()?;
+            let project = self.project.as_ref()?;
             project
                 .join(format!("{running}.jsonl"))
                 .is_file()
