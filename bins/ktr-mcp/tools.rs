@@ -19,6 +19,7 @@ use ktr::admin::report::StatusView;
 use ktr::config::Config;
 use ktr::engine::{LeftOutReason, plan};
 use ktr::pipeline::operation::{Operation, Store};
+use ktr::pipeline::target::Target;
 use ktr::{Error, Result};
 
 use crate::served::Session;
