@@ -1,14 +1,12 @@
 //! The Stop hook (`ktr-stop`) and the SessionStart hook (`ktr-ack`) as
 //! Claude Code runs them: real binaries, stdin JSON, stand-in stages.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use common::Sandbox;
+use crate::support::Sandbox;
 use ktr::operation::{Candidate, Operation, Status};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -16,6 +14,7 @@ const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
 const QUIET: &str = "{\"suppressOutput\":true}\n";
 const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 
+#[track_caller]
 fn message(stdout: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(stdout).unwrap();
     v["systemMessage"]
@@ -197,7 +196,7 @@ fn a_session_bound_operation_ignores_other_sessions() {
 #[test]
 fn an_unbound_operation_ignores_sessions_of_other_projects() {
     let sandbox = Sandbox::new();
-    let elsewhere = sandbox.tmp.path().join("elsewhere");
+    let elsewhere = sandbox.root().join("elsewhere");
     fs::create_dir_all(&elsewhere).unwrap();
     let foreign = elsewhere.join(format!("{SESSION}.jsonl"));
     fs::write(&foreign, "{}\n").unwrap();
@@ -279,7 +278,7 @@ fn systemd_mode_starts_the_stage_in_its_own_scope() {
     let sandbox = Sandbox::new();
     sandbox.write_config("activation = \"systemd\"");
     std::os::unix::fs::symlink(
-        common::support("systemd-run"),
+        crate::support::stand_in("systemd-run"),
         sandbox.path_dir.join("systemd-run"),
     )
     .unwrap();
