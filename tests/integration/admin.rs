@@ -2,13 +2,12 @@
 //! as a human runs it: the real binary in a sandbox (temp HOME, state and
 //! project dirs), operations driven with the library where a stage would.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::Sandbox;
+use crate::support::{Sandbox, tree};
 use ktr::fsutil::sha256_file;
 use ktr::operation::{Ack, Candidate, Operation, Status, Transition};
 
@@ -521,27 +520,6 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     });
     put(sb, op);
     path
-}
-
-/// Every path under the sandbox with a digest of each file.
-fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap().flatten() {
-            let p = e.path();
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                stack.push(p.clone());
-                out.insert(p, "dir".into());
-            } else if t.is_file() {
-                out.insert(p.clone(), sha256_file(&p).unwrap());
-            } else {
-                out.insert(p, "other".into());
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ktr::fsutil::sha256_hex;
 
-use crate::support::Sandbox;
 use crate::support::plan::*;
+use crate::support::{Sandbox, tree};
 use serde_json::Value;
 
 const NO_STAMPS: &str = "stamp_turns = false";
@@ -1084,33 +1084,6 @@ fn the_report_has_every_contract_field() {
 // ---------------------------------------------------------------------------
 // Read-only, paths, config errors, transcript choice, dirty
 // ---------------------------------------------------------------------------
-
-/// Every file and directory below `root` with its size, mode and content digest.
-fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            let meta = fs::symlink_metadata(&path).unwrap();
-            let desc = if meta.is_dir() {
-                stack.push(path.clone());
-                format!("dir {:o}", meta.permissions().mode())
-            } else {
-                format!(
-                    "file {:o} {} {:?} {}",
-                    meta.permissions().mode(),
-                    meta.len(),
-                    meta.modified().ok(),
-                    sha256_hex(&fs::read(&path).unwrap_or_default())
-                )
-            };
-            out.insert(path, desc);
-        }
-    }
-    out
-}
 
 #[test]
 fn plan_writes_nothing() {

@@ -13,6 +13,9 @@ pub mod rig;
 pub mod sandbox;
 pub mod tmux;
 
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -49,6 +52,34 @@ pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Every file and directory below `root`: directories with their mode,
+/// files with mode, size, mtime and content digest (to show that a command
+/// changed nothing, or exactly what it removed).
+pub fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let desc = if meta.is_dir() {
+                stack.push(path.clone());
+                format!("dir {:o}", meta.permissions().mode())
+            } else {
+                format!(
+                    "file {:o} {} {:?} {}",
+                    meta.permissions().mode(),
+                    meta.len(),
+                    meta.modified().ok(),
+                    ktr::fsutil::sha256_hex(&fs::read(&path).unwrap_or_default())
+                )
+            };
+            out.insert(path, desc);
+        }
+    }
+    out
+}
+
 /// The corpus of real transcripts: `$KTR_CORPUS`, default
 /// `<repo>/../shared/corpus`. Tests that call this are ignored by default
 /// (`needs the corpus`); run with `--include-ignored` they fail here when
@@ -62,7 +93,7 @@ pub fn corpus_dir() -> PathBuf {
             "the default ../shared/corpus",
         ),
     };
-    let has_transcripts = std::fs::read_dir(&dir).is_ok_and(|entries| {
+    let has_transcripts = fs::read_dir(&dir).is_ok_and(|entries| {
         entries
             .flatten()
             .any(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
