@@ -7,6 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::{OptionOrPanic, ResultOrPanic};
 use crate::support::{Sandbox, tree};
 use ktr::fsutil::sha256_file;
 use ktr::operation::{Ack, Candidate, Operation, Status, Transition};
@@ -99,8 +100,7 @@ impl Run {
 
     #[track_caller]
     fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", self.stdout))
+        serde_json::from_str(&self.stdout).or_panic(|e| format!("not JSON ({e}):\n{}", self.stdout))
     }
 }
 
@@ -704,7 +704,7 @@ fn demo_sandbox(stdout: &str) -> PathBuf {
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix("sandbox     "))
-        .unwrap_or_else(|| panic!("no sandbox line:\n{stdout}"));
+        .or_panic(|| format!("no sandbox line:\n{stdout}"));
     PathBuf::from(line.trim())
 }
 

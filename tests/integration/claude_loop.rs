@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::OptionOrPanic;
 use crate::support::claude::{ClaudeEnv, Tmux};
 use crate::support::fake_api::{
     FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
@@ -199,7 +200,7 @@ impl Loop {
         let request = self
             .api
             .wait_turn(needle, TURN)
-            .unwrap_or_else(|| panic!("{needle} never reached the model\n{}", self.diagnosis()));
+            .or_panic(|| format!("{needle} never reached the model\n{}", self.diagnosis()));
         self.tmux
             .wait_screen(&format!("the reply {marker}"), TURN, |s| s.contains(marker));
         self.tmux.wait_idle(TURN);
@@ -216,7 +217,7 @@ impl Loop {
         self.store
             .latest()
             .unwrap()
-            .unwrap_or_else(|| panic!("no operation was requested\n{}", self.diagnosis()))
+            .or_panic(|| format!("no operation was requested\n{}", self.diagnosis()))
     }
 
     /// Wait until the operation's status satisfies `done`.
@@ -402,11 +403,7 @@ fn history_seconds(op: &Operation, from: Status, to: Status) -> f64 {
     let at = |status: Status, first: bool| {
         let mut hits = op.history.iter().filter(|t| t.to == status);
         let hit = if first { hits.next() } else { hits.next_back() };
-        parse_rfc3339(
-            &hit.unwrap_or_else(|| panic!("no {status} in the history"))
-                .at,
-        )
-        .unwrap()
+        parse_rfc3339(&hit.or_panic(|| format!("no {status} in the history")).at).unwrap()
     };
     at(to, false)
         .duration_since(at(from, true))

@@ -14,6 +14,7 @@ use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{
     FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
 };
+use crate::support::{OptionOrPanic, ResultOrPanic};
 use crate::support::{claude, claude_bin, corpus_dir, example};
 use ktr::config::Config;
 use ktr::plan;
@@ -158,7 +159,7 @@ fn resume_and_check(
     );
     let request = api
         .wait_turn(probe, Duration::from_secs(5))
-        .unwrap_or_else(|| panic!("{name}: no request carried {probe}"));
+        .or_panic(|| format!("{name}: no request carried {probe}"));
     let carried = candidate_items(&candidate.candidate.lines);
     let blocks = request_blocks(&request);
 
@@ -255,7 +256,7 @@ fn corpus_candidates_resume_in_the_real_cli() {
     let bin = claude_bin();
     let corpus = corpus_dir();
     let mut files: Vec<PathBuf> = fs::read_dir(&corpus)
-        .unwrap_or_else(|e| panic!("corpus {} is required: {e}", corpus.display()))
+        .or_panic(|e| format!("corpus {} is required: {e}", corpus.display()))
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use crate::support::OptionOrPanic;
 use crate::support::Sandbox;
 use ktr::operation::{Candidate, Operation, Status};
 
@@ -19,7 +20,7 @@ fn message(stdout: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(stdout).unwrap();
     v["systemMessage"]
         .as_str()
-        .unwrap_or_else(|| panic!("no systemMessage: {stdout}"))
+        .or_panic(|| format!("no systemMessage: {stdout}"))
         .to_string()
 }
 

@@ -6,6 +6,7 @@ use ktr::config::Config;
 use ktr::plan::{self, Plan};
 use ktr::verify::{self, Expected};
 
+use crate::support::ResultOrPanic;
 use crate::support::{Sandbox, corpus_dir, example};
 
 const SESSION: &str = "0b6f4c1e-2d3a-4b5c-8d9e-0f1a2b3c4d5e";
@@ -69,7 +70,7 @@ fn example_candidate_verifies() {
 fn every_corpus_candidate_verifies() {
     let dir = corpus_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} missing: {e}", dir.display()))
+        .or_panic(|e| format!("corpus {} missing: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .collect();
@@ -82,7 +83,7 @@ fn every_corpus_candidate_verifies() {
     for file in files {
         let report = prepare(&file, "on_malformed_line = \"skip\"")
             .verify()
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            .or_panic(|e| format!("{}: {e}", file.display()));
         println!(
             "{:>4} lines {:>4} pieces {:>3} left out  {}",
             report.candidate_lines,

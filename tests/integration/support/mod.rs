@@ -23,6 +23,41 @@ use std::time::{Duration, Instant};
 pub use sandbox::Sandbox;
 pub use tmux::TmuxServer;
 
+/// `Option::unwrap` that panics with a message built on failure, at the
+/// caller's line (a `panic!` inside `unwrap_or_else`'s closure would lose
+/// `#[track_caller]`).
+pub trait OptionOrPanic<T> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce() -> String) -> T;
+}
+
+impl<T> OptionOrPanic<T> for Option<T> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce() -> String) -> T {
+        match self {
+            Some(value) => value,
+            None => panic!("{}", why()),
+        }
+    }
+}
+
+/// `Result::unwrap` that panics with a message built from the error, at
+/// the caller's line.
+pub trait ResultOrPanic<T, E> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce(E) -> String) -> T;
+}
+
+impl<T, E> ResultOrPanic<T, E> for Result<T, E> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce(E) -> String) -> T {
+        match self {
+            Ok(value) => value,
+            Err(e) => panic!("{}", why(e)),
+        }
+    }
+}
+
 /// A file of this repository, by its path from the root.
 pub fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

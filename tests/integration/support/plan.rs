@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::{OptionOrPanic, ResultOrPanic};
 use super::{Sandbox, repo_file};
 
 /// The file name (without `.jsonl`) the fixture gets inside the project dir.
@@ -34,7 +35,7 @@ pub fn fixture_path(name: &str) -> PathBuf {
 #[track_caller]
 pub fn fixture_bytes(name: &str) -> Vec<u8> {
     let path = fixture_path(name);
-    fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
+    fs::read(&path).or_panic(|e| format!("cannot read fixture {}: {e}", path.display()))
 }
 
 /// `(role, text)` of a carried item, for readable expectations.
@@ -110,9 +111,8 @@ impl Outcome {
     /// stdout parsed as one JSON object.
     #[track_caller]
     pub fn json(&self) -> Report {
-        let value: Value = serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
-            panic!("stdout is not one JSON object ({e}):\n{}", self.describe())
-        });
+        let value: Value = serde_json::from_str(self.stdout.trim())
+            .or_panic(|e| format!("stdout is not one JSON object ({e}):\n{}", self.describe()));
         assert!(
             value.is_object(),
             "stdout is JSON but not an object:\n{}",
@@ -184,21 +184,21 @@ impl Report {
     pub fn count(&self, field: &str) -> u64 {
         self.0[field]
             .as_u64()
-            .unwrap_or_else(|| panic!("report field {field} is not a count: {}", self.0[field]))
+            .or_panic(|| format!("report field {field} is not a count: {}", self.0[field]))
     }
 
     #[track_caller]
     pub fn flag(&self, field: &str) -> bool {
         self.0[field]
             .as_bool()
-            .unwrap_or_else(|| panic!("report field {field} is not a bool: {}", self.0[field]))
+            .or_panic(|| format!("report field {field} is not a bool: {}", self.0[field]))
     }
 
     #[track_caller]
     pub fn string(&self, field: &str) -> String {
         self.0[field]
             .as_str()
-            .unwrap_or_else(|| panic!("report field {field} is not a string: {}", self.0[field]))
+            .or_panic(|| format!("report field {field} is not a string: {}", self.0[field]))
             .to_string()
     }
 
@@ -207,7 +207,7 @@ impl Report {
     pub fn not_speech(&self, kind: &str) -> u64 {
         self.0["not_speech"][kind]
             .as_u64()
-            .unwrap_or_else(|| panic!("not_speech.{kind} is not a count: {}", self.0["not_speech"]))
+            .or_panic(|| format!("not_speech.{kind} is not a count: {}", self.0["not_speech"]))
     }
 
     /// The blocked reason; panics when the plan is not blocked.
@@ -224,7 +224,7 @@ impl Report {
     pub fn candidate(&self) -> &Vec<Value> {
         self.0["candidate"]
             .as_array()
-            .unwrap_or_else(|| panic!("report has no candidate array: {}", self.0))
+            .or_panic(|| format!("report has no candidate array: {}", self.0))
     }
 
     /// Carried items as `(role, text)`, in order.
@@ -251,13 +251,13 @@ impl Report {
     pub fn name_counts(&self, field: &str) -> BTreeMap<String, u64> {
         let obj = self.0[field]
             .as_object()
-            .unwrap_or_else(|| panic!("report field {field} is not an object: {}", self.0[field]));
+            .or_panic(|| format!("report field {field} is not an object: {}", self.0[field]));
         obj.iter()
             .map(|(k, v)| {
                 (
                     k.clone(),
                     v.as_u64()
-                        .unwrap_or_else(|| panic!("{field}.{k} is not a count")),
+                        .or_panic(|| format!("{field}.{k} is not a count")),
                 )
             })
             .collect()
@@ -275,7 +275,7 @@ impl Report {
 pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
     ledger["categories"]
         .as_array()
-        .unwrap_or_else(|| panic!("ledger.categories is not an array: {ledger}"))
+        .or_panic(|| format!("ledger.categories is not an array: {ledger}"))
         .iter()
         .find(|c| c["name"] == name)
         .and_then(|c| c["bytes"].as_u64())
@@ -287,7 +287,7 @@ pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
 pub fn line_item(line: &Value) -> Item {
     let role = line["type"]
         .as_str()
-        .unwrap_or_else(|| panic!("candidate line without type: {line}"))
+        .or_panic(|| format!("candidate line without type: {line}"))
         .to_string();
     let message = &line["message"];
     assert_eq!(
@@ -297,12 +297,12 @@ pub fn line_item(line: &Value) -> Item {
     let text = match role.as_str() {
         "user" => message["content"]
             .as_str()
-            .unwrap_or_else(|| panic!("user content must be a string: {line}"))
+            .or_panic(|| format!("user content must be a string: {line}"))
             .to_string(),
         "assistant" => {
             let blocks = message["content"]
                 .as_array()
-                .unwrap_or_else(|| panic!("assistant content must be a block list: {line}"));
+                .or_panic(|| format!("assistant content must be a block list: {line}"));
             assert_eq!(
                 blocks.len(),
                 1,
@@ -311,7 +311,7 @@ pub fn line_item(line: &Value) -> Item {
             assert_eq!(blocks[0]["type"], "text", "only text blocks: {line}");
             blocks[0]["text"]
                 .as_str()
-                .unwrap_or_else(|| panic!("text block without text: {line}"))
+                .or_panic(|| format!("text block without text: {line}"))
                 .to_string()
         }
         other => panic!("candidate line of type {other}: {line}"),
@@ -325,8 +325,7 @@ pub fn parse_jsonl(text: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
-            serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("candidate line is not JSON ({e}): {l}"))
+            serde_json::from_str(l).or_panic(|e| format!("candidate line is not JSON ({e}): {l}"))
         })
         .collect()
 }
