@@ -34,7 +34,8 @@ use crate::support::fake_api::{
 };
 use crate::support::{claude, claude_bin};
 use ktr::fsutil::sha256_file;
-use ktr::operation::{Operation, Status, Store, parse_rfc3339};
+use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr::time::parse_rfc3339;
 use serde_json::{Value, json};
 
 /// One real CLI at a time.
@@ -240,13 +241,10 @@ impl Loop {
     /// Everything that explains a failure: the operation, the stages' log,
     /// the screen.
     fn diagnosis(&self) -> String {
-        let op = self
-            .store
-            .latest()
-            .ok()
-            .flatten()
-            .map(|op| serde_json::to_string_pretty(&op).unwrap_or_default())
-            .unwrap_or_else(|| "no operation".into());
+        let op = self.store.latest().ok().flatten().map_or_else(
+            || "no operation".into(),
+            |op| serde_json::to_string_pretty(&op).unwrap_or_default(),
+        );
         let log = fs::read_to_string(self.store.worker_log()).unwrap_or_default();
         let screen = Command::new("tmux")
             .args(["-L", &self.tmux.server.socket, "capture-pane", "-p", "-t"])
@@ -429,7 +427,9 @@ fn notes(op: &Operation) -> String {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let bin = claude_bin();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = Instant::now();
     let lp = Loop::start(&bin, &[]);
     let pane_before = lp.tmux.pane_pid();
@@ -664,7 +664,9 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
     let bin = claude_bin();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = Instant::now();
     let lp = Loop::start(&bin, &[("KTR_TEST_CORRUPT_CANDIDATE", "strip-timestamps")]);
     let pane_before = lp.tmux.pane_pid();
@@ -684,10 +686,7 @@ fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
         error.contains("timestamp missing or not ISO-8601"),
         "{error}"
     );
-    assert_eq!(
-        op.verification.as_ref().map(|v| &v["ok"]),
-        Some(&json!(false))
-    );
+    assert_eq!(op.verification.as_ref().map(|v| v.ok), Some(false));
     assert!(
         !op.history.iter().any(|t| t.to == Status::Activating),
         "the target was touched: {}",

@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use crate::support::rig::{Rig, SRC};
-use ktr::operation::Status;
+use ktr::pipeline::operation::Status;
 
 /// Kill the stage paused at `at` and check the recovery; then prove the
 /// next request works.

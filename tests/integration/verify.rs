@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use ktr::config::Config;
-use ktr::plan::{self, Plan};
-use ktr::verify::{self, Expected};
+use ktr::engine::conserve::{self, Expected};
+use ktr::engine::plan::{self, Plan};
 
 use crate::support::ResultOrPanic;
 use crate::support::{Sandbox, corpus_dir, example};
@@ -41,9 +41,9 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
 }
 
 impl Prepared {
-    fn verify(&self) -> Result<verify::Report, ktr::Error> {
+    fn verify(&self) -> Result<conserve::ConservationCounts, ktr::Error> {
         let sha = ktr::fsutil::sha256_file(&self.candidate).unwrap();
-        verify::verify(
+        conserve::check(
             &self.config,
             &self.backup,
             &self.candidate,
@@ -142,9 +142,10 @@ fn a_lost_turn_is_caught_by_conservation() {
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             let c = &v["message"]["content"];
-            c.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| c[0]["text"].as_str().unwrap().to_string())
+            c.as_str().map_or_else(
+                || c[0]["text"].as_str().unwrap().to_string(),
+                str::to_string,
+            )
         })
         .collect();
     let expected = Expected {
@@ -153,10 +154,11 @@ fn a_lost_turn_is_caught_by_conservation() {
         manifest: &plan.candidate.manifest,
         left_out: &plan.report.left_out,
     };
-    let whole = verify::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap();
+    let whole = conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap();
     assert!(whole.checked >= 15);
     let lost = texts.remove(texts.len() / 2);
-    let err = verify::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap_err();
+    let err =
+        conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap_err();
     assert!(
         err.message.contains("conservation"),
         "{} (lost {lost:?})",

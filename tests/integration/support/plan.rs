@@ -133,7 +133,7 @@ impl Outcome {
     #[track_caller]
     pub fn assert_refused(&self) -> String {
         assert!(
-            matches!(self.code, Some(1) | Some(2)),
+            matches!(self.code, Some(1 | 2)),
             "expected a refusal (exit 1 or 2):\n{}",
             self.describe()
         );
@@ -398,7 +398,7 @@ impl Plan {
         sandbox.ktr(&self.plan_args(&sandbox, &path, true))
     }
 
-    /// `plan --json --show-candidate`; the plan must be ok (exit 0, no blocked_reason).
+    /// `plan --json --show-candidate`; the plan must be ok (exit 0, no `blocked_reason`).
     #[track_caller]
     pub fn run_json(&self) -> Report {
         let outcome = self.run();

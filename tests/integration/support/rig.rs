@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ktr::config::Config;
 use ktr::fsutil::sha256_file;
-use ktr::operation::{Operation, Status, Store};
+use ktr::pipeline::operation::{Operation, Status, Store};
 
 use super::{Sandbox, TmuxServer, example, stand_in, wait_for};
 
@@ -299,7 +299,7 @@ impl Rig {
             .filter_map(|l| l.strip_prefix("arg="))
             .collect();
         let at = args.iter().position(|a| *a == "--resume")?;
-        args.get(at + 1).map(|s| s.to_string())
+        args.get(at + 1).map(std::string::ToString::to_string)
     }
 
     /// Every session the stand-in claude resumed, in order.

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ktr::config::{Config, encode_project_name};
-use ktr::operation::{Operation, Status, Store};
+use ktr::pipeline::operation::{Operation, Status, Store};
 
 use super::plan::Outcome;
 use super::{stand_in, wait_for};
