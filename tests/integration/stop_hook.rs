@@ -167,6 +167,49 @@ fn pending_is_scheduled_and_prepare_started_detached() {
     assert_eq!(sandbox.records("ktr-prepare").len(), 1);
 }
 
+/// Claude Code writes the transcript asynchronously: the Stop hook of a
+/// session's first reply can run before the file exists (or while it holds
+/// only part of the turn). Under CPU load this raced in CI and the rebuild
+/// was silently never scheduled. The path the hook names is enough;
+/// ktr-prepare waits for the file to be there and stable.
+#[test]
+fn a_transcript_not_written_yet_is_scheduled() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.project.join(format!("{SESSION}.jsonl"));
+    let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+    let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    assert_eq!(code, 0);
+    assert!(
+        message(&out).contains(&format!("rebuild scheduled (operation {})", op.id)),
+        "{out}"
+    );
+    let runs = sandbox.wait_records("ktr-prepare", 1);
+    assert_eq!(runs.len(), 1);
+    let op = sandbox.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Scheduled);
+    assert_eq!(op.session_id.as_deref(), Some(SESSION));
+    assert_eq!(op.transcript_path.as_deref(), Some(transcript.as_path()));
+
+    // Not written yet is no loophole: a missing file elsewhere, or not a
+    // .jsonl, still does not bind an unbound operation.
+    let sandbox = Sandbox::new();
+    let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+    for path in [
+        sandbox.root().join(format!("elsewhere/{SESSION}.jsonl")),
+        sandbox.project.join("sub").join(format!("{SESSION}.jsonl")),
+        sandbox.project.join(format!("{SESSION}.txt")),
+    ] {
+        assert_eq!(
+            sandbox.hook(STOP, &sandbox.stop_input(SESSION, &path)),
+            (QUIET.into(), 0),
+            "{}",
+            path.display()
+        );
+    }
+    let op = sandbox.store().load(&op.id).unwrap();
+    assert_eq!((op.status, op.session_id), (Status::Pending, None));
+}
+
 #[test]
 fn a_session_bound_operation_ignores_other_sessions() {
     let sandbox = Sandbox::new();
