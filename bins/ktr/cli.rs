@@ -28,6 +28,7 @@ Changes (each needs the human's confirmation word):
 Operations:
   status [OP] [--json]                  one operation (default: the latest)
   ops [--json]                          every operation, newest first
+  config KEY                            one setting as ktr reads it (for scripts)
   prune --older-than DAYS [--yes] [--json]
                                         forget old finished operations (dry run without --yes)
 
@@ -145,6 +146,14 @@ pub enum Command {
     Prune(PruneArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
+    Config(ConfigArgs),
+}
+
+/// `ktr config KEY`.
+#[derive(Debug, Default)]
+pub struct ConfigArgs {
+    pub common: Common,
+    pub key: String,
 }
 
 /// Everything the command line said, before validation.
@@ -265,6 +274,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
         "dirty" => &["--json", "--transcript"],
         "doctor" | "ops" | "status" => &["--json"],
+        "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
         "cancel" | "rollback-request" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
@@ -288,7 +298,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         ));
     }
     let max_operands = match command {
-        "status" | "cancel" | "rollback-request" => 1,
+        "status" | "cancel" | "rollback-request" | "config" => 1,
         _ => 0,
     };
     if let Some(extra) = raw.operands.get(max_operands) {
@@ -326,6 +336,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             operation: operand,
         }),
         "ops" => Command::Ops(OpsArgs { common }),
+        "config" => Command::Config(ConfigArgs {
+            common,
+            key: required(operand, "config", "a key")?,
+        }),
         "prune" => Command::Prune(PruneArgs {
             common,
             older_than_days: days(raw.older_than)?,
