@@ -31,6 +31,8 @@ Operations:
   config KEY                            one setting as ktr reads it (for scripts)
   prune --older-than DAYS [--yes] [--json]
                                         forget old finished operations (dry run without --yes)
+  repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
+                                        (lists them without --confirm; never deletes)
 
 Try it:
   demo [--keep]                         a complete rebuild drill in a throwaway sandbox
@@ -110,6 +112,14 @@ pub struct PruneArgs {
     pub yes: bool,
 }
 
+/// `ktr repair`.
+#[derive(Debug, Default)]
+pub struct RepairArgs {
+    pub common: Common,
+    /// `Some("REPAIR")` moves; `None` only lists.
+    pub confirm: Option<String>,
+}
+
 /// `ktr demo`.
 #[derive(Debug, Default)]
 pub struct DemoArgs {
@@ -144,6 +154,7 @@ pub enum Command {
     RollbackRequest(ConfirmArgs),
     Ops(OpsArgs),
     Prune(PruneArgs),
+    Repair(RepairArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
     Config(ConfigArgs),
@@ -276,7 +287,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "doctor" | "ops" | "status" => &["--json"],
         "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
-        "cancel" | "rollback-request" => &["--json", "--confirm"],
+        "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
@@ -339,6 +350,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "config" => Command::Config(ConfigArgs {
             common,
             key: required(operand, "config", "a key")?,
+        }),
+        "repair" => Command::Repair(RepairArgs {
+            common,
+            confirm: raw.confirm,
         }),
         "prune" => Command::Prune(PruneArgs {
             common,

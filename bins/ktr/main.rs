@@ -13,6 +13,7 @@ mod ops;
 mod out;
 mod plan;
 mod prune;
+mod repair;
 mod request;
 mod rollback_request;
 mod state;
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
         Command::RollbackRequest(args) => rollback_request::run(&args),
         Command::Ops(args) => ops::run(&args),
         Command::Prune(args) => prune::run(&args),
+        Command::Repair(args) => repair::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Hooks(args) => hooks::run(&args),
         Command::Config(args) => config_get::run(&args),

@@ -183,7 +183,7 @@ fn compare_and_swap(
         return Ok(op);
     }
     if let Some(why) = turn_since_stop(&op, &source)? {
-        defer(tx, &mut op, &why)?;
+        defer(tx, config, &mut op, &why)?;
         return Ok(op);
     }
     tx.transition(
@@ -214,7 +214,7 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
         None => pane_busy(target),
     };
     if let Some(why) = why {
-        defer(tx, &mut op, &why)?;
+        defer(tx, config, &mut op, &why)?;
     }
     Ok(op)
 }
@@ -239,8 +239,8 @@ fn pane_busy(target: &Target) -> Option<String> {
 /// with the reason; the next Stop of the source prepares again. Unlike a
 /// changed source this never fails the operation: each retry needs a new
 /// turn, so it cannot loop on its own.
-fn defer(tx: &mut Locked, op: &mut Operation, why: &str) -> Result<()> {
-    let discarded = reset_attempt(op)?;
+fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Result<()> {
+    let discarded = reset_attempt(op, config)?;
     op.deferred = Some(why.to_string());
     let note = format!(
         "not switched: {why}; candidate {} discarded; the next Stop prepares again",
@@ -250,8 +250,8 @@ fn defer(tx: &mut Locked, op: &mut Operation, why: &str) -> Result<()> {
 }
 
 /// Forget everything the discarded attempt produced.
-fn reset_attempt(op: &mut Operation) -> Result<Option<PathBuf>> {
-    let discarded = discard_candidate(op)?;
+fn reset_attempt(op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
+    let discarded = discard_candidate(op, Some(&config.project_dir))?;
     if let Some(backup) = op.backup.take() {
         let _ = std::fs::remove_file(backup);
     }
@@ -277,7 +277,7 @@ fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Resul
         );
         return fail_in(tx, op, &why, |_| {});
     }
-    let discarded = reset_attempt(op)?;
+    let discarded = reset_attempt(op, config)?;
     let note = format!(
         "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
         op.attempts,
