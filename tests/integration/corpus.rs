@@ -6,21 +6,13 @@
 //! The checks here read the source with their own, deliberately simple reading;
 //! they share no code with the selector. Run with `--nocapture` to see the table.
 
-mod plan_support;
-
 use std::collections::HashSet;
 use std::fs;
 use std::path::PathBuf;
 
-use plan_support::*;
+use crate::support::corpus_dir;
+use crate::support::plan::*;
 use serde_json::Value;
-
-fn corpus_dir() -> PathBuf {
-    match std::env::var_os("KTR_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus")),
-    }
-}
 
 /// Elements Claude Code injects into user text (SPEC §5).
 const INJECTED: &[&str] = ktr::engine::classify::INJECTED_TAGS;
@@ -317,6 +309,7 @@ struct Row {
 }
 
 #[test]
+#[ignore = "needs the corpus (KTR_CORPUS, default ../shared/corpus)"]
 fn corpus_sweep() {
     let dir = corpus_dir();
     assert!(

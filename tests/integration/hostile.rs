@@ -2,8 +2,6 @@
 //! one-line error or a no-op, never a hang, a panic, or a read or write
 //! outside its place. Real binaries, each in its own sandbox.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -11,7 +9,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Sandbox;
+use crate::support::Sandbox;
 use ktr::ids::SessionId;
 use ktr::pipeline::operation::{CandidateFile, Stage, Status, Worker};
 
@@ -124,7 +122,7 @@ fn fifos_and_devices_in_the_state_dir_or_as_config_never_hang() {
     fs::remove_file(sandbox.state.join("active")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", sandbox.state.join("active")).unwrap();
     assert_eq!(run(&sandbox, STOP, &[], "{}").status.code(), Some(0));
-    let fifo = sandbox.tmp.path().join("fifo.toml");
+    let fifo = sandbox.root().join("fifo.toml");
     mkfifo(&fifo);
     let out = run(
         &sandbox,
@@ -139,7 +137,7 @@ fn fifos_and_devices_in_the_state_dir_or_as_config_never_hang() {
 fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     let sandbox = Sandbox::new();
     let store = sandbox.store();
-    let victim = sandbox.tmp.path().join("victim.log");
+    let victim = sandbox.root().join("victim.log");
     fs::write(&victim, "untouched\n").unwrap();
     std::os::unix::fs::symlink(&victim, sandbox.state.join("ktr.log")).unwrap();
     let out = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
@@ -148,7 +146,7 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
     let op = store.latest().unwrap().unwrap();
     // A planted `artifacts` link is refused, not written through.
-    let outside = sandbox.tmp.path().join("outside");
+    let outside = sandbox.root().join("outside");
     fs::create_dir(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, sandbox.state.join("artifacts")).unwrap();
     assert!(
@@ -161,7 +159,7 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
     // An operation edited to a dead worker and a candidate outside project_dir:
     // `ktr status` fails the operation but deletes nothing outside.
-    let planted = sandbox.tmp.path().join("cand-0000.jsonl");
+    let planted = sandbox.root().join("cand-0000.jsonl");
     fs::write(&planted, "keep me\n").unwrap();
     sandbox.walk(&op.id, &[Status::Scheduled, Status::Running], |op| {
         op.candidate = Some(CandidateFile {
@@ -280,7 +278,7 @@ fn relative_paths_in_the_config_are_taken_from_its_folder() {
         "state_dir = \"state\"",
     );
     fs::write(&sandbox.config, text).unwrap();
-    let elsewhere = sandbox.tmp.path().join("cwd");
+    let elsewhere = sandbox.root().join("cwd");
     fs::create_dir(&elsewhere).unwrap();
     let mut cmd = sandbox.command(KTR);
     let out = cmd
@@ -301,7 +299,7 @@ fn relative_paths_in_the_config_are_taken_from_its_folder() {
 #[test]
 fn an_existing_shared_state_dir_is_refused_and_never_chmod_ed() {
     let sandbox = Sandbox::new();
-    let shared = sandbox.tmp.path().join("shared");
+    let shared = sandbox.root().join("shared");
     fs::create_dir(&shared).unwrap();
     fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
     let text = fs::read_to_string(&sandbox.config).unwrap();

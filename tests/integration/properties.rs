@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
 
 const SESSION: &str = "3f2a1b0c-9d8e-4f7a-8b6c-5d4e3f2a1b0c";
@@ -193,7 +194,14 @@ fn config(dir: &Path) -> ktr::config::Config {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    // The regressions file sits beside this file
+    // (`properties.proptest-regressions`); proptest's default would look for
+    // `tests/proptest-regressions/properties.txt`, since main.rs is here.
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn candidate_invariants_hold(records in transcript()) {

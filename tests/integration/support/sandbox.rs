@@ -1,45 +1,30 @@
-//! Helpers shared by the integration tests: a throw-away installation (temp
-//! HOME, project, state dir, stand-in programs) and a private tmux server.
+//! [`Sandbox`]: the one throw-away installation every test runs in (temp
+//! HOME, project, state dir, config, stand-in stages and system tools).
 //! Nothing here can reach a real installation or a real Claude Code.
-#![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ktr::config::{Config, encode_project_name};
 use ktr::pipeline::operation::{Operation, Status, Store};
 
-pub mod rig;
+use super::plan::Outcome;
+use super::{stand_in, wait_for};
 
-/// A stand-in program from `tests/support/`.
-pub fn support(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
-
-/// Poll `cond` every 20 ms for up to `timeout`.
-pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A temp directory laid out like an installation.
+/// A temp directory laid out like an installation. Removed on drop,
+/// unless `KTR_KEEP_TMP` is set.
 pub struct Sandbox {
-    pub tmp: tempfile::TempDir,
+    /// Kept for its drop, which removes the directory.
+    _tmp: tempfile::TempDir,
+    /// The temp directory (canonical, so paths compare cleanly).
+    root: PathBuf,
     pub home: PathBuf,
+    /// `<home>/.claude/projects/<encoded work>`: where Claude Code keeps
+    /// the sessions of `work`.
     pub project: PathBuf,
     pub state: PathBuf,
     /// `KTR_BIN_DIR`: stand-in stages.
@@ -48,24 +33,34 @@ pub struct Sandbox {
     pub path_dir: PathBuf,
     /// Where stand-ins record their argv.
     pub records: PathBuf,
+    /// `claude_workdir`: where Claude Code runs.
     pub work: PathBuf,
     pub config: PathBuf,
 }
 
 impl Sandbox {
     pub fn new() -> Sandbox {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_path_buf();
+        let mut tmp = tempfile::Builder::new()
+            .prefix("ktr-test-")
+            .tempdir()
+            .unwrap();
+        tmp.disable_cleanup(std::env::var_os("KTR_KEEP_TMP").is_some());
+        let root = tmp.path().canonicalize().unwrap();
+        let work = root.join("work");
+        let home = root.join("home");
         let sandbox = Sandbox {
-            home: root.join("home"),
-            project: root.join("home/.claude/projects/-work"),
+            project: home
+                .join(".claude/projects")
+                .join(encode_project_name(&work)),
+            home,
             state: root.join("state"),
             bin: root.join("bin"),
             path_dir: root.join("path"),
             records: root.join("records"),
-            work: root.join("work"),
+            work,
             config: root.join("config.toml"),
-            tmp,
+            root,
+            _tmp: tmp,
         };
         for dir in [
             &sandbox.home,
@@ -78,10 +73,15 @@ impl Sandbox {
             fs::create_dir_all(dir).unwrap();
         }
         for stage in ["ktr-prepare", "ktr-rollback"] {
-            std::os::unix::fs::symlink(support("fake-stage"), sandbox.bin.join(stage)).unwrap();
+            std::os::unix::fs::symlink(stand_in("fake-stage"), sandbox.bin.join(stage)).unwrap();
         }
         sandbox.write_config("");
         sandbox
+    }
+
+    /// The sandbox's root directory (holds every other one).
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// Write the config file: a safe base (a tmux target on no server, a
@@ -92,16 +92,26 @@ impl Sandbox {
             self.project,
             self.state,
             self.work,
-            support("fake-claude"),
+            stand_in("fake-claude"),
         );
         fs::write(&self.config, text).unwrap();
     }
 
-    /// Create `<project>/<session>.jsonl`.
+    /// Create `<project>/<session>.jsonl` holding one user record.
     pub fn transcript(&self, session: &str) -> PathBuf {
+        self.add_transcript(session, b"{\"type\":\"user\"}\n")
+    }
+
+    /// Write `bytes` into the project dir as `<session>.jsonl`.
+    pub fn add_transcript(&self, session: &str, bytes: &[u8]) -> PathBuf {
         let path = self.project.join(format!("{session}.jsonl"));
-        fs::write(&path, "{\"type\":\"user\"}\n").unwrap();
+        fs::write(&path, bytes).unwrap();
         path
+    }
+
+    /// The config file, loaded.
+    pub fn load_config(&self) -> Config {
+        Config::load(Some(&self.config)).unwrap()
     }
 
     pub fn store(&self) -> Store {
@@ -202,111 +212,46 @@ impl Sandbox {
         wait_for(Duration::from_secs(10), || self.records(name).len() >= n);
         self.records(name)
     }
-}
 
-/// A private tmux server (`tmux -L <socket>`): the tests' own, never a
-/// user's. Killed (only this server) on drop.
-pub struct TmuxServer {
-    pub socket: String,
-    socket_path: PathBuf,
-    /// The whole environment of every tmux call (so of the server and the
-    /// panes it starts), when set; else the test's own without `TMUX`.
-    env: Option<Vec<(String, String)>>,
-}
-
-impl TmuxServer {
-    /// A socket name no other test (or real user) has: `<prefix>-<pid>-<n>`.
-    pub fn unique_socket(prefix: &str) -> String {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        )
+    /// `ktr <command> --config C [--transcript P] <flags…>` in this sandbox.
+    pub fn run(&self, command: &str, transcript: Option<&Path>, flags: &[&str]) -> Outcome {
+        let mut args: Vec<OsString> = vec![
+            command.into(),
+            "--config".into(),
+            self.config.clone().into(),
+        ];
+        if let Some(path) = transcript {
+            args.push("--transcript".into());
+            args.push(path.into());
+        }
+        args.extend(flags.iter().map(OsString::from));
+        self.ktr(&args)
     }
 
-    /// A server `ktr-test-<pid>-<n>` with one session `t` running `sleep`.
-    pub fn start() -> TmuxServer {
-        TmuxServer::start_on(
-            &TmuxServer::unique_socket("ktr-test"),
-            None,
-            &["-s", "t", "-x", "80", "-y", "24", "sleep", "3600"],
-        )
-    }
-
-    /// Start a server on `socket`, without any tmux config file, by
-    /// `new-session -d NEW_SESSION…`; `env` as in [`TmuxServer::env`].
-    pub fn start_on(
-        socket: &str,
-        env: Option<Vec<(String, String)>>,
-        new_session: &[&str],
-    ) -> TmuxServer {
-        let mut server = TmuxServer {
-            socket: socket.to_string(),
-            socket_path: PathBuf::new(),
-            env,
-        };
-        let mut args = vec!["-f", "/dev/null", "new-session", "-d"];
-        args.extend_from_slice(new_session);
-        server.tmux(&args);
-        server.socket_path =
-            PathBuf::from(server.tmux(&["display-message", "-p", "#{socket_path}"]));
-        server
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("tmux");
-        cmd.arg("-L")
-            .arg(&self.socket)
+    /// Run `ktr ARGS` with the sandbox environment (HOME etc. point inside it).
+    #[track_caller]
+    pub fn ktr(&self, args: &[OsString]) -> Outcome {
+        let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
             .args(args)
-            .stdin(Stdio::null());
-        match &self.env {
-            Some(env) => cmd.env_clear().envs(env.iter().cloned()),
-            None => cmd.env_remove("TMUX"),
-        };
-        cmd
-    }
-
-    /// Run a tmux command on this server; panics on failure. Returns stdout
-    /// without trailing whitespace.
-    pub fn tmux(&self, args: &[&str]) -> String {
-        let out = self.command(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
-    }
-
-    /// The pids of every pane's process (none if the server is gone).
-    pub fn pane_pids(&self) -> Vec<u32> {
-        self.command(&["list-panes", "-a", "-F", "#{pane_pid}"])
-            .stderr(Stdio::null())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_STATE_HOME", self.home.join(".local/state"))
+            .env("LANG", "C.UTF-8")
             .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Kill this server (only this one); quiet if it is already gone.
-    pub fn kill(&self) {
-        let _ = self
-            .command(&["kill-server"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        // kill-server leaves the socket file behind.
-        let _ = fs::remove_file(&self.socket_path);
-    }
-}
-
-impl Drop for TmuxServer {
-    fn drop(&mut self) {
-        self.kill();
+            .expect("run ktr");
+        let outcome = Outcome {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stdout_bytes: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            args: args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+        };
+        outcome.assert_no_panic();
+        outcome
     }
 }

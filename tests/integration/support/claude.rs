@@ -2,12 +2,11 @@
 //! the [`crate::fake_api::FakeApi`] (CLAUDE-CODE.md, "Running the real CLI
 //! offline").
 //!
-//! The binary comes from `$KTR_CLAUDE_BIN` (`.ci/run` installs it). Without
-//! it the tests skip, except under `CI`, where a missing binary fails the
-//! run. The CLI never sees the caller's environment: `env_clear()` plus an
-//! explicit allow-list, so no inherited `CLAUDE*`/`ANTHROPIC*` variable
-//! and no real `~/.claude` can be reached.
-#![allow(dead_code)]
+//! The binary comes from `$KTR_CLAUDE_BIN` ([`super::claude_bin`]; the
+//! tests that need it are ignored by default). The CLI never sees the
+//! caller's environment: `env_clear()` plus an explicit allow-list, so no
+//! inherited `CLAUDE*`/`ANTHROPIC*` variable and no real `~/.claude` can be
+//! reached.
 
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::common::TmuxServer;
-use crate::fake_api::FakeApi;
+use super::fake_api::FakeApi;
+use super::{Sandbox, TmuxServer};
 
 /// The API key the CLI is given (the fake API accepts anything).
 pub const API_KEY: &str = "sk-ant-dummy-ktr-e2e-0123456789abcdefghij";
@@ -27,44 +26,21 @@ pub const API_KEY: &str = "sk-ant-dummy-ktr-e2e-0123456789abcdefghij";
 /// Variables passed through from the test's own environment.
 const ALLOWED: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 
-/// The real CLI, or `None` (and a note) when the tests should skip.
-pub fn claude_bin() -> Option<PathBuf> {
-    let bin = std::env::var_os("KTR_CLAUDE_BIN").map(PathBuf::from);
-    match bin {
-        Some(path) if path.is_file() => Some(path),
-        other => {
-            let why = match other {
-                Some(p) => format!("KTR_CLAUDE_BIN={} is not a file", p.display()),
-                None => "KTR_CLAUDE_BIN is not set".to_string(),
-            };
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "{why}: the real Claude Code CLI is required under CI (.ci/run installs it)"
-            );
-            eprintln!("skipped: {why} (run .ci/run, or export KTR_CLAUDE_BIN)");
-            None
-        }
-    }
-}
-
 /// A finished CLI run.
 #[derive(Debug)]
 pub struct Run {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
-    pub elapsed: Duration,
 }
 
-/// A throw-away installation for the CLI: HOME, TMPDIR and a working
-/// directory, all inside one temp dir.
+/// A throw-away installation for the CLI: a [`Sandbox`] (its HOME, its
+/// `work` as the CLI's cwd, its project dir where the CLI keeps that
+/// directory's sessions) and a TMPDIR inside it.
 pub struct ClaudeEnv {
-    pub tmp: tempfile::TempDir,
+    pub sandbox: Sandbox,
     pub bin: PathBuf,
-    pub home: PathBuf,
     pub tmpdir: PathBuf,
-    /// The CLI's cwd (canonical, so the project name matches).
-    pub work: PathBuf,
     pub base_url: String,
     /// Extra variables for the CLI (after the fixed ones).
     pub extra_env: Vec<(String, String)>,
@@ -72,37 +48,21 @@ pub struct ClaudeEnv {
 
 impl ClaudeEnv {
     pub fn new(bin: &Path, api: &FakeApi) -> ClaudeEnv {
-        let tmp = tempfile::Builder::new()
-            .prefix("ktr-e2e-")
-            .tempdir()
-            .unwrap();
-        let root = tmp.path().canonicalize().unwrap();
-        let env = ClaudeEnv {
+        let sandbox = Sandbox::new();
+        let tmpdir = sandbox.root().join("tmp");
+        fs::create_dir_all(&tmpdir).unwrap();
+        ClaudeEnv {
+            sandbox,
             bin: bin.to_path_buf(),
-            home: root.join("home"),
-            tmpdir: root.join("tmp"),
-            work: root.join("work"),
+            tmpdir,
             base_url: api.base_url(),
             extra_env: Vec::new(),
-            tmp,
-        };
-        for dir in [&env.home, &env.tmpdir, &env.work] {
-            fs::create_dir_all(dir).unwrap();
         }
-        env
-    }
-
-    /// `~/.claude/projects/<encoded cwd>`: where the CLI keeps this
-    /// working directory's sessions.
-    pub fn project_dir(&self) -> PathBuf {
-        self.home
-            .join(".claude/projects")
-            .join(ktr::config::encode_project_name(&self.work))
     }
 
     /// The transcript of `session`.
     pub fn transcript(&self, session: &str) -> PathBuf {
-        self.project_dir().join(format!("{session}.jsonl"))
+        self.sandbox.project.join(format!("{session}.jsonl"))
     }
 
     /// The complete environment the CLI runs with.
@@ -115,7 +75,7 @@ impl ClaudeEnv {
             env.push(("LANG".into(), "C.UTF-8".into()));
         }
         for (k, v) in [
-            ("HOME", self.home.display().to_string()),
+            ("HOME", self.sandbox.home.display().to_string()),
             ("TMPDIR", self.tmpdir.display().to_string()),
             ("ANTHROPIC_BASE_URL", self.base_url.clone()),
             ("ANTHROPIC_API_KEY", API_KEY.to_string()),
@@ -137,12 +97,13 @@ impl ClaudeEnv {
         cmd.env_clear()
             .envs(self.env())
             .args(args)
-            .current_dir(&self.work)
+            .current_dir(&self.sandbox.work)
             .stdin(Stdio::null());
         cmd
     }
 
     /// Run the CLI with `args` to the end (killed after `timeout`).
+    #[track_caller]
     pub fn run(&self, args: &[&str], timeout: Duration) -> Run {
         let out = self.tmpdir.join("run.stdout");
         let err = self.tmpdir.join("run.stderr");
@@ -175,13 +136,7 @@ impl ClaudeEnv {
             status,
             stdout: fs::read_to_string(&out).unwrap_or_default(),
             stderr: fs::read_to_string(&err).unwrap_or_default(),
-            elapsed: start.elapsed(),
         }
-    }
-
-    /// `claude -p PROMPT` (a new session).
-    pub fn print(&self, prompt: &str) -> Run {
-        self.run(&["-p", prompt], Duration::from_secs(120))
     }
 
     /// `claude -p --resume SESSION PROMPT`.
@@ -202,9 +157,10 @@ impl ClaudeEnv {
         state["hasCompletedOnboarding"] = json!(true);
         state["hasSeenAutoDefaultNudge"] = json!(true);
         state["customApiKeyResponses"] = json!({"approved": [key_tail], "rejected": []});
-        state["projects"][self.work.display().to_string()]["hasTrustDialogAccepted"] = json!(true);
+        state["projects"][self.sandbox.work.display().to_string()]["hasTrustDialogAccepted"] =
+            json!(true);
         self.write_claude_json(&state);
-        let settings_path = self.home.join(".claude/settings.json");
+        let settings_path = self.sandbox.home.join(".claude/settings.json");
         let mut settings: serde_json::Value = fs::read(&settings_path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -221,7 +177,7 @@ impl ClaudeEnv {
 
     /// `$HOME/.claude.json` (or `{}`).
     pub fn claude_json(&self) -> serde_json::Value {
-        fs::read(self.home.join(".claude.json"))
+        fs::read(self.sandbox.home.join(".claude.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_else(|| json!({}))
@@ -229,7 +185,7 @@ impl ClaudeEnv {
 
     pub fn write_claude_json(&self, value: &serde_json::Value) {
         fs::write(
-            self.home.join(".claude.json"),
+            self.sandbox.home.join(".claude.json"),
             serde_json::to_string_pretty(value).unwrap(),
         )
         .unwrap();
@@ -262,7 +218,7 @@ impl Tmux {
     /// [`Tmux::unique_socket`]), for tests that must tell the processes in
     /// the pane which server they run in before it starts.
     pub fn start_on(env: &ClaudeEnv, socket: &str, args: &[&str]) -> Tmux {
-        let work = env.work.display().to_string();
+        let work = env.sandbox.work.display().to_string();
         let bin = env.bin.display().to_string();
         let mut new_session = vec!["-s", "cc", "-x", "160", "-y", "50", "-c", &work, "--", &bin];
         new_session.extend_from_slice(args);
@@ -282,6 +238,7 @@ impl Tmux {
     }
 
     /// Wait until `cond(screen)` holds; panics with the screen after `timeout`.
+    #[track_caller]
     pub fn wait_screen(&self, what: &str, timeout: Duration, cond: impl Fn(&str) -> bool) {
         let deadline = Instant::now() + timeout;
         loop {

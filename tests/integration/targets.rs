@@ -1,14 +1,12 @@
 //! The three targets of SPEC §12 against a real private tmux server and
 //! stand-in systemctl / claude programs.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Sandbox, TmuxServer, support, wait_for};
+use crate::support::{Sandbox, TmuxServer, stand_in, wait_for};
 use ktr::config::Config;
 use ktr::pipeline::process;
 use ktr::pipeline::target::{Pointer, Systemd, Target, Tmux};
@@ -25,7 +23,7 @@ resume_env = {{ FAKE_CLAUDE_RECORD = {record:?}, FAKE_CLAUDE_MARKER = "hello wor
 "#,
         project = sandbox.project,
         work = sandbox.work,
-        claude = support("fake-claude"),
+        claude = stand_in("fake-claude"),
     ))
     .unwrap()
 }
@@ -63,7 +61,7 @@ fn tmux_switch_respawns_the_pane_with_workdir_env_and_argv() {
     let server = TmuxServer::start();
     let target = tmux_target(&server);
     let before = target.identity().unwrap();
-    let record = sandbox.tmp.path().join("claude.record");
+    let record = sandbox.root().join("claude.record");
     let config = config(&sandbox, &record, "stay");
     target.switch(SESSION, &config).unwrap();
     assert!(
@@ -100,7 +98,7 @@ fn tmux_health_fails_when_the_resumed_program_exits() {
     // Keep the dead pane around so the server survives and reports it dead.
     server.tmux(&["set-option", "-g", "remain-on-exit", "on"]);
     let target = tmux_target(&server);
-    let record = sandbox.tmp.path().join("claude.record");
+    let record = sandbox.root().join("claude.record");
     target
         .switch(SESSION, &config(&sandbox, &record, "exit"))
         .unwrap();
@@ -116,7 +114,7 @@ fn tmux_health_fails_when_the_pane_disappears() {
     let sandbox = Sandbox::new();
     let server = TmuxServer::start();
     let target = tmux_target(&server);
-    let record = sandbox.tmp.path().join("claude.record");
+    let record = sandbox.root().join("claude.record");
     target
         .switch(SESSION, &config(&sandbox, &record, "exit"))
         .unwrap();
@@ -129,11 +127,11 @@ fn tmux_switch_refuses_a_missing_workdir_and_bad_session_ids_without_touching_th
     let server = TmuxServer::start();
     let target = tmux_target(&server);
     let before = target.identity().unwrap();
-    let record = sandbox.tmp.path().join("claude.record");
+    let record = sandbox.root().join("claude.record");
     let mut config = config(&sandbox, &record, "stay");
     let err = target.switch("../../etc", &config).unwrap_err();
     assert!(err.message.starts_with("invalid session id"), "{err}");
-    config.claude_workdir = sandbox.tmp.path().join("gone");
+    config.claude_workdir = sandbox.root().join("gone");
     let err = target.switch(SESSION, &config).unwrap_err();
     assert!(err.message.contains("is not a directory"), "{err}");
     assert_eq!(target.identity().unwrap(), before);
@@ -142,11 +140,11 @@ fn tmux_switch_refuses_a_missing_workdir_and_bad_session_ids_without_touching_th
 #[test]
 fn pointer_target_reads_writes_and_checks_the_file() {
     let sandbox = Sandbox::new();
-    let path = sandbox.tmp.path().join("new-dir/resume_session");
+    let path = sandbox.root().join("new-dir/resume_session");
     let target = Target::Pointer(Pointer { path: path.clone() });
     assert_eq!(target.identity().unwrap(), "", "no pointer yet");
     assert!(target.health(SESSION, Duration::ZERO).is_err());
-    let config = config(&sandbox, &sandbox.tmp.path().join("unused"), "stay");
+    let config = config(&sandbox, &sandbox.root().join("unused"), "stay");
     target.switch(SESSION, &config).unwrap();
     assert_eq!(fs::read_to_string(&path).unwrap(), format!("{SESSION}\n"));
     assert_eq!(
@@ -184,10 +182,14 @@ fn systemd_target_writes_the_pointer_then_restarts_the_unit() {
     let sandbox = Sandbox::new();
     let dir = &sandbox.path_dir;
     let _unit = Unit(dir.clone());
-    std::os::unix::fs::symlink(support("systemctl"), dir.join("systemctl")).unwrap();
-    let pointer = sandbox.tmp.path().join("resume_session");
+    std::os::unix::fs::symlink(stand_in("systemctl"), dir.join("systemctl")).unwrap();
+    let pointer = sandbox.root().join("resume_session");
     fs::write(dir.join("pointer-path"), pointer.to_str().unwrap()).unwrap();
-    fs::write(dir.join("claude"), support("fake-claude").to_str().unwrap()).unwrap();
+    fs::write(
+        dir.join("claude"),
+        stand_in("fake-claude").to_str().unwrap(),
+    )
+    .unwrap();
     let target = Target::Systemd(Systemd {
         systemctl: dir.join("systemctl").to_string_lossy().into_owned(),
         unit: "claude-session.service".into(),
@@ -197,7 +199,7 @@ fn systemd_target_writes_the_pointer_then_restarts_the_unit() {
     assert_eq!(target.identity().unwrap(), "0", "the unit is stopped");
     assert!(target.health(SESSION, Duration::from_millis(300)).is_err());
 
-    let config = config(&sandbox, &sandbox.tmp.path().join("unused"), "stay");
+    let config = config(&sandbox, &sandbox.root().join("unused"), "stay");
     target.switch(SESSION, &config).unwrap();
     assert_eq!(
         fs::read_to_string(&pointer).unwrap(),

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ktr::config::{Config, encode_project_name};
+use ktr::config::Config;
 use ktr::fsutil::sha256_file;
 use ktr::pipeline::operation::{Operation, Status, Store};
 
-use super::{Sandbox, TmuxServer, support, wait_for};
+use super::{Sandbox, TmuxServer, example, stand_in, wait_for};
 
 /// The source session: `examples/session.jsonl` under this id.
 pub const SRC: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
@@ -32,8 +32,6 @@ pub struct Rig {
     pub sandbox: Sandbox,
     pub kind: Kind,
     pub tmux: Option<TmuxServer>,
-    /// `<home>/.claude/projects/<encoded workdir>`: matches `claude_workdir`.
-    pub project: PathBuf,
     pub source: PathBuf,
     /// The stand-in claude's record file (`.read`, `.history` beside it).
     pub record: PathBuf,
@@ -60,22 +58,19 @@ impl Rig {
             let _ = fs::remove_file(&link);
             std::os::unix::fs::symlink(stage_binary(stage), &link).unwrap();
         }
-        let project = sandbox
-            .home
-            .join(".claude/projects")
-            .join(encode_project_name(&sandbox.work));
-        fs::create_dir_all(&project).unwrap();
-        let source = project.join(format!("{SRC}.jsonl"));
-        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl");
-        fs::copy(example, &source).unwrap();
-        let root = sandbox.tmp.path().to_path_buf();
+        let source = sandbox.project.join(format!("{SRC}.jsonl"));
+        fs::copy(example(), &source).unwrap();
+        let root = sandbox.root().to_path_buf();
         let mut env = vec![
             ("KTR_WORKER_GRACE_SECONDS".to_string(), "0".to_string()),
             (
                 "FAKE_CLAUDE_RECORD".into(),
                 root.join("claude").display().to_string(),
             ),
-            ("FAKE_CLAUDE_PROJECT".into(), project.display().to_string()),
+            (
+                "FAKE_CLAUDE_PROJECT".into(),
+                sandbox.project.display().to_string(),
+            ),
         ];
         env.extend(
             claude_env
@@ -89,7 +84,6 @@ impl Rig {
         let rig = Rig {
             kind,
             tmux,
-            project,
             source,
             record: root.join("claude"),
             pointer: root.join("pointer"),
@@ -124,16 +118,17 @@ impl Rig {
         };
         let text = format!(
             "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\n{target}\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\nresume_env = {{ {} }}\nactivation_delay_seconds = 0\nstable_file_seconds = 0.2\nstable_file_timeout_seconds = 3\nhealthcheck_seconds = 1\n{extra}\n",
-            self.project,
+            self.sandbox.project,
             self.sandbox.state,
             self.sandbox.work,
-            support("fake-claude"),
+            stand_in("fake-claude"),
             resume_env.join(", "),
         );
         fs::write(&self.sandbox.config, text).unwrap();
     }
 
     /// Run the old session in the target, as the user's setup would.
+    #[track_caller]
     fn start_old_session(&self) {
         match self.kind {
             Kind::Tmux => {
@@ -153,7 +148,7 @@ impl Rig {
                 }
                 args.extend([
                     "--".into(),
-                    support("fake-claude").display().to_string(),
+                    stand_in("fake-claude").display().to_string(),
                     "--resume".into(),
                     SRC.into(),
                 ]);
@@ -163,12 +158,12 @@ impl Rig {
             Kind::Systemd => {
                 let dir = &self.sandbox.path_dir;
                 for tool in ["systemctl", "systemd-run"] {
-                    std::os::unix::fs::symlink(support(tool), dir.join(tool)).unwrap();
+                    std::os::unix::fs::symlink(stand_in(tool), dir.join(tool)).unwrap();
                 }
                 fs::write(dir.join("pointer-path"), self.pointer.display().to_string()).unwrap();
                 fs::write(
                     dir.join("claude"),
-                    support("fake-claude").display().to_string(),
+                    stand_in("fake-claude").display().to_string(),
                 )
                 .unwrap();
                 fs::write(&self.pointer, format!("{SRC}\n")).unwrap();
@@ -221,6 +216,7 @@ impl Rig {
     }
 
     /// Feed `ktr-stop` the Stop hook JSON of `session`; returns its stdout.
+    #[track_caller]
     pub fn stop(&self, session: &str, transcript: &Path) -> String {
         let (out, code) = self.sandbox.hook_env(
             env!("CARGO_BIN_EXE_ktr-stop"),
@@ -256,6 +252,7 @@ impl Rig {
     }
 
     /// Wait until a stage reached the pause step; returns its pid.
+    #[track_caller]
     pub fn wait_paused(&self) -> u32 {
         assert!(
             wait_for(SETTLE, || fs::read_to_string(&self.pause_file)
@@ -276,6 +273,7 @@ impl Rig {
     }
 
     /// Wait until `id` satisfies `done`; returns it.
+    #[track_caller]
     pub fn wait_until(&self, id: &str, done: impl Fn(&Operation) -> bool) -> Operation {
         let store = self.store();
         let mut last = None;
@@ -332,7 +330,7 @@ impl Rig {
 
     /// `*.jsonl` names in the project dir, sorted.
     pub fn transcripts(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(&self.project)
+        let mut names: Vec<String> = fs::read_dir(&self.sandbox.project)
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())

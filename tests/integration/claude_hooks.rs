@@ -2,80 +2,49 @@
 //! hook schedules a pending operation with the session and transcript the
 //! CLI reports, and `ktr-ack` as the `SessionStart` hook records the CLI's
 //! own receipt (with `context_tokens`) when it resumes a rebuilt session.
-//! The next stages are stand-ins (`tests/support/fake-stage`) that only
-//! record their argv.
-
-mod claude;
-mod common;
-mod fake_api;
+//! The next stages are the sandbox's stand-ins (`support/bin/fake-stage`)
+//! that only record their argv.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use claude::ClaudeEnv;
-use fake_api::FakeApi;
-use ktr::config::Config;
 use ktr::pipeline::operation::{CandidateFile, Status, Store};
 use serde_json::json;
+
+use crate::support::claude::ClaudeEnv;
+use crate::support::fake_api::FakeApi;
+use crate::support::{claude_bin, wait_for};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
 const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
 
-fn support(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
-
-fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
-}
-
 #[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
-    let Some(bin) = claude::claude_bin() else {
-        return;
-    };
+    let bin = claude_bin();
     let api = FakeApi::start(Vec::new());
     let mut env = ClaudeEnv::new(&bin, &api);
-    let root = env.tmp.path().canonicalize().unwrap();
-    let (state, stages, records) = (
-        root.join("state"),
-        root.join("stages"),
-        root.join("records"),
+    // The sandbox's config: its project (the CLI's), state dir and workdir.
+    let sandbox = &env.sandbox;
+    let (state, stages, records, config_path) = (
+        sandbox.state.clone(),
+        sandbox.bin.clone(),
+        sandbox.records.clone(),
+        sandbox.config.clone(),
     );
-    for dir in [&stages, &records] {
-        fs::create_dir_all(dir).unwrap();
-    }
-    for stage in ["ktr-prepare", "ktr-rollback"] {
-        std::os::unix::fs::symlink(support("fake-stage"), stages.join(stage)).unwrap();
-    }
-    let config_path = root.join("config.toml");
-    let config_text = format!(
-        "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\ntmux_target = \"ktr-test-nowhere:0.0\"\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\n",
-        env.project_dir(),
-        state,
-        env.work,
-        support("fake-claude"),
-    );
-    fs::write(&config_path, &config_text).unwrap();
-    let config = Config::from_toml(&config_text).unwrap();
+    let config = sandbox.load_config();
     let hook = |bin: &str| format!("{bin} --config {}", config_path.display());
     let settings = json!({"hooks": {
         "Stop": [{"hooks": [{"type": "command", "command": hook(STOP), "timeout": 10}]}],
         "SessionStart": [{"matcher": "resume",
                           "hooks": [{"type": "command", "command": hook(ACK), "timeout": 10}]}],
     }});
-    fs::create_dir_all(env.home.join(".claude")).unwrap();
-    fs::write(env.home.join(".claude/settings.json"), settings.to_string()).unwrap();
+    fs::create_dir_all(env.sandbox.home.join(".claude")).unwrap();
+    fs::write(
+        env.sandbox.home.join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
     env.extra_env
         .push(("KTR_BIN_DIR".into(), stages.display().to_string()));
     env.extra_env

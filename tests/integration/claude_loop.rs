@@ -15,13 +15,9 @@
 //! environment carries `KTR_TMUX_SOCKET`, so Claude Code, its hooks and the
 //! detached stages they start all reach that server and nothing else.
 //!
-//! Runs when `KTR_CLAUDE_BIN` names the CLI (`.ci/run` installs it); under
-//! `CI` a missing CLI fails instead of skipping. The tests take turns (one
-//! real CLI at a time): they measure timings and share two cores.
-
-mod claude;
-mod common;
-mod fake_api;
+//! Ignored by default: they need the real CLI (`KTR_CLAUDE_BIN`; `.ci/run`
+//! installs it). The tests take turns (one real CLI at a time): they
+//! measure timings and share two cores.
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -31,8 +27,12 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use claude::{ClaudeEnv, Tmux};
-use fake_api::{FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool};
+use crate::support::OptionOrPanic;
+use crate::support::claude::{ClaudeEnv, Tmux};
+use crate::support::fake_api::{
+    FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
+};
+use crate::support::{claude, claude_bin};
 use ktr::fsutil::sha256_file;
 use ktr::pipeline::operation::{Operation, Status, Store};
 use ktr::time::parse_rfc3339;
@@ -142,11 +142,11 @@ impl Loop {
     /// Install ktr, configure it for the pane, start the CLI on a new
     /// session. `extra_env` goes to the tmux server, hence to Claude Code,
     /// its hooks and the stages.
+    #[track_caller]
     fn start(bin: &Path, extra_env: &[(&str, &str)]) -> Loop {
         let api = FakeApi::start(Vec::new());
         let mut env = ClaudeEnv::new(bin, &api);
-        let root = env.tmp.path().canonicalize().unwrap();
-        let notes = env.work.join("notes.txt");
+        let notes = env.sandbox.work.join("notes.txt");
         fs::write(
             &notes,
             "READ-CONTENT-MARKER 机器笔记：一切正常。\n".repeat(20),
@@ -161,12 +161,12 @@ impl Loop {
             env.extra_env.push((k.to_string(), v.to_string()));
         }
 
-        let state = root.join("state");
-        let config_path = root.join("config.toml");
+        let root = env.sandbox.root().to_path_buf();
+        let (state, config_path) = (env.sandbox.state.clone(), env.sandbox.config.clone());
         fs::write(&config_path, config_text(&env, &state)).unwrap();
-        install(&env, &root, &config_path);
+        install(&env, &config_path);
         env.prepare_interactive(&["Bash", "Read", "mcp__ktr"]);
-        let settings = fs::read_to_string(env.home.join(".claude/settings.json")).unwrap();
+        let settings = fs::read_to_string(env.sandbox.home.join(".claude/settings.json")).unwrap();
         assert!(
             settings.contains(&format!("{}/prefix/bin/ktr-stop --config", root.display()))
                 && settings.contains("ktr-ack"),
@@ -194,13 +194,14 @@ impl Loop {
     }
 
     /// Type a probe and return the request it sent to the model.
+    #[track_caller]
     fn probe(&self, line: &str, needle: &str, marker: &str) -> Logged {
         self.tmux.wait_idle(TURN);
         self.tmux.type_line(line);
         let request = self
             .api
             .wait_turn(needle, TURN)
-            .unwrap_or_else(|| panic!("{needle} never reached the model\n{}", self.diagnosis()));
+            .or_panic(|| format!("{needle} never reached the model\n{}", self.diagnosis()));
         self.tmux
             .wait_screen(&format!("the reply {marker}"), TURN, |s| s.contains(marker));
         self.tmux.wait_idle(TURN);
@@ -212,14 +213,16 @@ impl Loop {
     }
 
     /// The only operation of this test.
+    #[track_caller]
     fn operation(&self) -> Operation {
         self.store
             .latest()
             .unwrap()
-            .unwrap_or_else(|| panic!("no operation was requested\n{}", self.diagnosis()))
+            .or_panic(|| format!("no operation was requested\n{}", self.diagnosis()))
     }
 
     /// Wait until the operation's status satisfies `done`.
+    #[track_caller]
     fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
         let deadline = Instant::now() + PIPELINE;
         loop {
@@ -253,6 +256,7 @@ impl Loop {
     }
 
     /// The process in the pane runs `claude … --resume <session>`.
+    #[track_caller]
     fn assert_pane_resumes(&self, session: &str) {
         let argv = self.tmux.pane_argv();
         assert!(
@@ -265,6 +269,7 @@ impl Loop {
 
     /// The conversation up to the rebuild request, then wait for the Stop
     /// hook to schedule the operation. Returns when the reply ended.
+    #[track_caller]
     fn talk_until_the_request(&self) -> Instant {
         for (line, marker) in TALK {
             self.say(line, marker);
@@ -292,10 +297,10 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
          claude_workdir = {}\nresume_command = [{}, \"--resume\", \"{{session_id}}\"]\n\
          activation_delay_seconds = 0.5\nstable_file_seconds = 0.5\n\
          stable_file_timeout_seconds = 20\nhealthcheck_seconds = 5\n\n[resume_env]\n",
-        path(&env.project_dir()),
+        path(&env.sandbox.project),
         path(state),
         q(claude::PANE),
-        path(&env.work),
+        path(&env.sandbox.work),
         path(&env.bin),
     );
     for (k, v) in env.env() {
@@ -306,9 +311,9 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
 
 /// `install --prefix <root>/prefix/bin --bin-dir <the test binaries>` with
 /// the real `claude` first on PATH, so it registers `ktr-mcp` itself.
-fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
-    let path_dir = root.join("path");
-    fs::create_dir_all(&path_dir).unwrap();
+#[track_caller]
+fn install(env: &ClaudeEnv, config: &Path) {
+    let path_dir = &env.sandbox.path_dir;
     symlink(&env.bin, path_dir.join("claude")).unwrap();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
     let path = env
@@ -319,17 +324,17 @@ fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
     let out = Command::new("sh")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
         .arg("--prefix")
-        .arg(root.join("prefix/bin"))
+        .arg(env.sandbox.root().join("prefix/bin"))
         .arg("--bin-dir")
         .arg(bin_dir)
         .arg("--settings")
-        .arg(env.home.join(".claude/settings.json"))
+        .arg(env.sandbox.home.join(".claude/settings.json"))
         .arg("--config")
         .arg(config)
         .env_clear()
         .envs(env.env())
         .env("PATH", format!("{}:{path}", path_dir.display()))
-        .current_dir(&env.work)
+        .current_dir(&env.sandbox.work)
         .output()
         .unwrap();
     let said = format!(
@@ -359,6 +364,7 @@ fn conversation(request: &Logged) -> String {
 }
 
 /// `needles` all occur in `haystack`, in this order.
+#[track_caller]
 fn assert_in_order(haystack: &str, needles: &[&str]) {
     let mut from = 0;
     for needle in needles {
@@ -380,6 +386,7 @@ fn block_types(request: &Logged) -> Vec<String> {
 }
 
 /// The conversation request sent just before `request`.
+#[track_caller]
 fn turn_before(api: &FakeApi, request: &Logged) -> Logged {
     api.turns()
         .into_iter()
@@ -389,15 +396,12 @@ fn turn_before(api: &FakeApi, request: &Logged) -> Logged {
 
 /// Seconds between two history entries of `op`: the first transition to
 /// `from` and the last to `to`.
+#[track_caller]
 fn history_seconds(op: &Operation, from: Status, to: Status) -> f64 {
     let at = |status: Status, first: bool| {
         let mut hits = op.history.iter().filter(|t| t.to == status);
         let hit = if first { hits.next() } else { hits.next_back() };
-        parse_rfc3339(
-            &hit.unwrap_or_else(|| panic!("no {status} in the history"))
-                .at,
-        )
-        .unwrap()
+        parse_rfc3339(&hit.or_panic(|| format!("no {status} in the history")).at).unwrap()
     };
     at(to, false)
         .duration_since(at(from, true))
@@ -420,10 +424,9 @@ fn notes(op: &Operation) -> String {
 /// residue; then `ROLLBACK` → the pane resumes the old session, whose next
 /// request carries the tool results again.
 #[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
-    let Some(bin) = claude::claude_bin() else {
-        return;
-    };
+    let bin = claude_bin();
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -658,10 +661,9 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 /// discarded, and the pane keeps running the old session, whose next
 /// request carries the old history.
 #[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
-    let Some(bin) = claude::claude_bin() else {
-        return;
-    };
+    let bin = claude_bin();
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

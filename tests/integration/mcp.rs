@@ -2,15 +2,13 @@
 //! model can read, and a clean exit when stdin closes. The fixture project
 //! holds `examples/session.jsonl`; nothing reaches a real installation.
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Sandbox;
+use crate::support::Sandbox;
 use ktr::pipeline::operation::Status;
 use serde_json::{Value, json};
 
@@ -87,6 +85,7 @@ impl Client {
     }
 
     /// Send a request and return its `result` (panics on a protocol error).
+    #[track_caller]
     #[allow(clippy::needless_pass_by_value)] // built inline with json!()
     fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
@@ -119,6 +118,7 @@ impl Client {
     }
 
     /// Close stdin and wait (at most 5 s) for the exit code.
+    #[track_caller]
     fn close(mut self) -> i32 {
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -6,88 +6,71 @@ use ktr::config::Config;
 use ktr::engine::conserve::{self, Expected};
 use ktr::engine::plan::{self, Plan};
 
+use crate::support::ResultOrPanic;
+use crate::support::{Sandbox, corpus_dir, example};
+
 const SESSION: &str = "0b6f4c1e-2d3a-4b5c-8d9e-0f1a2b3c4d5e";
 
-struct Sandbox {
-    dir: PathBuf,
+/// A candidate planned from a source and written beside the source's copy
+/// (its "backup"), in a fresh sandbox.
+struct Prepared {
+    _sandbox: Sandbox,
     config: Config,
+    backup: PathBuf,
+    candidate: PathBuf,
+    plan: Plan,
 }
 
-impl Sandbox {
-    fn new(extra: &str) -> Sandbox {
-        let dir = std::env::temp_dir().join(format!("ktr-verify-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(dir.join("proj")).unwrap();
-        let config = Config::from_toml(&format!(
-            "project_dir = \"{}\"\nstate_dir = \"{}\"\n{extra}",
-            dir.join("proj").display(),
-            dir.join("state").display()
-        ))
-        .unwrap();
-        Sandbox { dir, config }
+/// Plan `source` with the sandbox config plus `extra` and write the candidate.
+fn prepare(source: &Path, extra: &str) -> Prepared {
+    let sandbox = Sandbox::new();
+    sandbox.write_config(extra);
+    let config = sandbox.load_config();
+    let backup = sandbox.project.join("source.jsonl");
+    std::fs::copy(source, &backup).unwrap();
+    let plan = plan::build(&config, &backup, Some(SESSION)).unwrap();
+    let candidate = sandbox.project.join(format!("{SESSION}.jsonl"));
+    std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
+    Prepared {
+        _sandbox: sandbox,
+        config,
+        backup,
+        candidate,
+        plan,
     }
+}
 
-    /// Plan `source`, write the candidate, and return both paths and the plan.
-    fn prepare(&self, source: &Path) -> (PathBuf, PathBuf, Plan) {
-        let backup = self.dir.join("proj").join("source.jsonl");
-        std::fs::copy(source, &backup).unwrap();
-        let plan = plan::build(&self.config, &backup, Some(SESSION)).unwrap();
-        let candidate = self.dir.join("proj").join(format!("{SESSION}.jsonl"));
-        std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
-        (backup, candidate, plan)
-    }
-
-    fn verify(
-        &self,
-        backup: &Path,
-        candidate: &Path,
-        plan: &Plan,
-    ) -> Result<conserve::ConservationCounts, ktr::Error> {
-        let sha = ktr::fsutil::sha256_file(candidate).unwrap();
+impl Prepared {
+    fn verify(&self) -> Result<conserve::ConservationCounts, ktr::Error> {
+        let sha = ktr::fsutil::sha256_file(&self.candidate).unwrap();
         conserve::check(
             &self.config,
-            backup,
-            candidate,
+            &self.backup,
+            &self.candidate,
             &Expected {
                 session_id: SESSION,
                 candidate_sha256: &sha,
-                manifest: &plan.candidate.manifest,
-                left_out: &plan.report.left_out,
+                manifest: &self.plan.candidate.manifest,
+                left_out: &self.plan.report.left_out,
             },
         )
     }
 }
 
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl")
-}
-
-fn corpus_dir() -> PathBuf {
-    match std::env::var_os("KTR_CORPUS") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
-    }
-}
-
 #[test]
 fn example_candidate_verifies() {
-    let sb = Sandbox::new("");
-    let (backup, candidate, plan) = sb.prepare(&example());
-    let report = sb.verify(&backup, &candidate, &plan).unwrap();
-    assert_eq!(report.candidate_lines, plan.candidate.lines.len());
+    let prepared = prepare(&example(), "");
+    let report = prepared.verify().unwrap();
+    assert_eq!(report.candidate_lines, prepared.plan.candidate.lines.len());
     assert!(report.source_pieces_checked >= 15, "{report:?}");
 }
 
 #[test]
+#[ignore = "needs the corpus (KTR_CORPUS, default ../shared/corpus)"]
 fn every_corpus_candidate_verifies() {
     let dir = corpus_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} missing: {e}", dir.display()))
+        .or_panic(|e| format!("corpus {} missing: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .collect();
@@ -98,11 +81,9 @@ fn every_corpus_candidate_verifies() {
         files.len()
     );
     for file in files {
-        let sb = Sandbox::new("on_malformed_line = \"skip\"");
-        let (backup, candidate, plan) = sb.prepare(&file);
-        let report = sb
-            .verify(&backup, &candidate, &plan)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let report = prepare(&file, "on_malformed_line = \"skip\"")
+            .verify()
+            .or_panic(|e| format!("{}: {e}", file.display()));
         println!(
             "{:>4} lines {:>4} pieces {:>3} left out  {}",
             report.candidate_lines,
@@ -114,11 +95,10 @@ fn every_corpus_candidate_verifies() {
 }
 
 fn tamper(edit: impl Fn(&str) -> String) -> String {
-    let sb = Sandbox::new("");
-    let (backup, candidate, plan) = sb.prepare(&example());
-    let original = std::fs::read_to_string(&candidate).unwrap();
-    std::fs::write(&candidate, edit(&original)).unwrap();
-    sb.verify(&backup, &candidate, &plan).unwrap_err().message
+    let prepared = prepare(&example(), "");
+    let original = std::fs::read_to_string(&prepared.candidate).unwrap();
+    std::fs::write(&prepared.candidate, edit(&original)).unwrap();
+    prepared.verify().unwrap_err().message
 }
 
 #[test]
@@ -148,8 +128,13 @@ fn a_smuggled_tool_block_fails() {
 #[test]
 fn a_lost_turn_is_caught_by_conservation() {
     // Texts that lost a turn: only the independent reading of the source can notice.
-    let sb = Sandbox::new("");
-    let (backup, _candidate, plan) = sb.prepare(&example());
+    let prepared = prepare(&example(), "");
+    let Prepared {
+        config,
+        backup,
+        plan,
+        ..
+    } = &prepared;
     let mut texts: Vec<String> = plan
         .candidate
         .lines
@@ -169,12 +154,11 @@ fn a_lost_turn_is_caught_by_conservation() {
         manifest: &plan.candidate.manifest,
         left_out: &plan.report.left_out,
     };
-    let whole =
-        conserve::conserve(&backup, &texts, &expected, &sb.config.reply_tool_pattern).unwrap();
+    let whole = conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap();
     assert!(whole.checked >= 15);
     let lost = texts.remove(texts.len() / 2);
     let err =
-        conserve::conserve(&backup, &texts, &expected, &sb.config.reply_tool_pattern).unwrap_err();
+        conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap_err();
     assert!(
         err.message.contains("conservation"),
         "{} (lost {lost:?})",

@@ -1,14 +1,15 @@
 //! One hand-written fixture and one test per selection rule (SPEC §3–§8, §14),
 //! driven through `ktr plan --json --show-candidate`.
 
-mod plan_support;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use plan_support::*;
+use ktr::fsutil::sha256_hex;
+
+use crate::support::plan::*;
+use crate::support::{Sandbox, tree};
 use serde_json::Value;
 
 const NO_STAMPS: &str = "stamp_turns = false";
@@ -800,6 +801,7 @@ fn null_string_and_missing_messages_neither_panic_nor_lose_the_rest() {
     );
 }
 
+#[track_caller]
 fn invalid_utf8_source() -> Vec<u8> {
     let base = fixture_bytes("invalid_utf8");
     let marker = b"@@BAD@@";
@@ -1083,33 +1085,6 @@ fn the_report_has_every_contract_field() {
 // Read-only, paths, config errors, transcript choice, dirty
 // ---------------------------------------------------------------------------
 
-/// Every file and directory below `root` with its size, mode and content digest.
-fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            let meta = fs::symlink_metadata(&path).unwrap();
-            let desc = if meta.is_dir() {
-                stack.push(path.clone());
-                format!("dir {:o}", meta.permissions().mode())
-            } else {
-                format!(
-                    "file {:o} {} {:?} {}",
-                    meta.permissions().mode(),
-                    meta.len(),
-                    meta.modified().ok(),
-                    sha256_hex(&fs::read(&path).unwrap_or_default())
-                )
-            };
-            out.insert(path, desc);
-        }
-    }
-    out
-}
-
 #[test]
 fn plan_writes_nothing() {
     let plan = Plan::new("startup_snapshot");
@@ -1194,7 +1169,7 @@ fn a_wrongly_typed_config_value_is_a_usage_error_naming_the_key() {
 
 #[test]
 fn a_missing_config_file_is_a_usage_error() {
-    let sandbox = Sandbox::new(&[]);
+    let sandbox = Sandbox::new();
     let outcome = sandbox.ktr(&[
         "plan".into(),
         "--config".into(),
@@ -1205,7 +1180,8 @@ fn a_missing_config_file_is_a_usage_error() {
 
 #[test]
 fn without_transcript_the_newest_jsonl_directly_in_project_dir_is_used() {
-    let sandbox = Sandbox::new(&[NO_STAMPS.to_string()]);
+    let sandbox = Sandbox::new();
+    sandbox.write_config(NO_STAMPS);
     let old = sandbox.add_transcript(
         "0d15ea5e-0000-4000-8000-000000000001",
         &fixture_bytes("consecutive_user_messages"),

@@ -5,23 +5,19 @@
 //! assert_eq!(report.carried(), vec![user("First question."), assistant("First answer.")]);
 //! ```
 //!
-//! Every run gets its own sandbox: a temporary HOME, project dir and state dir,
-//! and a config file naming them. The fixture is copied into the project dir as
+//! Every run gets its own [`Sandbox`], its config extended by the plan's
+//! lines. The fixture is copied into the project dir as
 //! `<SOURCE_SESSION>.jsonl` and passed with `--transcript`.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-/// The admin binary under test.
-pub const KTR: &str = env!("CARGO_BIN_EXE_ktr");
+use super::{OptionOrPanic, ResultOrPanic};
+use super::{Sandbox, repo_file};
 
 /// The file name (without `.jsonl`) the fixture gets inside the project dir.
 pub const SOURCE_SESSION: &str = "7c0ffee0-1111-4222-8333-444455556666";
@@ -32,15 +28,14 @@ pub const STARTUP_HEADER_PREFIX: &str = "[续窗启动快照 · 冻结于 ";
 
 /// Path of a hand-written fixture in `tests/fixtures/rules/`.
 pub fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/rules")
-        .join(format!("{name}.jsonl"))
+    repo_file("tests/fixtures/rules").join(format!("{name}.jsonl"))
 }
 
 /// Bytes of a fixture.
+#[track_caller]
 pub fn fixture_bytes(name: &str) -> Vec<u8> {
     let path = fixture_path(name);
-    fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
+    fs::read(&path).or_panic(|e| format!("cannot read fixture {}: {e}", path.display()))
 }
 
 /// `(role, text)` of a carried item, for readable expectations.
@@ -52,142 +47,6 @@ pub fn user(text: &str) -> Item {
 
 pub fn assistant(text: &str) -> Item {
     ("assistant".to_string(), text.to_string())
-}
-
-/// Lowercase hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-// ---------------------------------------------------------------------------
-// Temporary directories (std only; removed on drop unless KTR_KEEP_TMP is set)
-// ---------------------------------------------------------------------------
-
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("ktr-{tag}-{}-{n}-{nanos:08x}", std::process::id()));
-        fs::create_dir_all(&path).expect("create temp dir");
-        // Resolve symlinks (e.g. /tmp -> /private/tmp) so paths compare cleanly.
-        TempDir(fs::canonicalize(&path).unwrap_or(path))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::env::var_os("KTR_KEEP_TMP").is_none() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Sandbox: HOME, project dir, state dir, config
-// ---------------------------------------------------------------------------
-
-pub struct Sandbox {
-    root: TempDir,
-    pub home: PathBuf,
-    pub project: PathBuf,
-    pub state: PathBuf,
-    pub config: PathBuf,
-}
-
-impl Sandbox {
-    /// A fresh sandbox whose config holds `project_dir`, `state_dir`, a tmux
-    /// target that cannot exist, and the given extra lines.
-    pub fn new(extra_config: &[String]) -> Sandbox {
-        let root = TempDir::new("rules");
-        let home = root.path().join("home");
-        let project = home.join(".claude/projects/-home-alice-proj");
-        let state = root.path().join("state");
-        for dir in [&home, &project, &state] {
-            fs::create_dir_all(dir).expect("create sandbox dir");
-        }
-        let config = root.path().join("config.toml");
-        let mut text = format!(
-            "project_dir = '{}'\nstate_dir = '{}'\ntmux_target = 'ktr-rules-no-such-session:0.0'\n",
-            project.display(),
-            state.display()
-        );
-        for line in extra_config {
-            text.push_str(line);
-            text.push('\n');
-        }
-        fs::write(&config, text).expect("write config");
-        Sandbox {
-            root,
-            home,
-            project,
-            state,
-            config,
-        }
-    }
-
-    /// The sandbox root (holds home/, state/, config.toml).
-    pub fn root(&self) -> &Path {
-        self.root.path()
-    }
-
-    /// Write a transcript into the project dir as `<session>.jsonl`.
-    pub fn add_transcript(&self, session: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.project.join(format!("{session}.jsonl"));
-        fs::write(&path, bytes).expect("write transcript");
-        path
-    }
-
-    /// `ktr <command> --config C [--transcript P] <flags…>` in this sandbox.
-    pub fn run(&self, command: &str, transcript: Option<&Path>, flags: &[&str]) -> Outcome {
-        let mut args: Vec<OsString> = vec![
-            command.into(),
-            "--config".into(),
-            self.config.clone().into(),
-        ];
-        if let Some(path) = transcript {
-            args.push("--transcript".into());
-            args.push(path.into());
-        }
-        args.extend(flags.iter().map(OsString::from));
-        self.ktr(&args)
-    }
-
-    /// Run `ktr` with the sandbox environment (HOME etc. point inside it).
-    pub fn ktr(&self, args: &[OsString]) -> Outcome {
-        let mut cmd = Command::new(KTR);
-        cmd.args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .env("XDG_STATE_HOME", self.home.join(".local/state"))
-            .env("LANG", "C.UTF-8");
-        let out = cmd.output().expect("run ktr");
-        let outcome = Outcome {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stdout_bytes: out.stdout,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            args: args
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
-        };
-        outcome.assert_no_panic();
-        outcome
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -225,6 +84,7 @@ impl Outcome {
     }
 
     /// No input may make ktr panic or print a backtrace (SPEC §14).
+    #[track_caller]
     pub fn assert_no_panic(&self) {
         assert!(
             !self.stderr.contains("panicked") && !self.stderr.contains("RUST_BACKTRACE"),
@@ -238,6 +98,7 @@ impl Outcome {
         );
     }
 
+    #[track_caller]
     pub fn assert_exit(&self, code: i32) {
         assert_eq!(
             self.code,
@@ -248,10 +109,10 @@ impl Outcome {
     }
 
     /// stdout parsed as one JSON object.
+    #[track_caller]
     pub fn json(&self) -> Report {
-        let value: Value = serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
-            panic!("stdout is not one JSON object ({e}):\n{}", self.describe())
-        });
+        let value: Value = serde_json::from_str(self.stdout.trim())
+            .or_panic(|e| format!("stdout is not one JSON object ({e}):\n{}", self.describe()));
         assert!(
             value.is_object(),
             "stdout is JSON but not an object:\n{}",
@@ -261,6 +122,7 @@ impl Outcome {
     }
 
     /// A usage/config error: exit 2, one line on stderr saying what is wrong.
+    #[track_caller]
     pub fn assert_usage_error(&self) -> String {
         self.assert_exit(2);
         self.assert_one_line_error();
@@ -268,6 +130,7 @@ impl Outcome {
     }
 
     /// A refusal (exit 1 or 2) with a one-line error.
+    #[track_caller]
     pub fn assert_refused(&self) -> String {
         assert!(
             matches!(self.code, Some(1 | 2)),
@@ -284,6 +147,7 @@ impl Outcome {
         }
     }
 
+    #[track_caller]
     fn assert_one_line_error(&self) {
         let text = self.stderr.trim();
         assert!(
@@ -316,33 +180,38 @@ impl std::ops::Deref for Report {
 
 impl Report {
     /// An unsigned count field, e.g. `report.count("source_turns")`.
+    #[track_caller]
     pub fn count(&self, field: &str) -> u64 {
         self.0[field]
             .as_u64()
-            .unwrap_or_else(|| panic!("report field {field} is not a count: {}", self.0[field]))
+            .or_panic(|| format!("report field {field} is not a count: {}", self.0[field]))
     }
 
+    #[track_caller]
     pub fn flag(&self, field: &str) -> bool {
         self.0[field]
             .as_bool()
-            .unwrap_or_else(|| panic!("report field {field} is not a bool: {}", self.0[field]))
+            .or_panic(|| format!("report field {field} is not a bool: {}", self.0[field]))
     }
 
+    #[track_caller]
     pub fn string(&self, field: &str) -> String {
         self.0[field]
             .as_str()
-            .unwrap_or_else(|| panic!("report field {field} is not a string: {}", self.0[field]))
+            .or_panic(|| format!("report field {field} is not a string: {}", self.0[field]))
             .to_string()
     }
 
     /// `not_speech.<kind>`.
+    #[track_caller]
     pub fn not_speech(&self, kind: &str) -> u64 {
         self.0["not_speech"][kind]
             .as_u64()
-            .unwrap_or_else(|| panic!("not_speech.{kind} is not a count: {}", self.0["not_speech"]))
+            .or_panic(|| format!("not_speech.{kind} is not a count: {}", self.0["not_speech"]))
     }
 
     /// The blocked reason; panics when the plan is not blocked.
+    #[track_caller]
     pub fn blocked_reason(&self) -> String {
         match &self.0["blocked_reason"] {
             Value::String(s) if !s.trim().is_empty() => s.clone(),
@@ -351,13 +220,15 @@ impl Report {
     }
 
     /// The candidate line objects (`--show-candidate`).
+    #[track_caller]
     pub fn candidate(&self) -> &Vec<Value> {
         self.0["candidate"]
             .as_array()
-            .unwrap_or_else(|| panic!("report has no candidate array: {}", self.0))
+            .or_panic(|| format!("report has no candidate array: {}", self.0))
     }
 
     /// Carried items as `(role, text)`, in order.
+    #[track_caller]
     pub fn carried(&self) -> Vec<Item> {
         self.candidate().iter().map(line_item).collect()
     }
@@ -376,32 +247,35 @@ impl Report {
     }
 
     /// `{name: count}` maps such as `unknown_record_types`.
+    #[track_caller]
     pub fn name_counts(&self, field: &str) -> BTreeMap<String, u64> {
         let obj = self.0[field]
             .as_object()
-            .unwrap_or_else(|| panic!("report field {field} is not an object: {}", self.0[field]));
+            .or_panic(|| format!("report field {field} is not an object: {}", self.0[field]));
         obj.iter()
             .map(|(k, v)| {
                 (
                     k.clone(),
                     v.as_u64()
-                        .unwrap_or_else(|| panic!("{field}.{k} is not a count")),
+                        .or_panic(|| format!("{field}.{k} is not a count")),
                 )
             })
             .collect()
     }
 
     /// Bytes of one ledger category (0 when absent).
+    #[track_caller]
     pub fn ledger_category(&self, name: &str) -> u64 {
         ledger_category(&self.0["ledger"], name)
     }
 }
 
 /// Bytes of one category in a ledger object (0 when absent).
+#[track_caller]
 pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
     ledger["categories"]
         .as_array()
-        .unwrap_or_else(|| panic!("ledger.categories is not an array: {ledger}"))
+        .or_panic(|| format!("ledger.categories is not an array: {ledger}"))
         .iter()
         .find(|c| c["name"] == name)
         .and_then(|c| c["bytes"].as_u64())
@@ -409,10 +283,11 @@ pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
 }
 
 /// `(role, text)` of one candidate line, checking its message shape (SPEC §7).
+#[track_caller]
 pub fn line_item(line: &Value) -> Item {
     let role = line["type"]
         .as_str()
-        .unwrap_or_else(|| panic!("candidate line without type: {line}"))
+        .or_panic(|| format!("candidate line without type: {line}"))
         .to_string();
     let message = &line["message"];
     assert_eq!(
@@ -422,12 +297,12 @@ pub fn line_item(line: &Value) -> Item {
     let text = match role.as_str() {
         "user" => message["content"]
             .as_str()
-            .unwrap_or_else(|| panic!("user content must be a string: {line}"))
+            .or_panic(|| format!("user content must be a string: {line}"))
             .to_string(),
         "assistant" => {
             let blocks = message["content"]
                 .as_array()
-                .unwrap_or_else(|| panic!("assistant content must be a block list: {line}"));
+                .or_panic(|| format!("assistant content must be a block list: {line}"));
             assert_eq!(
                 blocks.len(),
                 1,
@@ -436,7 +311,7 @@ pub fn line_item(line: &Value) -> Item {
             assert_eq!(blocks[0]["type"], "text", "only text blocks: {line}");
             blocks[0]["text"]
                 .as_str()
-                .unwrap_or_else(|| panic!("text block without text: {line}"))
+                .or_panic(|| format!("text block without text: {line}"))
                 .to_string()
         }
         other => panic!("candidate line of type {other}: {line}"),
@@ -445,12 +320,12 @@ pub fn line_item(line: &Value) -> Item {
 }
 
 /// Parse `--show-candidate` text output into line objects.
+#[track_caller]
 pub fn parse_jsonl(text: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
-            serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("candidate line is not JSON ({e}): {l}"))
+            serde_json::from_str(l).or_panic(|e| format!("candidate line is not JSON ({e}): {l}"))
         })
         .collect()
 }
@@ -495,7 +370,8 @@ impl Plan {
 
     /// Set up the sandbox and write the source; returns it with the transcript path.
     pub fn prepare(&self) -> (Sandbox, PathBuf) {
-        let sandbox = Sandbox::new(&self.config);
+        let sandbox = Sandbox::new();
+        sandbox.write_config(&self.config.join("\n"));
         let path = sandbox.add_transcript(SOURCE_SESSION, &self.source);
         (sandbox, path)
     }
@@ -523,6 +399,7 @@ impl Plan {
     }
 
     /// `plan --json --show-candidate`; the plan must be ok (exit 0, no `blocked_reason`).
+    #[track_caller]
     pub fn run_json(&self) -> Report {
         let outcome = self.run();
         outcome.assert_exit(0);
@@ -536,6 +413,7 @@ impl Plan {
     }
 
     /// `plan --json --show-candidate`; the plan must be blocked (exit 1 with a reason).
+    #[track_caller]
     pub fn expect_blocked(&self) -> Report {
         let outcome = self.run();
         outcome.assert_exit(1);
@@ -545,6 +423,7 @@ impl Plan {
     }
 
     /// `plan --show-candidate` (no JSON): the exact candidate JSONL as it would be written.
+    #[track_caller]
     pub fn show_candidate(&self) -> Vec<u8> {
         let (sandbox, path) = self.prepare();
         let outcome = sandbox.ktr(&self.plan_args(&sandbox, &path, false));

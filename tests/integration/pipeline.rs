@@ -3,13 +3,11 @@
 //! and `ktr-activate`, against a private tmux server whose pane runs the
 //! stand-in claude (or the stand-in systemd unit, or a pointer file).
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use common::rig::{Kind, Rig, SRC};
+use crate::support::rig::{Kind, Rig, SRC};
 use ktr::engine::candidate::ManifestEntry;
 use ktr::engine::conserve::{Expected, check};
 use ktr::fsutil::sha256_hex;
@@ -24,6 +22,7 @@ fn mode(path: &std::path::Path) -> u32 {
 /// Check the candidate of an activated operation the way a user would:
 /// the file the resumed claude read is the recorded candidate, and it
 /// verifies against the frozen backup.
+#[track_caller]
 fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
     let candidate = op.candidate.as_ref().unwrap();
     let read = rig.read_by_claude().expect("claude read a transcript");
@@ -206,6 +205,7 @@ fn a_competing_transcript_after_prepare_refuses_the_switch() {
     let mut rig = Rig::tmux();
     let op = rig.rebuild_paused_at("activate:start");
     let other = rig
+        .sandbox
         .project
         .join("0e0e0e0e-1111-4222-8333-444455556666.jsonl");
     fs::write(&other, "{\"type\":\"user\"}\n").unwrap();
@@ -234,10 +234,10 @@ fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
     let op = rig.wait_until(&op.id, |op| op.status == Pending);
     // The Stop hook reads `active`, written right after the operation file.
     let pending = Some((op.id.clone(), Pending));
-    assert!(common::wait_for(common::rig::SETTLE, || rig
-        .store()
-        .active()
-        == pending));
+    assert!(crate::support::wait_for(
+        crate::support::rig::SETTLE,
+        || rig.store().active() == pending
+    ));
     assert_eq!((op.attempts, op.candidate.is_none()), (1, true));
     assert!(!first.path.exists(), "the stale candidate was discarded");
     assert_eq!(rig.resume_history(), [SRC], "nothing was switched");
@@ -408,7 +408,7 @@ fn a_tampered_candidate_fails_verification_and_is_discarded() {
 #[test]
 fn a_workdir_that_does_not_match_the_project_is_refused_before_writing() {
     let rig = Rig::tmux();
-    let other = rig.sandbox.tmp.path().join("root");
+    let other = rig.sandbox.root().join("root");
     fs::create_dir_all(&other).unwrap();
     let text = fs::read_to_string(&rig.sandbox.config).unwrap();
     let text = text.replace(
@@ -570,7 +570,7 @@ fn stages_refuse_an_operation_in_the_wrong_status() {
     let rig = Rig::tmux();
     let op = rig.request();
     for stage in ["ktr-prepare", "ktr-verify", "ktr-activate", "ktr-rollback"] {
-        let out = Command::new(common::rig::stage_binary(stage))
+        let out = Command::new(crate::support::rig::stage_binary(stage))
             .env_clear()
             .env("HOME", &rig.sandbox.home)
             .envs(rig.hook_env())
@@ -588,7 +588,7 @@ fn stages_refuse_an_operation_in_the_wrong_status() {
         Pending,
         "untouched"
     );
-    let out = Command::new(common::rig::stage_binary("ktr-verify"))
+    let out = Command::new(crate::support::rig::stage_binary("ktr-verify"))
         .args(["--operation", "../x"])
         .output()
         .unwrap();

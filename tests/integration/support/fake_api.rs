@@ -6,7 +6,6 @@
 //! `count_tokens` and every other path harmlessly, and logs every request
 //! body: the `messages` array of a logged request is exactly what the model
 //! would have seen.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,8 +1,6 @@
 //! `examples/runner.sh`, the pointer-mode loop: real ktr binaries, a
 //! stand-in `claude` that only records how it was called.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
@@ -10,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Sandbox, support, wait_for};
+use crate::support::{Sandbox, stand_in, wait_for};
 use ktr::pipeline::operation::Status;
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
@@ -34,7 +32,7 @@ fn pointer_config(pointer: &Path, extra: &str) -> String {
 /// it, and where the stand-in claude logs its runs.
 fn pointer_sandbox() -> (Sandbox, PathBuf, PathBuf) {
     let sb = Sandbox::new();
-    let pointer = sb.tmp.path().join("resume_session");
+    let pointer = sb.root().join("resume_session");
     sb.write_config(&pointer_config(&pointer, "healthcheck_seconds = 0.5\n"));
     fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl"),
@@ -42,7 +40,7 @@ fn pointer_sandbox() -> (Sandbox, PathBuf, PathBuf) {
     )
     .unwrap();
     fs::write(&pointer, format!("{SESSION}\n")).unwrap();
-    let log = sb.tmp.path().join("claude.log");
+    let log = sb.root().join("claude.log");
     (sb, pointer, log)
 }
 
@@ -58,7 +56,7 @@ fn runner(sb: &Sandbox, pointer: &Path, log: &Path, extra: &[&OsStr]) -> Command
         .env_clear()
         .env("HOME", &sb.home)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("CLAUDE", support("claude-print"))
+        .env("CLAUDE", stand_in("claude-print"))
         .env("KTR", KTR)
         .env("KTR_PREPARE", KTR_PREPARE)
         .env("FAKE_CLAUDE_LOG", log);
@@ -179,7 +177,7 @@ fn a_failed_rebuild_keeps_the_old_session() {
 #[test]
 fn a_fifo_feeds_prompts_across_writers() {
     let (sb, pointer, log) = pointer_sandbox();
-    let fifo = sb.tmp.path().join("prompts");
+    let fifo = sb.root().join("prompts");
     let mut runner = runner(&sb, &pointer, &log, &["--fifo".as_ref(), fifo.as_os_str()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

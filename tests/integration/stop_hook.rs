@@ -1,14 +1,13 @@
 //! The Stop hook (`ktr-stop`) and the `SessionStart` hook (`ktr-ack`) as
 //! Claude Code runs them: real binaries, stdin JSON, stand-in stages.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use common::Sandbox;
+use crate::support::OptionOrPanic;
+use crate::support::Sandbox;
 use ktr::pipeline::operation::{CandidateFile, Operation, Status};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -16,11 +15,12 @@ const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
 const QUIET: &str = "{\"suppressOutput\":true}\n";
 const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 
+#[track_caller]
 fn message(stdout: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(stdout).unwrap();
     v["systemMessage"]
         .as_str()
-        .unwrap_or_else(|| panic!("no systemMessage: {stdout}"))
+        .or_panic(|| format!("no systemMessage: {stdout}"))
         .to_string()
 }
 
@@ -197,7 +197,7 @@ fn a_session_bound_operation_ignores_other_sessions() {
 #[test]
 fn an_unbound_operation_ignores_sessions_of_other_projects() {
     let sandbox = Sandbox::new();
-    let elsewhere = sandbox.tmp.path().join("elsewhere");
+    let elsewhere = sandbox.root().join("elsewhere");
     fs::create_dir_all(&elsewhere).unwrap();
     let foreign = elsewhere.join(format!("{SESSION}.jsonl"));
     fs::write(&foreign, "{}\n").unwrap();
@@ -284,7 +284,7 @@ fn systemd_mode_starts_the_stage_in_its_own_scope() {
     let sandbox = Sandbox::new();
     sandbox.write_config("activation = \"systemd\"");
     std::os::unix::fs::symlink(
-        common::support("systemd-run"),
+        crate::support::stand_in("systemd-run"),
         sandbox.path_dir.join("systemd-run"),
     )
     .unwrap();

@@ -3,15 +3,14 @@
 //! source is byte-identical, a candidate that never ran is gone, and a new
 //! request then goes all the way through.
 
-mod common;
-
 use std::process::Command;
 
-use common::rig::{Rig, SRC};
+use crate::support::rig::{Rig, SRC};
 use ktr::pipeline::operation::Status;
 
 /// Kill the stage paused at `at` and check the recovery; then prove the
 /// next request works.
+#[track_caller]
 fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     let source_sha = rig.source_sha();
     rig.pause_at = Some(at.to_string());

@@ -2,15 +2,13 @@
 //! as a human runs it: the real binary in a sandbox (temp HOME, state and
 //! project dirs), operations driven with the library where a stage would.
 
-mod common;
-
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::Sandbox;
+use crate::support::{OptionOrPanic, ResultOrPanic};
+use crate::support::{Sandbox, tree};
 use ktr::fsutil::sha256_file;
 use ktr::pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
@@ -41,7 +39,7 @@ impl Ktr {
         cmd.env_clear()
             .env("HOME", &sandbox.home)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("TMPDIR", sandbox.tmp.path());
+            .env("TMPDIR", sandbox.root());
         Ktr { cmd }
     }
 
@@ -70,6 +68,7 @@ impl Ktr {
 }
 
 impl Run {
+    #[track_caller]
     fn code(self, code: i32) -> Run {
         assert_eq!(
             self.code, code,
@@ -79,6 +78,7 @@ impl Run {
         self
     }
 
+    #[track_caller]
     fn stdout_contains(self, text: &str) -> Run {
         assert!(
             self.stdout.contains(text),
@@ -88,6 +88,7 @@ impl Run {
         self
     }
 
+    #[track_caller]
     fn stderr_contains(self, text: &str) -> Run {
         assert!(
             self.stderr.contains(text),
@@ -97,9 +98,9 @@ impl Run {
         self
     }
 
+    #[track_caller]
     fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", self.stdout))
+        serde_json::from_str(&self.stdout).or_panic(|e| format!("not JSON ({e}):\n{}", self.stdout))
     }
 }
 
@@ -529,27 +530,6 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     path
 }
 
-/// Every path under the sandbox with a digest of each file.
-fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap().flatten() {
-            let p = e.path();
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                stack.push(p.clone());
-                out.insert(p, "dir".into());
-            } else if t.is_file() {
-                out.insert(p.clone(), sha256_file(&p).unwrap());
-            } else {
-                out.insert(p, "other".into());
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     use Status::*;
@@ -595,7 +575,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     p.created_at = "2020-03-01T00:00:00.000Z".into();
     put(&sb, &p);
 
-    let before = tree(sb.tmp.path());
+    let before = tree(sb.root());
     let dry = Ktr::new(&sb)
         .args(["prune", "--older-than", "30"])
         .run()
@@ -603,7 +583,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
         .stdout_contains("would delete operation")
         .stdout_contains("nothing deleted: run again with --yes")
         .stdout_contains(&failed_candidate.display().to_string());
-    assert_eq!(tree(sb.tmp.path()), before, "a dry run deletes nothing");
+    assert_eq!(tree(sb.root()), before, "a dry run deletes nothing");
     assert!(
         dry.stdout
             .contains(&format!("kept {} (pending)", pending.id))
@@ -615,18 +595,14 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
         .code(0)
         .json();
     assert_eq!(json["deleted"], false);
-    assert_eq!(
-        tree(sb.tmp.path()),
-        before,
-        "a JSON dry run deletes nothing"
-    );
+    assert_eq!(tree(sb.root()), before, "a JSON dry run deletes nothing");
 
     Ktr::new(&sb)
         .args(["prune", "--older-than", "30", "--yes"])
         .run()
         .code(0)
         .stdout_contains("deleted 5 operations");
-    let after = tree(sb.tmp.path());
+    let after = tree(sb.root());
     let gone: Vec<PathBuf> = before
         .keys()
         .filter(|p| !after.contains_key(*p))
@@ -673,7 +649,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
 fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     use Status::*;
     let sb = Sandbox::new();
-    let pointer = sb.tmp.path().join("pointer");
+    let pointer = sb.root().join("pointer");
     sb.write_config(&format!("resume_pointer_path = {pointer:?}"));
     let mut named = finished(&sb, &[Scheduled, Running, Failed], OLD);
     let named_candidate = with_candidate(&sb, &mut named, 1);
@@ -681,7 +657,7 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     fs::write(&pointer, format!("{sid}\n")).unwrap();
 
     // A record that claims a candidate outside project_dir.
-    let outside = sb.tmp.path().join("elsewhere.jsonl");
+    let outside = sb.root().join("elsewhere.jsonl");
     fs::write(&outside, "precious\n").unwrap();
     let mut forged = finished(&sb, &[Scheduled, Running, Failed], OLD);
     forged.candidate = Some(CandidateFile {
@@ -706,7 +682,7 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     )
     .unwrap();
     // An artifacts "dir" that is itself a symlink is left alone.
-    let decoy_dir = sb.tmp.path().join("decoy");
+    let decoy_dir = sb.root().join("decoy");
     fs::create_dir(&decoy_dir).unwrap();
     fs::write(decoy_dir.join("keep.txt"), "k").unwrap();
     let linked = finished(&sb, &[Cancelled], OLD);
@@ -732,11 +708,12 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
 // demo
 
 /// The `sandbox  <path>` line the demo prints first.
+#[track_caller]
 fn demo_sandbox(stdout: &str) -> PathBuf {
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix("sandbox     "))
-        .unwrap_or_else(|| panic!("no sandbox line:\n{stdout}"));
+        .or_panic(|| format!("no sandbox line:\n{stdout}"));
     PathBuf::from(line.trim())
 }
 
@@ -756,7 +733,7 @@ fn demo_runs_a_whole_rebuild_and_cleans_up() {
         .stdout_contains("unchanged: same sha256")
         .stdout_contains("demo finished: operation activated");
     let root = demo_sandbox(&run.stdout);
-    assert!(root.starts_with(sb.tmp.path()), "{}", root.display());
+    assert!(root.starts_with(sb.root()), "{}", root.display());
     assert!(!root.exists(), "the sandbox is removed without --keep");
     // The HOME it ran under is untouched: hooks and MCP went into the sandbox.
     assert!(!sb.home.join(".claude/settings.json").exists());
@@ -794,7 +771,7 @@ fn demo_keep_leaves_a_sandbox_the_cli_can_inspect() {
 fn demo_without_the_stages_says_so_and_keeps_the_evidence() {
     let sb = Sandbox::new();
     // ktr and ktr-stop alone: the Stop hook cannot start ktr-prepare.
-    let lonely = sb.tmp.path().join("lonely");
+    let lonely = sb.root().join("lonely");
     fs::create_dir(&lonely).unwrap();
     for bin in [KTR, env!("CARGO_BIN_EXE_ktr-stop")] {
         let name = Path::new(bin).file_name().unwrap();
@@ -805,7 +782,7 @@ fn demo_without_the_stages_says_so_and_keeps_the_evidence() {
         .env_clear()
         .env("HOME", &sb.home)
         .env("PATH", "/usr/bin:/bin")
-        .env("TMPDIR", sb.tmp.path())
+        .env("TMPDIR", sb.root())
         .output()
         .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
