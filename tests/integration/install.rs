@@ -19,7 +19,7 @@ fn wanted() -> Vec<Wanted> {
 }
 
 fn events() -> Vec<&'static str> {
-    vec!["Stop", "SessionStart"]
+    vec!["Stop", "UserPromptSubmit", "SessionStart"]
 }
 
 const OURS_ONLY: &str = r#"{
@@ -30,6 +30,17 @@ const OURS_ONLY: &str = r#"{
           {
             "type": "command",
             "command": "/opt/ktr/ktr-stop --config /home/u/.config/ktr/config.toml",
+            "timeout": 10
+          }
+        ]
+      }
+    ],
+    "UserPromptSubmit": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml",
             "timeout": 10
           }
         ]
@@ -52,7 +63,7 @@ const OURS_ONLY: &str = r#"{
 "#;
 
 #[test]
-fn absent_and_empty_files_get_exactly_our_two_hooks() {
+fn absent_and_empty_files_get_exactly_our_three_hooks() {
     assert_eq!(settings::merge(None, WHAT, &wanted()).unwrap(), OURS_ONLY);
     assert_eq!(
         settings::merge(Some(""), WHAT, &wanted()).unwrap(),
@@ -90,7 +101,7 @@ fn foreign_hooks_in_every_position_keep_their_place_and_content() {
       {"matcher": "startup", "hooks": [{"type": "command", "command": "load-memory.sh"}]},
       {"matcher": "resume", "hooks": [{"type": "command", "command": "echo resumed"}]}
     ],
-    "UserPromptSubmit": []
+    "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "remind.sh"}]}]
   },
   "zeta": true
 }"#;
@@ -140,7 +151,13 @@ fn foreign_hooks_in_every_position_keep_their_place_and_content() {
             "/opt/ktr/ktr-ack --config /home/u/.config/ktr/config.toml"
         ]
     );
-    assert_eq!(hooks.get("UserPromptSubmit"), Some(&Json::Array(vec![])));
+    assert_eq!(
+        commands("UserPromptSubmit"),
+        [
+            "remind.sh",
+            "/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml"
+        ]
+    );
     // And taking ours out gives the same document back.
     let back = settings::unmerge(Some(&merged), WHAT, &events()).unwrap();
     assert_eq!(Json::parse(&back).unwrap(), Json::parse(original).unwrap());
@@ -200,9 +217,14 @@ fn stale_paths_from_an_older_install_are_updated_in_place_not_duplicated() {
         .replace(
             "\"command\": \"/usr/local/bin/ktr-ack\"",
             "\"command\": \"/opt/ktr/ktr-ack --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10",
+        )
+        // The hook an older install did not have comes last.
+        .replace(
+            "      }\n    ]\n  }\n}\n",
+            "      }\n    ],\n    \"UserPromptSubmit\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10\n          }\n        ]\n      }\n    ]\n  }\n}\n",
         );
     assert_eq!(merged, expected);
-    assert_eq!(settings::find_ours(&merged).unwrap().len(), 2);
+    assert_eq!(settings::find_ours(&merged).unwrap().len(), 3);
 }
 
 #[test]
@@ -444,7 +466,7 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
     let (out, code) = h.install(&[]);
     assert_eq!(code, 0, "{out}");
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
-    for b in ["ktr", "ktr-stop", "ktr-ack", "ktr-mcp"] {
+    for b in ["ktr", "ktr-stop", "ktr-prompt", "ktr-ack", "ktr-mcp"] {
         let installed = h.prefix.join(b);
         assert_eq!(
             fs::read(&installed).unwrap(),
@@ -460,7 +482,7 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
     let merged = fs::read_to_string(&h.settings).unwrap();
     assert!(merged.contains("notify-send done"));
     let found = settings::find_ours(&merged).unwrap();
-    assert_eq!(found.len(), 2);
+    assert_eq!(found.len(), 3);
     for f in &found {
         assert!(Path::new(&f.path).starts_with(&h.prefix), "{f:?}");
         assert!(Path::new(&f.path).is_file());

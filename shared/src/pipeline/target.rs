@@ -20,6 +20,7 @@ use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
 use crate::ids::SessionId;
+use crate::pipeline::pane::Input;
 use crate::pipeline::process;
 
 /// How long an identity query or a tmux command may take.
@@ -110,6 +111,19 @@ impl Target {
                 .map(drop)
             }
             Target::Pointer(p) => write_pointer(&p.path, session_id),
+        }
+    }
+
+    /// What the human sees in the input area: tmux only (the other targets
+    /// have no screen; None).
+    pub fn input(&self) -> Result<Option<Input>> {
+        match self {
+            Target::Tmux(t) => {
+                let argv = t.argv(&["capture-pane", "-p", "-t", &t.target]);
+                let screen = process::run_checked(&argv, CONTROL_TIMEOUT)?;
+                Ok(Some(Input::of_screen(&screen)))
+            }
+            Target::Systemd(_) | Target::Pointer(_) => Ok(None),
         }
     }
 

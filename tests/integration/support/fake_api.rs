@@ -93,6 +93,8 @@ struct State {
     continuations: HashMap<String, Vec<Vec<Block>>>,
     log: Vec<Logged>,
     next_id: u64,
+    /// How long every conversation turn's reply is held back.
+    turn_delay: Duration,
 }
 
 /// The running fake API. Stops when dropped.
@@ -117,7 +119,9 @@ impl FakeApi {
             let state = Arc::clone(&state);
             thread::spawn(move || {
                 for request in server.incoming_requests() {
-                    serve(request, &state);
+                    // One thread per request: a delayed reply holds up no other.
+                    let state = Arc::clone(&state);
+                    thread::spawn(move || serve(request, &state));
                 }
             })
         };
@@ -139,6 +143,12 @@ impl FakeApi {
         let mut state = self.state.lock().unwrap();
         let old = std::mem::take(&mut state.rules);
         state.rules = rules.into_iter().chain(old).collect();
+    }
+
+    /// Hold every later conversation reply back for `delay` (the model
+    /// "thinks"); side calls and token counts are answered at once.
+    pub fn set_turn_delay(&self, delay: Duration) {
+        self.state.lock().unwrap().turn_delay = delay;
     }
 
     /// Every request so far.
@@ -229,18 +239,26 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
         body,
         at: Instant::now(),
     };
+    // Logged on arrival, so a test sees a request whose reply is delayed.
+    state.lock().unwrap().log.push(logged.clone());
     let response = if is_post && path.starts_with("/v1/messages/count_tokens") {
         // A rough, deterministic count: about four bytes per token.
         json_response(&json!({ "input_tokens": 1 + logged.messages_bytes() / 4 }))
     } else if is_post && path.starts_with("/v1/messages") {
-        let (id, blocks, tool_ids) = {
+        let (id, blocks, tool_ids, delay) = {
             let mut state = state.lock().unwrap();
             state.next_id += 1;
             let id = format!("msg_fake_{:06}", state.next_id);
             let (blocks, rest) = choose(&mut state, &logged);
             let tool_ids = register_tools(&mut state, &id, &blocks, rest);
-            (id, blocks, tool_ids)
+            let delay = if logged.is_turn() {
+                state.turn_delay
+            } else {
+                Duration::ZERO
+            };
+            (id, blocks, tool_ids, delay)
         };
+        thread::sleep(delay);
         if logged.body["stream"] == Value::Bool(true) {
             sse_response(&id, &logged, &blocks, &tool_ids)
         } else {
@@ -249,7 +267,6 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
     } else {
         json_response(&json!({}))
     };
-    state.lock().unwrap().log.push(logged);
     let _ = request.respond(response);
 }
 

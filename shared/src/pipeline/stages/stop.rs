@@ -18,6 +18,7 @@ use crate::ids::SessionId;
 use crate::pipeline::hook::{Invocation, Reply, StopInput};
 use crate::pipeline::operation::{Operation, Stage, Status, Store, Worker, locate_state_dir};
 use crate::pipeline::stages;
+use crate::time::now_rfc3339;
 
 /// `ktr-stop --help`.
 pub const HELP: &str = "ktr-stop: the Claude Code Stop hook of ktr.
@@ -36,6 +37,8 @@ pub fn stop(call: Invocation) -> Reply {
 }
 
 fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+    // A turn whose user record is newer than this began after this Stop.
+    let stopped_at = now_rfc3339();
     // Fast path: one small file, no config validation, no lock.
     let state_dir = locate_state_dir(config_arg)?;
     let Some((id, status)) = Store::at(&state_dir).active() else {
@@ -88,6 +91,9 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             op.session_id = Some(session.clone());
             op.transcript_path = Some(hook.transcript_path.clone());
         }
+        op.scheduled_at = Some(stopped_at.clone());
+        op.turn_started_at = None;
+        op.blocked_prompts.clear();
         let note = format!("Stop hook of session {session} started {name} (pid {pid})");
         tx.transition(&mut op, step.status, &note)?;
         Ok(Reply::Message(format!(
