@@ -383,6 +383,7 @@ fn hooks(config: &Config) -> Check {
     }
     let want = [
         ("Stop", None, "ktr-stop"),
+        ("UserPromptSubmit", None, "ktr-prompt"),
         ("SessionStart", Some("resume"), "ktr-ack"),
     ];
     for (event, matcher, program) in want {

@@ -146,9 +146,14 @@ impl StatusView {
 pub fn next_step(op: &Operation) -> String {
     let id = &op.id;
     match op.status {
-        Status::Pending => format!(
-            "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
-        ),
+        Status::Pending => match &op.deferred {
+            Some(why) => format!(
+                "not switched yet ({why}); waits for the end of the next reply (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+            None => format!(
+                "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+        },
         Status::Scheduled | Status::Running => {
             "ktr-prepare is freezing the source and writing the candidate".into()
         }

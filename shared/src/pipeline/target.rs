@@ -20,6 +20,7 @@ use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
 use crate::ids::SessionId;
+use crate::pipeline::pane::Input;
 use crate::pipeline::process::{self, ProcessId};
 
 /// How long an identity query or a tmux command may take.
@@ -194,6 +195,19 @@ impl Target {
                 t.respawn_argv(argv, &workdir, config)
             }
             Target::Systemd(_) | Target::Pointer(_) => self.switch(&ran.session, config),
+        }
+    }
+
+    /// What the human sees in the input area: tmux only (the other targets
+    /// have no screen; None).
+    pub fn input(&self) -> Result<Option<Input>> {
+        match self {
+            Target::Tmux(t) => {
+                let argv = t.argv(&["capture-pane", "-p", "-t", &t.target]);
+                let screen = process::run_checked(&argv, CONTROL_TIMEOUT)?;
+                Ok(Some(Input::of_screen(&screen)))
+            }
+            Target::Systemd(_) | Target::Pointer(_) => Ok(None),
         }
     }
 

@@ -157,6 +157,26 @@ pub struct Operation {
     /// RFC 3339 UTC: when prepare froze the source. Transcripts modified
     /// after this are competitors at activation.
     pub prepared_at: Option<String>,
+    /// RFC 3339 UTC: when the Stop hook that scheduled this attempt started.
+    /// A turn of the source session that began after it is never switched away.
+    pub scheduled_at: Option<String>,
+    /// RFC 3339 UTC: when `ktr-prompt` first saw a prompt of the source
+    /// session after the scheduling Stop (activation then defers).
+    pub turn_started_at: Option<String>,
+    /// Why the last attempt went back to `pending` instead of switching.
+    pub deferred: Option<String>,
+    /// Prompts `ktr-prompt` refused while the target was being switched;
+    /// the new session tells the human to send them again.
+    pub blocked_prompts: Vec<BlockedPrompt>,
+}
+
+/// A prompt refused by `ktr-prompt` during a switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedPrompt {
+    pub at: String,
+    pub session_id: String,
+    /// The prompt's first 200 characters.
+    pub text: String,
 }
 
 impl Default for Operation {
@@ -192,6 +212,10 @@ impl Default for Operation {
             backup: None,
             left_out: Vec::new(),
             prepared_at: None,
+            scheduled_at: None,
+            turn_started_at: None,
+            deferred: None,
+            blocked_prompts: Vec::new(),
         }
     }
 }

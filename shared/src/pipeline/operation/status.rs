@@ -106,6 +106,7 @@ impl Status {
     /// pending → scheduled → running → verifying → activating → activated
     /// scheduled → pending            (scheduling undone)
     /// verifying → pending            (source changed: retry from the fresh transcript)
+    /// activating → pending           (a turn or a draft: not switched, the next Stop prepares again)
     /// activating → rolled_back       (unhealthy, old session resumed)
     /// activated → rollback_pending → rollback_scheduled → rolling_back → rolled_back
     /// rollback_scheduled → rollback_pending   (scheduling undone)
@@ -126,7 +127,7 @@ impl Status {
                 | (Scheduled, Running | Pending)
                 | (Running, Verifying)
                 | (Verifying, Activating | Pending)
-                | (Activating, Activated | RolledBack)
+                | (Activating, Activated | RolledBack | Pending)
                 | (Activated, RollbackPending)
                 | (RollbackPending, RollbackScheduled)
                 | (

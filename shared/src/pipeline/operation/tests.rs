@@ -81,6 +81,7 @@ fn the_state_machine_has_exactly_the_documented_edges() {
         (Verifying, Activating),
         (Verifying, Pending),
         (Activating, Activated),
+        (Activating, Pending),
         (Activating, RolledBack),
         (Activated, RollbackPending),
         (RollbackPending, RollbackScheduled),

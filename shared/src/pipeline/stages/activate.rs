@@ -11,12 +11,20 @@ use super::{
 use crate::config::{Activation, Config, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
+use crate::pipeline::gate::turn_since_stop;
 use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate};
+use crate::pipeline::pane::Input;
 use crate::pipeline::target::Target;
 use crate::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
 const ACK_POLL: Duration = Duration::from_millis(100);
+/// How long activation waits with the gate up before its last look: a
+/// prompt's user record reaches the transcript 100–300 ms after the submit
+/// (measured, Claude Code 2.1.328 on a loaded machine), a queued prompt's
+/// soon after the Stop, and a prompt refused by the gate is back in the
+/// input line by then.
+const SETTLE: Duration = Duration::from_millis(600);
 
 /// Activate operation `id` (status `verifying`, verification passed).
 ///
@@ -41,8 +49,9 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             steps.say(format!(
                 "not switching: operation is {} ({})",
                 op.status,
-                op.error
+                op.deferred
                     .as_deref()
+                    .or(op.error.as_deref())
                     .unwrap_or("source changed after prepare")
             ));
             return Ok(Outcome::done(op));
@@ -52,8 +61,20 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             .as_ref()
             .map(|c| c.session_id.to_string())
             .unwrap_or_default();
-        steps.say(format!("checks passed; switching {target} to {new_id}"));
         pause_point(Stage::Activate, "checked");
+        // The gate is up (`activating`): ktr-prompt refuses new prompts of
+        // the source. Let a turn that began just before it show itself.
+        thread::sleep(SETTLE);
+        let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
+        if op.status != Status::Activating {
+            steps.say(format!(
+                "not switching: operation is {} ({})",
+                op.status,
+                op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
+            ));
+            return Ok(Outcome::done(op));
+        }
+        steps.say(format!("checks passed; switching {target} to {new_id}"));
         if let Err(e) = target.switch(&new_id, config) {
             let now = target.identity().ok();
             if now.is_some() && now == op.target_before {
@@ -175,6 +196,10 @@ fn compare_and_swap(
             return Ok(op);
         }
     };
+    if let Some(why) = turn_since_stop(&op, &source)? {
+        defer(tx, config, &mut op, &why)?;
+        return Ok(op);
+    }
     op.target_ran = Some(ran);
     tx.transition(
         &mut op,
@@ -182,6 +207,78 @@ fn compare_and_swap(
         "compare-and-swap checks passed",
     )?;
     Ok(op)
+}
+
+/// The last look before the switch, with the gate up (`activating`): the
+/// source is still the frozen one, no turn began since the scheduling Stop,
+/// and the pane shows neither a draft nor a running turn. Else back to
+/// `pending` (the target untouched).
+fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Activating)?;
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
+    if sha256_file(&source).ok() != op.source_sha256 {
+        source_changed(tx, config, &mut op)?;
+        return Ok(op);
+    }
+    let why = match turn_since_stop(&op, &source)? {
+        Some(why) => Some(why),
+        None => pane_busy(target),
+    };
+    if let Some(why) = why {
+        defer(tx, config, &mut op, &why)?;
+    }
+    Ok(op)
+}
+
+/// Why the pane must not be respawned now: the input line holds a draft,
+/// or a turn is running. None for an idle pane, a screen that is not
+/// Claude Code's input box (another program, a dialog: the turn checks
+/// still apply) and targets without a screen.
+fn pane_busy(target: &Target) -> Option<String> {
+    match target.input() {
+        Ok(None | Some(Input::Idle | Input::Unknown)) => None,
+        Ok(Some(Input::Draft(text))) => Some(format!(
+            "the input line holds a draft that was not sent ({} characters); it would be thrown away",
+            text.chars().count()
+        )),
+        Ok(Some(Input::Running)) => Some("the pane shows a running turn".into()),
+        Err(e) => Some(format!("cannot read the pane: {}", e.message)),
+    }
+}
+
+/// Not now: discard the candidate (it never ran) and go back to `pending`
+/// with the reason; the next Stop of the source prepares again. Unlike a
+/// changed source this never fails the operation: each retry needs a new
+/// turn, so it cannot loop on its own.
+fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Result<()> {
+    let discarded = reset_attempt(op, config)?;
+    op.deferred = Some(why.to_string());
+    let note = format!(
+        "not switched: {why}; candidate {} discarded; the next Stop prepares again",
+        discarded.map_or(String::new(), |p| p.display().to_string())
+    );
+    tx.transition(op, Status::Pending, &note)
+}
+
+/// Forget everything the discarded attempt produced.
+fn reset_attempt(op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
+    let discarded = discard_candidate(op, Some(&config.project_dir))?;
+    if let Some(backup) = op.backup.take() {
+        let _ = std::fs::remove_file(backup);
+    }
+    op.candidate = None;
+    op.verification = None;
+    op.manifest.clear();
+    op.left_out.clear();
+    op.stats = None;
+    op.source_sha256 = None;
+    op.prepared_at = None;
+    op.worker = None;
+    Ok(discarded)
 }
 
 /// New messages arrived after prepare: discard this candidate and go back
@@ -195,18 +292,7 @@ fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Resul
         );
         return fail_in(tx, op, &why, |_| {});
     }
-    let discarded = discard_candidate(op, Some(&config.project_dir))?;
-    if let Some(backup) = op.backup.take() {
-        let _ = std::fs::remove_file(backup);
-    }
-    op.candidate = None;
-    op.verification = None;
-    op.manifest.clear();
-    op.left_out.clear();
-    op.stats = None;
-    op.source_sha256 = None;
-    op.prepared_at = None;
-    op.worker = None;
+    let discarded = reset_attempt(op, config)?;
     let note = format!(
         "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
         op.attempts,

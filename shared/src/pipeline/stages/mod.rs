@@ -22,6 +22,7 @@ pub mod ack;
 mod activate;
 pub mod cli;
 mod prepare;
+pub mod prompt;
 mod rollback;
 pub mod stop;
 mod target_guard;
