@@ -3,6 +3,7 @@
 //! session id, also after `--resume`; `--session ID` overrides it.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use ktr::config::Config;
 use ktr::engine::plan;
@@ -13,6 +14,9 @@ use ktr::{Error, Result};
 
 /// The environment variable Claude Code gives its MCP servers.
 pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";
+
+/// How long a request waits for the served session's transcript to appear.
+const FIRST_WRITE: Duration = Duration::from_secs(3);
 
 /// The served session, if known.
 #[derive(Debug, Clone)]
@@ -91,7 +95,7 @@ impl Session {
     /// `project_dir` binds it). A known session elsewhere is refused: ktr
     /// would otherwise rebuild a session other than the one asking.
     pub fn binding(&self, config: &Config) -> Result<Option<String>> {
-        match (&self.id, self.in_project(config)) {
+        match (&self.id, self.in_project_soon(config)) {
             (None, _) => Ok(None),
             (Some(_), Some((id, _))) => Ok(Some(id)),
             (Some(id), None) => Err(Error::refused(format!(
@@ -117,6 +121,21 @@ impl Session {
             },
         };
         Ok(format!("{target}, which runs {}", running.describe()))
+    }
+
+    /// [`Session::in_project`], waiting up to [`FIRST_WRITE`] for the
+    /// transcript: Claude Code writes a new session's first records only
+    /// ~0.1 s after the prompt (more under load), and its model may call a
+    /// tool in the very first turn.
+    fn in_project_soon(&self, config: &Config) -> Option<(String, PathBuf)> {
+        let deadline = Instant::now() + FIRST_WRITE;
+        loop {
+            let found = self.in_project(config);
+            if found.is_some() || self.id.is_none() || Instant::now() >= deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn in_project(&self, config: &Config) -> Option<(String, PathBuf)> {

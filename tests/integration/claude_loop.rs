@@ -780,7 +780,27 @@ fn another_session_of_the_project_asking_through_mcp_is_refused_with_the_reason(
                 })
             })
         })
-        .unwrap_or_else(|| panic!("the model never saw the refusal\n{}", lp.diagnosis()));
+        .unwrap_or_else(|| {
+            let mut seen = String::new();
+            for r in lp.api.turns() {
+                for m in r.messages() {
+                    if m["role"] != "system" {
+                        let _ = std::fmt::Write::write_fmt(
+                            &mut seen,
+                            format_args!(
+                                "{}\n",
+                                &m.to_string().chars().take(600).collect::<String>()
+                            ),
+                        );
+                    }
+                }
+                seen.push_str("----\n");
+            }
+            panic!(
+                "the model never saw the refusal\nrequests:\n{seen}\n{}",
+                lp.diagnosis()
+            )
+        });
     let mut said = String::new();
     all_strings(&refused.body["messages"], &mut said);
     assert!(
