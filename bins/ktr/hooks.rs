@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use ktr::Error;
-use ktr::admin::settings::{self, Applied, Edit};
+use ktr::admin::settings::{self, Change, Edit};
 
 use crate::cli::HooksArgs;
 use crate::out;
@@ -42,16 +42,29 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
         });
         return Ok(0);
     }
+    let applied = edit.apply()?;
     let path = path.display();
-    out::print(&match edit.apply()? {
-        Applied::Unchanged => format!("{path} already up to date\n"),
-        Applied::Created => format!("created {path}\n"),
-        Applied::Updated { backup } => format!("updated {path} (backup: {})\n", backup.display()),
-        Applied::Restored { from } => format!(
-            "restored {path} to its bytes before install (from {}, now removed)\n",
+    let through = applied
+        .through_link
+        .as_ref()
+        .map(|t| {
+            format!(
+                " (a symlink: wrote its target {}, the link is kept)",
+                t.display()
+            )
+        })
+        .unwrap_or_default();
+    out::print(&match applied.change {
+        Change::Unchanged => format!("{path} already up to date\n"),
+        Change::Created => format!("created {path}{through}\n"),
+        Change::Updated { backup } => {
+            format!("updated {path}{through} (backup: {})\n", backup.display())
+        }
+        Change::Restored { from } => format!(
+            "restored {path}{through} to its bytes before install (from {}, now removed)\n",
             from.display()
         ),
-        Applied::Removed => format!("removed {path}: install had created it\n"),
+        Change::Removed => format!("removed {path}{through}: install had created it\n"),
     });
     Ok(0)
 }
