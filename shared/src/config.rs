@@ -58,11 +58,18 @@ pub struct Config {
     pub state_dir: PathBuf,
     pub activation: Activation,
     pub tmux_target: String,
+    /// The tmux server: `None` = the default one; a name (`tmux -L NAME`)
+    /// or a socket path (`tmux -S PATH`, contains a `/`).
+    pub tmux_socket: Option<String>,
     pub claude_workdir: PathBuf,
     pub verify_workdir_matches_project: bool,
     pub resume_command: Vec<String>,
     pub resume_env: BTreeMap<String, String>,
     pub systemd_unit: String,
+    /// `systemd_manager = "user"`: every systemctl / systemd-run call gets
+    /// `--user` (a unit of the user's own manager); `"system"` (default):
+    /// the system manager, which needs root (or a polkit rule).
+    pub systemd_user: bool,
     pub resume_pointer_path: PathBuf,
     pub systemd_restart_timeout_seconds: f64,
     pub dirty_budget_bytes: u64,
@@ -84,6 +91,8 @@ pub struct Config {
     pub stable_file_timeout_seconds: f64,
     pub healthcheck_seconds: f64,
     pub source_change_retries: u64,
+    /// A pending request older than this many hours expires (`expired`).
+    pub request_ttl_hours: f64,
 }
 
 /// Default poison pattern (SPEC §2).
@@ -97,11 +106,13 @@ const KEYS: &[&str] = &[
     "state_dir",
     "activation",
     "tmux_target",
+    "tmux_socket",
     "claude_workdir",
     "verify_workdir_matches_project",
     "resume_command",
     "resume_env",
     "systemd_unit",
+    "systemd_manager",
     "resume_pointer_path",
     "systemd_restart_timeout_seconds",
     "dirty_budget_bytes",
@@ -123,6 +134,7 @@ const KEYS: &[&str] = &[
     "stable_file_timeout_seconds",
     "healthcheck_seconds",
     "source_change_retries",
+    "request_ttl_hours",
 ];
 
 /// The documented range of a numeric key (README, Configuration; the
@@ -180,6 +192,10 @@ pub const RANGES: &[Range] = &[
         ..range("healthcheck_seconds", 5.0, 0.0, 3600.0)
     },
     range("source_change_retries", 2.0, 0.0, 100.0),
+    Range {
+        min_exclusive: true,
+        ..range("request_ttl_hours", 24.0, 0.0, 87_600.0)
+    },
 ];
 
 impl Range {
@@ -317,6 +333,20 @@ impl Config {
                 "must be non-empty and contain no control characters",
             ));
         }
+        let tmux_socket = keys.string("tmux_socket", "")?;
+        if tmux_socket.chars().any(char::is_control) {
+            return Err(Keys::rule(
+                "tmux_socket",
+                "must contain no control characters",
+            ));
+        }
+        let tmux_socket = (!tmux_socket.is_empty()).then(|| {
+            if tmux_socket.contains('/') {
+                expand_home(&tmux_socket, &home).display().to_string()
+            } else {
+                tmux_socket
+            }
+        });
         let claude_workdir = expand_home(&keys.string("claude_workdir", "~")?, &home);
         let resume_command = keys.resume_command()?;
         let resume_env = keys.string_map("resume_env")?;
@@ -324,6 +354,16 @@ impl Config {
         if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
             return Err(Keys::rule("systemd_unit", "must end in .service"));
         }
+        let systemd_user = match keys.string("systemd_manager", "system")?.as_str() {
+            "system" => false,
+            "user" => true,
+            other => {
+                return Err(Keys::rule(
+                    "systemd_manager",
+                    &format!("must be system or user (got {other:?})"),
+                ));
+            }
+        };
         let resume_pointer_path = expand_home(
             &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
             &home,
@@ -391,11 +431,13 @@ impl Config {
             state_dir,
             activation,
             tmux_target,
+            tmux_socket,
             claude_workdir,
             verify_workdir_matches_project: keys.boolean("verify_workdir_matches_project", true)?,
             resume_command,
             resume_env,
             systemd_unit,
+            systemd_user,
             resume_pointer_path,
             systemd_restart_timeout_seconds,
             dirty_budget_bytes: keys.integer("dirty_budget_bytes")?,
@@ -417,6 +459,7 @@ impl Config {
             stable_file_timeout_seconds,
             healthcheck_seconds,
             source_change_retries: keys.integer("source_change_retries")?,
+            request_ttl_hours: keys.seconds("request_ttl_hours")?,
         })
     }
 

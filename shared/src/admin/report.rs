@@ -3,13 +3,48 @@
 //! row per operation for the history table. Built from [`Operation`] only,
 //! so the CLI and the MCP server show the same facts.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::engine::plan::LeftOut;
+use crate::engine::turns::LeftOutReason;
 use crate::pipeline::operation::{Operation, Status, Transition, Worker};
 use crate::time::parse_rfc3339;
+
+/// How many records were left out for each reason (`local_command`,
+/// `compact_summary_dropped`, …), in name order.
+pub fn left_out_by_reason(left_out: &[LeftOut]) -> BTreeMap<String, usize> {
+    let mut by_reason = BTreeMap::new();
+    for l in left_out {
+        *by_reason.entry(reason_name(l.reason)).or_default() += 1;
+    }
+    by_reason
+}
+
+/// A reason's name as the JSON reports spell it (`local_command`, …).
+fn reason_name(reason: LeftOutReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}
+
+/// `2 records (1 compact_summary_dropped, 1 local_command)`, or `none`.
+pub fn left_out_summary(by_reason: &BTreeMap<String, usize>) -> String {
+    let total: usize = by_reason.values().sum();
+    if total == 0 {
+        return "none".into();
+    }
+    let parts: Vec<String> = by_reason.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    format!(
+        "{total} record{} ({})",
+        if total == 1 { "" } else { "s" },
+        parts.join(", ")
+    )
+}
 
 /// Everything `status` shows about one operation. The manifest is summarised
 /// by its length (it holds one entry per carried item and can be long).
@@ -37,6 +72,9 @@ pub struct StatusView {
     pub candidate_session_id: Option<String>,
     pub candidate_path: Option<PathBuf>,
     pub candidate_sha256: Option<String>,
+    /// The candidate file was discarded (a refused or failed switch never
+    /// ran it), so `candidate_path` no longer exists.
+    pub candidate_discarded: bool,
     pub source_sha256: Option<String>,
     /// The frozen 0600 copy of the source that the candidate was built from.
     pub backup: Option<PathBuf>,
@@ -45,10 +83,19 @@ pub struct StatusView {
     pub manifest_items: usize,
     /// Conversation records the plan did not carry (each with its reason).
     pub left_out_records: usize,
+    /// The same, counted by reason.
+    pub left_out_by_reason: BTreeMap<String, usize>,
     /// Whether ktr-verify passed (`verification.ok`), once it ran.
     pub verified: Option<bool>,
     pub target_before: Option<String>,
+    /// What the target ran right before the switch (the fallback and a
+    /// rollback restore it): session and command line.
+    pub target_ran: Option<String>,
     pub target_after: Option<String>,
+    /// What the target runs now (`ktr status` and the MCP status tool fill
+    /// it in by looking; None when not looked at or unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_now: Option<String>,
     /// ktr's estimate of the carried conversation (SPEC §6), without the
     /// fixed ~37k overhead of a fresh window.
     pub estimated_tokens: Option<u64>,
@@ -81,14 +128,27 @@ impl StatusView {
             candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
             candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
+            candidate_discarded: op
+                .candidate
+                .as_ref()
+                .is_some_and(|c| !matches!(op.status, Status::Activated) && !c.path.exists()),
             source_sha256: op.source_sha256.clone(),
             backup: op.backup.clone(),
             prepared_at: op.prepared_at.clone(),
             manifest_items: op.manifest.len(),
             left_out_records: op.left_out.len(),
+            left_out_by_reason: left_out_by_reason(&op.left_out),
             verified: op.verification.as_ref().map(|v| v.ok),
             target_before: op.target_before.clone(),
+            target_ran: op.target_ran.as_ref().map(|r| {
+                if r.argv.is_empty() {
+                    format!("session {}", r.session)
+                } else {
+                    format!("session {} ({})", r.session, r.argv.join(" "))
+                }
+            }),
             target_after: op.target_after.clone(),
+            target_now: None,
             estimated_tokens: op.estimated_tokens,
             context_tokens: op.context_tokens(),
             acked_at: op.ack.as_ref().map(|a| a.at.clone()),
@@ -97,13 +157,41 @@ impl StatusView {
     }
 }
 
+impl StatusView {
+    /// Look at what `target` runs now: fills `target_now` and, for a
+    /// pending request bound to a session the target does not run, says
+    /// so in `next` (it waits for a Stop that may never come).
+    #[must_use]
+    pub fn looking_at(mut self, target: &crate::pipeline::target::Target) -> StatusView {
+        let Ok(running) = target.running() else {
+            return self;
+        };
+        self.target_now = Some(format!("{target} runs {}", running.describe()));
+        let bound = self.session_id.as_deref();
+        if let (Status::Pending, Some(bound), Some(runs)) = (self.status, bound, &running.session)
+            && bound != runs
+        {
+            self.next = format!(
+                "bound to session {bound}, which has not stopped since {}: the target runs session {runs}; resume {bound} there, or cancel with `ktr cancel {} --confirm CANCEL` (requests expire after request_ttl_hours)",
+                self.created_at, self.id
+            );
+        }
+        self
+    }
+}
+
 /// One sentence: what happens next to `op`, or what a human can do.
 pub fn next_step(op: &Operation) -> String {
     let id = &op.id;
     match op.status {
-        Status::Pending => format!(
-            "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
-        ),
+        Status::Pending => match &op.deferred {
+            Some(why) => format!(
+                "not switched yet ({why}); waits for the end of the next reply (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+            None => format!(
+                "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+        },
         Status::Scheduled | Status::Running => {
             "ktr-prepare is freezing the source and writing the candidate".into()
         }
@@ -134,6 +222,9 @@ pub fn next_step(op: &Operation) -> String {
             "failed; the old session is untouched; fix the error and request again".into()
         }
         Status::RolledBack => "the old session runs again".into(),
+        Status::Expired => {
+            "expired: the bound session never stopped within request_ttl_hours; nothing was changed; request again from the session the target runs".into()
+        }
     }
 }
 
