@@ -1624,3 +1624,97 @@ fn two_compactions_are_crossed_and_both_summaries_dropped() {
     assert_eq!(r.count("compact_summaries_dropped"), 2);
     assert_eq!(r.count("compact_summaries_carried"), 0);
 }
+
+// ---------------------------------------------------------------------------
+// Fidelity: broken timestamps, slash names, command expansions, startup context
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_broken_timestamp_never_makes_a_stamp() {
+    // r1 "[trimmed for fixture]" (nothing parseable before it: no stamp),
+    // r3 "not a date" (→ r2's time), r5 none (→ r4's time), r7 its own.
+    let r = Plan::new("broken_timestamps").run_json();
+    let stamped = |n: u32, text: &str| user(&format!("[发生时间: {}]\n{text}", ts(n)));
+    assert_eq!(
+        r.carried(),
+        vec![
+            user("First question, sent with a trimmed timestamp."),
+            assistant("First answer."),
+            stamped(2, "Second question, garbage time."),
+            assistant("Second answer."),
+            stamped(4, "Third question, no timestamp field."),
+            assistant("Third answer."),
+            stamped(7, "Fourth question, a good time."),
+            assistant("Fourth answer."),
+        ]
+    );
+    assert_eq!(r.count("broken_timestamps"), 3);
+    assert_eq!(r.occurrences("trimmed for fixture"), 0);
+    assert_eq!(r.occurrences("not a date"), 0);
+    // Every line still carries a parseable timestamp.
+    for line in r.candidate() {
+        let ts = line["timestamp"].as_str().unwrap();
+        assert!(ts.starts_with("2026-03-01T10:00:0"), "{ts}");
+    }
+}
+
+const REMIND: &str = "Add this to the household reminder list and confirm in one line:";
+
+#[test]
+fn a_custom_command_is_carried_with_its_expansion_and_an_old_name_gets_its_slash() {
+    let r = Plan::new("command_expansions").config(NO_STAMPS).run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user(&format!("/remind water the plants\n\n{REMIND} water the plants")),
+            assistant("Added: water the plants."),
+            // `<command-name>remind` (older files) is carried as `/remind`
+            user(&format!("/remind buy milk\n\n{REMIND} buy milk")),
+            assistant("Added: buy milk."),
+            user("Thanks, that's all."),
+            assistant("You're welcome."),
+        ]
+    );
+    assert_eq!(r.count("command_expansions_carried"), 2);
+    // `/cost` had no reply (local), the caveat and the skill body are injections.
+    assert_eq!(r.not_speech("local_commands"), 1);
+    assert_eq!(r.not_speech("meta_injections"), 2);
+    assert_eq!(r.occurrences("A skill body nobody typed."), 0);
+}
+
+#[test]
+fn without_carry_command_expansions_only_the_command_is_carried() {
+    let r = Plan::new("command_expansions")
+        .config(NO_STAMPS)
+        .config("carry_command_expansions = false")
+        .run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user("/remind water the plants"),
+            assistant("Added: water the plants."),
+            user("/remind buy milk"),
+            assistant("Added: buy milk."),
+            user("Thanks, that's all."),
+            assistant("You're welcome."),
+        ]
+    );
+    assert_eq!(r.count("command_expansions_carried"), 0);
+    assert_eq!(r.not_speech("meta_injections"), 4);
+}
+
+#[test]
+fn a_stamped_command_with_its_expansion_survives_a_second_rebuild_unchanged() {
+    let first_jsonl = Plan::new("command_expansions").show_candidate();
+    let first: Vec<Item> = parse_jsonl(&String::from_utf8_lossy(&first_jsonl))
+        .iter()
+        .map(line_item)
+        .collect();
+    assert_eq!(
+        first[0].1,
+        format!("[发生时间: {}]\n/remind water the plants\n\n{REMIND} water the plants", ts(2))
+    );
+    let second = Plan::from_bytes(first_jsonl).run_json();
+    assert_eq!(second.carried(), first);
+    assert_eq!(second.occurrences(STAMP_PREFIX), 3);
+}

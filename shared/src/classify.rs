@@ -161,6 +161,9 @@ pub enum UserReading {
     Slash(String),
     /// A compaction summary (machine text).
     CompactSummary(String),
+    /// The expansion of a slash command (`isMeta` + `turnCompanion`), sent
+    /// to the model with the command's own record.
+    Expansion(String),
     /// Not speech.
     NotSpeech(NotSpeech),
 }
@@ -257,7 +260,20 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
                 injected_bytes: 0,
             };
         }
-        return not(NotSpeech::MetaInjection);
+        if record.turn_companion.0 == Some(true) && !raw_text.trim().is_empty() {
+            return UserRecord {
+                reading: UserReading::Expansion(raw_text.trim_end().to_string()),
+                raw_text,
+                had_reminder: false,
+                injected_bytes: 0,
+            };
+        }
+        return UserRecord {
+            reading: UserReading::NotSpeech(NotSpeech::MetaInjection),
+            had_reminder: raw_parts.iter().any(|p| strip_injected(p).had_reminder),
+            raw_text,
+            injected_bytes: 0,
+        };
     }
     if raw_text.trim_start().starts_with("<teammate-message") {
         return not(NotSpeech::TeammateMessage);

@@ -64,6 +64,12 @@ pub struct Report {
     pub unknown_attachment_types: BTreeMap<String, u64>,
     pub not_speech: NotSpeechCounts,
     pub elided_items: usize,
+    /// Slash commands carried with their expansion (`carry_command_expansions`).
+    pub command_expansions_carried: usize,
+    /// Carried turns whose first user record had a missing or unparseable
+    /// timestamp: stamped with the nearest parseable earlier time, or not
+    /// stamped (never with the broken text).
+    pub broken_timestamps: usize,
     pub poison_hits: usize,
     pub blocked_reason: Option<String>,
     pub ledger: ledger::Report,
@@ -179,6 +185,7 @@ pub fn build_from_reader<R: BufRead>(
     let opts = Options {
         reply_tool: &config.reply_tool_pattern,
         markers: &markers,
+        command_expansions: config.carry_command_expansions,
     };
     let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
     let history = history::select(&scan, config.history);
@@ -267,6 +274,8 @@ pub fn build_from_reader<R: BufRead>(
             ..scan.not_speech.clone()
         },
         elided_items: sel.elided_items,
+        broken_timestamps: sel.broken_timestamps,
+        command_expansions_carried: sel.command_expansions_carried,
         poison_hits: sel.poison_hits,
         blocked_reason: sel.blocked_reason.clone(),
         ledger,

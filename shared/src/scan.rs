@@ -65,6 +65,9 @@ pub enum Speech {
     Assistant(String),
     /// A compaction summary.
     Summary(String),
+    /// A slash command's expansion (`isMeta` + `turnCompanion`), carried
+    /// with the command it follows.
+    Expansion(String),
     /// Only injected elements including a `<system-reminder>` (a startup
     /// snapshot candidate when it comes before any speech).
     Injected,
@@ -82,6 +85,20 @@ pub struct Meta {
     pub git_branch: Option<String>,
     pub user_type: Option<String>,
     pub entrypoint: Option<String>,
+    /// The time a stamp may show: the record's own timestamp when it
+    /// parses, else the nearest parseable one before it in the file, else
+    /// none. A stamp is never built from anything else.
+    pub stamp_time: Option<String>,
+}
+
+impl Meta {
+    /// The record's own timestamp is missing or does not parse.
+    pub fn timestamp_broken(&self) -> bool {
+        !self
+            .timestamp
+            .as_deref()
+            .is_some_and(transcript::is_timestamp)
+    }
 }
 
 /// A record that holds speech (or a startup snapshot candidate).
@@ -151,6 +168,9 @@ impl Markers {
 pub struct Options<'a> {
     pub reply_tool: &'a Regex,
     pub markers: &'a Markers,
+    /// `carry_command_expansions`: read `turnCompanion` expansions as part
+    /// of the conversation instead of as meta injections.
+    pub command_expansions: bool,
 }
 
 /// Everything one pass learned about a transcript.
@@ -177,6 +197,8 @@ pub struct Scan {
     symbols: HashMap<Box<str>, Sym>,
     speech_uuids: HashSet<Sym>,
     seen_speech: bool,
+    /// The last parseable timestamp seen so far (file order).
+    last_timestamp: Option<String>,
 }
 
 const KNOWN_RECORD_TYPES: &[&str] = &[
@@ -350,6 +372,9 @@ impl Scan {
             }
         };
         self.node(number, r, role, event);
+        if let Some(ts) = r.timestamp.get().filter(|t| transcript::is_timestamp(t)) {
+            self.last_timestamp = Some(ts.to_string());
+        }
     }
 
     fn node(&mut self, number: usize, r: &Record<'_>, role: Role, event: Option<usize>) {
@@ -411,8 +436,13 @@ impl Scan {
         raw: &str,
         snapshot: Option<String>,
     ) -> usize {
+        let mut meta = meta(number, r);
+        meta.stamp_time = match meta.timestamp_broken() {
+            true => self.last_timestamp.clone(),
+            false => meta.timestamp.clone(),
+        };
         self.events.push(Event {
-            meta: meta(number, r),
+            meta,
             speech,
             source_sha256: hex(&Sha256::digest(raw.as_bytes())),
             snapshot,
@@ -458,6 +488,14 @@ impl Scan {
             UserReading::CompactSummary(text) => {
                 self.tally(Category::CompactSummary, content_len);
                 Speech::Summary(text)
+            }
+            UserReading::Expansion(text) if opts.command_expansions => {
+                self.conversation(text.len());
+                Speech::Expansion(text)
+            }
+            UserReading::Expansion(_) => {
+                self.not_speech(NotSpeech::MetaInjection, content_len, 0);
+                return None;
             }
             UserReading::NotSpeech(why) => {
                 self.not_speech(why, content_len, reading.injected_bytes);
@@ -606,7 +644,11 @@ impl Scan {
 
 fn speech_text(speech: &Speech) -> &str {
     match speech {
-        Speech::User(t) | Speech::Slash(t) | Speech::Assistant(t) | Speech::Summary(t) => t,
+        Speech::User(t)
+        | Speech::Slash(t)
+        | Speech::Assistant(t)
+        | Speech::Summary(t)
+        | Speech::Expansion(t) => t,
         Speech::Injected => "",
     }
 }
@@ -629,5 +671,6 @@ fn meta(number: usize, r: &Record<'_>) -> Meta {
         git_branch: own(&r.git_branch),
         user_type: own(&r.user_type),
         entrypoint: own(&r.entrypoint),
+        stamp_time: None,
     }
 }

@@ -214,6 +214,10 @@ pub struct Record<'a> {
     pub is_meta: Lenient<bool>,
     #[serde(default)]
     pub is_compact_summary: Lenient<bool>,
+    /// `turnCompanion: true`: a record Claude Code sends with the user's
+    /// message (a custom command's or skill's expansion).
+    #[serde(default)]
+    pub turn_companion: Lenient<bool>,
     #[serde(borrow, default)]
     pub timestamp: Lenient<Str<'a>>,
     #[serde(borrow, default)]

@@ -81,6 +81,11 @@ pub struct Selection {
     pub compact_summaries_carried: usize,
     pub local_commands: usize,
     pub elided_items: usize,
+    /// Stamped items whose own timestamp was missing or did not parse
+    /// (stamped with the nearest parseable earlier time, or not at all).
+    pub broken_timestamps: usize,
+    /// Slash commands carried with their expansion.
+    pub command_expansions_carried: usize,
     pub poison_hits: usize,
     pub estimated_tokens: u64,
     pub blocked_reason: Option<String>,
@@ -110,6 +115,8 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     let mut builder = Builder::default();
     let mut seen_speech = false;
     let mut pending_slash: Option<usize> = None;
+    // The expansion recorded right after the pending command, if any.
+    let mut pending_expansion: Option<usize> = None;
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
         let event = &events[e];
@@ -125,7 +132,13 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                     snapshot_done = true;
                 }
             }
+            Speech::Expansion(_) => {
+                if pending_slash.is_some() {
+                    pending_expansion = Some(e);
+                }
+            }
             Speech::User(text) => {
+                pending_expansion = None;
                 if let Some(s) = pending_slash.take() {
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
@@ -142,6 +155,7 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 seen_speech = true;
             }
             Speech::Slash(_) => {
+                pending_expansion = None;
                 if let Some(s) = pending_slash.replace(e) {
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
@@ -151,12 +165,14 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 if let Some(s) = pending_slash.take()
                     && let Speech::Slash(cmd) = &events[s].speech
                 {
-                    builder.user(Item::new(
-                        Role::User,
-                        ItemKind::SlashCommand,
-                        cmd.clone(),
-                        s,
-                    ));
+                    let mut text = cmd.clone();
+                    if let Some(Speech::Expansion(expansion)) =
+                        pending_expansion.take().map(|x| &events[x].speech)
+                    {
+                        text = format!("{text}\n\n{expansion}");
+                        sel.command_expansions_carried += 1;
+                    }
+                    builder.user(Item::new(Role::User, ItemKind::SlashCommand, text, s));
                 }
                 if builder.assistant(Item::new(
                     Role::Assistant,
@@ -203,7 +219,7 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     }
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     for turn in &mut turns {
-        finish_turn(turn, events, config, &markers, &mut sel.elided_items);
+        finish_turn(turn, events, config, &markers, &mut sel);
     }
     apply_cap(&mut turns, config, &mut sel);
     sel.poison_hits = poison_hits(&turns, &config.poison_pattern);
@@ -231,7 +247,7 @@ impl Item {
 }
 
 fn header(config: &Config, event: &Event) -> String {
-    let ts = event.meta.timestamp.as_deref().unwrap_or("");
+    let ts = event.meta.stamp_time.as_deref().unwrap_or("");
     config.startup_header_template.replace("{timestamp}", ts) + "\n"
 }
 
@@ -241,12 +257,12 @@ fn finish_turn(
     events: &[Event],
     config: &Config,
     markers: &Markers,
-    elided: &mut usize,
+    sel: &mut Selection,
 ) {
     if config.max_event_chars > 0 {
         for item in &mut turn.items {
             if elide(item, config.max_event_chars as usize) {
-                *elided += 1;
+                sel.elided_items += 1;
             }
         }
     }
@@ -259,10 +275,13 @@ fn finish_turn(
     if first.kind == ItemKind::StartupSnapshot || markers.carried_before(&first.text) {
         return;
     }
-    let ts = events[first.event].meta.timestamp.as_deref().unwrap_or("");
-    if ts.is_empty() {
-        return;
+    let meta = &events[first.event].meta;
+    if meta.timestamp_broken() {
+        sel.broken_timestamps += 1;
     }
+    let Some(ts) = meta.stamp_time.as_deref() else {
+        return;
+    };
     first.text = format!(
         "{}\n{}",
         config.stamp_template.replace("{timestamp}", ts),
