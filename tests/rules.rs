@@ -1718,3 +1718,89 @@ fn a_stamped_command_with_its_expansion_survives_a_second_rebuild_unchanged() {
     assert_eq!(second.carried(), first);
     assert_eq!(second.occurrences(STAMP_PREFIX), 3);
 }
+
+const PERSONA: &str = "PERSONA: You are Xiaoman, the household companion of the Lin family.";
+const MEMORY_INDEX: &str = "MEMORY INDEX: milk on Fridays; the cat is called Mochi.";
+
+fn context_item(text: &str) -> Item {
+    ("attachment".to_string(), text.to_string())
+}
+
+#[test]
+fn session_start_contexts_are_frozen_and_carried_once_as_attachments() {
+    let r = Plan::new("session_start_context").config(NO_STAMPS).run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            context_item(PERSONA),
+            context_item(MEMORY_INDEX),
+            user("Good morning."),
+            assistant("Morning! Take an umbrella."),
+            user("What is the cat called?"),
+            assistant("Mochi."),
+        ]
+    );
+    assert!(r.flag("startup_frozen"));
+    assert_eq!(r.count("startup_attachments"), 2);
+    assert_eq!(
+        r.string("startup_sha256"),
+        sha256_hex(format!("{PERSONA}\n\n{MEMORY_INDEX}").as_bytes())
+    );
+    // The attachment objects are the source's, verbatim.
+    let first = &r.candidate()[0];
+    assert_eq!(first["attachment"]["toolUseID"], "SessionStart");
+    assert_eq!(first["attachment"]["hookName"], "SessionStart");
+    assert!(first["parentUuid"].is_null());
+    // UserPromptSubmit contexts, hook output and a context recorded after
+    // speech began stay residue.
+    for residue in ["WEATHER", "PERSONA AGAIN", "hookSpecificOutput"] {
+        assert_eq!(r.occurrences(residue), 0, "{residue}");
+    }
+}
+
+#[test]
+fn without_freeze_session_start_contexts_stay_residue() {
+    let r = Plan::new("session_start_context")
+        .config(NO_STAMPS)
+        .config("freeze_startup_snapshot = false")
+        .run_json();
+    assert_eq!(r.carried().len(), 4);
+    assert!(!r.flag("startup_frozen"));
+    assert_eq!(r.occurrences("PERSONA"), 0);
+}
+
+#[test]
+fn rebuilding_a_rebuilt_session_carries_its_session_start_contexts_once() {
+    let first_jsonl = Plan::new("session_start_context").show_candidate();
+    let first: Vec<Item> = parse_jsonl(&String::from_utf8_lossy(&first_jsonl))
+        .iter()
+        .map(line_item)
+        .collect();
+    assert_eq!(first[0], context_item(PERSONA));
+    assert!(first[2].1.starts_with(STAMP_PREFIX), "{first:?}");
+    let second = Plan::from_bytes(first_jsonl.clone()).run_json();
+    assert_eq!(second.carried(), first);
+    assert_eq!(second.occurrences(PERSONA), 1);
+    assert_eq!(second.occurrences(STAMP_PREFIX), 2);
+    assert_eq!(second.count("startup_attachments"), 2);
+    let second_jsonl = Plan::from_bytes(first_jsonl).show_candidate();
+    let third = Plan::from_bytes(second_jsonl).run_json();
+    assert_eq!(third.carried(), first);
+}
+
+#[test]
+fn an_older_meta_record_with_a_reminder_is_the_startup_snapshot() {
+    let raw = "<system-reminder>\nAs you answer the user's questions, you can use the following context:\n# claudeMd\nAlways answer in English.\n</system-reminder>\n";
+    let r = Plan::new("startup_meta_reminder").config(NO_STAMPS).run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user(&format!("[续窗启动快照 · 冻结于 {}]\n{raw}", ts(1))),
+            user("Let's start."),
+            assistant("Started."),
+        ]
+    );
+    assert!(r.flag("startup_frozen"));
+    assert_eq!(r.string("startup_sha256"), sha256_hex(raw.as_bytes()));
+    assert_eq!(r.count("startup_attachments"), 0);
+}

@@ -8,7 +8,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::fsutil::sha256_hex;
-use crate::scan::Event;
+use crate::scan::{Event, Meta, Speech};
 use crate::transcript::is_timestamp;
 use crate::turns::{Item, ItemKind, Role, Turn};
 
@@ -84,6 +84,31 @@ struct LineOut<'a> {
     message: MessageOut<'a>,
 }
 
+/// A carried SessionStart context: the source's `attachment` object as it
+/// was, on a line of the new session.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AttachmentOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    uuid: &'a str,
+    parent_uuid: Option<&'a str>,
+    session_id: &'a str,
+    timestamp: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cwd: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    git_branch: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entrypoint: Option<&'a str>,
+    is_sidechain: bool,
+    attachment: &'a serde_json::value::RawValue,
+}
+
 #[derive(Serialize)]
 #[serde(untagged)]
 enum MessageOut<'a> {
@@ -106,33 +131,118 @@ struct TextBlock<'a> {
     text: &'a str,
 }
 
-/// Build the candidate for `turns` under `session_id`.
+/// Build the candidate for `turns` under `session_id`: the carried
+/// SessionStart contexts (`startup`, event indexes) first, then every item.
 pub fn build(
     turns: &[Turn],
+    startup: &[usize],
     events: &[Event],
     session_id: &str,
     earliest: Option<&str>,
 ) -> Candidate {
-    let mut lines = Vec::new();
-    let mut manifest = Vec::new();
-    let mut previous_uuid: Option<String> = None;
-    let mut previous_ts: String = earliest.unwrap_or(EPOCH).to_string();
-    for (position, item) in turns.iter().flat_map(|t| &t.items).enumerate() {
-        let event = &events[item.event];
-        let meta = &event.meta;
+    let mut out = Writer {
+        session_id,
+        lines: Vec::new(),
+        manifest: Vec::new(),
+        previous_uuid: None,
+        previous_ts: earliest.unwrap_or(EPOCH).to_string(),
+    };
+    for &e in startup {
+        let event = &events[e];
+        if let Speech::StartupContext { text, attachment } = &event.speech {
+            out.attachment(event, text, attachment);
+        }
+    }
+    for item in turns.iter().flat_map(|t| &t.items) {
+        out.item(item, &events[item.event]);
+    }
+    Candidate {
+        session_id: session_id.to_string(),
+        lines: out.lines,
+        manifest: out.manifest,
+    }
+}
+
+/// The candidate being written, line by line.
+struct Writer<'s> {
+    session_id: &'s str,
+    lines: Vec<String>,
+    manifest: Vec<ManifestEntry>,
+    previous_uuid: Option<String>,
+    previous_ts: String,
+}
+
+impl Writer<'_> {
+    /// The next line's uuid and timestamp.
+    fn next(&self, meta: &Meta) -> (String, String) {
         let source_uuid = meta
             .uuid
             .clone()
             .unwrap_or_else(|| format!("line-{}", meta.line));
+        let position = self.lines.len();
         let uuid = Uuid::new_v5(
             &ITEM_NAMESPACE,
-            format!("{session_id}:{position}:{source_uuid}").as_bytes(),
+            format!("{}:{position}:{source_uuid}", self.session_id).as_bytes(),
         )
         .to_string();
         let timestamp = match meta.timestamp.as_deref() {
             Some(ts) if is_timestamp(ts) => ts.to_string(),
-            _ => previous_ts.clone(),
+            _ => self.previous_ts.clone(),
         };
+        (uuid, timestamp)
+    }
+
+    fn push(&mut self, json: String, entry: ManifestEntry, timestamp: String) {
+        self.previous_uuid = Some(entry.uuid.clone());
+        self.manifest.push(entry);
+        self.lines.push(json);
+        self.previous_ts = timestamp;
+    }
+
+    fn entry(&self, event: &Event, role: &str, kind: &str, text: &str, uuid: &str) -> ManifestEntry {
+        let meta = &event.meta;
+        ManifestEntry {
+            position: self.lines.len(),
+            role: role.to_string(),
+            kind: kind.to_string(),
+            source_uuid: meta.uuid.clone(),
+            source_line: meta.line,
+            source_timestamp: meta.timestamp.clone(),
+            source_sha256: event.source_sha256.clone(),
+            carried_sha256: sha256_hex(text.as_bytes()),
+            uuid: uuid.to_string(),
+            elided_chars: 0,
+        }
+    }
+
+    fn attachment(&mut self, event: &Event, text: &str, attachment: &str) {
+        let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(attachment) else {
+            return; // the scan kept it from a parsed record: always valid JSON
+        };
+        let meta = &event.meta;
+        let (uuid, timestamp) = self.next(meta);
+        let line = AttachmentOut {
+            kind: "attachment",
+            uuid: &uuid,
+            parent_uuid: self.previous_uuid.as_deref(),
+            session_id: self.session_id,
+            timestamp: &timestamp,
+            cwd: meta.cwd.as_deref(),
+            version: meta.version.as_deref(),
+            git_branch: meta.git_branch.as_deref(),
+            user_type: meta.user_type.as_deref(),
+            entrypoint: meta.entrypoint.as_deref(),
+            is_sidechain: false,
+            attachment: raw,
+        };
+        let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
+        let entry = self.entry(event, "attachment", STARTUP_KIND, text, &uuid);
+        self.push(json, entry, timestamp);
+    }
+
+    fn item(&mut self, item: &Item, event: &Event) {
+        let meta = &event.meta;
+        let (uuid, timestamp) = self.next(meta);
         let message = match item.role {
             Role::User => MessageOut::User {
                 role: "user",
@@ -148,13 +258,10 @@ pub fn build(
             },
         };
         let line = LineOut {
-            kind: match item.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            },
+            kind: role_name(item),
             uuid: &uuid,
-            parent_uuid: previous_uuid.as_deref(),
-            session_id,
+            parent_uuid: self.previous_uuid.as_deref(),
+            session_id: self.session_id,
             timestamp: &timestamp,
             cwd: meta.cwd.as_deref(),
             version: meta.version.as_deref(),
@@ -166,28 +273,15 @@ pub fn build(
             message,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
-        manifest.push(ManifestEntry {
-            position,
-            role: role_name(item).to_string(),
-            kind: kind_name(item.kind).to_string(),
-            source_uuid: meta.uuid.clone(),
-            source_line: meta.line,
-            source_timestamp: meta.timestamp.clone(),
-            source_sha256: event.source_sha256.clone(),
-            carried_sha256: sha256_hex(item.text.as_bytes()),
-            uuid: uuid.clone(),
-            elided_chars: item.elided_chars,
-        });
-        lines.push(json);
-        previous_uuid = Some(uuid);
-        previous_ts = timestamp;
-    }
-    Candidate {
-        session_id: session_id.to_string(),
-        lines,
-        manifest,
+        let mut entry = self.entry(event, role_name(item), kind_name(item.kind), &item.text, &uuid);
+        entry.elided_chars = item.elided_chars;
+        self.push(json, entry, timestamp);
     }
 }
+
+/// The manifest kind of a startup snapshot (a header item or a carried
+/// SessionStart context).
+pub const STARTUP_KIND: &str = "startup_snapshot";
 
 fn role_name(item: &Item) -> &'static str {
     match item.role {
@@ -200,7 +294,7 @@ fn kind_name(kind: ItemKind) -> &'static str {
     match kind {
         ItemKind::Speech => "speech",
         ItemKind::SlashCommand => "slash_command",
-        ItemKind::StartupSnapshot => "startup_snapshot",
+        ItemKind::StartupSnapshot => STARTUP_KIND,
         ItemKind::CompactSummary => "compact_summary",
     }
 }

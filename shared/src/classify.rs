@@ -387,6 +387,29 @@ fn is_slash_command(text: &str) -> bool {
             .is_none_or(char::is_whitespace)
 }
 
+/// The text of a SessionStart hook's `hook_additional_context` attachment
+/// (Claude Code replays it on `--resume` as `SessionStart hook additional
+/// context: …`); `None` for every other attachment, including the
+/// per-prompt `UserPromptSubmit` contexts.
+pub fn session_start_context(attachment: &Attachment<'_>) -> Option<String> {
+    if attachment.kind() != "hook_additional_context"
+        || attachment.hook_event.get().map(AsRef::as_ref) != Some("SessionStart")
+    {
+        return None;
+    }
+    let raw = attachment.content?.get();
+    let text = match serde_json::from_str::<serde_json::Value>(raw).ok()? {
+        serde_json::Value::String(s) => s,
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.as_str().or_else(|| p["text"].as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    (!text.trim().is_empty()).then_some(text)
+}
+
 /// The reading of an assistant record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AssistantReading {

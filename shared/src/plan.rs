@@ -55,6 +55,9 @@ pub struct Report {
     pub estimated_tokens: u64,
     pub startup_frozen: bool,
     pub startup_sha256: Option<String>,
+    /// SessionStart hook contexts carried as attachment lines (the startup
+    /// snapshot of today's format), ahead of the first item.
+    pub startup_attachments: usize,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
     pub abandoned_branch_records: usize,
@@ -84,6 +87,8 @@ pub struct Report {
 pub struct Plan {
     pub report: Report,
     pub candidate: Candidate,
+    /// The frozen startup text (`startup_snapshot.txt`), if any.
+    pub startup_text: Option<String>,
 }
 
 impl Plan {
@@ -200,6 +205,7 @@ pub fn build_from_reader<R: BufRead>(
     };
     let candidate = carry::build(
         &sel.turns,
+        &sel.startup_context,
         &scan.events,
         &session_id,
         scan.earliest_timestamp.as_deref(),
@@ -262,6 +268,7 @@ pub fn build_from_reader<R: BufRead>(
         estimated_tokens: sel.estimated_tokens,
         startup_frozen: sel.startup_sha256.is_some(),
         startup_sha256: sel.startup_sha256.clone(),
+        startup_attachments: sel.startup_context.len(),
         compact_summaries_dropped: sel.compact_summaries_dropped,
         compact_summaries_carried: sel.compact_summaries_carried,
         abandoned_branch_records: history.abandoned.len(),
@@ -283,7 +290,11 @@ pub fn build_from_reader<R: BufRead>(
         last_carried: items.last().map(preview),
         left_out,
     };
-    Ok(Plan { report, candidate })
+    Ok(Plan {
+        report,
+        candidate,
+        startup_text: sel.startup_text,
+    })
 }
 
 fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {

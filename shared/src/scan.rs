@@ -68,6 +68,11 @@ pub enum Speech {
     /// A slash command's expansion (`isMeta` + `turnCompanion`), carried
     /// with the command it follows.
     Expansion(String),
+    /// A SessionStart hook's context recorded before any speech in the file
+    /// (the startup snapshot of today's format): its text and the raw
+    /// `attachment` object, carried verbatim so Claude Code renders it as
+    /// it did for the original.
+    StartupContext { text: String, attachment: String },
     /// Only injected elements including a `<system-reminder>` (a startup
     /// snapshot candidate when it comes before any speech).
     Injected,
@@ -623,6 +628,16 @@ impl Scan {
             self.tally(Category::Sidechain, raw.get().len());
             return None;
         }
+        if !self.seen_speech
+            && let Some(text) = classify::session_start_context(&attachment)
+        {
+            self.tally(Category::Attachment, raw.get().len());
+            let speech = Speech::StartupContext {
+                attachment: raw.get().to_string(),
+                text: text.clone(),
+            };
+            return Some(self.push_event(number, r, speech, &text, None));
+        }
         match classify::read_queued(&attachment) {
             Some(UserReading::Speech(text)) => {
                 self.conversation(text.len());
@@ -648,7 +663,8 @@ fn speech_text(speech: &Speech) -> &str {
         | Speech::Slash(t)
         | Speech::Assistant(t)
         | Speech::Summary(t)
-        | Speech::Expansion(t) => t,
+        | Speech::Expansion(t)
+        | Speech::StartupContext { text: t, .. } => t,
         Speech::Injected => "",
     }
 }

@@ -425,6 +425,12 @@ pub struct Attachment<'a> {
     pub command_mode: Lenient<Str<'a>>,
     #[serde(borrow, default)]
     pub prompt: Option<&'a RawValue>,
+    /// `hookEvent` of hook attachments (`SessionStart`, `UserPromptSubmit`…).
+    #[serde(borrow, default)]
+    pub hook_event: Lenient<Str<'a>>,
+    /// `content` of hook context attachments: a string or a list of strings.
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "lenient_origin")]
     pub origin: Option<Origin<'a>>,
 }

@@ -77,6 +77,11 @@ pub struct Selection {
     pub dropped_oldest_turns: usize,
     pub leading_assistant_turns: usize,
     pub startup_sha256: Option<String>,
+    /// The frozen startup text (`startup_snapshot.txt`).
+    pub startup_text: Option<String>,
+    /// Events of the SessionStart contexts carried as attachment lines
+    /// ahead of the first item (today's format of the startup snapshot).
+    pub startup_context: Vec<usize>,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
     pub local_commands: usize,
@@ -121,14 +126,25 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     for &e in order {
         let event = &events[e];
         match &event.speech {
+            Speech::StartupContext { text, .. } => {
+                // Every SessionStart context before the first speech (one
+                // per hook); it replaces the older reminder snapshot.
+                if !seen_speech && config.freeze_startup_snapshot {
+                    sel.startup_context.push(e);
+                    let frozen = sel.startup_text.get_or_insert_with(String::new);
+                    if !frozen.is_empty() {
+                        frozen.push_str("\n\n");
+                    }
+                    frozen.push_str(text);
+                    snapshot_done = true;
+                }
+            }
             Speech::Injected => {
                 if !seen_speech
                     && !snapshot_done
                     && let Some(raw) = &event.snapshot
                 {
-                    let text = header(config, event) + raw;
-                    sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
-                    builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
+                    freeze_reminder(&mut sel, &mut builder, config, e, event, raw);
                     snapshot_done = true;
                 }
             }
@@ -145,9 +161,7 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 }
                 match (&event.snapshot, seen_speech || snapshot_done) {
                     (Some(raw), false) => {
-                        let text = header(config, event) + raw;
-                        sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
-                        builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
+                        freeze_reminder(&mut sel, &mut builder, config, e, event, raw);
                         snapshot_done = true;
                     }
                     _ => builder.user(Item::new(Role::User, ItemKind::Speech, text.clone(), e)),
@@ -205,6 +219,12 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
         sel.local_commands += 1;
         sel.left_out.push((s, LeftOutReason::LocalCommand));
     }
+    if !sel.startup_context.is_empty() {
+        sel.startup_sha256 = sel
+            .startup_text
+            .as_deref()
+            .map(|t| crate::fsutil::sha256_hex(t.as_bytes()));
+    }
     let mut turns = builder.turns;
     sel.source_turns = turns.len();
     sel.open_tail = turns.last().is_some_and(|t| !t.has_assistant());
@@ -244,6 +264,22 @@ impl Item {
             elided_chars: 0,
         }
     }
+}
+
+/// Freeze an older file's startup record (raw text with its
+/// `<system-reminder>`) as the first item, under the startup header.
+fn freeze_reminder(
+    sel: &mut Selection,
+    builder: &mut Builder,
+    config: &Config,
+    e: usize,
+    event: &Event,
+    raw: &str,
+) {
+    let text = header(config, event) + raw;
+    sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
+    sel.startup_text = Some(text.clone());
+    builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
 }
 
 fn header(config: &Config, event: &Event) -> String {

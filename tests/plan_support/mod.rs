@@ -410,11 +410,24 @@ pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
 }
 
 /// `(role, text)` of one candidate line, checking its message shape (SPEC §7).
+/// A carried SessionStart context reads as `("attachment", its text)`.
 pub fn line_item(line: &Value) -> Item {
     let role = line["type"]
         .as_str()
         .unwrap_or_else(|| panic!("candidate line without type: {line}"))
         .to_string();
+    if role == "attachment" {
+        let a = &line["attachment"];
+        assert_eq!(a["type"], "hook_additional_context", "{line}");
+        assert_eq!(a["hookEvent"], "SessionStart", "{line}");
+        let parts: Vec<&str> = a["content"]
+            .as_array()
+            .unwrap_or_else(|| panic!("context content must be a list: {line}"))
+            .iter()
+            .map(|p| p.as_str().unwrap_or_else(|| panic!("not a string: {line}")))
+            .collect();
+        return (role, parts.join("\n"));
+    }
     let message = &line["message"];
     assert_eq!(
         message["role"], role,

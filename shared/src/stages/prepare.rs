@@ -82,7 +82,7 @@ pub fn prepare(
             plan.report.selected_turns, plan.report.carried_items, plan.report.estimated_tokens
         ));
         let artifacts = store.artifacts_dir(id)?;
-        if let Some(snapshot) = startup_snapshot(&plan) {
+        if let Some(snapshot) = &plan.startup_text {
             let path = artifacts.join("startup_snapshot.txt");
             write_atomic(&path, snapshot.as_bytes(), 0o600, Existing::Replace)?;
             steps.say(format!("startup snapshot frozen to {}", path.display()));
@@ -299,17 +299,6 @@ fn stats_of(plan: &Plan, source: &Path) -> serde_json::Value {
         map.insert("source_path".into(), source.display().to_string().into());
     }
     stats
-}
-
-/// The carried text of the frozen startup snapshot, if one was frozen.
-fn startup_snapshot(plan: &Plan) -> Option<String> {
-    let position = plan
-        .candidate
-        .manifest
-        .iter()
-        .position(|m| m.kind == "startup_snapshot")?;
-    let line: serde_json::Value = serde_json::from_str(plan.candidate.lines.get(position)?).ok()?;
-    line["message"]["content"].as_str().map(str::to_string)
 }
 
 /// Debug builds only: `KTR_TEST_CORRUPT_CANDIDATE=strip-timestamps` removes
