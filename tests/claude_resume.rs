@@ -49,16 +49,16 @@ struct Item {
     text: String,
 }
 
+/// The user and assistant items of a candidate (a carried SessionStart
+/// context reaches the model as system text; `claude_fidelity` checks it).
 fn candidate_items(lines: &[String]) -> Vec<Item> {
     lines
         .iter()
-        .map(|line| {
-            let v: Value = serde_json::from_str(line).unwrap();
-            let message = &v["message"];
-            Item {
-                role: v["type"].as_str().unwrap().to_string(),
-                text: message_texts(message).join(""),
-            }
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|v| v["type"] != "attachment")
+        .map(|v| Item {
+            role: v["type"].as_str().unwrap().to_string(),
+            text: message_texts(&v["message"]).join(""),
         })
         .collect()
 }
