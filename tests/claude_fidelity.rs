@@ -35,6 +35,9 @@ const WORKERS: usize = 2;
 /// Namespace of the fixed session ids of this test.
 const NS: uuid::Uuid = uuid::Uuid::from_u128(0x6b74_7200_f1de_4000_8000_0000_0000_0010);
 
+/// The start of ktr's default stamp.
+const STAMP: &str = "[发生时间: ";
+
 /// How Claude Code 2.1.328 renders a SessionStart hook context.
 const SESSION_START: &str = "SessionStart hook additional context: ";
 
@@ -105,6 +108,8 @@ struct Unit {
     kind: String,
     text: String,
     block: Value,
+    /// The message also holds a `tool_result` block.
+    beside_tool_result: bool,
 }
 
 /// The units of `request` before the probe's own text block.
@@ -117,6 +122,7 @@ fn history(request: &Logged, probe: &str) -> Vec<Unit> {
             Value::Array(b) => b.clone(),
             _ => Vec::new(),
         };
+        let beside_tool_result = blocks.iter().any(|b| b["type"] == "tool_result");
         for block in blocks {
             let kind = block["type"].as_str().unwrap_or("").to_string();
             let text = match kind.as_str() {
@@ -128,6 +134,7 @@ fn history(request: &Logged, probe: &str) -> Vec<Unit> {
                 kind,
                 text,
                 block,
+                beside_tool_result,
             });
         }
     }
@@ -151,6 +158,8 @@ struct SourceInfo {
     other_agent: bool,
     /// Every record with this text is a `<synthetic>` reply.
     synthetic: bool,
+    /// A `system` `local_command` record.
+    local_command: bool,
     line: usize,
 }
 
@@ -160,6 +169,12 @@ struct Source {
     assistant: HashMap<String, SourceInfo>,
     /// Line of the last compaction boundary (0 when none).
     last_boundary: usize,
+    /// The uuids Claude Code loads on `--resume`: the parent chain of the
+    /// last user or assistant record (it stops at a compaction boundary).
+    loaded: HashSet<String>,
+    /// SessionStart hook contexts recorded before the first user or
+    /// assistant record (this test's own reading): text and uuid.
+    session_start: Vec<(String, Option<String>)>,
 }
 
 fn read_source(path: &Path) -> Source {
@@ -167,7 +182,12 @@ fn read_source(path: &Path) -> Source {
         user: HashMap::new(),
         assistant: HashMap::new(),
         last_boundary: 0,
+        loaded: HashSet::new(),
+        session_start: Vec::new(),
     };
+    let mut spoken = false;
+    let mut parents: HashMap<String, Option<String>> = HashMap::new();
+    let mut leaf: Option<String> = None;
     let text = String::from_utf8_lossy(&fs::read(path).unwrap()).into_owned();
     for (n, line) in text.lines().enumerate() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
@@ -175,6 +195,41 @@ fn read_source(path: &Path) -> Source {
         };
         if v["type"] == "system" && v["subtype"] == "compact_boundary" {
             src.last_boundary = n + 1;
+        }
+        let a = &v["attachment"];
+        if !spoken && a["type"] == "hook_additional_context" && a["hookEvent"] == "SessionStart" {
+            let texts: Vec<&str> = match &a["content"] {
+                Value::Array(parts) => parts.iter().filter_map(Value::as_str).collect(),
+                Value::String(s) => vec![s.as_str()],
+                _ => Vec::new(),
+            };
+            let uuid = v["uuid"].as_str().map(str::to_string);
+            src.session_start.push((texts.join("\n"), uuid));
+        }
+        spoken |= matches!(v["type"].as_str(), Some("user" | "assistant"))
+            && v["isMeta"] != true
+            && v["isSidechain"] != true;
+        if let Some(uuid) = v["uuid"].as_str() {
+            parents.insert(
+                uuid.to_string(),
+                v["parentUuid"].as_str().map(str::to_string),
+            );
+            if matches!(v["type"].as_str(), Some("user" | "assistant")) && v["isSidechain"] != true
+            {
+                leaf = Some(uuid.to_string());
+            }
+        }
+        if v["type"] == "system" && v["subtype"] == "local_command" {
+            // Claude Code shows a local command's record to the model as user text.
+            if let Some(t) = v["content"].as_str() {
+                src.user
+                    .entry(t.trim_end().to_string())
+                    .or_insert(SourceInfo {
+                        local_command: true,
+                        line: n + 1,
+                        ..SourceInfo::default()
+                    });
+            }
         }
         let texts: Vec<String> = match &v["message"]["content"] {
             Value::String(s) => vec![s.clone()],
@@ -190,8 +245,10 @@ fn read_source(path: &Path) -> Source {
             Some("assistant") => &mut src.assistant,
             _ => continue,
         };
-        let other_agent = matches!(v["origin"]["kind"].as_str(), Some("task-notification" | "peer"))
-            || v["promptSource"] == "system";
+        let other_agent = matches!(
+            v["origin"]["kind"].as_str(),
+            Some("task-notification" | "peer")
+        ) || v["promptSource"] == "system";
         for t in texts {
             let key = t.trim_end().to_string();
             let teammate = t.trim_start().starts_with("<teammate-message");
@@ -210,6 +267,10 @@ fn read_source(path: &Path) -> Source {
             info.summary |= v["isCompactSummary"] == true;
             info.other_agent |= other_agent || teammate;
         }
+    }
+    let mut at = leaf;
+    while let Some(uuid) = at.filter(|u| src.loaded.insert(u.clone())) {
+        at = parents.get(&uuid).cloned().flatten();
     }
     src
 }
@@ -238,6 +299,13 @@ fn expected_user_text(text: &str) -> (String, Option<String>) {
             if rest.ends_with(&close)
                 && let Some(start) = rest.rfind(&format!("<{tag}"))
             {
+                let element = &rest[start..rest.len() - close.len()];
+                let inner = element.find('>').map_or("", |i| &element[i + 1..]);
+                match *tag {
+                    "command-name" => name = Some(inner.trim().to_string()),
+                    "command-args" => args = Some(inner.trim().to_string()),
+                    _ => {}
+                }
                 rest = rest[..start].trim_end();
             }
         }
@@ -246,7 +314,11 @@ fn expected_user_text(text: &str) -> (String, Option<String>) {
         }
     }
     let command = name.map(|n| {
-        let n = if n.starts_with('/') { n } else { format!("/{n}") };
+        let n = if n.starts_with('/') {
+            n
+        } else {
+            format!("/{n}")
+        };
         match args.as_deref() {
             Some(a) if !a.is_empty() => format!("{n} {a}"),
             _ => n,
@@ -293,10 +365,31 @@ impl Compare<'_> {
     }
 
     /// Find `text` of `role` in the rebuilt conversation at or after the
-    /// cursor; move the cursor past it.
+    /// cursor, preferring a unit that is exactly `text` (after a stamp);
+    /// move the cursor past it.
     fn find(&mut self, role: &str, text: &str) -> bool {
         let text = text.trim();
         if text.is_empty() {
+            return true;
+        }
+        let exact = (self.cursor.unit..self.rebuilt.len()).find(|&i| {
+            let unit = &self.rebuilt[i];
+            let own = unit.text.trim_end();
+            let unstamped = match own.starts_with(STAMP) {
+                true => own.split_once('\n').map_or("", |(_, rest)| rest),
+                false => own,
+            };
+            unit.role == role
+                && unit.kind == "text"
+                && (own == text || unstamped == text)
+                && (i > self.cursor.unit || self.cursor.offset == 0)
+        });
+        if let Some(i) = exact {
+            self.touched.insert(i);
+            self.cursor = Cursor {
+                unit: i,
+                offset: self.rebuilt[i].text.len(),
+            };
             return true;
         }
         let mut at = self.cursor;
@@ -365,17 +458,21 @@ fn compare(
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let contexts: Vec<String> = candidate
+    let loaded = |m: &ktr::carry::ManifestEntry| {
+        m.source_uuid
+            .as_ref()
+            .is_some_and(|u| src.loaded.contains(u))
+    };
+    // The source's SessionStart contexts (read here, not from the plan) and
+    // whether the original resume loads their records at all.
+    let contexts: Vec<(String, bool)> = src
+        .session_start
         .iter()
-        .filter(|l| l["type"] == "attachment")
-        .map(|l| {
-            let parts = l["attachment"]["content"].as_array().cloned();
-            let texts: Vec<String> = parts
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|p| p.as_str().map(str::to_string))
-                .collect();
-            texts.join("\n")
+        .map(|(text, uuid)| {
+            (
+                text.clone(),
+                uuid.as_ref().is_some_and(|u| src.loaded.contains(u)),
+            )
         })
         .collect();
     // An older file's startup record, carried under the startup header.
@@ -384,9 +481,11 @@ fn compare(
         .manifest
         .iter()
         .position(|m| m.kind == "startup_snapshot" && m.role == "user")
-        .and_then(|p| candidate[p]["message"]["content"].as_str())
-        .and_then(|t| t.split_once('\n'))
-        .map(|(_, raw)| raw.trim().to_string());
+        .and_then(|p| {
+            let text = candidate[p]["message"]["content"].as_str()?;
+            let (_, raw) = text.split_once('\n')?;
+            Some((raw.trim().to_string(), loaded(&plan.candidate.manifest[p])))
+        });
     row.original_texts = original.len();
     row.rebuilt_texts = rebuilt.len();
     let mut cmp = Compare {
@@ -398,7 +497,10 @@ fn compare(
     for unit in original {
         let text = unit.text.trim_end();
         match (unit.role.as_str(), unit.kind.as_str()) {
-            ("system", _) => cmp.residue("system: attachments and per-start context"),
+            ("system", _) => match queued_message(text) {
+                Some(words) => cmp.conversation("user", words, None),
+                None => cmp.residue("system: attachments and per-start context"),
+            },
             (_, "thinking" | "redacted_thinking") => cmp.residue("thinking"),
             (_, "image") => cmp.residue("image"),
             (_, "tool_use") => {
@@ -410,13 +512,10 @@ fn compare(
                     _ => cmp.residue("tool input"),
                 }
             }
-            (_, "tool_result") => {
-                let result = unit.block["content"].to_string();
-                match unit.block["is_error"] == true && result.contains("the user said:") {
-                    true => cmp.residue("tool result (rejection words checked by the rules)"),
-                    false => cmp.residue("tool result"),
-                }
-            }
+            (_, "tool_result") => match rejection_words(&unit.block) {
+                Some(words) => cmp.conversation("user", &words, None),
+                None => cmp.residue("tool result"),
+            },
             ("assistant", "text") => match src.assistant.get(text) {
                 Some(i) if i.sidechain => cmp.residue("sidechain record"),
                 Some(i) if i.synthetic => cmp.residue("synthetic reply"),
@@ -426,21 +525,56 @@ fn compare(
                     cmp.conversation("assistant", text, reason);
                 }
             },
-            ("user", "text") => user_text(&mut cmp, text, &src, &left_out, header_snapshot.as_deref()),
+            ("user", "text") => {
+                let header = header_snapshot.as_ref().map(|(raw, _)| raw.as_str());
+                user_text(&mut cmp, unit, &src, &left_out, header);
+            }
             (role, kind) => cmp.unexplained(format!("{role} {kind} block")),
         }
     }
-    startup_context(&mut cmp, original, &contexts, &header_snapshot, &src);
+    startup_context(&mut cmp, original, &contexts, header_snapshot.as_ref());
     rebuilt_extras(&mut cmp, plan, &candidate, &src);
+    carried_in_order(&mut cmp, &candidate);
+}
+
+/// Every carried user and assistant item reaches the model as its own
+/// text block, in the candidate's order (Claude Code ends every block of a
+/// merged user message but the last with a newline).
+fn carried_in_order(cmp: &mut Compare<'_>, candidate: &[Value]) {
+    let mut at = 0;
+    for line in candidate.iter().filter(|l| l["type"] != "attachment") {
+        let role = line["type"].as_str().unwrap_or("");
+        let text = match &line["message"]["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(b) => b[0]["text"].as_str().unwrap_or("").to_string(),
+            _ => String::new(),
+        };
+        let found = cmp.rebuilt[at..].iter().position(|u| {
+            u.role == role
+                && u.kind == "text"
+                && (u.text == text || u.text.strip_suffix('\n') == Some(&text))
+        });
+        match found {
+            Some(offset) => at += offset + 1,
+            None => {
+                let preview: String = text.chars().take(100).collect();
+                cmp.unexplained(format!(
+                    "carried {role} item not sent in order: {preview:?}"
+                ));
+                return;
+            }
+        }
+    }
 }
 
 fn user_text(
     cmp: &mut Compare<'_>,
-    text: &str,
+    unit: &Unit,
     src: &Source,
     left_out: &HashMap<usize, String>,
     header_snapshot: Option<&str>,
 ) {
+    let text = unit.text.trim_end();
     if header_snapshot == Some(text.trim()) {
         return; // checked by `startup_context`
     }
@@ -449,7 +583,12 @@ fn user_text(
         .as_ref()
         .and_then(|i| left_out.get(&i.line))
         .map(String::as_str);
+    if let Some(words) = queued_message(text) {
+        cmp.conversation("user", words, reason);
+        return;
+    }
     match info {
+        None if unit.beside_tool_result => cmp.residue("tool result"),
         None => {
             // Not from the transcript: an attachment Claude Code renders as
             // a reminder, or its own per-start context.
@@ -465,6 +604,7 @@ fn user_text(
                 )),
             }
         }
+        Some(i) if i.local_command => cmp.residue("local command"),
         Some(i) if i.sidechain => cmp.residue("sidechain record"),
         Some(i) if i.other_agent => cmp.residue("other agent or scheduled prompt"),
         Some(i) if i.summary && reason.is_some() => cmp.residue("compact summary"),
@@ -490,21 +630,51 @@ fn user_text(
     }
 }
 
-/// The startup context must be in both requests (once in the rebuilt).
+/// A message the user sent while the assistant was working, as Claude
+/// Code shows it (a queued input attachment).
+fn queued_message(text: &str) -> Option<&str> {
+    const HEAD: &str = "The user sent a new message while you were working:\n";
+    let at = text.find(HEAD)? + HEAD.len();
+    let rest = &text[at..];
+    let end = rest
+        .find("\n\nThis is how Claude Code surfaces")
+        .or_else(|| rest.find("\n\nIMPORTANT:"))
+        .unwrap_or(rest.len());
+    Some(rest[..end].trim())
+}
+
+/// The words typed when rejecting a tool call (`… the user said:\n<words>`).
+fn rejection_words(block: &Value) -> Option<String> {
+    if block["is_error"] != true {
+        return None;
+    }
+    let content = match &block["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    let (_, words) = content.split_once("the user said:\n")?;
+    Some(words.trim().to_string()).filter(|w| !w.is_empty())
+}
+
+/// The startup context must be in both requests (once in the rebuilt),
+/// unless the original resume does not load its record at all.
 fn startup_context(
     cmp: &mut Compare<'_>,
     original: &[Unit],
-    contexts: &[String],
-    header_snapshot: &Option<String>,
-    src: &Source,
+    contexts: &[(String, bool)],
+    header_snapshot: Option<&(String, bool)>,
 ) {
-    let mut shown = Vec::new();
-    for context in contexts {
+    let mut in_both = 0;
+    for (context, loaded) in contexts {
         let needle = format!("{SESSION_START}{context}");
         let count = |units: &[Unit]| {
             units
                 .iter()
-                .filter(|u| u.role == "system")
                 .map(|u| u.text.matches(&needle).count())
                 .sum::<usize>()
         };
@@ -514,7 +684,7 @@ fn startup_context(
                 "the rebuilt request shows the SessionStart context {in_rebuilt} times"
             ));
         }
-        if in_original == 0 && src.last_boundary == 0 {
+        if in_original == 0 && *loaded {
             cmp.unexplained("the original request lacks the SessionStart context".into());
         }
         let before_first_reply = |units: &[Unit]| {
@@ -522,31 +692,43 @@ fn startup_context(
             let reply = units.iter().position(|u| u.role == "assistant");
             at.is_some_and(|a| reply.is_none_or(|r| a < r))
         };
-        if in_original > 0 && !(before_first_reply(original) && before_first_reply(&cmp.rebuilt)) {
-            cmp.unexplained("the SessionStart context is not before the first reply in both".into());
+        if in_original > 0 {
+            in_both += 1;
+            if !(before_first_reply(original) && before_first_reply(&cmp.rebuilt)) {
+                cmp.unexplained(
+                    "the SessionStart context is not before the first reply in both".into(),
+                );
+            }
         }
-        shown.push(in_original);
     }
     cmp.row.startup = match (contexts.len(), header_snapshot) {
         (0, None) => "-".into(),
-        (0, Some(raw)) => {
-            let in_original = original.iter().any(|u| u.text.trim() == raw)
-                || src.user.get(raw.as_str()).is_some_and(|i| i.line < src.last_boundary);
-            let in_rebuilt = cmp.rebuilt.iter().filter(|u| u.text.contains(raw.as_str())).count();
-            if !in_original || in_rebuilt != 1 {
+        (0, Some((raw, loaded))) => {
+            let in_original = original.iter().any(|u| u.text.trim() == raw);
+            let in_rebuilt = cmp
+                .rebuilt
+                .iter()
+                .filter(|u| u.text.contains(raw.as_str()))
+                .count();
+            if (*loaded && !in_original) || in_rebuilt != 1 {
                 cmp.unexplained(format!(
                     "startup record: in the original {in_original}, in the rebuilt {in_rebuilt} times"
                 ));
             }
-            "reminder record".into()
+            match in_original {
+                true => "reminder record (both)".into(),
+                false => "reminder record (not loaded by orig)".into(),
+            }
         }
-        (n, _) => format!("{n} SessionStart ({} in orig)", shown.iter().filter(|c| **c > 0).count()),
+        (n, _) => format!("{n} SessionStart ({in_both} in both)"),
     };
 }
 
-/// Everything of the rebuilt conversation that no original text explained.
+/// Everything of the rebuilt conversation that no original text explained:
+/// it must come from a record the original resume does not load (before
+/// a compaction boundary, past a broken link), or be the startup header.
 fn rebuilt_extras(cmp: &mut Compare<'_>, plan: &Plan, candidate: &[Value], src: &Source) {
-    let carried: HashMap<String, usize> = candidate
+    let carried: HashMap<String, &ktr::carry::ManifestEntry> = candidate
         .iter()
         .zip(&plan.candidate.manifest)
         .filter_map(|(line, m)| {
@@ -555,76 +737,68 @@ fn rebuilt_extras(cmp: &mut Compare<'_>, plan: &Plan, candidate: &[Value], src: 
                 Value::Array(b) => b.first()?["text"].as_str()?.to_string(),
                 _ => return None,
             };
-            Some((text.trim_end().to_string(), m.source_line))
+            Some((text.trim_end().to_string(), m))
         })
         .collect();
-    let fallback = plan.report.history_mode == "file";
-    let mut extras = Vec::new();
+    let mut found = Vec::new();
     for (i, unit) in cmp.rebuilt.iter().enumerate() {
         if unit.kind != "text" {
-            extras.push(format!("a {} block in the rebuilt request", unit.kind));
+            found.push(Err(format!("a {} block in the rebuilt request", unit.kind)));
             continue;
         }
         if unit.role == "system" || cmp.touched.contains(&i) {
             continue;
         }
-        match carried.get(unit.text.trim_end()) {
-            Some(&line) if line < src.last_boundary || fallback => {
-                extras.push(String::new()); // before the boundary: the rebuild brings it back
+        let Some(m) = carried.get(unit.text.trim_end()) else {
+            continue; // not carried: Claude Code's own per-start context
+        };
+        let loaded = m
+            .source_uuid
+            .as_ref()
+            .is_some_and(|u| src.loaded.contains(u));
+        found.push(match (m.kind.as_str(), loaded) {
+            ("startup_snapshot", _) => Ok("rebuilt only: the startup header item"),
+            (_, false) if m.source_line < src.last_boundary => {
+                Ok("rebuilt only: before a compaction boundary")
             }
-            Some(_) if unit.text.starts_with("[续窗启动快照") => extras.push(String::new()),
-            Some(_) => extras.push(format!(
+            (_, false) => Ok("rebuilt only: not on the chain the original resume loads"),
+            (_, true) if plan.report.history_mode == "file" => {
+                Ok("rebuilt only: file order (the chain is ambiguous, history fallback)")
+            }
+            (_, true) => Err(format!(
                 "rebuilt {} text the original request lacks: {:?}",
                 unit.role,
                 unit.text.chars().take(100).collect::<String>()
             )),
-            None => extras.push("per-start".into()),
-        }
+        });
     }
-    for e in extras {
-        match e.as_str() {
-            "" => {
-                let why = match fallback {
-                    true => "rebuilt only: file order (the original's chain does not reach it)",
-                    false => "rebuilt only: before a compaction boundary",
-                };
-                *cmp.row.residue.entry(why.into()).or_default() += 1;
-            }
-            "per-start" => {}
-            _ => cmp.unexplained(e),
+    for f in found {
+        match f {
+            Ok(why) => cmp.residue(why),
+            Err(e) => cmp.unexplained(e),
         }
     }
 }
 
 /// Resume `session` with `probe`; the request the model got.
 fn resume(env: &ClaudeEnv, api: &FakeApi, session: &str, probe: &str) -> Result<Vec<Unit>, String> {
-    // TEMPORARY iteration cache
-    let cache = std::env::var_os("FID_CACHE").map(|d| PathBuf::from(d).join(format!("{session}.json")));
-    if let Some(c) = &cache && let Ok(b) = fs::read(c) {
-        let v: Vec<Value> = serde_json::from_slice(&b).unwrap();
-        return Ok(v.into_iter().map(|u| Unit { role: u["role"].as_str().unwrap().into(), kind: u["kind"].as_str().unwrap().into(), text: u["text"].as_str().unwrap().into(), block: u["block"].clone() }).collect());
-    }
-    let r = resume_real(env, api, session, probe);
-    if let (Some(c), Ok(units)) = (&cache, &r) {
-        let v: Vec<Value> = units.iter().map(|u| serde_json::json!({"role": u.role, "kind": u.kind, "text": u.text, "block": u.block})).collect();
-        fs::write(c, serde_json::to_vec(&v).unwrap()).unwrap();
-    }
-    r
-}
-
-fn resume_real(env: &ClaudeEnv, api: &FakeApi, session: &str, probe: &str) -> Result<Vec<Unit>, String> {
     let before = api.turns().len();
     let run = env.resume(session, probe);
     if !run.status.success() {
         return Err(format!(
             "claude --resume exited {}: {}",
             run.status,
-            run.stderr.lines().chain(run.stdout.lines()).last().unwrap_or("")
+            run.stderr
+                .lines()
+                .chain(run.stdout.lines())
+                .last()
+                .unwrap_or("")
         ));
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        if let Some(request) = api.turns()[before.min(api.turns().len())..]
+        let turns = api.turns();
+        if let Some(request) = turns[before.min(turns.len())..]
             .iter()
             .rev()
             .find(|r| last_user_text(r.messages()).contains(probe))
@@ -648,7 +822,12 @@ fn differential(env: &ClaudeEnv, api: &FakeApi, case: &Case) -> Row {
     let id = fixed_id(&format!("rebuilt:{}", case.name));
     let mut plan = plan::build(&config, &case.source, Some(&id)).unwrap();
     if plan.report.malformed_lines > 0 {
-        plan = plan::build(&config_for(env, "on_malformed_line = \"skip\""), &case.source, Some(&id)).unwrap();
+        plan = plan::build(
+            &config_for(env, "on_malformed_line = \"skip\""),
+            &case.source,
+            Some(&id),
+        )
+        .unwrap();
     }
     if let Some(why) = &plan.report.blocked_reason {
         row.status = format!("not planned: {why}");
@@ -658,7 +837,10 @@ fn differential(env: &ClaudeEnv, api: &FakeApi, case: &Case) -> Row {
     fs::create_dir_all(env.project_dir()).unwrap();
     fs::copy(&case.source, env.transcript(&original_id)).unwrap();
     fs::write(env.transcript(&id), plan.candidate.bytes()).unwrap();
-    let probe = format!("FIDELITY-PROBE {}: what did we talk about?", fixed_id(&case.name));
+    let probe = format!(
+        "FIDELITY-PROBE {}: what did we talk about?",
+        fixed_id(&case.name)
+    );
     let original = match resume(env, api, &original_id, &probe) {
         Ok(units) => units,
         Err(e) => {
@@ -670,7 +852,8 @@ fn differential(env: &ClaudeEnv, api: &FakeApi, case: &Case) -> Row {
         Ok(units) => units,
         Err(e) => {
             row.status = "compared".into();
-            row.unexplained.push(format!("the rebuilt candidate does not resume: {e}"));
+            row.unexplained
+                .push(format!("the rebuilt candidate does not resume: {e}"));
             return row;
         }
     };
@@ -740,16 +923,32 @@ fn the_rebuilt_window_shows_what_the_original_resume_shows_minus_residue() {
     rows.sort_by(|a, b| a.file.cmp(&b.file));
     print_table(&rows);
     let compared: Vec<&Row> = rows.iter().filter(|r| r.status == "compared").collect();
-    let bad: Vec<&Row> = compared.iter().copied().filter(|r| !r.unexplained.is_empty()).collect();
-    assert!(bad.is_empty(), "{} file(s) with unexplained differences", bad.len());
+    let bad: Vec<&Row> = compared
+        .iter()
+        .copied()
+        .filter(|r| !r.unexplained.is_empty())
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} file(s) with unexplained differences",
+        bad.len()
+    );
     // Every own fixture and most of the corpus must really be compared.
-    for own in ["session_start_context", "command_expansions", "broken_timestamps"] {
+    for own in [
+        "session_start_context",
+        "command_expansions",
+        "broken_timestamps",
+    ] {
         assert!(
             compared.iter().any(|r| r.file == format!("{own}.jsonl")),
             "{own} was not compared"
         );
     }
-    assert!(compared.len() >= 20, "only {} files compared", compared.len());
+    assert!(
+        compared.len() >= 20,
+        "only {} files compared",
+        compared.len()
+    );
 }
 
 /// Plan `source` into a candidate file `<dir>/<name>.jsonl`; its path.
@@ -783,9 +982,19 @@ fn a_rebuild_of_a_rebuild_shows_the_model_the_same_window() {
     fs::create_dir_all(env.project_dir()).unwrap();
     let config = config_for(&env, "");
     let dir = env.project_dir();
-    for fixture_name in ["session_start_context", "command_expansions", "startup_meta_reminder"] {
-        let (first, first_plan) = rebuild_into(&config, &fixture(fixture_name), &dir, &format!("first:{fixture_name}"));
-        let (_, second_plan) = rebuild_into(&config, &first, &dir, &format!("second:{fixture_name}"));
+    for fixture_name in [
+        "session_start_context",
+        "command_expansions",
+        "startup_meta_reminder",
+    ] {
+        let (first, first_plan) = rebuild_into(
+            &config,
+            &fixture(fixture_name),
+            &dir,
+            &format!("first:{fixture_name}"),
+        );
+        let (_, second_plan) =
+            rebuild_into(&config, &first, &dir, &format!("second:{fixture_name}"));
         assert_eq!(
             first_plan.report.startup_sha256, second_plan.report.startup_sha256,
             "{fixture_name}: the frozen startup text changed"
@@ -800,11 +1009,27 @@ fn a_rebuild_of_a_rebuild_shows_the_model_the_same_window() {
                 .filter(|(role, text)| !(role == "user" && text.starts_with("<system-reminder>")))
                 .collect()
         };
-        assert_eq!(own(&once), own(&twice), "{fixture_name}: the second rebuild differs");
+        assert_eq!(
+            own(&once),
+            own(&twice),
+            "{fixture_name}: the second rebuild differs"
+        );
         let all: String = texts(&twice).into_iter().map(|(_, t)| t + "\n").collect();
-        assert!(all.matches("[续窗启动快照").count() <= 1, "{fixture_name}: stacked header");
-        assert!(!all.contains("]\n[发生时间:"), "{fixture_name}: stacked stamps");
-        assert!(all.matches(SESSION_START).count() <= 2, "{fixture_name}: stacked contexts");
-        eprintln!("{fixture_name}: {} texts, identical after a second rebuild", own(&twice).len());
+        assert!(
+            all.matches("[续窗启动快照").count() <= 1,
+            "{fixture_name}: stacked header"
+        );
+        assert!(
+            !all.contains("]\n[发生时间:"),
+            "{fixture_name}: stacked stamps"
+        );
+        assert!(
+            all.matches(SESSION_START).count() <= 2,
+            "{fixture_name}: stacked contexts"
+        );
+        eprintln!(
+            "{fixture_name}: {} texts, identical after a second rebuild",
+            own(&twice).len()
+        );
     }
 }

@@ -273,7 +273,9 @@ fn check_line(line: &Value) -> Result<Item, String> {
             || parts.is_empty()
             || parts.iter().any(|p| !p.is_string())
         {
-            return Err(format!("attachment line is not a SessionStart context: {line}"));
+            return Err(format!(
+                "attachment line is not a SessionStart context: {line}"
+            ));
         }
         let texts: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
         return Ok(("attachment".to_string(), texts.join("\n")));

@@ -503,6 +503,12 @@ fn rebuilding_a_rebuilt_startup_snapshot_keeps_its_trailing_reminder() {
     assert_eq!(first[0], startup_item(STARTUP));
     let second = Plan::from_bytes(first_jsonl).run_json();
     assert_eq!(second.carried(), first);
+    // Still the startup snapshot, with the digest of the same raw text.
+    assert!(second.flag("startup_frozen"));
+    assert_eq!(
+        second.string("startup_sha256"),
+        sha256_hex(STARTUP.as_bytes())
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1666,7 +1672,9 @@ fn a_custom_command_is_carried_with_its_expansion_and_an_old_name_gets_its_slash
     assert_eq!(
         r.carried(),
         vec![
-            user(&format!("/remind water the plants\n\n{REMIND} water the plants")),
+            user(&format!(
+                "/remind water the plants\n\n{REMIND} water the plants"
+            )),
             assistant("Added: water the plants."),
             // `<command-name>remind` (older files) is carried as `/remind`
             user(&format!("/remind buy milk\n\n{REMIND} buy milk")),
@@ -1712,7 +1720,10 @@ fn a_stamped_command_with_its_expansion_survives_a_second_rebuild_unchanged() {
         .collect();
     assert_eq!(
         first[0].1,
-        format!("[发生时间: {}]\n/remind water the plants\n\n{REMIND} water the plants", ts(2))
+        format!(
+            "[发生时间: {}]\n/remind water the plants\n\n{REMIND} water the plants",
+            ts(2)
+        )
     );
     let second = Plan::from_bytes(first_jsonl).run_json();
     assert_eq!(second.carried(), first);
@@ -1728,7 +1739,9 @@ fn context_item(text: &str) -> Item {
 
 #[test]
 fn session_start_contexts_are_frozen_and_carried_once_as_attachments() {
-    let r = Plan::new("session_start_context").config(NO_STAMPS).run_json();
+    let r = Plan::new("session_start_context")
+        .config(NO_STAMPS)
+        .run_json();
     assert_eq!(
         r.carried(),
         vec![
@@ -1791,7 +1804,9 @@ fn rebuilding_a_rebuilt_session_carries_its_session_start_contexts_once() {
 #[test]
 fn an_older_meta_record_with_a_reminder_is_the_startup_snapshot() {
     let raw = "<system-reminder>\nAs you answer the user's questions, you can use the following context:\n# claudeMd\nAlways answer in English.\n</system-reminder>\n";
-    let r = Plan::new("startup_meta_reminder").config(NO_STAMPS).run_json();
+    let r = Plan::new("startup_meta_reminder")
+        .config(NO_STAMPS)
+        .run_json();
     assert_eq!(
         r.carried(),
         vec![

@@ -199,7 +199,14 @@ impl Writer<'_> {
         self.previous_ts = timestamp;
     }
 
-    fn entry(&self, event: &Event, role: &str, kind: &str, text: &str, uuid: &str) -> ManifestEntry {
+    fn entry(
+        &self,
+        event: &Event,
+        role: &str,
+        kind: &str,
+        text: &str,
+        uuid: &str,
+    ) -> ManifestEntry {
         let meta = &event.meta;
         ManifestEntry {
             position: self.lines.len(),
@@ -273,7 +280,13 @@ impl Writer<'_> {
             message,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
-        let mut entry = self.entry(event, role_name(item), kind_name(item.kind), &item.text, &uuid);
+        let mut entry = self.entry(
+            event,
+            role_name(item),
+            kind_name(item.kind),
+            &item.text,
+            &uuid,
+        );
         entry.elided_chars = item.elided_chars;
         self.push(json, entry, timestamp);
     }

@@ -156,6 +156,11 @@ impl Markers {
             header_prefix: hp.to_string(),
         }
     }
+    /// Whether `text` starts with the startup header.
+    pub fn is_header(&self, text: &str) -> bool {
+        !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix)
+    }
+
     /// Whether `text` already starts with a stamp or the startup header.
     pub fn carried_before(&self, text: &str) -> bool {
         let is_stamp = !self.stamp_prefix.is_empty()
@@ -163,9 +168,7 @@ impl Markers {
                 let head: String = rest.chars().take(64).collect();
                 self.stamp_suffix.is_empty() || head.contains(&self.stamp_suffix)
             });
-        let is_header =
-            !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix);
-        is_stamp || is_header
+        is_stamp || self.is_header(text)
     }
 }
 
@@ -471,9 +474,13 @@ impl Scan {
             && !r.meta()
             && opts.markers.carried_before(t)
         {
+            // A startup snapshot frozen by an earlier rebuild stays the
+            // startup snapshot (same digest), under the header once.
+            let snapshot = (!self.seen_speech && opts.markers.is_header(t))
+                .then(|| t.split_once('\n').map_or("", |(_, raw)| raw).to_string());
             self.conversation(t.len());
             self.seen_speech = true;
-            return Some(self.push_event(number, r, Speech::User(t.to_string()), t, None));
+            return Some(self.push_event(number, r, Speech::User(t.to_string()), t, snapshot));
         }
         let reading = classify::read_user(r);
         let content_len = r.message.content.byte_len();
