@@ -53,6 +53,7 @@ TELEGRAM_SOURCE = "plugin:telegram:telegram"
 REPLY_TOOL = "mcp__plugin_telegram_telegram__reply"
 BASE_EPOCH_MS = 1_793_520_000_000  # 2026-11-01T08:00:00Z; shifted per seed below
 TURN_GAP_MS = (20_000, 2_400_000)  # between a finished reply and the next prompt
+CHAT_TOOL_BYTES = 1500  # --mix chat: the occasional tool output stays small
 ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -355,9 +356,13 @@ class Writer:
 class SessionGenerator:
     """Produces one session, turn by turn, until the target size is reached."""
 
-    def __init__(self, seed: int, target_bytes: int, out):
+    def __init__(self, seed: int, target_bytes: int, out, mix: str = "tools", max_turns: int = 0,
+                 huge_bytes: int = 0):
         self.rng = random.Random(seed)
         self.target = target_bytes
+        self.mix = mix                # "tools" (residue-heavy) or "chat" (conversation-heavy)
+        self.max_turns = max_turns    # stop after this many turns instead of at target_bytes
+        self.huge_bytes = huge_bytes  # one typed prompt of about this many bytes (0: none)
         self.w = Writer(out)
         self.clock = Clock(self.rng, seed)
         self.pools = Pools(self.rng)
@@ -470,9 +475,19 @@ class SessionGenerator:
         self.attachment({"type": "hook_additional_context", "content": [ctx], "hookName": "SessionStart",
                          "toolUseID": "SessionStart", "hookEvent": "SessionStart"})
 
+    def huge_text(self) -> str:
+        """One very long typed message (pasted logs and chat), about ``huge_bytes`` bytes."""
+        parts, size = [], 0
+        while size < self.huge_bytes:
+            part = self.sentences(20, 40, True, True) + "\n" + "\n".join(self.rng.choices(self.pools.log, k=20))
+            parts.append(part)
+            size += len(part.encode()) + 2
+        self.huge_bytes = 0
+        return "\n\n".join(parts)
+
     def typed_prompt(self, first: bool) -> None:
         """queue-operation pair, file-history-snapshot, then the user record."""
-        text = self.user_text()
+        text = self.huge_text() if self.huge_bytes and not first else self.user_text()
         self.last_prompt = text
         self.file_only({"type": "queue-operation", "operation": "enqueue", "timestamp": self.clock.tick(*TURN_GAP_MS),
                         "sessionId": self.session_id, "content": text})
@@ -567,7 +582,7 @@ class SessionGenerator:
         ref = self.api_request()
         msg_id, req_id = self.new_message_id(), "req_011" + self.token(21)
         blocks = []
-        if self.rng.random() < 0.7:
+        if self.rng.random() < (0.2 if self.mix == "chat" else 0.7):
             thinking = self.rng.choice(THINKING_EN) if self.rng.random() < 0.2 else ""
             blocks.append({"type": "thinking", "thinking": thinking, "signature": self.signature()})
         if text:
@@ -698,16 +713,19 @@ class SessionGenerator:
         if first:
             self.session_start_hooks()
             self.skill_listing(initial=True)
-        steps = self.rng.choice((0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 8))
+        if self.mix == "chat":
+            steps = self.rng.choice((0, 0, 0, 0, 0, 0, 0, 0, 1, 1))
+        else:
+            steps = self.rng.choice((0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 8))
         for _ in range(steps):
-            remaining = max(2000, self.target - self.w.bytes)
+            remaining = CHAT_TOOL_BYTES if self.mix == "chat" else max(2000, self.target - self.w.bytes)
             ntools = self.rng.choice((1, 1, 1, 1, 2, 2, 3))
             text = self.assistant_text(final=False) if self.rng.random() < 0.35 else None
             calls = self.reply([self.random_tool() for _ in range(ntools)], text)
             self.tool_results(calls, remaining)
             if self.rng.random() < 0.04:
                 self.queued_channel_message()
-            if self.w.bytes >= self.target:
+            if self.w.bytes >= self.target and not self.max_turns:
                 break
         answer = self.assistant_text(final=True)
         if chat_msg is not None:
@@ -755,10 +773,16 @@ class SessionGenerator:
         self.skill_listing(initial=False)
         self.compacted = True
 
+    def more(self) -> bool:
+        if self.max_turns:
+            return self.turns < self.max_turns
+        return self.w.bytes < self.target
+
     def run(self) -> None:
         first = True
-        while first or self.w.bytes < self.target:
-            if not first and not self.compacted and self.w.bytes >= self.target // 2:
+        while first or self.more():
+            if (not first and not self.compacted and self.mix == "tools" and not self.max_turns
+                    and self.w.bytes >= self.target // 2):
                 self.compact()
             self.turn(first)
             first = False
@@ -769,13 +793,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-mb", type=float, default=100.0, help="target size in MB (10^6 bytes; default 100)")
     p.add_argument("--seed", type=int, default=1, help="RNG seed (default 1)")
     p.add_argument("--out", required=True, help="output path ('-' for stdout)")
+    p.add_argument("--mix", choices=("tools", "chat"), default="tools",
+                   help="tools: ~95%% tool results (default); chat: conversation-heavy, few small tool calls, no /compact")
+    p.add_argument("--turns", type=int, default=0, help="stop after this many turns (overrides --size-mb)")
+    p.add_argument("--huge-message-mb", type=float, default=0.0,
+                   help="one typed prompt (the second) of about this many MB")
     a = p.parse_args(argv)
-    if a.size_mb <= 0:
-        p.error("--size-mb must be > 0")
+    if a.size_mb <= 0 or a.turns < 0 or a.huge_message_mb < 0:
+        p.error("--size-mb must be > 0; --turns and --huge-message-mb must be >= 0")
     target = int(a.size_mb * MB)
     out = sys.stdout.buffer if a.out == "-" else open(a.out, "wb", buffering=1 << 20)
     try:
-        gen = SessionGenerator(a.seed, target, out)
+        gen = SessionGenerator(a.seed, target, out, a.mix, a.turns, int(a.huge_message_mb * MB))
         gen.run()
     finally:
         if out is not sys.stdout.buffer:

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use common::Sandbox;
 use ktr::fsutil::sha256_file;
-use ktr::operation::{Ack, Candidate, Operation, Status, Transition};
+use ktr::pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 
@@ -201,21 +201,26 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
     let old = store.request("first", "REBUILD", None).unwrap();
     store.cancel(&old.id, "CANCEL").unwrap();
     let op = store
-        .request("window 4 MB", "REBUILD", Some("src-session".into()))
+        .request("window 4 MB", "REBUILD", Some("src-session"))
         .unwrap();
     sb.walk(&op.id, &TO_ACTIVATED, |op| {
         op.attempts = 2;
         op.estimated_tokens = Some(11_800);
-        op.candidate = Some(Candidate {
-            session_id: "new-session".into(),
+        op.candidate = Some(CandidateFile {
+            session_id: ktr::ids::SessionId::parse("new-session").unwrap(),
             path: "/p/new-session.jsonl".into(),
             sha256: "ab".repeat(32),
         });
-        op.manifest = vec![serde_json::json!({"position": 0}); 7];
-        op.verification = Some(serde_json::json!({"ok": true}));
+        op.manifest = vec![manifest_entry(); 7];
+        op.verification = Some(
+            serde_json::from_value(
+                serde_json::json!({"ok": true, "at": "2026-11-29T08:00:00.000Z"}),
+            )
+            .unwrap(),
+        );
         op.ack = Some(Ack {
             at: "2026-11-29T08:00:00.000Z".into(),
-            session_id: "new-session".into(),
+            session_id: ktr::ids::SessionId::parse("new-session").unwrap(),
             context_tokens: Some(49_100),
         });
         op.target_before = Some("src-session".into());
@@ -330,10 +335,10 @@ fn a_dead_worker_is_failed_by_any_command_and_never_blocks() {
     sb.walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
     let path = sb.state.join(format!("operations/{}.json", op.id));
     let mut stored: Operation = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-    stored.worker = Some(ktr::operation::Worker {
+    stored.worker = Some(ktr::pipeline::operation::Worker {
         pid,
         start_time: 1,
-        stage: "prepare".into(),
+        stage: ktr::pipeline::operation::Stage::Prepare,
     });
     stored.updated_at = "2020-01-01T00:00:00.000Z".into();
     fs::write(&path, serde_json::to_vec(&stored).unwrap()).unwrap();
@@ -486,7 +491,10 @@ fn put(sb: &Sandbox, op: &Operation) {
 /// A finished operation with a history (`through` lists the statuses it
 /// reached), an artifacts dir holding a backup, updated at `updated_at`.
 fn finished(sb: &Sandbox, through: &[Status], updated_at: &str) -> Operation {
-    let mut op = Operation::new("old", Some("source-session".into()));
+    let mut op = Operation::new(
+        "old",
+        Some(ktr::ids::SessionId::parse("source-session").unwrap()),
+    );
     let mut from = Status::Pending;
     for to in through {
         op.history.push(Transition {
@@ -512,8 +520,8 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     let sid = format!("cccccccc-0000-4000-8000-00000000000{n}");
     let path = sb.project.join(format!("{sid}.jsonl"));
     fs::write(&path, format!("{{\"type\":\"user\",\"n\":{n}}}\n")).unwrap();
-    op.candidate = Some(Candidate {
-        session_id: sid,
+    op.candidate = Some(CandidateFile {
+        session_id: ktr::ids::SessionId::parse(&sid).unwrap(),
         sha256: sha256_file(&path).unwrap(),
         path: path.clone(),
     });
@@ -579,7 +587,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     let mut activated_new = finished(&sb, &TO_ACTIVATED, "2020-02-01T00:00:00.000Z");
     let activated_new_candidate = with_candidate(&sb, &mut activated_new, 5);
     // Recent and failed: too young.
-    let recent = finished(&sb, &[Scheduled, Failed], &ktr::operation::now_rfc3339());
+    let recent = finished(&sb, &[Scheduled, Failed], &ktr::time::now_rfc3339());
     // Old but still pending: never.
     let pending = sb.store().request("now", "REBUILD", None).unwrap();
     let mut p = sb.store().load(&pending.id).unwrap();
@@ -676,20 +684,20 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     let outside = sb.tmp.path().join("elsewhere.jsonl");
     fs::write(&outside, "precious\n").unwrap();
     let mut forged = finished(&sb, &[Scheduled, Running, Failed], OLD);
-    forged.candidate = Some(Candidate {
-        session_id: "elsewhere".into(),
+    forged.candidate = Some(CandidateFile {
+        session_id: ktr::ids::SessionId::parse("elsewhere").unwrap(),
         path: outside.clone(),
         sha256: sha256_file(&outside).unwrap(),
     });
     put(&sb, &forged);
-    // And one with a session id that tries to climb out.
+    // And one edited to a session id that tries to climb out: such a file
+    // does not even load (ids validate on deserialize), so prune keeps it.
     let mut climbing = finished(&sb, &[Scheduled, Running, Failed], OLD);
-    climbing.candidate = Some(Candidate {
-        session_id: "../../elsewhere".into(),
-        path: outside.clone(),
-        sha256: sha256_file(&outside).unwrap(),
-    });
-    put(&sb, &climbing);
+    climbing.candidate = forged.candidate.clone();
+    let mut raw = serde_json::to_value(&climbing).unwrap();
+    raw["candidate"]["session_id"] = "../../elsewhere".into();
+    let climbing_file = sb.state.join(format!("operations/{}.json", climbing.id));
+    fs::write(&climbing_file, serde_json::to_vec_pretty(&raw).unwrap()).unwrap();
 
     // Artifacts holding a symlink to something else: only the link goes.
     std::os::unix::fs::symlink(
@@ -712,8 +720,9 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
         .code(0)
         .stdout_contains("the resume pointer names it")
         .stdout_contains("is not a directory (a symlink?)")
-        .stdout_contains("deleted 4 operations");
+        .stdout_contains("deleted 3 operations");
     assert!(named_candidate.exists());
+    assert!(climbing_file.exists());
     assert_eq!(fs::read_to_string(&outside).unwrap(), "precious\n");
     assert!(decoy_dir.join("keep.txt").is_file());
     assert!(!sb.state.join("artifacts").join(&forged.id).exists());
@@ -811,4 +820,14 @@ fn demo_without_the_stages_says_so_and_keeps_the_evidence() {
     assert!(stdout.contains("sandbox kept"), "{stdout}");
     let root = demo_sandbox(&stdout);
     assert!(root.join("config.toml").is_file());
+}
+
+/// A manifest entry with placeholder values (its content is not looked at).
+fn manifest_entry() -> ktr::engine::ManifestEntry {
+    serde_json::from_value(serde_json::json!({
+        "position": 0, "role": "user", "kind": "speech", "source_uuid": null,
+        "source_line": 1, "source_timestamp": null, "source_sha256": "a",
+        "carried_sha256": "b", "uuid": "u"
+    }))
+    .unwrap()
 }

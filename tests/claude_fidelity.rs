@@ -24,9 +24,10 @@ use std::time::Duration;
 
 use claude::ClaudeEnv;
 use fake_api::{FakeApi, Logged, last_user_text};
-use ktr::classify::INJECTED_TAGS;
-use ktr::config::Config;
-use ktr::plan::{self, Plan};
+use ktr::engine::classify::INJECTED_TAGS;
+use ktr::config::{Config, HistoryMode};
+use ktr::engine::turns::{ItemKind, Role};
+use ktr::engine::plan::{self, Plan};
 use serde_json::Value;
 
 /// Files resumed at once (the machines have 2 cores).
@@ -450,7 +451,7 @@ fn compare(
         .report
         .left_out
         .iter()
-        .map(|l| (l.line, l.reason.clone()))
+        .map(|l| (l.line, format!("{:?}", l.reason)))
         .collect();
     let candidate: Vec<Value> = plan
         .candidate
@@ -458,7 +459,7 @@ fn compare(
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let loaded = |m: &ktr::carry::ManifestEntry| {
+    let loaded = |m: &ktr::engine::candidate::ManifestEntry| {
         m.source_uuid
             .as_ref()
             .is_some_and(|u| src.loaded.contains(u))
@@ -480,7 +481,7 @@ fn compare(
         .candidate
         .manifest
         .iter()
-        .position(|m| m.kind == "startup_snapshot" && m.role == "user")
+        .position(|m| m.kind == ItemKind::StartupSnapshot && m.role == Role::User)
         .and_then(|p| {
             let text = candidate[p]["message"]["content"].as_str()?;
             let (_, raw) = text.split_once('\n')?;
@@ -728,7 +729,7 @@ fn startup_context(
 /// it must come from a record the original resume does not load (before
 /// a compaction boundary, past a broken link), or be the startup header.
 fn rebuilt_extras(cmp: &mut Compare<'_>, plan: &Plan, candidate: &[Value], src: &Source) {
-    let carried: HashMap<String, &ktr::carry::ManifestEntry> = candidate
+    let carried: HashMap<String, &ktr::engine::candidate::ManifestEntry> = candidate
         .iter()
         .zip(&plan.candidate.manifest)
         .filter_map(|(line, m)| {
@@ -756,13 +757,13 @@ fn rebuilt_extras(cmp: &mut Compare<'_>, plan: &Plan, candidate: &[Value], src: 
             .source_uuid
             .as_ref()
             .is_some_and(|u| src.loaded.contains(u));
-        found.push(match (m.kind.as_str(), loaded) {
-            ("startup_snapshot", _) => Ok("rebuilt only: the startup header item"),
+        found.push(match (m.kind, loaded) {
+            (ItemKind::StartupSnapshot, _) => Ok("rebuilt only: the startup header item"),
             (_, false) if m.source_line < src.last_boundary => {
                 Ok("rebuilt only: before a compaction boundary")
             }
             (_, false) => Ok("rebuilt only: not on the chain the original resume loads"),
-            (_, true) if plan.report.history_mode == "file" => {
+            (_, true) if plan.report.history_mode == HistoryMode::File => {
                 Ok("rebuilt only: file order (the chain is ambiguous, history fallback)")
             }
             (_, true) => Err(format!(

@@ -1,6 +1,6 @@
 //! ktr's hooks as the real Claude Code CLI runs them: `ktr-stop` as the Stop
 //! hook schedules a pending operation with the session and transcript the
-//! CLI reports, and `ktr-ack` as the SessionStart hook records the CLI's
+//! CLI reports, and `ktr-ack` as the `SessionStart` hook records the CLI's
 //! own receipt (with `context_tokens`) when it resumes a rebuilt session.
 //! The next stages are stand-ins (`tests/support/fake-stage`) that only
 //! record their argv.
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use claude::ClaudeEnv;
 use fake_api::FakeApi;
 use ktr::config::Config;
-use ktr::operation::{Candidate, Status, Store};
+use ktr::pipeline::operation::{CandidateFile, Status, Store};
 use serde_json::json;
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -131,7 +131,7 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
                 .collect()
         })
         .unwrap();
-    assert!(argv.contains(&op.id), "{argv:?}");
+    assert!(argv.iter().any(|a| *a == op.id), "{argv:?}");
     assert!(
         argv.iter()
             .any(|a| a.ends_with(&format!("{source_id}.jsonl"))),
@@ -141,14 +141,14 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
     // Stand in for prepare/verify/activate: write the candidate and walk the
     // operation to `activating`; then the CLI resumes the candidate.
     let new_id = "5e55a0e0-0000-4000-8000-00000000e2e5";
-    let plan = ktr::plan::build(&config, &source, Some(new_id)).unwrap();
+    let plan = ktr::engine::plan::build(&config, &source, Some(new_id)).unwrap();
     let candidate = env.transcript(new_id);
     fs::write(&candidate, plan.candidate.bytes()).unwrap();
     store
         .with_lock(|tx| {
             let mut op = tx.load(&op.id)?;
-            op.candidate = Some(Candidate {
-                session_id: new_id.to_string(),
+            op.candidate = Some(CandidateFile {
+                session_id: ktr::ids::SessionId::parse(new_id).unwrap(),
                 path: candidate.clone(),
                 sha256: plan.candidate.sha256(),
             });

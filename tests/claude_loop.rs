@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 use claude::{ClaudeEnv, Tmux};
 use fake_api::{FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool};
 use ktr::fsutil::sha256_file;
-use ktr::operation::{Operation, Status, Store, parse_rfc3339};
+use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr::time::parse_rfc3339;
 use serde_json::{Value, json};
 
 /// One real CLI at a time.
@@ -237,13 +238,10 @@ impl Loop {
     /// Everything that explains a failure: the operation, the stages' log,
     /// the screen.
     fn diagnosis(&self) -> String {
-        let op = self
-            .store
-            .latest()
-            .ok()
-            .flatten()
-            .map(|op| serde_json::to_string_pretty(&op).unwrap_or_default())
-            .unwrap_or_else(|| "no operation".into());
+        let op = self.store.latest().ok().flatten().map_or_else(
+            || "no operation".into(),
+            |op| serde_json::to_string_pretty(&op).unwrap_or_default(),
+        );
         let log = fs::read_to_string(self.store.worker_log()).unwrap_or_default();
         let screen = Command::new("tmux")
             .args(["-L", &self.tmux.server.socket, "capture-pane", "-p", "-t"])
@@ -426,7 +424,9 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let Some(bin) = claude::claude_bin() else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = Instant::now();
     let lp = Loop::start(&bin, &[]);
     let pane_before = lp.tmux.pane_pid();
@@ -662,7 +662,9 @@ fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
     let Some(bin) = claude::claude_bin() else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = Instant::now();
     let lp = Loop::start(&bin, &[("KTR_TEST_CORRUPT_CANDIDATE", "strip-timestamps")]);
     let pane_before = lp.tmux.pane_pid();
@@ -682,10 +684,7 @@ fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
         error.contains("timestamp missing or not ISO-8601"),
         "{error}"
     );
-    assert_eq!(
-        op.verification.as_ref().map(|v| &v["ok"]),
-        Some(&json!(false))
-    );
+    assert_eq!(op.verification.as_ref().map(|v| v.ok), Some(false));
     assert!(
         !op.history.iter().any(|t| t.to == Status::Activating),
         "the target was touched: {}",

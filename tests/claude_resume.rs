@@ -17,8 +17,8 @@ use std::time::Duration;
 use claude::ClaudeEnv;
 use fake_api::{FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool};
 use ktr::config::Config;
-use ktr::plan;
-use ktr::verify::{self, Expected};
+use ktr::engine::conserve::{self, Expected};
+use ktr::engine::plan;
 use serde_json::{Value, json};
 
 /// Namespace for the fixed new session ids of these tests.
@@ -537,6 +537,7 @@ impl Fixture {
         }));
     }
 
+    #[allow(clippy::needless_pass_by_value)] // built inline with json!()
     fn assistant(&mut self, id: &str, blocks: Value) {
         self.push(json!({
             "type": "assistant",
@@ -714,7 +715,7 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
 
     // ktr's verification refuses it, even with its digest recorded as is.
     let digest = ktr::fsutil::sha256_file(&path).unwrap();
-    let err = verify::verify(
+    let err = conserve::check(
         &config,
         &backup,
         &path,

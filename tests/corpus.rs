@@ -23,7 +23,7 @@ fn corpus_dir() -> PathBuf {
 }
 
 /// Elements Claude Code injects into user text (SPEC §5).
-const INJECTED: &[&str] = ktr::classify::INJECTED_TAGS;
+const INJECTED: &[&str] = ktr::engine::classify::INJECTED_TAGS;
 
 /// Remove every complete injected element anywhere in the text (simpler and
 /// greedier than the selector's edge rule; good enough for counting).
@@ -165,7 +165,9 @@ fn collect_forbidden(record: &Value, out: &mut HashSet<String>) {
                 } else {
                     collect_strings(&block["input"], &mut strings);
                 }
-                strings.iter().for_each(|s| add(s));
+                for s in &strings {
+                    add(s);
+                }
             }
             _ => {}
         }
@@ -360,7 +362,7 @@ fn corpus_sweep() {
             .config("stamp_turns = false")
             .run();
         let mut exit = format!("{:?}", outcome.code.unwrap_or(-1));
-        if !matches!(outcome.code, Some(0) | Some(1)) {
+        if !matches!(outcome.code, Some(0 | 1)) {
             fail(format!(
                 "plan neither succeeded nor blocked:\n{}",
                 outcome.describe()
@@ -486,8 +488,7 @@ fn corpus_sweep() {
 
         let noise = report["ledger"]["noise_ratio"]
             .as_f64()
-            .map(|r| format!("{r:.3}"))
-            .unwrap_or_else(|| "-".into());
+            .map_or_else(|| "-".into(), |r| format!("{r:.3}"));
         rows.push(Row {
             file: name.clone(),
             exit,

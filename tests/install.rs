@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ktr::settings::{self, Edit, Json, Wanted};
+use ktr::admin::settings::{self, Edit, Json, Wanted};
 
 const WHAT: &str = "settings.json";
 
@@ -312,6 +312,7 @@ fn apply_keeps_the_mode_and_writes_a_timestamped_backup() {
 
 // ---- the install script ----
 
+#[allow(clippy::struct_field_names)] // a Home has a home dir
 struct Home {
     _tmp: tempfile::TempDir,
     home: PathBuf,

@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 
 use common::rig::{Rig, SRC};
-use ktr::operation::Status;
+use ktr::pipeline::operation::Status;
 
 /// Kill the stage paused at `at` and check the recovery; then prove the
 /// next request works.

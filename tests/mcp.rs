@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Sandbox;
-use ktr::operation::Status;
+use ktr::pipeline::operation::Status;
 use serde_json::{Value, json};
 
 const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
@@ -87,6 +87,7 @@ impl Client {
     }
 
     /// Send a request and return its `result` (panics on a protocol error).
+    #[allow(clippy::needless_pass_by_value)] // built inline with json!()
     fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
@@ -106,6 +107,7 @@ impl Client {
     }
 
     /// Call a tool; returns (isError, structured content or text).
+    #[allow(clippy::needless_pass_by_value)] // built inline with json!()
     fn call(&mut self, tool: &str, args: Value) -> (bool, Value) {
         let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
         let is_error = r["isError"].as_bool().unwrap_or(false);
@@ -171,9 +173,9 @@ fn handshake_names_the_server_and_lists_exactly_the_seven_tools() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    names.sort();
+    names.sort_unstable();
     let mut want = TOOLS.to_vec();
-    want.sort();
+    want.sort_unstable();
     assert_eq!(names, want);
     for tool in tools.as_array().unwrap() {
         let schema = &tool["inputSchema"];

@@ -10,10 +10,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use common::rig::{Kind, Rig, SRC};
-use ktr::carry::ManifestEntry;
+use ktr::engine::candidate::ManifestEntry;
+use ktr::engine::conserve::{Expected, check};
 use ktr::fsutil::sha256_hex;
-use ktr::operation::{Operation, Status};
-use ktr::verify::{Expected, verify};
+use ktr::pipeline::operation::{Operation, Status};
 
 use Status::*;
 
@@ -33,12 +33,8 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
         "claude read the candidate"
     );
     assert_eq!(fs::read(&candidate.path).unwrap(), read);
-    let manifest: Vec<ManifestEntry> = op
-        .manifest
-        .iter()
-        .map(|v| serde_json::from_value(v.clone()).unwrap())
-        .collect();
-    let report = verify(
+    let manifest: Vec<ManifestEntry> = op.manifest.clone();
+    let report = check(
         &rig.config(),
         op.backup.as_ref().unwrap(),
         &candidate.path,
@@ -103,13 +99,8 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
     assert_ne!(op.target_after, op.target_before);
     assert_eq!(op.attempts, 1);
     assert!(op.estimated_tokens.unwrap() > 0);
-    assert!(op.prepared_at.is_some() && op.verification.as_ref().unwrap()["ok"] == true);
-    assert!(
-        op.stats.as_ref().unwrap()["selected_turns"]
-            .as_u64()
-            .unwrap()
-            > 3
-    );
+    assert!(op.prepared_at.is_some() && op.verification.as_ref().unwrap().ok);
+    assert!(op.stats.as_ref().unwrap().selected_turns > 3);
     assert!(op.worker.is_none() && op.error.is_none());
     // Evidence: the frozen backup and the startup snapshot, private.
     let backup = op.backup.clone().unwrap();
@@ -143,7 +134,7 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
     assert!(log.contains("activated: tmux pane t:0.0"), "{log}");
 }
 
-/// Install `ktr-ack` as Claude Code's SessionStart hook in the sandbox.
+/// Install `ktr-ack` as Claude Code's `SessionStart` hook in the sandbox.
 fn install_ack_hook(rig: &Rig) {
     let settings = rig.sandbox.home.join(".claude/settings.json");
     let hook = serde_json::json!({"hooks": {"SessionStart": [{"matcher": "resume", "hooks": [
@@ -390,7 +381,7 @@ fn a_request_while_another_runs_names_it() {
     let op = rig.rebuild_paused_at("prepare:running");
     let err = rig.store().request("again", "REBUILD", None).unwrap_err();
     assert!(
-        err.message.contains(&op.id) && err.message.contains("is running"),
+        err.message.contains(op.id.as_str()) && err.message.contains("is running"),
         "{err}"
     );
     assert_eq!(err.exit_code(), 1);
@@ -409,7 +400,7 @@ fn a_tampered_candidate_fails_verification_and_is_discarded() {
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Failed);
     assert!(op.error.unwrap().starts_with("verification failed"));
-    assert_eq!(op.verification.unwrap()["ok"], false);
+    assert!(!op.verification.unwrap().ok);
     assert!(!candidate.path.exists(), "candidate discarded");
     assert_eq!(rig.resume_history(), [SRC]);
 }
@@ -442,7 +433,7 @@ fn a_poisoned_session_is_blocked_with_the_reason() {
     let op = rig.rebuild();
     assert_eq!(op.status, Failed);
     assert!(op.error.unwrap().contains("poisoned"));
-    assert!(op.stats.unwrap()["poison_hits"].as_u64().unwrap() >= 2);
+    assert!(op.stats.unwrap().poison_hits >= 2);
     assert_eq!(rig.transcripts(), [format!("{SRC}.jsonl")]);
     assert_eq!(rig.resume_history(), [SRC]);
 }
@@ -492,7 +483,7 @@ fn systemd_target_runs_every_stage_in_its_own_scope() {
         ]
         .map(String::from)
         .to_vec();
-        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv.extend(extra.iter().map(std::string::ToString::to_string));
         argv
     };
     let source = rig.source.to_string_lossy().into_owned();

@@ -89,12 +89,7 @@ fn render(records: &[(Shape, u8, usize, bool)]) -> Vec<u8> {
     for (i, (shape, link, pick, ts_ok)) in records.iter().enumerate() {
         let uuid = format!("00000000-0000-4000-8000-{i:012}");
         let parent = match link {
-            0 => uuids
-                .last()
-                .cloned()
-                .map(Value::String)
-                .unwrap_or(Value::Null),
-            1 => Value::Null,
+            0 => uuids.last().cloned().map_or(Value::Null, Value::String),
             2 if !uuids.is_empty() => Value::String(uuids[pick % uuids.len()].clone()),
             3 => Value::String("ffffffff-0000-4000-8000-000000000000".into()),
             _ => Value::Null,
@@ -207,8 +202,8 @@ proptest! {
         let source = dir.join("source.jsonl");
         std::fs::write(&source, render(&records)).unwrap();
         let config = config(&dir);
-        let plan = ktr::plan::build(&config, &source, Some(SESSION)).unwrap();
-        let again = ktr::plan::build(&config, &source, Some(SESSION)).unwrap();
+        let plan = ktr::engine::plan::build(&config, &source, Some(SESSION)).unwrap();
+        let again = ktr::engine::plan::build(&config, &source, Some(SESSION)).unwrap();
         prop_assert_eq!(plan.candidate.bytes(), again.candidate.bytes());
         prop_assert_eq!(plan.candidate.lines.len(), plan.candidate.manifest.len());
         let mut previous = Value::Null;
@@ -219,7 +214,7 @@ proptest! {
             prop_assert_eq!(&v["uuid"], &json!(entry.uuid));
             prop_assert_eq!(&v["parentUuid"], &previous);
             prop_assert_eq!(&v["sessionId"], &json!(SESSION));
-            prop_assert!(ktr::transcript::is_timestamp(v["timestamp"].as_str().unwrap()));
+            prop_assert!(ktr::engine::transcript::is_timestamp(v["timestamp"].as_str().unwrap()));
             prop_assert_eq!(&v["isSidechain"], &json!(false));
             prop_assert_eq!(&v["isMeta"], &json!(false));
             let content = &v["message"]["content"];
@@ -237,7 +232,7 @@ proptest! {
         let candidate = dir.join(format!("{SESSION}.jsonl"));
         std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
         let sha = ktr::fsutil::sha256_file(&candidate).unwrap();
-        let verified = ktr::verify::verify(&config, &source, &candidate, &ktr::verify::Expected {
+        let verified = ktr::engine::conserve::check(&config, &source, &candidate, &ktr::engine::conserve::Expected {
             session_id: SESSION,
             candidate_sha256: &sha,
             manifest: &plan.candidate.manifest,

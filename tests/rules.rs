@@ -949,7 +949,7 @@ fn candidate_lines_have_exactly_the_contract_shape() {
     let mut previous = Value::Null;
     for (i, line) in lines.iter().enumerate() {
         let obj = line.as_object().expect("line object");
-        let mut keys: Vec<&str> = obj.keys().map(|k| k.as_str()).collect();
+        let mut keys: Vec<&str> = obj.keys().map(std::string::String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
             keys,
@@ -986,7 +986,7 @@ fn candidate_lines_have_exactly_the_contract_shape() {
         assert_eq!(line["isSidechain"], false);
         assert_eq!(line["isMeta"], false);
         let message = line["message"].as_object().expect("message object");
-        let mut mkeys: Vec<&str> = message.keys().map(|k| k.as_str()).collect();
+        let mut mkeys: Vec<&str> = message.keys().map(std::string::String::as_str).collect();
         mkeys.sort_unstable();
         if line["type"] == "assistant" {
             assert_eq!(mkeys, vec!["content", "id", "role"], "line {i}");

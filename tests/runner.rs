@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{Sandbox, support, wait_for};
-use ktr::operation::Status;
+use ktr::pipeline::operation::Status;
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 const KTR_PREPARE: &str = env!("CARGO_BIN_EXE_ktr-prepare");

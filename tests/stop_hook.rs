@@ -1,4 +1,4 @@
-//! The Stop hook (`ktr-stop`) and the SessionStart hook (`ktr-ack`) as
+//! The Stop hook (`ktr-stop`) and the `SessionStart` hook (`ktr-ack`) as
 //! Claude Code runs them: real binaries, stdin JSON, stand-in stages.
 
 mod common;
@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use common::Sandbox;
-use ktr::operation::{Candidate, Operation, Status};
+use ktr::pipeline::operation::{CandidateFile, Operation, Status};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
 const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
@@ -148,7 +148,7 @@ fn pending_is_scheduled_and_prepare_started_detached() {
     );
     assert_eq!(op.transcript_path.as_deref(), Some(transcript.as_path()));
     let worker = op.worker.unwrap();
-    assert_eq!((worker.pid, worker.stage.as_str()), (*pid, "prepare"));
+    assert_eq!((worker.pid, worker.stage.name()), (*pid, "prepare"));
     assert_eq!(
         sandbox.store().active(),
         Some((op.id.clone(), Status::Scheduled))
@@ -174,7 +174,7 @@ fn a_session_bound_operation_ignores_other_sessions() {
     let other = sandbox.transcript(SESSION);
     let op = sandbox
         .store()
-        .request("big", "REBUILD", Some(mine.into()))
+        .request("big", "REBUILD", Some(mine))
         .unwrap();
     assert_eq!(
         sandbox.hook(STOP, &sandbox.stop_input(SESSION, &other)),
@@ -326,9 +326,9 @@ fn activated_operation(sandbox: &Sandbox, candidate: &str) -> Operation {
         &op.id,
         &[Scheduled, Running, Verifying, Activating, Activated],
         |op| {
-            op.session_id = Some(SESSION.into());
-            op.candidate = Some(Candidate {
-                session_id: candidate.into(),
+            op.session_id = Some(ktr::ids::SessionId::parse(SESSION).unwrap());
+            op.candidate = Some(CandidateFile {
+                session_id: ktr::ids::SessionId::parse(candidate).unwrap(),
                 path: PathBuf::from("/nowhere"),
                 sha256: "0".repeat(64),
             });

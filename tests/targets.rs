@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{Sandbox, TmuxServer, support, wait_for};
 use ktr::config::Config;
-use ktr::process;
-use ktr::target::{Pointer, Systemd, Target, Tmux};
+use ktr::pipeline::process;
+use ktr::pipeline::target::{Pointer, Systemd, Target, Tmux};
 
 const SESSION: &str = "0b7c9a4e-5d3f-4e21-9c8a-1f2e3d4c5b6a";
 
@@ -120,7 +120,7 @@ fn tmux_health_fails_when_the_pane_disappears() {
     target
         .switch(SESSION, &config(&sandbox, &record, "exit"))
         .unwrap();
-    assert!(target.health(SESSION, Duration::from_millis(1000)).is_err());
+    assert!(target.health(SESSION, Duration::from_secs(1)).is_err());
 }
 
 #[test]

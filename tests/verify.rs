@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use ktr::config::Config;
-use ktr::plan::{self, Plan};
-use ktr::verify::{self, Expected};
+use ktr::engine::conserve::{self, Expected};
+use ktr::engine::plan::{self, Plan};
 
 const SESSION: &str = "0b6f4c1e-2d3a-4b5c-8d9e-0f1a2b3c4d5e";
 
@@ -41,9 +41,9 @@ impl Sandbox {
         backup: &Path,
         candidate: &Path,
         plan: &Plan,
-    ) -> Result<verify::Report, ktr::Error> {
+    ) -> Result<conserve::ConservationCounts, ktr::Error> {
         let sha = ktr::fsutil::sha256_file(candidate).unwrap();
-        verify::verify(
+        conserve::check(
             &self.config,
             backup,
             candidate,
@@ -157,9 +157,10 @@ fn a_lost_turn_is_caught_by_conservation() {
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             let c = &v["message"]["content"];
-            c.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| c[0]["text"].as_str().unwrap().to_string())
+            c.as_str().map_or_else(
+                || c[0]["text"].as_str().unwrap().to_string(),
+                str::to_string,
+            )
         })
         .collect();
     let expected = Expected {
@@ -169,11 +170,11 @@ fn a_lost_turn_is_caught_by_conservation() {
         left_out: &plan.report.left_out,
     };
     let whole =
-        verify::conserve(&backup, &texts, &expected, &sb.config.reply_tool_pattern).unwrap();
+        conserve::conserve(&backup, &texts, &expected, &sb.config.reply_tool_pattern).unwrap();
     assert!(whole.checked >= 15);
     let lost = texts.remove(texts.len() / 2);
     let err =
-        verify::conserve(&backup, &texts, &expected, &sb.config.reply_tool_pattern).unwrap_err();
+        conserve::conserve(&backup, &texts, &expected, &sb.config.reply_tool_pattern).unwrap_err();
     assert!(
         err.message.contains("conservation"),
         "{} (lost {lost:?})",

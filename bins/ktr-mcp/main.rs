@@ -86,7 +86,7 @@ fn parse_args() -> Result<Args, String> {
                 let id = value(&mut parser)?
                     .into_string()
                     .map_err(|_| "--session must be UTF-8".to_string())?;
-                ktr::operation::validate_session_id(&id).map_err(|e| e.message)?;
+                ktr::ids::SessionId::parse(&id).map_err(|e| e.message)?;
                 args.session = Some(id);
             }
             Short('h') | Long("help") => {

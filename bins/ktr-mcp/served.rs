@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use ktr::config::Config;
-use ktr::operation::validate_session_id;
-use ktr::{Error, Result, plan};
+use ktr::engine::plan;
+use ktr::ids::SessionId;
+use ktr::{Error, Result};
 
 /// The environment variable Claude Code gives its MCP servers.
 pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";
@@ -35,7 +36,7 @@ impl Session {
             };
         }
         match std::env::var(SESSION_ENV) {
-            Ok(id) if validate_session_id(&id).is_ok() => Session {
+            Ok(id) if SessionId::parse(&id).is_ok() => Session {
                 id: Some(id),
                 origin: SESSION_ENV,
             },

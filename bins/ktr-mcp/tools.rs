@@ -14,11 +14,13 @@ use serde::Deserialize;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use ktr::admin::doctor;
+use ktr::admin::report::StatusView;
 use ktr::config::Config;
-use ktr::operation::{Operation, Store};
-use ktr::report::StatusView;
-use ktr::target::Target;
-use ktr::{Error, Result, doctor, plan};
+use ktr::engine::{LeftOutReason, plan};
+use ktr::pipeline::operation::{Operation, Store};
+use ktr::pipeline::target::Target;
+use ktr::{Error, Result};
 
 use crate::served::Session;
 
@@ -33,7 +35,7 @@ pub struct Server {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
 pub struct TranscriptArgs {
-    /// A `*.jsonl` transcript directly inside project_dir. Leave it out to use the session being served (else the newest transcript in project_dir).
+    /// A `*.jsonl` transcript directly inside `project_dir`. Leave it out to use the session being served (else the newest transcript in `project_dir`).
     #[serde(default)]
     pub transcript_path: Option<String>,
 }
@@ -61,7 +63,7 @@ pub struct StatusArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
 pub struct CancelArgs {
-    /// The pending operation to cancel (from thread_rebuild_request or thread_rebuild_status).
+    /// The pending operation to cancel (from `thread_rebuild_request` or `thread_rebuild_status`).
     pub operation_id: String,
     /// Exactly `CANCEL` — pass it only after the human explicitly asked to cancel.
     pub confirmation: String,
@@ -71,7 +73,7 @@ pub struct CancelArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
 pub struct RollbackArgs {
-    /// The activated operation to switch back (from thread_rebuild_status).
+    /// The activated operation to switch back (from `thread_rebuild_status`).
     pub operation_id: String,
     /// Exactly `ROLLBACK` — pass it only after the human explicitly asked to go back.
     pub confirmation: String,
@@ -149,7 +151,7 @@ impl Server {
         run("thread_rebuild_request", move || {
             let config = this.load_config()?;
             let session = this.served.binding(&config)?;
-            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session)?;
+            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
             Ok(json!({
                 "operation": operation_view(&op),
                 "next": "Finish your reply normally now; do not wait or poll. After this reply ends the Stop hook starts the rebuild in the background and the session is switched over; check later with thread_rebuild_status.",
@@ -270,9 +272,9 @@ fn error_result(tool: &str, message: &str) -> CallToolResult {
 /// hold thousands of entries, and the model reads it inside the very
 /// window being measured).
 fn plan_view(plan: &plan::Plan, why: &str) -> Result<Value> {
-    let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut by_reason: BTreeMap<LeftOutReason, usize> = BTreeMap::new();
     for l in &plan.report.left_out {
-        *by_reason.entry(l.reason.as_str()).or_default() += 1;
+        *by_reason.entry(l.reason).or_default() += 1;
     }
     let mut report = serde_json::to_value(&plan.report)
         .map_err(|e| Error::io(format!("cannot encode the plan: {e}")))?;

@@ -16,5 +16,5 @@
 //! given `--confirm REBUILD`, and runs the whole pipeline before it returns.
 
 fn main() {
-    ktr::stages::cli::main(ktr::stages::Stage::Prepare)
+    ktr::pipeline::stages::cli::main(ktr::pipeline::stages::Stage::Prepare)
 }

@@ -9,5 +9,5 @@
 //! Usage: `ktr-rollback --config PATH --operation ID`
 
 fn main() {
-    ktr::stages::cli::main(ktr::stages::Stage::Rollback)
+    ktr::pipeline::stages::cli::main(ktr::pipeline::stages::Stage::Rollback)
 }

@@ -12,5 +12,5 @@
 //! Usage: `ktr-verify --config PATH --operation ID`
 
 fn main() {
-    ktr::stages::cli::main(ktr::stages::Stage::Verify)
+    ktr::pipeline::stages::cli::main(ktr::pipeline::stages::Stage::Verify)
 }

@@ -1,7 +1,7 @@
 //! `ktr cancel OP --confirm CANCEL`: cancel a pending operation.
 
 use ktr::Error;
-use ktr::report::StatusView;
+use ktr::admin::report::StatusView;
 
 use crate::cli::ConfirmArgs;
 use crate::{request, state};

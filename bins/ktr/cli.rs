@@ -228,7 +228,7 @@ fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Er
             }
             Value(v) if raw.command.is_none() => raw.command = Some(v.string()?),
             Value(v) if raw.command.as_deref() == Some("hooks") && raw.action.is_none() => {
-                raw.action = Some(v.string()?)
+                raw.action = Some(v.string()?);
             }
             Long("settings") => {
                 raw.settings = Some(parser.value()?.into());

@@ -15,13 +15,14 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use ktr::Error;
+use ktr::admin::report::StatusView;
+use ktr::admin::settings::Edit;
 use ktr::config::{Config, encode_project_name};
+use ktr::engine::plan;
+use ktr::engine::turns::estimate_tokens;
 use ktr::fsutil::{sha256_file, sha256_hex};
-use ktr::operation::{Operation, Status, Store};
-use ktr::report::StatusView;
-use ktr::settings::Edit;
-use ktr::turns::estimate_tokens;
-use ktr::{Error, plan};
+use ktr::pipeline::operation::{Operation, Status, Store};
 
 use crate::cli::DemoArgs;
 use crate::{dirty, out, status};
@@ -188,7 +189,7 @@ fn follow(store: &Store, id: &str, timeout: Duration) -> Result<Operation, Error
 }
 
 /// What changed, in numbers.
-fn summary(sb: &Sandbox, report: &plan::Report, op: &Operation) -> Result<String, Error> {
+fn summary(sb: &Sandbox, report: &plan::PlanReport, op: &Operation) -> Result<String, Error> {
     let candidate = op
         .candidate
         .as_ref()
@@ -207,12 +208,12 @@ fn summary(sb: &Sandbox, report: &plan::Report, op: &Operation) -> Result<String
     }
     let mut s = String::new();
     let mut line = |k: &str, before: String, after: String| {
-        s.push_str(&format!("{k:<22}{before:>24}  →  {after}\n"))
+        s.push_str(&format!("{k:<22}{before:>24}  →  {after}\n"));
     };
     line(
         "session",
         report.session_id.clone(),
-        candidate.session_id.clone(),
+        candidate.session_id.to_string(),
     );
     line(
         "turns",

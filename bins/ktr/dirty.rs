@@ -1,7 +1,8 @@
 //! `ktr dirty`: what pollutes the current context window (the ledger).
 
+use ktr::Error;
 use ktr::config::Config;
-use ktr::{Error, ledger, plan};
+use ktr::engine::{ledger, plan};
 
 use crate::cli::DirtyArgs;
 use crate::out;
@@ -23,7 +24,7 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
 }
 
 /// The ledger as a readable table.
-pub fn human(l: &ledger::Report) -> String {
+pub fn human(l: &ledger::LedgerReport) -> String {
     let mut s = format!(
         "current window (from line {}): {} residue vs {} conversation ({} turns), noise {:.1} %\n",
         l.window_start_line,

@@ -1,6 +1,7 @@
 //! `ktr doctor`: check the installation and explain each item.
 
-use ktr::{Error, doctor};
+use ktr::Error;
+use ktr::admin::doctor;
 
 use crate::cli::DoctorArgs;
 use crate::out;
@@ -12,7 +13,7 @@ pub fn run(args: &DoctorArgs) -> Result<u8, Error> {
     } else {
         out::print(&human(&report));
     }
-    Ok(if report.ok { 0 } else { 1 })
+    Ok(u8::from(!report.ok))
 }
 
 pub fn human(report: &doctor::Report) -> String {

@@ -1,6 +1,6 @@
 //! `ktr hooks merge|unmerge|registered` — the installer's edits of Claude
 //! Code's files (hidden from `--help`; `install` calls it). Merge puts the
-//! Stop and SessionStart hooks of `hooks.json` into Claude Code's settings,
+//! Stop and `SessionStart` hooks of `hooks.json` into Claude Code's settings,
 //! pointing at the binaries in `--prefix`; unmerge takes exactly those out
 //! again; registered exits 0 when `~/.claude.json` already registers
 //! `<prefix>/ktr-mcp --config C` as the MCP server `ktr`, 1 otherwise.
@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use ktr::Error;
-use ktr::settings::{self, Edit};
+use ktr::admin::settings::{self, Edit};
 
 use crate::cli::HooksArgs;
 use crate::out;
@@ -35,9 +35,10 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
         }
     };
     if args.dry_run {
-        out::print(&match edit.changes() {
-            true => edit.diff(),
-            false => format!("{} already up to date; nothing to change\n", path.display()),
+        out::print(&if edit.changes() {
+            edit.diff()
+        } else {
+            format!("{} already up to date; nothing to change\n", path.display())
         });
         return Ok(0);
     }
@@ -64,7 +65,7 @@ fn registered(args: &HooksArgs) -> Result<u8, Error> {
     let text =
         std::fs::read_to_string(ktr::config::home_dir().join(".claude.json")).unwrap_or_default();
     let yes = settings::mcp_registered(&text, &command.display().to_string(), &wanted);
-    Ok(if yes { 0 } else { 1 })
+    Ok(u8::from(!yes))
 }
 
 fn absolute(p: &Path) -> Result<PathBuf, Error> {

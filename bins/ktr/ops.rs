@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use ktr::Error;
-use ktr::report::{OpsRow, age, human_age, ops};
+use ktr::admin::report::{OpsRow, age, human_age, ops};
 
 use crate::cli::OpsArgs;
 use crate::{out, state};

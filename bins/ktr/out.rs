@@ -7,7 +7,7 @@ pub fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout
         .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
+        .and_then(|()| stdout.flush())
     {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);

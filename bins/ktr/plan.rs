@@ -1,7 +1,8 @@
 //! `ktr plan`: what a rebuild would carry. Writes nothing anywhere.
 
+use ktr::Error;
 use ktr::config::Config;
-use ktr::{Error, plan};
+use ktr::engine::plan;
 
 use crate::cli::PlanArgs;
 use crate::{dirty, out};
@@ -27,10 +28,10 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     } else {
         out::print(&human(&plan.report));
     }
-    Ok(if plan.is_blocked() { 1 } else { 0 })
+    Ok(u8::from(plan.is_blocked()))
 }
 
-pub fn human(r: &plan::Report) -> String {
+pub fn human(r: &plan::PlanReport) -> String {
     let history = match &r.history_fallback_reason {
         Some(why) => format!("{} (fallback: {why})", r.history_mode),
         None => r.history_mode.to_string(),
@@ -122,7 +123,7 @@ fn preview(p: &plan::Preview) -> String {
         .take(80)
         .collect::<String>()
         .replace('\n', " ⏎ ");
-    let role = if p.role == ktr::turns::Role::User {
+    let role = if p.role == ktr::engine::turns::Role::User {
         "user"
     } else {
         "assistant"

@@ -1,11 +1,11 @@
 //! `ktr prune --older-than DAYS [--yes]`: forget old finished operations.
 //! Without `--yes` it only shows what it would delete. What is safe to
-//! delete is decided in the library ([`ktr::prune`]).
+//! delete is decided in the library ([`ktr::admin::prune`]).
 
 use std::time::SystemTime;
 
 use ktr::Error;
-use ktr::prune::{Outcome, prune};
+use ktr::admin::prune::{Outcome, prune};
 
 use crate::cli::PruneArgs;
 use crate::{out, state};

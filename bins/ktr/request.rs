@@ -2,14 +2,14 @@
 //! until the current reply has finished (the Stop hook schedules it).
 
 use ktr::Error;
-use ktr::report::StatusView;
+use ktr::admin::report::StatusView;
 
 use crate::cli::RequestArgs;
 use crate::{out, state, status};
 
 pub fn run(args: &RequestArgs) -> Result<u8, Error> {
     let (_, store) = state::open(args.common.config.as_deref())?;
-    let op = store.request(&args.reason, &args.confirm, args.session.clone())?;
+    let op = store.request(&args.reason, &args.confirm, args.session.as_deref())?;
     show(&StatusView::of(&op), args.common.json);
     Ok(0)
 }

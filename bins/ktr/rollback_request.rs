@@ -2,7 +2,7 @@
 //! operation back to the old session after the current reply.
 
 use ktr::Error;
-use ktr::report::StatusView;
+use ktr::admin::report::StatusView;
 
 use crate::cli::ConfirmArgs;
 use crate::{request, state};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use ktr::Error;
 use ktr::config::Config;
-use ktr::operation::Store;
+use ktr::pipeline::operation::Store;
 
 /// The validated config and its store, after failing any operation whose
 /// worker died (each one is reported on stderr).

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use ktr::Error;
-use ktr::report::{StatusView, age, human_age};
+use ktr::admin::report::{StatusView, age, human_age};
 
 use crate::cli::StatusArgs;
 use crate::{out, state};
@@ -20,7 +20,7 @@ pub fn run(args: &StatusArgs) -> Result<u8, Error> {
         (_, true) => out::json(&view),
         (Some(v), false) => out::print(&human(v)),
         (None, false) => {
-            out::print("no operations yet; `ktr request --confirm REBUILD` asks for one\n")
+            out::print("no operations yet; `ktr request --confirm REBUILD` asks for one\n");
         }
     }
     Ok(0)

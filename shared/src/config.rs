@@ -32,10 +32,20 @@ pub enum OnMalformed {
 }
 
 /// How the conversation is found in the file (SPEC §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum HistoryMode {
     Chain,
     File,
+}
+
+impl std::fmt::Display for HistoryMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HistoryMode::Chain => "chain",
+            HistoryMode::File => "file",
+        })
+    }
 }
 
 /// A validated configuration.
@@ -162,7 +172,7 @@ impl Config {
             "systemd" => Activation::Systemd,
             "pointer" => Activation::Pointer,
             other => {
-                return Err(keys.rule(
+                return Err(Keys::rule(
                     "activation",
                     &format!("must be tmux, systemd or pointer (got {other:?})"),
                 ));
@@ -177,12 +187,12 @@ impl Config {
             Some(_) => expand_home(&keys.string("project_dir", "")?, &home),
         };
         if project_dir.as_os_str().is_empty() {
-            return Err(keys.rule("project_dir", "must not be empty"));
+            return Err(Keys::rule("project_dir", "must not be empty"));
         }
         let state_dir = expand_home(&keys.string("state_dir", "~/.local/state/ktr")?, &home);
         let tmux_target = keys.string("tmux_target", "cc:0.0")?;
         if tmux_target.is_empty() || tmux_target.chars().any(char::is_control) {
-            return Err(keys.rule(
+            return Err(Keys::rule(
                 "tmux_target",
                 "must be non-empty and contain no control characters",
             ));
@@ -192,7 +202,7 @@ impl Config {
         let resume_env = keys.string_map("resume_env")?;
         let systemd_unit = keys.string("systemd_unit", "claude-session.service")?;
         if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
-            return Err(keys.rule("systemd_unit", "must end in .service"));
+            return Err(Keys::rule("systemd_unit", "must end in .service"));
         }
         let resume_pointer_path = expand_home(
             &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
@@ -201,17 +211,23 @@ impl Config {
         let systemd_restart_timeout_seconds =
             keys.seconds("systemd_restart_timeout_seconds", 180.0)?;
         if systemd_restart_timeout_seconds < 10.0 {
-            return Err(keys.rule("systemd_restart_timeout_seconds", "must be at least 10"));
+            return Err(Keys::rule(
+                "systemd_restart_timeout_seconds",
+                "must be at least 10",
+            ));
         }
         let carry_max_tokens = keys.integer("carry_max_tokens", 0)?;
         if carry_max_tokens != 0 && carry_max_tokens < 5000 {
-            return Err(keys.rule("carry_max_tokens", "must be 0 (no cap) or at least 5000"));
+            return Err(Keys::rule(
+                "carry_max_tokens",
+                "must be 0 (no cap) or at least 5000",
+            ));
         }
         let carry_overflow = match keys.string("carry_overflow", "drop_oldest")?.as_str() {
             "drop_oldest" => CarryOverflow::DropOldest,
             "block" => CarryOverflow::Block,
             other => {
-                return Err(keys.rule(
+                return Err(Keys::rule(
                     "carry_overflow",
                     &format!("must be drop_oldest or block (got {other:?})"),
                 ));
@@ -219,18 +235,21 @@ impl Config {
         };
         let max_event_chars = keys.integer("max_event_chars", 0)?;
         if max_event_chars != 0 && max_event_chars < 500 {
-            return Err(keys.rule("max_event_chars", "must be 0 (off) or at least 500"));
+            return Err(Keys::rule(
+                "max_event_chars",
+                "must be 0 (off) or at least 500",
+            ));
         }
         let stamp_template = keys.string("stamp_template", "[发生时间: {timestamp}]")?;
         if !stamp_template.contains("{timestamp}") {
-            return Err(keys.rule("stamp_template", "must contain {timestamp}"));
+            return Err(Keys::rule("stamp_template", "must contain {timestamp}"));
         }
         let startup_header_template = keys.string(
             "startup_header_template",
             "[续窗启动快照 · 冻结于 {timestamp}]",
         )?;
         if startup_header_template.trim().is_empty() {
-            return Err(keys.rule("startup_header_template", "must not be empty"));
+            return Err(Keys::rule("startup_header_template", "must not be empty"));
         }
         let poison_pattern = keys.regex("poison_pattern", DEFAULT_POISON_PATTERN, true)?;
         let reply_tool_pattern =
@@ -239,7 +258,7 @@ impl Config {
             "block" => OnMalformed::Block,
             "skip" => OnMalformed::Skip,
             other => {
-                return Err(keys.rule(
+                return Err(Keys::rule(
                     "on_malformed_line",
                     &format!("must be block or skip (got {other:?})"),
                 ));
@@ -249,24 +268,27 @@ impl Config {
             "chain" => HistoryMode::Chain,
             "file" => HistoryMode::File,
             other => {
-                return Err(keys.rule("history", &format!("must be chain or file (got {other:?})")));
+                return Err(Keys::rule(
+                    "history",
+                    &format!("must be chain or file (got {other:?})"),
+                ));
             }
         };
         let activation_delay_seconds = keys.seconds("activation_delay_seconds", 3.0)?;
         let stable_file_seconds = keys.seconds("stable_file_seconds", 1.0)?;
         let stable_file_timeout_seconds = keys.seconds("stable_file_timeout_seconds", 10.0)?;
         if stable_file_seconds <= 0.0 {
-            return Err(keys.rule("stable_file_seconds", "must be greater than 0"));
+            return Err(Keys::rule("stable_file_seconds", "must be greater than 0"));
         }
         if stable_file_timeout_seconds <= stable_file_seconds {
-            return Err(keys.rule(
+            return Err(Keys::rule(
                 "stable_file_timeout_seconds",
                 "must be greater than stable_file_seconds",
             ));
         }
         let healthcheck_seconds = keys.seconds("healthcheck_seconds", 5.0)?;
         if healthcheck_seconds <= 0.0 {
-            return Err(keys.rule("healthcheck_seconds", "must be greater than 0"));
+            return Err(Keys::rule("healthcheck_seconds", "must be greater than 0"));
         }
         Ok(Config {
             source: None,
@@ -358,11 +380,11 @@ impl Keys {
         Ok(())
     }
 
-    fn rule(&self, key: &str, rule: &str) -> Error {
+    fn rule(key: &str, rule: &str) -> Error {
         Error::config(format!("{key} {rule}"))
     }
 
-    fn wrong_type(&self, key: &str, expected: &str, got: &Value) -> Error {
+    fn wrong_type(key: &str, expected: &str, got: &Value) -> Error {
         Error::config(format!("{key} must be {expected}, not {}", got.type_str()))
     }
 
@@ -370,7 +392,7 @@ impl Keys {
         match self.table.get(key) {
             None => Ok(default.to_string()),
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(v) => Err(self.wrong_type(key, "a string", v)),
+            Some(v) => Err(Self::wrong_type(key, "a string", v)),
         }
     }
 
@@ -378,7 +400,7 @@ impl Keys {
         match self.table.get(key) {
             None => Ok(default),
             Some(Value::Boolean(b)) => Ok(*b),
-            Some(v) => Err(self.wrong_type(key, "true or false", v)),
+            Some(v) => Err(Self::wrong_type(key, "true or false", v)),
         }
     }
 
@@ -386,8 +408,8 @@ impl Keys {
         match self.table.get(key) {
             None => Ok(default),
             Some(Value::Integer(i)) if *i >= 0 => Ok(*i as u64),
-            Some(Value::Integer(_)) => Err(self.rule(key, "must be 0 or greater")),
-            Some(v) => Err(self.wrong_type(key, "a whole number", v)),
+            Some(Value::Integer(_)) => Err(Self::rule(key, "must be 0 or greater")),
+            Some(v) => Err(Self::wrong_type(key, "a whole number", v)),
         }
     }
 
@@ -396,10 +418,10 @@ impl Keys {
             None => default,
             Some(Value::Integer(i)) => *i as f64,
             Some(Value::Float(f)) if f.is_finite() => *f,
-            Some(v) => return Err(self.wrong_type(key, "a number of seconds", v)),
+            Some(v) => return Err(Self::wrong_type(key, "a number of seconds", v)),
         };
         if value < 0.0 {
-            return Err(self.rule(key, "must be 0 or greater"));
+            return Err(Self::rule(key, "must be 0 or greater"));
         }
         Ok(value)
     }
@@ -417,7 +439,7 @@ impl Keys {
                     .unwrap_or("")
                     .trim()
                     .to_string();
-                self.rule(key, &format!("is not a valid regular expression: {first}"))
+                Self::rule(key, &format!("is not a valid regular expression: {first}"))
             })
     }
 
@@ -428,10 +450,10 @@ impl Keys {
                 let mut out = BTreeMap::new();
                 for (k, v) in t {
                     let Value::String(s) = v else {
-                        return Err(self.wrong_type(&format!("{key}.{k}"), "a string", v));
+                        return Err(Self::wrong_type(&format!("{key}.{k}"), "a string", v));
                     };
                     if k.is_empty() || k.contains('=') || k.contains('\0') || s.contains('\0') {
-                        return Err(self.rule(
+                        return Err(Self::rule(
                             &format!("{key}.{k}"),
                             "is not a usable environment variable",
                         ));
@@ -440,7 +462,7 @@ impl Keys {
                 }
                 Ok(out)
             }
-            Some(v) => Err(self.wrong_type(key, "a table of strings", v)),
+            Some(v) => Err(Self::wrong_type(key, "a table of strings", v)),
         }
     }
 
@@ -448,30 +470,30 @@ impl Keys {
         const KEY: &str = "resume_command";
         let argv = match self.table.get(KEY) {
             None => vec!["claude".into(), "--resume".into(), "{session_id}".into()],
-            Some(Value::String(s)) => split_shell_words(s).map_err(|e| self.rule(KEY, &e))?,
+            Some(Value::String(s)) => split_shell_words(s).map_err(|e| Self::rule(KEY, &e))?,
             Some(Value::Array(items)) => {
                 let mut argv = Vec::with_capacity(items.len());
                 for item in items {
                     match item {
                         Value::String(s) => argv.push(s.clone()),
-                        v => return Err(self.wrong_type(KEY, "an array of strings", v)),
+                        v => return Err(Self::wrong_type(KEY, "an array of strings", v)),
                     }
                 }
                 argv
             }
-            Some(v) => return Err(self.wrong_type(KEY, "an array of strings", v)),
+            Some(v) => return Err(Self::wrong_type(KEY, "an array of strings", v)),
         };
         if argv.is_empty() || argv[0].is_empty() {
-            return Err(self.rule(KEY, "must name a program"));
+            return Err(Self::rule(KEY, "must name a program"));
         }
         if argv.iter().filter(|a| *a == "{session_id}").count() != 1 {
-            return Err(self.rule(
+            return Err(Self::rule(
                 KEY,
                 "must contain exactly one element equal to {session_id} (copy your real launch command and swap --continue for --resume {session_id})",
             ));
         }
         if argv.iter().any(|a| a.contains('\0')) {
-            return Err(self.rule(KEY, "must not contain NUL bytes"));
+            return Err(Self::rule(KEY, "must not contain NUL bytes"));
         }
         Ok(argv)
     }
@@ -560,8 +582,7 @@ pub fn split_shell_words(s: &str) -> std::result::Result<Vec<String>, String> {
 pub fn home_dir() -> PathBuf {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"))
+        .map_or_else(|| PathBuf::from("/"), PathBuf::from)
 }
 
 /// Expand a leading `~` or `~/` to `home`.

@@ -9,6 +9,8 @@ use std::path::Path;
 pub enum ErrorKind {
     /// Wrong command-line words (exit 2).
     Usage,
+    /// Something named does not exist, e.g. an operation id (exit 2).
+    NotFound,
     /// Configuration missing or invalid (exit 2).
     Config,
     /// A check refused the work (blocked plan, refused operation) (exit 1).
@@ -34,6 +36,9 @@ impl Error {
     pub fn config(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Config, message)
     }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
     pub fn refused(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Refused, message)
     }
@@ -54,7 +59,7 @@ impl Error {
     /// The process exit code for this error (see README, "Exit codes").
     pub fn exit_code(&self) -> i32 {
         match self.kind {
-            ErrorKind::Usage | ErrorKind::Config => 2,
+            ErrorKind::Usage | ErrorKind::NotFound | ErrorKind::Config => 2,
             ErrorKind::Refused | ErrorKind::Io => 1,
         }
     }

@@ -335,7 +335,11 @@ impl Drop for Tmux {
         // The CLI still writes into its HOME while it exits; wait (bounded)
         // until it is gone so the temp dir can be removed whole.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while panes.iter().any(|pid| ktr::process::pid_alive(*pid)) && Instant::now() < deadline {
+        while panes
+            .iter()
+            .any(|pid| ktr::pipeline::process::pid_alive(*pid))
+            && Instant::now() < deadline
+        {
             thread::sleep(Duration::from_millis(50));
         }
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ktr::operation::{Operation, Status, Store};
+use ktr::pipeline::operation::{Operation, Status, Store};
 
 pub mod rig;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ktr::config::{Config, encode_project_name};
 use ktr::fsutil::sha256_file;
-use ktr::operation::{Operation, Status, Store};
+use ktr::pipeline::operation::{Operation, Status, Store};
 
 use super::{Sandbox, TmuxServer, support, wait_for};
 
@@ -32,7 +32,7 @@ pub struct Rig {
     pub sandbox: Sandbox,
     pub kind: Kind,
     pub tmux: Option<TmuxServer>,
-    /// `<home>/.claude/projects/<encoded workdir>`: matches claude_workdir.
+    /// `<home>/.claude/projects/<encoded workdir>`: matches `claude_workdir`.
     pub project: PathBuf,
     pub source: PathBuf,
     /// The stand-in claude's record file (`.read`, `.history` beside it).
@@ -301,7 +301,7 @@ impl Rig {
             .filter_map(|l| l.strip_prefix("arg="))
             .collect();
         let at = args.iter().position(|a| *a == "--resume")?;
-        args.get(at + 1).map(|s| s.to_string())
+        args.get(at + 1).map(std::string::ToString::to_string)
     }
 
     /// Every session the stand-in claude resumed, in order.

@@ -83,16 +83,14 @@ impl Logged {
     /// Bytes of the serialized `messages` array: the size of the
     /// conversation the model was sent.
     pub fn messages_bytes(&self) -> usize {
-        serde_json::to_string(&self.body["messages"])
-            .map(|s| s.len())
-            .unwrap_or(0)
+        serde_json::to_string(&self.body["messages"]).map_or(0, |s| s.len())
     }
 }
 
 #[derive(Default)]
 struct State {
     rules: Vec<Rule>,
-    /// tool_use id → the replies still to come for that rule.
+    /// `tool_use` id → the replies still to come for that rule.
     continuations: HashMap<String, Vec<Vec<Block>>>,
     log: Vec<Logged>,
     next_id: u64,

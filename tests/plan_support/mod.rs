@@ -72,8 +72,7 @@ impl TempDir {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+            .map_or(0, |d| d.subsec_nanos());
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let path =
             std::env::temp_dir().join(format!("ktr-{tag}-{}-{n}-{nanos:08x}", std::process::id()));
@@ -271,7 +270,7 @@ impl Outcome {
     /// A refusal (exit 1 or 2) with a one-line error.
     pub fn assert_refused(&self) -> String {
         assert!(
-            matches!(self.code, Some(1) | Some(2)),
+            matches!(self.code, Some(1 | 2)),
             "expected a refusal (exit 1 or 2):\n{}",
             self.describe()
         );
@@ -536,7 +535,7 @@ impl Plan {
         sandbox.ktr(&self.plan_args(&sandbox, &path, true))
     }
 
-    /// `plan --json --show-candidate`; the plan must be ok (exit 0, no blocked_reason).
+    /// `plan --json --show-candidate`; the plan must be ok (exit 0, no `blocked_reason`).
     pub fn run_json(&self) -> Report {
         let outcome = self.run();
         outcome.assert_exit(0);

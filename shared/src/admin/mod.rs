@@ -1,0 +1,8 @@
+//! For humans and installers: the health report ([`doctor`]), cleaning up
+//! ([`prune`]), the status view ([`report`]) and Claude Code's
+//! settings.json ([`settings`]).
+
+pub mod doctor;
+pub mod prune;
+pub mod report;
+pub mod settings;

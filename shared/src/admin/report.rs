@@ -1,0 +1,284 @@
+//! What a human (`ktr status`, `ktr ops`) or the model (`thread_rebuild_status`)
+//! is shown about operations: one serializable view per operation and one
+//! row per operation for the history table. Built from [`Operation`] only,
+//! so the CLI and the MCP server show the same facts.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::pipeline::operation::{Operation, Status, Transition, Worker};
+use crate::time::parse_rfc3339;
+
+/// Everything `status` shows about one operation. The manifest is summarised
+/// by its length (it holds one entry per carried item and can be long).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatusView {
+    pub id: String,
+    pub status: Status,
+    /// Activated, cancelled, failed or rolled back: blocks nothing.
+    pub terminal: bool,
+    /// What happens next, or what the human can do, in one sentence.
+    pub next: String,
+    pub reasons: Vec<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The source session (bound by `--session` or by the first Stop hook).
+    pub session_id: Option<String>,
+    pub transcript_path: Option<PathBuf>,
+    pub attempts: u32,
+    pub worker: Option<Worker>,
+    pub error: Option<String>,
+    pub session_conflict: bool,
+    pub needs_attention: bool,
+    pub rollback_ok: Option<bool>,
+    /// The rebuilt session's id, once prepare wrote it.
+    pub candidate_session_id: Option<String>,
+    pub candidate_path: Option<PathBuf>,
+    pub candidate_sha256: Option<String>,
+    pub source_sha256: Option<String>,
+    /// The frozen 0600 copy of the source that the candidate was built from.
+    pub backup: Option<PathBuf>,
+    /// When prepare froze the source.
+    pub prepared_at: Option<String>,
+    pub manifest_items: usize,
+    /// Conversation records the plan did not carry (each with its reason).
+    pub left_out_records: usize,
+    /// Whether ktr-verify passed (`verification.ok`), once it ran.
+    pub verified: Option<bool>,
+    pub target_before: Option<String>,
+    pub target_after: Option<String>,
+    /// ktr's estimate of the carried conversation (SPEC §6), without the
+    /// fixed ~37k overhead of a fresh window.
+    pub estimated_tokens: Option<u64>,
+    /// Claude Code's own measurement of the resumed window (`ktr-ack`).
+    pub context_tokens: Option<u64>,
+    /// When Claude Code acknowledged loading the rebuilt session.
+    pub acked_at: Option<String>,
+    pub history: Vec<Transition>,
+}
+
+impl StatusView {
+    /// The view of `op`.
+    pub fn of(op: &Operation) -> StatusView {
+        StatusView {
+            id: op.id.to_string(),
+            status: op.status,
+            terminal: op.status.is_terminal(),
+            next: next_step(op),
+            reasons: op.reasons.clone(),
+            created_at: op.created_at.clone(),
+            updated_at: op.updated_at.clone(),
+            session_id: op.session_id.as_ref().map(ToString::to_string),
+            transcript_path: op.transcript_path.clone(),
+            attempts: op.attempts,
+            worker: op.worker.clone(),
+            error: op.error.clone(),
+            session_conflict: op.session_conflict,
+            needs_attention: op.needs_attention,
+            rollback_ok: op.rollback_ok,
+            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
+            candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
+            candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
+            source_sha256: op.source_sha256.clone(),
+            backup: op.backup.clone(),
+            prepared_at: op.prepared_at.clone(),
+            manifest_items: op.manifest.len(),
+            left_out_records: op.left_out.len(),
+            verified: op.verification.as_ref().map(|v| v.ok),
+            target_before: op.target_before.clone(),
+            target_after: op.target_after.clone(),
+            estimated_tokens: op.estimated_tokens,
+            context_tokens: op.context_tokens(),
+            acked_at: op.ack.as_ref().map(|a| a.at.clone()),
+            history: op.history.clone(),
+        }
+    }
+}
+
+/// One sentence: what happens next to `op`, or what a human can do.
+pub fn next_step(op: &Operation) -> String {
+    let id = &op.id;
+    match op.status {
+        Status::Pending => format!(
+            "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+        ),
+        Status::Scheduled | Status::Running => {
+            "ktr-prepare is freezing the source and writing the candidate".into()
+        }
+        Status::Verifying => {
+            "ktr-verify is checking the candidate against the frozen source".into()
+        }
+        Status::Activating => "ktr-activate is switching the target".into(),
+        Status::Activated if op.needs_attention => {
+            "activated, but a human must look at the target (needs_attention)".into()
+        }
+        Status::Activated => format!(
+            "the target runs the rebuilt session; undo with `ktr rollback-request {id} --confirm ROLLBACK`"
+        ),
+        Status::RollbackPending => {
+            "rollback waits for the current reply to finish (Stop hook)".into()
+        }
+        Status::RollbackScheduled | Status::RollingBack => {
+            "ktr-rollback is switching back to the old session".into()
+        }
+        Status::Cancelled => "cancelled; nothing was changed".into(),
+        Status::Failed if op.needs_attention => {
+            "failed and a human must check what the target runs (target_after)".into()
+        }
+        Status::Failed if op.session_conflict => {
+            "failed: a third party changed the target; check it before requesting again".into()
+        }
+        Status::Failed => {
+            "failed; the old session is untouched; fix the error and request again".into()
+        }
+        Status::RolledBack => "the old session runs again".into(),
+    }
+}
+
+/// One line of the `ops` history table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpsRow {
+    pub id: String,
+    pub status: Status,
+    pub created_at: String,
+    pub updated_at: String,
+    pub attempts: u32,
+    pub reasons: Vec<String>,
+    pub session_id: Option<String>,
+    pub candidate_session_id: Option<String>,
+    pub estimated_tokens: Option<u64>,
+    pub context_tokens: Option<u64>,
+    pub error: Option<String>,
+    pub needs_attention: bool,
+}
+
+impl OpsRow {
+    /// The row of `op`.
+    pub fn of(op: &Operation) -> OpsRow {
+        OpsRow {
+            id: op.id.to_string(),
+            status: op.status,
+            created_at: op.created_at.clone(),
+            updated_at: op.updated_at.clone(),
+            attempts: op.attempts,
+            reasons: op.reasons.clone(),
+            session_id: op.session_id.as_ref().map(ToString::to_string),
+            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
+            estimated_tokens: op.estimated_tokens,
+            context_tokens: op.context_tokens(),
+            error: op.error.clone(),
+            needs_attention: op.needs_attention,
+        }
+    }
+}
+
+/// The history table, newest first (from [`crate::pipeline::operation::Store::list`],
+/// which is oldest first).
+pub fn ops(list: &[Operation]) -> Vec<OpsRow> {
+    list.iter().rev().map(OpsRow::of).collect()
+}
+
+/// How long ago an RFC 3339 time was (None if unparseable or in the future).
+pub fn age(at: &str, now: SystemTime) -> Option<Duration> {
+    now.duration_since(parse_rfc3339(at)?).ok()
+}
+
+/// A short human age: `45 s`, `12 min`, `5 h`, `3 d`.
+pub fn human_age(age: Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SessionId;
+    use crate::pipeline::operation::{Ack, CandidateFile, Verification};
+
+    fn op(status: Status) -> Operation {
+        Operation {
+            status,
+            ..Operation::new("big", None)
+        }
+    }
+
+    #[test]
+    fn the_view_shows_estimate_and_measurement_side_by_side() {
+        let mut o = op(Status::Activated);
+        o.estimated_tokens = Some(11_800);
+        o.ack = Some(Ack {
+            at: "2026-11-29T08:00:00.000Z".into(),
+            session_id: SessionId::parse("new").unwrap(),
+            context_tokens: Some(49_100),
+        });
+        o.candidate = Some(CandidateFile {
+            session_id: SessionId::parse("new").unwrap(),
+            path: "/p/new.jsonl".into(),
+            sha256: "ab".into(),
+        });
+        let entry: crate::engine::ManifestEntry = serde_json::from_value(serde_json::json!({
+            "position": 0, "role": "user", "kind": "speech", "source_uuid": null,
+            "source_line": 1, "source_timestamp": null, "source_sha256": "a",
+            "carried_sha256": "b", "uuid": "u"
+        }))
+        .unwrap();
+        o.manifest = vec![entry; 3];
+        o.verification = Some(Verification::failed("x"));
+        o.verification.as_mut().unwrap().ok = true;
+        let v = StatusView::of(&o);
+        assert_eq!(
+            (v.estimated_tokens, v.context_tokens),
+            (Some(11_800), Some(49_100))
+        );
+        assert_eq!(v.candidate_session_id.as_deref(), Some("new"));
+        assert_eq!(
+            (v.manifest_items, v.verified, v.terminal),
+            (3, Some(true), true)
+        );
+        assert!(v.next.contains("ktr rollback-request"), "{}", v.next);
+        let json = serde_json::to_value(&v).unwrap();
+        assert_eq!(json["status"], "activated");
+        assert!(json.get("manifest").is_none(), "the manifest is summarised");
+    }
+
+    #[test]
+    fn every_status_has_a_next_step() {
+        for s in Status::ALL {
+            assert!(!next_step(&op(s)).is_empty(), "{s}");
+        }
+        assert!(next_step(&op(Status::Pending)).contains("ktr cancel"));
+    }
+
+    #[test]
+    fn ops_are_newest_first() {
+        let list = [
+            op(Status::Failed),
+            op(Status::Activated),
+            op(Status::Pending),
+        ];
+        let rows = ops(&list);
+        let statuses: Vec<_> = rows.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [Status::Pending, Status::Activated, Status::Failed]
+        );
+    }
+
+    #[test]
+    fn ages_read_the_stored_times() {
+        let now = parse_rfc3339("2026-11-29T12:00:00.000Z").unwrap();
+        let age = age("2026-11-27T11:00:00.000Z", now).unwrap();
+        assert_eq!(human_age(age), "2 d");
+        assert_eq!(super::age("garbage", now), None);
+        assert_eq!(super::age("2026-11-30T00:00:00Z", now), None);
+        assert_eq!(human_age(Duration::from_secs(59)), "59 s");
+        assert_eq!(human_age(Duration::from_secs(7200)), "2 h");
+    }
+}

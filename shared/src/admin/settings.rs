@@ -1,0 +1,919 @@
+//! Claude Code's `settings.json` and ktr's hooks in it (SPEC §13).
+//!
+//! [`merge`] puts the fragment of `hooks.json` (the Stop hook `ktr-stop`
+//! and the `SessionStart`/`resume` hook `ktr-ack`) into a settings document;
+//! [`unmerge`] takes exactly those out again. Both are pure functions on
+//! text, so they are tested byte for byte:
+//!
+//! - idempotent: a hook whose program is named `ktr-stop`/`ktr-ack` is ours;
+//!   it is updated in place (a stale path from an older install becomes the
+//!   new one), never duplicated;
+//! - foreign hooks and every other key keep their content and their order;
+//! - a document of the wrong shape is refused with what to fix, and nothing
+//!   is written.
+//!
+//! [`Edit`] applies either to a file: timestamped backup, atomic write,
+//! mode preserved; a dry run only shows the diff.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use crate::config::home_dir;
+use crate::error::{Error, Result};
+use crate::fsutil::{Existing, write_atomic};
+
+/// The hook fragment the installer merges (`hooks.json` at the repo root).
+/// `{bin_dir}` is replaced by the install prefix and `{config_arg}` by
+/// ` --config PATH` (or nothing), both shell-quoted: Claude Code runs hook
+/// commands through a shell.
+pub const FRAGMENT: &str = include_str!("../../../hooks.json");
+
+/// The executables whose hooks are ours.
+pub const OUR_PROGRAMS: [&str; 2] = ["ktr-stop", "ktr-ack"];
+
+/// `~/.claude/settings.json`, the user-scope settings Claude Code reads.
+pub fn default_path() -> PathBuf {
+    home_dir().join(".claude/settings.json")
+}
+
+/// A JSON value that keeps object keys in their order (`serde_json`'s map
+/// sorts them, which would reorder a user's settings).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+impl Json {
+    /// Parse JSON text.
+    pub fn parse(text: &str) -> std::result::Result<Json, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The value at `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
+        match self {
+            Json::Object(entries) => entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Pretty text in the layout Claude Code writes (two-space indent).
+    pub fn pretty(&self) -> String {
+        let mut out = String::new();
+        self.write_pretty(&mut out, 0);
+        out
+    }
+
+    fn write_pretty(&self, out: &mut String, depth: usize) {
+        let pad = |out: &mut String, d: usize| out.extend(std::iter::repeat_n("  ", d));
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Number(n) => out.push_str(&n.to_string()),
+            Json::String(s) => out.push_str(&quote_json(s)),
+            Json::Array(items) if items.is_empty() => out.push_str("[]"),
+            Json::Object(entries) if entries.is_empty() => out.push_str("{}"),
+            Json::Array(items) => {
+                out.push_str("[\n");
+                for (i, item) in items.iter().enumerate() {
+                    pad(out, depth + 1);
+                    item.write_pretty(out, depth + 1);
+                    out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+                }
+                pad(out, depth);
+                out.push(']');
+            }
+            Json::Object(entries) => {
+                out.push_str("{\n");
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    pad(out, depth + 1);
+                    out.push_str(&quote_json(k));
+                    out.push_str(": ");
+                    v.write_pretty(out, depth + 1);
+                    out.push_str(if i + 1 < entries.len() { ",\n" } else { "\n" });
+                }
+                pad(out, depth);
+                out.push('}');
+            }
+        }
+    }
+}
+
+fn quote_json(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Json, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Json, E> {
+        Ok(Json::Null)
+    }
+    fn visit_bool<E>(self, b: bool) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> std::result::Result<Json, E> {
+        Ok(Json::Number(n.into()))
+    }
+    fn visit_u64<E>(self, n: u64) -> std::result::Result<Json, E> {
+        Ok(Json::Number(n.into()))
+    }
+    fn visit_f64<E: de::Error>(self, n: f64) -> std::result::Result<Json, E> {
+        serde_json::Number::from_f64(n)
+            .map(Json::Number)
+            .ok_or_else(|| E::custom("a number JSON cannot hold"))
+    }
+    fn visit_str<E>(self, s: &str) -> std::result::Result<Json, E> {
+        Ok(Json::String(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> std::result::Result<Json, E> {
+        Ok(Json::String(s))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Json, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Json, A::Error> {
+        let mut entries = Vec::new();
+        while let Some((k, v)) = map.next_entry::<String, Json>()? {
+            entries.push((k, v));
+        }
+        Ok(Json::Object(entries))
+    }
+}
+
+/// One hook ktr wants in settings: its event, matcher and hook object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wanted {
+    pub event: String,
+    pub matcher: Option<String>,
+    /// The program this hook runs (`ktr-stop` or `ktr-ack`).
+    pub program: &'static str,
+    pub hook: Json,
+}
+
+/// The hooks of [`FRAGMENT`] for binaries installed in `bin_dir`, run with
+/// `--config config` when one is given.
+pub fn wanted(bin_dir: &Path, config: Option<&Path>) -> Result<Vec<Wanted>> {
+    let bad = |why: &str| Error::io(format!("the built-in hooks.json fragment {why}"));
+    let fragment = Json::parse(FRAGMENT).map_err(|e| bad(&format!("is not JSON: {e}")))?;
+    let Some(Json::Object(events)) = fragment.get("hooks") else {
+        return Err(bad("has no hooks object"));
+    };
+    let config_arg = match config {
+        Some(c) => format!(" --config {}", sh_quote(&c.to_string_lossy())),
+        None => String::new(),
+    };
+    let mut out = Vec::new();
+    for entry in hook_entries(events) {
+        let HookEntry {
+            event,
+            matcher,
+            hook,
+        } = entry.map_err(|shape| bad(shape.what()))?;
+        let mut hook = hook.clone();
+        let Some(Json::String(command)) = hook.get_mut("command") else {
+            return Err(bad("has a hook without command"));
+        };
+        let program_template = command.replace("{config_arg}", "");
+        let program_path = program_template.replace("{bin_dir}", &bin_dir.to_string_lossy());
+        let program = OUR_PROGRAMS
+            .into_iter()
+            .find(|p| program_template.ends_with(&format!("/{p}")))
+            .ok_or_else(|| bad("runs a program that is not ktr's"))?;
+        *command = format!("{}{config_arg}", sh_quote(&program_path));
+        out.push(Wanted {
+            event: event.to_string(),
+            matcher: matcher.map(String::from),
+            program,
+            hook,
+        });
+    }
+    Ok(out)
+}
+
+/// One hook of a `hooks` object, with the event and matcher it sits under.
+struct HookEntry<'a> {
+    event: &'a str,
+    matcher: Option<&'a str>,
+    hook: &'a Json,
+}
+
+/// A part of a `hooks` object that is not shaped as Claude Code expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Misshapen {
+    EventNotAList,
+    GroupWithoutHooks,
+}
+
+impl Misshapen {
+    /// What is wrong, as the end of a sentence about the document.
+    fn what(self) -> &'static str {
+        match self {
+            Misshapen::EventNotAList => "has an event that is not a list",
+            Misshapen::GroupWithoutHooks => "has a group without hooks",
+        }
+    }
+}
+
+/// Every hook of a `hooks` object (`{event: [{matcher?, hooks: [hook…]}…]}`)
+/// in document order; a misshapen event or group is one `Err` item in its
+/// place, so a strict reader can stop there and a lenient one skip it.
+fn hook_entries(
+    events: &[(String, Json)],
+) -> impl Iterator<Item = std::result::Result<HookEntry<'_>, Misshapen>> {
+    type Entries<'a> = Box<dyn Iterator<Item = std::result::Result<HookEntry<'a>, Misshapen>> + 'a>;
+    events.iter().flat_map(|(event, groups)| -> Entries<'_> {
+        let Json::Array(groups) = groups else {
+            return Box::new(std::iter::once(Err(Misshapen::EventNotAList)));
+        };
+        Box::new(groups.iter().flat_map(move |group| -> Entries<'_> {
+            let matcher = group.get("matcher").and_then(Json::as_str);
+            let Some(Json::Array(hooks)) = group.get("hooks") else {
+                return Box::new(std::iter::once(Err(Misshapen::GroupWithoutHooks)));
+            };
+            Box::new(hooks.iter().map(move |hook| {
+                Ok(HookEntry {
+                    event,
+                    matcher,
+                    hook,
+                })
+            }))
+        }))
+    })
+}
+
+/// Quote a word for `sh` only when it needs it.
+pub fn sh_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@,%".contains(&b));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The first word of a shell command, unquoted (`'…'`, `"…"`, `\x`).
+pub fn program_of(command: &str) -> String {
+    let mut word = String::new();
+    let mut chars = command.trim_start().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => break,
+            '\'' => word.extend(chars.by_ref().take_while(|&c| c != '\'')),
+            '"' => {
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => word.extend(chars.next()),
+            c => word.push(c),
+        }
+    }
+    word
+}
+
+/// Which of our programs a hook object runs, if any.
+fn our_program(hook: &Json) -> Option<&'static str> {
+    if hook.get("type").and_then(Json::as_str) != Some("command") {
+        return None;
+    }
+    let command = hook.get("command")?.as_str()?;
+    let program = program_of(command);
+    let name = Path::new(&program).file_name()?.to_str()?;
+    OUR_PROGRAMS.into_iter().find(|p| *p == name)
+}
+
+/// Parse a settings document (absent or blank = `{}`) and check the shape
+/// of the parts ktr touches: the root, `hooks` and the events in `events`.
+fn parse_settings(text: Option<&str>, what: &str, events: &[&str]) -> Result<Json> {
+    let text = text.unwrap_or("");
+    if text.trim().is_empty() {
+        return Ok(Json::Object(Vec::new()));
+    }
+    let doc = Json::parse(text).map_err(|e| {
+        Error::refused(format!(
+            "{what} is not valid JSON ({e}); fix or remove it, then run again (nothing was changed)"
+        ))
+    })?;
+    let shape = |why: String| {
+        Error::refused(format!(
+            "{what}: {why}; fix it by hand, then run again (nothing was changed)"
+        ))
+    };
+    if !matches!(doc, Json::Object(_)) {
+        return Err(shape("the top level must be an object".into()));
+    }
+    let Some(hooks) = doc.get("hooks") else {
+        return Ok(doc);
+    };
+    if !matches!(hooks, Json::Object(_)) {
+        return Err(shape("\"hooks\" must be an object of event names".into()));
+    }
+    for event in events {
+        let Some(groups) = hooks.get(event) else {
+            continue;
+        };
+        let Json::Array(groups) = groups else {
+            return Err(shape(format!("\"hooks.{event}\" must be a list")));
+        };
+        for (i, group) in groups.iter().enumerate() {
+            if !matches!(group, Json::Object(_)) {
+                return Err(shape(format!("\"hooks.{event}[{i}]\" must be an object")));
+            }
+            match group.get("hooks") {
+                Some(Json::Array(_)) => {}
+                _ => {
+                    return Err(shape(format!(
+                        "\"hooks.{event}[{i}].hooks\" must be a list"
+                    )));
+                }
+            }
+            if let Some(m) = group.get("matcher")
+                && !matches!(m, Json::String(_))
+            {
+                return Err(shape(format!(
+                    "\"hooks.{event}[{i}].matcher\" must be a string"
+                )));
+            }
+        }
+    }
+    Ok(doc)
+}
+
+/// Render a document the way it came: a trailing newline only if the
+/// original had one (new files get one).
+fn render(doc: &Json, original: Option<&str>) -> String {
+    let mut text = doc.pretty();
+    if original.is_none_or(|o| o.trim().is_empty() || o.ends_with('\n')) {
+        text.push('\n');
+    }
+    text
+}
+
+fn events_of(wanted: &[Wanted]) -> Vec<&str> {
+    let mut events: Vec<&str> = wanted.iter().map(|w| w.event.as_str()).collect();
+    events.dedup();
+    events
+}
+
+/// Merge `wanted` into a settings document (`None`: the file is absent).
+/// Returns the new text; equal to the input when nothing had to change.
+pub fn merge(text: Option<&str>, what: &str, wanted: &[Wanted]) -> Result<String> {
+    let mut doc = parse_settings(text, what, &events_of(wanted))?;
+    let mut changed = false;
+    for w in wanted {
+        changed |= merge_one(&mut doc, w);
+    }
+    Ok(match (changed, text) {
+        (false, Some(original)) => original.to_string(),
+        _ => render(&doc, text),
+    })
+}
+
+/// Put one wanted hook in place; whether anything changed.
+fn merge_one(doc: &mut Json, w: &Wanted) -> bool {
+    let Json::Object(root) = doc else {
+        return false;
+    };
+    if !root.iter().any(|(k, _)| k == "hooks") {
+        root.push(("hooks".into(), Json::Object(Vec::new())));
+    }
+    let Some(Json::Object(events)) = doc.get_mut("hooks") else {
+        return false;
+    };
+    if !events.iter().any(|(k, _)| *k == w.event) {
+        events.push((w.event.clone(), Json::Array(Vec::new())));
+    }
+    let Some((_, Json::Array(groups))) = events.iter_mut().find(|(k, _)| *k == w.event) else {
+        return false;
+    };
+    // Keep the first of our hooks that sits under the right matcher; drop
+    // any other copy of it (older installs, hand edits).
+    let mut kept = false;
+    let mut changed = false;
+    let mut emptied = vec![false; groups.len()];
+    for (gi, group) in groups.iter_mut().enumerate() {
+        let right_matcher = group.get("matcher").and_then(Json::as_str) == w.matcher.as_deref();
+        let plain = was_ours(group);
+        let Some(Json::Array(hooks)) = group.get_mut("hooks") else {
+            continue;
+        };
+        let before = hooks.len();
+        hooks.retain_mut(|hook| {
+            if our_program(hook) != Some(w.program) {
+                return true;
+            }
+            if right_matcher && !kept {
+                kept = true;
+                if *hook != w.hook {
+                    *hook = w.hook.clone();
+                    changed = true;
+                }
+                return true;
+            }
+            false
+        });
+        let removed = hooks.len() != before;
+        changed |= removed;
+        emptied[gi] = removed && hooks.is_empty() && plain;
+    }
+    drop_emptied(groups, &emptied);
+    if !kept {
+        let mut group = Vec::new();
+        if let Some(m) = &w.matcher {
+            group.push(("matcher".to_string(), Json::String(m.clone())));
+        }
+        group.push(("hooks".to_string(), Json::Array(vec![w.hook.clone()])));
+        groups.push(Json::Object(group));
+        changed = true;
+    }
+    changed
+}
+
+/// Remove the groups flagged in `emptied` (we took their last hook).
+fn drop_emptied(groups: &mut Vec<Json>, emptied: &[bool]) {
+    let mut i = 0;
+    groups.retain(|_| {
+        i += 1;
+        !emptied[i - 1]
+    });
+}
+
+/// A group we may remove once empty: it has nothing but `matcher`/`hooks`.
+fn was_ours(group: &Json) -> bool {
+    match group {
+        Json::Object(entries) => entries.iter().all(|(k, _)| k == "matcher" || k == "hooks"),
+        _ => false,
+    }
+}
+
+/// Remove every hook of ours from `events`; drop groups, events and the
+/// `hooks` object that this leaves empty. Returns the new text.
+pub fn unmerge(text: Option<&str>, what: &str, events: &[&str]) -> Result<String> {
+    let Some(original) = text else {
+        return Ok(String::new());
+    };
+    let mut doc = parse_settings(Some(original), what, events)?;
+    let mut changed = false;
+    if let Some(Json::Object(hooks)) = doc.get_mut("hooks") {
+        let mut emptied_events = Vec::new();
+        for (event, groups) in hooks.iter_mut() {
+            let Json::Array(groups) = groups else {
+                continue;
+            };
+            if !events.contains(&event.as_str()) || groups.is_empty() {
+                continue;
+            }
+            let mut emptied = vec![false; groups.len()];
+            for (gi, group) in groups.iter_mut().enumerate() {
+                let plain = was_ours(group);
+                if let Some(Json::Array(list)) = group.get_mut("hooks") {
+                    let n = list.len();
+                    list.retain(|h| our_program(h).is_none());
+                    let removed = list.len() != n;
+                    changed |= removed;
+                    emptied[gi] = removed && list.is_empty() && plain;
+                }
+            }
+            drop_emptied(groups, &emptied);
+            if groups.is_empty() {
+                emptied_events.push(event.clone());
+            }
+        }
+        hooks.retain(|(event, _)| !emptied_events.contains(event));
+        if hooks.is_empty()
+            && !emptied_events.is_empty()
+            && let Json::Object(root) = &mut doc
+        {
+            root.retain(|(k, _)| k != "hooks");
+        }
+    }
+    Ok(if changed {
+        render(&doc, text)
+    } else {
+        original.to_string()
+    })
+}
+
+/// A hook of ours found in a settings document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub event: String,
+    pub matcher: Option<String>,
+    pub program: &'static str,
+    /// The executable path the command names (unquoted).
+    pub path: String,
+}
+
+/// Our hooks in a settings document, for `doctor`.
+pub fn find_ours(text: &str) -> Result<Vec<Found>> {
+    let doc = Json::parse(text).map_err(|e| Error::refused(format!("not valid JSON: {e}")))?;
+    let Some(Json::Object(events)) = doc.get("hooks") else {
+        return Ok(Vec::new());
+    };
+    Ok(hook_entries(events)
+        .flatten()
+        .filter_map(|entry| {
+            let program = our_program(entry.hook)?;
+            let command = entry
+                .hook
+                .get("command")
+                .and_then(Json::as_str)
+                .unwrap_or("");
+            Some(Found {
+                event: entry.event.to_string(),
+                matcher: entry.matcher.map(String::from),
+                program,
+                path: program_of(command),
+            })
+        })
+        .collect())
+}
+
+/// Whether `~/.claude.json` text registers the MCP server `ktr` at user
+/// scope running exactly `command args…` (what `claude mcp add --scope user
+/// ktr -- command args…` writes).
+pub fn mcp_registered(claude_json: &str, command: &str, args: &[String]) -> bool {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(claude_json) else {
+        return false;
+    };
+    let Some(server) = doc.pointer("/mcpServers/ktr") else {
+        return false;
+    };
+    let got_args: Vec<&str> = server
+        .get("args")
+        .and_then(|a| a.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    server.get("command").and_then(|c| c.as_str()) == Some(command)
+        && got_args == args.iter().map(String::as_str).collect::<Vec<_>>()
+}
+
+/// A planned change to a settings file.
+#[derive(Debug, Clone)]
+pub struct Edit {
+    pub path: PathBuf,
+    /// The file's text now (`None`: absent).
+    pub before: Option<String>,
+    pub after: String,
+}
+
+/// What [`Edit::apply`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub changed: bool,
+    pub backup: Option<PathBuf>,
+}
+
+impl Edit {
+    /// Plan merging ktr's hooks (binaries in `bin_dir`) into `path`.
+    pub fn merge(path: &Path, bin_dir: &Path, config: Option<&Path>) -> Result<Edit> {
+        let before = read_optional(path)?;
+        let wanted = wanted(bin_dir, config)?;
+        let after = merge(before.as_deref(), &path.display().to_string(), &wanted)?;
+        Ok(Edit {
+            path: path.to_path_buf(),
+            before,
+            after,
+        })
+    }
+
+    /// Plan removing ktr's hooks from `path`. When the result is the same
+    /// document as a ktr backup of this file (the state before install),
+    /// that backup's exact bytes are used, so an install followed by an
+    /// uninstall leaves the file byte-for-byte as it was.
+    pub fn unmerge(path: &Path) -> Result<Edit> {
+        let before = read_optional(path)?;
+        let wanted = wanted(Path::new("/"), None)?;
+        let after = unmerge(
+            before.as_deref(),
+            &path.display().to_string(),
+            &events_of(&wanted),
+        )?;
+        let after = if Some(&after) == before.as_ref() {
+            after
+        } else {
+            original_bytes(path, &after).unwrap_or(after)
+        };
+        Ok(Edit {
+            path: path.to_path_buf(),
+            before,
+            after,
+        })
+    }
+
+    /// Whether applying would change the file.
+    pub fn changes(&self) -> bool {
+        self.before.as_deref() != Some(self.after.as_str())
+            && !(self.before.is_none() && self.after.is_empty())
+    }
+
+    /// A readable line diff of the change (empty when nothing changes).
+    pub fn diff(&self) -> String {
+        if !self.changes() {
+            return String::new();
+        }
+        let mut out = format!(
+            "--- {}{}\n+++ {}\n",
+            self.path.display(),
+            if self.before.is_none() {
+                " (absent)"
+            } else {
+                ""
+            },
+            self.path.display()
+        );
+        out.push_str(&line_diff(
+            self.before.as_deref().unwrap_or(""),
+            &self.after,
+        ));
+        out
+    }
+
+    /// Write the change: a timestamped backup of the old file beside it,
+    /// then the new text atomically with the old file's mode (0600 for a
+    /// new file). Nothing is written when nothing changes.
+    pub fn apply(&self) -> Result<Applied> {
+        if !self.changes() {
+            return Ok(Applied {
+                changed: false,
+                backup: None,
+            });
+        }
+        let mode = match fs::metadata(&self.path) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            Err(_) => 0o600,
+        };
+        let backup = if let Some(before) = &self.before {
+            let backup = backup_path(&self.path);
+            write_atomic(&backup, before.as_bytes(), mode, Existing::Refuse)?;
+            Some(backup)
+        } else {
+            if let Some(dir) = self.path.parent() {
+                fs::create_dir_all(dir).map_err(|e| Error::io_at("create", dir, &e))?;
+            }
+            None
+        };
+        write_atomic(&self.path, self.after.as_bytes(), mode, Existing::Replace)?;
+        Ok(Applied {
+            changed: true,
+            backup,
+        })
+    }
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>> {
+    match fs::read(path) {
+        Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
+            Error::refused(format!(
+                "{} is not UTF-8 text; fix it by hand, then run again (nothing was changed)",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io_at("read", path, &e)),
+    }
+}
+
+/// The prefix of backup file names: `<name>.ktr-backup-<UTC timestamp>`.
+const BACKUP_MARK: &str = ".ktr-backup-";
+
+fn backup_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stamp: String = crate::time::now_rfc3339()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let base = path.with_file_name(format!("{name}{BACKUP_MARK}{stamp}"));
+    let mut candidate = base.clone();
+    let mut n = 1;
+    while candidate.symlink_metadata().is_ok() {
+        candidate = PathBuf::from(format!("{}-{n}", base.display()));
+        n += 1;
+    }
+    candidate
+}
+
+/// The bytes of the newest ktr backup of `path` that is the same document
+/// as `text`, if any.
+fn original_bytes(path: &Path, text: &str) -> Option<String> {
+    let doc = Json::parse(text).ok();
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let prefix = format!("{name}{BACKUP_MARK}");
+    let mut backups: Vec<PathBuf> = fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    backups.sort();
+    backups.into_iter().rev().find_map(|b| {
+        let bytes = fs::read_to_string(&b).ok()?;
+        let same = match &doc {
+            Some(doc) => Json::parse(&bytes).ok().as_ref() == Some(doc),
+            None => bytes.trim().is_empty() && text.trim().is_empty(),
+        };
+        same.then_some(bytes)
+    })
+}
+
+/// A small line diff (longest common subsequence; settings files are small):
+/// changed lines with `-`/`+`, two lines of context around them.
+pub fn line_diff(old: &str, new: &str) -> String {
+    let a: Vec<&str> = old.lines().collect();
+    let b: Vec<&str> = new.lines().collect();
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let mut ops: Vec<(char, &str)> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            ops.push((' ', a[i]));
+            i += 1;
+            j += 1;
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            ops.push(('-', a[i]));
+            i += 1;
+        } else {
+            ops.push(('+', b[j]));
+            j += 1;
+        }
+    }
+    let near_change = |k: usize| {
+        let lo = k.saturating_sub(2);
+        let hi = (k + 2).min(ops.len() - 1);
+        ops[lo..=hi].iter().any(|(c, _)| *c != ' ')
+    };
+    let mut out = String::new();
+    let mut skipped = false;
+    for (k, (c, line)) in ops.iter().enumerate() {
+        if near_change(k) {
+            if skipped {
+                out.push_str("@@\n");
+                skipped = false;
+            }
+            let _ = writeln!(out, "{c} {line}");
+        } else {
+            skipped = true;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_of_unquotes_the_first_word() {
+        assert_eq!(program_of("/a/ktr-stop --config x"), "/a/ktr-stop");
+        assert_eq!(
+            program_of("'/my dir/ktr-ack' --config 'c'"),
+            "/my dir/ktr-ack"
+        );
+        assert_eq!(program_of("\"/q\\\"d/ktr-ack\""), "/q\"d/ktr-ack");
+        assert_eq!(program_of("/my\\ dir/x y"), "/my dir/x");
+    }
+
+    #[test]
+    fn sh_quote_round_trips_through_program_of() {
+        for p in [
+            "/usr/local/bin/ktr-stop",
+            "/home/a b/it's/ktr-stop",
+            "/x/中文/ktr-ack",
+        ] {
+            assert_eq!(program_of(&format!("{} --config y", sh_quote(p))), p);
+        }
+    }
+
+    #[test]
+    fn pretty_matches_two_space_json() {
+        let text =
+            "{\n  \"a\": [],\n  \"b\": {},\n  \"z\": [\n    1,\n    \"中\"\n  ],\n  \"c\": null\n}";
+        assert_eq!(Json::parse(text).unwrap().pretty(), text);
+    }
+
+    #[test]
+    fn hook_entries_walk_in_order_and_mark_misshapen_parts() {
+        let doc = Json::parse(
+            r#"{"hooks": {
+                "Stop": [{"hooks": [{"type": "command", "command": "/b/ktr-stop"}]}, {"matcher": "x"}],
+                "Odd": "not a list",
+                "SessionStart": [{"matcher": "resume", "hooks": [
+                    {"type": "command", "command": "/other"},
+                    {"type": "command", "command": "'/b b/ktr-ack' --config c"}]}]
+            }}"#,
+        )
+        .unwrap();
+        let Some(Json::Object(events)) = doc.get("hooks") else {
+            panic!("no hooks");
+        };
+        let walked: Vec<_> = hook_entries(events)
+            .map(|e| e.map(|e| (e.event, e.matcher, e.hook.get("command").unwrap().clone())))
+            .collect();
+        assert_eq!(walked.len(), 5);
+        assert_eq!(
+            walked[0],
+            Ok(("Stop", None, Json::String("/b/ktr-stop".into())))
+        );
+        assert_eq!(walked[1], Err(Misshapen::GroupWithoutHooks));
+        assert_eq!(walked[2], Err(Misshapen::EventNotAList));
+        assert_eq!(
+            walked[3],
+            Ok((
+                "SessionStart",
+                Some("resume"),
+                Json::String("/other".into())
+            ))
+        );
+        // The lenient reader skips what is misshapen and finds ours.
+        let found = find_ours(&doc.pretty()).unwrap();
+        assert_eq!(
+            found
+                .iter()
+                .map(|f| (f.event.as_str(), f.program, f.path.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("Stop", "ktr-stop", "/b/ktr-stop"),
+                ("SessionStart", "ktr-ack", "/b b/ktr-ack")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_fragment_names_both_hooks() {
+        let w = wanted(Path::new("/opt/k bin"), Some(Path::new("/c.toml"))).unwrap();
+        assert_eq!(w.len(), 2);
+        assert_eq!(w[0].event, "Stop");
+        assert_eq!(w[0].matcher, None);
+        assert_eq!(
+            w[0].hook.get("command").unwrap(),
+            &Json::String("'/opt/k bin/ktr-stop' --config /c.toml".into())
+        );
+        assert_eq!(w[0].hook.get("timeout").unwrap(), &Json::Number(10.into()));
+        assert_eq!(w[1].event, "SessionStart");
+        assert_eq!(w[1].matcher.as_deref(), Some("resume"));
+        assert_eq!(w[1].program, "ktr-ack");
+    }
+}

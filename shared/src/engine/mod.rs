@@ -1,0 +1,20 @@
+//! The read-only engine: everything that reads a transcript and decides
+//! what a rebuild would carry. Nothing here writes outside a path it is
+//! given, and nothing here knows about operations or targets.
+
+pub mod candidate;
+pub mod chain;
+pub mod classify;
+pub mod conserve;
+pub mod ledger;
+pub mod plan;
+pub mod rawjson;
+pub mod scan;
+pub mod transcript;
+pub mod turns;
+
+pub use candidate::ManifestEntry;
+pub use conserve::ConservationCounts;
+pub use ledger::LedgerReport;
+pub use plan::{LeftOut, Plan, PlanReport};
+pub use turns::{ItemKind, LeftOutReason, Role};

@@ -1,0 +1,320 @@
+//! The read-only plan: scan → history → turns → candidate, with a report
+//! of everything that was counted, dropped or refused. `ktr plan`,
+//! `ktr-prepare` and `ktr-verify` all start here.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, HistoryMode, OnMalformed};
+use crate::engine::candidate::{self, Candidate};
+use crate::engine::chain;
+use crate::engine::ledger::{self, Budget, LedgerReport, Measured};
+use crate::engine::scan::{Markers, NotSpeechCounts, Options, Scan};
+use crate::engine::turns::{self, LeftOutReason, Role, Selection};
+use crate::error::{Error, Result};
+
+/// How much of the first/last carried text the report shows.
+const PREVIEW_CHARS: usize = 300;
+
+/// A carried item as shown in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preview {
+    pub role: Role,
+    pub text: String,
+}
+
+/// A conversation record that was not carried, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LeftOut {
+    pub line: usize,
+    pub uuid: Option<String>,
+    pub reason: LeftOutReason,
+}
+
+/// Everything `ktr plan` reports (SPEC §14).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    pub source_path: String,
+    pub session_id: String,
+    pub source_sha256: String,
+    pub source_bytes: u64,
+    pub versions_seen: Vec<String>,
+    pub history_mode: HistoryMode,
+    pub history_fallback_reason: Option<String>,
+    pub source_turns: usize,
+    pub selected_turns: usize,
+    pub open_tail: bool,
+    pub open_tail_kept: bool,
+    pub dropped_oldest_turns: usize,
+    pub leading_assistant_turns: usize,
+    pub carried_items: usize,
+    pub estimated_tokens: u64,
+    pub startup_frozen: bool,
+    pub startup_sha256: Option<String>,
+    /// SessionStart hook contexts carried as attachment lines (the startup
+    /// snapshot of today's format), ahead of the first item.
+    pub startup_attachments: usize,
+    pub compact_summaries_dropped: usize,
+    pub compact_summaries_carried: usize,
+    pub abandoned_branch_records: usize,
+    pub malformed_lines: usize,
+    pub malformed_line_numbers: Vec<usize>,
+    pub unknown_record_types: BTreeMap<String, u64>,
+    pub unknown_attachment_types: BTreeMap<String, u64>,
+    pub not_speech: NotSpeechCounts,
+    pub elided_items: usize,
+    /// Slash commands carried with their expansion (`carry_command_expansions`).
+    pub command_expansions_carried: usize,
+    /// Carried turns whose first user record had a missing or unparseable
+    /// timestamp: stamped with the nearest parseable earlier time, or not
+    /// stamped (never with the broken text).
+    pub broken_timestamps: usize,
+    pub poison_hits: usize,
+    pub blocked_reason: Option<String>,
+    pub ledger: LedgerReport,
+    pub first_carried: Option<Preview>,
+    pub last_carried: Option<Preview>,
+    /// Every conversation record that was not carried, with the reason
+    /// (empty in an operation's stats, which keep it on its own).
+    #[serde(default)]
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A plan: the report, the candidate it would write, and what it left out.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub report: PlanReport,
+    pub candidate: Candidate,
+    /// The frozen startup text (`startup_snapshot.txt`), if any.
+    pub startup_text: Option<String>,
+}
+
+impl Plan {
+    /// Whether a check refused this plan.
+    pub fn is_blocked(&self) -> bool {
+        self.report.blocked_reason.is_some()
+    }
+}
+
+/// Find the transcript to plan: the given path (which must be a `*.jsonl`
+/// directly inside `project_dir`, symlinks resolved), or the newest session
+/// transcript in `project_dir`.
+pub fn resolve_transcript(config: &Config, given: Option<&Path>) -> Result<PathBuf> {
+    let project = config.project_dir.canonicalize().map_err(|e| {
+        Error::config(format!(
+            "project_dir {} is not usable: {e}; set project_dir to the Claude Code project folder",
+            config.project_dir.display()
+        ))
+    })?;
+    let Some(given) = given else {
+        return newest_transcript(&project);
+    };
+    let real = given
+        .canonicalize()
+        .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", given.display())))?;
+    if real.parent() != Some(project.as_path()) {
+        return Err(Error::refused(format!(
+            "transcript {} is not inside project_dir {} (symlinks resolved); ktr only reads *.jsonl files directly inside project_dir",
+            given.display(),
+            project.display()
+        )));
+    }
+    if real.extension().and_then(|e| e.to_str()) != Some("jsonl") || !real.is_file() {
+        return Err(Error::refused(format!(
+            "transcript {} is not a .jsonl file",
+            given.display()
+        )));
+    }
+    Ok(real)
+}
+
+fn newest_transcript(project: &Path) -> Result<PathBuf> {
+    let entries = std::fs::read_dir(project).map_err(|e| Error::io_at("list", project, &e))?;
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".jsonl") || name.starts_with("agent-") || name.starts_with('.') {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let mtime = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(t, p)| (mtime, &path) > (*t, p)) {
+            best = Some((mtime, path));
+        }
+    }
+    let (_, path) = best.ok_or_else(|| {
+        Error::refused(format!(
+            "no *.jsonl transcript in project_dir {}; check project_dir or pass --transcript",
+            project.display()
+        ))
+    })?;
+    path.canonicalize()
+        .map_err(|e| Error::io_at("resolve", &path, &e))
+}
+
+/// Plan a transcript file (already resolved by [`resolve_transcript`]).
+pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
+    let file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
+    // The digest is computed on a second core while this one parses.
+    std::thread::scope(|s| {
+        let digest = s.spawn(|| crate::fsutil::sha256_file(path));
+        let mut plan = build_from_reader(
+            config,
+            path,
+            BufReader::with_capacity(1 << 16, file),
+            new_session_id,
+        )?;
+        plan.report.source_sha256 = digest
+            .join()
+            .map_err(|_| Error::io(format!("digest of {} failed", path.display())))??;
+        Ok(plan)
+    })
+}
+
+/// Plan from any reader (tests, fuzzing). `source_sha256` is left empty.
+pub fn build_from_reader<R: BufRead>(
+    config: &Config,
+    path: &Path,
+    input: R,
+    new_session_id: Option<&str>,
+) -> Result<Plan> {
+    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
+    let opts = Options {
+        reply_tool: &config.reply_tool_pattern,
+        markers: &markers,
+        command_expansions: config.carry_command_expansions,
+    };
+    let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
+    let history = chain::select(&scan, config.history);
+    let mut sel = turns::select(&scan.events, &history.events, config);
+    block_on_input_problems(config, &scan, &mut sel);
+    let session_id = match new_session_id {
+        Some(id) => {
+            crate::ids::SessionId::parse(id)?;
+            id.to_string()
+        }
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    let candidate = candidate::build(
+        &sel.turns,
+        &sel.startup_context,
+        &scan.events,
+        &session_id,
+        scan.earliest_timestamp.as_deref(),
+    );
+    let mut left_out: Vec<LeftOut> = history
+        .abandoned
+        .iter()
+        .map(|&e| (e, LeftOutReason::AbandonedBranch))
+        .chain(
+            history
+                .off_chain_commands
+                .iter()
+                .map(|&e| (e, LeftOutReason::LocalCommand)),
+        )
+        .chain(sel.left_out.iter().copied())
+        .map(|(e, reason)| LeftOut {
+            line: scan.events[e].meta.line,
+            uuid: scan.events[e].meta.uuid.clone(),
+            reason,
+        })
+        .collect();
+    left_out.sort_by_key(|l| l.line);
+    let items: Vec<&turns::Item> = sel.turns.iter().flat_map(|t| &t.items).collect();
+    let preview = |i: &&turns::Item| Preview {
+        role: i.role,
+        text: i.text.chars().take(PREVIEW_CHARS).collect(),
+    };
+    let ledger = ledger::report(
+        &Measured {
+            window: &scan.window,
+            file: &scan.file,
+            window_start_line: scan.window_start_line,
+            file_bytes: scan.bytes,
+            file_lines: scan.lines,
+            conversation_turns: sel.turns.len(),
+        },
+        &Budget {
+            dirty_budget_bytes: config.dirty_budget_bytes,
+            rebuild_on_original_image_view: config.rebuild_on_original_image_view,
+        },
+    );
+    let report = PlanReport {
+        source_path: path.display().to_string(),
+        session_id: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        source_sha256: String::new(),
+        source_bytes: scan.bytes,
+        versions_seen: scan.versions.iter().cloned().collect(),
+        history_mode: history.mode,
+        history_fallback_reason: history.fallback_reason,
+        source_turns: sel.source_turns,
+        selected_turns: sel.turns.len(),
+        open_tail: sel.open_tail,
+        open_tail_kept: sel.open_tail_kept,
+        dropped_oldest_turns: sel.dropped_oldest_turns,
+        leading_assistant_turns: sel.leading_assistant_turns,
+        carried_items: items.len(),
+        estimated_tokens: sel.estimated_tokens,
+        startup_frozen: sel.startup_sha256.is_some(),
+        startup_sha256: sel.startup_sha256.clone(),
+        startup_attachments: sel.startup_context.len(),
+        compact_summaries_dropped: sel.compact_summaries_dropped,
+        compact_summaries_carried: sel.compact_summaries_carried,
+        abandoned_branch_records: history.abandoned.len(),
+        malformed_lines: scan.malformed_count,
+        malformed_line_numbers: scan.malformed.iter().map(|(n, _)| *n).collect(),
+        unknown_record_types: scan.unknown_record_types.clone(),
+        unknown_attachment_types: scan.unknown_attachment_types.clone(),
+        not_speech: NotSpeechCounts {
+            local_commands: (sel.local_commands + history.off_chain_commands.len()) as u64,
+            ..scan.not_speech.clone()
+        },
+        elided_items: sel.elided_items,
+        broken_timestamps: sel.broken_timestamps,
+        command_expansions_carried: sel.command_expansions_carried,
+        poison_hits: sel.poison_hits,
+        blocked_reason: sel.blocked_reason.clone(),
+        ledger,
+        first_carried: items.first().map(preview),
+        last_carried: items.last().map(preview),
+        left_out,
+    };
+    Ok(Plan {
+        report,
+        candidate,
+        startup_text: sel.startup_text,
+    })
+}
+
+fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
+    if sel.blocked_reason.is_some() {
+        return;
+    }
+    if scan.malformed_count > 0 && config.on_malformed_line == OnMalformed::Block {
+        let lines: Vec<String> = scan
+            .malformed
+            .iter()
+            .map(|(n, why)| format!("{n} ({why})"))
+            .collect();
+        sel.blocked_reason = Some(format!(
+            "{} malformed line(s): {}; fix the transcript or set on_malformed_line = \"skip\" to carry the rest",
+            scan.malformed_count,
+            lines.join(", ")
+        ));
+    } else if sel.turns.is_empty() {
+        sel.blocked_reason = Some("no conversation turns to carry".to_string());
+    }
+}

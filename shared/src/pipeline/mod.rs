@@ -1,0 +1,10 @@
+//! The pipeline: acts on a plan. The operation file and its state machine
+//! ([`operation`]), the stages and hooks that move it ([`stages`]), what
+//! gets switched ([`target`]) and the process control they share
+//! ([`process`]).
+
+pub mod hook;
+pub mod operation;
+pub mod process;
+pub mod stages;
+pub mod target;

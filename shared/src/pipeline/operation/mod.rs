@@ -1,0 +1,35 @@
+//! Operations and their state machine (SPEC §9): the one place where the
+//! stages, the hooks and the CLI meet.
+//!
+//! Layout of the state dir (0700):
+//!
+//! | file | what |
+//! |---|---|
+//! | `coordinator.lock` | held for every read-modify-write (a separate file: never lock a file that is renamed over) |
+//! | `active` | `<id> <status>` of the one non-terminal operation, or absent: the Stop hook reads only this |
+//! | `operations/<id>.json` | one [`Operation`] per file (0600, atomic writes) |
+//! | `artifacts/<id>/` | backup, snapshot, ack receipt (0700) |
+//! | `ktr.log` | one JSON line per transition: `{ts, op, from, to, note}` |
+//! | `worker.log` | stdout/stderr of detached stages |
+//!
+//! One concept per file: [`status`] (the state machine), [`stage`] (who
+//! works in which status), [`record`] (the operation file), [`store`] (the
+//! state dir and its lock), [`requests`] (what humans and stages ask),
+//! [`recovery`] (dead workers).
+
+mod record;
+mod recovery;
+mod requests;
+mod stage;
+mod status;
+mod store;
+
+pub use record::{Ack, CandidateFile, Operation, Transition, Verification, Worker};
+pub use recovery::discard_candidate;
+pub use requests::confirm;
+pub use stage::Stage;
+pub use status::Status;
+pub use store::{DEFAULT_STATE_DIR, Locked, Store, locate_state_dir};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,136 @@
+//! [`Status`]: where an operation is in its life, and the one table of
+//! allowed transitions (SPEC §9).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Requested; waits for the next Stop hook.
+    Pending,
+    /// A Stop hook spawned `ktr-prepare`.
+    Scheduled,
+    /// `ktr-prepare` is freezing the source and writing the candidate.
+    Running,
+    /// `ktr-verify` is checking the candidate (and `ktr-activate` its CAS checks).
+    Verifying,
+    /// `ktr-activate` is switching the target.
+    Activating,
+    /// The target runs the candidate session. Terminal, but can be rolled back.
+    Activated,
+    /// Rollback requested; waits for the next Stop hook.
+    RollbackPending,
+    /// A Stop hook spawned `ktr-rollback`.
+    RollbackScheduled,
+    /// `ktr-rollback` is switching back.
+    RollingBack,
+    /// Cancelled before it was scheduled.
+    Cancelled,
+    /// Abandoned; the old session is untouched unless `needs_attention`.
+    Failed,
+    /// The old session runs again.
+    RolledBack,
+}
+
+impl Status {
+    /// Every status, in life-cycle order.
+    pub const ALL: [Status; 12] = [
+        Status::Pending,
+        Status::Scheduled,
+        Status::Running,
+        Status::Verifying,
+        Status::Activating,
+        Status::Activated,
+        Status::RollbackPending,
+        Status::RollbackScheduled,
+        Status::RollingBack,
+        Status::Cancelled,
+        Status::Failed,
+        Status::RolledBack,
+    ];
+
+    /// Terminal operations block nothing: activated, cancelled, failed, `rolled_back`.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Status::Activated | Status::Cancelled | Status::Failed | Status::RolledBack
+        )
+    }
+
+    /// Statuses in which the target has certainly not been touched yet, so
+    /// a written candidate was never run and can be discarded.
+    pub fn before_switch(self) -> bool {
+        matches!(
+            self,
+            Status::Pending | Status::Scheduled | Status::Running | Status::Verifying
+        )
+    }
+
+    /// The `snake_case` name used in files and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Scheduled => "scheduled",
+            Status::Running => "running",
+            Status::Verifying => "verifying",
+            Status::Activating => "activating",
+            Status::Activated => "activated",
+            Status::RollbackPending => "rollback_pending",
+            Status::RollbackScheduled => "rollback_scheduled",
+            Status::RollingBack => "rolling_back",
+            Status::Cancelled => "cancelled",
+            Status::Failed => "failed",
+            Status::RolledBack => "rolled_back",
+        }
+    }
+
+    /// Parse a `snake_case` name.
+    pub fn parse(name: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Whether the state machine allows `self → to` (SPEC §9):
+    ///
+    /// ```text
+    /// pending → scheduled → running → verifying → activating → activated
+    /// scheduled → pending            (scheduling undone)
+    /// verifying → pending            (source changed: retry from the fresh transcript)
+    /// activating → rolled_back       (unhealthy, old session resumed)
+    /// activated → rollback_pending → rollback_scheduled → rolling_back → rolled_back
+    /// rollback_scheduled → rollback_pending   (scheduling undone)
+    /// rollback_scheduled → rolled_back        (ktr-rollback without a rolling_back step)
+    /// pending → cancelled;   any non-terminal → failed
+    /// ```
+    pub fn can_become(self, to: Status) -> bool {
+        use Status::{
+            Activated, Activating, Cancelled, Failed, Pending, RollbackPending, RollbackScheduled,
+            RolledBack, RollingBack, Running, Scheduled, Verifying,
+        };
+        if to == Failed {
+            return !self.is_terminal();
+        }
+        matches!(
+            (self, to),
+            (Pending, Scheduled | Cancelled)
+                | (Scheduled, Running | Pending)
+                | (Running, Verifying)
+                | (Verifying, Activating | Pending)
+                | (Activating, Activated | RolledBack)
+                | (Activated, RollbackPending)
+                | (RollbackPending, RollbackScheduled)
+                | (
+                    RollbackScheduled,
+                    RollingBack | RollbackPending | RolledBack
+                )
+                | (RollingBack, RolledBack)
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,354 @@
+//! The operation store over one state dir: loading, listing, the
+//! coordinator lock, and the locked writes ([`Locked`]).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind as IoKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{Operation, Status, Transition};
+use crate::config::{Config, expand_home, home_dir};
+use crate::error::{Error, Result};
+use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
+use crate::ids::OperationId;
+use crate::pipeline::target::Target;
+use crate::time::now_rfc3339;
+
+/// Default state dir when no config says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "~/.local/state/ktr";
+
+/// How long a dead worker is tolerated after the operation's last update
+/// before the operation is failed (covers the hand-off between stages).
+pub const DEFAULT_WORKER_GRACE: Duration = Duration::from_secs(10);
+
+/// The grace period: `$KTR_WORKER_GRACE_SECONDS` when it is a non-negative
+/// number (tests shorten it), else [`DEFAULT_WORKER_GRACE`]. Stages record
+/// the next stage as the worker when they hand over, so the grace only
+/// covers a stage's own start-up.
+pub fn worker_grace() -> Duration {
+    std::env::var("KTR_WORKER_GRACE_SECONDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(DEFAULT_WORKER_GRACE, Duration::from_secs_f64)
+}
+
+/// How long to wait for the coordinator lock before giving up.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Find the state dir cheaply, for hooks that must start in a millisecond:
+/// the `state_dir` key of the config file found by [`Config::locate`], read
+/// as plain TOML without validating the rest ([`Config::load`] resolves the
+/// key the same way), else [`DEFAULT_STATE_DIR`] when there is no config
+/// file. A config file that is not TOML, or whose `state_dir` is not a
+/// string, is an error: nothing could be scheduled with it.
+pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
+    let path = Config::locate(config);
+    let configured = match fs::read_to_string(&path) {
+        Ok(text) => {
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                Error::config(format!(
+                    "config {} is not valid TOML: {}",
+                    path.display(),
+                    e.message()
+                ))
+            })?;
+            match table.get("state_dir") {
+                None => None,
+                Some(toml::Value::String(s)) => Some(s.clone()),
+                Some(_) => {
+                    return Err(Error::config(format!(
+                        "config {}: state_dir must be a string",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        Err(e) if e.kind() == IoKind::NotFound => None,
+        Err(e) => {
+            return Err(Error::config(format!(
+                "cannot read config {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    Ok(expand_home(
+        configured.as_deref().unwrap_or(DEFAULT_STATE_DIR),
+        &home_dir(),
+    ))
+}
+
+/// The operation store over one state dir.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    pub(super) target: Option<Target>,
+    pub(super) grace: Duration,
+}
+
+/// A held coordinator lock; every mutation goes through it.
+pub struct Locked<'a> {
+    store: &'a Store,
+    _lock: File,
+}
+
+impl Store {
+    /// Open (and create, 0700) the state dir.
+    pub fn open(dir: &Path) -> Result<Store> {
+        ensure_private_dir(dir, 0o700)?;
+        ensure_private_dir(&dir.join("operations"), 0o700)?;
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            target: None,
+            grace: worker_grace(),
+        })
+    }
+
+    /// Open the configured state dir, with the configured target so that
+    /// stale-worker recovery can record what the target runs.
+    pub fn for_config(config: &Config) -> Result<Store> {
+        let mut store = Store::open(&config.state_dir)?;
+        store.target = Some(Target::from_config(config));
+        Ok(store)
+    }
+
+    /// Read-only look at a state dir (creates nothing; for hooks and status).
+    pub fn at(dir: &Path) -> Store {
+        Store {
+            dir: dir.to_path_buf(),
+            target: None,
+            grace: worker_grace(),
+        }
+    }
+
+    /// Change the dead-worker grace period.
+    pub fn with_grace(mut self, grace: Duration) -> Store {
+        self.grace = grace;
+        self
+    }
+
+    /// Use `target` when recording what a dead activation left behind.
+    pub fn with_target(mut self, target: Target) -> Store {
+        self.target = Some(target);
+        self
+    }
+
+    /// The state dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of an operation file (the id is validated).
+    pub fn operation_path(&self, id: &str) -> Result<PathBuf> {
+        OperationId::parse(id)?;
+        Ok(self.dir.join("operations").join(format!("{id}.json")))
+    }
+
+    /// `artifacts/<id>/`, created 0700.
+    pub fn artifacts_dir(&self, id: &str) -> Result<PathBuf> {
+        OperationId::parse(id)?;
+        let dir = self.dir.join("artifacts").join(id);
+        ensure_private_dir(&self.dir.join("artifacts"), 0o700)?;
+        ensure_private_dir(&dir, 0o700)?;
+        Ok(dir)
+    }
+
+    /// Where detached stages write their output.
+    pub fn worker_log(&self) -> PathBuf {
+        self.dir.join("worker.log")
+    }
+
+    /// The `active` file: `(id, status)` of the non-terminal operation, if
+    /// any. Cheap (one small read, no lock): this is the Stop hook's fast path.
+    pub fn active(&self) -> Option<(OperationId, Status)> {
+        let text = fs::read_to_string(self.dir.join("active")).ok()?;
+        let mut words = text.split_whitespace();
+        let id = OperationId::parse(words.next()?).ok()?;
+        let status = Status::parse(words.next()?)?;
+        Some((id, status))
+    }
+
+    /// Load one operation; a missing one is [`crate::ErrorKind::NotFound`].
+    pub fn load(&self, id: &str) -> Result<Operation> {
+        self.try_load(id)?
+            .ok_or_else(|| Error::not_found(format!("no operation {id}; `ktr ops` lists them")))
+    }
+
+    /// Load one operation, `None` when there is no such file.
+    pub fn try_load(&self, id: &str) -> Result<Option<Operation>> {
+        let path = self.operation_path(id)?;
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io_at("read", &path, &e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::io(format!("operation file {} is damaged: {e}", path.display())))
+    }
+
+    /// Every operation, oldest first. Unreadable files are skipped.
+    pub fn list(&self) -> Result<Vec<Operation>> {
+        let dir = self.dir.join("operations");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io_at("list", &dir, &e)),
+        };
+        let mut ops: Vec<Operation> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                self.load(name.strip_suffix(".json")?).ok()
+            })
+            .collect();
+        ops.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(ops)
+    }
+
+    /// The most recently created operation.
+    pub fn latest(&self) -> Result<Option<Operation>> {
+        Ok(self.list()?.pop())
+    }
+
+    /// Run `f` holding the coordinator lock. Waits at most 10 s for it.
+    pub fn with_lock<T>(&self, f: impl FnOnce(&mut Locked) -> Result<T>) -> Result<T> {
+        ensure_private_dir(&self.dir, 0o700)?;
+        ensure_private_dir(&self.dir.join("operations"), 0o700)?;
+        let path = self.dir.join("coordinator.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io_at("open lock", &path, &e))?;
+        let deadline = Instant::now() + LOCK_TIMEOUT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(2));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(Error::io(format!(
+                        "{} is held by another ktr process for more than {} s; see `ktr status`",
+                        path.display(),
+                        LOCK_TIMEOUT.as_secs()
+                    )));
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(Error::io_at("lock", &path, &e)),
+            }
+        }
+        let mut tx = Locked {
+            store: self,
+            _lock: file,
+        };
+        f(&mut tx)
+        // The lock is released when `tx` (and its file) drops.
+    }
+}
+
+impl Locked<'_> {
+    /// Load one operation (under the lock).
+    pub fn load(&self, id: &str) -> Result<Operation> {
+        self.store.load(id)
+    }
+
+    /// Load `id` and require it to be in `status`; otherwise refuse with
+    /// "operation ID is S; only <rule>".
+    pub fn load_in(&self, id: &str, status: Status, rule: &str) -> Result<Operation> {
+        let op = self.load(id)?;
+        if op.status != status {
+            return Err(Error::refused(format!(
+                "operation {id} is {}; only {rule}",
+                op.status
+            )));
+        }
+        Ok(op)
+    }
+
+    /// The operation named by `active`, if it is still non-terminal.
+    pub fn active_operation(&self) -> Result<Option<Operation>> {
+        let Some((id, _)) = self.store.active() else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .try_load(&id)?
+            .filter(|op| !op.status.is_terminal()))
+    }
+
+    /// Write `op` atomically (0600) and refresh `updated_at`.
+    pub fn save(&mut self, op: &mut Operation) -> Result<()> {
+        op.updated_at = now_rfc3339();
+        let path = self.store.operation_path(&op.id)?;
+        let mut bytes = serde_json::to_vec_pretty(op)
+            .map_err(|e| Error::io(format!("cannot encode operation {}: {e}", op.id)))?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes, 0o600, Existing::Replace)
+    }
+
+    /// Move `op` to `to` if the state machine allows it: record the step in
+    /// its history, save it, update `active` and append to `ktr.log`.
+    pub fn transition(&mut self, op: &mut Operation, to: Status, note: &str) -> Result<()> {
+        let from = op.status;
+        if !from.can_become(to) {
+            return Err(Error::refused(format!(
+                "operation {} cannot go from {from} to {to}",
+                op.id
+            )));
+        }
+        op.status = to;
+        op.history.push(Transition {
+            at: now_rfc3339(),
+            from,
+            to,
+            note: note.to_string(),
+        });
+        if to.is_terminal() {
+            op.worker = None;
+        }
+        self.save(op)?;
+        self.set_active(op)?;
+        self.log(&op.id, from, to, note)
+    }
+
+    /// Point `active` at `op`, or clear it when `op` is terminal (only if
+    /// it still names `op`).
+    pub(super) fn set_active(&mut self, op: &Operation) -> Result<()> {
+        let path = self.store.dir.join("active");
+        if !op.status.is_terminal() {
+            let line = format!("{} {}\n", op.id, op.status);
+            return write_atomic(&path, line.as_bytes(), 0o600, Existing::Replace);
+        }
+        if self.store.active().is_some_and(|(id, _)| id != *op.id) {
+            return Ok(());
+        }
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != IoKind::NotFound => Err(Error::io_at("remove", &path, &e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Append one line to `ktr.log`.
+    pub(super) fn log(&self, id: &str, from: Status, to: Status, note: &str) -> Result<()> {
+        let path = self.store.dir.join("ktr.log");
+        let line = serde_json::json!({"ts": now_rfc3339(), "op": id, "from": from, "to": to, "note": note});
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io_at("open", &path, &e))?;
+        file.write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| Error::io_at("append to", &path, &e))
+    }
+
+    /// The store this lock belongs to.
+    pub fn store(&self) -> &Store {
+        self.store
+    }
+}

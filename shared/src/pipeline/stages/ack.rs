@@ -1,0 +1,95 @@
+//! The `SessionStart` hook, `ktr-ack` (matcher `resume`, SPEC §12).
+//!
+//! When Claude Code resumes the candidate session of an activating or
+//! activated operation, this records Claude Code's own receipt (with the
+//! measured `context_tokens` of the new window) in the operation and in
+//! `artifacts/<id>/ack.json`. It always exits 0 and prints
+//! `{"suppressOutput":true}`; problems go to stderr.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::fsutil::{Existing, write_atomic};
+use crate::ids::{OperationId, SessionId};
+use crate::pipeline::hook::{Invocation, Reply, SessionStartInput};
+use crate::pipeline::operation::{Ack, Operation, Status, Store, locate_state_dir};
+use crate::time::now_rfc3339;
+
+/// `ktr-ack --help`.
+pub const HELP: &str = "ktr-ack: the Claude Code SessionStart (resume) hook of ktr.
+Usage: ktr-ack [--config PATH]   (the hook JSON on stdin; always exits 0)
+Records Claude Code's receipt that it resumed a rebuilt session, with its context_tokens.";
+
+/// The `SessionStart` hook: record the receipt, report on stderr, stay quiet.
+pub fn ack(call: Invocation) -> Reply {
+    match run(call.config.as_deref(), call.input) {
+        Ok(Some(id)) => eprintln!("ktr-ack: recorded the resume of operation {id}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("ktr-ack: {e}"),
+    }
+    Reply::Quiet
+}
+
+/// Returns the id of the acknowledged operation, if any.
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<OperationId>> {
+    let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB; ignored"))?;
+    let hook: SessionStartInput = serde_json::from_slice(&input)
+        .map_err(|e| Error::usage(format!("cannot parse the SessionStart hook input: {e}")))?;
+    if hook.source.as_deref() != Some("resume") {
+        return Ok(None);
+    }
+    let store = Store::at(&locate_state_dir(config_arg)?);
+    let Some(op) = find_operation(&store, &hook.session_id) else {
+        return Ok(None);
+    };
+    let ack = Ack {
+        at: now_rfc3339(),
+        session_id: SessionId::parse(&hook.session_id)?,
+        context_tokens: hook.context_tokens.as_ref().and_then(as_tokens),
+    };
+    store.with_lock(|tx| {
+        let mut op = tx.load(&op.id)?;
+        if !awaits_ack(&op, &hook.session_id) {
+            return Ok(None);
+        }
+        let receipt = store.artifacts_dir(&op.id)?.join("ack.json");
+        let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
+        bytes.push(b'\n');
+        write_atomic(&receipt, &bytes, 0o600, Existing::Replace)?;
+        op.ack = Some(ack.clone());
+        tx.save(&mut op)?;
+        Ok(Some(op.id))
+    })
+}
+
+/// The operation whose candidate is `session_id`: the active one first,
+/// else the newest activating/activated one.
+fn find_operation(store: &Store, session_id: &str) -> Option<Operation> {
+    let active = store.active().and_then(|(id, _)| store.load(&id).ok());
+    if let Some(op) = active.filter(|op| awaits_ack(op, session_id)) {
+        return Some(op);
+    }
+    store
+        .list()
+        .ok()?
+        .into_iter()
+        .rev()
+        .find(|op| awaits_ack(op, session_id))
+}
+
+fn awaits_ack(op: &Operation, session_id: &str) -> bool {
+    matches!(op.status, Status::Activating | Status::Activated)
+        && op
+            .candidate
+            .as_ref()
+            .is_some_and(|c| c.session_id == session_id)
+}
+
+/// Token counts arrive as JSON numbers (integer or float).
+fn as_tokens(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| f.round() as u64)
+    })
+}

@@ -1,0 +1,335 @@
+//! Stage 3, `ktr-activate` (SPEC §10, §12): compare-and-swap checks,
+//! switch the target, health check, automatic fallback.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session};
+use crate::config::{Activation, Config, home_dir};
+use crate::error::{Error, Result};
+use crate::fsutil::sha256_file;
+use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate};
+use crate::pipeline::target::Target;
+use crate::time::parse_rfc3339;
+
+/// How often the operation file is read while waiting for `ktr-ack`.
+const ACK_POLL: Duration = Duration::from_millis(100);
+
+/// Activate operation `id` (status `verifying`, verification passed).
+///
+/// Under the lock: the source digest is unchanged (else back to `pending`
+/// for a fresh prepare at the next Stop, at most `source_change_retries`
+/// times), the candidate digest is unchanged, the target identity is the
+/// one recorded at prepare and no other transcript in `project_dir` was
+/// modified since (else `failed` + `session_conflict`, target untouched);
+/// then `activating`. Switch, then health: the target runs the new session
+/// for `healthcheck_seconds` and, when `ktr-ack` is installed (tmux), Claude
+/// Code acknowledges the resume within another `healthcheck_seconds`.
+/// Healthy → `activated`. Unhealthy → the old session is resumed the same
+/// way: `rolled_back` if that is healthy, else `failed` with
+/// `rollback_ok: false` and `needs_attention`.
+pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
+    store.claim(id, Stage::Activate, Status::Verifying)?;
+    guarded(store, id, steps, |steps| {
+        pause_point(Stage::Activate, "start");
+        let target = Target::from_config(config);
+        let op = store.with_lock(|tx| compare_and_swap(tx, config, &target, id))?;
+        if op.status != Status::Activating {
+            steps.say(format!(
+                "not switching: operation is {} ({})",
+                op.status,
+                op.error
+                    .as_deref()
+                    .unwrap_or("source changed after prepare")
+            ));
+            return Ok(Outcome::done(op));
+        }
+        let new_id = op
+            .candidate
+            .as_ref()
+            .map(|c| c.session_id.to_string())
+            .unwrap_or_default();
+        steps.say(format!("checks passed; switching {target} to {new_id}"));
+        pause_point(Stage::Activate, "checked");
+        if let Err(e) = target.switch(&new_id, config) {
+            let now = target.identity().ok();
+            if now.is_some() && now == op.target_before {
+                steps.say(format!("switch failed, target untouched: {e}"));
+                return super::abandon(
+                    store,
+                    id,
+                    &format!("switch failed, old session untouched: {e}"),
+                    |_| {},
+                )
+                .map(Outcome::done);
+            }
+            return fall_back(
+                config,
+                store,
+                &op,
+                &target,
+                &format!("switch failed: {e}"),
+                steps,
+            );
+        }
+        pause_point(Stage::Activate, "switched");
+        match healthy(config, store, &target, id, &new_id) {
+            Ok(identity) => {
+                pause_point(Stage::Activate, "healthy");
+                let op = store.with_lock(|tx| {
+                    let mut op = tx.load(id)?;
+                    op.target_after = Some(identity.clone());
+                    let tokens = op.context_tokens().map_or(String::new(), |t| {
+                        format!(", Claude Code reports {t} context tokens")
+                    });
+                    let note = format!("{target} runs {new_id} (identity {identity}){tokens}");
+                    tx.transition(&mut op, Status::Activated, &note)?;
+                    Ok(op)
+                })?;
+                steps.say(format!("activated: {target} runs {new_id}"));
+                Ok(Outcome::done(op))
+            }
+            Err(e) => fall_back(
+                config,
+                store,
+                &op,
+                &target,
+                &format!("new session {new_id} unhealthy: {e}"),
+                steps,
+            ),
+        }
+    })
+}
+
+/// The checks of SPEC §10 under one lock; returns the operation, moved to
+/// `activating`, or to `pending`/`failed` when a check failed.
+fn compare_and_swap(
+    tx: &mut Locked,
+    config: &Config,
+    target: &Target,
+    id: &str,
+) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Verifying)?;
+    let passed = op.verification.as_ref().is_some_and(|v| v.ok);
+    if !passed {
+        fail_in(
+            tx,
+            &mut op,
+            "not verified; ktr-verify must pass first",
+            |_| {},
+        )?;
+        return Ok(op);
+    }
+    let missing = |what: &str| Error::refused(format!("operation {id} has no {what} recorded"));
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| missing("transcript"))?;
+    let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
+
+    if sha256_file(&source).ok() != op.source_sha256 {
+        source_changed(tx, config, &mut op)?;
+        return Ok(op);
+    }
+    if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
+        let why = format!(
+            "candidate {} changed or vanished after verification",
+            candidate.path.display()
+        );
+        fail_in(tx, &mut op, &why, |_| {})?;
+        return Ok(op);
+    }
+    let conflict = |why: String| (why, true);
+    let problem = match target.identity() {
+        Err(e) => Some((format!("cannot read the target's identity: {}", e.message), false)),
+        Ok(now) if Some(&now) != op.target_before.as_ref() => Some(conflict(format!(
+            "{target} changed since prepare (identity {:?}, now {now:?}); not switching",
+            op.target_before.as_deref().unwrap_or("")
+        ))),
+        Ok(_) => newer_transcript(config, &op, &source, &candidate.path)?.map(|path| {
+            conflict(format!(
+                "transcript {} was modified after prepare: another session is active in this project; not switching",
+                path.display()
+            ))
+        }),
+    };
+    if let Some((why, session_conflict)) = problem {
+        fail_in(tx, &mut op, &why, |op| {
+            op.session_conflict = session_conflict;
+        })?;
+        return Ok(op);
+    }
+    tx.transition(
+        &mut op,
+        Status::Activating,
+        "compare-and-swap checks passed",
+    )?;
+    Ok(op)
+}
+
+/// New messages arrived after prepare: discard this candidate and go back
+/// to `pending` so the next Stop prepares again, or fail once
+/// `source_change_retries` retries are used up.
+fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Result<()> {
+    if u64::from(op.attempts) > config.source_change_retries {
+        let why = format!(
+            "the source changed after prepare on every one of {} attempts (source_change_retries = {}); request again when the conversation is quiet",
+            op.attempts, config.source_change_retries
+        );
+        return fail_in(tx, op, &why, |_| {});
+    }
+    let discarded = discard_candidate(op)?;
+    if let Some(backup) = op.backup.take() {
+        let _ = std::fs::remove_file(backup);
+    }
+    op.candidate = None;
+    op.verification = None;
+    op.manifest.clear();
+    op.left_out.clear();
+    op.stats = None;
+    op.source_sha256 = None;
+    op.prepared_at = None;
+    op.worker = None;
+    let note = format!(
+        "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
+        op.attempts,
+        discarded.map_or(String::new(), |p| p.display().to_string())
+    );
+    tx.transition(op, Status::Pending, &note)
+}
+
+/// A `*.jsonl` in `project_dir`, other than the source and this candidate,
+/// modified after prepare froze the source.
+fn newer_transcript(
+    config: &Config,
+    op: &Operation,
+    source: &Path,
+    candidate: &Path,
+) -> Result<Option<PathBuf>> {
+    let since = op
+        .prepared_at
+        .as_deref()
+        .and_then(parse_rfc3339)
+        .ok_or_else(|| Error::refused(format!("operation {} has no prepare time", op.id)))?;
+    let dir = &config.project_dir;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io_at("list", dir, &e))?;
+    let ours = [source.canonicalize().ok(), candidate.canonicalize().ok()];
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".jsonl") || name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        if ours.contains(&path.canonicalize().ok()) {
+            continue;
+        }
+        let modified = entry.metadata().and_then(|m| m.modified());
+        if modified.is_ok_and(|m| m > since) {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// The target runs `new_id` healthily; with `ktr-ack` installed (tmux),
+/// Claude Code also acknowledged the resume. Returns the identity seen.
+fn healthy(
+    config: &Config,
+    store: &Store,
+    target: &Target,
+    id: &str,
+    new_id: &str,
+) -> Result<String> {
+    let wait = seconds(config.healthcheck_seconds);
+    let identity = target.health(new_id, wait)?;
+    if config.activation == Activation::Tmux && ack_installed(config) {
+        let deadline = Instant::now() + wait;
+        loop {
+            let op = store.load(id)?;
+            if op.ack.as_ref().is_some_and(|a| a.session_id == new_id) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::refused(format!(
+                    "Claude Code did not report SessionStart (resume) for {new_id} within {} s although ktr-ack is installed",
+                    config.healthcheck_seconds
+                )));
+            }
+            thread::sleep(ACK_POLL);
+        }
+    }
+    Ok(identity)
+}
+
+/// Whether Claude Code will acknowledge resumes: a `SessionStart` hook
+/// running `ktr-ack` in `~/.claude/settings.json` or in the workdir's
+/// `.claude/settings.json` / `.claude/settings.local.json`.
+pub fn ack_installed(config: &Config) -> bool {
+    let workdir = config.claude_workdir.join(".claude");
+    [
+        home_dir().join(".claude/settings.json"),
+        workdir.join("settings.json"),
+        workdir.join("settings.local.json"),
+    ]
+    .iter()
+    .any(|path| {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return false;
+        };
+        let Ok(settings) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return false;
+        };
+        settings["hooks"]["SessionStart"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|group| group["hooks"].as_array().into_iter().flatten())
+            .filter_map(|hook| hook["command"].as_str())
+            .any(|command| command.contains("ktr-ack"))
+    })
+}
+
+/// Resume the old session after a failed switch: `rolled_back` when it is
+/// healthy again, else `failed` with `needs_attention`.
+fn fall_back(
+    config: &Config,
+    store: &Store,
+    op: &Operation,
+    target: &Target,
+    reason: &str,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    steps.say(format!("{reason}; resuming the old session"));
+    let back = source_session(op).and_then(|old| {
+        target.switch(&old, config)?;
+        target.health(&old, seconds(config.healthcheck_seconds))
+    });
+    let op = store.with_lock(|tx| {
+        let mut op = tx.load(&op.id)?;
+        match &back {
+            Ok(identity) => {
+                op.error = Some(reason.to_string());
+                op.rollback_ok = Some(true);
+                op.target_after = Some(identity.clone());
+                let note = format!("{reason}; old session resumed (identity {identity})");
+                tx.transition(&mut op, Status::RolledBack, &note)?;
+            }
+            Err(e) => {
+                let why = format!("{reason}; resuming the old session failed too: {e}");
+                let now = target
+                    .identity()
+                    .unwrap_or_else(|e| format!("unknown: {e}"));
+                fail_in(tx, &mut op, &why, |op| {
+                    op.rollback_ok = Some(false);
+                    op.needs_attention = true;
+                    op.target_after = Some(now);
+                })?;
+            }
+        }
+        Ok(op)
+    })?;
+    steps.say(format!("operation is {}", op.status));
+    Ok(Outcome::done(op))
+}

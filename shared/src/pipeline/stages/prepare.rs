@@ -1,0 +1,340 @@
+//! Stage 1, `ktr-prepare` (SPEC §10): wait for the transcript to settle,
+//! freeze a backup, build and write the candidate session.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Instant, SystemTime};
+
+use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, update};
+use crate::config::{Activation, Config};
+use crate::engine::plan::{self, Plan, PlanReport};
+use crate::error::{Error, Result};
+use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
+use crate::ids::SessionId;
+use crate::pipeline::operation::{CandidateFile, Operation, Status, Store, Worker};
+use crate::pipeline::target::Target;
+use crate::time::rfc3339;
+
+/// Prepare operation `id` (status `scheduled`): sleep
+/// `activation_delay_seconds`; resolve the transcript (`transcript`, else
+/// the one the Stop hook recorded) inside `project_dir`; → `running`;
+/// refuse a workdir that does not encode to `project_dir`'s name before
+/// writing anything; wait until the file is stable; freeze it into
+/// `artifacts/<id>/` and from then on read only that copy; build the plan
+/// (blocked plans fail the operation with their reason); write the startup
+/// snapshot and the candidate; record everything; → `verifying`.
+pub fn prepare(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    transcript: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    let op = store.claim(id, Stage::Prepare, Status::Scheduled)?;
+    guarded(store, id, steps, |steps| {
+        pause_point(Stage::Prepare, "delay");
+        if config.activation_delay_seconds > 0.0 {
+            steps.say(format!(
+                "waiting {} s (activation_delay_seconds)",
+                config.activation_delay_seconds
+            ));
+            thread::sleep(seconds(config.activation_delay_seconds));
+        }
+        let given = transcript
+            .or(op.transcript_path.as_deref())
+            .ok_or_else(|| {
+                Error::usage("no transcript recorded for this operation; pass --transcript PATH")
+            })?;
+        let source = plan::resolve_transcript(config, Some(given))?;
+        let op = update(
+            store,
+            id,
+            Status::Scheduled,
+            Some((Status::Running, "ktr-prepare started")),
+            |op| {
+                op.attempts += 1;
+                op.transcript_path = Some(source.clone());
+            },
+        )?;
+        steps.say(format!(
+            "running (attempt {}) on {}",
+            op.attempts,
+            source.display()
+        ));
+        check_workdir(config)?;
+        pause_point(Stage::Prepare, "running");
+
+        let frozen = freeze(config, store, id, &source, steps)?;
+        pause_point(Stage::Prepare, "frozen");
+
+        let new_id = SessionId::new_random();
+        let plan = plan::build(config, &frozen.backup, Some(&new_id))?;
+        let stats = stats_of(&plan, &source);
+        if let Some(reason) = &plan.report.blocked_reason {
+            steps.say(format!("blocked: {reason}"));
+            let op = super::abandon(store, id, reason, |op| {
+                op.stats = Some(stats);
+                op.source_sha256 = Some(frozen.sha256.clone());
+                op.backup = Some(frozen.backup.clone());
+            })?;
+            return Ok(Outcome::done(op));
+        }
+        steps.say(format!(
+            "planned {} turns, {} items, ~{} tokens",
+            plan.report.selected_turns, plan.report.carried_items, plan.report.estimated_tokens
+        ));
+        let artifacts = store.artifacts_dir(id)?;
+        if let Some(snapshot) = &plan.startup_text {
+            let path = artifacts.join("startup_snapshot.txt");
+            write_atomic(&path, snapshot.as_bytes(), 0o600, Existing::Replace)?;
+            steps.say(format!("startup snapshot frozen to {}", path.display()));
+        }
+        let target_before = Target::from_config(config).identity().map_err(|e| {
+            Error::refused(format!("cannot read the target's identity: {}", e.message))
+        })?;
+        let project = config
+            .project_dir
+            .canonicalize()
+            .map_err(|e| Error::io_at("resolve", &config.project_dir, &e))?;
+        let bytes = test_corruption(plan.candidate.bytes(), steps);
+        let candidate = CandidateFile {
+            session_id: new_id.clone(),
+            path: project.join(format!("{new_id}.jsonl")),
+            sha256: crate::fsutil::sha256_hex(&bytes),
+        };
+        // Record first, then write: a stage killed in between leaves a
+        // candidate on record that recovery can discard.
+        update(store, id, Status::Running, None, |op| {
+            op.source_sha256 = Some(frozen.sha256.clone());
+            op.backup = Some(frozen.backup.clone());
+            op.prepared_at = Some(rfc3339(frozen.at));
+            op.candidate = Some(candidate.clone());
+            op.manifest.clone_from(&plan.candidate.manifest);
+            op.left_out.clone_from(&plan.report.left_out);
+            op.stats = Some(stats);
+            op.estimated_tokens = Some(plan.report.estimated_tokens);
+            op.target_before = Some(target_before.clone());
+            op.verification = None;
+        })?;
+        write_atomic(&candidate.path, &bytes, 0o600, Existing::Refuse)?;
+        steps.say(format!(
+            "candidate {} written ({} lines, {} bytes); target identity {target_before:?}",
+            candidate.path.display(),
+            plan.candidate.lines.len(),
+            bytes.len()
+        ));
+        pause_point(Stage::Prepare, "written");
+        let op = update(
+            store,
+            id,
+            Status::Running,
+            Some((Status::Verifying, "candidate written")),
+            |_| {},
+        )?;
+        Ok(Outcome {
+            operation: op,
+            next: Some(Stage::Verify),
+        })
+    })
+}
+
+/// Pointer mode without a Stop hook: the runner calls `ktr-prepare
+/// --transcript P` between `claude -p` runs. Schedules the pending
+/// operation for that transcript; when nothing is pending, requests one
+/// itself, but only with `confirm == "REBUILD"`. Returns the operation,
+/// scheduled with this process as its worker.
+pub fn schedule_by_hand(
+    config: &Config,
+    store: &Store,
+    transcript: Option<&Path>,
+    confirmation: Option<&str>,
+    reason: Option<&str>,
+) -> Result<Operation> {
+    if config.activation != Activation::Pointer {
+        return Err(Error::usage(
+            "--operation ID is required (the Stop hook passes it); only activation = \"pointer\" runs ktr-prepare without one",
+        ));
+    }
+    let transcript = transcript.ok_or_else(|| {
+        Error::usage("pointer mode needs --transcript PATH (the session the runner resumes)")
+    })?;
+    let source = plan::resolve_transcript(config, Some(transcript))?;
+    let session = SessionId::parse(
+        &source
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )?;
+    store.recover_stale()?;
+    match store.active() {
+        None => {
+            let Some(word) = confirmation else {
+                return Err(Error::refused(
+                    "no pending operation; pass --confirm REBUILD to request one for this transcript",
+                ));
+            };
+            store.request(
+                reason.unwrap_or("pointer-mode rebuild"),
+                word,
+                Some(session.as_str()),
+            )?;
+        }
+        Some((_, Status::Pending)) => {}
+        Some((other, status)) => {
+            return Err(Error::refused(format!(
+                "operation {other} is {status}; wait for it to finish (or cancel/rollback it) before requesting another"
+            )));
+        }
+    }
+    store.with_lock(|tx| {
+        let mut op = tx
+            .active_operation()?
+            .ok_or_else(|| Error::refused("the pending operation disappeared; request again"))?;
+        if op.status != Status::Pending {
+            return Err(Error::refused(format!(
+                "operation {} is {}; wait for it to finish first",
+                op.id, op.status
+            )));
+        }
+        if op.session_id.as_ref().is_some_and(|s| **s != *session) {
+            return Err(Error::refused(format!(
+                "operation {} is pending for session {}, not {session}",
+                op.id,
+                op.session_id.as_deref().unwrap_or("")
+            )));
+        }
+        op.session_id = Some(session.clone());
+        op.transcript_path = Some(source.clone());
+        op.worker = Some(Worker::current(Stage::Prepare));
+        tx.transition(
+            &mut op,
+            Status::Scheduled,
+            "scheduled by ktr-prepare (pointer mode)",
+        )?;
+        Ok(op)
+    })
+}
+
+/// `claude_workdir` must encode to `project_dir`'s name, or `--resume`
+/// would look in another folder after the old process is gone (INCIDENTS 4).
+fn check_workdir(config: &Config) -> Result<()> {
+    match config.workdir_mismatch() {
+        Some(why) if config.verify_workdir_matches_project => Err(Error::refused(format!(
+            "{why}; set claude_workdir to the directory Claude Code runs in (or verify_workdir_matches_project = false)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A stable, verified copy of the source.
+struct Frozen {
+    backup: PathBuf,
+    sha256: String,
+    /// When the stable window began: transcripts modified later compete.
+    at: SystemTime,
+}
+
+/// Wait until two digests `stable_file_seconds` apart are equal (within
+/// `stable_file_timeout_seconds`), copy the file to the backup and check
+/// that the copy has that digest; if the file moved on meanwhile, wait
+/// again.
+fn freeze(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    source: &Path,
+    steps: &mut Steps,
+) -> Result<Frozen> {
+    let name = source
+        .file_name()
+        .ok_or_else(|| Error::refused(format!("{} has no file name", source.display())))?;
+    let backup = store.artifacts_dir(id)?.join(name);
+    let interval = seconds(config.stable_file_seconds);
+    let timeout = seconds(config.stable_file_timeout_seconds);
+    let started = Instant::now();
+    let mut at = SystemTime::now();
+    let mut previous = sha256_file(source)?;
+    loop {
+        if started.elapsed() >= timeout {
+            return Err(Error::refused(format!(
+                "transcript {} kept changing for {} s (stable_file_timeout_seconds); the session is busy, request again later",
+                source.display(),
+                config.stable_file_timeout_seconds
+            )));
+        }
+        thread::sleep(interval);
+        let (now, digest) = (SystemTime::now(), sha256_file(source)?);
+        if digest != previous {
+            (at, previous) = (now, digest);
+            continue;
+        }
+        // A backup left by an earlier attempt of this operation is replaced.
+        let copied = copy_atomic(source, &backup, 0o600, Existing::Replace)?;
+        let on_disk = sha256_file(&backup)?;
+        if copied == digest && on_disk == digest {
+            steps.say(format!(
+                "source stable (sha256 {}); frozen to {}",
+                &digest[..12],
+                backup.display()
+            ));
+            return Ok(Frozen {
+                backup,
+                sha256: digest,
+                at,
+            });
+        }
+        steps.say("source changed while it was copied; waiting again");
+        (at, previous) = (now, copied);
+    }
+}
+
+/// The plan report as recorded in the operation: `left_out` is stored on
+/// its own, and `source_path` names the real source, not the backup.
+fn stats_of(plan: &Plan, source: &Path) -> PlanReport {
+    PlanReport {
+        source_path: source.display().to_string(),
+        left_out: Vec::new(),
+        ..plan.report.clone()
+    }
+}
+
+/// Debug builds only: `KTR_TEST_CORRUPT_CANDIDATE=strip-timestamps` removes
+/// the `timestamp` of every candidate line right before it is written, so
+/// that the recorded digests describe the corrupted bytes (the manifest's
+/// texts are unchanged) but Claude Code cannot load the session. The
+/// end-to-end tests use it to prove that such a candidate is refused and
+/// the old session keeps running. Release builds ignore the variable.
+#[cfg(debug_assertions)]
+fn test_corruption(bytes: Vec<u8>, steps: &mut Steps) -> Vec<u8> {
+    match std::env::var("KTR_TEST_CORRUPT_CANDIDATE").as_deref() {
+        Ok("strip-timestamps") => {}
+        Ok(other) => {
+            steps.say(format!(
+                "KTR_TEST_CORRUPT_CANDIDATE={other:?} is not a known corruption; ignored"
+            ));
+            return bytes;
+        }
+        Err(_) => return bytes,
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let mut record: serde_json::Value = match serde_json::from_slice(line) {
+            Ok(v) => v,
+            Err(_) => return bytes,
+        };
+        if let Some(map) = record.as_object_mut() {
+            map.remove("timestamp");
+        }
+        out.extend_from_slice(record.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    steps
+        .say("test hook: stripped every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)");
+    out
+}
+
+/// Release builds: the candidate is written as built.
+#[cfg(not(debug_assertions))]
+fn test_corruption(bytes: Vec<u8>, _steps: &mut Steps) -> Vec<u8> {
+    bytes
+}

@@ -1,0 +1,175 @@
+//! The Stop hook, `ktr-stop` (SPEC §10).
+//!
+//! Runs after every finished reply, so it must be fast and must never fail
+//! Claude: it always exits 0. With nothing pending it reads one small file
+//! (`<state_dir>/active`) and prints `{"suppressOutput":true}`. With a
+//! pending operation it binds it to this session, marks it `scheduled` and
+//! starts `ktr-prepare` detached (`ktr-rollback` for `rollback_pending`).
+//! An operation whose worker died is failed here ([`Store::recover_stale`]),
+//! so a killed stage never blocks the next request.
+//!
+//! Stage executables are looked up beside `ktr-stop`, or in `$KTR_BIN_DIR`.
+
+use std::path::Path;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::ids::SessionId;
+use crate::pipeline::hook::{Invocation, Reply, StopInput};
+use crate::pipeline::operation::{Operation, Stage, Status, Store, Worker, locate_state_dir};
+use crate::pipeline::stages;
+
+/// `ktr-stop --help`.
+pub const HELP: &str = "ktr-stop: the Claude Code Stop hook of ktr.
+Usage: ktr-stop [--config PATH]   (the hook JSON on stdin; always exits 0)
+With a pending rebuild or rollback for this session it starts it detached after the reply;
+otherwise it prints {\"suppressOutput\":true}.";
+
+/// The Stop hook: what it tells Claude Code for this invocation.
+pub fn stop(call: Invocation) -> Reply {
+    run(call.config.as_deref(), call.input).unwrap_or_else(|e| Reply::Message(format!("ktr: {e}")))
+}
+
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+    // Fast path: one small file, no config validation, no lock.
+    let state_dir = locate_state_dir(config_arg)?;
+    let Some((id, status)) = Store::at(&state_dir).active() else {
+        return Ok(Reply::Quiet);
+    };
+    if !matches!(status, Status::Pending | Status::RollbackPending) {
+        return recover(config_arg);
+    }
+    let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
+
+    let Some(input) = input else {
+        return Ok(stays("Stop hook input is larger than 1 MiB".into()));
+    };
+    let hook: StopInput = match serde_json::from_slice(&input) {
+        Ok(h) => h,
+        Err(e) => return Ok(stays(format!("cannot parse the Stop hook input ({e})"))),
+    };
+    let session = match SessionId::parse(&hook.session_id) {
+        Ok(s) => s,
+        Err(e) => return Ok(stays(e.message)),
+    };
+    let config = match Config::load(config_arg) {
+        Ok(c) => c,
+        Err(e) => return Ok(stays(e.message)),
+    };
+    if config.state_dir != state_dir {
+        return Ok(stays(format!(
+            "config state_dir {} differs from {}",
+            config.state_dir.display(),
+            state_dir.display()
+        )));
+    }
+    let store = Store::open(&config.state_dir)?;
+    let reply = store.with_lock(|tx| {
+        let Some(mut op) = tx.active_operation()? else {
+            return Ok(Reply::Quiet);
+        };
+        let Some(step) = next_step(&op, &hook, &config)? else {
+            return Ok(Reply::Quiet);
+        };
+        let transcript = (op.status == Status::Pending).then_some(hook.transcript_path.as_path());
+        let pid = match stages::spawn(&config, &store, step.stage, &op.id, transcript) {
+            Ok(pid) => pid,
+            // Nothing was changed yet: the operation keeps its status.
+            Err(e) => return Ok(stays(e.message)),
+        };
+        let name = step.stage.name();
+        op.worker = Some(Worker::spawned(pid, step.stage));
+        if op.status == Status::Pending {
+            op.session_id = Some(session.clone());
+            op.transcript_path = Some(hook.transcript_path.clone());
+        }
+        let note = format!("Stop hook of session {session} started {name} (pid {pid})");
+        tx.transition(&mut op, step.status, &note)?;
+        Ok(Reply::Message(format!(
+            "ktr: {} scheduled (operation {}); it runs after this reply",
+            step.what, op.id
+        )))
+    });
+    // A lock or write failure leaves the operation as it was.
+    reply.or_else(|e| Ok(stays(e.message)))
+}
+
+/// The stage a Stop hook starts for an operation, and the status it sets.
+struct Step {
+    stage: Stage,
+    status: Status,
+    what: &'static str,
+}
+
+/// Which stage this session's Stop starts, or None when the operation is
+/// not this session's business.
+fn next_step(op: &Operation, hook: &StopInput, config: &Config) -> Result<Option<Step>> {
+    match op.status {
+        Status::Pending => {
+            let bound_elsewhere = op
+                .session_id
+                .as_ref()
+                .is_some_and(|s| *s != hook.session_id);
+            if bound_elsewhere {
+                return Ok(None);
+            }
+            if !inside_project(&hook.transcript_path, &config.project_dir) {
+                if op.session_id.is_none() {
+                    // Another project's session: it does not bind this operation.
+                    return Ok(None);
+                }
+                return Err(Error::refused(format!(
+                    "transcript {} is not a .jsonl directly inside project_dir {}",
+                    hook.transcript_path.display(),
+                    config.project_dir.display()
+                )));
+            }
+            Ok(Some(Step {
+                stage: Stage::Prepare,
+                status: Status::Scheduled,
+                what: "rebuild",
+            }))
+        }
+        Status::RollbackPending => {
+            // Only the session the rollback switches away from may trigger it.
+            let running = op.candidate.as_ref().map(|c| c.session_id.as_str());
+            if running != Some(hook.session_id.as_str()) {
+                return Ok(None);
+            }
+            Ok(Some(Step {
+                stage: Stage::Rollback,
+                status: Status::RollbackScheduled,
+                what: "rollback",
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// An operation is being worked on: if its worker died, fail it now and
+/// tell the human (SPEC §9: a dead worker never blocks the next request).
+fn recover(config_arg: Option<&Path>) -> Result<Reply> {
+    let config = Config::load(config_arg)?;
+    let failed = Store::for_config(&config)?.recover_stale()?;
+    Ok(match failed.first() {
+        Some(op) => Reply::Message(format!(
+            "ktr: operation {} failed: {}{}",
+            op.id,
+            op.error.as_deref().unwrap_or("worker died"),
+            if op.needs_attention {
+                "; check what the target runs (`ktr status`)"
+            } else {
+                ""
+            }
+        )),
+        None => Reply::Quiet,
+    })
+}
+
+/// A `*.jsonl` directly inside `project_dir` (symlinks resolved).
+fn inside_project(transcript: &Path, project_dir: &Path) -> bool {
+    let (Ok(file), Ok(dir)) = (transcript.canonicalize(), project_dir.canonicalize()) else {
+        return false;
+    };
+    file.parent() == Some(dir.as_path()) && file.extension().is_some_and(|e| e == "jsonl")
+}

@@ -1,0 +1,67 @@
+//! Stage 2, `ktr-verify` (SPEC §10): check the candidate against the
+//! frozen backup, independently of how prepare selected it.
+
+use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, update};
+use crate::config::Config;
+use crate::engine::conserve::{Expected, check};
+use crate::error::{Error, Result};
+use crate::fsutil::sha256_file;
+use crate::pipeline::operation::Verification;
+use crate::pipeline::operation::{Status, Store};
+
+/// Verify operation `id` (status `verifying`): the backup still has the
+/// frozen digest, and [`crate::engine::conserve::check`] passes (structure, a fresh
+/// rebuild, the conservation check). Passing records the report and
+/// names `ktr-activate` next; failing discards the candidate and fails the
+/// operation with the reason.
+pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
+    let op = store.claim(id, Stage::Verify, Status::Verifying)?;
+    guarded(store, id, steps, |steps| {
+        pause_point(Stage::Verify, "start");
+        let missing = |what: &str| Error::refused(format!("operation {id} has no {what} recorded"));
+        let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
+        let backup = op.backup.clone().ok_or_else(|| missing("backup"))?;
+        let source_sha256 = op
+            .source_sha256
+            .clone()
+            .ok_or_else(|| missing("source digest"))?;
+        let backup_sha256 = sha256_file(&backup)?;
+        if backup_sha256 != source_sha256 {
+            return Err(Error::refused(format!(
+                "verification failed: backup {} no longer has the frozen digest",
+                backup.display()
+            )));
+        }
+        let expected = Expected {
+            session_id: &candidate.session_id,
+            candidate_sha256: &candidate.sha256,
+            manifest: &op.manifest,
+            left_out: &op.left_out,
+        };
+        match check(config, &backup, &candidate.path, &expected) {
+            Ok(report) => {
+                steps.say(format!(
+                    "verified {} lines; {} source pieces found, {} records left out as planned",
+                    report.candidate_lines,
+                    report.source_pieces_checked,
+                    report.source_records_left_out
+                ));
+                pause_point(Stage::Verify, "verified");
+                let op = update(store, id, Status::Verifying, None, |op| {
+                    op.verification = Some(Verification::passed(report));
+                })?;
+                Ok(Outcome {
+                    operation: op,
+                    next: Some(Stage::Activate),
+                })
+            }
+            Err(e) => {
+                steps.say(&e.message);
+                let op = abandon(store, id, &e.message, |op| {
+                    op.verification = Some(Verification::failed(&e.message));
+                })?;
+                Ok(Outcome::done(op))
+            }
+        }
+    })
+}
