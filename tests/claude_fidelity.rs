@@ -4,7 +4,7 @@
 //!
 //! Every text the original request holds before the probe is either found
 //! again in the rebuilt request (in the same order) or falls in a named
-//! residue category; the startup context (SessionStart hook context) is in
+//! residue category; the startup context (`SessionStart` hook context) is in
 //! both, once in the rebuilt; the rebuilt request holds nothing the
 //! original did not, except what the rebuild adds on purpose (stamps, the
 //! startup header, turns from before a compaction boundary the original
@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use claude::ClaudeEnv;
 use fake_api::{FakeApi, Logged, last_user_text};
-use ktr::engine::classify::INJECTED_TAGS;
 use ktr::config::{Config, HistoryMode};
-use ktr::engine::turns::{ItemKind, Role};
+use ktr::engine::classify::INJECTED_TAGS;
 use ktr::engine::plan::{self, Plan};
+use ktr::engine::turns::{ItemKind, Role};
 use serde_json::Value;
 
 /// Files resumed at once (the machines have 2 cores).
@@ -39,7 +39,7 @@ const NS: uuid::Uuid = uuid::Uuid::from_u128(0x6b74_7200_f1de_4000_8000_0000_000
 /// The start of ktr's default stamp.
 const STAMP: &str = "[发生时间: ";
 
-/// How Claude Code 2.1.328 renders a SessionStart hook context.
+/// How Claude Code 2.1.328 renders a `SessionStart` hook context.
 const SESSION_START: &str = "SessionStart hook additional context: ";
 
 fn fixed_id(name: &str) -> String {
@@ -173,7 +173,7 @@ struct Source {
     /// The uuids Claude Code loads on `--resume`: the parent chain of the
     /// last user or assistant record (it stops at a compaction boundary).
     loaded: HashSet<String>,
-    /// SessionStart hook contexts recorded before the first user or
+    /// `SessionStart` hook contexts recorded before the first user or
     /// assistant record (this test's own reading): text and uuid.
     session_start: Vec<(String, Option<String>)>,
 }
@@ -376,9 +376,10 @@ impl Compare<'_> {
         let exact = (self.cursor.unit..self.rebuilt.len()).find(|&i| {
             let unit = &self.rebuilt[i];
             let own = unit.text.trim_end();
-            let unstamped = match own.starts_with(STAMP) {
-                true => own.split_once('\n').map_or("", |(_, rest)| rest),
-                false => own,
+            let unstamped = if own.starts_with(STAMP) {
+                own.split_once('\n').map_or("", |(_, rest)| rest)
+            } else {
+                own
             };
             unit.role == role
                 && unit.kind == "text"
@@ -430,9 +431,10 @@ impl Compare<'_> {
             .iter()
             .any(|u| u.role == role && u.text.contains(text.trim()));
         let preview: String = text.chars().take(100).collect();
-        self.unexplained(match anywhere {
-            true => format!("{role} text out of order in the rebuilt request: {preview:?}"),
-            false => format!("{role} text missing from the rebuilt request: {preview:?}"),
+        self.unexplained(if anywhere {
+            format!("{role} text out of order in the rebuilt request: {preview:?}")
+        } else {
+            format!("{role} text missing from the rebuilt request: {preview:?}")
         });
     }
 }
@@ -555,16 +557,14 @@ fn carried_in_order(cmp: &mut Compare<'_>, candidate: &[Value]) {
                 && u.kind == "text"
                 && (u.text == text || u.text.strip_suffix('\n') == Some(&text))
         });
-        match found {
-            Some(offset) => at += offset + 1,
-            None => {
-                let preview: String = text.chars().take(100).collect();
-                cmp.unexplained(format!(
-                    "carried {role} item not sent in order: {preview:?}"
-                ));
-                return;
-            }
-        }
+        let Some(offset) = found else {
+            let preview: String = text.chars().take(100).collect();
+            cmp.unexplained(format!(
+                "carried {role} item not sent in order: {preview:?}"
+            ));
+            return;
+        };
+        at += offset + 1;
     }
 }
 
@@ -597,12 +597,13 @@ fn user_text(
             let reminder = text.starts_with("<system-reminder>")
                 && text.ends_with("</system-reminder>")
                 && text.matches("<system-reminder>").count() == 1;
-            match again || reminder {
-                true => cmp.residue("system-reminder: attachment or per-start context"),
-                false => cmp.unexplained(format!(
+            if again || reminder {
+                cmp.residue("system-reminder: attachment or per-start context");
+            } else {
+                cmp.unexplained(format!(
                     "user text neither in the source nor re-added by Claude Code: {:?}",
                     text.chars().take(100).collect::<String>()
-                )),
+                ));
             }
         }
         Some(i) if i.local_command => cmp.residue("local command"),
@@ -716,9 +717,10 @@ fn startup_context(
                     "startup record: in the original {in_original}, in the rebuilt {in_rebuilt} times"
                 ));
             }
-            match in_original {
-                true => "reminder record (both)".into(),
-                false => "reminder record (not loaded by orig)".into(),
+            if in_original {
+                "reminder record (both)".into()
+            } else {
+                "reminder record (not loaded by orig)".into()
             }
         }
         (n, _) => format!("{n} SessionStart ({in_both} in both)"),
@@ -971,7 +973,7 @@ fn texts(units: &[Unit]) -> Vec<(String, String)> {
 }
 
 /// Rebuilding a rebuilt session changes nothing the model sees: no second
-/// SessionStart context, header or stamp, the command expansion once.
+/// `SessionStart` context, header or stamp, the command expansion once.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_rebuild_of_a_rebuild_shows_the_model_the_same_window() {

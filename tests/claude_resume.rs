@@ -49,7 +49,7 @@ struct Item {
     text: String,
 }
 
-/// The user and assistant items of a candidate (a carried SessionStart
+/// The user and assistant items of a candidate (a carried `SessionStart`
 /// context reaches the model as system text; `claude_fidelity` checks it).
 fn candidate_items(lines: &[String]) -> Vec<Item> {
     lines

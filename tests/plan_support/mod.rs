@@ -409,7 +409,7 @@ pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
 }
 
 /// `(role, text)` of one candidate line, checking its message shape (SPEC §7).
-/// A carried SessionStart context reads as `("attachment", its text)`.
+/// A carried `SessionStart` context reads as `("attachment", its text)`.
 pub fn line_item(line: &Value) -> Item {
     let role = line["type"]
         .as_str()

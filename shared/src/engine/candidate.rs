@@ -84,7 +84,7 @@ struct LineOut<'a> {
     message: MessageOut<'a>,
 }
 
-/// A carried SessionStart context: the source's `attachment` object as it
+/// A carried `SessionStart` context: the source's `attachment` object as it
 /// was, on a line of the new session.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -132,7 +132,7 @@ struct TextBlock<'a> {
 }
 
 /// Build the candidate for `turns` under `session_id`: the carried
-/// SessionStart contexts (`startup`, event indexes) first, then every item.
+/// `SessionStart` contexts (`startup`, event indexes) first, then every item.
 pub fn build(
     turns: &[Turn],
     startup: &[usize],
@@ -243,7 +243,13 @@ impl Writer<'_> {
             attachment: raw,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
-        let entry = self.entry(event, Role::Attachment, ItemKind::StartupSnapshot, text, &uuid);
+        let entry = self.entry(
+            event,
+            Role::Attachment,
+            ItemKind::StartupSnapshot,
+            text,
+            &uuid,
+        );
         self.push(json, entry, timestamp);
     }
 

@@ -389,7 +389,7 @@ fn is_slash_command(text: &str) -> bool {
             .is_none_or(char::is_whitespace)
 }
 
-/// The text of a SessionStart hook's `hook_additional_context` attachment
+/// The text of a `SessionStart` hook's `hook_additional_context` attachment
 /// (Claude Code replays it on `--resume` as `SessionStart hook additional
 /// context: …`); `None` for every other attachment, including the
 /// per-prompt `UserPromptSubmit` contexts.

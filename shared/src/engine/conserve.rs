@@ -143,7 +143,7 @@ fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>>
     Ok(texts)
 }
 
-/// The text of a carried SessionStart context, only for a startup snapshot
+/// The text of a carried `SessionStart` context, only for a startup snapshot
 /// entry whose attachment is exactly such a context.
 fn startup_context_text(v: &Value, entry: &ManifestEntry) -> Option<String> {
     let a = v.get("attachment")?;

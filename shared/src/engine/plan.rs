@@ -55,8 +55,9 @@ pub struct PlanReport {
     pub estimated_tokens: u64,
     pub startup_frozen: bool,
     pub startup_sha256: Option<String>,
-    /// SessionStart hook contexts carried as attachment lines (the startup
+    /// `SessionStart` hook contexts carried as attachment lines (the startup
     /// snapshot of today's format), ahead of the first item.
+    #[serde(default)]
     pub startup_attachments: usize,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
@@ -68,10 +69,12 @@ pub struct PlanReport {
     pub not_speech: NotSpeechCounts,
     pub elided_items: usize,
     /// Slash commands carried with their expansion (`carry_command_expansions`).
+    #[serde(default)]
     pub command_expansions_carried: usize,
     /// Carried turns whose first user record had a missing or unparseable
     /// timestamp: stamped with the nearest parseable earlier time, or not
     /// stamped (never with the broken text).
+    #[serde(default)]
     pub broken_timestamps: usize,
     pub poison_hits: usize,
     pub blocked_reason: Option<String>,

@@ -68,7 +68,7 @@ pub enum Speech {
     /// A slash command's expansion (`isMeta` + `turnCompanion`), carried
     /// with the command it follows.
     Expansion(String),
-    /// A SessionStart hook's context recorded before any speech in the file
+    /// A `SessionStart` hook's context recorded before any speech in the file
     /// (the startup snapshot of today's format): its text and the raw
     /// `attachment` object, carried verbatim so Claude Code renders it as
     /// it did for the original.
@@ -446,9 +446,10 @@ impl Scan {
         snapshot: Option<String>,
     ) -> usize {
         let mut meta = meta(number, r);
-        meta.stamp_time = match meta.timestamp_broken() {
-            true => self.last_timestamp.clone(),
-            false => meta.timestamp.clone(),
+        meta.stamp_time = if meta.timestamp_broken() {
+            self.last_timestamp.clone()
+        } else {
+            meta.timestamp.clone()
         };
         self.events.push(Event {
             meta,

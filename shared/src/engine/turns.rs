@@ -16,7 +16,7 @@ use crate::engine::scan::{Event, Markers, Speech};
 pub enum Role {
     User,
     Assistant,
-    /// A carried SessionStart context line (startup snapshot): in the
+    /// A carried `SessionStart` context line (startup snapshot): in the
     /// manifest and the candidate only, never an item of a turn.
     Attachment,
 }
@@ -101,7 +101,7 @@ pub struct Selection {
     pub startup_sha256: Option<String>,
     /// The frozen startup text (`startup_snapshot.txt`).
     pub startup_text: Option<String>,
-    /// Events of the SessionStart contexts carried as attachment lines
+    /// Events of the `SessionStart` contexts carried as attachment lines
     /// ahead of the first item (today's format of the startup snapshot).
     pub startup_context: Vec<usize>,
     pub compact_summaries_dropped: usize,
