@@ -264,7 +264,12 @@ fn fifty_simultaneous_stop_hooks_start_exactly_one_worker() {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .collect();
     let scheduled = stdout.iter().filter(|s| s.contains("scheduled")).count();
-    let quiet = stdout.iter().filter(|s| *s == QUIET).count();
+    // The others are quiet, or (the lock wait is short, issue 11 item 12)
+    // say they will retry at the next Stop; none changes anything.
+    let quiet = stdout
+        .iter()
+        .filter(|s| *s == QUIET || s.contains("will retry at the next Stop"))
+        .count();
     assert_eq!((scheduled, quiet), (1, 49), "{stdout:?}");
     sandbox.wait_records("ktr-prepare", 1);
     std::thread::sleep(std::time::Duration::from_millis(300));

@@ -19,7 +19,6 @@ use ktr::admin::report::StatusView;
 use ktr::config::Config;
 use ktr::engine::{LeftOutReason, plan};
 use ktr::pipeline::operation::{Operation, Store};
-use ktr::pipeline::target::Target;
 use ktr::{Error, Result};
 
 use crate::served::Session;
@@ -168,7 +167,7 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_status", move || {
             let config = this.load_config()?;
-            let store = Store::at(&config.state_dir).with_target(Target::from_config(&config));
+            let store = Store::at(&config.state_dir).with_config(&config);
             let recovered = store.recover_stale()?;
             let op = match args.operation_id {
                 Some(id) => Some(store.load(&id)?),

@@ -30,6 +30,8 @@ Operations:
   ops [--json]                          every operation, newest first
   prune --older-than DAYS [--yes] [--json]
                                         forget old finished operations (dry run without --yes)
+  repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
+                                        (lists them without --confirm; never deletes)
 
 Try it:
   demo [--keep]                         a complete rebuild drill in a throwaway sandbox
@@ -109,6 +111,14 @@ pub struct PruneArgs {
     pub yes: bool,
 }
 
+/// `ktr repair`.
+#[derive(Debug, Default)]
+pub struct RepairArgs {
+    pub common: Common,
+    /// `Some("REPAIR")` moves; `None` only lists.
+    pub confirm: Option<String>,
+}
+
 /// `ktr demo`.
 #[derive(Debug, Default)]
 pub struct DemoArgs {
@@ -143,6 +153,7 @@ pub enum Command {
     RollbackRequest(ConfirmArgs),
     Ops(OpsArgs),
     Prune(PruneArgs),
+    Repair(RepairArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
 }
@@ -266,7 +277,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "dirty" => &["--json", "--transcript"],
         "doctor" | "ops" | "status" => &["--json"],
         "request" => &["--json", "--confirm", "--reason", "--session"],
-        "cancel" | "rollback-request" => &["--json", "--confirm"],
+        "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
@@ -326,6 +337,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             operation: operand,
         }),
         "ops" => Command::Ops(OpsArgs { common }),
+        "repair" => Command::Repair(RepairArgs {
+            common,
+            confirm: raw.confirm,
+        }),
         "prune" => Command::Prune(PruneArgs {
             common,
             older_than_days: days(raw.older_than)?,

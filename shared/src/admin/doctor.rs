@@ -81,7 +81,7 @@ fn check_config(config: &Config, checks: &mut Vec<Check>) {
     checks.push(target(config));
     checks.push(hooks(config));
     checks.push(mcp(config));
-    checks.push(state_dir(&config.state_dir));
+    checks.push(state_dir(config));
     checks.push(operations(config));
 }
 
@@ -158,32 +158,49 @@ pub fn resolve_program(program: &str) -> Option<PathBuf> {
         .find(|p| is_exec(p))
 }
 
-fn state_dir(dir: &Path) -> Check {
-    match std::fs::metadata(dir) {
-        Err(_) => pass(
+fn state_dir(config: &Config) -> Check {
+    let dir = &config.state_dir;
+    let relative = config
+        .source
+        .as_ref()
+        .map(|src| {
+            format!(
+                "; relative paths in {} are taken from its folder",
+                src.display()
+            )
+        })
+        .unwrap_or_default();
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        return pass(
             "state dir",
-            format!("{} will be created (0700) on first use", dir.display()),
-        ),
-        Ok(m) if !m.is_dir() => fail(
+            format!(
+                "{} will be created (0700) on first use{relative}",
+                dir.display()
+            ),
+        );
+    };
+    if let Err(e) = crate::fsutil::safe_dir(dir) {
+        return fail(
             "state dir",
-            format!("{} is not a directory", dir.display()),
-            "point state_dir at a directory",
-        ),
-        Ok(m) => {
-            let mode = m.permissions().mode() & 0o777;
-            if mode & 0o077 == 0 {
-                pass("state dir", format!("{} (mode {mode:o})", dir.display()))
-            } else {
-                fail(
-                    "state dir",
-                    format!(
-                        "{} is mode {mode:o}; others can read operation files",
-                        dir.display()
-                    ),
-                    &format!("chmod 700 {}", dir.display()),
-                )
-            }
-        }
+            e.message,
+            "point state_dir at a directory of your own that only you can write (e.g. the default ~/.local/state/ktr)",
+        );
+    }
+    let mode = m.permissions().mode() & 0o777;
+    if mode & 0o077 == 0 {
+        pass(
+            "state dir",
+            format!("{} (mode {mode:o}){relative}", dir.display()),
+        )
+    } else {
+        fail(
+            "state dir",
+            format!(
+                "{} is mode {mode:o}; others can read operation files",
+                dir.display()
+            ),
+            &format!("chmod 700 {}", dir.display()),
+        )
     }
 }
 
@@ -303,6 +320,19 @@ fn mcp(config: &Config) -> Check {
 
 fn operations(config: &Config) -> Check {
     let store = Store::at(&config.state_dir);
+    if let Ok(scanned) = store.scan()
+        && let Some(first) = scanned.damaged.first()
+    {
+        return fail(
+            "operations",
+            format!(
+                "{} damaged operation file(s): {}",
+                scanned.damaged.len(),
+                first.why
+            ),
+            "`ktr repair` lists them; `ktr repair --confirm REPAIR` moves them to state/damaged/ (nothing is deleted)",
+        );
+    }
     if let Some((id, status)) = store.active() {
         if let Ok(op) = store.load(&id)
             && let Some(worker) = op.worker.as_ref().filter(|w| !w.alive())

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io::ErrorKind as IoKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Operation, Status, Store};
@@ -47,7 +47,7 @@ impl Store {
             // A candidate that never ran is discarded; a failure to do so
             // is noted but never keeps the operation alive.
             let discarded = if died_in.before_switch() {
-                discard_candidate(&op)
+                discard_candidate(&op, self.project.as_deref())
             } else {
                 Ok(None)
             };
@@ -78,24 +78,29 @@ impl Store {
 }
 
 /// Delete the never-activated candidate of `op` (SPEC §9: a failed stage
-/// discards it). Only a file named `<candidate session id>.jsonl` that is
-/// not the source is removed. Returns the removed path, if there was one.
-pub fn discard_candidate(op: &Operation) -> Result<Option<PathBuf>> {
+/// discards it). Only a file named `<candidate session id>.jsonl`, directly
+/// inside `project` (`project_dir`; `None`: nothing is deleted), that is
+/// not the source is removed — the path comes from an operation file,
+/// which may have been edited. Returns the removed path, if there was one.
+pub fn discard_candidate(op: &Operation, project: Option<&Path>) -> Result<Option<PathBuf>> {
     let Some(c) = &op.candidate else {
         return Ok(None);
     };
     SessionId::parse(&c.session_id)?;
-    let named_for_it = c
-        .path
-        .file_name()
-        .is_some_and(|n| *n == *format!("{}.jsonl", c.session_id));
+    let in_project = project
+        .and_then(|p| p.canonicalize().ok())
+        .is_some_and(|p| c.path.parent().and_then(|d| d.canonicalize().ok()) == Some(p));
+    let named_for_it = in_project
+        && c.path
+            .file_name()
+            .is_some_and(|n| *n == *format!("{}.jsonl", c.session_id));
     let is_source = op.transcript_path.as_ref().is_some_and(|t| {
         *t == c.path
             || matches!((t.canonicalize(), c.path.canonicalize()), (Ok(a), Ok(b)) if a == b)
     });
     if !named_for_it || is_source {
         return Err(Error::refused(format!(
-            "operation {}: recorded candidate {} is not a candidate file; not deleting it",
+            "operation {}: recorded candidate {} is not a candidate file directly inside project_dir; not deleting it",
             op.id,
             c.path.display()
         )));

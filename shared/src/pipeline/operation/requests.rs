@@ -22,6 +22,12 @@ impl Store {
             ));
         }
         let session = session.map(SessionId::parse).transpose()?;
+        if let Some(project) = self.project.as_ref().filter(|p| !p.is_dir()) {
+            return Err(Error::config(format!(
+                "project_dir {} is not a directory, so no Stop hook could ever schedule this request; set project_dir to the Claude Code project folder (`ktr doctor`)",
+                project.display()
+            )));
+        }
         self.recover_stale()?;
         self.with_lock(|tx| {
             if let Some(mut op) = tx.active_operation()? {

@@ -180,7 +180,7 @@ fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Resul
         );
         return fail_in(tx, op, &why, |_| {});
     }
-    let discarded = discard_candidate(op)?;
+    let discarded = discard_candidate(op, Some(&config.project_dir))?;
     if let Some(backup) = op.backup.take() {
         let _ = std::fs::remove_file(backup);
     }

@@ -298,7 +298,7 @@ fn fail_in(
     op.error = Some(reason.to_string());
     let mut note = reason.to_string();
     if op.status.before_switch() {
-        match discard_candidate(op) {
+        match discard_candidate(op, tx.store().project()) {
             Ok(Some(path)) => note.push_str(&format!("; candidate {} discarded", path.display())),
             Ok(None) => {}
             Err(e) => note.push_str(&format!("; {e}")),

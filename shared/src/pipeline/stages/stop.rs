@@ -25,6 +25,11 @@ Usage: ktr-stop [--config PATH]   (the hook JSON on stdin; always exits 0)
 With a pending rebuild or rollback for this session it starts it detached after the reply;
 otherwise it prints {\"suppressOutput\":true}.";
 
+/// How long the Stop hook waits for the coordinator lock: far below the
+/// hook's own timeout, so Claude Code never waits on ktr; a busy lock means
+/// "try again at the next Stop".
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The Stop hook: what it tells Claude Code for this invocation.
 pub fn stop(call: Invocation) -> Reply {
     run(call.config.as_deref(), call.input).unwrap_or_else(|e| Reply::Message(format!("ktr: {e}")))
@@ -64,7 +69,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         )));
     }
     let store = Store::open(&config.state_dir)?;
-    let reply = store.with_lock(|tx| {
+    let reply = store.with_lock_within(LOCK_WAIT, |tx| {
         let Some(mut op) = tx.active_operation()? else {
             return Ok(Reply::Quiet);
         };
@@ -91,7 +96,13 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         )))
     });
     // A lock or write failure leaves the operation as it was.
-    reply.or_else(|e| Ok(stays(e.message)))
+    reply.or_else(|e| {
+        Ok(stays(if e.kind == crate::ErrorKind::Busy {
+            "busy (another ktr process holds the lock), will retry at the next Stop".into()
+        } else {
+            e.message
+        }))
+    })
 }
 
 /// The stage a Stop hook starts for an operation, and the status it sets.
@@ -166,10 +177,13 @@ fn recover(config_arg: Option<&Path>) -> Result<Reply> {
     })
 }
 
-/// A `*.jsonl` directly inside `project_dir` (symlinks resolved).
+/// A regular `*.jsonl` file directly inside `project_dir` (symlinks
+/// resolved; a directory or FIFO named `*.jsonl` does not bind a request).
 fn inside_project(transcript: &Path, project_dir: &Path) -> bool {
     let (Ok(file), Ok(dir)) = (transcript.canonicalize(), project_dir.canonicalize()) else {
         return false;
     };
-    file.parent() == Some(dir.as_path()) && file.extension().is_some_and(|e| e == "jsonl")
+    file.parent() == Some(dir.as_path())
+        && file.extension().is_some_and(|e| e == "jsonl")
+        && std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
 }
