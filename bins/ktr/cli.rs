@@ -28,6 +28,7 @@ Changes (each needs the human's confirmation word):
 Operations:
   status [OP] [--json]                  one operation (default: the latest)
   ops [--json]                          every operation, newest first
+  config KEY                            one setting as ktr reads it (for scripts)
   prune --older-than DAYS [--yes] [--json]
                                         forget old finished operations (dry run without --yes)
   repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
@@ -156,6 +157,14 @@ pub enum Command {
     Repair(RepairArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
+    Config(ConfigArgs),
+}
+
+/// `ktr config KEY`.
+#[derive(Debug, Default)]
+pub struct ConfigArgs {
+    pub common: Common,
+    pub key: String,
 }
 
 /// Everything the command line said, before validation.
@@ -276,6 +285,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
         "dirty" => &["--json", "--transcript"],
         "doctor" | "ops" | "status" => &["--json"],
+        "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
         "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
@@ -299,7 +309,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         ));
     }
     let max_operands = match command {
-        "status" | "cancel" | "rollback-request" => 1,
+        "status" | "cancel" | "rollback-request" | "config" => 1,
         _ => 0,
     };
     if let Some(extra) = raw.operands.get(max_operands) {
@@ -337,6 +347,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             operation: operand,
         }),
         "ops" => Command::Ops(OpsArgs { common }),
+        "config" => Command::Config(ConfigArgs {
+            common,
+            key: required(operand, "config", "a key")?,
+        }),
         "repair" => Command::Repair(RepairArgs {
             common,
             confirm: raw.confirm,

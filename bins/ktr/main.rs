@@ -4,6 +4,7 @@
 
 mod cancel;
 mod cli;
+mod config_get;
 mod demo;
 mod dirty;
 mod doctor;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         Command::Repair(args) => repair::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Hooks(args) => hooks::run(&args),
+        Command::Config(args) => config_get::run(&args),
     });
     match result {
         Ok(code) => ExitCode::from(code),

@@ -63,6 +63,10 @@ pub struct Config {
     pub resume_command: Vec<String>,
     pub resume_env: BTreeMap<String, String>,
     pub systemd_unit: String,
+    /// `systemd_manager = "user"`: every systemctl / systemd-run call gets
+    /// `--user` (a unit of the user's own manager); `"system"` (default):
+    /// the system manager, which needs root (or a polkit rule).
+    pub systemd_user: bool,
     pub resume_pointer_path: PathBuf,
     pub systemd_restart_timeout_seconds: f64,
     pub dirty_budget_bytes: u64,
@@ -85,6 +89,8 @@ pub struct Config {
     pub stable_file_timeout_seconds: f64,
     pub healthcheck_seconds: f64,
     pub source_change_retries: u64,
+    /// A pending request older than this many hours expires (`expired`).
+    pub request_ttl_hours: f64,
 }
 
 /// Default poison pattern (SPEC §2).
@@ -103,6 +109,7 @@ const KEYS: &[&str] = &[
     "resume_command",
     "resume_env",
     "systemd_unit",
+    "systemd_manager",
     "resume_pointer_path",
     "systemd_restart_timeout_seconds",
     "dirty_budget_bytes",
@@ -125,6 +132,7 @@ const KEYS: &[&str] = &[
     "stable_file_timeout_seconds",
     "healthcheck_seconds",
     "source_change_retries",
+    "request_ttl_hours",
 ];
 
 /// The documented range of a numeric key (README, Configuration; the
@@ -182,6 +190,10 @@ pub const RANGES: &[Range] = &[
         ..range("healthcheck_seconds", 5.0, 0.0, 3600.0)
     },
     range("source_change_retries", 2.0, 0.0, 100.0),
+    Range {
+        min_exclusive: true,
+        ..range("request_ttl_hours", 24.0, 0.0, 87_600.0)
+    },
 ];
 
 impl Range {
@@ -326,6 +338,16 @@ impl Config {
         if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
             return Err(Keys::rule("systemd_unit", "must end in .service"));
         }
+        let systemd_user = match keys.string("systemd_manager", "system")?.as_str() {
+            "system" => false,
+            "user" => true,
+            other => {
+                return Err(Keys::rule(
+                    "systemd_manager",
+                    &format!("must be system or user (got {other:?})"),
+                ));
+            }
+        };
         let resume_pointer_path = expand_home(
             &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
             &home,
@@ -398,6 +420,7 @@ impl Config {
             resume_command,
             resume_env,
             systemd_unit,
+            systemd_user,
             resume_pointer_path,
             systemd_restart_timeout_seconds,
             dirty_budget_bytes: keys.integer("dirty_budget_bytes")?,
@@ -420,6 +443,7 @@ impl Config {
             stable_file_timeout_seconds,
             healthcheck_seconds,
             source_change_retries: keys.integer("source_change_retries")?,
+            request_ttl_hours: keys.seconds("request_ttl_hours")?,
         })
     }
 

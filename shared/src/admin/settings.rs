@@ -5,7 +5,7 @@
 //! [`unmerge`] takes exactly those out again. Both are pure functions on
 //! text, so they are tested byte for byte:
 //!
-//! - idempotent: a hook whose program is named `ktr-stop`/`ktr-ack` is ours;
+//! - idempotent: a hook whose program is named `ktr-stop`/`ktr-prompt`/`ktr-ack` is ours;
 //!   it is updated in place (a stale path from an older install becomes the
 //!   new one), never duplicated;
 //! - foreign hooks and every other key keep their content and their order;
@@ -34,7 +34,7 @@ use crate::open::{Links, cap, read_capped};
 pub const FRAGMENT: &str = include_str!("../../../hooks.json");
 
 /// The executables whose hooks are ours.
-pub const OUR_PROGRAMS: [&str; 2] = ["ktr-stop", "ktr-ack"];
+pub const OUR_PROGRAMS: [&str; 3] = ["ktr-stop", "ktr-prompt", "ktr-ack"];
 
 /// `~/.claude/settings.json`, the user-scope settings Claude Code reads.
 pub fn default_path() -> PathBuf {
@@ -942,9 +942,9 @@ mod tests {
     }
 
     #[test]
-    fn the_fragment_names_both_hooks() {
+    fn the_fragment_names_all_three_hooks() {
         let w = wanted(Path::new("/opt/k bin"), Some(Path::new("/c.toml"))).unwrap();
-        assert_eq!(w.len(), 2);
+        assert_eq!(w.len(), 3);
         assert_eq!(w[0].event, "Stop");
         assert_eq!(w[0].matcher, None);
         assert_eq!(
@@ -952,8 +952,11 @@ mod tests {
             &Json::String("'/opt/k bin/ktr-stop' --config /c.toml".into())
         );
         assert_eq!(w[0].hook.get("timeout").unwrap(), &Json::Number(10.into()));
-        assert_eq!(w[1].event, "SessionStart");
-        assert_eq!(w[1].matcher.as_deref(), Some("resume"));
-        assert_eq!(w[1].program, "ktr-ack");
+        assert_eq!(w[1].event, "UserPromptSubmit");
+        assert_eq!(w[1].matcher, None);
+        assert_eq!(w[1].program, "ktr-prompt");
+        assert_eq!(w[2].event, "SessionStart");
+        assert_eq!(w[2].matcher.as_deref(), Some("resume"));
+        assert_eq!(w[2].program, "ktr-ack");
     }
 }

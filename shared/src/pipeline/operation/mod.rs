@@ -26,7 +26,9 @@ mod stage;
 mod status;
 mod store;
 
-pub use record::{Ack, CandidateFile, Operation, Transition, Verification, Worker};
+pub use record::{
+    Ack, BlockedPrompt, CandidateFile, Operation, SeenTarget, Transition, Verification, Worker,
+};
 pub use recovery::discard_candidate;
 pub use repair::set_damaged_aside;
 pub use requests::confirm;

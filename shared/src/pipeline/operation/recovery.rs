@@ -18,9 +18,12 @@ impl Store {
     /// what the target runs now is recorded and `needs_attention` is set.
     /// Returns the operations it failed.
     pub fn recover_stale(&self) -> Result<Vec<Operation>> {
-        let Some((id, _)) = self.active() else {
+        let Some((id, status)) = self.active() else {
             return Ok(Vec::new());
         };
+        if status == Status::Pending {
+            return self.expire_stale_request();
+        }
         if !self.load(&id).is_ok_and(|op| self.is_stale(&op)) {
             return Ok(Vec::new());
         }
@@ -59,6 +62,23 @@ impl Store {
                 Err(e) => note.push_str(&format!("; {e}")),
             }
             tx.transition(&mut op, Status::Failed, &note)?;
+            Ok(vec![op])
+        })
+    }
+
+    /// Expire the pending request when it is older than `request_ttl_hours`
+    /// (a store opened with [`Store::for_config`]); returns it then.
+    pub fn expire_stale_request(&self) -> Result<Vec<Operation>> {
+        let Some(ttl) = self.ttl else {
+            return Ok(Vec::new());
+        };
+        self.with_lock(|tx| {
+            let Some(mut op) = tx.active_operation()? else {
+                return Ok(Vec::new());
+            };
+            if !tx.expire_if_old(&mut op, ttl)? {
+                return Ok(Vec::new());
+            }
             Ok(vec![op])
         })
     }
@@ -109,5 +129,31 @@ pub fn discard_candidate(op: &Operation, project: Option<&Path>) -> Result<Optio
         Ok(()) => Ok(Some(c.path.clone())),
         Err(e) if e.kind() == IoKind::NotFound => Ok(None),
         Err(e) => Err(Error::io_at("remove candidate", &c.path, &e)),
+    }
+}
+
+impl super::Locked<'_> {
+    /// Move a pending `op` older than `ttl` to `expired` (error: how long
+    /// it waited and for which session). Returns whether it expired.
+    pub fn expire_if_old(&mut self, op: &mut Operation, ttl: std::time::Duration) -> Result<bool> {
+        let created = parse_rfc3339(&op.created_at).unwrap_or(UNIX_EPOCH);
+        let age = SystemTime::now()
+            .duration_since(created)
+            .unwrap_or_default();
+        if op.status != Status::Pending || age < ttl {
+            return Ok(false);
+        }
+        let why = format!(
+            "request expired after {:.1} h (request_ttl_hours = {}): {} never stopped since it was requested",
+            age.as_secs_f64() / 3600.0,
+            ttl.as_secs_f64() / 3600.0,
+            op.session_id.as_deref().map_or_else(
+                || "no session in project_dir".to_string(),
+                |s| format!("session {s}")
+            )
+        );
+        op.error = Some(why.clone());
+        self.transition(op, Status::Expired, &why)?;
+        Ok(true)
     }
 }

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
 use super::{Operation, Status, Transition};
 use crate::config::{Config, expand_home, home_dir};
 use crate::error::{Error, Result};
@@ -89,8 +92,11 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
 pub struct Store {
     dir: PathBuf,
     pub(super) target: Option<Target>,
-    /// `project_dir` (configured stores): the only place a candidate may be discarded from.
+    /// `project_dir` (configured stores): the only place a candidate may be
+    /// discarded from, and where requests bind to a session.
     pub(super) project: Option<PathBuf>,
+    /// `request_ttl_hours`: a pending request older than this expires.
+    pub(super) ttl: Option<Duration>,
     pub(super) grace: Duration,
 }
 
@@ -109,6 +115,7 @@ impl Store {
             dir: dir.to_path_buf(),
             target: None,
             project: None,
+            ttl: None,
             grace: worker_grace(),
         })
     }
@@ -116,7 +123,9 @@ impl Store {
     /// Open the configured state dir, with the configured target so that
     /// stale-worker recovery can record what the target runs.
     pub fn for_config(config: &Config) -> Result<Store> {
-        Ok(Store::open(&config.state_dir)?.with_config(config))
+        let mut store = Store::open(&config.state_dir)?.with_config(config);
+        store.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
+        Ok(store)
     }
 
     /// Read-only look at a state dir (creates nothing; for hooks and status).
@@ -125,6 +134,7 @@ impl Store {
             dir: dir.to_path_buf(),
             target: None,
             project: None,
+            ttl: None,
             grace: worker_grace(),
         }
     }
@@ -198,21 +208,32 @@ impl Store {
 
     /// Load one operation, `None` when there is no such file.
     pub fn try_load(&self, id: &str) -> Result<Option<Operation>> {
+        self.read_as(id, |op: &Operation| &op.id)
+    }
+
+    /// Read operation file `id` as `T` (the whole [`Operation`], or just
+    /// its [`Header`]); `id_of` names the id the file claims, which must be
+    /// its file name.
+    fn read_as<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        id_of: fn(&T) -> &OperationId,
+    ) -> Result<Option<T>> {
         let path = self.operation_path(id)?;
         let Some(bytes) = read_capped(&path, cap::OPERATION, Links::Refuse)
             .map_err(|e| damaged(&path, &e.message))?
         else {
             return Ok(None);
         };
-        let op: Operation =
-            serde_json::from_slice(&bytes).map_err(|e| damaged(&path, &e.to_string()))?;
-        if *op.id != *id {
+        let read: T = serde_json::from_slice(&bytes).map_err(|e| damaged(&path, &e.to_string()))?;
+        let named = id_of(&read);
+        if **named != *id {
             return Err(damaged(
                 &path,
-                &format!("it names operation {:?}", op.id.to_string()),
+                &format!("it names operation {:?}", named.to_string()),
             ));
         }
-        Ok(Some(op))
+        Ok(Some(read))
     }
 
     /// Every readable operation, oldest first ([`Store::scan`] also
@@ -225,35 +246,48 @@ impl Store {
     /// files that are not one (unreadable, not JSON, an unknown status, a
     /// FIFO…), each with why. Temp files of atomic writes are skipped.
     pub fn scan(&self) -> Result<Scanned> {
+        let (mut operations, damaged) = self.scan_as(|op: &Operation| &op.id)?;
+        operations.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(Scanned {
+            operations,
+            damaged,
+        })
+    }
+
+    /// Read every file in `operations/` as `T`; the ones that cannot be
+    /// read as `T` are damaged (sorted by path).
+    fn scan_as<T: DeserializeOwned>(
+        &self,
+        id_of: fn(&T) -> &OperationId,
+    ) -> Result<(Vec<T>, Vec<Damaged>)> {
         let dir = self.dir.join("operations");
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == IoKind::NotFound => return Ok(Scanned::default()),
+            Err(e) if e.kind() == IoKind::NotFound => return Ok((Vec::new(), Vec::new())),
             Err(e) => return Err(Error::io_at("list", &dir, &e)),
         };
-        let mut scanned = Scanned::default();
+        let (mut read, mut damaged) = (Vec::new(), Vec::new());
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') && name.ends_with(".tmp") {
                 continue;
             }
             let loaded = match name.strip_suffix(".json") {
-                Some(id) => self.load(id),
+                Some(id) => self.read_as(id, id_of).and_then(|r| {
+                    r.ok_or_else(|| Error::io(format!("{} vanished", entry.path().display())))
+                }),
                 None => Err(Error::io("not named <operation id>.json")),
             };
             match loaded {
-                Ok(op) => scanned.operations.push(op),
-                Err(e) => scanned.damaged.push(Damaged {
+                Ok(r) => read.push(r),
+                Err(e) => damaged.push(Damaged {
                     path: entry.path(),
                     why: e.message,
                 }),
             }
         }
-        scanned
-            .operations
-            .sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        scanned.damaged.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(scanned)
+        damaged.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((read, damaged))
     }
 
     /// The most recently created operation.
@@ -342,9 +376,12 @@ impl Locked<'_> {
     /// it is missing or disagrees. A damaged operation file refuses: it
     /// could be the operation in flight (`ktr repair` sets it aside).
     pub fn active_operation(&mut self) -> Result<Option<Operation>> {
-        let scanned = self.store.scan()?;
-        if let Some(d) = scanned.damaged.first() {
-            let more = match scanned.damaged.len() - 1 {
+        // Every hook and stage comes through here under the lock: read only
+        // each file's id and status (a finished operation's manifest can be
+        // megabytes), then load the one in flight.
+        let (headers, damaged) = self.store.scan_as(|h: &Header| &h.id)?;
+        if let Some(d) = damaged.first() {
+            let more = match damaged.len() - 1 {
                 0 => String::new(),
                 n => format!(" (and {n} more damaged files)"),
             };
@@ -353,18 +390,19 @@ impl Locked<'_> {
                 d.why
             )));
         }
-        let mut live = scanned
-            .operations
-            .into_iter()
-            .filter(|op| !op.status.is_terminal());
-        let op = live.next();
+        let mut live = headers.into_iter().filter(|h| !h.status.is_terminal());
+        let first = live.next();
         if let Some(other) = live.next() {
             return Err(Error::refused(format!(
                 "operations {} and {} are both in flight; set one aside with `ktr repair`",
-                op.as_ref().map_or(String::new(), |o| o.id.to_string()),
+                first.as_ref().map_or(String::new(), |h| h.id.to_string()),
                 other.id
             )));
         }
+        let op = match first {
+            Some(h) => self.store.try_load(&h.id)?,
+            None => None,
+        };
         let recorded = self.store.active();
         let agrees = match (&op, &recorded) {
             (Some(op), Some((id, status))) => *id == *op.id && *status == op.status,
@@ -449,6 +487,23 @@ impl Locked<'_> {
 pub struct Damaged {
     pub path: PathBuf,
     pub why: String,
+}
+
+/// The two fields of an operation file the one-operation rule needs; serde
+/// skips the rest without building it.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    id: OperationId,
+    #[serde(default = "Header::pending")]
+    status: Status,
+}
+
+impl Header {
+    /// What [`Operation`]'s default status is for a file without one.
+    fn pending() -> Status {
+        Status::Pending
+    }
 }
 
 /// What [`Store::scan`] found in `operations/`.

@@ -18,6 +18,7 @@ use crate::ids::SessionId;
 use crate::pipeline::hook::{Invocation, Reply, StopInput};
 use crate::pipeline::operation::{Operation, Stage, Status, Store, Worker, locate_state_dir};
 use crate::pipeline::stages;
+use crate::time::now_rfc3339;
 
 /// `ktr-stop --help`.
 pub const HELP: &str = "ktr-stop: the Claude Code Stop hook of ktr.
@@ -36,6 +37,8 @@ pub fn stop(call: Invocation) -> Reply {
 }
 
 fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+    // A turn whose user record is newer than this began after this Stop.
+    let stopped_at = now_rfc3339();
     // Fast path: one small file, no config validation, no lock.
     let state_dir = locate_state_dir(config_arg)?;
     let Some((id, status)) = Store::at(&state_dir).active() else {
@@ -73,6 +76,14 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         let Some(mut op) = tx.active_operation()? else {
             return Ok(Reply::Quiet);
         };
+        let ttl = std::time::Duration::from_secs_f64(config.request_ttl_hours * 3600.0);
+        if tx.expire_if_old(&mut op, ttl)? {
+            return Ok(Reply::Message(format!(
+                "ktr: operation {} expired: {}",
+                op.id,
+                op.error.as_deref().unwrap_or("")
+            )));
+        }
         let Some(step) = next_step(&op, &hook, &config)? else {
             return Ok(Reply::Quiet);
         };
@@ -87,7 +98,12 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         if op.status == Status::Pending {
             op.session_id = Some(session.clone());
             op.transcript_path = Some(hook.transcript_path.clone());
+            // The Claude Code process that ran this hook: the target must run it.
+            op.claude = crate::pipeline::process::runner_of(std::process::id());
         }
+        op.scheduled_at = Some(stopped_at.clone());
+        op.turn_started_at = None;
+        op.blocked_prompts.clear();
         let note = format!("Stop hook of session {session} started {name} (pid {pid})");
         tx.transition(&mut op, step.status, &note)?;
         Ok(Reply::Message(format!(
@@ -177,13 +193,24 @@ fn recover(config_arg: Option<&Path>) -> Result<Reply> {
     })
 }
 
-/// A regular `*.jsonl` file directly inside `project_dir` (symlinks
-/// resolved; a directory or FIFO named `*.jsonl` does not bind a request).
+/// A `*.jsonl` directly inside `project_dir` (symlinks resolved) that is a
+/// regular file. Claude Code writes the transcript asynchronously: at a
+/// session's first Stop the file may not exist yet, and then the directory
+/// it will be written to decides (ktr-prepare waits for the file to be
+/// there and stable, and opens only a regular file).
 fn inside_project(transcript: &Path, project_dir: &Path) -> bool {
-    let (Ok(file), Ok(dir)) = (transcript.canonicalize(), project_dir.canonicalize()) else {
-        return false;
+    let resolve = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let file = if transcript.symlink_metadata().is_ok() {
+        match transcript.canonicalize() {
+            Ok(file) if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) => file,
+            _ => return false,
+        }
+    } else {
+        match (transcript.parent(), transcript.file_name()) {
+            (Some(parent), Some(name)) if transcript.is_absolute() => resolve(parent).join(name),
+            _ => return false,
+        }
     };
-    file.parent() == Some(dir.as_path())
+    file.parent() == Some(resolve(project_dir).as_path())
         && file.extension().is_some_and(|e| e == "jsonl")
-        && std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
 }
