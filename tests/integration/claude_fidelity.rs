@@ -427,7 +427,12 @@ fn compare(
         .report
         .left_out
         .iter()
-        .map(|l| (l.line, format!("{:?}", l.reason)))
+        .map(|l| {
+            (
+                l.line,
+                serde_json::json!(l.reason).to_string().replace('"', ""),
+            )
+        })
         .collect();
     let candidate: Vec<Value> = plan
         .candidate

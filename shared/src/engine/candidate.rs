@@ -60,9 +60,10 @@ impl Candidate {
     }
 }
 
+/// What every line of the candidate starts with (SPEC §7).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct LineOut<'a> {
+struct HeadOut<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     uuid: &'a str,
@@ -80,6 +81,14 @@ struct LineOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     entrypoint: Option<&'a str>,
     is_sidechain: bool,
+}
+
+/// A carried user or assistant item.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LineOut<'a> {
+    #[serde(flatten)]
+    head: HeadOut<'a>,
     is_meta: bool,
     message: MessageOut<'a>,
 }
@@ -87,25 +96,9 @@ struct LineOut<'a> {
 /// A carried `SessionStart` context: the source's `attachment` object as it
 /// was, on a line of the new session.
 #[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct AttachmentOut<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    uuid: &'a str,
-    parent_uuid: Option<&'a str>,
-    session_id: &'a str,
-    timestamp: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cwd: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    version: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    git_branch: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    user_type: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    entrypoint: Option<&'a str>,
-    is_sidechain: bool,
+    #[serde(flatten)]
+    head: HeadOut<'a>,
     attachment: &'a serde_json::value::RawValue,
 }
 
@@ -192,6 +185,29 @@ impl Writer<'_> {
         (uuid, timestamp)
     }
 
+    /// The fields every line starts with: ids, time, the copied source fields.
+    fn head<'h>(
+        &'h self,
+        kind: &'static str,
+        meta: &'h Meta,
+        uuid: &'h str,
+        timestamp: &'h str,
+    ) -> HeadOut<'h> {
+        HeadOut {
+            kind,
+            uuid,
+            parent_uuid: self.previous_uuid.as_deref(),
+            session_id: self.session_id,
+            timestamp,
+            cwd: meta.cwd.as_deref(),
+            version: meta.version.as_deref(),
+            git_branch: meta.git_branch.as_deref(),
+            user_type: meta.user_type.as_deref(),
+            entrypoint: meta.entrypoint.as_deref(),
+            is_sidechain: false,
+        }
+    }
+
     fn push(&mut self, json: String, entry: ManifestEntry, timestamp: String) {
         self.previous_uuid = Some(entry.uuid.clone());
         self.manifest.push(entry);
@@ -229,17 +245,7 @@ impl Writer<'_> {
         let meta = &event.meta;
         let (uuid, timestamp) = self.next(meta);
         let line = AttachmentOut {
-            kind: "attachment",
-            uuid: &uuid,
-            parent_uuid: self.previous_uuid.as_deref(),
-            session_id: self.session_id,
-            timestamp: &timestamp,
-            cwd: meta.cwd.as_deref(),
-            version: meta.version.as_deref(),
-            git_branch: meta.git_branch.as_deref(),
-            user_type: meta.user_type.as_deref(),
-            entrypoint: meta.entrypoint.as_deref(),
-            is_sidechain: false,
+            head: self.head("attachment", meta, &uuid, &timestamp),
             attachment: raw,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
@@ -272,17 +278,7 @@ impl Writer<'_> {
             },
         };
         let line = LineOut {
-            kind: item.role.as_str(),
-            uuid: &uuid,
-            parent_uuid: self.previous_uuid.as_deref(),
-            session_id: self.session_id,
-            timestamp: &timestamp,
-            cwd: meta.cwd.as_deref(),
-            version: meta.version.as_deref(),
-            git_branch: meta.git_branch.as_deref(),
-            user_type: meta.user_type.as_deref(),
-            entrypoint: meta.entrypoint.as_deref(),
-            is_sidechain: false,
+            head: self.head(item.role.as_str(), meta, &uuid, &timestamp),
             is_meta: false,
             message,
         };
