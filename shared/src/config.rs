@@ -48,6 +48,16 @@ impl std::fmt::Display for HistoryMode {
     }
 }
 
+/// What `ktr-precompact` does when Claude Code is about to auto-compact
+/// and no rebuild is pending (issue 8 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAutoCompaction {
+    /// Let it compact; say that a lossless rebuild was possible.
+    Advise,
+    /// The human's standing approval: block it and rebuild instead.
+    Rebuild,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -83,6 +93,13 @@ pub struct Config {
     pub stable_file_timeout_seconds: f64,
     pub healthcheck_seconds: f64,
     pub source_change_retries: u64,
+    /// The window size: statusline report / model heuristics, or fixed.
+    pub context_window_tokens: crate::engine::window::size::Setting,
+    /// Advice in the Stop hook from this fill level (then 80, 90); 0 = off.
+    pub advise_at_percent: u8,
+    /// Advise only when a rebuild would free at least this much.
+    pub advise_min_free_percent: u8,
+    pub on_auto_compaction: OnAutoCompaction,
 }
 
 /// Default poison pattern (SPEC §2).
@@ -122,6 +139,10 @@ const KEYS: &[&str] = &[
     "stable_file_timeout_seconds",
     "healthcheck_seconds",
     "source_change_retries",
+    "context_window_tokens",
+    "advise_at_percent",
+    "advise_min_free_percent",
+    "on_auto_compaction",
 ];
 
 impl Config {
@@ -288,6 +309,19 @@ impl Config {
         if healthcheck_seconds <= 0.0 {
             return Err(Keys::rule("healthcheck_seconds", "must be greater than 0"));
         }
+        let context_window_tokens = keys.window_size()?;
+        let advise_at_percent = keys.percent("advise_at_percent", 70)?;
+        let advise_min_free_percent = keys.percent("advise_min_free_percent", 50)?;
+        let on_auto_compaction = match keys.string("on_auto_compaction", "advise")?.as_str() {
+            "advise" => OnAutoCompaction::Advise,
+            "rebuild" => OnAutoCompaction::Rebuild,
+            other => {
+                return Err(Keys::rule(
+                    "on_auto_compaction",
+                    &format!("must be advise or rebuild (got {other:?})"),
+                ));
+            }
+        };
         Ok(Config {
             source: None,
             project_dir,
@@ -320,6 +354,10 @@ impl Config {
             stable_file_timeout_seconds,
             healthcheck_seconds,
             source_change_retries: keys.integer("source_change_retries", 2)?,
+            context_window_tokens,
+            advise_at_percent,
+            advise_min_free_percent,
+            on_auto_compaction,
         })
     }
 
@@ -407,6 +445,28 @@ impl Keys {
             Some(Value::Integer(i)) if *i >= 0 => Ok(*i as u64),
             Some(Value::Integer(_)) => Err(Self::rule(key, "must be 0 or greater")),
             Some(v) => Err(Self::wrong_type(key, "a whole number", v)),
+        }
+    }
+
+    /// A whole percentage, 0 to 100.
+    fn percent(&self, key: &str, default: u8) -> Result<u8> {
+        let value = self.integer(key, u64::from(default))?;
+        u8::try_from(value)
+            .ok()
+            .filter(|v| *v <= 100)
+            .ok_or_else(|| Self::rule(key, "must be a percentage from 0 to 100"))
+    }
+
+    /// `context_window_tokens`: `"auto"` or a number of tokens (at least 10000).
+    fn window_size(&self) -> Result<crate::engine::window::size::Setting> {
+        use crate::engine::window::size::Setting;
+        let key = "context_window_tokens";
+        match self.table.get(key) {
+            None => Ok(Setting::Auto),
+            Some(Value::String(s)) if s == "auto" => Ok(Setting::Auto),
+            Some(Value::Integer(i)) if *i >= 10_000 => Ok(Setting::Tokens(i.unsigned_abs())),
+            Some(Value::Integer(_)) => Err(Self::rule(key, "must be \"auto\" or at least 10000")),
+            Some(v) => Err(Self::wrong_type(key, "\"auto\" or a number of tokens", v)),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod rawjson;
 pub mod scan;
 pub mod transcript;
 pub mod turns;
+pub mod window;
 
 pub use candidate::ManifestEntry;
 pub use conserve::ConservationCounts;
