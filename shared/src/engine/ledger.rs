@@ -101,7 +101,9 @@ pub struct LedgerReport {
     /// Line where the window starts (after the last compaction boundary).
     pub window_start_line: usize,
     /// Bytes of Claude Code's per-start attachments in the window (they
-    /// come back on every start: overhead, not residue).
+    /// come back on every start: overhead, not residue). Absent in
+    /// operation files written before it existed.
+    #[serde(default)]
     pub per_start_bytes: u64,
     /// Bytes of records that never reach the model (never counted).
     pub file_only_bytes: u64,
