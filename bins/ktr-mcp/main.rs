@@ -8,6 +8,7 @@
 //! Usage: `ktr-mcp [--config PATH] [--session ID]`. stdout carries the
 //! protocol; logs go to stderr.
 
+mod frames;
 mod served;
 mod tools;
 
@@ -45,16 +46,22 @@ async fn serve(args: Args) -> ExitCode {
     let served = served::Session::detect(args.session);
     eprintln!("ktr-mcp: serving {}", served.describe());
     let server = tools::Server::new(args.config, served);
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    let (input, output, writer) = frames::spawn(tokio::io::stdin(), tokio::io::stdout());
+    let running = match server.serve((input, output)).await {
         Ok(running) => running,
         // Stdin closed before `initialize`: nobody to serve, not a failure.
-        Err(ServerInitializeError::ConnectionClosed(_)) => return ExitCode::SUCCESS,
+        Err(ServerInitializeError::ConnectionClosed(_)) => {
+            let _ = writer.await;
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("ktr-mcp: cannot initialize: {e}");
             return ExitCode::from(1);
         }
     };
-    match running.waiting().await {
+    let stopped = running.waiting().await;
+    let _ = writer.await;
+    match stopped {
         Ok(reason) => {
             eprintln!("ktr-mcp: stopped ({reason:?})");
             ExitCode::SUCCESS

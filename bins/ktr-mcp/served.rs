@@ -3,14 +3,20 @@
 //! session id, also after `--resume`; `--session ID` overrides it.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use ktr::config::Config;
 use ktr::engine::plan;
 use ktr::ids::SessionId;
+use ktr::pipeline::process;
+use ktr::pipeline::target::Target;
 use ktr::{Error, Result};
 
 /// The environment variable Claude Code gives its MCP servers.
 pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";
+
+/// How long a request waits for the served session's transcript to appear.
+const FIRST_WRITE: Duration = Duration::from_secs(3);
 
 /// The served session, if known.
 #[derive(Debug, Clone)]
@@ -89,13 +95,46 @@ impl Session {
     /// `project_dir` binds it). A known session elsewhere is refused: ktr
     /// would otherwise rebuild a session other than the one asking.
     pub fn binding(&self, config: &Config) -> Result<Option<String>> {
-        match (&self.id, self.in_project(config)) {
+        match (&self.id, self.in_project_soon(config)) {
             (None, _) => Ok(None),
             (Some(_), Some((id, _))) => Ok(Some(id)),
             (Some(id), None) => Err(Error::refused(format!(
                 "this Claude Code session ({id}) has no transcript in project_dir {}; ktr rebuilds only sessions there: ask from that session, or fix project_dir",
                 config.project_dir.display()
             ))),
+        }
+    }
+
+    /// The target a rebuild of `session` would switch, described for the
+    /// model, after checking that it runs the Claude Code process serving
+    /// this server (its parent) on `session`: otherwise a model in another
+    /// session of the same project would rebuild itself into the target's
+    /// place. Refused with the reason naming both; nothing is recorded.
+    pub fn target_for(config: &Config, session: Option<&str>) -> Result<String> {
+        let target = Target::from_config(config);
+        let claude = process::runner_of(std::process::id());
+        let running = match session {
+            Some(session) => target.check_runs(claude, session)?,
+            None => match target.running() {
+                Ok(running) => running,
+                Err(e) => return Ok(format!("{target} (unreadable now: {})", e.message)),
+            },
+        };
+        Ok(format!("{target}, which runs {}", running.describe()))
+    }
+
+    /// [`Session::in_project`], waiting up to [`FIRST_WRITE`] for the
+    /// transcript: Claude Code writes a new session's first records only
+    /// ~0.1 s after the prompt (more under load), and its model may call a
+    /// tool in the very first turn.
+    fn in_project_soon(&self, config: &Config) -> Option<(String, PathBuf)> {
+        let deadline = Instant::now() + FIRST_WRITE;
+        loop {
+            let found = self.in_project(config);
+            if found.is_some() || self.id.is_none() || Instant::now() >= deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -141,7 +141,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Request a rebuild of this session. Only after the human explicitly agreed; confirmation must be exactly REBUILD. It only records a pending operation: finish your reply normally, the switch happens after the reply ends (Stop hook).",
+        description = "Request a rebuild of this session. Only after the human explicitly agreed; confirmation must be exactly REBUILD. Refused (with the reason) when the configured target (tmux pane, systemd unit, pointer) does not run this session; the result names the target that would be switched. It only records a pending operation: finish your reply normally, the switch happens after the reply ends (Stop hook).",
         annotations(read_only_hint = false, destructive_hint = false)
     )]
     async fn thread_rebuild_request(
@@ -151,10 +151,13 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_request", move || {
             let config = this.load_config()?;
+            ktr::pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
             let session = this.served.binding(&config)?;
+            let target = Session::target_for(&config, session.as_deref())?;
             let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
             Ok(json!({
                 "operation": operation_view(&op),
+                "target": target,
                 "next": "Finish your reply normally now; do not wait or poll. After this reply ends the Stop hook starts the rebuild in the background and the session is switched over; check later with thread_rebuild_status.",
             }))
         })
@@ -169,14 +172,18 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_status", move || {
             let config = this.load_config()?;
-            let store = Store::at(&config.state_dir).with_target(Target::from_config(&config));
+            let store = Store::at(&config.state_dir).with_config(&config);
             let recovered = store.recover_stale()?;
             let op = match args.operation_id {
                 Some(id) => Some(store.load(&id)?),
                 None => store.latest()?,
             };
+            let target = Target::from_config(&config);
+            let view = op.as_ref().map(|op| {
+                serde_json::to_value(StatusView::of(op).looking_at(&target)).unwrap_or(Value::Null)
+            });
             Ok(json!({
-                "operation": op.as_ref().map(operation_view),
+                "operation": view,
                 "recovered_stale": recovered.iter().map(|o| &o.id).collect::<Vec<_>>(),
                 "note": if op.is_none() { "no operation has been requested yet" } else { "" },
             }))

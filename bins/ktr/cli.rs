@@ -28,8 +28,11 @@ Changes (each needs the human's confirmation word):
 Operations:
   status [OP] [--json]                  one operation (default: the latest)
   ops [--json]                          every operation, newest first
+  config KEY                            one setting as ktr reads it (for scripts)
   prune --older-than DAYS [--yes] [--json]
                                         forget old finished operations (dry run without --yes)
+  repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
+                                        (lists them without --confirm; never deletes)
 
 Try it:
   demo [--keep]                         a complete rebuild drill in a throwaway sandbox
@@ -109,6 +112,14 @@ pub struct PruneArgs {
     pub yes: bool,
 }
 
+/// `ktr repair`.
+#[derive(Debug, Default)]
+pub struct RepairArgs {
+    pub common: Common,
+    /// `Some("REPAIR")` moves; `None` only lists.
+    pub confirm: Option<String>,
+}
+
 /// `ktr demo`.
 #[derive(Debug, Default)]
 pub struct DemoArgs {
@@ -143,8 +154,17 @@ pub enum Command {
     RollbackRequest(ConfirmArgs),
     Ops(OpsArgs),
     Prune(PruneArgs),
+    Repair(RepairArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
+    Config(ConfigArgs),
+}
+
+/// `ktr config KEY`.
+#[derive(Debug, Default)]
+pub struct ConfigArgs {
+    pub common: Common,
+    pub key: String,
 }
 
 /// Everything the command line said, before validation.
@@ -265,8 +285,9 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
         "dirty" => &["--json", "--transcript"],
         "doctor" | "ops" | "status" => &["--json"],
+        "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
-        "cancel" | "rollback-request" => &["--json", "--confirm"],
+        "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
@@ -288,7 +309,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         ));
     }
     let max_operands = match command {
-        "status" | "cancel" | "rollback-request" => 1,
+        "status" | "cancel" | "rollback-request" | "config" => 1,
         _ => 0,
     };
     if let Some(extra) = raw.operands.get(max_operands) {
@@ -326,6 +347,14 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             operation: operand,
         }),
         "ops" => Command::Ops(OpsArgs { common }),
+        "config" => Command::Config(ConfigArgs {
+            common,
+            key: required(operand, "config", "a key")?,
+        }),
+        "repair" => Command::Repair(RepairArgs {
+            common,
+            confirm: raw.confirm,
+        }),
         "prune" => Command::Prune(PruneArgs {
             common,
             older_than_days: days(raw.older_than)?,

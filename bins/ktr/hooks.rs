@@ -43,10 +43,24 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
         return Ok(0);
     }
     let applied = edit.apply()?;
+    let through = applied
+        .through_link
+        .as_ref()
+        .map(|t| {
+            format!(
+                " (a symlink: wrote its target {}, the link is kept)",
+                t.display()
+            )
+        })
+        .unwrap_or_default();
     out::print(&match (applied.changed, applied.backup) {
         (false, _) => format!("{} already up to date\n", path.display()),
-        (true, Some(b)) => format!("updated {} (backup: {})\n", path.display(), b.display()),
-        (true, None) => format!("created {}\n", path.display()),
+        (true, Some(b)) => format!(
+            "updated {}{through} (backup: {})\n",
+            path.display(),
+            b.display()
+        ),
+        (true, None) => format!("created {}{through}\n", path.display()),
     });
     Ok(0)
 }

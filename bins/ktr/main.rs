@@ -4,6 +4,7 @@
 
 mod cancel;
 mod cli;
+mod config_get;
 mod demo;
 mod dirty;
 mod doctor;
@@ -12,6 +13,7 @@ mod ops;
 mod out;
 mod plan;
 mod prune;
+mod repair;
 mod request;
 mod rollback_request;
 mod state;
@@ -40,8 +42,10 @@ fn main() -> ExitCode {
         Command::RollbackRequest(args) => rollback_request::run(&args),
         Command::Ops(args) => ops::run(&args),
         Command::Prune(args) => prune::run(&args),
+        Command::Repair(args) => repair::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Hooks(args) => hooks::run(&args),
+        Command::Config(args) => config_get::run(&args),
     });
     match result {
         Ok(code) => ExitCode::from(code),

@@ -40,7 +40,17 @@ pub fn human(r: &plan::PlanReport) -> String {
         ("source", r.source_path.clone()),
         ("session", r.session_id.clone()),
         ("sha256", r.source_sha256.clone()),
-        ("size", out::bytes(r.source_bytes)),
+        (
+            "size",
+            if r.source_changed_while_read {
+                format!(
+                    "{} (the file changed while it was read: this plan covers the size it had when opened; run plan again)",
+                    out::bytes(r.source_bytes)
+                )
+            } else {
+                out::bytes(r.source_bytes)
+            },
+        ),
         ("claude code versions", r.versions_seen.join(", ")),
         ("history", history),
         (

@@ -20,5 +20,11 @@ pub fn open(config: Option<&Path>) -> Result<(Config, Store), Error> {
             op.error.as_deref().unwrap_or("worker died")
         );
     }
+    for d in store.scan()?.damaged {
+        eprintln!(
+            "ktr: DAMAGED: {}; `ktr repair` sets it aside (nothing is deleted)",
+            d.why
+        );
+    }
     Ok((config, store))
 }

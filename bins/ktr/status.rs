@@ -5,17 +5,20 @@ use std::time::SystemTime;
 
 use ktr::Error;
 use ktr::admin::report::{StatusView, age, human_age};
+use ktr::pipeline::target::Target;
 
 use crate::cli::StatusArgs;
 use crate::{out, state};
 
 pub fn run(args: &StatusArgs) -> Result<u8, Error> {
-    let (_, store) = state::open(args.common.config.as_deref())?;
+    let (config, store) = state::open(args.common.config.as_deref())?;
     let op = match &args.operation {
         Some(id) => Some(store.load(id)?),
         None => store.latest()?,
     };
-    let view = op.as_ref().map(StatusView::of);
+    let view = op
+        .as_ref()
+        .map(|op| StatusView::of(op).looking_at(&Target::from_config(&config)));
     match (&view, args.common.json) {
         (_, true) => out::json(&view),
         (Some(v), false) => out::print(&human(v)),
@@ -58,7 +61,12 @@ pub fn human(v: &StatusView) -> String {
         line("candidate", c.clone());
     }
     if let Some(p) = &v.candidate_path {
-        line("candidate file", p.display().to_string());
+        let gone = if v.candidate_discarded {
+            " (discarded: it never ran)"
+        } else {
+            ""
+        };
+        line("candidate file", format!("{}{gone}", p.display()));
     }
     if let Some(p) = &v.backup {
         line("frozen backup", p.display().to_string());
@@ -87,8 +95,14 @@ pub fn human(v: &StatusView) -> String {
     if let Some(t) = &v.target_before {
         line("target before", t.clone());
     }
+    if let Some(t) = &v.target_ran {
+        line("target ran", t.clone());
+    }
     if let Some(t) = &v.target_after {
         line("target after", t.clone());
+    }
+    if let Some(t) = &v.target_now {
+        line("target now", t.clone());
     }
     if let Some(e) = &v.error {
         line("error", e.clone());

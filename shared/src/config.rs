@@ -8,6 +8,7 @@ use regex::Regex;
 use toml::Value;
 
 use crate::error::{Error, Result};
+use crate::open::{Links, cap, read_capped};
 
 /// How the running Claude Code is switched (SPEC §12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,10 @@ pub struct Config {
     pub resume_command: Vec<String>,
     pub resume_env: BTreeMap<String, String>,
     pub systemd_unit: String,
+    /// `systemd_manager = "user"`: every systemctl / systemd-run call gets
+    /// `--user` (a unit of the user's own manager); `"system"` (default):
+    /// the system manager, which needs root (or a polkit rule).
+    pub systemd_user: bool,
     pub resume_pointer_path: PathBuf,
     pub systemd_restart_timeout_seconds: f64,
     pub dirty_budget_bytes: u64,
@@ -93,6 +98,8 @@ pub struct Config {
     pub stable_file_timeout_seconds: f64,
     pub healthcheck_seconds: f64,
     pub source_change_retries: u64,
+    /// A pending request older than this many hours expires (`expired`).
+    pub request_ttl_hours: f64,
     /// The window size: statusline report / model heuristics, or fixed.
     pub context_window_tokens: crate::engine::window::size::Setting,
     /// Advice in the Stop hook from this fill level (then 80, 90); 0 = off.
@@ -118,6 +125,7 @@ const KEYS: &[&str] = &[
     "resume_command",
     "resume_env",
     "systemd_unit",
+    "systemd_manager",
     "resume_pointer_path",
     "systemd_restart_timeout_seconds",
     "dirty_budget_bytes",
@@ -139,11 +147,115 @@ const KEYS: &[&str] = &[
     "stable_file_timeout_seconds",
     "healthcheck_seconds",
     "source_change_retries",
+    "request_ttl_hours",
     "context_window_tokens",
     "advise_at_percent",
     "advise_min_free_percent",
     "on_auto_compaction",
 ];
+
+/// The documented range of a numeric key (README, Configuration; the
+/// config template `install` writes). Every value outside it is refused
+/// with one line naming the key, so no later `Duration` or allocation can
+/// overflow on a value that passed validation.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    pub key: &'static str,
+    pub default: f64,
+    /// Smallest value allowed (inclusive) …
+    pub min: f64,
+    /// … or strictly greater than this when `min_exclusive`.
+    pub min_exclusive: bool,
+    /// Largest value allowed (inclusive).
+    pub max: f64,
+    /// 0 is also allowed and means "off" (below `min`).
+    pub zero_is_off: bool,
+}
+
+const fn range(key: &'static str, default: f64, min: f64, max: f64) -> Range {
+    Range {
+        key,
+        default,
+        min,
+        min_exclusive: false,
+        max,
+        zero_is_off: false,
+    }
+}
+
+/// Every numeric key, its default and its range.
+pub const RANGES: &[Range] = &[
+    range("systemd_restart_timeout_seconds", 180.0, 10.0, 3600.0),
+    range("dirty_budget_bytes", 524_288.0, 0.0, 1_099_511_627_776.0),
+    Range {
+        zero_is_off: true,
+        ..range("carry_max_tokens", 0.0, 5000.0, 100_000_000.0)
+    },
+    Range {
+        zero_is_off: true,
+        ..range("max_event_chars", 0.0, 500.0, 1_000_000_000.0)
+    },
+    range("activation_delay_seconds", 3.0, 0.0, 3600.0),
+    Range {
+        min_exclusive: true,
+        ..range("stable_file_seconds", 1.0, 0.0, 600.0)
+    },
+    Range {
+        min_exclusive: true,
+        ..range("stable_file_timeout_seconds", 10.0, 0.0, 3600.0)
+    },
+    Range {
+        min_exclusive: true,
+        ..range("healthcheck_seconds", 5.0, 0.0, 3600.0)
+    },
+    range("source_change_retries", 2.0, 0.0, 100.0),
+    Range {
+        min_exclusive: true,
+        ..range("request_ttl_hours", 24.0, 0.0, 87_600.0)
+    },
+    range("advise_at_percent", 70.0, 0.0, 100.0),
+    range("advise_min_free_percent", 50.0, 0.0, 100.0),
+];
+
+impl Range {
+    /// The row of `key` (every numeric key has one).
+    fn of(key: &str) -> Range {
+        *RANGES
+            .iter()
+            .find(|r| r.key == key)
+            .unwrap_or_else(|| unreachable!("numeric key {key} has no row in RANGES"))
+    }
+
+    /// `Ok` when `value` is allowed, else the rule in words.
+    pub fn check(&self, value: f64) -> std::result::Result<(), String> {
+        let above_min = if self.min_exclusive {
+            value > self.min
+        } else {
+            value >= self.min
+        };
+        let allowed = value.is_finite()
+            && ((above_min && value <= self.max) || (self.zero_is_off && value == 0.0));
+        if allowed {
+            Ok(())
+        } else {
+            Err(self.describe())
+        }
+    }
+
+    /// "must be between 10 and 3600" and the like.
+    pub fn describe(&self) -> String {
+        let lower = if self.min_exclusive {
+            format!("greater than {} and at most {}", self.min, self.max)
+        } else {
+            format!("between {} and {}", self.min, self.max)
+        };
+        if self.zero_is_off {
+            format!("must be 0 (off) or {lower}")
+        } else {
+            format!("must be {lower}")
+        }
+    }
+}
 
 impl Config {
     /// Where the config is looked for: `--config`, else `$KTR_CONFIG`, else
@@ -164,9 +276,9 @@ impl Config {
     /// Load and validate the config file found by [`Config::locate`].
     pub fn load(explicit: Option<&Path>) -> Result<Config> {
         let path = Self::locate(explicit);
-        let bytes = std::fs::read(&path).map_err(|e| {
+        let bytes = read_config_file(&path)?.ok_or_else(|| {
             Error::config(format!(
-                "cannot read config {}: {e}; create it (see README, Configuration) or pass --config PATH",
+                "cannot read config {}: it does not exist; create it (see README, Configuration) or pass --config PATH",
                 path.display()
             ))
         })?;
@@ -174,8 +286,26 @@ impl Config {
             .map_err(|_| Error::config(format!("config {} is not valid UTF-8", path.display())))?;
         let mut config = Self::from_toml(&text)
             .map_err(|e| Error::config(format!("config {}: {}", path.display(), e.message)))?;
+        config.anchor_relative_paths(&path);
         config.source = Some(path);
         Ok(config)
+    }
+
+    /// Relative paths in a config file mean "beside the config file", not
+    /// "wherever the command happens to run" (a hook runs in Claude Code's
+    /// working directory): anchor them to the file's folder.
+    fn anchor_relative_paths(&mut self, config_file: &Path) {
+        let base = config_folder(config_file);
+        for path in [
+            &mut self.project_dir,
+            &mut self.state_dir,
+            &mut self.claude_workdir,
+            &mut self.resume_pointer_path,
+        ] {
+            if path.is_relative() {
+                *path = base.join(&*path);
+            }
+        }
     }
 
     /// Parse and validate TOML text.
@@ -209,6 +339,12 @@ impl Config {
             return Err(Keys::rule("project_dir", "must not be empty"));
         }
         let state_dir = expand_home(&keys.string("state_dir", "~/.local/state/ktr")?, &home);
+        if state_dir.as_os_str().is_empty() {
+            return Err(Keys::rule(
+                "state_dir",
+                "must not be empty (leave it out for ~/.local/state/ktr)",
+            ));
+        }
         let tmux_target = keys.string("tmux_target", "cc:0.0")?;
         if tmux_target.is_empty() || tmux_target.chars().any(char::is_control) {
             return Err(Keys::rule(
@@ -223,25 +359,22 @@ impl Config {
         if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
             return Err(Keys::rule("systemd_unit", "must end in .service"));
         }
+        let systemd_user = match keys.string("systemd_manager", "system")?.as_str() {
+            "system" => false,
+            "user" => true,
+            other => {
+                return Err(Keys::rule(
+                    "systemd_manager",
+                    &format!("must be system or user (got {other:?})"),
+                ));
+            }
+        };
         let resume_pointer_path = expand_home(
             &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
             &home,
         );
-        let systemd_restart_timeout_seconds =
-            keys.seconds("systemd_restart_timeout_seconds", 180.0)?;
-        if systemd_restart_timeout_seconds < 10.0 {
-            return Err(Keys::rule(
-                "systemd_restart_timeout_seconds",
-                "must be at least 10",
-            ));
-        }
-        let carry_max_tokens = keys.integer("carry_max_tokens", 0)?;
-        if carry_max_tokens != 0 && carry_max_tokens < 5000 {
-            return Err(Keys::rule(
-                "carry_max_tokens",
-                "must be 0 (no cap) or at least 5000",
-            ));
-        }
+        let systemd_restart_timeout_seconds = keys.seconds("systemd_restart_timeout_seconds")?;
+        let carry_max_tokens = keys.integer("carry_max_tokens")?;
         let carry_overflow = match keys.string("carry_overflow", "drop_oldest")?.as_str() {
             "drop_oldest" => CarryOverflow::DropOldest,
             "block" => CarryOverflow::Block,
@@ -252,13 +385,7 @@ impl Config {
                 ));
             }
         };
-        let max_event_chars = keys.integer("max_event_chars", 0)?;
-        if max_event_chars != 0 && max_event_chars < 500 {
-            return Err(Keys::rule(
-                "max_event_chars",
-                "must be 0 (off) or at least 500",
-            ));
-        }
+        let max_event_chars = keys.integer("max_event_chars")?;
         let stamp_template = keys.string("stamp_template", "[发生时间: {timestamp}]")?;
         if !stamp_template.contains("{timestamp}") {
             return Err(Keys::rule("stamp_template", "must contain {timestamp}"));
@@ -293,25 +420,19 @@ impl Config {
                 ));
             }
         };
-        let activation_delay_seconds = keys.seconds("activation_delay_seconds", 3.0)?;
-        let stable_file_seconds = keys.seconds("stable_file_seconds", 1.0)?;
-        let stable_file_timeout_seconds = keys.seconds("stable_file_timeout_seconds", 10.0)?;
-        if stable_file_seconds <= 0.0 {
-            return Err(Keys::rule("stable_file_seconds", "must be greater than 0"));
-        }
+        let activation_delay_seconds = keys.seconds("activation_delay_seconds")?;
+        let stable_file_seconds = keys.seconds("stable_file_seconds")?;
+        let stable_file_timeout_seconds = keys.seconds("stable_file_timeout_seconds")?;
         if stable_file_timeout_seconds <= stable_file_seconds {
             return Err(Keys::rule(
                 "stable_file_timeout_seconds",
                 "must be greater than stable_file_seconds",
             ));
         }
-        let healthcheck_seconds = keys.seconds("healthcheck_seconds", 5.0)?;
-        if healthcheck_seconds <= 0.0 {
-            return Err(Keys::rule("healthcheck_seconds", "must be greater than 0"));
-        }
+        let healthcheck_seconds = keys.seconds("healthcheck_seconds")?;
         let context_window_tokens = keys.window_size()?;
-        let advise_at_percent = keys.percent("advise_at_percent", 70)?;
-        let advise_min_free_percent = keys.percent("advise_min_free_percent", 50)?;
+        let advise_at_percent = keys.percent("advise_at_percent")?;
+        let advise_min_free_percent = keys.percent("advise_min_free_percent")?;
         let on_auto_compaction = match keys.string("on_auto_compaction", "advise")?.as_str() {
             "advise" => OnAutoCompaction::Advise,
             "rebuild" => OnAutoCompaction::Rebuild,
@@ -333,9 +454,10 @@ impl Config {
             resume_command,
             resume_env,
             systemd_unit,
+            systemd_user,
             resume_pointer_path,
             systemd_restart_timeout_seconds,
-            dirty_budget_bytes: keys.integer("dirty_budget_bytes", 524_288)?,
+            dirty_budget_bytes: keys.integer("dirty_budget_bytes")?,
             rebuild_on_original_image_view: keys.boolean("rebuild_on_original_image_view", true)?,
             carry_max_tokens,
             carry_overflow,
@@ -353,7 +475,8 @@ impl Config {
             stable_file_seconds,
             stable_file_timeout_seconds,
             healthcheck_seconds,
-            source_change_retries: keys.integer("source_change_retries", 2)?,
+            source_change_retries: keys.integer("source_change_retries")?,
+            request_ttl_hours: keys.seconds("request_ttl_hours")?,
             context_window_tokens,
             advise_at_percent,
             advise_min_free_percent,
@@ -439,22 +562,26 @@ impl Keys {
         }
     }
 
-    fn integer(&self, key: &str, default: u64) -> Result<u64> {
-        match self.table.get(key) {
-            None => Ok(default),
-            Some(Value::Integer(i)) if *i >= 0 => Ok(*i as u64),
-            Some(Value::Integer(_)) => Err(Self::rule(key, "must be 0 or greater")),
-            Some(v) => Err(Self::wrong_type(key, "a whole number", v)),
-        }
+    /// A whole-number key, checked against its row in [`RANGES`].
+    fn integer(&self, key: &str) -> Result<u64> {
+        let range = Range::of(key);
+        let value = match self.table.get(key) {
+            None => return Ok(range.default as u64),
+            Some(Value::Integer(i)) => *i,
+            Some(v) => return Err(Self::wrong_type(key, "a whole number", v)),
+        };
+        let value = u64::try_from(value).map_err(|_| Self::rule(key, &range.describe()))?;
+        #[allow(clippy::cast_precision_loss)]
+        range
+            .check(value as f64)
+            .map_err(|why| Self::rule(key, &why))?;
+        Ok(value)
     }
 
-    /// A whole percentage, 0 to 100.
-    fn percent(&self, key: &str, default: u8) -> Result<u8> {
-        let value = self.integer(key, u64::from(default))?;
-        u8::try_from(value)
-            .ok()
-            .filter(|v| *v <= 100)
-            .ok_or_else(|| Self::rule(key, "must be a percentage from 0 to 100"))
+    /// A whole percentage, 0 to 100 (its row in [`RANGES`]).
+    fn percent(&self, key: &str) -> Result<u8> {
+        let value = self.integer(key)?;
+        u8::try_from(value).map_err(|_| Self::rule(key, &Range::of(key).describe()))
     }
 
     /// `context_window_tokens`: `"auto"` or a number of tokens (at least 10000).
@@ -470,16 +597,17 @@ impl Keys {
         }
     }
 
-    fn seconds(&self, key: &str, default: f64) -> Result<f64> {
+    /// A number of seconds, checked against its row in [`RANGES`].
+    fn seconds(&self, key: &str) -> Result<f64> {
+        let range = Range::of(key);
         let value = match self.table.get(key) {
-            None => default,
+            None => return Ok(range.default),
+            #[allow(clippy::cast_precision_loss)]
             Some(Value::Integer(i)) => *i as f64,
-            Some(Value::Float(f)) if f.is_finite() => *f,
+            Some(Value::Float(f)) => *f,
             Some(v) => return Err(Self::wrong_type(key, "a number of seconds", v)),
         };
-        if value < 0.0 {
-            return Err(Self::rule(key, "must be 0 or greater"));
-        }
+        range.check(value).map_err(|why| Self::rule(key, &why))?;
         Ok(value)
     }
 
@@ -642,6 +770,28 @@ pub fn home_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("/"), PathBuf::from)
 }
 
+/// The bytes of the config file at `path` (`None` when there is none): a
+/// regular file (a FIFO or device there never blocks or floods the read),
+/// at most [`cap::CONFIG`] bytes. A symlink is followed (dotfile managers).
+pub fn read_config_file(path: &Path) -> Result<Option<Vec<u8>>> {
+    read_capped(path, cap::CONFIG, Links::Follow).map_err(|e| {
+        Error::config(format!(
+            "config {}: {}; pass --config PATH to a regular file",
+            path.display(),
+            e.message
+        ))
+    })
+}
+
+/// The absolute folder holding `config_file`: relative paths in it are
+/// taken from there ([`Config::load`], and the hooks' cheap state-dir look-up).
+pub fn config_folder(config_file: &Path) -> PathBuf {
+    let absolute = std::path::absolute(config_file).unwrap_or_else(|_| config_file.to_path_buf());
+    absolute
+        .parent()
+        .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
+}
+
 /// Expand a leading `~` or `~/` to `home`.
 pub fn expand_home(s: &str, home: &Path) -> PathBuf {
     if s == "~" {
@@ -732,9 +882,9 @@ mod tests {
         );
         assert!(err("project_dir = \"/p\"\npoison_pattern = \"(\"").contains("poison_pattern"));
         assert!(err("project_dir = \"/p\"\ntmux_target = \"a\\nb\"").contains("tmux_target"));
-        assert!(
-            err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3")
-                .contains("at least 10")
+        assert_eq!(
+            err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3"),
+            "systemd_restart_timeout_seconds must be between 10 and 3600"
         );
         assert!(err("not toml [").starts_with("not valid TOML"));
     }
@@ -755,6 +905,50 @@ mod tests {
                 "be kind"
             ]
         );
+    }
+
+    #[test]
+    fn every_numeric_key_has_a_range_and_huge_values_name_the_key() {
+        for r in RANGES {
+            for bad in ["1e300", "-1", "1e20", "nan", "inf"] {
+                let m = err(&format!("project_dir = \"/p\"\n{} = {bad}", r.key));
+                assert!(m.starts_with(r.key), "{} = {bad}: {m}", r.key);
+            }
+            let ok = Config::from_toml(&format!("project_dir = \"/p\"\n{} = {}", r.key, r.max));
+            let lower_ok = r.key != "stable_file_timeout_seconds" && r.key != "stable_file_seconds";
+            assert!(ok.is_ok() || !lower_ok, "{} = max refused", r.key);
+        }
+        assert_eq!(
+            err("project_dir = \"/p\"\nhealthcheck_seconds = 1e300"),
+            "healthcheck_seconds must be greater than 0 and at most 3600"
+        );
+        assert_eq!(
+            err("project_dir = \"/p\"\ncarry_max_tokens = 100"),
+            "carry_max_tokens must be 0 (off) or between 5000 and 100000000"
+        );
+        assert!(
+            err("project_dir = \"/p\"\nstate_dir = \"\"")
+                .starts_with("state_dir must not be empty")
+        );
+        // Every documented range is what the README says.
+        let readme = include_str!("../../README.md");
+        for r in RANGES {
+            assert!(
+                readme.contains(&format!("`{}`", r.key)),
+                "README lacks {}",
+                r.key
+            );
+        }
+    }
+
+    #[test]
+    fn relative_paths_are_taken_from_the_config_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ktr.toml");
+        std::fs::write(&file, "project_dir = \"proj\"\nstate_dir = \"st/ate\"\n").unwrap();
+        let c = Config::load(Some(&file)).unwrap();
+        assert_eq!(c.project_dir, dir.path().join("proj"));
+        assert_eq!(c.state_dir, dir.path().join("st/ate"));
     }
 
     #[test]

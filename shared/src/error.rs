@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Refused,
     /// The file system or a process failed (exit 1).
     Io,
+    /// Another ktr process holds the coordinator lock (exit 1): try again.
+    Busy,
 }
 
 /// A one-line, actionable error.
@@ -45,6 +47,9 @@ impl Error {
     pub fn io(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Io, message)
     }
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Busy, message)
+    }
     /// An I/O error on `path`, with what was being attempted.
     pub fn io_at(action: &str, path: &Path, err: &std::io::Error) -> Self {
         Self::io(format!("cannot {action} {}: {err}", path.display()))
@@ -60,7 +65,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self.kind {
             ErrorKind::Usage | ErrorKind::NotFound | ErrorKind::Config => 2,
-            ErrorKind::Refused | ErrorKind::Io => 1,
+            ErrorKind::Refused | ErrorKind::Io | ErrorKind::Busy => 1,
         }
     }
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::open::{Links, open_regular};
 
 /// Lower-case hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {
@@ -29,9 +30,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// SHA-256 of a file's content, streamed, as lower-case hex.
+/// SHA-256 of a file's content, streamed, as lower-case hex. Only a
+/// regular file is read, never through a symlink as the last component
+/// (every file ktr digests is named by a resolved path).
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = File::open(path).map_err(|e| Error::io_at("read", path, &e))?;
+    let mut file = open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
@@ -44,6 +47,26 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hex(&hasher.finalize()))
+}
+
+/// SHA-256 of the first `len` bytes of an open file, read with `pread` (the
+/// file's offset is left to a concurrent reader). Returns the digest and
+/// how many bytes there were (fewer than `len` if the file shrank).
+pub fn sha256_prefix(file: &File, len: u64) -> io::Result<(String, u64)> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
+    while at < len {
+        let want = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok((hex(&hasher.finalize()), at))
 }
 
 /// Whether to replace an existing destination.
@@ -63,7 +86,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) ->
 /// Copy `src` to `dst` atomically (streamed, never held in memory) with
 /// permission `mode`. Returns the SHA-256 of the bytes copied.
 pub fn copy_atomic(src: &Path, dst: &Path, mode: u32, existing: Existing) -> Result<String> {
-    let mut input = File::open(src).map_err(|e| Error::io_at("read", src, &e))?;
+    let mut input = open_regular(src, Links::Refuse).map_err(|e| Error::io_at("read", src, &e))?;
     write_atomic_with(dst, mode, existing, |file| {
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 1 << 16];
@@ -128,11 +151,61 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Create `dir` (and parents) and set it to `mode` (e.g. 0o700).
+/// Make sure `dir` is a private directory: create it (and missing
+/// parents) with `mode` (e.g. 0o700) when it does not exist; an existing
+/// one is never chmod-ed (it may be a shared folder like `/tmp`) but must
+/// be [`safe_dir`], else a one-line refusal says why.
 pub fn ensure_private_dir(dir: &Path, mode: u32) -> Result<()> {
-    fs::create_dir_all(dir).map_err(|e| Error::io_at("create directory", dir, &e))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io_at("set permissions on", dir, &e))
+    if dir.as_os_str().is_empty() {
+        return Err(Error::config("an empty path is not a directory"));
+    }
+    match fs::symlink_metadata(dir) {
+        Ok(_) => return safe_dir(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io_at("inspect", dir, &e)),
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(|e| Error::io_at("create directory", parent, &e))?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io_at("set permissions on", dir, &e)),
+        // Another ktr process created it meanwhile: check it like any other.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => safe_dir(dir),
+        Err(e) => Err(Error::io_at("create directory", dir, &e)),
+    }
+}
+
+/// `dir` is a real directory (not a symlink), owned by the running user,
+/// and not writable by group or others; otherwise why not, in one line.
+pub fn safe_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(dir).map_err(|e| Error::io_at("inspect", dir, &e))?;
+    let why = if meta.file_type().is_symlink() {
+        "is a symlink; name the real directory instead".to_string()
+    } else if !meta.is_dir() {
+        "is not a directory".to_string()
+    } else if meta.uid() != current_uid() {
+        format!(
+            "is owned by uid {}, not by you (uid {})",
+            meta.uid(),
+            current_uid()
+        )
+    } else if meta.mode() & 0o022 != 0 {
+        format!(
+            "is writable by others (mode {:o}); ktr keeps its state in a private directory: use another one, or chmod 700 it if it is yours alone",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::refused(format!("{} {why}", dir.display())))
+}
+
+/// The effective uid of this process.
+pub fn current_uid() -> u32 {
+    // SAFETY: geteuid(2) cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 fn parent_of(path: &Path) -> PathBuf {
@@ -182,6 +255,45 @@ mod tests {
         // No temp files are left behind.
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_existing_dir_is_checked_never_chmod_ed() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+        let err = ensure_private_dir(&shared, 0o700).unwrap_err();
+        assert!(
+            err.message.contains("is writable by others (mode 1777)"),
+            "{err}"
+        );
+        assert_eq!(
+            fs::metadata(&shared).unwrap().permissions().mode() & 0o7777,
+            0o1777
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert!(
+            ensure_private_dir(&link, 0o700)
+                .unwrap_err()
+                .message
+                .contains("is a symlink")
+        );
+        let mine = dir.path().join("a/b/state");
+        ensure_private_dir(&mine, 0o700).unwrap();
+        assert_eq!(
+            fs::metadata(&mine).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        fs::set_permissions(&mine, fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(&mine, 0o700).unwrap();
+        assert_eq!(
+            fs::metadata(&mine).unwrap().permissions().mode() & 0o777,
+            0o755,
+            "an existing private-enough dir keeps its mode"
+        );
+        assert!(ensure_private_dir(Path::new(""), 0o700).is_err());
     }
 
     #[test]

@@ -79,9 +79,12 @@ fn check_config(config: &Config, checks: &mut Vec<Check>) {
     checks.push(workdir(config));
     checks.push(resume_binary(&config.resume_command[0]));
     checks.push(target(config));
+    if config.activation == config::Activation::Systemd {
+        checks.extend(systemd(config));
+    }
     checks.push(hooks(config));
     checks.push(mcp(config));
-    checks.push(state_dir(&config.state_dir));
+    checks.push(state_dir(config));
     checks.push(operations(config));
 }
 
@@ -158,39 +161,56 @@ pub fn resolve_program(program: &str) -> Option<PathBuf> {
         .find(|p| is_exec(p))
 }
 
-fn state_dir(dir: &Path) -> Check {
-    match std::fs::metadata(dir) {
-        Err(_) => pass(
+fn state_dir(config: &Config) -> Check {
+    let dir = &config.state_dir;
+    let relative = config
+        .source
+        .as_ref()
+        .map(|src| {
+            format!(
+                "; relative paths in {} are taken from its folder",
+                src.display()
+            )
+        })
+        .unwrap_or_default();
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        return pass(
             "state dir",
-            format!("{} will be created (0700) on first use", dir.display()),
-        ),
-        Ok(m) if !m.is_dir() => fail(
+            format!(
+                "{} will be created (0700) on first use{relative}",
+                dir.display()
+            ),
+        );
+    };
+    if let Err(e) = crate::fsutil::safe_dir(dir) {
+        return fail(
             "state dir",
-            format!("{} is not a directory", dir.display()),
-            "point state_dir at a directory",
-        ),
-        Ok(m) => {
-            let mode = m.permissions().mode() & 0o777;
-            if mode & 0o077 == 0 {
-                pass("state dir", format!("{} (mode {mode:o})", dir.display()))
-            } else {
-                fail(
-                    "state dir",
-                    format!(
-                        "{} is mode {mode:o}; others can read operation files",
-                        dir.display()
-                    ),
-                    &format!("chmod 700 {}", dir.display()),
-                )
-            }
-        }
+            e.message,
+            "point state_dir at a directory of your own that only you can write (e.g. the default ~/.local/state/ktr)",
+        );
+    }
+    let mode = m.permissions().mode() & 0o777;
+    if mode & 0o077 == 0 {
+        pass(
+            "state dir",
+            format!("{} (mode {mode:o}){relative}", dir.display()),
+        )
+    } else {
+        fail(
+            "state dir",
+            format!(
+                "{} is mode {mode:o}; others can read operation files",
+                dir.display()
+            ),
+            &format!("chmod 700 {}", dir.display()),
+        )
     }
 }
 
 fn target(config: &Config) -> Check {
     let target = Target::from_config(config);
-    match target.identity() {
-        Ok(id) => pass("target", format!("{target}: identity {id:?}")),
+    match target.running() {
+        Ok(running) => pass("target", format!("{target} runs {}", running.describe())),
         Err(e) => fail(
             "target",
             format!("{target}: identity unreadable: {}", e.message),
@@ -204,6 +224,136 @@ fn target(config: &Config) -> Check {
                 config::Activation::Pointer => {
                     "make resume_pointer_path readable (its directory must exist)"
                 }
+            },
+        ),
+    }
+}
+
+/// systemd mode: the unit exists and runs Claude, the pointer names the
+/// session `MainPID` runs, ktr may restart the unit and can start its
+/// stages with `systemd-run`.
+fn systemd(config: &Config) -> Vec<Check> {
+    let Target::Systemd(unit) = Target::from_config(config) else {
+        return Vec::new();
+    };
+    let ctl = if unit.user {
+        "systemctl --user"
+    } else {
+        "systemctl"
+    };
+    let mut checks = Vec::new();
+    let state = unit.state();
+    checks.push(match &state {
+        Err(e) => fail(
+            "systemd unit",
+            format!("{}: {}", unit.unit, e.message),
+            &format!("`{ctl} show {}` must work for this user", unit.unit),
+        ),
+        Ok(s) if s.load != "loaded" => fail(
+            "systemd unit",
+            format!("{} is not installed (LoadState={})", unit.unit, s.load),
+            &format!(
+                "install the unit whose start script runs `claude --resume \"$(cat {})\"`, or fix systemd_unit",
+                config.resume_pointer_path.display()
+            ),
+        ),
+        Ok(s) if s.active != "active" || s.main_pid == 0 => fail(
+            "systemd unit",
+            format!("{} is not running Claude Code ({s})", unit.unit),
+            &format!("{ctl} reset-failed {0}; {ctl} start {0}", unit.unit),
+        ),
+        Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
+    });
+    checks.push(systemd_pointer(config, state.ok().map(|s| s.main_pid)));
+    checks.push(systemd_rights(unit.user));
+    checks.push(systemd_run(unit.user));
+    checks
+}
+
+/// The pointer names the session the unit's `MainPID` runs: otherwise the
+/// next ordinary restart resumes another session.
+fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
+    let path = &config.resume_pointer_path;
+    let pointer = match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().to_string(),
+        Err(e) => {
+            return fail(
+                "pointer",
+                format!("{} cannot be read: {e}", path.display()),
+                "write the session id the unit should resume into resume_pointer_path",
+            );
+        }
+    };
+    let running = main_pid.filter(|p| *p > 0).and_then(|pid| {
+        crate::pipeline::process::with_descendants(pid)
+            .into_iter()
+            .find_map(|p| {
+                crate::pipeline::target::session_arg(&crate::pipeline::process::cmdline(p)?)
+            })
+    });
+    match running {
+        Some(session) if session != pointer => fail(
+            "pointer",
+            format!(
+                "{} names {pointer:?} but the unit runs session {session}: the next restart would resume another session",
+                path.display()
+            ),
+            &format!(
+                "write {session} into {} (or restart the unit on purpose)",
+                path.display()
+            ),
+        ),
+        Some(session) => pass(
+            "pointer",
+            format!(
+                "{} names {session}, the session the unit runs",
+                path.display()
+            ),
+        ),
+        None => pass(
+            "pointer",
+            format!(
+                "{} names {pointer:?} (no session id on the unit's command line to compare)",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// A system unit can be restarted by root only (without a polkit rule).
+fn systemd_rights(user: bool) -> Check {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    if user || uid == 0 {
+        let which = if user { "the user's manager" } else { "root" };
+        return pass("systemd rights", format!("{which} may restart the unit"));
+    }
+    fail(
+        "systemd rights",
+        format!(
+            "running as uid {uid}: restarting a system unit and `systemd-run --scope` need root (\"Access denied\")"
+        ),
+        "run Claude Code as a user unit and set systemd_manager = \"user\" (or run ktr as root)",
+    )
+}
+
+/// ktr's stages run in their own scope (`systemd-run --scope`), so that
+/// restarting the unit cannot kill them: prove that works, harmlessly.
+fn systemd_run(user: bool) -> Check {
+    let mut argv = vec!["systemd-run".to_string()];
+    if user {
+        argv.push("--user".into());
+    }
+    argv.extend(["--scope", "--quiet", "--collect", "--", "true"].map(String::from));
+    match crate::pipeline::process::run_checked(&argv, std::time::Duration::from_secs(10)) {
+        Ok(_) => pass("systemd-run", "`systemd-run --scope` works".into()),
+        Err(e) => fail(
+            "systemd-run",
+            e.message,
+            if user {
+                "the user's manager must run (loginctl enable-linger USER)"
+            } else {
+                "run as root, or use a user unit with systemd_manager = \"user\""
             },
         ),
     }
@@ -233,6 +383,7 @@ fn hooks(config: &Config) -> Check {
     }
     let want = [
         ("Stop", None, "ktr-stop"),
+        ("UserPromptSubmit", None, "ktr-prompt"),
         ("SessionStart", Some("resume"), "ktr-ack"),
     ];
     for (event, matcher, program) in want {
@@ -303,6 +454,19 @@ fn mcp(config: &Config) -> Check {
 
 fn operations(config: &Config) -> Check {
     let store = Store::at(&config.state_dir);
+    if let Ok(scanned) = store.scan()
+        && let Some(first) = scanned.damaged.first()
+    {
+        return fail(
+            "operations",
+            format!(
+                "{} damaged operation file(s): {}",
+                scanned.damaged.len(),
+                first.why
+            ),
+            "`ktr repair` lists them; `ktr repair --confirm REPAIR` moves them to state/damaged/ (nothing is deleted)",
+        );
+    }
     if let Some((id, status)) = store.active() {
         if let Ok(op) = store.load(&id)
             && let Some(worker) = op.worker.as_ref().filter(|w| !w.alive())
@@ -316,6 +480,11 @@ fn operations(config: &Config) -> Check {
                 ),
                 "run `ktr status`: it marks the operation failed so the next request is not blocked",
             );
+        }
+        if let Ok(op) = store.load(&id)
+            && let Some(check) = waiting_for_another_session(config, &op)
+        {
+            return check;
         }
         return pass("operations", format!("operation {id} is {status}"));
     }
@@ -343,4 +512,34 @@ fn operations(config: &Config) -> Check {
             "check state_dir permissions (0700, owned by you)",
         ),
     }
+}
+
+/// A pending request bound to a session the target does not run waits for
+/// a Stop that may never come: say so, with its age (it expires after
+/// `request_ttl_hours`).
+fn waiting_for_another_session(
+    config: &Config,
+    op: &crate::pipeline::operation::Operation,
+) -> Option<Check> {
+    let bound = op
+        .session_id
+        .as_deref()
+        .filter(|_| op.status == crate::pipeline::operation::Status::Pending)?;
+    let runs = Target::from_config(config).running().ok()?.session?;
+    if runs == bound {
+        return None;
+    }
+    let age = crate::admin::report::age(&op.created_at, std::time::SystemTime::now())
+        .map_or_else(|| "?".to_string(), crate::admin::report::human_age);
+    Some(fail(
+        "operations",
+        format!(
+            "operation {} has waited {age} for session {bound}, which the target does not run (it runs {runs}); it expires {} h after the request (request_ttl_hours)",
+            op.id, config.request_ttl_hours
+        ),
+        &format!(
+            "resume {bound} in the target, or `ktr cancel {} --confirm CANCEL`",
+            op.id
+        ),
+    ))
 }

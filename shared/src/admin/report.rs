@@ -37,6 +37,9 @@ pub struct StatusView {
     pub candidate_session_id: Option<String>,
     pub candidate_path: Option<PathBuf>,
     pub candidate_sha256: Option<String>,
+    /// The candidate file was discarded (a refused or failed switch never
+    /// ran it), so `candidate_path` no longer exists.
+    pub candidate_discarded: bool,
     pub source_sha256: Option<String>,
     /// The frozen 0600 copy of the source that the candidate was built from.
     pub backup: Option<PathBuf>,
@@ -48,7 +51,14 @@ pub struct StatusView {
     /// Whether ktr-verify passed (`verification.ok`), once it ran.
     pub verified: Option<bool>,
     pub target_before: Option<String>,
+    /// What the target ran right before the switch (the fallback and a
+    /// rollback restore it): session and command line.
+    pub target_ran: Option<String>,
     pub target_after: Option<String>,
+    /// What the target runs now (`ktr status` and the MCP status tool fill
+    /// it in by looking; None when not looked at or unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_now: Option<String>,
     /// ktr's estimate of the carried conversation (SPEC §6), without the
     /// fixed ~37k overhead of a fresh window.
     pub estimated_tokens: Option<u64>,
@@ -81,6 +91,10 @@ impl StatusView {
             candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
             candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
+            candidate_discarded: op
+                .candidate
+                .as_ref()
+                .is_some_and(|c| !matches!(op.status, Status::Activated) && !c.path.exists()),
             source_sha256: op.source_sha256.clone(),
             backup: op.backup.clone(),
             prepared_at: op.prepared_at.clone(),
@@ -88,7 +102,15 @@ impl StatusView {
             left_out_records: op.left_out.len(),
             verified: op.verification.as_ref().map(|v| v.ok),
             target_before: op.target_before.clone(),
+            target_ran: op.target_ran.as_ref().map(|r| {
+                if r.argv.is_empty() {
+                    format!("session {}", r.session)
+                } else {
+                    format!("session {} ({})", r.session, r.argv.join(" "))
+                }
+            }),
             target_after: op.target_after.clone(),
+            target_now: None,
             estimated_tokens: op.estimated_tokens,
             context_tokens: op.context_tokens(),
             acked_at: op.ack.as_ref().map(|a| a.at.clone()),
@@ -97,13 +119,41 @@ impl StatusView {
     }
 }
 
+impl StatusView {
+    /// Look at what `target` runs now: fills `target_now` and, for a
+    /// pending request bound to a session the target does not run, says
+    /// so in `next` (it waits for a Stop that may never come).
+    #[must_use]
+    pub fn looking_at(mut self, target: &crate::pipeline::target::Target) -> StatusView {
+        let Ok(running) = target.running() else {
+            return self;
+        };
+        self.target_now = Some(format!("{target} runs {}", running.describe()));
+        let bound = self.session_id.as_deref();
+        if let (Status::Pending, Some(bound), Some(runs)) = (self.status, bound, &running.session)
+            && bound != runs
+        {
+            self.next = format!(
+                "bound to session {bound}, which has not stopped since {}: the target runs session {runs}; resume {bound} there, or cancel with `ktr cancel {} --confirm CANCEL` (requests expire after request_ttl_hours)",
+                self.created_at, self.id
+            );
+        }
+        self
+    }
+}
+
 /// One sentence: what happens next to `op`, or what a human can do.
 pub fn next_step(op: &Operation) -> String {
     let id = &op.id;
     match op.status {
-        Status::Pending => format!(
-            "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
-        ),
+        Status::Pending => match &op.deferred {
+            Some(why) => format!(
+                "not switched yet ({why}); waits for the end of the next reply (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+            None => format!(
+                "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+        },
         Status::Scheduled | Status::Running => {
             "ktr-prepare is freezing the source and writing the candidate".into()
         }
@@ -134,6 +184,9 @@ pub fn next_step(op: &Operation) -> String {
             "failed; the old session is untouched; fix the error and request again".into()
         }
         Status::RolledBack => "the old session runs again".into(),
+        Status::Expired => {
+            "expired: the bound session never stopped within request_ttl_hours; nothing was changed; request again from the session the target runs".into()
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! [`unmerge`] takes exactly those out again. Both are pure functions on
 //! text, so they are tested byte for byte:
 //!
-//! - idempotent: a hook whose program is named `ktr-stop`/`ktr-ack` is ours;
+//! - idempotent: a hook whose program is named `ktr-stop`/`ktr-prompt`/`ktr-ack` is ours;
 //!   it is updated in place (a stale path from an older install becomes the
 //!   new one), never duplicated;
 //! - foreign hooks and every other key keep their content and their order;
@@ -17,7 +17,6 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -26,6 +25,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use crate::config::home_dir;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, write_atomic};
+use crate::open::{Links, cap, read_capped};
 
 /// The hook fragment the installer merges (`hooks.json` at the repo root).
 /// `{bin_dir}` is replaced by the install prefix and `{config_arg}` by
@@ -34,7 +34,7 @@ use crate::fsutil::{Existing, write_atomic};
 pub const FRAGMENT: &str = include_str!("../../../hooks.json");
 
 /// The executables whose hooks are ours.
-pub const OUR_PROGRAMS: [&str; 2] = ["ktr-stop", "ktr-ack"];
+pub const OUR_PROGRAMS: [&str; 3] = ["ktr-stop", "ktr-prompt", "ktr-ack"];
 
 /// `~/.claude/settings.json`, the user-scope settings Claude Code reads.
 pub fn default_path() -> PathBuf {
@@ -609,6 +609,9 @@ pub struct Edit {
 pub struct Applied {
     pub changed: bool,
     pub backup: Option<PathBuf>,
+    /// The file actually written when the settings path is a symlink
+    /// (dotfile managers): the link stays, its target is replaced atomically.
+    pub through_link: Option<PathBuf>,
 }
 
 impl Edit {
@@ -684,8 +687,10 @@ impl Edit {
             return Ok(Applied {
                 changed: false,
                 backup: None,
+                through_link: None,
             });
         }
+        let target = link_target(&self.path)?;
         let mode = match fs::metadata(&self.path) {
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(_) => 0o600,
@@ -700,25 +705,60 @@ impl Edit {
             }
             None
         };
-        write_atomic(&self.path, self.after.as_bytes(), mode, Existing::Replace)?;
+        let written = target.as_deref().unwrap_or(&self.path);
+        if let Some(dir) = written.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir).map_err(|e| Error::io_at("create", dir, &e))?;
+        }
+        write_atomic(written, self.after.as_bytes(), mode, Existing::Replace)?;
         Ok(Applied {
             changed: true,
             backup,
+            through_link: target,
         })
     }
 }
 
-fn read_optional(path: &Path) -> Result<Option<String>> {
-    match fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
-            Error::refused(format!(
-                "{} is not UTF-8 text; fix it by hand, then run again (nothing was changed)",
-                path.display()
-            ))
-        }),
-        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io_at("read", path, &e)),
+/// Where a write to `path` must go: `None` when `path` is not a symlink;
+/// else the file the link (chain) names, so that the link itself is kept
+/// (a dangling link names the file to create).
+fn link_target(path: &Path) -> Result<Option<PathBuf>> {
+    let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok(None);
     }
+    if let Ok(real) = fs::canonicalize(path) {
+        return Ok(Some(real));
+    }
+    let mut at = path.to_path_buf();
+    for _ in 0..40 {
+        let next = fs::read_link(&at).map_err(|e| Error::io_at("read link", &at, &e))?;
+        at = match at.parent() {
+            Some(dir) => dir.join(next),
+            None => next,
+        };
+        if !fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Ok(Some(at));
+        }
+    }
+    Err(Error::refused(format!(
+        "{} is a loop of symlinks; fix it by hand (nothing was changed)",
+        path.display()
+    )))
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>> {
+    let bytes = read_capped(path, cap::SETTINGS, Links::Follow)
+        .map_err(|e| Error::refused(format!("{}; nothing was changed", e.message)))?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| {
+                Error::refused(format!(
+                    "{} is not UTF-8 text; fix it by hand, then run again (nothing was changed)",
+                    path.display()
+                ))
+            })
+        })
+        .transpose()
 }
 
 /// The prefix of backup file names: `<name>.ktr-backup-<UTC timestamp>`.
@@ -902,9 +942,9 @@ mod tests {
     }
 
     #[test]
-    fn the_fragment_names_both_hooks() {
+    fn the_fragment_names_all_three_hooks() {
         let w = wanted(Path::new("/opt/k bin"), Some(Path::new("/c.toml"))).unwrap();
-        assert_eq!(w.len(), 2);
+        assert_eq!(w.len(), 3);
         assert_eq!(w[0].event, "Stop");
         assert_eq!(w[0].matcher, None);
         assert_eq!(
@@ -912,8 +952,11 @@ mod tests {
             &Json::String("'/opt/k bin/ktr-stop' --config /c.toml".into())
         );
         assert_eq!(w[0].hook.get("timeout").unwrap(), &Json::Number(10.into()));
-        assert_eq!(w[1].event, "SessionStart");
-        assert_eq!(w[1].matcher.as_deref(), Some("resume"));
-        assert_eq!(w[1].program, "ktr-ack");
+        assert_eq!(w[1].event, "UserPromptSubmit");
+        assert_eq!(w[1].matcher, None);
+        assert_eq!(w[1].program, "ktr-prompt");
+        assert_eq!(w[2].event, "SessionStart");
+        assert_eq!(w[2].matcher.as_deref(), Some("resume"));
+        assert_eq!(w[2].program, "ktr-ack");
     }
 }

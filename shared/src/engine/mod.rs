@@ -1,15 +1,20 @@
 //! The read-only engine: everything that reads a transcript and decides
 //! what a rebuild would carry. Nothing here writes outside a path it is
 //! given, and nothing here knows about operations or targets.
+//!
+//! The facade is [`plan::build`] (with [`PlanReport`], [`ManifestEntry`],
+//! [`LeftOut`]) and [`conserve::check`]; `classify`, `transcript`, `turns`
+//! and `candidate` stay public for the rule and property tests. `chain`,
+//! `rawjson` and `scan` are internals.
 
 pub mod candidate;
-pub mod chain;
+pub(crate) mod chain;
 pub mod classify;
 pub mod conserve;
 pub mod ledger;
 pub mod plan;
-pub mod rawjson;
-pub mod scan;
+pub(crate) mod rawjson;
+pub(crate) mod scan;
 pub mod transcript;
 pub mod turns;
 pub mod window;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,7 @@ use crate::engine::ledger::{self, Budget, LedgerReport, Measured};
 use crate::engine::scan::{Markers, NotSpeechCounts, Options, Scan};
 use crate::engine::turns::{self, LeftOutReason, Role, Selection};
 use crate::error::{Error, Result};
+use crate::open::{Links, open_regular};
 
 /// How much of the first/last carried text the report shows.
 const PREVIEW_CHARS: usize = 300;
@@ -42,6 +43,10 @@ pub struct PlanReport {
     pub session_id: String,
     pub source_sha256: String,
     pub source_bytes: u64,
+    /// The file grew, shrank or was rewritten while it was read: the plan
+    /// (and `source_sha256`) covers the `source_bytes` it had when opened.
+    #[serde(default)]
+    pub source_changed_while_read: bool,
     pub versions_seen: Vec<String>,
     pub history_mode: HistoryMode,
     pub history_fallback_reason: Option<String>,
@@ -134,12 +139,9 @@ fn newest_transcript(project: &Path) -> Result<PathBuf> {
         if !name.ends_with(".jsonl") || name.starts_with("agent-") || name.starts_with('.') {
             continue;
         }
-        let Ok(meta) = std::fs::metadata(&path) else {
+        let Some(meta) = transcript_in(project, &path) else {
             continue;
         };
-        if !meta.is_file() {
-            continue;
-        }
         let mtime = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
         if best.as_ref().is_none_or(|(t, p)| (mtime, &path) > (*t, p)) {
             best = Some((mtime, path));
@@ -155,23 +157,56 @@ fn newest_transcript(project: &Path) -> Result<PathBuf> {
         .map_err(|e| Error::io_at("resolve", &path, &e))
 }
 
+/// A `*.jsonl` entry of `project` that is a regular file resolving directly
+/// inside `project` (a symlink to a file elsewhere is not a transcript here).
+fn transcript_in(project: &Path, path: &Path) -> Option<std::fs::Metadata> {
+    let real = path.canonicalize().ok()?;
+    if real.parent() != Some(project) {
+        return None;
+    }
+    std::fs::metadata(&real)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+}
+
 /// Plan a transcript file (already resolved by [`resolve_transcript`]).
+/// The file is opened once — a regular file, not through a symlink swapped
+/// in after the check — and exactly the length it had at that moment is
+/// parsed and digested, so a file that grows meanwhile is read in bounded
+/// time and the digest describes the very bytes planned; if the file
+/// changed while it was read, `source_changed_while_read` says so.
 pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
-    let file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
+    let file = open_regular(path, Links::Refuse)
+        .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", path.display())))?;
+    let at_open = file
+        .metadata()
+        .map_err(|e| Error::io_at("stat", path, &e))?;
+    let len = at_open.len();
     // The digest is computed on a second core while this one parses.
     std::thread::scope(|s| {
-        let digest = s.spawn(|| crate::fsutil::sha256_file(path));
+        let digest = s.spawn(|| crate::fsutil::sha256_prefix(&file, len));
         let mut plan = build_from_reader(
             config,
             path,
-            BufReader::with_capacity(1 << 16, file),
+            BufReader::with_capacity(1 << 16, (&file).take(len)),
             new_session_id,
         )?;
-        plan.report.source_sha256 = digest
+        let (sha256, digested) = digest
             .join()
-            .map_err(|_| Error::io(format!("digest of {} failed", path.display())))??;
+            .map_err(|_| Error::io(format!("digest of {} failed", path.display())))?
+            .map_err(|e| Error::io_at("read", path, &e))?;
+        plan.report.source_sha256 = sha256;
+        plan.report.source_changed_while_read =
+            digested != len || plan.report.source_bytes != len || changed_since(&file, &at_open);
         measure_window(config, path, &mut plan)?;
         Ok(plan)
+    })
+}
+
+/// Whether the open file's size or modification time moved on since `then`.
+fn changed_since(file: &File, then: &std::fs::Metadata) -> bool {
+    file.metadata().map_or(true, |now| {
+        now.len() != then.len() || now.modified().ok() != then.modified().ok()
     })
 }
 
@@ -249,6 +284,7 @@ pub fn build_from_reader<R: BufRead>(
             .unwrap_or_default(),
         source_sha256: String::new(),
         source_bytes: scan.bytes,
+        source_changed_while_read: false,
         versions_seen: scan.versions.iter().cloned().collect(),
         history_mode: history.mode,
         history_fallback_reason: history.fallback_reason,
@@ -329,5 +365,91 @@ fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
         ));
     } else if sel.turns.is_empty() {
         sel.blocked_reason = Some("no conversation turns to carry".to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    const LINE: &str = r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"hello"}}"#;
+
+    fn config(project: &Path) -> Config {
+        Config::from_toml(&format!(
+            "project_dir = {:?}",
+            project.display().to_string()
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_fifo_or_a_symlink_as_the_transcript_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f.jsonl");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let start = Instant::now();
+        let err = build(&config(dir.path()), &fifo, None).unwrap_err();
+        assert!(err.message.contains("a FIFO"), "{err}");
+        let real = dir.path().join("r.jsonl");
+        std::fs::write(&real, format!("{LINE}\n")).unwrap();
+        let link = dir.path().join("l.jsonl");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = build(&config(dir.path()), &link, None).unwrap_err();
+        assert!(err.message.contains("symlink"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_growing_file_is_read_to_its_size_at_open_and_the_change_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, format!("{LINE}\n").repeat(2000)).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap();
+                // A steady appender, bounded (at most ~10 s of appends).
+                for _ in 0..10_000 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    f.write_all(format!("{LINE}\n").as_bytes()).unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            let plan = build(&config(dir.path()), &path, None).unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let r = &plan.report;
+            assert!(r.source_changed_while_read);
+            let bytes = std::fs::read(&path).unwrap();
+            let read = usize::try_from(r.source_bytes).unwrap();
+            assert!(read < bytes.len());
+            assert_eq!(r.source_sha256, crate::fsutil::sha256_hex(&bytes[..read]));
+        });
+        let plan = build(&config(dir.path()), &path, None).unwrap();
+        assert!(!plan.report.source_changed_while_read);
+    }
+
+    #[test]
+    fn the_newest_transcript_is_never_a_link_out_of_project_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("p");
+        std::fs::create_dir(&project).unwrap();
+        std::fs::write(project.join("old.jsonl"), format!("{LINE}\n")).unwrap();
+        let outside = dir.path().join("secret.jsonl");
+        std::fs::write(&outside, "SECRET\n").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::os::unix::fs::symlink(&outside, project.join("z.jsonl")).unwrap();
+        std::fs::create_dir(project.join("d.jsonl")).unwrap();
+        let chosen = resolve_transcript(&config(&project), None).unwrap();
+        assert_eq!(chosen.file_name().unwrap(), "old.jsonl");
     }
 }

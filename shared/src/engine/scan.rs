@@ -311,11 +311,6 @@ impl Scan {
         id
     }
 
-    /// Look up an interned string without adding it.
-    pub fn symbol(&self, s: &str) -> Option<Sym> {
-        self.symbols.get(s).copied()
-    }
-
     fn tally(&mut self, category: Category, bytes: usize) {
         self.window.add(category, bytes);
         self.file.add(category, bytes);

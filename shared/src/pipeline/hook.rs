@@ -36,6 +36,15 @@ pub struct SessionStartInput {
     pub context_tokens: Option<serde_json::Value>,
 }
 
+/// The `UserPromptSubmit` hook's stdin.
+#[derive(Debug, Deserialize)]
+pub struct PromptInput {
+    pub session_id: String,
+    /// The prompt's text.
+    #[serde(default)]
+    pub prompt: Option<String>,
+}
+
 /// What a hook tells Claude Code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -43,6 +52,9 @@ pub enum Reply {
     Quiet,
     /// One line the human sees: `{"systemMessage":…}`.
     Message(String),
+    /// `UserPromptSubmit` only: do not send the prompt; Claude Code shows the
+    /// reason and gives the text back (`{"decision":"block","reason":…}`).
+    Block(String),
 }
 
 impl Reply {
@@ -51,6 +63,7 @@ impl Reply {
         match self {
             Reply::Quiet => serde_json::json!({"suppressOutput": true}),
             Reply::Message(m) => serde_json::json!({"systemMessage": m}),
+            Reply::Block(reason) => serde_json::json!({"decision": "block", "reason": reason}),
         }
         .to_string()
     }

@@ -3,8 +3,10 @@
 //! gets switched ([`target`]) and the process control they share
 //! ([`process`]).
 
+pub mod gate;
 pub mod hook;
 pub mod operation;
+pub mod pane;
 pub mod process;
 pub mod stages;
 pub mod target;

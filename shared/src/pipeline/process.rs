@@ -105,6 +105,74 @@ pub fn with_descendants(pid: u32) -> Vec<u32> {
     out
 }
 
+/// A process told apart from any later one that reuses its pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcessId {
+    pub pid: u32,
+    /// `/proc/<pid>/stat` field 22.
+    pub start_time: u64,
+}
+
+impl ProcessId {
+    /// A live process (None when it is gone).
+    pub fn of(pid: u32) -> Option<ProcessId> {
+        Some(ProcessId {
+            pid,
+            start_time: start_time(pid)?,
+        })
+    }
+
+    /// Whether that very process still runs.
+    pub fn alive(self) -> bool {
+        same_process_alive(self.pid, self.start_time)
+    }
+}
+
+/// A shell running a command string (`sh -c CMD`, `bash -c CMD`, …):
+/// Claude Code starts every hook this way.
+fn is_command_shell(argv: &[String]) -> bool {
+    let Some(program) = argv.first() else {
+        return false;
+    };
+    let name = Path::new(program)
+        .file_name()
+        .map_or_else(|| program.clone(), |n| n.to_string_lossy().into_owned());
+    let shell = matches!(
+        name.trim_start_matches('-'),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "busybox"
+    );
+    shell
+        && argv[1..]
+            .iter()
+            .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
+}
+
+/// The process that ran `pid`: its nearest ancestor that is not a
+/// `sh -c` wrapper. For a hook that is the Claude Code process whose event
+/// it handles (measured on 2.1.328: `claude` → `/bin/sh -c CMD` → hook;
+/// an MCP server is started directly by `claude`). None when the chain
+/// cannot be read.
+pub fn runner_of(pid: u32) -> Option<ProcessId> {
+    let mut current = stat(pid)?.ppid;
+    // A chain of wrappers is short; stop at init or after a few steps.
+    for _ in 0..16 {
+        if current <= 1 {
+            return None;
+        }
+        let argv = cmdline(current)?;
+        if !is_command_shell(&argv) {
+            return ProcessId::of(current);
+        }
+        current = stat(current)?.ppid;
+    }
+    None
+}
+
+/// The working directory of a process, if it can be read.
+pub fn cwd(pid: u32) -> Option<std::path::PathBuf> {
+    fs::read_link(format!("/proc/{pid}/cwd")).ok()
+}
+
 /// Start `argv` as a detached worker: a new session (`setsid(2)`, so it has
 /// no controlling terminal and is outside the caller's process group and is
 /// not hit by the SIGHUP a pane kill sends), stdin `/dev/null`, stdout and
@@ -145,6 +213,46 @@ pub fn spawn_detached(argv: &[String], env: &[(String, String)], log_file: &Path
         .spawn()
         .map_err(|e| Error::io(format!("cannot start {program}: {e}")))?;
     Ok(child.id())
+}
+
+/// Wait until our child `pid` has exec'd `program` (its command line names
+/// it), e.g. `systemd-run --scope … -- program`. An error when the child
+/// exited first (it is reaped; its exit status is in the message) or did
+/// not get there within `timeout`.
+pub fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        // A script names itself second (`/bin/sh /path/program …`).
+        let argv = cmdline(pid).unwrap_or_default();
+        let ran = argv
+            .iter()
+            .take(2)
+            .any(|a| Path::new(a).file_name().is_some_and(|n| n == program));
+        if ran && pid_alive(pid) {
+            return Ok(());
+        }
+        let mut raw: libc::c_int = 0;
+        // SAFETY: waitpid on our own child with a valid out-pointer.
+        let reaped = unsafe { libc::waitpid(pid as libc::pid_t, &raw mut raw, libc::WNOHANG) };
+        if reaped == pid as libc::pid_t {
+            let status = ExitStatus::from_raw(raw);
+            // Exit 0: it ran and is done already.
+            if status.success() {
+                return Ok(());
+            }
+            return Err(Error::io(format!(
+                "it exited with {}",
+                describe_status(status)
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::io(format!(
+                "{program} did not start within {:.0} s",
+                timeout.as_secs_f64()
+            )));
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Run `argv` to completion, but never longer than `timeout`: on expiry the
@@ -326,6 +434,43 @@ mod tests {
         assert!(cmdline(me).unwrap()[0].contains("ktr"));
         assert!(!pid_alive(0));
         assert!(!pid_alive(u32::MAX - 1));
+    }
+
+    #[test]
+    fn the_runner_of_a_hook_skips_the_sh_c_wrapper() {
+        let shell = |words: &[&str]| is_command_shell(&argv(words));
+        assert!(shell(&["/bin/sh", "-c", "ktr-stop --config x"]));
+        assert!(shell(&["bash", "-ec", "x"]));
+        assert!(!shell(&[
+            "/bin/sh",
+            "/usr/bin/fake-claude",
+            "--resume",
+            "a"
+        ]));
+        assert!(
+            !shell(&["claude", "-c"]),
+            "claude --continue is not a shell"
+        );
+        assert!(!shell(&["bash", "--rcfile", "x"]));
+        // This test's runner: `sh -c 'sleep'` is skipped, the test is found.
+        let me = ProcessId::of(std::process::id()).unwrap();
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 5; true"])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let sleeper = loop {
+            let kids = with_descendants(child.id());
+            if let Some(pid) = kids.iter().find(|p| **p != child.id()) {
+                break *pid;
+            }
+            assert!(Instant::now() < deadline, "sleep never started");
+            thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(runner_of(sleeper), Some(me));
+        assert_eq!(runner_of(child.id()), Some(me));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

@@ -20,7 +20,8 @@ use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
 use crate::ids::SessionId;
-use crate::pipeline::process;
+use crate::pipeline::pane::Input;
+use crate::pipeline::process::{self, ProcessId};
 
 /// How long an identity query or a tmux command may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,6 +44,8 @@ pub struct Tmux {
 pub struct Systemd {
     /// The systemctl program (`systemctl`).
     pub systemctl: String,
+    /// The user's service manager (`systemctl --user`) instead of the system's.
+    pub user: bool,
     pub unit: String,
     pub pointer: PathBuf,
     pub restart_timeout: Duration,
@@ -75,6 +78,7 @@ impl Target {
             }),
             Activation::Systemd => Target::Systemd(Systemd {
                 systemctl: "systemctl".into(),
+                user: config.systemd_user,
                 unit: config.systemd_unit.clone(),
                 pointer: config.resume_pointer_path.clone(),
                 restart_timeout: Duration::from_secs_f64(config.systemd_restart_timeout_seconds),
@@ -101,15 +105,109 @@ impl Target {
         SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.respawn(session_id, config),
-            Target::Systemd(s) => {
-                write_pointer(&s.pointer, session_id)?;
-                process::run_checked(
-                    &[s.systemctl.clone(), "restart".into(), s.unit.clone()],
-                    s.restart_timeout,
-                )
-                .map(drop)
-            }
+            Target::Systemd(s) => s.restart_on(session_id),
             Target::Pointer(p) => write_pointer(&p.path, session_id),
+        }
+    }
+
+    /// What the target runs now: its identity, and (when it can be found)
+    /// the session and the process running it.
+    pub fn running(&self) -> Result<Running> {
+        let identity = self.identity()?;
+        match self {
+            Target::Pointer(_) => Ok(Running {
+                session: (!identity.is_empty()).then(|| identity.clone()),
+                identity,
+                root: None,
+                process: None,
+            }),
+            Target::Tmux(_) | Target::Systemd(_) => {
+                let root = identity.parse::<u32>().ok().filter(|p| *p > 0);
+                let process = root.and_then(session_process);
+                Ok(Running {
+                    session: process.as_ref().map(|p| p.session.clone()),
+                    identity,
+                    root,
+                    process,
+                })
+            }
+        }
+    }
+
+    /// Refuse unless the target runs the session being rebuilt: for tmux
+    /// and systemd the pane's process / the unit's `MainPID` or one of its
+    /// descendants is `claude` (the Claude Code process whose Stop hook
+    /// scheduled the rebuild); for a pointer, the pointer names `session`.
+    /// The reason names both sides; nothing is touched.
+    pub fn check_runs(&self, claude: Option<ProcessId>, session: &str) -> Result<Running> {
+        let running = self.running()?;
+        let short = |s: &str| s.chars().take(8).collect::<String>() + "…";
+        if let Target::Pointer(p) = self {
+            if running.session.as_deref() == Some(session) {
+                return Ok(running);
+            }
+            return Err(Error::refused(format!(
+                "pointer file {} names session {}, not session {session}; not switching",
+                p.path.display(),
+                running.session.as_deref().unwrap_or("(none)")
+            )));
+        }
+        let Some(root) = running.root else {
+            return Err(Error::refused(format!(
+                "{self} runs nothing (identity {:?}), not the Claude of session {session}; not switching",
+                running.identity
+            )));
+        };
+        let inside =
+            claude.filter(|c| c.alive() && process::with_descendants(root).contains(&c.pid));
+        if inside.is_some() {
+            return Ok(running);
+        }
+        let theirs = running.session.as_deref().map_or_else(
+            || "session unknown".to_string(),
+            |s| format!("session {}", short(s)),
+        );
+        let ours = match claude {
+            Some(c) if !c.alive() => format!(" (pid {}, which has exited)", c.pid),
+            Some(c) => format!(" (pid {})", c.pid),
+            None => " (no Claude process was recorded by its Stop hook)".to_string(),
+        };
+        Err(Error::refused(format!(
+            "target {self} runs pid {root} ({theirs}), not the Claude of session {session}{ours}; not switching"
+        )))
+    }
+
+    /// Put back what the target ran before a switch (`ran`, recorded by
+    /// [`Running::ran`]): tmux respawns the same command line in the same
+    /// directory when it names the session (else `resume_command` for
+    /// it); systemd and pointer write the pointer back (and restart).
+    pub fn restore(&self, ran: &Ran, config: &Config) -> Result<()> {
+        SessionId::parse(&ran.session)?;
+        match self {
+            Target::Tmux(t) => {
+                let argv = resume_form(&ran.argv, &ran.session)
+                    .unwrap_or_else(|| config.resume_argv(&ran.session));
+                let workdir = ran
+                    .cwd
+                    .clone()
+                    .filter(|d| d.is_dir())
+                    .unwrap_or_else(|| config.claude_workdir.clone());
+                t.respawn_argv(argv, &workdir, config)
+            }
+            Target::Systemd(_) | Target::Pointer(_) => self.switch(&ran.session, config),
+        }
+    }
+
+    /// What the human sees in the input area: tmux only (the other targets
+    /// have no screen; None).
+    pub fn input(&self) -> Result<Option<Input>> {
+        match self {
+            Target::Tmux(t) => {
+                let argv = t.argv(&["capture-pane", "-p", "-t", &t.target]);
+                let screen = process::run_checked(&argv, CONTROL_TIMEOUT)?;
+                Ok(Some(Input::of_screen(&screen)))
+            }
+            Target::Systemd(_) | Target::Pointer(_) => Ok(None),
         }
     }
 
@@ -196,7 +294,11 @@ impl Tmux {
                 workdir.display()
             )));
         }
-        let resume = config.resume_argv(session_id);
+        self.respawn_argv(config.resume_argv(session_id), workdir, config)
+    }
+
+    /// Respawn the pane running `resume` in `workdir`, with `resume_env`.
+    fn respawn_argv(&self, resume: Vec<String>, workdir: &Path, config: &Config) -> Result<()> {
         if resume.len() < 2 {
             // tmux would hand a single word to a shell; never do that.
             return Err(Error::config("resume_command must have at least two words"));
@@ -225,16 +327,19 @@ impl Tmux {
 }
 
 impl Systemd {
+    /// `systemctl [--user] ARGS…`.
+    fn argv(&self, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![self.systemctl.clone()];
+        if self.user {
+            argv.push("--user".into());
+        }
+        argv.extend(args.iter().map(|a| (*a).to_string()));
+        argv
+    }
+
     /// `MainPID` of the unit (`0` when it is not running).
     fn main_pid(&self) -> Result<u32> {
-        let argv = [
-            self.systemctl.clone(),
-            "show".into(),
-            "-p".into(),
-            "MainPID".into(),
-            "--value".into(),
-            self.unit.clone(),
-        ];
+        let argv = self.argv(&["show", "-p", "MainPID", "--value", &self.unit]);
         let out = process::run_checked(&argv, CONTROL_TIMEOUT)?;
         out.parse().map_err(|_| {
             Error::io(format!(
@@ -243,6 +348,245 @@ impl Systemd {
             ))
         })
     }
+
+    /// The unit's load and run state (`systemctl show` prints defaults with
+    /// exit 0 even for a unit that does not exist: `LoadState=not-found`).
+    pub fn state(&self) -> Result<UnitState> {
+        let argv = self.argv(&[
+            "show",
+            "-p",
+            "LoadState",
+            "-p",
+            "ActiveState",
+            "-p",
+            "SubState",
+            "-p",
+            "Result",
+            "-p",
+            "MainPID",
+            &self.unit,
+        ]);
+        let out = process::run_checked(&argv, CONTROL_TIMEOUT)?;
+        let mut state = UnitState::default();
+        for line in out.lines() {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let value = value.trim().to_string();
+            match key {
+                "LoadState" => state.load = value,
+                "ActiveState" => state.active = value,
+                "SubState" => state.sub = value,
+                "Result" => state.result = value,
+                "MainPID" => state.main_pid = value.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        Ok(state)
+    }
+
+    /// Write the pointer, then `systemctl reset-failed` (a unit that
+    /// crash-looped into its start limit refuses every start until then)
+    /// and `systemctl restart`. When the restart fails the pointer is put
+    /// back, so the next ordinary restart does not resume a session that
+    /// never ran; the error says what state the unit is in.
+    fn restart_on(&self, session_id: &str) -> Result<()> {
+        let before = match fs::read(&self.pointer) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io_at("read pointer", &self.pointer, &e)),
+        };
+        write_pointer(&self.pointer, session_id)?;
+        let _ =
+            process::run_with_timeout(&self.argv(&["reset-failed", &self.unit]), CONTROL_TIMEOUT);
+        let restart = self.argv(&["restart", &self.unit]);
+        let Err(e) = process::run_checked(&restart, self.restart_timeout) else {
+            return Ok(());
+        };
+        let state = self.state().map_or_else(
+            |s| format!("state unknown: {}", s.message),
+            |s| s.to_string(),
+        );
+        let put_back = match before {
+            Some(bytes) => write_atomic(&self.pointer, &bytes, 0o600, Existing::Replace),
+            None => fs::remove_file(&self.pointer)
+                .map_err(|e| Error::io_at("remove pointer", &self.pointer, &e)),
+        };
+        let pointer = match put_back {
+            Ok(()) => "pointer put back".to_string(),
+            Err(p) => format!("pointer NOT put back: {}", p.message),
+        };
+        Err(Error::io(format!(
+            "{} (unit {}: {state}); {pointer}",
+            e.message, self.unit
+        )))
+    }
+}
+
+/// What `systemctl show` says about a unit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitState {
+    /// `loaded`, `not-found`, `masked`, …
+    pub load: String,
+    /// `active`, `inactive`, `failed`, `activating`, …
+    pub active: String,
+    pub sub: String,
+    /// `success`, `exit-code`, `start-limit-hit`, …
+    pub result: String,
+    pub main_pid: u32,
+}
+
+impl fmt::Display for UnitState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, {}/{}, result {}, MainPID {}",
+            self.load, self.active, self.sub, self.result, self.main_pid
+        )
+    }
+}
+
+/// What a target runs (see [`Target::running`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// The identity ([`Target::identity`]).
+    pub identity: String,
+    /// The pane's process / `MainPID` (tmux, systemd; None when stopped).
+    pub root: Option<u32>,
+    /// The session it runs: the pointer's content, or the id after
+    /// `--resume` / `-r` / `--session-id` on the command line of the root
+    /// process or a descendant. None when it cannot be found (e.g. a plain
+    /// `claude` that started a new session).
+    pub session: Option<String>,
+    /// The process whose command line names the session.
+    pub process: Option<SessionProcess>,
+}
+
+/// A process running a Claude Code session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionProcess {
+    pub pid: u32,
+    pub session: String,
+    pub argv: Vec<String>,
+    pub cwd: Option<PathBuf>,
+}
+
+/// What the target ran before a switch: the fallback and a rollback put
+/// exactly this back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ran {
+    /// The session it ran.
+    pub session: String,
+    /// The command line of the process running it (tmux, systemd; empty for a pointer).
+    #[serde(default)]
+    pub argv: Vec<String>,
+    /// That process's working directory.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+}
+
+impl Running {
+    /// What to record before switching away from `session`: the process
+    /// found running it, or just the session (pointer, or a command line
+    /// that does not name it).
+    pub fn ran(&self, session: &str) -> Ran {
+        match &self.process {
+            Some(p) if p.session == session => Ran {
+                session: session.to_string(),
+                argv: p.argv.clone(),
+                cwd: p.cwd.clone(),
+            },
+            _ => Ran {
+                session: session.to_string(),
+                argv: Vec::new(),
+                cwd: None,
+            },
+        }
+    }
+
+    /// One line for doctor and status: `pid N (session S: argv…)`.
+    pub fn describe(&self) -> String {
+        match (&self.process, self.root) {
+            (Some(p), _) => format!(
+                "pid {} runs session {} ({})",
+                p.pid,
+                p.session,
+                shorten(&p.argv.join(" "), 100)
+            ),
+            (None, Some(root)) => format!(
+                "pid {root} ({}); no session id on its command line",
+                shorten(&process::cmdline(root).unwrap_or_default().join(" "), 100)
+            ),
+            (None, None) => match &self.session {
+                Some(s) => format!("session {s}"),
+                None if self.identity.is_empty() || self.identity == "0" => {
+                    "nothing (stopped, or no pointer yet)".to_string()
+                }
+                None => format!("identity {:?}", self.identity),
+            },
+        }
+    }
+}
+
+/// The first process (breadth first from `root`) whose command line names
+/// a session.
+fn session_process(root: u32) -> Option<SessionProcess> {
+    process::with_descendants(root).into_iter().find_map(|pid| {
+        let argv = process::cmdline(pid)?;
+        let session = session_arg(&argv)?;
+        Some(SessionProcess {
+            pid,
+            session,
+            cwd: process::cwd(pid),
+            argv,
+        })
+    })
+}
+
+/// The session id a Claude Code command line names: the value of
+/// `--resume`, `-r` or `--session-id` (also `--opt=value`), if it is a
+/// valid session id.
+pub fn session_arg(argv: &[String]) -> Option<String> {
+    let mut words = argv.iter().skip(1);
+    while let Some(word) = words.next() {
+        let value = match word.split_once('=') {
+            Some(("--resume" | "--session-id", v)) => Some(v.to_string()),
+            _ if matches!(word.as_str(), "--resume" | "-r" | "--session-id") => {
+                words.next().cloned()
+            }
+            _ => None,
+        };
+        if let Some(v) = value.filter(|v| SessionId::parse(v).is_ok()) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// `argv` as a command that resumes `session`: unchanged when it already
+/// says `--resume S` / `-r S`; with `--session-id S` (which starts a new
+/// session under that id and is refused for an existing one, measured on
+/// 2.1.328) turned into `--resume S`; None when it does not name `session`.
+fn resume_form(argv: &[String], session: &str) -> Option<Vec<String>> {
+    if argv.len() < 2 || session_arg(argv).as_deref() != Some(session) {
+        return None;
+    }
+    let mut out = argv.to_vec();
+    for (i, word) in argv.iter().enumerate() {
+        if word == "--session-id" && argv.get(i + 1).is_some_and(|v| v == session) {
+            out[i] = "--resume".into();
+        } else if word.strip_prefix("--session-id=") == Some(session) {
+            out[i] = format!("--resume={session}");
+        }
+    }
+    Some(out)
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    s.chars().take(max).collect::<String>() + "…"
 }
 
 impl Pointer {
@@ -330,5 +674,60 @@ fn runs_session(pid: u32, session_id: &str) -> Result<()> {
             "process {pid} ({}) does not run session {session_id}",
             shown.chars().take(120).collect::<String>()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| (*w).to_string()).collect()
+    }
+
+    #[test]
+    fn the_session_is_read_from_resume_r_and_session_id() {
+        let s = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
+        for words in [
+            vec!["claude", "--resume", s],
+            vec!["claude", "--model", "x", "-r", s],
+            vec!["claude", &format!("--resume={s}")],
+            vec!["claude", "--session-id", s, "--verbose"],
+        ] {
+            assert_eq!(session_arg(&argv(&words)).as_deref(), Some(s), "{words:?}");
+        }
+        assert_eq!(session_arg(&argv(&["claude"])), None);
+        assert_eq!(session_arg(&argv(&["sleep", "3600"])), None);
+        assert_eq!(session_arg(&argv(&["claude", "--resume"])), None);
+        assert_eq!(session_arg(&argv(&["claude", "--resume", "../x"])), None);
+        assert_eq!(
+            session_arg(&argv(&[s, s])),
+            None,
+            "argv[0] is not an option value"
+        );
+    }
+
+    #[test]
+    fn what_ran_is_restored_as_a_resume_of_the_same_session() {
+        let s = "aaaaaaaa-1111-4222-8333-444444444444";
+        let same = argv(&["/bin/claude", "--model", "opus", "--resume", s]);
+        assert_eq!(resume_form(&same, s), Some(same.clone()));
+        assert_eq!(
+            resume_form(&argv(&["claude", "--session-id", s, "--verbose"]), s),
+            Some(argv(&["claude", "--resume", s, "--verbose"]))
+        );
+        assert_eq!(
+            resume_form(&argv(&["claude", &format!("--session-id={s}")]), s),
+            Some(argv(&["claude", &format!("--resume={s}")]))
+        );
+        assert_eq!(
+            resume_form(&argv(&["claude"]), s),
+            None,
+            "a plain start: resume_command"
+        );
+        assert_eq!(
+            resume_form(&argv(&["claude", "--resume", "other"]), s),
+            None
+        );
     }
 }

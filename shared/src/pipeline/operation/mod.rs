@@ -11,25 +11,32 @@
 //! | `artifacts/<id>/` | backup, snapshot, ack receipt (0700) |
 //! | `ktr.log` | one JSON line per transition: `{ts, op, from, to, note}` |
 //! | `worker.log` | stdout/stderr of detached stages |
+//! | `damaged/` | operation files `ktr repair` set aside (never deleted) |
 //!
 //! One concept per file: [`status`] (the state machine), [`stage`] (who
 //! works in which status), [`record`] (the operation file), [`store`] (the
 //! state dir and its lock), [`requests`] (what humans and stages ask),
-//! [`recovery`] (dead workers).
+//! [`recovery`] (dead workers), [`repair`] (damaged files set aside).
 
 mod record;
 mod recovery;
+mod repair;
 mod requests;
 mod stage;
 mod status;
 mod store;
 
-pub use record::{Ack, CandidateFile, Operation, Transition, Verification, Worker};
+pub use record::{
+    Ack, BlockedPrompt, CandidateFile, Operation, SeenTarget, Transition, Verification, Worker,
+};
 pub use recovery::discard_candidate;
+pub use repair::set_damaged_aside;
 pub use requests::confirm;
 pub use stage::Stage;
 pub use status::Status;
-pub use store::{DEFAULT_STATE_DIR, Locked, Store, locate_state_dir};
+pub use store::{
+    DEFAULT_STATE_DIR, Damaged, LOCK_TIMEOUT, Locked, Scanned, Store, locate_state_dir,
+};
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::{Stage, Status};
 use crate::engine::{ConservationCounts, LeftOut, ManifestEntry, PlanReport};
 use crate::ids::{OperationId, SessionId};
-use crate::pipeline::process;
+use crate::pipeline::process::{self, ProcessId};
+use crate::pipeline::target::Ran;
 use crate::time::now_rfc3339;
 
 /// The process currently responsible for an operation.
@@ -65,6 +66,15 @@ pub struct CandidateFile {
     pub sha256: String,
 }
 
+/// A target as seen at one moment: its identity and the session it ran
+/// (when that could be found).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenTarget {
+    pub identity: String,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
 /// Claude Code's own receipt that it loaded the candidate (`ktr-ack`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
@@ -114,8 +124,17 @@ pub struct Operation {
     pub stats: Option<PlanReport>,
     /// Result of ktr-verify, filled by verify.
     pub verification: Option<Verification>,
+    /// What the target ran when the rebuild was requested: prepare refuses
+    /// when it changed since, unless the same session was resumed.
+    pub requested_target: Option<SeenTarget>,
+    /// The Claude Code process whose Stop hook scheduled the rebuild (the
+    /// hook's parent, past `sh -c`): the target must run it to be switched.
+    pub claude: Option<ProcessId>,
     /// Target identity recorded before the switch (tmux pane pid, `MainPID`, pointer).
     pub target_before: Option<String>,
+    /// What the target ran right before the switch (session, command line,
+    /// directory): the fallback and a rollback restore exactly this.
+    pub target_ran: Option<Ran>,
     /// Target identity after the switch (or what it ran when a worker died).
     pub target_after: Option<String>,
     /// Why it failed, one line.
@@ -138,6 +157,26 @@ pub struct Operation {
     /// RFC 3339 UTC: when prepare froze the source. Transcripts modified
     /// after this are competitors at activation.
     pub prepared_at: Option<String>,
+    /// RFC 3339 UTC: when the Stop hook that scheduled this attempt started.
+    /// A turn of the source session that began after it is never switched away.
+    pub scheduled_at: Option<String>,
+    /// RFC 3339 UTC: when `ktr-prompt` first saw a prompt of the source
+    /// session after the scheduling Stop (activation then defers).
+    pub turn_started_at: Option<String>,
+    /// Why the last attempt went back to `pending` instead of switching.
+    pub deferred: Option<String>,
+    /// Prompts `ktr-prompt` refused while the target was being switched;
+    /// the new session tells the human to send them again.
+    pub blocked_prompts: Vec<BlockedPrompt>,
+}
+
+/// A prompt refused by `ktr-prompt` during a switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedPrompt {
+    pub at: String,
+    pub session_id: String,
+    /// The prompt's first 200 characters.
+    pub text: String,
 }
 
 impl Default for Operation {
@@ -158,7 +197,10 @@ impl Default for Operation {
             manifest: Vec::new(),
             stats: None,
             verification: None,
+            requested_target: None,
+            claude: None,
             target_before: None,
+            target_ran: None,
             target_after: None,
             error: None,
             session_conflict: false,
@@ -170,6 +212,10 @@ impl Default for Operation {
             backup: None,
             left_out: Vec::new(),
             prepared_at: None,
+            scheduled_at: None,
+            turn_started_at: None,
+            deferred: None,
+            blocked_prompts: Vec::new(),
         }
     }
 }

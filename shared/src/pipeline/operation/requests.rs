@@ -6,6 +6,16 @@ use crate::error::{Error, Result};
 use crate::ids::SessionId;
 
 impl Store {
+    /// What the configured target runs now (None without a target, or
+    /// when it cannot be read).
+    pub fn seen_target(&self) -> Option<super::SeenTarget> {
+        let running = self.target.as_ref()?.running().ok()?;
+        Some(super::SeenTarget {
+            identity: running.identity,
+            session: running.session,
+        })
+    }
+
     /// Request a rebuild (`REBUILD`): create a pending operation or merge the
     /// reason into the pending one. Any other non-terminal operation refuses.
     pub fn request(
@@ -22,7 +32,35 @@ impl Store {
             ));
         }
         let session = session.map(SessionId::parse).transpose()?;
+        if let Some(project) = self.project.as_ref().filter(|p| !p.is_dir()) {
+            return Err(Error::config(format!(
+                "project_dir {} is not a directory, so no Stop hook could ever schedule this request; set project_dir to the Claude Code project folder (`ktr doctor`)",
+                project.display()
+            )));
+        }
         self.recover_stale()?;
+        let seen = self.seen_target();
+        if let (Some(asked), Some(running)) =
+            (&session, seen.as_ref().and_then(|s| s.session.as_ref()))
+            && asked.as_str() != running
+        {
+            return Err(Error::refused(format!(
+                "{} runs session {running}, not {asked}: a rebuild of {asked} would replace another conversation; ask from the session the target runs",
+                self.target
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string)
+            )));
+        }
+        // Unbound: the session the target runs now, when it lives in project_dir.
+        let session = session.or_else(|| {
+            let running = seen.as_ref()?.session.clone()?;
+            let project = self.project.as_ref()?;
+            project
+                .join(format!("{running}.jsonl"))
+                .is_file()
+                .then(|| SessionId::parse(&running).ok())
+                .flatten()
+        });
         self.with_lock(|tx| {
             if let Some(mut op) = tx.active_operation()? {
                 if op.status != Status::Pending {
@@ -51,6 +89,7 @@ impl Store {
             // `active` first: an operation file nobody points at would be
             // invisible; an `active` naming a missing file reads as none.
             let mut op = Operation::new(reason, session);
+            op.requested_target = seen;
             tx.set_active(&op)?;
             tx.save(&mut op)?;
             tx.log(&op.id, Status::Pending, Status::Pending, "requested")?;

@@ -32,11 +32,14 @@ pub enum Status {
     Failed,
     /// The old session runs again.
     RolledBack,
+    /// Pending for longer than `request_ttl_hours`: the bound session never
+    /// stopped (it no longer runs, or not in the target). Nothing was changed.
+    Expired,
 }
 
 impl Status {
     /// Every status, in life-cycle order.
-    pub const ALL: [Status; 12] = [
+    pub const ALL: [Status; 13] = [
         Status::Pending,
         Status::Scheduled,
         Status::Running,
@@ -49,13 +52,18 @@ impl Status {
         Status::Cancelled,
         Status::Failed,
         Status::RolledBack,
+        Status::Expired,
     ];
 
     /// Terminal operations block nothing: activated, cancelled, failed, `rolled_back`.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            Status::Activated | Status::Cancelled | Status::Failed | Status::RolledBack
+            Status::Activated
+                | Status::Cancelled
+                | Status::Failed
+                | Status::RolledBack
+                | Status::Expired
         )
     }
 
@@ -83,6 +91,7 @@ impl Status {
             Status::Cancelled => "cancelled",
             Status::Failed => "failed",
             Status::RolledBack => "rolled_back",
+            Status::Expired => "expired",
         }
     }
 
@@ -97,27 +106,28 @@ impl Status {
     /// pending → scheduled → running → verifying → activating → activated
     /// scheduled → pending            (scheduling undone)
     /// verifying → pending            (source changed: retry from the fresh transcript)
+    /// activating → pending           (a turn or a draft: not switched, the next Stop prepares again)
     /// activating → rolled_back       (unhealthy, old session resumed)
     /// activated → rollback_pending → rollback_scheduled → rolling_back → rolled_back
     /// rollback_scheduled → rollback_pending   (scheduling undone)
     /// rollback_scheduled → rolled_back        (ktr-rollback without a rolling_back step)
-    /// pending → cancelled;   any non-terminal → failed
+    /// pending → cancelled | expired;   any non-terminal → failed
     /// ```
     pub fn can_become(self, to: Status) -> bool {
         use Status::{
-            Activated, Activating, Cancelled, Failed, Pending, RollbackPending, RollbackScheduled,
-            RolledBack, RollingBack, Running, Scheduled, Verifying,
+            Activated, Activating, Cancelled, Expired, Failed, Pending, RollbackPending,
+            RollbackScheduled, RolledBack, RollingBack, Running, Scheduled, Verifying,
         };
         if to == Failed {
             return !self.is_terminal();
         }
         matches!(
             (self, to),
-            (Pending, Scheduled | Cancelled)
+            (Pending, Scheduled | Cancelled | Expired)
                 | (Scheduled, Running | Pending)
                 | (Running, Verifying)
                 | (Verifying, Activating | Pending)
-                | (Activating, Activated | RolledBack)
+                | (Activating, Activated | RolledBack | Pending)
                 | (Activated, RollbackPending)
                 | (RollbackPending, RollbackScheduled)
                 | (

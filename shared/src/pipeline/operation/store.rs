@@ -8,11 +8,15 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
 use super::{Operation, Status, Transition};
 use crate::config::{Config, expand_home, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, ensure_private_dir, write_atomic};
 use crate::ids::OperationId;
+use crate::open::{Links, append_private, cap, read_capped};
 use crate::pipeline::target::Target;
 use crate::time::now_rfc3339;
 
@@ -31,12 +35,12 @@ pub fn worker_grace() -> Duration {
     std::env::var("KTR_WORKER_GRACE_SECONDS")
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map_or(DEFAULT_WORKER_GRACE, Duration::from_secs_f64)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(DEFAULT_WORKER_GRACE)
 }
 
 /// How long to wait for the coordinator lock before giving up.
-const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Find the state dir cheaply, for hooks that must start in a millisecond:
 /// the `state_dir` key of the config file found by [`Config::locate`], read
@@ -46,8 +50,11 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// string, is an error: nothing could be scheduled with it.
 pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
     let path = Config::locate(config);
-    let configured = match fs::read_to_string(&path) {
-        Ok(text) => {
+    let configured = match crate::config::read_config_file(&path)? {
+        Some(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Error::config(format!("config {} is not valid UTF-8", path.display()))
+            })?;
             let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
                 Error::config(format!(
                     "config {} is not valid TOML: {}",
@@ -57,27 +64,27 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
             })?;
             match table.get("state_dir") {
                 None => None,
-                Some(toml::Value::String(s)) => Some(s.clone()),
+                Some(toml::Value::String(s)) if !s.is_empty() => Some(s.clone()),
                 Some(_) => {
                     return Err(Error::config(format!(
-                        "config {}: state_dir must be a string",
+                        "config {}: state_dir must be a non-empty string",
                         path.display()
                     )));
                 }
             }
         }
-        Err(e) if e.kind() == IoKind::NotFound => None,
-        Err(e) => {
-            return Err(Error::config(format!(
-                "cannot read config {}: {e}",
-                path.display()
-            )));
-        }
+        None => None,
     };
-    Ok(expand_home(
+    let dir = expand_home(
         configured.as_deref().unwrap_or(DEFAULT_STATE_DIR),
         &home_dir(),
-    ))
+    );
+    // Relative to the config file, as Config::load resolves it.
+    Ok(if dir.is_relative() {
+        crate::config::config_folder(&path).join(dir)
+    } else {
+        dir
+    })
 }
 
 /// The operation store over one state dir.
@@ -85,6 +92,11 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
 pub struct Store {
     dir: PathBuf,
     pub(super) target: Option<Target>,
+    /// `project_dir` (configured stores): the only place a candidate may be
+    /// discarded from, and where requests bind to a session.
+    pub(super) project: Option<PathBuf>,
+    /// `request_ttl_hours`: a pending request older than this expires.
+    pub(super) ttl: Option<Duration>,
     pub(super) grace: Duration,
 }
 
@@ -102,6 +114,8 @@ impl Store {
         Ok(Store {
             dir: dir.to_path_buf(),
             target: None,
+            project: None,
+            ttl: None,
             grace: worker_grace(),
         })
     }
@@ -109,8 +123,8 @@ impl Store {
     /// Open the configured state dir, with the configured target so that
     /// stale-worker recovery can record what the target runs.
     pub fn for_config(config: &Config) -> Result<Store> {
-        let mut store = Store::open(&config.state_dir)?;
-        store.target = Some(Target::from_config(config));
+        let mut store = Store::open(&config.state_dir)?.with_config(config);
+        store.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
         Ok(store)
     }
 
@@ -119,8 +133,23 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             target: None,
+            project: None,
+            ttl: None,
             grace: worker_grace(),
         }
+    }
+
+    /// Use the configured target and `project_dir` (what recovery records
+    /// and the only folder a never-run candidate is discarded from).
+    pub fn with_config(mut self, config: &Config) -> Store {
+        self.target = Some(Target::from_config(config));
+        self.project = Some(config.project_dir.clone());
+        self
+    }
+
+    /// The configured `project_dir`, if this store was opened with a config.
+    pub fn project(&self) -> Option<&Path> {
+        self.project.as_deref()
     }
 
     /// Change the dead-worker grace period.
@@ -163,7 +192,8 @@ impl Store {
     /// The `active` file: `(id, status)` of the non-terminal operation, if
     /// any. Cheap (one small read, no lock): this is the Stop hook's fast path.
     pub fn active(&self) -> Option<(OperationId, Status)> {
-        let text = fs::read_to_string(self.dir.join("active")).ok()?;
+        let bytes = read_capped(&self.dir.join("active"), cap::ACTIVE, Links::Refuse).ok()??;
+        let text = String::from_utf8(bytes).ok()?;
         let mut words = text.split_whitespace();
         let id = OperationId::parse(words.next()?).ok()?;
         let status = Status::parse(words.next()?)?;
@@ -178,34 +208,86 @@ impl Store {
 
     /// Load one operation, `None` when there is no such file.
     pub fn try_load(&self, id: &str) -> Result<Option<Operation>> {
-        let path = self.operation_path(id)?;
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io_at("read", &path, &e)),
-        };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::io(format!("operation file {} is damaged: {e}", path.display())))
+        self.read_as(id, |op: &Operation| &op.id)
     }
 
-    /// Every operation, oldest first. Unreadable files are skipped.
+    /// Read operation file `id` as `T` (the whole [`Operation`], or just
+    /// its [`Header`]); `id_of` names the id the file claims, which must be
+    /// its file name.
+    fn read_as<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        id_of: fn(&T) -> &OperationId,
+    ) -> Result<Option<T>> {
+        let path = self.operation_path(id)?;
+        let Some(bytes) = read_capped(&path, cap::OPERATION, Links::Refuse)
+            .map_err(|e| damaged(&path, &e.message))?
+        else {
+            return Ok(None);
+        };
+        let read: T = serde_json::from_slice(&bytes).map_err(|e| damaged(&path, &e.to_string()))?;
+        let named = id_of(&read);
+        if **named != *id {
+            return Err(damaged(
+                &path,
+                &format!("it names operation {:?}", named.to_string()),
+            ));
+        }
+        Ok(Some(read))
+    }
+
+    /// Every readable operation, oldest first ([`Store::scan`] also
+    /// names the damaged files).
     pub fn list(&self) -> Result<Vec<Operation>> {
+        Ok(self.scan()?.operations)
+    }
+
+    /// Every file in `operations/`: the operations, oldest first, and the
+    /// files that are not one (unreadable, not JSON, an unknown status, a
+    /// FIFO…), each with why. Temp files of atomic writes are skipped.
+    pub fn scan(&self) -> Result<Scanned> {
+        let (mut operations, damaged) = self.scan_as(|op: &Operation| &op.id)?;
+        operations.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(Scanned {
+            operations,
+            damaged,
+        })
+    }
+
+    /// Read every file in `operations/` as `T`; the ones that cannot be
+    /// read as `T` are damaged (sorted by path).
+    fn scan_as<T: DeserializeOwned>(
+        &self,
+        id_of: fn(&T) -> &OperationId,
+    ) -> Result<(Vec<T>, Vec<Damaged>)> {
         let dir = self.dir.join("operations");
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == IoKind::NotFound => return Ok((Vec::new(), Vec::new())),
             Err(e) => return Err(Error::io_at("list", &dir, &e)),
         };
-        let mut ops: Vec<Operation> = entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                self.load(name.strip_suffix(".json")?).ok()
-            })
-            .collect();
-        ops.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        Ok(ops)
+        let (mut read, mut damaged) = (Vec::new(), Vec::new());
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                continue;
+            }
+            let loaded = match name.strip_suffix(".json") {
+                Some(id) => self.read_as(id, id_of).and_then(|r| {
+                    r.ok_or_else(|| Error::io(format!("{} vanished", entry.path().display())))
+                }),
+                None => Err(Error::io("not named <operation id>.json")),
+            };
+            match loaded {
+                Ok(r) => read.push(r),
+                Err(e) => damaged.push(Damaged {
+                    path: entry.path(),
+                    why: e.message,
+                }),
+            }
+        }
+        damaged.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((read, damaged))
     }
 
     /// The most recently created operation.
@@ -215,6 +297,17 @@ impl Store {
 
     /// Run `f` holding the coordinator lock. Waits at most 10 s for it.
     pub fn with_lock<T>(&self, f: impl FnOnce(&mut Locked) -> Result<T>) -> Result<T> {
+        self.with_lock_within(LOCK_TIMEOUT, f)
+    }
+
+    /// [`Store::with_lock`], waiting at most `timeout` (the Stop hook waits
+    /// briefly and retries at the next Stop rather than delay Claude Code);
+    /// a lock still held then is [`crate::ErrorKind::Busy`].
+    pub fn with_lock_within<T>(
+        &self,
+        timeout: Duration,
+        f: impl FnOnce(&mut Locked) -> Result<T>,
+    ) -> Result<T> {
         ensure_private_dir(&self.dir, 0o700)?;
         ensure_private_dir(&self.dir.join("operations"), 0o700)?;
         let path = self.dir.join("coordinator.lock");
@@ -223,9 +316,16 @@ impl Store {
             .truncate(false)
             .write(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| Error::io_at("open lock", &path, &e))?;
-        let deadline = Instant::now() + LOCK_TIMEOUT;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(Error::io(format!(
+                "{} is not a regular file; move it aside",
+                path.display()
+            )));
+        }
+        let deadline = Instant::now() + timeout;
         loop {
             match file.try_lock() {
                 Ok(()) => break,
@@ -233,10 +333,10 @@ impl Store {
                     thread::sleep(Duration::from_millis(2));
                 }
                 Err(fs::TryLockError::WouldBlock) => {
-                    return Err(Error::io(format!(
+                    return Err(Error::busy(format!(
                         "{} is held by another ktr process for more than {} s; see `ktr status`",
                         path.display(),
-                        LOCK_TIMEOUT.as_secs()
+                        timeout.as_secs_f64()
                     )));
                 }
                 Err(fs::TryLockError::Error(e)) => return Err(Error::io_at("lock", &path, &e)),
@@ -270,15 +370,52 @@ impl Locked<'_> {
         Ok(op)
     }
 
-    /// The operation named by `active`, if it is still non-terminal.
-    pub fn active_operation(&self) -> Result<Option<Operation>> {
-        let Some((id, _)) = self.store.active() else {
-            return Ok(None);
+    /// The one non-terminal operation, derived from the operation files
+    /// themselves (not from `active` alone: a deleted or stale `active`
+    /// must not let a second operation start). `active` is rewritten when
+    /// it is missing or disagrees. A damaged operation file refuses: it
+    /// could be the operation in flight (`ktr repair` sets it aside).
+    pub fn active_operation(&mut self) -> Result<Option<Operation>> {
+        // Every hook and stage comes through here under the lock: read only
+        // each file's id and status (a finished operation's manifest can be
+        // megabytes), then load the one in flight.
+        let (headers, damaged) = self.store.scan_as(|h: &Header| &h.id)?;
+        if let Some(d) = damaged.first() {
+            let more = match damaged.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more damaged files)"),
+            };
+            return Err(Error::refused(format!(
+                "{}{more}; `ktr repair` sets damaged files aside (nothing is deleted)",
+                d.why
+            )));
+        }
+        let mut live = headers.into_iter().filter(|h| !h.status.is_terminal());
+        let first = live.next();
+        if let Some(other) = live.next() {
+            return Err(Error::refused(format!(
+                "operations {} and {} are both in flight; set one aside with `ktr repair`",
+                first.as_ref().map_or(String::new(), |h| h.id.to_string()),
+                other.id
+            )));
+        }
+        let op = match first {
+            Some(h) => self.store.try_load(&h.id)?,
+            None => None,
         };
-        Ok(self
-            .store
-            .try_load(&id)?
-            .filter(|op| !op.status.is_terminal()))
+        let recorded = self.store.active();
+        let agrees = match (&op, &recorded) {
+            (Some(op), Some((id, status))) => *id == *op.id && *status == op.status,
+            (None, None) => true,
+            _ => false,
+        };
+        if !agrees {
+            match &op {
+                Some(op) => self.set_active(op)?,
+                None => remove_if_present(&self.store.dir.join("active"))?,
+            }
+        }
+        Ok(op)
     }
 
     /// Write `op` atomically (0600) and refresh `updated_at`.
@@ -327,22 +464,14 @@ impl Locked<'_> {
         if self.store.active().is_some_and(|(id, _)| id != *op.id) {
             return Ok(());
         }
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != IoKind::NotFound => Err(Error::io_at("remove", &path, &e)),
-            _ => Ok(()),
-        }
+        remove_if_present(&path)
     }
 
     /// Append one line to `ktr.log`.
     pub(super) fn log(&self, id: &str, from: Status, to: Status, note: &str) -> Result<()> {
         let path = self.store.dir.join("ktr.log");
         let line = serde_json::json!({"ts": now_rfc3339(), "op": id, "from": from, "to": to, "note": note});
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io_at("open", &path, &e))?;
+        let mut file = append_private(&path)?;
         file.write_all(format!("{line}\n").as_bytes())
             .map_err(|e| Error::io_at("append to", &path, &e))
     }
@@ -350,5 +479,50 @@ impl Locked<'_> {
     /// The store this lock belongs to.
     pub fn store(&self) -> &Store {
         self.store
+    }
+}
+
+/// An operation file that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// The two fields of an operation file the one-operation rule needs; serde
+/// skips the rest without building it.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    id: OperationId,
+    #[serde(default = "Header::pending")]
+    status: Status,
+}
+
+impl Header {
+    /// What [`Operation`]'s default status is for a file without one.
+    fn pending() -> Status {
+        Status::Pending
+    }
+}
+
+/// What [`Store::scan`] found in `operations/`.
+#[derive(Debug, Clone, Default)]
+pub struct Scanned {
+    pub operations: Vec<Operation>,
+    pub damaged: Vec<Damaged>,
+}
+
+fn damaged(path: &Path, why: &str) -> Error {
+    Error::io(format!(
+        "operation file {} is damaged: {why}",
+        path.display()
+    ))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != IoKind::NotFound => Err(Error::io_at("remove", path, &e)),
+        _ => Ok(()),
     }
 }

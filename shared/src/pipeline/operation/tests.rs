@@ -74,12 +74,14 @@ fn the_state_machine_has_exactly_the_documented_edges() {
     let allowed = [
         (Pending, Scheduled),
         (Pending, Cancelled),
+        (Pending, Expired),
         (Scheduled, Running),
         (Scheduled, Pending),
         (Running, Verifying),
         (Verifying, Activating),
         (Verifying, Pending),
         (Activating, Activated),
+        (Activating, Pending),
         (Activating, RolledBack),
         (Activated, RollbackPending),
         (RollbackPending, RollbackScheduled),
@@ -98,7 +100,10 @@ fn the_state_machine_has_exactly_the_documented_edges() {
         .into_iter()
         .filter(|s| s.is_terminal())
         .collect();
-    assert_eq!(terminal, [Activated, Cancelled, Failed, RolledBack]);
+    assert_eq!(
+        terminal,
+        [Activated, Cancelled, Failed, RolledBack, Expired]
+    );
     for s in Status::ALL {
         assert_eq!(Status::parse(s.as_str()), Some(s));
         assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, write_atomic};
-use crate::ids::{OperationId, SessionId};
+use crate::ids::SessionId;
+use crate::pipeline::gate::resend_notice;
 use crate::pipeline::hook::{Invocation, Reply, SessionStartInput};
 use crate::pipeline::operation::{Ack, Operation, Status, Store, locate_state_dir};
 use crate::time::now_rfc3339;
@@ -23,15 +24,20 @@ Records Claude Code's receipt that it resumed a rebuilt session, with its contex
 /// The `SessionStart` hook: record the receipt, report on stderr, stay quiet.
 pub fn ack(call: Invocation) -> Reply {
     match run(call.config.as_deref(), call.input) {
-        Ok(Some(id)) => eprintln!("ktr-ack: recorded the resume of operation {id}"),
-        Ok(None) => {}
-        Err(e) => eprintln!("ktr-ack: {e}"),
+        Ok(Some(op)) => {
+            eprintln!("ktr-ack: recorded the resume of operation {}", op.id);
+            resend_notice(&op).map_or(Reply::Quiet, Reply::Message)
+        }
+        Ok(None) => Reply::Quiet,
+        Err(e) => {
+            eprintln!("ktr-ack: {e}");
+            Reply::Quiet
+        }
     }
-    Reply::Quiet
 }
 
 /// Returns the id of the acknowledged operation, if any.
-fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<OperationId>> {
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Operation>> {
     let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB; ignored"))?;
     let hook: SessionStartInput = serde_json::from_slice(&input)
         .map_err(|e| Error::usage(format!("cannot parse the SessionStart hook input: {e}")))?;
@@ -52,14 +58,39 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Opera
         if !awaits_ack(&op, &hook.session_id) {
             return Ok(None);
         }
-        let receipt = store.artifacts_dir(&op.id)?.join("ack.json");
+        let artifacts = store.artifacts_dir(&op.id)?;
+        if op.ack.is_some() {
+            // The first receipt is the activation's measurement; a later
+            // resume of the same session is its own event, kept beside it.
+            append_line(&artifacts.join("resumes.jsonl"), &ack)?;
+            return Ok(Some(op));
+        }
         let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
         bytes.push(b'\n');
-        write_atomic(&receipt, &bytes, 0o600, Existing::Replace)?;
+        write_atomic(
+            &artifacts.join("ack.json"),
+            &bytes,
+            0o600,
+            Existing::Replace,
+        )?;
         op.ack = Some(ack.clone());
         tx.save(&mut op)?;
-        Ok(Some(op.id))
+        Ok(Some(op))
     })
+}
+
+/// Append `ack` as one JSON line to `path` (created 0600).
+fn append_line(path: &Path, ack: &Ack) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let line = serde_json::to_string(ack).map_err(|e| Error::io(e.to_string()))? + "\n";
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| Error::io_at("append to", path, &e))
 }
 
 /// The operation whose candidate is `session_id`: the active one first,

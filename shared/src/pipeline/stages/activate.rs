@@ -5,16 +5,26 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session};
+use super::{
+    Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
+};
 use crate::config::{Activation, Config, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
+use crate::pipeline::gate::turn_since_stop;
 use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate};
+use crate::pipeline::pane::Input;
 use crate::pipeline::target::Target;
 use crate::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
 const ACK_POLL: Duration = Duration::from_millis(100);
+/// How long activation waits with the gate up before its last look: a
+/// prompt's user record reaches the transcript 100–300 ms after the submit
+/// (measured, Claude Code 2.1.328 on a loaded machine), a queued prompt's
+/// soon after the Stop, and a prompt refused by the gate is back in the
+/// input line by then.
+const SETTLE: Duration = Duration::from_millis(600);
 
 /// Activate operation `id` (status `verifying`, verification passed).
 ///
@@ -39,8 +49,9 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             steps.say(format!(
                 "not switching: operation is {} ({})",
                 op.status,
-                op.error
+                op.deferred
                     .as_deref()
+                    .or(op.error.as_deref())
                     .unwrap_or("source changed after prepare")
             ));
             return Ok(Outcome::done(op));
@@ -50,8 +61,20 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             .as_ref()
             .map(|c| c.session_id.to_string())
             .unwrap_or_default();
-        steps.say(format!("checks passed; switching {target} to {new_id}"));
         pause_point(Stage::Activate, "checked");
+        // The gate is up (`activating`): ktr-prompt refuses new prompts of
+        // the source. Let a turn that began just before it show itself.
+        thread::sleep(SETTLE);
+        let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
+        if op.status != Status::Activating {
+            steps.say(format!(
+                "not switching: operation is {} ({})",
+                op.status,
+                op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
+            ));
+            return Ok(Outcome::done(op));
+        }
+        steps.say(format!("checks passed; switching {target} to {new_id}"));
         if let Err(e) = target.switch(&new_id, config) {
             let now = target.identity().ok();
             if now.is_some() && now == op.target_before {
@@ -155,18 +178,107 @@ fn compare_and_swap(
             ))
         }),
     };
-    if let Some((why, session_conflict)) = problem {
-        fail_in(tx, &mut op, &why, |op| {
-            op.session_conflict = session_conflict;
-        })?;
+    let running = match problem {
+        Some(problem) => Err(problem),
+        None => source_session(&op)
+            .and_then(|old| {
+                let running = target_guard::runs_source(target, &op, &old)?;
+                Ok(running.ran(&old))
+            })
+            .map_err(|e| conflict(e.message)),
+    };
+    let ran = match running {
+        Ok(ran) => ran,
+        Err((why, session_conflict)) => {
+            fail_in(tx, &mut op, &why, |op| {
+                op.session_conflict = session_conflict;
+            })?;
+            return Ok(op);
+        }
+    };
+    if let Some(why) = turn_since_stop(&op, &source)? {
+        defer(tx, config, &mut op, &why)?;
         return Ok(op);
     }
+    op.target_ran = Some(ran);
     tx.transition(
         &mut op,
         Status::Activating,
         "compare-and-swap checks passed",
     )?;
     Ok(op)
+}
+
+/// The last look before the switch, with the gate up (`activating`): the
+/// source is still the frozen one, no turn began since the scheduling Stop,
+/// and the pane shows neither a draft nor a running turn. Else back to
+/// `pending` (the target untouched).
+fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Activating)?;
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
+    if sha256_file(&source).ok() != op.source_sha256 {
+        source_changed(tx, config, &mut op)?;
+        return Ok(op);
+    }
+    let why = match turn_since_stop(&op, &source)? {
+        Some(why) => Some(why),
+        None => pane_busy(target),
+    };
+    if let Some(why) = why {
+        defer(tx, config, &mut op, &why)?;
+    }
+    Ok(op)
+}
+
+/// Why the pane must not be respawned now: the input line holds a draft,
+/// or a turn is running. None for an idle pane, a screen that is not
+/// Claude Code's input box (another program, a dialog: the turn checks
+/// still apply) and targets without a screen.
+fn pane_busy(target: &Target) -> Option<String> {
+    match target.input() {
+        Ok(None | Some(Input::Idle | Input::Unknown)) => None,
+        Ok(Some(Input::Draft(text))) => Some(format!(
+            "the input line holds a draft that was not sent ({} characters); it would be thrown away",
+            text.chars().count()
+        )),
+        Ok(Some(Input::Running)) => Some("the pane shows a running turn".into()),
+        Err(e) => Some(format!("cannot read the pane: {}", e.message)),
+    }
+}
+
+/// Not now: discard the candidate (it never ran) and go back to `pending`
+/// with the reason; the next Stop of the source prepares again. Unlike a
+/// changed source this never fails the operation: each retry needs a new
+/// turn, so it cannot loop on its own.
+fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Result<()> {
+    let discarded = reset_attempt(op, config)?;
+    op.deferred = Some(why.to_string());
+    let note = format!(
+        "not switched: {why}; candidate {} discarded; the next Stop prepares again",
+        discarded.map_or(String::new(), |p| p.display().to_string())
+    );
+    tx.transition(op, Status::Pending, &note)
+}
+
+/// Forget everything the discarded attempt produced.
+fn reset_attempt(op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
+    let discarded = discard_candidate(op, Some(&config.project_dir))?;
+    if let Some(backup) = op.backup.take() {
+        let _ = std::fs::remove_file(backup);
+    }
+    op.candidate = None;
+    op.verification = None;
+    op.manifest.clear();
+    op.left_out.clear();
+    op.stats = None;
+    op.source_sha256 = None;
+    op.prepared_at = None;
+    op.worker = None;
+    Ok(discarded)
 }
 
 /// New messages arrived after prepare: discard this candidate and go back
@@ -180,18 +292,7 @@ fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Resul
         );
         return fail_in(tx, op, &why, |_| {});
     }
-    let discarded = discard_candidate(op)?;
-    if let Some(backup) = op.backup.take() {
-        let _ = std::fs::remove_file(backup);
-    }
-    op.candidate = None;
-    op.verification = None;
-    op.manifest.clear();
-    op.left_out.clear();
-    op.stats = None;
-    op.source_sha256 = None;
-    op.prepared_at = None;
-    op.worker = None;
+    let discarded = reset_attempt(op, config)?;
     let note = format!(
         "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
         op.attempts,
@@ -301,19 +402,18 @@ fn fall_back(
     reason: &str,
     steps: &mut Steps,
 ) -> Result<Outcome> {
-    steps.say(format!("{reason}; resuming the old session"));
-    let back = source_session(op).and_then(|old| {
-        target.switch(&old, config)?;
-        target.health(&old, seconds(config.healthcheck_seconds))
-    });
+    steps.say(format!(
+        "{reason}; resuming the old session (what the target ran)"
+    ));
+    let back = restore(config, op, target, || {});
     let op = store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
         match &back {
-            Ok(identity) => {
+            Ok((identity, what)) => {
                 op.error = Some(reason.to_string());
                 op.rollback_ok = Some(true);
                 op.target_after = Some(identity.clone());
-                let note = format!("{reason}; old session resumed (identity {identity})");
+                let note = format!("{reason}; old session resumed: {what} (identity {identity})");
                 tx.transition(&mut op, Status::RolledBack, &note)?;
             }
             Err(e) => {
@@ -332,4 +432,33 @@ fn fall_back(
     })?;
     steps.say(format!("operation is {}", op.status));
     Ok(Outcome::done(op))
+}
+
+/// Put back what the target ran before the switch (`target_ran`, recorded
+/// by the compare-and-swap checks; the source session for operations
+/// recorded before it existed) and check it is healthy. Returns the
+/// identity and a description of what runs again.
+pub(super) fn restore(
+    config: &Config,
+    op: &Operation,
+    target: &Target,
+    switched: impl FnOnce(),
+) -> Result<(String, String)> {
+    let ran = match &op.target_ran {
+        Some(ran) => ran.clone(),
+        None => crate::pipeline::target::Ran {
+            session: source_session(op)?,
+            argv: Vec::new(),
+            cwd: None,
+        },
+    };
+    target.restore(&ran, config)?;
+    switched();
+    let identity = target.health(&ran.session, seconds(config.healthcheck_seconds))?;
+    let what = if ran.argv.is_empty() {
+        format!("session {}", ran.session)
+    } else {
+        format!("session {} ({})", ran.session, ran.argv.join(" "))
+    };
+    Ok((identity, what))
 }

@@ -22,8 +22,10 @@ pub mod ack;
 mod activate;
 pub mod cli;
 mod prepare;
+pub mod prompt;
 mod rollback;
 pub mod stop;
+mod target_guard;
 mod verify;
 
 use std::fmt;
@@ -186,9 +188,12 @@ pub fn command(
     let mut argv = Vec::new();
     if config.activation == Activation::Systemd {
         let unit = format!("ktr-{op_id}-{}", stage.name());
+        argv.push("systemd-run".to_string());
+        if config.systemd_user {
+            argv.push("--user".into());
+        }
         argv.extend(
             [
-                "systemd-run",
                 "--scope",
                 "--quiet",
                 "--collect",
@@ -222,7 +227,63 @@ pub fn spawn(
     transcript: Option<&Path>,
 ) -> Result<u32> {
     let argv = command(config, stage, op_id, transcript)?;
-    process::spawn_detached(&argv, &[], &store.worker_log())
+    let log = store.worker_log();
+    let line = format!(
+        "{} starting {} for operation {op_id}\n",
+        now_rfc3339(),
+        argv.join(" ")
+    );
+    append_log(&log, &line)?;
+    let pid = process::spawn_detached(&argv, &[], &log)?;
+    if config.activation == Activation::Systemd {
+        // `systemd-run --scope` execs the stage in place once its scope
+        // exists; when it cannot (name taken, access denied) it exits and
+        // says why in worker.log: report that instead of "scheduled".
+        process::wait_exec(pid, stage.program(), SCOPE_TIMEOUT).map_err(|e| {
+            let said = last_line(&log).unwrap_or_default();
+            Error::io(format!(
+                "systemd-run could not start {stage} in its own scope ({}){}",
+                e.message,
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                }
+            ))
+        })?;
+    }
+    Ok(pid)
+}
+
+/// How long `systemd-run --scope` may take to start a stage.
+const SCOPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Append `line` to the worker log (created 0600).
+fn append_log(path: &Path, line: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| Error::io_at("append to", path, &e))
+}
+
+/// The last non-empty line of `path`'s last 4 KiB.
+fn last_line(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
 }
 
 /// Start `next` detached for operation `id` and record it as the worker,
@@ -298,7 +359,7 @@ fn fail_in(
     op.error = Some(reason.to_string());
     let mut note = reason.to_string();
     if op.status.before_switch() {
-        match discard_candidate(op) {
+        match discard_candidate(op, tx.store().project()) {
             Ok(Some(path)) => note.push_str(&format!("; candidate {} discarded", path.display())),
             Ok(None) => {}
             Err(e) => note.push_str(&format!("; {e}")),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Instant, SystemTime};
 
-use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, update};
+use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
 use crate::config::{Activation, Config};
 use crate::engine::plan::{self, Plan, PlanReport};
 use crate::engine::turns::ItemKind;
@@ -40,6 +40,11 @@ pub fn prepare(
                 config.activation_delay_seconds
             ));
             thread::sleep(seconds(config.activation_delay_seconds));
+        }
+        if let Some(refusal) = target_refusal(config, &op) {
+            steps.say(&refusal);
+            let op = super::abandon(store, id, &refusal, |op| op.session_conflict = true)?;
+            return Ok(Outcome::done(op));
         }
         let given = transcript
             .or(op.transcript_path.as_deref())
@@ -214,6 +219,17 @@ pub fn schedule_by_hand(
         )?;
         Ok(op)
     })
+}
+
+/// Why the target must not be switched for this operation, if it must
+/// not: it does not run the source session, or it changed since the
+/// request. Checked before anything is frozen or written.
+fn target_refusal(config: &Config, op: &Operation) -> Option<String> {
+    let target = Target::from_config(config);
+    let source = super::source_session(op).ok()?;
+    let checked = target_guard::runs_source(&target, op, &source)
+        .and_then(|running| target_guard::unchanged_since_request(&target, op, &running));
+    checked.err().map(|e| e.message)
 }
 
 /// `claude_workdir` must encode to `project_dir`'s name, or `--resume`

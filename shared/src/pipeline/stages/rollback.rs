@@ -1,7 +1,7 @@
 //! `ktr-rollback` (SPEC §10): switch an activated operation back to the
 //! old session, compare-and-swap checked.
 
-use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, seconds, source_session};
+use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session};
 use crate::config::Config;
 use crate::error::Result;
 use crate::pipeline::operation::{Status, Store};
@@ -27,14 +27,14 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             return abandon(store, id, &why, |op| op.session_conflict = true).map(Outcome::done);
         }
         steps.say(format!("switching {target} back to {old}"));
-        let back = target.switch(&old, config).and_then(|()| {
+        let back = super::activate::restore(config, &op, &target, || {
             pause_point(Stage::Rollback, "switched");
-            target.health(&old, seconds(config.healthcheck_seconds))
         });
         let op = match back {
-            Ok(identity) => store.with_lock(|tx| {
+            Ok((identity, what)) => store.with_lock(|tx| {
                 let mut op = tx.load(id)?;
-                let note = format!("rolled back: {target} runs {old} again (identity {identity})");
+                op.target_after = Some(identity.clone());
+                let note = format!("rolled back: {target} runs {what} again (identity {identity})");
                 tx.transition(&mut op, Status::RolledBack, &note)?;
                 Ok(op)
             })?,

@@ -18,6 +18,7 @@ use crate::ids::SessionId;
 use crate::pipeline::hook::{Invocation, Reply, StopInput};
 use crate::pipeline::operation::{Operation, Stage, Status, Store, Worker, locate_state_dir};
 use crate::pipeline::stages;
+use crate::time::now_rfc3339;
 
 /// `ktr-stop --help`.
 pub const HELP: &str = "ktr-stop: the Claude Code Stop hook of ktr.
@@ -25,12 +26,19 @@ Usage: ktr-stop [--config PATH]   (the hook JSON on stdin; always exits 0)
 With a pending rebuild or rollback for this session it starts it detached after the reply;
 otherwise it prints {\"suppressOutput\":true}.";
 
+/// How long the Stop hook waits for the coordinator lock: far below the
+/// hook's own timeout, so Claude Code never waits on ktr; a busy lock means
+/// "try again at the next Stop".
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The Stop hook: what it tells Claude Code for this invocation.
 pub fn stop(call: Invocation) -> Reply {
     run(call.config.as_deref(), call.input).unwrap_or_else(|e| Reply::Message(format!("ktr: {e}")))
 }
 
 fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+    // A turn whose user record is newer than this began after this Stop.
+    let stopped_at = now_rfc3339();
     // Fast path: one small file, no config validation, no lock.
     let state_dir = locate_state_dir(config_arg)?;
     let Some((id, status)) = Store::at(&state_dir).active() else {
@@ -64,10 +72,18 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         )));
     }
     let store = Store::open(&config.state_dir)?;
-    let reply = store.with_lock(|tx| {
+    let reply = store.with_lock_within(LOCK_WAIT, |tx| {
         let Some(mut op) = tx.active_operation()? else {
             return Ok(Reply::Quiet);
         };
+        let ttl = std::time::Duration::from_secs_f64(config.request_ttl_hours * 3600.0);
+        if tx.expire_if_old(&mut op, ttl)? {
+            return Ok(Reply::Message(format!(
+                "ktr: operation {} expired: {}",
+                op.id,
+                op.error.as_deref().unwrap_or("")
+            )));
+        }
         let Some(step) = next_step(&op, &hook, &config)? else {
             return Ok(Reply::Quiet);
         };
@@ -82,7 +98,12 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         if op.status == Status::Pending {
             op.session_id = Some(session.clone());
             op.transcript_path = Some(hook.transcript_path.clone());
+            // The Claude Code process that ran this hook: the target must run it.
+            op.claude = crate::pipeline::process::runner_of(std::process::id());
         }
+        op.scheduled_at = Some(stopped_at.clone());
+        op.turn_started_at = None;
+        op.blocked_prompts.clear();
         let note = format!("Stop hook of session {session} started {name} (pid {pid})");
         tx.transition(&mut op, step.status, &note)?;
         Ok(Reply::Message(format!(
@@ -91,7 +112,13 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         )))
     });
     // A lock or write failure leaves the operation as it was.
-    reply.or_else(|e| Ok(stays(e.message)))
+    reply.or_else(|e| {
+        Ok(stays(if e.kind == crate::ErrorKind::Busy {
+            "busy (another ktr process holds the lock), will retry at the next Stop".into()
+        } else {
+            e.message
+        }))
+    })
 }
 
 /// The stage a Stop hook starts for an operation, and the status it sets.
@@ -166,10 +193,24 @@ fn recover(config_arg: Option<&Path>) -> Result<Reply> {
     })
 }
 
-/// A `*.jsonl` directly inside `project_dir` (symlinks resolved).
+/// A `*.jsonl` directly inside `project_dir` (symlinks resolved) that is a
+/// regular file. Claude Code writes the transcript asynchronously: at a
+/// session's first Stop the file may not exist yet, and then the directory
+/// it will be written to decides (ktr-prepare waits for the file to be
+/// there and stable, and opens only a regular file).
 fn inside_project(transcript: &Path, project_dir: &Path) -> bool {
-    let (Ok(file), Ok(dir)) = (transcript.canonicalize(), project_dir.canonicalize()) else {
-        return false;
+    let resolve = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let file = if transcript.symlink_metadata().is_ok() {
+        match transcript.canonicalize() {
+            Ok(file) if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) => file,
+            _ => return false,
+        }
+    } else {
+        match (transcript.parent(), transcript.file_name()) {
+            (Some(parent), Some(name)) if transcript.is_absolute() => resolve(parent).join(name),
+            _ => return false,
+        }
     };
-    file.parent() == Some(dir.as_path()) && file.extension().is_some_and(|e| e == "jsonl")
+    file.parent() == Some(resolve(project_dir).as_path())
+        && file.extension().is_some_and(|e| e == "jsonl")
 }

@@ -1,0 +1,15 @@
+//! `ktr-prompt`: the Claude Code `UserPromptSubmit` hook (SPEC §10, the turn
+//! gate). With nothing in flight it reads one small file and lets the
+//! prompt through; during a switch it refuses the prompt with a one-line
+//! reason.
+//!
+//! Usage: `ktr-prompt [--config PATH]` with the hook JSON on stdin. The
+//! logic is [`ktr::pipeline::stages::prompt`].
+
+fn main() {
+    ktr::pipeline::hook::main(
+        "ktr-prompt",
+        ktr::pipeline::stages::prompt::HELP,
+        ktr::pipeline::stages::prompt::prompt,
+    )
+}

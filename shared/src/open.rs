@@ -1,0 +1,214 @@
+//! Opening files ktr did not write itself (config, state files, transcripts)
+//! without trusting what sits at the path.
+//!
+//! - [`open_regular`] never blocks in `open(2)` (a FIFO swapped in for a
+//!   transcript or the `active` file would hang it forever), optionally
+//!   refuses a symlink as the last component (`O_NOFOLLOW`), and checks the
+//!   descriptor it got — not the path — is a regular file.
+//! - [`read_capped`] reads such a file whole, but never more than a cap
+//!   (a planted 10 GB file or `/dev/zero` is one line of error, not an OOM).
+//! - [`resolved`] names the file a descriptor really is (`/proc/self/fd`),
+//!   so a path checked by name and swapped before the open is caught.
+//! - [`append_private`] opens a log for appending, never through a symlink.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Whether the last component of a path may be a symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Follow it (the caller checks where the opened file really is).
+    Follow,
+    /// Refuse it (`ELOOP`): files inside the state dir are ours, never links.
+    Refuse,
+}
+
+/// Size caps for the small files ktr reads whole.
+pub mod cap {
+    /// A config file.
+    pub const CONFIG: u64 = 1 << 20;
+    /// The `active` file: one line.
+    pub const ACTIVE: u64 = 4 << 10;
+    /// One operation file (the manifest can be large on a long session).
+    pub const OPERATION: u64 = 256 << 20;
+    /// Claude Code's `settings.json`.
+    pub const SETTINGS: u64 = 16 << 20;
+}
+
+/// Open `path` read-only as a regular file. The open itself never blocks
+/// (`O_NONBLOCK`; it has no effect on reads of a regular file), and a FIFO,
+/// socket, device or directory is refused after opening, by the descriptor.
+pub fn open_regular(path: &Path, links: Links) -> io::Result<File> {
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if links == Links::Refuse {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| {
+            if links == Links::Refuse && e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::new(io::ErrorKind::InvalidInput, "it is a symlink, not a file")
+            } else {
+                e
+            }
+        })?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("it is {what}, not a regular file"),
+    ))
+}
+
+/// Read a whole regular file of at most `cap` bytes (see [`open_regular`]).
+/// A missing file is `Ok(None)`; a larger one is an error naming the cap.
+pub fn read_capped(path: &Path, cap: u64, links: Links) -> Result<Option<Vec<u8>>> {
+    let file = match open_regular(path, links) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io_at("read", path, &e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io_at("read", path, &e))?;
+    if bytes.len() as u64 > cap {
+        return Err(Error::io(format!(
+            "{} is larger than {} bytes, more than ktr ever writes there; move it aside",
+            path.display(),
+            cap
+        )));
+    }
+    Ok(Some(bytes))
+}
+
+/// The path the open descriptor `file` really refers to, as the kernel
+/// knows it (`/proc/self/fd/N`): checking this after the open catches a
+/// path swapped between a check and the use.
+pub fn resolved(file: &File) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// Whether the opened `file` lies directly inside `dir` (already
+/// canonical), by the descriptor (see [`resolved`]).
+pub fn directly_inside(dir: &Path, file: &File) -> bool {
+    resolved(file).is_ok_and(|real| real.parent() == Some(dir))
+}
+
+/// Open (create 0600) a log file for appending, refusing a symlink.
+pub fn append_private(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::io_at("open", path, &e))?;
+    let regular = file.metadata().is_ok_and(|m| m.is_file());
+    if !regular {
+        return Err(Error::io(format!(
+            "{} is not a regular file; move it aside",
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    #[test]
+    fn a_fifo_a_device_and_a_directory_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("active");
+        mkfifo(&fifo);
+        let start = Instant::now();
+        for (path, what) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a device"),
+            (dir.path(), "a directory"),
+        ] {
+            let err = read_capped(path, 10, Links::Follow).unwrap_err();
+            assert!(err.message.contains(what), "{err}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn caps_links_and_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 11]).unwrap();
+        assert!(
+            read_capped(&big, 10, Links::Follow)
+                .unwrap_err()
+                .message
+                .contains("larger than 10 bytes")
+        );
+        assert_eq!(
+            read_capped(&big, 11, Links::Follow).unwrap().unwrap().len(),
+            11
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&big, &link).unwrap();
+        assert!(read_capped(&link, 11, Links::Follow).unwrap().is_some());
+        let err = read_capped(&link, 11, Links::Refuse).unwrap_err();
+        assert!(err.message.contains("symlink"), "{err}");
+        assert!(
+            read_capped(&dir.path().join("none"), 1, Links::Refuse)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            append_private(&link).is_err(),
+            "a log is never opened through a link"
+        );
+    }
+
+    #[test]
+    fn the_opened_file_is_named_by_its_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        let inner = real.join("a.jsonl");
+        std::fs::write(&inner, "x").unwrap();
+        let outside = tempfile::NamedTempFile::new().unwrap();
+        let link = real.join("b.jsonl");
+        std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+        assert!(directly_inside(
+            &real,
+            &open_regular(&inner, Links::Follow).unwrap()
+        ));
+        assert!(!directly_inside(
+            &real,
+            &open_regular(&link, Links::Follow).unwrap()
+        ));
+    }
+}

@@ -1,0 +1,816 @@
+//! The whole loop through the real interactive Claude Code CLI: a human
+//! talks to Claude Code in a tmux pane, asks for a rebuild, the model calls
+//! `mcp__ktr__thread_rebuild_request`, finishes its reply, and then — with
+//! nobody touching anything — the Stop hook, `ktr-prepare`, `ktr-verify`
+//! and `ktr-activate` switch the pane over to the rebuilt session, which
+//! Claude Code acknowledges through `ktr-ack`. The next thing the human
+//! types reaches the (fake) model with every earlier turn and none of the
+//! tool traffic. Then the same by way of a rollback, and a corrupted
+//! candidate that must never be switched to.
+//!
+//! Everything is real except the model: ktr is installed with the repo's
+//! `install` script into a throw-away HOME (hooks merged into
+//! settings.json, `ktr-mcp` registered with the real `claude mcp add`), the
+//! CLI runs in a private tmux server (`tmux -L ktr-e2e-…`) whose
+//! environment carries `KTR_TMUX_SOCKET`, so Claude Code, its hooks and the
+//! detached stages they start all reach that server and nothing else.
+//!
+//! Ignored by default: they need the real CLI (`KTR_CLAUDE_BIN`; `.ci/run`
+//! installs it). The tests take turns (one real CLI at a time): they
+//! measure timings and share two cores.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::OptionOrPanic;
+use crate::support::claude::{ClaudeEnv, Tmux};
+use crate::support::fake_api::{
+    FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
+};
+use crate::support::{claude, claude_bin};
+use ktr::fsutil::sha256_file;
+use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr::time::parse_rfc3339;
+use serde_json::{Value, json};
+
+/// One real CLI at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// How long a turn of the CLI may take on a busy two-core machine.
+const TURN: Duration = Duration::from_secs(60);
+/// How long the pipeline may take from the Stop hook to a terminal status.
+const PIPELINE: Duration = Duration::from_secs(90);
+
+/// What the earlier turns leave in the transcript that must never reach
+/// the model after a rebuild: the Bash output, the file the Read tool read,
+/// the thinking text, and the tool inputs (the rebuild reason).
+const RESIDUE: &[&str] = &[
+    "TOOL-OUTPUT-LINE",
+    "READ-CONTENT-MARKER",
+    "THINK-SECRET",
+    "REASON-MARKER",
+    "seq -f",
+];
+
+/// The conversation before the rebuild, in order: what the human types and
+/// the marker of the reply the fake model gives.
+const TALK: &[(&str, &str)] = &[
+    ("USER-L1 你好，请看看这台机器的输出和笔记。", "ASSISTANT-L1"),
+    ("USER-L2 那么结论是什么？", "ASSISTANT-L2"),
+    (
+        "USER-L3 窗口太满了，请重建会话 REBUILD-ASK，我同意。",
+        "ASSISTANT-L3",
+    ),
+];
+
+/// The scripted model: a Bash call with ~18 KB of output, a Read, thinking,
+/// the rebuild request, and plain replies to the probes.
+fn rules(notes: &Path) -> Vec<Rule> {
+    vec![
+        Rule::new(
+            "USER-L1",
+            vec![
+                vec![tool(
+                    "Bash",
+                    json!({
+                        "command": "seq -f 'TOOL-OUTPUT-LINE %g: the quick brown fox jumps over the lazy dog' 1 400",
+                        "description": "print the machine's lines",
+                    }),
+                )],
+                vec![tool(
+                    "Read",
+                    json!({"file_path": notes.display().to_string()}),
+                )],
+                vec![text("ASSISTANT-L1 我看过输出和笔记了：四百行，一切正常。")],
+            ],
+        ),
+        Rule::new(
+            "USER-L2",
+            vec![vec![
+                thinking("THINK-SECRET 先想一想再回答。", "sig-l2"),
+                text("ASSISTANT-L2 结论：机器很好，笔记也对。"),
+            ]],
+        ),
+        Rule::new(
+            "REBUILD-ASK",
+            vec![
+                vec![tool(
+                    "mcp__ktr__thread_rebuild_request",
+                    json!({
+                        "reason": "REASON-MARKER the window is full of tool output",
+                        "confirmation": "REBUILD",
+                    }),
+                )],
+                vec![text(
+                    "ASSISTANT-L3 好的，重建已请求；这条回复结束后就切换。",
+                )],
+            ],
+        ),
+        Rule::new(
+            "PROBE-AFTER",
+            vec![vec![text("ASSISTANT-L4 新窗口里我都记得。")]],
+        ),
+        Rule::new(
+            "PROBE-OLD",
+            vec![vec![text("ASSISTANT-P 我还在旧窗口里。")]],
+        ),
+        Rule::new(
+            "PROBE-BACK",
+            vec![vec![text("ASSISTANT-L6 回到旧窗口了。")]],
+        ),
+    ]
+}
+
+/// A throw-away installation with ktr installed by `install`, the real CLI
+/// running interactively in a private tmux server, on session `source_id`.
+/// Fields drop in order: the tmux server (and the CLI) first, the temp dir
+/// last.
+struct Loop {
+    tmux: Tmux,
+    api: FakeApi,
+    env: ClaudeEnv,
+    store: Store,
+    source_id: String,
+}
+
+impl Loop {
+    /// Install ktr, configure it for the pane, start the CLI on a new
+    /// session. `extra_env` goes to the tmux server, hence to Claude Code,
+    /// its hooks and the stages.
+    #[track_caller]
+    fn start(bin: &Path, extra_env: &[(&str, &str)]) -> Loop {
+        let api = FakeApi::start(Vec::new());
+        let mut env = ClaudeEnv::new(bin, &api);
+        let notes = env.sandbox.work.join("notes.txt");
+        fs::write(
+            &notes,
+            "READ-CONTENT-MARKER 机器笔记：一切正常。\n".repeat(20),
+        )
+        .unwrap();
+        api.add_rules(rules(&notes));
+
+        let socket = Tmux::unique_socket();
+        env.extra_env
+            .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+        for (k, v) in extra_env {
+            env.extra_env.push((k.to_string(), v.to_string()));
+        }
+
+        let root = env.sandbox.root().to_path_buf();
+        let (state, config_path) = (env.sandbox.state.clone(), env.sandbox.config.clone());
+        fs::write(&config_path, config_text(&env, &state)).unwrap();
+        install(&env, &config_path);
+        env.prepare_interactive(&["Bash", "Read", "mcp__ktr"]);
+        let settings = fs::read_to_string(env.sandbox.home.join(".claude/settings.json")).unwrap();
+        assert!(
+            settings.contains(&format!("{}/prefix/bin/ktr-stop --config", root.display()))
+                && settings.contains("ktr-ack"),
+            "install did not merge the hooks: {settings}"
+        );
+
+        let source_id = uuid::Uuid::new_v4().to_string();
+        let tmux = Tmux::start_on(&env, &socket, &["--session-id", &source_id]);
+        tmux.wait_idle(TURN);
+        Loop {
+            tmux,
+            api,
+            env,
+            store: Store::open(&state).unwrap(),
+            source_id,
+        }
+    }
+
+    /// Type `line`, wait for the reply holding `marker` and for the prompt.
+    fn say(&self, line: &str, marker: &str) {
+        self.tmux.type_line(line);
+        self.tmux
+            .wait_screen(&format!("the reply {marker}"), TURN, |s| s.contains(marker));
+        self.tmux.wait_idle(TURN);
+    }
+
+    /// Type a probe and return the request it sent to the model.
+    #[track_caller]
+    fn probe(&self, line: &str, needle: &str, marker: &str) -> Logged {
+        self.tmux.wait_idle(TURN);
+        self.tmux.type_line(line);
+        let request = self
+            .api
+            .wait_turn(needle, TURN)
+            .or_panic(|| format!("{needle} never reached the model\n{}", self.diagnosis()));
+        self.tmux
+            .wait_screen(&format!("the reply {marker}"), TURN, |s| s.contains(marker));
+        self.tmux.wait_idle(TURN);
+        request
+    }
+
+    fn source(&self) -> PathBuf {
+        self.env.transcript(&self.source_id)
+    }
+
+    /// The only operation of this test.
+    #[track_caller]
+    fn operation(&self) -> Operation {
+        self.store
+            .latest()
+            .unwrap()
+            .or_panic(|| format!("no operation was requested\n{}", self.diagnosis()))
+    }
+
+    /// Wait until the operation's status satisfies `done`.
+    #[track_caller]
+    fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
+        let deadline = Instant::now() + PIPELINE;
+        loop {
+            if let Some(op) = self.store.latest().unwrap().filter(|op| done(op.status)) {
+                return op;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.diagnosis()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Everything that explains a failure: the operation, the stages' log,
+    /// the screen.
+    fn diagnosis(&self) -> String {
+        let op = self.store.latest().ok().flatten().map_or_else(
+            || "no operation".into(),
+            |op| serde_json::to_string_pretty(&op).unwrap_or_default(),
+        );
+        let log = fs::read_to_string(self.store.worker_log()).unwrap_or_default();
+        let screen = Command::new("tmux")
+            .args(["-L", &self.tmux.server.socket, "capture-pane", "-p", "-t"])
+            .arg(claude::PANE)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        format!("operation: {op}\nworker.log:\n{log}\nscreen:\n{screen}")
+    }
+
+    /// The process in the pane runs `claude … --resume <session>`.
+    #[track_caller]
+    fn assert_pane_resumes(&self, session: &str) {
+        let argv = self.tmux.pane_argv();
+        assert!(
+            argv.windows(2)
+                .any(|w| w[0] == "--resume" && w[1] == session),
+            "the pane runs {argv:?}, not --resume {session}\n{}",
+            self.diagnosis()
+        );
+    }
+
+    /// The conversation up to the rebuild request, then wait for the Stop
+    /// hook to schedule the operation. Returns when the reply ended.
+    #[track_caller]
+    fn talk_until_the_request(&self) -> Instant {
+        for (line, marker) in TALK {
+            self.say(line, marker);
+        }
+        let ended = Instant::now();
+        let op = self.operation();
+        assert_eq!(op.session_id.as_deref(), Some(self.source_id.as_str()));
+        assert!(
+            op.reasons.iter().any(|r| r.contains("REASON-MARKER")),
+            "{:?}",
+            op.reasons
+        );
+        ended
+    }
+}
+
+/// The config for the pane: tmux activation on the private server's pane,
+/// the CLI's workdir and project, the real CLI as the resume command with
+/// the pane's environment, and short waits.
+fn config_text(env: &ClaudeEnv, state: &Path) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap();
+    let path = |p: &Path| q(&p.display().to_string());
+    let mut text = format!(
+        "project_dir = {}\nstate_dir = {}\nactivation = \"tmux\"\ntmux_target = {}\n\
+         claude_workdir = {}\nresume_command = [{}, \"--resume\", \"{{session_id}}\"]\n\
+         activation_delay_seconds = 0.5\nstable_file_seconds = 0.5\n\
+         stable_file_timeout_seconds = 20\nhealthcheck_seconds = 5\n\n[resume_env]\n",
+        path(&env.sandbox.project),
+        path(state),
+        q(claude::PANE),
+        path(&env.sandbox.work),
+        path(&env.bin),
+    );
+    for (k, v) in env.env() {
+        text.push_str(&format!("{k} = {}\n", q(&v)));
+    }
+    text
+}
+
+/// `install --prefix <root>/prefix/bin --bin-dir <the test binaries>` with
+/// the real `claude` first on PATH, so it registers `ktr-mcp` itself.
+#[track_caller]
+fn install(env: &ClaudeEnv, config: &Path) {
+    let path_dir = &env.sandbox.path_dir;
+    symlink(&env.bin, path_dir.join("claude")).unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+    let path = env
+        .env()
+        .into_iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
+    let out = Command::new("sh")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
+        .arg("--prefix")
+        .arg(env.sandbox.root().join("prefix/bin"))
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--settings")
+        .arg(env.sandbox.home.join(".claude/settings.json"))
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .envs(env.env())
+        .env("PATH", format!("{}:{path}", path_dir.display()))
+        .current_dir(&env.sandbox.work)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "install failed: {said}");
+    let registered = &env.claude_json()["mcpServers"]["ktr"];
+    assert!(
+        registered["command"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("/prefix/bin/ktr-mcp")),
+        "claude mcp add did not register ktr-mcp: {registered}; install said: {said}"
+    );
+}
+
+/// The text the model was sent, system messages left aside.
+fn conversation(request: &Logged) -> String {
+    request
+        .messages()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .flat_map(message_texts)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `needles` all occur in `haystack`, in this order.
+#[track_caller]
+fn assert_in_order(haystack: &str, needles: &[&str]) {
+    let mut from = 0;
+    for needle in needles {
+        match haystack[from..].find(needle) {
+            Some(at) => from += at + needle.len(),
+            None => panic!("{needle} is missing (or out of order) in:\n{haystack}"),
+        }
+    }
+}
+
+/// The content block types of every message of a request.
+fn block_types(request: &Logged) -> Vec<String> {
+    request
+        .messages()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b["type"].as_str().map(String::from))
+        .collect()
+}
+
+/// The conversation request sent just before `request`.
+#[track_caller]
+fn turn_before(api: &FakeApi, request: &Logged) -> Logged {
+    api.turns()
+        .into_iter()
+        .rfind(|t| t.at < request.at)
+        .expect("a request before")
+}
+
+/// Seconds between two history entries of `op`: the first transition to
+/// `from` and the last to `to`.
+#[track_caller]
+fn history_seconds(op: &Operation, from: Status, to: Status) -> f64 {
+    let at = |status: Status, first: bool| {
+        let mut hits = op.history.iter().filter(|t| t.to == status);
+        let hit = if first { hits.next() } else { hits.next_back() };
+        parse_rfc3339(&hit.or_panic(|| format!("no {status} in the history")).at).unwrap()
+    };
+    at(to, false)
+        .duration_since(at(from, true))
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// What the operation's history notes say, for messages.
+fn notes(op: &Operation) -> String {
+    op.history
+        .iter()
+        .map(|t| format!("{} → {}: {}", t.from, t.to, t.note))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The whole rebuild through the interactive CLI, then a rollback through
+/// it: Stop hook → prepare → verify → activate → `--resume <new>` with
+/// Claude Code's own ack; the next request carries every turn and no
+/// residue; then `ROLLBACK` → the pane resumes the old session, whose next
+/// request carries the tool results again.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
+    let bin = claude_bin();
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let started = Instant::now();
+    let lp = Loop::start(&bin, &[]);
+    let pane_before = lp.tmux.pane_pid();
+    let ended = lp.talk_until_the_request();
+
+    // After the reply the Stop hook schedules; the stages run detached.
+    let op = lp.wait_status("the rebuild to finish", Status::is_terminal);
+    let activated_after = ended.elapsed();
+    assert_eq!(
+        op.status,
+        Status::Activated,
+        "{}\n{}",
+        notes(&op),
+        lp.diagnosis()
+    );
+    let scheduled = op
+        .history
+        .iter()
+        .find(|t| t.to == Status::Scheduled)
+        .expect("the Stop hook scheduled it");
+    assert!(
+        scheduled
+            .note
+            .contains(&format!("Stop hook of session {}", lp.source_id)),
+        "{}",
+        scheduled.note
+    );
+    let candidate = op.candidate.clone().expect("a candidate");
+    let new_id = candidate.session_id.clone();
+    assert_ne!(new_id, lp.source_id);
+    lp.assert_pane_resumes(&new_id);
+    assert_ne!(
+        lp.tmux.pane_pid(),
+        pane_before,
+        "the pane was not respawned"
+    );
+    assert_eq!(
+        op.target_after.as_deref(),
+        Some(lp.tmux.pane_pid().to_string().as_str())
+    );
+    // Claude Code itself reported loading the rebuilt session.
+    let ack = op.ack.clone().expect("ktr-ack recorded the resume");
+    assert_eq!(ack.session_id, new_id);
+    let context_tokens = ack.context_tokens.expect("context_tokens");
+    assert!(context_tokens > 0);
+    let activated = op
+        .history
+        .iter()
+        .rfind(|t| t.to == Status::Activated)
+        .unwrap();
+    assert!(
+        activated.note.contains(&format!(
+            "Claude Code reports {context_tokens} context tokens"
+        )),
+        "activated without Claude Code's receipt: {}",
+        activated.note
+    );
+    let receipt = lp.store.artifacts_dir(&op.id).unwrap().join("ack.json");
+    assert!(receipt.is_file(), "no {}", receipt.display());
+
+    // The old transcript. ktr never writes it: what it froze is the source
+    // as it was after the request turn (the backup has the recorded digest,
+    // and ktr-activate checked that the source still had it right before
+    // the switch). Killing the old CLI may let Claude Code itself append a
+    // last record on exit, so the source must *start with* the frozen
+    // bytes; from the switch on nothing writes it any more (checked again
+    // after the probe below).
+    let backup = op.backup.clone().expect("a frozen backup");
+    assert_eq!(sha256_file(&backup).ok(), op.source_sha256);
+    let frozen = fs::read(&backup).unwrap();
+    assert!(
+        String::from_utf8_lossy(&frozen).contains("ASSISTANT-L3"),
+        "the freeze did not wait for the request turn to finish"
+    );
+    let source_now = fs::read(lp.source()).unwrap();
+    assert!(
+        source_now.starts_with(&frozen),
+        "the old transcript no longer starts with what was frozen"
+    );
+    let appended_on_exit = source_now.len() - frozen.len();
+    // What it appends (2.1.328: `last-prompt`, `cost-state`) is file-only:
+    // nothing anyone said after the freeze was left behind.
+    for line in String::from_utf8_lossy(&source_now[frozen.len()..]).lines() {
+        let record: Value = serde_json::from_str(line).unwrap_or_default();
+        assert!(
+            !matches!(record["type"].as_str(), Some("user" | "assistant")),
+            "a conversation record reached the old transcript after the freeze: {line}"
+        );
+    }
+    let source_digest = sha256_file(&lp.source()).unwrap();
+
+    // The next message reaches the model with every turn and no residue.
+    let after = lp.probe(
+        "USER-L4 PROBE-AFTER 你还记得吗？",
+        "PROBE-AFTER",
+        "ASSISTANT-L4",
+    );
+    let sent = conversation(&after);
+    let mut order: Vec<&str> = TALK
+        .iter()
+        .flat_map(|(line, marker)| [line.split(' ').next().unwrap(), *marker])
+        .collect();
+    order.push("PROBE-AFTER");
+    assert_in_order(&sent, &order);
+    let mut everything = String::new();
+    all_strings(&after.body["messages"], &mut everything);
+    for residue in RESIDUE {
+        assert!(
+            !everything.contains(residue),
+            "{residue} reached the model after the rebuild"
+        );
+    }
+    let types = block_types(&after);
+    for kind in ["tool_use", "tool_result", "thinking", "redacted_thinking"] {
+        assert!(
+            !types.iter().any(|t| t == kind),
+            "a {kind} block reached the model after the rebuild: {types:?}"
+        );
+    }
+    let before = turn_before(&lp.api, &after);
+    assert!(
+        conversation(&before).contains("REBUILD-ASK"),
+        "the request before the probe is not the rebuild turn"
+    );
+    let (before_bytes, after_bytes) = (before.messages_bytes(), after.messages_bytes());
+    assert!(
+        after_bytes < before_bytes,
+        "the request after the rebuild ({after_bytes} B) is not smaller than before ({before_bytes} B)"
+    );
+    assert_eq!(
+        sha256_file(&lp.source()).unwrap(),
+        source_digest,
+        "the old transcript changed while the rebuilt session ran"
+    );
+
+    let stop_to_activated = history_seconds(&op, Status::Scheduled, Status::Activated);
+    let activating = op
+        .history
+        .iter()
+        .find(|t| t.to == Status::Activating)
+        .unwrap();
+    let switch_to_ack = parse_rfc3339(&ack.at)
+        .unwrap()
+        .duration_since(parse_rfc3339(&activating.at).unwrap())
+        .unwrap_or_default()
+        .as_secs_f64();
+    eprintln!(
+        "loop: messages {before_bytes} B before the rebuild -> {after_bytes} B after ({:.1} %); \
+         request body {} B -> {} B; context_tokens {context_tokens} (estimate {:?}); \
+         reply end -> activated {:.1} s (Stop hook -> activated {stop_to_activated:.1} s, \
+         switch -> ack {switch_to_ack:.1} s, healthcheck_seconds 5); \
+         Claude Code appended {appended_on_exit} B to the old transcript on exit",
+        100.0 * after_bytes as f64 / before_bytes as f64,
+        before.bytes,
+        after.bytes,
+        op.estimated_tokens,
+        activated_after.as_secs_f64(),
+    );
+
+    // Rollback, asked for in the rebuilt session.
+    lp.api.add_rules(vec![Rule::new(
+        "ROLLBACK-ASK",
+        vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_rollback_request",
+                json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
+            )],
+            vec![text("ASSISTANT-L5 好的，回滚已请求；这条回复结束后切回。")],
+        ],
+    )]);
+    let pane_new = lp.tmux.pane_pid();
+    // The switch back follows the reply within milliseconds, so the reply
+    // may never be seen on the screen: wait for the operation instead.
+    lp.tmux
+        .type_line("USER-L5 还是回到旧窗口吧 ROLLBACK-ASK，我确认。");
+    let op = lp.wait_status("the rollback to finish", |s| {
+        matches!(s, Status::RolledBack | Status::Failed)
+    });
+    assert_eq!(
+        op.status,
+        Status::RolledBack,
+        "{}\n{}",
+        notes(&op),
+        lp.diagnosis()
+    );
+    assert!(
+        op.history.iter().any(|t| t.to == Status::RollbackScheduled
+            && t.note.contains(&format!("Stop hook of session {new_id}"))),
+        "{}",
+        notes(&op)
+    );
+    lp.assert_pane_resumes(&lp.source_id);
+    assert_ne!(lp.tmux.pane_pid(), pane_new, "the pane was not respawned");
+
+    // The old session again: its history comes back, tool results included.
+    let back = lp.probe(
+        "USER-L6 PROBE-BACK 回来了吗？",
+        "PROBE-BACK",
+        "ASSISTANT-L6",
+    );
+    let sent = conversation(&back);
+    assert_in_order(
+        &sent,
+        &["USER-L1", "ASSISTANT-L1", "ASSISTANT-L3", "PROBE-BACK"],
+    );
+    let mut everything = String::new();
+    all_strings(&back.body["messages"], &mut everything);
+    assert!(
+        everything.contains("TOOL-OUTPUT-LINE") && everything.contains("READ-CONTENT-MARKER"),
+        "the old session's tool results are missing after the rollback"
+    );
+    assert!(block_types(&back).iter().any(|t| t == "tool_result"));
+    assert!(
+        !sent.contains("PROBE-AFTER"),
+        "the rebuilt session's turn leaked into the old one"
+    );
+    eprintln!(
+        "rollback: Stop hook -> rolled_back {:.1} s; messages after rollback {} B; test took {:.1} s",
+        history_seconds(&op, Status::RollbackScheduled, Status::RolledBack),
+        back.messages_bytes(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A candidate Claude Code cannot load (every timestamp stripped by the
+/// debug-only `KTR_TEST_CORRUPT_CANDIDATE` hook, after which the recorded
+/// digests describe the corrupted bytes) is never switched to: ktr-verify
+/// refuses it (the timestamp check), the operation fails, the candidate is
+/// discarded, and the pane keeps running the old session, whose next
+/// request carries the old history.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
+    let bin = claude_bin();
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let started = Instant::now();
+    let lp = Loop::start(&bin, &[("KTR_TEST_CORRUPT_CANDIDATE", "strip-timestamps")]);
+    let pane_before = lp.tmux.pane_pid();
+    let ended = lp.talk_until_the_request();
+    let op = lp.wait_status("the rebuild to finish", Status::is_terminal);
+    let refused_after = ended.elapsed();
+    assert!(
+        matches!(op.status, Status::Failed | Status::RolledBack),
+        "a corrupted candidate ended {}\n{}",
+        op.status,
+        notes(&op)
+    );
+    // What really happens: verification catches it before any switch.
+    assert_eq!(op.status, Status::Failed, "{}", notes(&op));
+    let error = op.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("timestamp missing or not ISO-8601"),
+        "{error}"
+    );
+    assert_eq!(op.verification.as_ref().map(|v| v.ok), Some(false));
+    assert!(
+        !op.history.iter().any(|t| t.to == Status::Activating),
+        "the target was touched: {}",
+        notes(&op)
+    );
+    assert!(!op.needs_attention && !op.session_conflict);
+    let log = fs::read_to_string(lp.store.worker_log()).unwrap_or_default();
+    assert!(
+        log.contains("stripped every timestamp"),
+        "the test hook did not run:\n{log}"
+    );
+    let candidate = op.candidate.clone().expect("the candidate stays on record");
+    assert!(
+        !candidate.path.exists(),
+        "the refused candidate {} was not discarded",
+        candidate.path.display()
+    );
+
+    // The pane never moved: same process, still on the original session.
+    assert_eq!(lp.tmux.pane_pid(), pane_before, "the pane was respawned");
+    let argv = lp.tmux.pane_argv();
+    assert!(argv.contains(&lp.source_id), "{argv:?}");
+
+    let next = lp.probe("USER-P PROBE-OLD 还在吗？", "PROBE-OLD", "ASSISTANT-P");
+    let sent = conversation(&next);
+    assert_in_order(
+        &sent,
+        &[
+            "USER-L1",
+            "ASSISTANT-L1",
+            "USER-L2",
+            "ASSISTANT-L3",
+            "PROBE-OLD",
+        ],
+    );
+    let mut everything = String::new();
+    all_strings(&next.body["messages"], &mut everything);
+    assert!(everything.contains("TOOL-OUTPUT-LINE"));
+    eprintln!(
+        "refusal: reply end -> failed {:.1} s ({error}); test took {:.1} s",
+        refused_after.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn another_session_of_the_project_asking_through_mcp_is_refused_with_the_reason() {
+    let bin = claude_bin();
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let lp = Loop::start(&bin, &[]);
+    let pane = lp.tmux.pane_pid();
+    // A second live session in the same project, in another window: not
+    // the pane ktr switches.
+    let other = uuid::Uuid::new_v4().to_string();
+    let work = lp.env.sandbox.work.display().to_string();
+    let cli = lp.env.bin.display().to_string();
+    lp.tmux.run(&[
+        "new-window",
+        "-d",
+        "-t",
+        "cc:",
+        "-c",
+        &work,
+        "--",
+        &cli,
+        "--session-id",
+        &other,
+    ]);
+    let window = "cc:1.0";
+    lp.tmux.wait_idle_of(window, TURN);
+    lp.tmux.type_line_to(window, TALK[2].0);
+    lp.tmux
+        .wait_screen_of(window, "the reply ASSISTANT-L3", TURN, |s| {
+            s.contains("ASSISTANT-L3")
+        });
+    // The model got the refusal as the tool's result, naming both sessions.
+    let needle = format!("not the Claude of session {other}");
+    let refused = lp
+        .api
+        .turns()
+        .into_iter()
+        .find(|r| {
+            r.messages().iter().any(|m| {
+                m["content"].as_array().into_iter().flatten().any(|b| {
+                    let mut text = String::new();
+                    all_strings(&b["content"], &mut text);
+                    b["type"] == "tool_result" && b["is_error"] == true && text.contains(&needle)
+                })
+            })
+        })
+        .unwrap_or_else(|| {
+            let mut seen = String::new();
+            for r in lp.api.turns() {
+                for m in r.messages() {
+                    if m["role"] != "system" {
+                        let _ = std::fmt::Write::write_fmt(
+                            &mut seen,
+                            format_args!(
+                                "{}\n",
+                                &m.to_string().chars().take(600).collect::<String>()
+                            ),
+                        );
+                    }
+                }
+                seen.push_str("----\n");
+            }
+            panic!(
+                "the model never saw the refusal\nrequests:\n{seen}\n{}",
+                lp.diagnosis()
+            )
+        });
+    let mut said = String::new();
+    all_strings(&refused.body["messages"], &mut said);
+    assert!(
+        said.contains(&format!("target tmux pane {}", claude::PANE))
+            && said.contains(&format!("(session {}…)", &lp.source_id[..8])),
+        "the refusal names the target and the session it runs: {said}"
+    );
+    assert!(
+        lp.store.latest().unwrap().is_none(),
+        "nothing was requested"
+    );
+    assert_eq!(lp.tmux.pane_pid(), pane, "the target pane was not touched");
+}

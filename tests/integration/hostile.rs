@@ -1,0 +1,491 @@
+//! Hostile input and a tampered state dir (issue 11): every case is a clear
+//! one-line error or a no-op, never a hang, a panic, or a read or write
+//! outside its place. Real binaries, each in its own sandbox.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::Sandbox;
+use ktr::ids::SessionId;
+use ktr::pipeline::operation::{CandidateFile, Stage, Status, Worker};
+
+const KTR: &str = env!("CARGO_BIN_EXE_ktr");
+const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
+const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
+const SESSION: &str = "11111111-2222-4333-8444-555555555555";
+
+/// Run `bin args…` in the sandbox with `stdin`, killed after 10 s; it must
+/// finish well before that.
+#[track_caller]
+fn run(sandbox: &Sandbox, bin: &str, args: &[&str], stdin: &str) -> Output {
+    let start = Instant::now();
+    let mut child = sandbox
+        .command(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let _ = input.write_all(stdin.as_bytes());
+    drop(input);
+    let deadline = start + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{bin} {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The one-line stderr of a failed command, after checking its exit code.
+#[track_caller]
+fn fails(out: &Output, code: i32) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    err
+}
+
+/// The `systemMessage` of a hook reply (hooks always exit 0).
+#[track_caller]
+fn hook_message(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["systemMessage"].as_str().unwrap_or("").to_string()
+}
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+#[test]
+fn huge_numbers_in_the_config_are_refused_naming_the_key() {
+    let sandbox = Sandbox::new();
+    for key in [
+        "healthcheck_seconds",
+        "systemd_restart_timeout_seconds",
+        "activation_delay_seconds",
+    ] {
+        sandbox.write_config(&format!("{key} = 1e300"));
+        let err = fails(&run(&sandbox, KTR, &["status"], ""), 2);
+        assert!(err.contains(&format!("{key} must be")), "{err}");
+        let out = run(&sandbox, STOP, &[], "{}");
+        assert_eq!(out.status.code(), Some(0), "the Stop hook always exits 0");
+    }
+    sandbox.write_config("state_dir = \"\"");
+    let mut text = fs::read_to_string(&sandbox.config).unwrap();
+    text = text.replacen("state_dir = ", "# state_dir = ", 1);
+    fs::write(&sandbox.config, text).unwrap();
+    let err = fails(&run(&sandbox, KTR, &["status"], ""), 2);
+    assert!(err.contains("state_dir must not be empty"), "{err}");
+}
+
+#[test]
+fn fifos_and_devices_in_the_state_dir_or_as_config_never_hang() {
+    let sandbox = Sandbox::new();
+    fs::create_dir_all(sandbox.state.join("operations")).unwrap();
+    mkfifo(&sandbox.state.join("active"));
+    let id = "0000aaaa-0000-4000-8000-000000000001";
+    mkfifo(&sandbox.state.join(format!("operations/{id}.json")));
+    let stop = run(
+        &sandbox,
+        STOP,
+        &[],
+        &sandbox.stop_input(SESSION, &sandbox.project.join("x.jsonl")),
+    );
+    assert_eq!(stop.status.code(), Some(0));
+    let ack = run(
+        &sandbox,
+        ACK,
+        &[],
+        &format!(r#"{{"session_id":"{SESSION}","source":"resume"}}"#),
+    );
+    assert_eq!(ack.status.code(), Some(0));
+    let ops = run(&sandbox, KTR, &["ops"], "");
+    assert!(String::from_utf8_lossy(&ops.stderr).contains("a FIFO, not a regular file"));
+    let doctor = run(&sandbox, KTR, &["doctor"], "");
+    assert_eq!(
+        doctor.status.code(),
+        Some(1),
+        "doctor fails on a damaged operation file"
+    );
+    fs::remove_file(sandbox.state.join("active")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", sandbox.state.join("active")).unwrap();
+    assert_eq!(run(&sandbox, STOP, &[], "{}").status.code(), Some(0));
+    let fifo = sandbox.root().join("fifo.toml");
+    mkfifo(&fifo);
+    let out = run(
+        &sandbox,
+        KTR,
+        &["ops", "--config", fifo.to_str().unwrap()],
+        "",
+    );
+    assert!(fails(&out, 2).contains("a FIFO"));
+}
+
+#[test]
+fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
+    let sandbox = Sandbox::new();
+    let store = sandbox.store();
+    let victim = sandbox.root().join("victim.log");
+    fs::write(&victim, "untouched\n").unwrap();
+    std::os::unix::fs::symlink(&victim, sandbox.state.join("ktr.log")).unwrap();
+    let out = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
+    assert!(fails(&out, 1).contains("ktr.log"));
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
+    fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
+    let op = store.latest().unwrap().unwrap();
+    // A planted `artifacts` link is refused, not written through.
+    let outside = sandbox.root().join("outside");
+    fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, sandbox.state.join("artifacts")).unwrap();
+    assert!(
+        store
+            .artifacts_dir(&op.id)
+            .unwrap_err()
+            .message
+            .contains("symlink")
+    );
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    // An operation edited to a dead worker and a candidate outside project_dir:
+    // `ktr status` fails the operation but deletes nothing outside.
+    let planted = sandbox.root().join("cand-0000.jsonl");
+    fs::write(&planted, "keep me\n").unwrap();
+    sandbox.walk(&op.id, &[Status::Scheduled, Status::Running], |op| {
+        op.candidate = Some(CandidateFile {
+            session_id: SessionId::parse("cand-0000").unwrap(),
+            path: planted.clone(),
+            sha256: String::new(),
+        });
+        op.worker = Some(Worker {
+            pid: 999_999_999,
+            start_time: 1,
+            stage: Stage::Prepare,
+        });
+    });
+    let mut cmd = sandbox.command(KTR);
+    let status = cmd
+        .env("KTR_WORKER_GRACE_SECONDS", "0")
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(fs::read_to_string(&planted).unwrap(), "keep me\n");
+    let failed = store.load(&op.id).unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert!(
+        failed
+            .history
+            .last()
+            .unwrap()
+            .note
+            .contains("not deleting it")
+    );
+}
+
+#[test]
+fn a_damaged_operation_file_is_shown_and_set_aside_never_deleted() {
+    let sandbox = Sandbox::new();
+    let store = sandbox.store();
+    let id = "0000aaaa-0000-4000-8000-000000000002";
+    let path = sandbox.state.join(format!("operations/{id}.json"));
+    fs::write(&path, format!(r#"{{"id":"{id}","status":"exploded"}}"#)).unwrap();
+    let ops = run(&sandbox, KTR, &["ops"], "");
+    let err = String::from_utf8_lossy(&ops.stderr);
+    assert!(
+        err.contains("DAMAGED") && err.contains(id) && err.contains("ktr repair"),
+        "{err}"
+    );
+    let status = run(&sandbox, KTR, &["status"], "");
+    assert!(String::from_utf8_lossy(&status.stderr).contains("DAMAGED"));
+    let doctor = String::from_utf8(run(&sandbox, KTR, &["doctor"], "").stdout).unwrap();
+    assert!(doctor.contains("damaged operation file"), "{doctor}");
+    let refused = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
+    assert_eq!(refused.status.code(), Some(1));
+    let last = String::from_utf8_lossy(&refused.stderr)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(
+        last.contains("is damaged") && last.contains("ktr repair"),
+        "{last}"
+    );
+    let listed = String::from_utf8(run(&sandbox, KTR, &["repair"], "").stdout).unwrap();
+    assert!(listed.contains("would move") && path.exists(), "{listed}");
+    let wrong = run(&sandbox, KTR, &["repair", "--confirm", "yes"], "");
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).ends_with("confirmation must be exactly REPAIR\n")
+    );
+    let moved = run(&sandbox, KTR, &["repair", "--confirm", "REPAIR"], "");
+    assert_eq!(moved.status.code(), Some(0));
+    assert!(!path.exists());
+    let aside: Vec<_> = fs::read_dir(sandbox.state.join("damaged"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert!(
+        fs::read_to_string(aside[0].path())
+            .unwrap()
+            .contains("exploded")
+    );
+    assert!(store.request("again", "REBUILD", None).is_ok());
+}
+
+#[test]
+fn deleting_active_never_lets_a_second_operation_start() {
+    let sandbox = Sandbox::new();
+    let store = sandbox.store();
+    let op = store.request("first", "REBUILD", None).unwrap();
+    sandbox.walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
+    fs::remove_file(sandbox.state.join("active")).unwrap();
+    let err = store.request("second", "REBUILD", None).unwrap_err();
+    assert!(
+        err.message.contains(&*op.id) && err.message.contains("is running"),
+        "{err}"
+    );
+    assert_eq!(store.list().unwrap().len(), 1);
+    assert_eq!(
+        store.active(),
+        Some((op.id.clone(), Status::Running)),
+        "active rebuilt"
+    );
+}
+
+#[test]
+fn relative_paths_in_the_config_are_taken_from_its_folder() {
+    let sandbox = Sandbox::new();
+    let text = fs::read_to_string(&sandbox.config).unwrap();
+    let text = text.replace(
+        &format!("state_dir = {:?}", sandbox.state),
+        "state_dir = \"state\"",
+    );
+    fs::write(&sandbox.config, text).unwrap();
+    let elsewhere = sandbox.root().join("cwd");
+    fs::create_dir(&elsewhere).unwrap();
+    let mut cmd = sandbox.command(KTR);
+    let out = cmd
+        .current_dir(&elsewhere)
+        .args(["request", "--confirm", "REBUILD"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sandbox.state.join("active").exists());
+    assert!(!elsewhere.join("state").exists());
+}
+
+#[test]
+fn an_existing_shared_state_dir_is_refused_and_never_chmod_ed() {
+    let sandbox = Sandbox::new();
+    let shared = sandbox.root().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let text = fs::read_to_string(&sandbox.config).unwrap();
+    fs::write(
+        &sandbox.config,
+        text.replace(&format!("{:?}", sandbox.state), &format!("{shared:?}")),
+    )
+    .unwrap();
+    let err = fails(
+        &run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], ""),
+        1,
+    );
+    assert!(err.contains("writable by others"), "{err}");
+    assert_eq!(
+        fs::metadata(&shared).unwrap().permissions().mode() & 0o7777,
+        0o1777
+    );
+    let doctor = String::from_utf8(run(&sandbox, KTR, &["doctor"], "").stdout).unwrap();
+    assert!(doctor.contains("writable by others"), "{doctor}");
+}
+
+#[test]
+fn a_stop_naming_a_directory_or_fifo_leaves_the_request_pending() {
+    let sandbox = Sandbox::new();
+    let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+    let dir = sandbox.project.join(format!("{SESSION}.jsonl"));
+    fs::create_dir(&dir).unwrap();
+    let fifo = sandbox
+        .project
+        .join("22222222-2222-4333-8444-555555555555.jsonl");
+    mkfifo(&fifo);
+    for path in [&dir, &fifo] {
+        let out = run(&sandbox, STOP, &[], &sandbox.stop_input(SESSION, path));
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            sandbox.store().load(&op.id).unwrap().status,
+            Status::Pending
+        );
+    }
+    assert!(sandbox.records("ktr-prepare").is_empty());
+}
+
+#[test]
+fn under_lock_contention_the_stop_hook_answers_within_a_second_or_so() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.transcript(SESSION);
+    let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+    let lock = fs::OpenOptions::new()
+        .write(true)
+        .open(sandbox.state.join("coordinator.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let start = Instant::now();
+    let out = run(
+        &sandbox,
+        STOP,
+        &[],
+        &sandbox.stop_input(SESSION, &transcript),
+    );
+    let took = start.elapsed();
+    let message = hook_message(&out);
+    assert!(
+        message.contains("busy") && message.contains("next Stop"),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    drop(lock);
+    assert_eq!(
+        sandbox.store().load(&op.id).unwrap().status,
+        Status::Pending
+    );
+}
+
+#[test]
+fn a_request_without_a_project_dir_is_refused() {
+    let sandbox = Sandbox::new();
+    fs::remove_dir_all(&sandbox.project).unwrap();
+    let err = fails(
+        &run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], ""),
+        2,
+    );
+    assert!(
+        err.contains("project_dir") && err.contains("not a directory"),
+        "{err}"
+    );
+    assert!(sandbox.store().list().unwrap().is_empty());
+}
+
+#[test]
+fn a_symlinked_settings_file_is_written_through_and_stays_a_link() {
+    use ktr::admin::settings::Edit;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("dotfiles");
+    fs::create_dir(&repo).unwrap();
+    let real = repo.join("settings.json");
+    fs::write(&real, "{\n  \"theme\": \"dark\"\n}\n").unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o640)).unwrap();
+    let link = tmp.path().join("settings.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let prefix = tmp.path().join("bin");
+    let applied = Edit::merge(&link, &prefix, None).unwrap().apply().unwrap();
+    assert!(applied.changed);
+    assert_eq!(applied.through_link.as_deref(), Some(real.as_path()));
+    assert!(
+        fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let merged = fs::read_to_string(&real).unwrap();
+    assert!(
+        merged.contains("ktr-stop") && merged.contains("\"theme\""),
+        "{merged}"
+    );
+    assert_eq!(
+        fs::metadata(&real).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    let removed = Edit::unmerge(&link).unwrap().apply().unwrap();
+    assert!(removed.changed && removed.through_link.is_some());
+    assert!(
+        fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::read_to_string(&real).unwrap(),
+        "{\n  \"theme\": \"dark\"\n}\n"
+    );
+    // A FIFO as settings.json is refused at once, nothing changed.
+    let fifo = tmp.path().join("fifo.json");
+    mkfifo(&fifo);
+    assert!(
+        Edit::merge(&fifo, &prefix, None)
+            .unwrap_err()
+            .message
+            .contains("a FIFO")
+    );
+}
+
+#[test]
+fn the_mcp_server_answers_every_malformed_message_with_its_id_and_keeps_running() {
+    let sandbox = Sandbox::new();
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"pad\":\"{}\"}}",
+        "x".repeat(5 << 20)
+    );
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let input = [
+        "not json",
+        r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":"garbage"}"#,
+        &big,
+        r#"[{"jsonrpc":"2.0","id":11,"method":"ping"}]"#,
+        init,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let out = run(&sandbox, env!("CARGO_BIN_EXE_ktr-mcp"), &[], &input);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replies: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_id = |id: serde_json::Value| {
+        replies
+            .iter()
+            .filter(|r| r["id"] == id)
+            .map(|r| r["error"]["code"].as_i64().unwrap_or(0))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        by_id(serde_json::Value::Null),
+        [-32700, -32600],
+        "{replies:?}"
+    );
+    assert_eq!(by_id(7.into()), [-32602]);
+    assert_eq!(by_id(11.into()), [-32600]);
+    assert_eq!(by_id(1.into()), [0], "initialize still works");
+    assert_eq!(by_id(2.into()), [0], "and so does what follows");
+}

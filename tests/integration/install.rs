@@ -1,0 +1,633 @@
+//! The settings.json merge (golden cases) and the `install` script run for
+//! real into a temp HOME and prefix, with a stand-in `claude` on PATH.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ktr::admin::settings::{self, Edit, Json, Wanted};
+
+const WHAT: &str = "settings.json";
+
+fn wanted() -> Vec<Wanted> {
+    settings::wanted(
+        Path::new("/opt/ktr"),
+        Some(Path::new("/home/u/.config/ktr/config.toml")),
+    )
+    .unwrap()
+}
+
+fn events() -> Vec<&'static str> {
+    vec!["Stop", "UserPromptSubmit", "SessionStart"]
+}
+
+const OURS_ONLY: &str = r#"{
+  "hooks": {
+    "Stop": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/opt/ktr/ktr-stop --config /home/u/.config/ktr/config.toml",
+            "timeout": 10
+          }
+        ]
+      }
+    ],
+    "UserPromptSubmit": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml",
+            "timeout": 10
+          }
+        ]
+      }
+    ],
+    "SessionStart": [
+      {
+        "matcher": "resume",
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/opt/ktr/ktr-ack --config /home/u/.config/ktr/config.toml",
+            "timeout": 10
+          }
+        ]
+      }
+    ]
+  }
+}
+"#;
+
+#[test]
+fn absent_and_empty_files_get_exactly_our_three_hooks() {
+    assert_eq!(settings::merge(None, WHAT, &wanted()).unwrap(), OURS_ONLY);
+    assert_eq!(
+        settings::merge(Some(""), WHAT, &wanted()).unwrap(),
+        OURS_ONLY
+    );
+    assert_eq!(
+        settings::merge(Some(" \n"), WHAT, &wanted()).unwrap(),
+        OURS_ONLY
+    );
+    assert_eq!(
+        settings::merge(Some("{}"), WHAT, &wanted()).unwrap(),
+        OURS_ONLY.trim_end()
+    );
+}
+
+#[test]
+fn merging_twice_changes_nothing() {
+    let once = settings::merge(None, WHAT, &wanted()).unwrap();
+    let twice = settings::merge(Some(&once), WHAT, &wanted()).unwrap();
+    assert_eq!(once, twice);
+}
+
+#[test]
+fn foreign_hooks_in_every_position_keep_their_place_and_content() {
+    let original = r#"{
+  "model": "opus",
+  "permissions": {"allow": ["mcp__ktr__thread_rebuild_plan"]},
+  "hooks": {
+    "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}],
+    "Stop": [
+      {"hooks": [{"type": "command", "command": "notify-send before"}]},
+      {"matcher": "", "hooks": [{"type": "command", "command": "say done", "timeout": 3}]}
+    ],
+    "SessionStart": [
+      {"matcher": "startup", "hooks": [{"type": "command", "command": "load-memory.sh"}]},
+      {"matcher": "resume", "hooks": [{"type": "command", "command": "echo resumed"}]}
+    ],
+    "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "remind.sh"}]}]
+  },
+  "zeta": true
+}"#;
+    let merged = settings::merge(Some(original), WHAT, &wanted()).unwrap();
+    let doc = Json::parse(&merged).unwrap();
+    let keys = |v: &Json| match v {
+        Json::Object(e) => e.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        _ => panic!("not an object"),
+    };
+    assert_eq!(keys(&doc), ["model", "permissions", "hooks", "zeta"]);
+    let hooks = doc.get("hooks").unwrap();
+    assert_eq!(
+        keys(hooks),
+        ["PreToolUse", "Stop", "SessionStart", "UserPromptSubmit"]
+    );
+    // Every foreign entry is still there, in order, unchanged; ours come last.
+    let commands = |event: &str| -> Vec<String> {
+        let Json::Array(groups) = hooks.get(event).unwrap() else {
+            panic!()
+        };
+        groups
+            .iter()
+            .flat_map(|g| match g.get("hooks") {
+                Some(Json::Array(h)) => h.clone(),
+                _ => vec![],
+            })
+            .map(|h| match h.get("command") {
+                Some(Json::String(c)) => c.clone(),
+                _ => String::new(),
+            })
+            .collect()
+    };
+    assert_eq!(commands("PreToolUse"), ["guard.sh"]);
+    assert_eq!(
+        commands("Stop"),
+        [
+            "notify-send before",
+            "say done",
+            "/opt/ktr/ktr-stop --config /home/u/.config/ktr/config.toml"
+        ]
+    );
+    assert_eq!(
+        commands("SessionStart"),
+        [
+            "load-memory.sh",
+            "echo resumed",
+            "/opt/ktr/ktr-ack --config /home/u/.config/ktr/config.toml"
+        ]
+    );
+    assert_eq!(
+        commands("UserPromptSubmit"),
+        [
+            "remind.sh",
+            "/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml"
+        ]
+    );
+    // And taking ours out gives the same document back.
+    let back = settings::unmerge(Some(&merged), WHAT, &events()).unwrap();
+    assert_eq!(Json::parse(&back).unwrap(), Json::parse(original).unwrap());
+}
+
+#[test]
+fn stale_paths_from_an_older_install_are_updated_in_place_not_duplicated() {
+    let old = r#"{
+  "hooks": {
+    "Stop": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/usr/local/bin/ktr-stop",
+            "timeout": 30
+          },
+          {
+            "type": "command",
+            "command": "notify-send after-ktr"
+          }
+        ]
+      },
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "'/old prefix/ktr-stop'"
+          }
+        ]
+      }
+    ],
+    "SessionStart": [
+      {
+        "matcher": "resume",
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/usr/local/bin/ktr-ack"
+          }
+        ]
+      }
+    ]
+  }
+}
+"#;
+    let merged = settings::merge(Some(old), WHAT, &wanted()).unwrap();
+    let expected = old
+        .replace(
+            "\"command\": \"/usr/local/bin/ktr-stop\",\n            \"timeout\": 30",
+            "\"command\": \"/opt/ktr/ktr-stop --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10",
+        )
+        .replace(
+            ",\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"'/old prefix/ktr-stop'\"\n          }\n        ]\n      }",
+            "",
+        )
+        .replace(
+            "\"command\": \"/usr/local/bin/ktr-ack\"",
+            "\"command\": \"/opt/ktr/ktr-ack --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10",
+        )
+        // The hook an older install did not have comes last.
+        .replace(
+            "      }\n    ]\n  }\n}\n",
+            "      }\n    ],\n    \"UserPromptSubmit\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10\n          }\n        ]\n      }\n    ]\n  }\n}\n",
+        );
+    assert_eq!(merged, expected);
+    assert_eq!(settings::find_ours(&merged).unwrap().len(), 3);
+}
+
+#[test]
+fn our_ack_hook_under_the_wrong_matcher_moves_to_resume() {
+    let text = r#"{"hooks": {"SessionStart": [{"matcher": "startup", "hooks": [
+        {"type": "command", "command": "load.sh"},
+        {"type": "command", "command": "/x/ktr-ack"}]}]}}"#;
+    let merged = settings::merge(Some(text), WHAT, &wanted()).unwrap();
+    let found = settings::find_ours(&merged).unwrap();
+    let ack: Vec<_> = found.iter().filter(|f| f.program == "ktr-ack").collect();
+    assert_eq!(ack.len(), 1);
+    assert_eq!(ack[0].matcher.as_deref(), Some("resume"));
+    assert!(
+        merged.contains("load.sh"),
+        "the foreign hook beside it stays"
+    );
+}
+
+#[test]
+fn wrong_shapes_are_refused_with_what_to_fix() {
+    let cases = [
+        ("[]", "the top level must be an object"),
+        (r#"{"hooks": []}"#, "\"hooks\" must be an object"),
+        (
+            r#"{"hooks": {"Stop": {}}}"#,
+            "\"hooks.Stop\" must be a list",
+        ),
+        (
+            r#"{"hooks": {"Stop": ["x"]}}"#,
+            "\"hooks.Stop[0]\" must be an object",
+        ),
+        (
+            r#"{"hooks": {"SessionStart": [{"hooks": "x"}]}}"#,
+            "\"hooks.SessionStart[0].hooks\" must be a list",
+        ),
+        (
+            r#"{"hooks": {"SessionStart": [{"matcher": 1, "hooks": []}]}}"#,
+            "\"hooks.SessionStart[0].matcher\" must be a string",
+        ),
+        ("{\"model\": ", "is not valid JSON"),
+    ];
+    for (text, why) in cases {
+        let err = settings::merge(Some(text), WHAT, &wanted()).unwrap_err();
+        assert!(err.message.contains(why), "{text}: {err}");
+        assert!(err.message.contains("nothing was changed"), "{err}");
+        let err = settings::unmerge(Some(text), WHAT, &events()).unwrap_err();
+        assert!(err.message.contains(why), "{text}: {err}");
+    }
+    // Foreign events of any shape are none of our business.
+    assert!(settings::merge(Some(r#"{"hooks": {"Other": 5}}"#), WHAT, &wanted()).is_ok());
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn an_unparseable_file_is_left_untouched_without_a_backup() {
+    let dir = temp();
+    let path = dir.path().join("settings.json");
+    fs::write(&path, "{ \"model\": opus }").unwrap();
+    let err = Edit::merge(&path, Path::new("/opt/ktr"), None).unwrap_err();
+    assert!(err.message.contains("not valid JSON"), "{err}");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{ \"model\": opus }");
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn apply_keeps_the_mode_and_writes_a_timestamped_backup() {
+    let dir = temp();
+    let path = dir.path().join("settings.json");
+    let original = "{\n  \"model\": \"opus\"\n}";
+    fs::write(&path, original).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+    let applied = Edit::merge(&path, Path::new("/opt/ktr"), None)
+        .unwrap()
+        .apply()
+        .unwrap();
+    assert!(applied.changed);
+    let backup = applied.backup.unwrap();
+    assert!(
+        backup
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("settings.json.ktr-backup-2")
+    );
+    assert_eq!(fs::read_to_string(&backup).unwrap(), original);
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    assert!(
+        fs::read_to_string(&path)
+            .unwrap()
+            .starts_with("{\n  \"model\": \"opus\",\n  \"hooks\"")
+    );
+    // Again: nothing to do, no new backup.
+    let again = Edit::merge(&path, Path::new("/opt/ktr"), None).unwrap();
+    assert!(!again.changes());
+    assert_eq!(again.apply().unwrap().backup, None);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
+    // Unmerge restores the original bytes (no trailing newline, key order).
+    Edit::unmerge(&path).unwrap().apply().unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), original);
+}
+
+// ---- the install script ----
+
+#[allow(clippy::struct_field_names)] // a Home has a home dir
+struct Home {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    prefix: PathBuf,
+    path_dir: PathBuf,
+    settings: PathBuf,
+    config: PathBuf,
+    claude_log: PathBuf,
+}
+
+impl Home {
+    fn new() -> Home {
+        let tmp = temp();
+        let root = tmp.path().to_path_buf();
+        let h = Home {
+            home: root.join("home"),
+            prefix: root.join("prefix/bin"),
+            path_dir: root.join("path"),
+            settings: root.join("home/.claude/settings.json"),
+            config: root.join("home/.config/ktr/config.toml"),
+            claude_log: root.join("claude-argv.log"),
+            _tmp: tmp,
+        };
+        fs::create_dir_all(h.home.join(".claude")).unwrap();
+        fs::create_dir_all(&h.path_dir).unwrap();
+        // A stand-in `claude`: records argv and keeps ~/.claude.json the
+        // way `claude mcp add/remove --scope user` does.
+        let claude = h.path_dir.join("claude");
+        fs::write(
+            &claude,
+            format!(
+                r#"#!/bin/sh
+printf '%s\n' "$*" >> '{log}'
+case "$1 $2" in
+"mcp add")
+    shift 6
+    cmd=$1; shift
+    args=""
+    for a in "$@"; do args="$args${{args:+,}}\"$a\""; done
+    printf '{{"mcpServers":{{"ktr":{{"type":"stdio","command":"%s","args":[%s],"env":{{}}}}}}}}\n' "$cmd" "$args" > "$HOME/.claude.json" ;;
+"mcp remove")
+    [ -f "$HOME/.claude.json" ] || exit 1
+    printf '{{"mcpServers":{{}}}}\n' > "$HOME/.claude.json" ;;
+esac
+"#,
+                log = h.claude_log.display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&claude, fs::Permissions::from_mode(0o755)).unwrap();
+        h
+    }
+
+    /// Run `install` with `args` (plus --prefix and the built binaries).
+    fn install(&self, args: &[&str]) -> (String, i32) {
+        let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+        let out = Command::new("sh")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
+            .arg("--prefix")
+            .arg(&self.prefix)
+            .arg("--bin-dir")
+            .arg(bin_dir)
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", format!("{}:/usr/bin:/bin", self.path_dir.display()))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (text, out.status.code().unwrap_or(-1))
+    }
+
+    fn claude_calls(&self) -> Vec<String> {
+        fs::read_to_string(&self.claude_log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    fn files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.home.parent().unwrap().to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for e in fs::read_dir(&dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push((p.clone(), fs::read(&p).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+const FOREIGN: &str = r#"{
+  "model": "opus",
+  "hooks": {
+    "Stop": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "notify-send done"
+          }
+        ]
+      }
+    ]
+  }
+}
+"#;
+
+#[test]
+fn install_reinstall_and_uninstall_in_a_temp_home() {
+    let h = Home::new();
+    fs::write(&h.settings, FOREIGN).unwrap();
+    // The household's own config exists already: never overwritten.
+    fs::create_dir_all(h.config.parent().unwrap()).unwrap();
+    let own_config = "# mine\nproject_dir = \"~/.claude/projects/-work\"\n";
+    fs::write(&h.config, own_config).unwrap();
+
+    let (out, code) = h.install(&[]);
+    assert_eq!(code, 0, "{out}");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+    for b in ["ktr", "ktr-stop", "ktr-prompt", "ktr-ack", "ktr-mcp"] {
+        let installed = h.prefix.join(b);
+        assert_eq!(
+            fs::read(&installed).unwrap(),
+            fs::read(bin_dir.join(b)).unwrap(),
+            "{b}"
+        );
+        assert_eq!(
+            fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+    }
+    assert_eq!(fs::read_to_string(&h.config).unwrap(), own_config);
+    let merged = fs::read_to_string(&h.settings).unwrap();
+    assert!(merged.contains("notify-send done"));
+    let found = settings::find_ours(&merged).unwrap();
+    assert_eq!(found.len(), 3);
+    for f in &found {
+        assert!(Path::new(&f.path).starts_with(&h.prefix), "{f:?}");
+        assert!(Path::new(&f.path).is_file());
+    }
+    assert!(merged.contains(&format!("--config {}", h.config.display())));
+    let backups: Vec<_> = fs::read_dir(h.settings.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("ktr-backup"))
+        .collect();
+    assert_eq!(backups.len(), 1);
+    assert_eq!(fs::read_to_string(backups[0].path()).unwrap(), FOREIGN);
+    let mcp = h.prefix.join("ktr-mcp");
+    assert_eq!(
+        h.claude_calls().last().unwrap(),
+        &format!(
+            "mcp add --scope user ktr -- {} --config {}",
+            mcp.display(),
+            h.config.display()
+        )
+    );
+
+    // The installed doctor sees the hooks and the MCP server.
+    let doctor = Command::new(h.prefix.join("ktr"))
+        .args(["--config"])
+        .arg(&h.config)
+        .args(["doctor", "--json"])
+        .env_clear()
+        .env("HOME", &h.home)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    for name in ["hooks", "mcp"] {
+        let c = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap();
+        assert_eq!(c["ok"], true, "{c}");
+    }
+
+    // Reinstalling changes nothing: same bytes everywhere, no new backup,
+    // no new claude call.
+    let before = h.files();
+    let calls = h.claude_calls().len();
+    let (out, code) = h.install(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(h.files(), before, "reinstall changed files: {out}");
+    assert_eq!(h.claude_calls().len(), calls);
+    assert!(
+        out.contains("already up to date") && out.contains("already registered"),
+        "{out}"
+    );
+
+    // A dry-run uninstall writes nothing.
+    let (out, code) = h.install(&["--uninstall", "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(h.files(), before);
+    assert!(
+        out.contains("- ") && out.contains("ktr-stop"),
+        "shows the diff: {out}"
+    );
+
+    // Uninstall: the original settings bytes, no binaries, MCP removed,
+    // the household's config kept.
+    let (out, code) = h.install(&["--uninstall"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(fs::read_to_string(&h.settings).unwrap(), FOREIGN);
+    for b in ["ktr", "ktr-stop", "ktr-ack", "ktr-mcp"] {
+        assert!(!h.prefix.join(b).exists(), "{b}");
+    }
+    assert_eq!(
+        h.claude_calls().last().unwrap(),
+        "mcp remove --scope user ktr"
+    );
+    assert_eq!(fs::read_to_string(&h.config).unwrap(), own_config);
+}
+
+#[test]
+fn dry_run_shows_the_diff_and_writes_nothing() {
+    let h = Home::new();
+    fs::write(&h.settings, FOREIGN).unwrap();
+    let before = h.files();
+    let (out, code) = h.install(&["--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(h.files(), before, "dry run wrote something");
+    assert!(h.claude_calls().is_empty());
+    assert!(out.contains("+             \"command\": \""), "{out}");
+    assert!(out.contains("would write a config template"), "{out}");
+    assert!(
+        out.contains("would run: claude mcp add --scope user ktr"),
+        "{out}"
+    );
+    assert!(!h.prefix.exists());
+}
+
+#[test]
+fn a_fresh_install_writes_a_private_template_and_uninstall_removes_it_untouched() {
+    let h = Home::new();
+    fs::remove_file(h.path_dir.join("claude")).unwrap();
+    let (out, code) = h.install(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        fs::metadata(&h.config).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        fs::read_to_string(&h.config)
+            .unwrap()
+            .contains("# project_dir =")
+    );
+    // Without claude on PATH the exact command is printed.
+    assert!(
+        out.contains(&format!(
+            "claude mcp add --scope user ktr -- {} --config {}",
+            h.prefix.join("ktr-mcp").display(),
+            h.config.display()
+        )),
+        "{out}"
+    );
+    let (out, code) = h.install(&["--uninstall"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!h.config.exists(), "the untouched template goes: {out}");
+    assert_eq!(
+        fs::read_to_string(&h.settings).unwrap(),
+        "{}\n",
+        "our hooks are gone"
+    );
+}
+
+#[test]
+fn a_broken_settings_file_stops_the_install_and_stays_untouched() {
+    let h = Home::new();
+    fs::write(&h.settings, "{\"hooks\": [}").unwrap();
+    let (out, code) = h.install(&[]);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("not valid JSON") && out.contains("nothing was changed"),
+        "{out}"
+    );
+    assert_eq!(fs::read_to_string(&h.settings).unwrap(), "{\"hooks\": [}");
+    assert!(
+        h.claude_calls().is_empty(),
+        "no MCP registration after a refused merge"
+    );
+}

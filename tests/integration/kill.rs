@@ -1,0 +1,146 @@
+//! SIGKILL every stage at every step (the `KTR_TEST_PAUSE_AT` hook) and
+//! check SPEC §0.6: the operation ends terminal at the next Stop hook, the
+//! source is byte-identical, a candidate that never ran is gone, and a new
+//! request then goes all the way through.
+
+use std::process::Command;
+
+use crate::support::rig::{Rig, SRC};
+use ktr::pipeline::operation::Status;
+
+/// Kill the stage paused at `at` and check the recovery; then prove the
+/// next request works.
+#[track_caller]
+fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
+    let source_sha = rig.source_sha();
+    rig.pause_at = Some(at.to_string());
+    let op = rig.request();
+    assert!(rig.stop_current().contains("rebuild scheduled"), "{at}");
+    let pid = rig.wait_paused();
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "{at}: kill {pid}");
+    std::fs::remove_file(&rig.pause_file).unwrap();
+    let paused = rig.store().load(&op.id).unwrap();
+    assert_eq!(paused.status, died_in, "{at}: status when killed");
+
+    // The next Stop hook notices the dead worker and tells the human.
+    rig.pause_at = None;
+    let out = rig.stop_current();
+    let why = format!("worker died during {died_in}");
+    assert!(out.contains(&why), "{at}: {out}");
+    let op = rig.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Failed, "{at}");
+    assert_eq!(op.error.as_deref(), Some(why.as_str()), "{at}");
+    assert_eq!(rig.store().active(), None, "{at}: nothing blocks");
+    assert_eq!(rig.source_sha(), source_sha, "{at}: source untouched");
+    if died_in == Status::Activating {
+        assert!(op.needs_attention, "{at}: a human must look at the target");
+        assert_eq!(
+            op.target_after.as_deref(),
+            Some(rig.pane_pid().as_str()),
+            "{at}"
+        );
+    } else {
+        assert!(!op.needs_attention, "{at}");
+        assert_eq!(
+            rig.transcripts()
+                .iter()
+                .filter(|n| !n.starts_with(SRC))
+                .count(),
+            rig.activated_candidates(),
+            "{at}: the never-run candidate was discarded"
+        );
+    }
+
+    // A new request goes all the way.
+    let next = rig.request();
+    assert!(rig.stop_current().contains("rebuild scheduled"), "{at}");
+    let next = rig.wait_terminal(&next.id);
+    assert_eq!(next.status, Status::Activated, "{at}: {:?}", next.error);
+    let new_id = next.candidate.unwrap().session_id;
+    assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()), "{at}");
+    assert_eq!(rig.source_sha(), source_sha, "{at}: source untouched");
+}
+
+trait Activated {
+    fn activated_candidates(&self) -> usize;
+}
+
+impl Activated for Rig {
+    /// Candidates of activated operations (kept: Claude Code ran them).
+    fn activated_candidates(&self) -> usize {
+        self.store()
+            .list()
+            .unwrap()
+            .iter()
+            .filter(|op| op.status == Status::Activated)
+            .count()
+    }
+}
+
+#[test]
+fn killing_ktr_prepare_at_every_step() {
+    let mut rig = Rig::tmux();
+    for (step, status) in [
+        ("delay", Status::Scheduled),
+        ("running", Status::Running),
+        ("frozen", Status::Running),
+        ("written", Status::Running),
+    ] {
+        kill_at(&mut rig, &format!("prepare:{step}"), status);
+    }
+}
+
+#[test]
+fn killing_ktr_verify_at_every_step() {
+    let mut rig = Rig::tmux();
+    for step in ["start", "verified"] {
+        kill_at(&mut rig, &format!("verify:{step}"), Status::Verifying);
+    }
+}
+
+#[test]
+fn killing_ktr_activate_at_every_step() {
+    let mut rig = Rig::tmux();
+    for (step, status) in [
+        ("start", Status::Verifying),
+        ("checked", Status::Activating),
+        ("switched", Status::Activating),
+        ("healthy", Status::Activating),
+    ] {
+        kill_at(&mut rig, &format!("activate:{step}"), status);
+    }
+}
+
+#[test]
+fn killing_ktr_rollback_mid_switch_needs_attention() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild();
+    assert_eq!(op.status, Status::Activated, "{:?}", op.error);
+    let candidate = op.candidate.clone().unwrap();
+    rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    rig.pause_at = Some("rollback:switched".into());
+    rig.stop(&candidate.session_id, &candidate.path);
+    let pid = rig.wait_paused();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::remove_file(&rig.pause_file).unwrap();
+    rig.pause_at = None;
+    let out = rig.stop_source();
+    assert!(out.contains("worker died during rolling_back"), "{out}");
+    let op = rig.store().load(&op.id).unwrap();
+    assert_eq!((op.status, op.needs_attention), (Status::Failed, true));
+    assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
+    assert!(
+        candidate.path.exists(),
+        "an activated candidate is never deleted"
+    );
+}

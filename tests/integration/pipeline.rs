@@ -1,0 +1,640 @@
+//! The rebuild pipeline end to end through the real binaries: `ktr-stop`
+//! fed a Stop JSON starts `ktr-prepare`, which hands over to `ktr-verify`
+//! and `ktr-activate`, against a private tmux server whose pane runs the
+//! stand-in claude (or the stand-in systemd unit, or a pointer file).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use crate::support::rig::{Kind, Rig, SRC, UNIT};
+use ktr::engine::candidate::ManifestEntry;
+use ktr::engine::conserve::{Expected, check};
+use ktr::fsutil::sha256_hex;
+use ktr::pipeline::operation::{Operation, Status};
+
+use Status::*;
+
+fn mode(path: &std::path::Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Check the candidate of an activated operation the way a user would:
+/// the file the resumed claude read is the recorded candidate, and it
+/// verifies against the frozen backup.
+#[track_caller]
+fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
+    let candidate = op.candidate.as_ref().unwrap();
+    let read = rig.read_by_claude().expect("claude read a transcript");
+    assert_eq!(
+        sha256_hex(&read),
+        candidate.sha256,
+        "claude read the candidate"
+    );
+    assert_eq!(fs::read(&candidate.path).unwrap(), read);
+    let manifest: Vec<ManifestEntry> = op.manifest.clone();
+    let report = check(
+        &rig.config(),
+        op.backup.as_ref().unwrap(),
+        &candidate.path,
+        &Expected {
+            session_id: &candidate.session_id,
+            candidate_sha256: &candidate.sha256,
+            manifest: &manifest,
+            left_out: &op.left_out,
+        },
+    )
+    .unwrap();
+    assert_eq!(report.candidate_lines, manifest.len());
+    // Real sentences, human and assistant, are in what claude loaded.
+    let text = String::from_utf8(read).unwrap();
+    for sentence in [
+        "小满，早上好！今天我们先把日志分析脚本修好，好吗？",
+        "改好了：worker.py 现在读取 WORKER0_TIMEOUT。单元测试 42 个全部通过 ✅",
+        "谢谢小满！今晚十点前提醒我提交代码。",
+    ] {
+        assert!(text.contains(sentence), "{sentence} missing");
+    }
+    assert!(!text.contains("tool_use") && !text.contains("\"thinking\""));
+}
+
+/// The uuid of the last user/assistant record (where a new message hangs).
+fn last_speech_uuid(transcript: &str) -> String {
+    transcript
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "user" || v["type"] == "assistant")
+        .find_map(|v| v["uuid"].as_str().map(String::from))
+        .unwrap()
+}
+
+#[test]
+fn happy_path_activates_and_the_pane_resumes_the_candidate() {
+    let rig = Rig::tmux();
+    let source_sha = rig.source_sha();
+    let pane_before = rig.pane_pid();
+    let op = rig.request();
+    let out = rig.stop_source();
+    assert!(out.contains("rebuild scheduled"), "{out}");
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert_eq!(
+        Rig::path_of(&op),
+        [
+            Pending, Scheduled, Running, Verifying, Activating, Activated
+        ]
+    );
+    let candidate = op.candidate.clone().unwrap();
+    assert_eq!(
+        rig.resumed().as_deref(),
+        Some(candidate.session_id.as_str())
+    );
+    assert_candidate_verifies(&rig, &op);
+    // Prepare recorded what it saw; activate what it left.
+    assert_eq!(op.source_sha256.as_deref(), Some(source_sha.as_str()));
+    assert_eq!(op.target_before.as_deref(), Some(pane_before.as_str()));
+    assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
+    assert_ne!(op.target_after, op.target_before);
+    assert_eq!(op.attempts, 1);
+    assert!(op.estimated_tokens.unwrap() > 0);
+    assert!(op.prepared_at.is_some() && op.verification.as_ref().unwrap().ok);
+    assert!(op.stats.as_ref().unwrap().selected_turns > 3);
+    assert!(op.worker.is_none() && op.error.is_none());
+    // Evidence: the frozen backup and the startup snapshot, private.
+    let backup = op.backup.clone().unwrap();
+    assert_eq!(fs::read(&backup).unwrap(), fs::read(&rig.source).unwrap());
+    assert_eq!(mode(&backup), 0o600);
+    assert_eq!(mode(backup.parent().unwrap()), 0o700);
+    let snapshot = fs::read_to_string(backup.with_file_name("startup_snapshot.txt")).unwrap();
+    assert!(snapshot.contains("住在杭州的林先生"), "{snapshot}");
+    assert_eq!(mode(&candidate.path), 0o600);
+    // The source is untouched and only the candidate was added.
+    assert_eq!(rig.source_sha(), source_sha);
+    let mut expected = vec![
+        format!("{SRC}.jsonl"),
+        format!("{}.jsonl", candidate.session_id),
+    ];
+    expected.sort();
+    assert_eq!(rig.transcripts(), expected);
+    assert_eq!(
+        rig.store().active(),
+        None,
+        "nothing blocks the next request"
+    );
+    // Each stage logged its steps.
+    let log = fs::read_to_string(rig.sandbox.state.join("worker.log")).unwrap();
+    for stage in ["ktr-prepare", "ktr-verify", "ktr-activate"] {
+        assert!(
+            log.contains(&format!("{stage}[")),
+            "{stage} missing in {log}"
+        );
+    }
+    assert!(log.contains("activated: tmux pane t:0.0"), "{log}");
+}
+
+/// Install `ktr-ack` as Claude Code's `SessionStart` hook in the sandbox.
+fn install_ack_hook(rig: &Rig) {
+    let settings = rig.sandbox.home.join(".claude/settings.json");
+    let hook = serde_json::json!({"hooks": {"SessionStart": [{"matcher": "resume", "hooks": [
+        {"type": "command", "command": format!("{} --config {}", env!("CARGO_BIN_EXE_ktr-ack"), rig.sandbox.config.display())}
+    ]}]}});
+    fs::write(settings, hook.to_string()).unwrap();
+}
+
+#[test]
+fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
+    let mut rig = Rig::tmux();
+    install_ack_hook(&rig);
+    let ack = env!("CARGO_BIN_EXE_ktr-ack").to_string();
+    let config = rig.sandbox.config.display().to_string();
+    rig.env.extend([
+        ("FAKE_CLAUDE_ACK".to_string(), ack),
+        ("FAKE_CLAUDE_ACK_CONFIG".into(), config),
+        ("FAKE_CLAUDE_CONTEXT_TOKENS".into(), "41234".into()),
+    ]);
+    rig.write_config("");
+    let op = rig.rebuild();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    let ack = op.ack.clone().expect("Claude Code's receipt");
+    assert_eq!(ack.session_id, new_id);
+    assert_eq!(op.context_tokens(), Some(41234));
+    assert!(op.estimated_tokens.is_some(), "measured next to estimated");
+    let note = &op.history.last().unwrap().note;
+    assert!(note.contains("41234 context tokens"), "{note}");
+
+    // A later resume of the same session (a restart by hand) is its own
+    // event: the activation's first receipt stays.
+    let later = serde_json::json!({
+        "session_id": new_id, "source": "resume", "hook_event_name": "SessionStart",
+        "context_tokens": 55555,
+    });
+    let (_, code) = rig
+        .sandbox
+        .hook(env!("CARGO_BIN_EXE_ktr-ack"), &later.to_string());
+    assert_eq!(code, 0);
+    let op = rig.store().load(&op.id).unwrap();
+    assert_eq!(
+        op.context_tokens(),
+        Some(41234),
+        "the first receipt per activation"
+    );
+    let resumes = rig
+        .store()
+        .artifacts_dir(&op.id)
+        .unwrap()
+        .join("resumes.jsonl");
+    let resumes = fs::read_to_string(resumes).unwrap();
+    assert_eq!(resumes.lines().count(), 1);
+    assert!(resumes.contains("55555"), "{resumes}");
+}
+
+#[test]
+fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
+    let rig = Rig::tmux();
+    // The hook is installed but this claude never runs it.
+    install_ack_hook(&rig);
+    let op = rig.rebuild();
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    let error = op.error.unwrap();
+    assert!(error.contains("did not report SessionStart"), "{error}");
+    assert_eq!(rig.resumed().as_deref(), Some(SRC));
+}
+
+#[test]
+fn a_pane_replaced_after_prepare_is_a_conflict_and_stays_untouched() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:start");
+    // A third party restarts the pane between prepare and activate.
+    let server = rig.tmux.as_ref().unwrap();
+    server.tmux(&["respawn-pane", "-k", "-t", "t:0.0", "sleep", "3600"]);
+    let pane = rig.pane_pid();
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Failed);
+    assert!(op.session_conflict);
+    let error = op.error.unwrap();
+    assert!(error.contains("changed since prepare"), "{error}");
+    assert_eq!(rig.pane_pid(), pane, "the pane was not touched");
+    assert_eq!(rig.resume_history(), [SRC], "claude was never respawned");
+    assert_eq!(
+        rig.transcripts(),
+        [format!("{SRC}.jsonl")],
+        "candidate discarded"
+    );
+    // status says the candidate is gone and what the pane runs now.
+    let status = ktr_status(&rig, &op.id);
+    assert!(status.contains("(discarded: it never ran)"), "{status}");
+    assert!(
+        status.contains(&format!(
+            "target now        tmux pane t:0.0 (server -L {}) runs pid {pane} (sleep 3600)",
+            rig.tmux.as_ref().unwrap().socket
+        )),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_competing_transcript_after_prepare_refuses_the_switch() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:start");
+    let other = rig
+        .sandbox
+        .project
+        .join("0e0e0e0e-1111-4222-8333-444455556666.jsonl");
+    fs::write(&other, "{\"type\":\"user\"}\n").unwrap();
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Failed);
+    assert!(op.session_conflict);
+    let error = op.error.unwrap();
+    assert!(error.contains(&other.display().to_string()), "{error}");
+    assert_eq!(rig.resume_history(), [SRC]);
+}
+
+#[test]
+fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:start");
+    let first = rig.store().load(&op.id).unwrap().candidate.unwrap();
+    // The human typed again after prepare froze the source.
+    let mut text = fs::read_to_string(&rig.source).unwrap();
+    let parent = last_speech_uuid(&text);
+    text.push_str(&format!(
+        "{{\"type\":\"user\",\"uuid\":\"f0f0f0f0-0000-4000-8000-000000000001\",\"parentUuid\":\"{parent}\",\"sessionId\":\"{SRC}\",\"timestamp\":\"2026-11-21T09:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"晚安，小满，明天见。\"}}}}\n"
+    ));
+    fs::write(&rig.source, text).unwrap();
+    rig.unpause();
+    let op = rig.wait_until(&op.id, |op| op.status == Pending);
+    // The Stop hook reads `active`, written right after the operation file.
+    let pending = Some((op.id.clone(), Pending));
+    assert!(crate::support::wait_for(
+        crate::support::rig::SETTLE,
+        || rig.store().active() == pending
+    ));
+    assert_eq!((op.attempts, op.candidate.is_none()), (1, true));
+    assert!(!first.path.exists(), "the stale candidate was discarded");
+    assert_eq!(rig.resume_history(), [SRC], "nothing was switched");
+    // The next Stop prepares from the fresh transcript and activates.
+    rig.pause_at = None;
+    let out = rig.stop_source();
+    assert!(out.contains("rebuild scheduled"), "{out}");
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert_eq!(op.attempts, 2);
+    let read = String::from_utf8(rig.read_by_claude().unwrap()).unwrap();
+    assert!(
+        read.contains("晚安，小满，明天见。"),
+        "the new message is carried"
+    );
+}
+
+#[test]
+fn source_changes_stop_after_source_change_retries() {
+    let mut rig = Rig::tmux();
+    rig.write_config("source_change_retries = 0");
+    let op = rig.rebuild_paused_at("activate:start");
+    fs::write(&rig.source, fs::read_to_string(&rig.source).unwrap() + "\n").unwrap();
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Failed);
+    assert!(op.error.unwrap().contains("source_change_retries = 0"));
+    assert!(!op.candidate.unwrap().path.exists());
+}
+
+#[test]
+fn an_unhealthy_new_session_falls_back_to_the_old_one() {
+    let rig = Rig::with(Kind::Tmux, "", &[("FAKE_CLAUDE_ONLY", SRC)]);
+    let op = rig.rebuild();
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    assert_eq!(op.rollback_ok, Some(true));
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    assert!(
+        op.error
+            .unwrap()
+            .contains(&format!("new session {new_id} unhealthy"))
+    );
+    assert_eq!(rig.resume_history(), [SRC, new_id.as_str(), SRC]);
+    assert_eq!(
+        rig.resumed().as_deref(),
+        Some(SRC),
+        "the old session runs again"
+    );
+    assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
+    assert!(!op.needs_attention);
+}
+
+#[test]
+fn a_failing_fallback_needs_attention() {
+    let mut rig = Rig::tmux();
+    // From now on every resumed claude exits at once: the new session and
+    // the old one alike.
+    rig.env.push(("FAKE_CLAUDE_MODE".into(), "exit".into()));
+    rig.write_config("");
+    let op = rig.rebuild();
+    assert_eq!(op.status, Failed);
+    assert_eq!((op.rollback_ok, op.needs_attention), (Some(false), true));
+    assert!(
+        op.error
+            .unwrap()
+            .contains("resuming the old session failed too")
+    );
+    assert!(op.target_after.is_some());
+}
+
+#[test]
+fn rollback_after_activation_resumes_the_old_session() {
+    let rig = Rig::tmux();
+    let op = rig.rebuild();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let candidate = op.candidate.clone().unwrap();
+    let op = rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    assert_eq!(op.status, RollbackPending);
+    // The old session's Stop is not the one to trigger it.
+    rig.stop_source();
+    assert_eq!(rig.store().load(&op.id).unwrap().status, RollbackPending);
+    // The new session finishes a reply: its Stop starts ktr-rollback.
+    let out = rig.stop(&candidate.session_id, &candidate.path);
+    assert!(out.contains("rollback scheduled"), "{out}");
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    assert_eq!(
+        Rig::path_of(&op)[5..],
+        [
+            Activated,
+            RollbackPending,
+            RollbackScheduled,
+            RollingBack,
+            RolledBack
+        ]
+    );
+    assert_eq!(
+        rig.resume_history(),
+        [SRC, candidate.session_id.as_str(), SRC]
+    );
+    assert!(candidate.path.exists(), "an activated candidate is kept");
+    // "target after" is what runs after the rollback, not before it.
+    assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
+    let status = ktr_status(&rig, &op.id);
+    assert!(
+        status.contains(&format!("target after      {}", rig.pane_pid())),
+        "{status}"
+    );
+}
+
+/// `ktr status OP` as a human reads it.
+fn ktr_status(rig: &Rig, id: &str) -> String {
+    let out = rig
+        .program(env!("CARGO_BIN_EXE_ktr"))
+        .envs(rig.hook_env())
+        .args(["status", id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn rollback_refuses_when_the_target_changed_since_activation() {
+    let rig = Rig::tmux();
+    let op = rig.rebuild();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let candidate = op.candidate.clone().unwrap();
+    rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    let server = rig.tmux.as_ref().unwrap();
+    server.tmux(&["respawn-pane", "-k", "-t", "t:0.0", "sleep", "3600"]);
+    let pane = rig.pane_pid();
+    rig.stop(&candidate.session_id, &candidate.path);
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!((op.status, op.session_conflict), (Failed, true));
+    assert_eq!(rig.pane_pid(), pane, "untouched");
+}
+
+#[test]
+fn a_cancelled_request_is_never_prepared() {
+    let rig = Rig::tmux();
+    let op = rig.request();
+    rig.store().cancel(&op.id, "CANCEL").unwrap();
+    let out = rig.stop_source();
+    assert!(out.contains("suppressOutput"), "{out}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let op = rig.store().load(&op.id).unwrap();
+    assert_eq!(Rig::path_of(&op), [Pending, Cancelled]);
+    assert_eq!(rig.transcripts(), [format!("{SRC}.jsonl")]);
+    assert_eq!(rig.resume_history(), [SRC]);
+    // And it blocks nothing.
+    let next = rig.request();
+    rig.stop_source();
+    assert_eq!(rig.wait_terminal(&next.id).status, Activated);
+}
+
+#[test]
+fn a_request_while_another_runs_names_it() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("prepare:running");
+    let err = rig.store().request("again", "REBUILD", None).unwrap_err();
+    assert!(
+        err.message.contains(op.id.as_str()) && err.message.contains("is running"),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 1);
+    rig.unpause();
+    assert_eq!(rig.wait_terminal(&op.id).status, Activated);
+}
+
+#[test]
+fn a_tampered_candidate_fails_verification_and_is_discarded() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("verify:start");
+    let candidate = rig.store().load(&op.id).unwrap().candidate.unwrap();
+    let text = fs::read_to_string(&candidate.path).unwrap();
+    fs::write(&candidate.path, text.replacen("小满", "小美", 1)).unwrap();
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Failed);
+    assert!(op.error.unwrap().starts_with("verification failed"));
+    assert!(!op.verification.unwrap().ok);
+    assert!(!candidate.path.exists(), "candidate discarded");
+    assert_eq!(rig.resume_history(), [SRC]);
+}
+
+#[test]
+fn a_workdir_that_does_not_match_the_project_is_refused_before_writing() {
+    let rig = Rig::tmux();
+    let other = rig.sandbox.root().join("root");
+    fs::create_dir_all(&other).unwrap();
+    let text = fs::read_to_string(&rig.sandbox.config).unwrap();
+    let text = text.replace(
+        &format!("claude_workdir = {:?}", rig.sandbox.work),
+        &format!("claude_workdir = {other:?}"),
+    );
+    fs::write(&rig.sandbox.config, text).unwrap();
+    let op = rig.rebuild();
+    assert_eq!(op.status, Failed);
+    assert!(
+        op.error.unwrap().contains("encodes to"),
+        "the -/-root incident"
+    );
+    assert_eq!(rig.transcripts(), [format!("{SRC}.jsonl")]);
+    assert!(op.backup.is_none() && op.candidate.is_none());
+}
+
+#[test]
+fn a_poisoned_session_is_blocked_with_the_reason() {
+    let rig = Rig::tmux();
+    rig.write_config("poison_pattern = \"提醒\"");
+    let op = rig.rebuild();
+    assert_eq!(op.status, Failed);
+    assert!(op.error.unwrap().contains("poisoned"));
+    assert!(op.stats.unwrap().poison_hits >= 2);
+    assert_eq!(rig.transcripts(), [format!("{SRC}.jsonl")]);
+    assert_eq!(rig.resume_history(), [SRC]);
+}
+
+#[test]
+#[ignore = "needs a real systemd (root, cgroup2)"]
+fn systemd_target_runs_every_stage_in_its_own_scope() {
+    let rig = Rig::with(Kind::Systemd, "", &[]);
+    let sysd = rig.sysd.as_ref().unwrap();
+    let before = sysd.main_pid(UNIT);
+    let op = rig.rebuild();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{new_id}\n")
+    );
+    assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()));
+    // MainPID is the identity: the start script execs Claude.
+    assert_eq!(op.target_before, Some(before.to_string()));
+    let after = sysd.main_pid(UNIT);
+    assert_ne!(after, before);
+    assert_eq!(op.target_after, Some(after.to_string()));
+    assert_candidate_verifies(&rig, &op);
+    // Each stage ran in its own transient scope, in the very process the
+    // hook or the previous stage started (a scope keeps the pid).
+    let (_, journal, _) = sysd.run(&["journalctl", "--no-pager", "-o", "cat"]);
+    let log = fs::read_to_string(rig.sandbox.state.join("worker.log")).unwrap();
+    for stage in ["prepare", "verify", "activate"] {
+        let scope = format!("ktr-{}-{stage}.scope", op.id);
+        assert!(
+            journal.contains(&scope),
+            "no {scope} in the journal:\n{journal}"
+        );
+        let notes: Vec<&str> = op.history.iter().map(|t| t.note.as_str()).collect();
+        let pid = [
+            format!("started {stage} (pid "),
+            format!("started ktr-{stage} (pid "),
+        ]
+        .iter()
+        .find_map(|needle| {
+            let text = notes
+                .iter()
+                .copied()
+                .chain(log.lines())
+                .find(|l| l.contains(needle.as_str()))?;
+            let rest = &text[text.find(needle.as_str())? + needle.len()..];
+            Some(rest[..rest.find(')')?].to_string())
+        })
+        .unwrap_or_else(|| panic!("who started {stage}?\n{log}"));
+        assert!(
+            log.contains(&format!("ktr-{stage}[{pid}]")),
+            "{stage} did not run as pid {pid}:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn pointer_mode_runs_the_whole_pipeline_by_hand() {
+    let rig = Rig::with(Kind::Pointer, "", &[]);
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ktr-prepare"))
+            .env_clear()
+            .env("HOME", &rig.sandbox.home)
+            .env("PATH", "/usr/bin:/bin")
+            .envs(rig.hook_env())
+            .arg("--config")
+            .arg(&rig.sandbox.config)
+            .arg("--transcript")
+            .arg(&rig.source)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (code, _, err) = run(&[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("pass --confirm REBUILD"), "{err}");
+    let (code, _, err) = run(&["--confirm", "rebuild"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("confirmation must be exactly REBUILD"),
+        "{err}"
+    );
+    assert!(rig.store().list().unwrap().is_empty(), "nothing requested");
+
+    let (code, out, err) = run(&["--confirm", "REBUILD", "--reason", "nightly"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let op = rig.store().latest().unwrap().unwrap();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert!(
+        out.starts_with(&format!("operation {}: activated", op.id)),
+        "{out}"
+    );
+    for stage in ["ktr-prepare", "ktr-verify", "ktr-activate"] {
+        assert!(
+            err.contains(&format!("{stage}[")),
+            "{stage} step lines: {err}"
+        );
+    }
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{new_id}\n")
+    );
+    assert_eq!(
+        (op.target_before.as_deref(), op.target_after.as_deref()),
+        (Some(SRC), Some(new_id.as_str()))
+    );
+    assert_eq!(op.reasons, ["nightly"]);
+    assert_eq!(op.session_id.as_deref(), Some(SRC));
+}
+
+#[test]
+fn stages_refuse_an_operation_in_the_wrong_status() {
+    let rig = Rig::tmux();
+    let op = rig.request();
+    for stage in ["ktr-prepare", "ktr-verify", "ktr-activate", "ktr-rollback"] {
+        let out = Command::new(crate::support::rig::stage_binary(stage))
+            .env_clear()
+            .env("HOME", &rig.sandbox.home)
+            .envs(rig.hook_env())
+            .args(["--config"])
+            .arg(&rig.sandbox.config)
+            .args(["--operation", &op.id])
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{stage}: {err}");
+        assert!(err.contains("is pending, not"), "{stage}: {err}");
+    }
+    assert_eq!(
+        rig.store().load(&op.id).unwrap().status,
+        Pending,
+        "untouched"
+    );
+    let out = Command::new(crate::support::rig::stage_binary("ktr-verify"))
+        .args(["--operation", "../x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,205 @@
+//! `examples/runner.sh`, the pointer-mode loop: real ktr binaries, a
+//! stand-in `claude` that only records how it was called.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{Sandbox, stand_in, wait_for};
+use ktr::pipeline::operation::Status;
+
+const KTR: &str = env!("CARGO_BIN_EXE_ktr");
+const KTR_PREPARE: &str = env!("CARGO_BIN_EXE_ktr-prepare");
+const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
+
+fn runner_sh() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/runner.sh")
+}
+
+/// The pointer-mode config for the runner: fast timings plus `extra` lines.
+fn pointer_config(pointer: &Path, extra: &str) -> String {
+    format!(
+        "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\n\
+         verify_workdir_matches_project = false\nactivation_delay_seconds = 0\n\
+         stable_file_seconds = 0.1\nstable_file_timeout_seconds = 5\n{extra}"
+    )
+}
+
+/// A pointer-mode sandbox holding the example session, the pointer naming
+/// it, and where the stand-in claude logs its runs.
+fn pointer_sandbox() -> (Sandbox, PathBuf, PathBuf) {
+    let sb = Sandbox::new();
+    let pointer = sb.root().join("resume_session");
+    sb.write_config(&pointer_config(&pointer, "healthcheck_seconds = 0.5\n"));
+    fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl"),
+        sb.project.join(format!("{SESSION}.jsonl")),
+    )
+    .unwrap();
+    fs::write(&pointer, format!("{SESSION}\n")).unwrap();
+    let log = sb.root().join("claude.log");
+    (sb, pointer, log)
+}
+
+/// The runner command with only the sandbox's environment and the
+/// stand-in claude; `extra` arguments after `--config/--pointer/--project`.
+fn runner(sb: &Sandbox, pointer: &Path, log: &Path, extra: &[&OsStr]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg(runner_sh())
+        .args(["--config".as_ref(), sb.config.as_os_str()])
+        .args(["--pointer".as_ref(), pointer.as_os_str()])
+        .args(["--project".as_ref(), sb.project.as_os_str()])
+        .args(extra)
+        .env_clear()
+        .env("HOME", &sb.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("CLAUDE", stand_in("claude-print"))
+        .env("KTR", KTR)
+        .env("KTR_PREPARE", KTR_PREPARE)
+        .env("FAKE_CLAUDE_LOG", log);
+    cmd
+}
+
+/// Start the runner reading prompts from a pipe.
+fn start(sb: &Sandbox, pointer: &Path, log: &Path) -> Child {
+    runner(sb, pointer, log, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The runs the stand-in recorded: (argv, stdin state).
+fn runs(log: &Path) -> Vec<Vec<String>> {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split('\t').map(String::from).collect())
+        .collect()
+}
+
+#[test]
+fn a_request_moves_the_pointer_and_the_next_run_resumes_the_new_session() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let mut runner = start(&sb, &pointer, &log);
+    let mut stdin = runner.stdin.take().unwrap();
+
+    writeln!(stdin, "first prompt, with 'quotes' and $HOME").unwrap();
+    assert!(wait_for(Duration::from_secs(10), || runs(&log).len() == 1));
+    assert_eq!(
+        runs(&log)[0],
+        [
+            "-p",
+            "--resume",
+            SESSION,
+            "first prompt, with 'quotes' and $HOME",
+            "stdin=closed"
+        ]
+    );
+
+    let op = sb
+        .store()
+        .request("window too dirty", "REBUILD", None)
+        .unwrap();
+    writeln!(stdin, "second prompt").unwrap();
+    assert!(wait_for(Duration::from_secs(30), || runs(&log).len() == 2));
+    let op = sb.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Activated, "{op:?}");
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    assert_ne!(new_id, SESSION);
+    assert_eq!(fs::read_to_string(&pointer).unwrap().trim(), new_id);
+    assert_eq!(
+        runs(&log)[1],
+        [
+            "-p",
+            "--resume",
+            new_id.as_str(),
+            "second prompt",
+            "stdin=closed"
+        ],
+        "the next run resumes the rebuilt session"
+    );
+    assert!(sb.project.join(format!("{new_id}.jsonl")).is_file());
+
+    drop(stdin);
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("reply to: second prompt"), "{stdout}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("now resuming {new_id}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn without_a_request_the_runner_never_rebuilds() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let mut runner = start(&sb, &pointer, &log);
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "a\n\nb").unwrap();
+    drop(stdin);
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let resumed: Vec<String> = runs(&log).iter().map(|r| r[2].clone()).collect();
+    assert_eq!(resumed, [SESSION, SESSION], "blank lines are not prompts");
+    assert!(sb.store().list().unwrap().is_empty());
+    let files = fs::read_dir(&sb.project).unwrap().count();
+    assert_eq!(files, 1, "no candidate was written");
+}
+
+#[test]
+fn a_failed_rebuild_keeps_the_old_session() {
+    let (sb, pointer, log) = pointer_sandbox();
+    // Poison the window: the plan blocks, prepare fails, the pointer stays.
+    let transcript = sb.project.join(format!("{SESSION}.jsonl"));
+    sb.write_config(&pointer_config(&pointer, "poison_pattern = \"[a-z]\"\n"));
+    let op = sb.store().request("x", "REBUILD", None).unwrap();
+    let mut runner = start(&sb, &pointer, &log);
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "hello").unwrap();
+    drop(stdin);
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(runs(&log)[0][2], SESSION);
+    assert_eq!(fs::read_to_string(&pointer).unwrap().trim(), SESSION);
+    assert_eq!(sb.store().load(&op.id).unwrap().status, Status::Failed);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("rebuild did not complete"), "{stderr}");
+    assert!(transcript.is_file());
+}
+
+#[test]
+fn a_fifo_feeds_prompts_across_writers() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let fifo = sb.root().join("prompts");
+    let mut runner = runner(&sb, &pointer, &log, &["--fifo".as_ref(), fifo.as_os_str()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || fifo.exists()));
+    // Two writers, one after the other: the runner reopens the FIFO.
+    for prompt in ["one", "two"] {
+        let mut w = fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        writeln!(w, "{prompt}").unwrap();
+        drop(w);
+        let n = if prompt == "one" { 1 } else { 2 };
+        assert!(wait_for(Duration::from_secs(10), || runs(&log).len() == n));
+    }
+    let prompts: Vec<String> = runs(&log).iter().map(|r| r[3].clone()).collect();
+    assert_eq!(prompts, ["one", "two"]);
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let meta = fs::metadata(&fifo).unwrap();
+    assert!(meta.file_type().is_fifo());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // Only the runner we started.
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+}

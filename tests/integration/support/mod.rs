@@ -1,0 +1,164 @@
+//! Everything the integration tests share: one [`Sandbox`] (a throw-away
+//! installation), a private [`TmuxServer`], the pipeline [`rig`], the
+//! `ktr plan` [`plan`] harness, the real CLI ([`claude`]) and its fake API
+//! ([`fake_api`]), and the requirements of the ignored tests.
+//! Stand-in programs (`claude`, stages, systemd tools) are scripts in
+//! `support/bin/`; fixtures are in `tests/fixtures/`.
+//! Nothing here can reach a real installation or a real Claude Code.
+
+pub mod claude;
+pub mod fake_api;
+pub mod plan;
+pub mod rig;
+pub mod sandbox;
+pub mod systemd;
+pub mod tmux;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub use sandbox::Sandbox;
+pub use tmux::TmuxServer;
+
+/// `Option::unwrap` that panics with a message built on failure, at the
+/// caller's line (a `panic!` inside `unwrap_or_else`'s closure would lose
+/// `#[track_caller]`).
+pub trait OptionOrPanic<T> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce() -> String) -> T;
+}
+
+impl<T> OptionOrPanic<T> for Option<T> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce() -> String) -> T {
+        match self {
+            Some(value) => value,
+            None => panic!("{}", why()),
+        }
+    }
+}
+
+/// `Result::unwrap` that panics with a message built from the error, at
+/// the caller's line.
+pub trait ResultOrPanic<T, E> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce(E) -> String) -> T;
+}
+
+impl<T, E> ResultOrPanic<T, E> for Result<T, E> {
+    #[track_caller]
+    fn or_panic(self, why: impl FnOnce(E) -> String) -> T {
+        match self {
+            Ok(value) => value,
+            Err(e) => panic!("{}", why(e)),
+        }
+    }
+}
+
+/// A file of this repository, by its path from the root.
+pub fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The example transcript (`examples/session.jsonl`).
+pub fn example() -> PathBuf {
+    repo_file("examples/session.jsonl")
+}
+
+/// A stand-in program from `tests/integration/support/bin/`.
+pub fn stand_in(name: &str) -> PathBuf {
+    repo_file("tests/integration/support/bin").join(name)
+}
+
+/// Poll `cond` every 20 ms for up to `timeout`.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every file and directory below `root`: directories with their mode,
+/// files with mode, size, mtime and content digest (to show that a command
+/// changed nothing, or exactly what it removed).
+pub fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let desc = if meta.is_dir() {
+                stack.push(path.clone());
+                format!("dir {:o}", meta.permissions().mode())
+            } else {
+                format!(
+                    "file {:o} {} {:?} {}",
+                    meta.permissions().mode(),
+                    meta.len(),
+                    meta.modified().ok(),
+                    ktr::fsutil::sha256_hex(&fs::read(&path).unwrap_or_default())
+                )
+            };
+            out.insert(path, desc);
+        }
+    }
+    out
+}
+
+/// The corpus of real transcripts: `$KTR_CORPUS`, default
+/// `<repo>/../shared/corpus`. Tests that call this are ignored by default
+/// (`needs the corpus`); run with `--include-ignored` they fail here when
+/// it is missing, never pass without having looked.
+#[track_caller]
+pub fn corpus_dir() -> PathBuf {
+    let (dir, from) = match std::env::var_os("KTR_CORPUS") {
+        Some(dir) => (PathBuf::from(dir), "KTR_CORPUS"),
+        None => (
+            repo_file("../shared/corpus"),
+            "the default ../shared/corpus",
+        ),
+    };
+    let has_transcripts = fs::read_dir(&dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+    });
+    assert!(
+        has_transcripts,
+        "this test needs the corpus of real transcripts, but {} ({from}) holds no *.jsonl; \
+         set KTR_CORPUS to the corpus directory",
+        dir.display()
+    );
+    dir
+}
+
+/// The real Claude Code CLI: `$KTR_CLAUDE_BIN`. Tests that call this are
+/// ignored by default (`needs the real Claude Code CLI`); run with
+/// `--include-ignored` they fail here when it is missing.
+#[track_caller]
+pub fn claude_bin() -> PathBuf {
+    let bin = std::env::var_os("KTR_CLAUDE_BIN").map(PathBuf::from);
+    match bin {
+        Some(path) if path.is_file() => path,
+        Some(path) => panic!(
+            "this test needs the real Claude Code CLI, but KTR_CLAUDE_BIN={} is not a file; \
+             run .ci/run (it installs it) or point KTR_CLAUDE_BIN at the `claude` binary",
+            path.display()
+        ),
+        None => panic!(
+            "this test needs the real Claude Code CLI, but KTR_CLAUDE_BIN is not set; \
+             run .ci/run (it installs it) or point KTR_CLAUDE_BIN at the `claude` binary"
+        ),
+    }
+}

@@ -1,0 +1,127 @@
+//! A real systemd for tests: `support/bin/real-systemd.sh` starts a
+//! systemd system manager as PID 1 of private mount, pid, cgroup, uts and
+//! ipc namespaces (about 0.4 s), with its own `/run`, `/dev` and
+//! `/etc/systemd/system`. Every test gets its own manager (its own
+//! `SYSD_DIR` and `SYSD_NAME`), stopped on drop.
+//!
+//! Needs root and a cgroup2 hierarchy: tests using it are
+//! `#[ignore = "needs a real systemd (root, cgroup2)"]`; `.ci/run` runs
+//! them with `--include-ignored`.
+//!
+//! Processes inside see the manager's pids: everything that talks to
+//! systemd or reads a `MainPID` (ktr's hooks and stages, `systemctl`) runs
+//! through [`RealSystemd::command`] (`real-systemd.sh exec`). The file
+//! system is shared, so the test reads and writes files as usual.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::stand_in;
+
+pub struct RealSystemd {
+    /// `SYSD_DIR`: the manager's private files (`etc-system/` holds units).
+    pub dir: PathBuf,
+    /// `SYSD_NAME`: its cgroup under the host's cgroup2 root.
+    pub name: String,
+}
+
+impl RealSystemd {
+    /// Start a manager in `dir` (created), named uniquely for this process.
+    #[track_caller]
+    pub fn start(dir: &Path) -> RealSystemd {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        fs::create_dir_all(dir).unwrap();
+        let sysd = RealSystemd {
+            dir: dir.to_path_buf(),
+            name: format!(
+                "ktr-sysd-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::SeqCst)
+            ),
+        };
+        let out = sysd.script().arg("start").output().unwrap();
+        assert!(
+            out.status.success(),
+            "real systemd did not start: {}{}\nmanager.log: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            fs::read_to_string(dir.join("manager.log")).unwrap_or_default()
+        );
+        sysd
+    }
+
+    /// The script, told which manager through `env` arguments, so that a
+    /// caller may still clear the environment.
+    fn script(&self) -> Command {
+        let mut cmd = Command::new("/usr/bin/env");
+        cmd.arg(format!("SYSD_DIR={}", self.dir.display()))
+            .arg(format!("SYSD_NAME={}", self.name))
+            .arg(stand_in("real-systemd.sh"))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `argv` run inside the manager's namespaces (the caller sets env,
+    /// stdin and the rest as for any command; `env_clear` is fine).
+    pub fn command(&self, argv: &[&str]) -> Command {
+        let mut cmd = self.script();
+        cmd.arg("exec").args(argv);
+        cmd
+    }
+
+    /// Run `argv` inside; returns (success, stdout, stderr).
+    pub fn run(&self, argv: &[&str]) -> (bool, String, String) {
+        let out = self.command(argv).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )
+    }
+
+    /// `systemctl ARGS…` inside; panics on failure; returns stdout.
+    #[track_caller]
+    pub fn systemctl(&self, args: &[&str]) -> String {
+        let mut argv = vec!["systemctl"];
+        argv.extend_from_slice(args);
+        let (ok, out, err) = self.run(&argv);
+        assert!(ok, "systemctl {args:?}: {err}");
+        out
+    }
+
+    /// Install `/etc/systemd/system/NAME` with `text` and reload.
+    #[track_caller]
+    pub fn install_unit(&self, name: &str, text: &str) {
+        let dir = self.dir.join("etc-system");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join(name), text).unwrap();
+        self.systemctl(&["daemon-reload"]);
+    }
+
+    /// The unit's `MainPID` (a pid of the manager's namespace; 0 = stopped).
+    pub fn main_pid(&self, unit: &str) -> u32 {
+        self.systemctl(&["show", "-p", "MainPID", "--value", unit])
+            .parse()
+            .unwrap()
+    }
+
+    /// One property of a unit.
+    pub fn property(&self, unit: &str, name: &str) -> String {
+        self.systemctl(&["show", "-p", name, "--value", unit])
+    }
+}
+
+impl Drop for RealSystemd {
+    fn drop(&mut self) {
+        // Powers the manager off: every process inside (the stand-in
+        // Claude, stages) ends with it; its cgroup is removed.
+        let _ = self
+            .script()
+            .arg("stop")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}

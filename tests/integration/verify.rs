@@ -1,0 +1,167 @@
+//! ktr-verify's checks, run over the example, the corpus and tampered candidates.
+
+use std::path::{Path, PathBuf};
+
+use ktr::config::Config;
+use ktr::engine::conserve::{self, Expected};
+use ktr::engine::plan::{self, Plan};
+
+use crate::support::ResultOrPanic;
+use crate::support::{Sandbox, corpus_dir, example};
+
+const SESSION: &str = "0b6f4c1e-2d3a-4b5c-8d9e-0f1a2b3c4d5e";
+
+/// A candidate planned from a source and written beside the source's copy
+/// (its "backup"), in a fresh sandbox.
+struct Prepared {
+    _sandbox: Sandbox,
+    config: Config,
+    backup: PathBuf,
+    candidate: PathBuf,
+    plan: Plan,
+}
+
+/// Plan `source` with the sandbox config plus `extra` and write the candidate.
+fn prepare(source: &Path, extra: &str) -> Prepared {
+    let sandbox = Sandbox::new();
+    sandbox.write_config(extra);
+    let config = sandbox.load_config();
+    let backup = sandbox.project.join("source.jsonl");
+    std::fs::copy(source, &backup).unwrap();
+    let plan = plan::build(&config, &backup, Some(SESSION)).unwrap();
+    let candidate = sandbox.project.join(format!("{SESSION}.jsonl"));
+    std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
+    Prepared {
+        _sandbox: sandbox,
+        config,
+        backup,
+        candidate,
+        plan,
+    }
+}
+
+impl Prepared {
+    fn verify(&self) -> Result<conserve::ConservationCounts, ktr::Error> {
+        let sha = ktr::fsutil::sha256_file(&self.candidate).unwrap();
+        conserve::check(
+            &self.config,
+            &self.backup,
+            &self.candidate,
+            &Expected {
+                session_id: SESSION,
+                candidate_sha256: &sha,
+                manifest: &self.plan.candidate.manifest,
+                left_out: &self.plan.report.left_out,
+            },
+        )
+    }
+}
+
+#[test]
+fn example_candidate_verifies() {
+    let prepared = prepare(&example(), "");
+    let report = prepared.verify().unwrap();
+    assert_eq!(report.candidate_lines, prepared.plan.candidate.lines.len());
+    assert!(report.source_pieces_checked >= 15, "{report:?}");
+}
+
+#[test]
+#[ignore = "needs the corpus (KTR_CORPUS, default ../shared/corpus)"]
+fn every_corpus_candidate_verifies() {
+    let dir = corpus_dir();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .or_panic(|e| format!("corpus {} missing: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 20,
+        "expected the corpus, found {} files",
+        files.len()
+    );
+    for file in files {
+        let report = prepare(&file, "on_malformed_line = \"skip\"")
+            .verify()
+            .or_panic(|e| format!("{}: {e}", file.display()));
+        println!(
+            "{:>4} lines {:>4} pieces {:>3} left out  {}",
+            report.candidate_lines,
+            report.source_pieces_checked,
+            report.source_records_left_out,
+            file.file_name().unwrap().to_string_lossy()
+        );
+    }
+}
+
+fn tamper(edit: impl Fn(&str) -> String) -> String {
+    let prepared = prepare(&example(), "");
+    let original = std::fs::read_to_string(&prepared.candidate).unwrap();
+    std::fs::write(&prepared.candidate, edit(&original)).unwrap();
+    prepared.verify().unwrap_err().message
+}
+
+#[test]
+fn a_dropped_line_fails() {
+    let msg = tamper(|s| s.lines().skip(1).map(|l| format!("{l}\n")).collect());
+    assert!(msg.starts_with("verification failed"), "{msg}");
+}
+
+#[test]
+fn a_changed_word_fails() {
+    let msg = tamper(|s| s.replacen("喝水", "喝茶", 1));
+    assert!(msg.contains("differs"), "{msg}");
+}
+
+#[test]
+fn a_smuggled_tool_block_fails() {
+    let msg = tamper(|s| {
+        s.replacen(
+            "\"content\":[{\"type\":\"text\"",
+            "\"content\":[{\"type\":\"tool_use\",\"name\":\"Bash\",\"input\":{}},{\"type\":\"text\"",
+            1,
+        )
+    });
+    assert!(msg.contains("verification failed"), "{msg}");
+}
+
+#[test]
+fn a_lost_turn_is_caught_by_conservation() {
+    // Texts that lost a turn: only the independent reading of the source can notice.
+    let prepared = prepare(&example(), "");
+    let Prepared {
+        config,
+        backup,
+        plan,
+        ..
+    } = &prepared;
+    let mut texts: Vec<String> = plan
+        .candidate
+        .lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let c = &v["message"]["content"];
+            c.as_str().map_or_else(
+                || c[0]["text"].as_str().unwrap().to_string(),
+                str::to_string,
+            )
+        })
+        .collect();
+    let expected = Expected {
+        session_id: SESSION,
+        candidate_sha256: "",
+        manifest: &plan.candidate.manifest,
+        left_out: &plan.report.left_out,
+    };
+    let whole = conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap();
+    assert!(whole.checked >= 15);
+    let lost = texts.remove(texts.len() / 2);
+    let err =
+        conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap_err();
+    assert!(
+        err.message.contains("conservation"),
+        "{} (lost {lost:?})",
+        err.message
+    );
+}
