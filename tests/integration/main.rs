@@ -14,6 +14,7 @@ mod claude_hooks;
 mod claude_loop;
 mod claude_resume;
 mod corpus;
+mod doctor;
 mod hostile;
 mod install;
 mod kill;
