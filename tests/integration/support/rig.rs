@@ -34,8 +34,9 @@ pub enum Kind {
 /// The unit a systemd rig runs.
 pub const UNIT: &str = "claude-session.service";
 
+/// Fields drop in order: the tmux server and the real systemd stop first
+/// (their control files live in the sandbox), the sandbox goes last.
 pub struct Rig {
-    pub sandbox: Sandbox,
     pub kind: Kind,
     pub tmux: Option<TmuxServer>,
     /// The real systemd of a systemd rig.
@@ -51,6 +52,8 @@ pub struct Rig {
     pub pause_at: Option<String>,
     /// Extra environment for every hook and stage.
     pub env: Vec<(String, String)>,
+    /// Last: removed after everything that runs in it has stopped.
+    pub sandbox: Sandbox,
 }
 
 impl Rig {
