@@ -104,7 +104,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Read-only dirty ledger: how many bytes of the current context window are residue (tool results, thinking, injections…) versus conversation, and whether a rebuild is advised. Call this first.",
+        description = "Read-only dirty ledger: how many bytes of the current context window are residue (tool results, thinking, injections…) versus conversation, the window object (tokens used as measured by the API, window size, where a rebuild would start, how much it frees, each with its source) and whether a rebuild is advised. Call this first.",
         annotations(read_only_hint = true)
     )]
     async fn thread_rebuild_dirty(
@@ -118,6 +118,7 @@ impl Server {
                 "transcript": plan.report.source_path,
                 "transcript_choice": chosen,
                 "ledger": plan.report.ledger,
+                "window": plan.report.window,
             }))
         })
         .await

@@ -7,16 +7,33 @@ use ktr::engine::{ledger, plan};
 use crate::cli::DirtyArgs;
 use crate::out;
 
+/// `ktr dirty --json`: the ledger's fields and the `window` object.
+#[derive(serde::Serialize)]
+struct Dirty<'a> {
+    #[serde(flatten)]
+    ledger: &'a ktr::engine::LedgerReport,
+    window: Option<&'a ktr::engine::window::Window>,
+}
+
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = plan::resolve_transcript(&config, given.as_deref())?;
     let plan = plan::build(&config, &path, None)?;
     if args.common.json {
-        out::json(&plan.report.ledger);
+        out::json(&Dirty {
+            ledger: &plan.report.ledger,
+            window: plan.report.window.as_ref(),
+        });
     } else {
+        let window = plan
+            .report
+            .window
+            .as_ref()
+            .map(|w| format!("{}\n", ktr::engine::window::one_line(w)))
+            .unwrap_or_default();
         out::print(&format!(
-            "transcript {}\n{}",
+            "{window}transcript {}\n{}",
             plan.report.source_path,
             human(&plan.report.ledger)
         ));
@@ -36,6 +53,12 @@ pub fn human(l: &ledger::LedgerReport) -> String {
     );
     for c in &l.categories {
         s.push_str(&format!("  {:<16}{:>12}\n", c.name, out::bytes(c.bytes)));
+    }
+    if l.per_start_bytes > 0 {
+        s.push_str(&format!(
+            "Claude Code's per-start attachments {} (written again on every start: overhead, not residue)\n",
+            out::bytes(l.per_start_bytes)
+        ));
     }
     s.push_str(&format!(
         "images: {} pasted, {} viewed through tools; file-only records {} (never sent to the model)\n",

@@ -49,6 +49,16 @@ impl std::fmt::Display for HistoryMode {
     }
 }
 
+/// What `ktr-precompact` does when Claude Code is about to auto-compact
+/// and no rebuild is pending (issue 8 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAutoCompaction {
+    /// Let it compact; say that a lossless rebuild was possible.
+    Advise,
+    /// The human's standing approval: block it and rebuild instead.
+    Rebuild,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -94,6 +104,13 @@ pub struct Config {
     pub source_change_retries: u64,
     /// A pending request older than this many hours expires (`expired`).
     pub request_ttl_hours: f64,
+    /// The window size: statusline report / model heuristics, or fixed.
+    pub context_window_tokens: crate::engine::window::size::Setting,
+    /// Advice in the Stop hook from this fill level (then 80, 90); 0 = off.
+    pub advise_at_percent: u8,
+    /// Advise only when a rebuild would free at least this much.
+    pub advise_min_free_percent: u8,
+    pub on_auto_compaction: OnAutoCompaction,
 }
 
 /// Default poison pattern (SPEC §2).
@@ -137,6 +154,10 @@ const KEYS: &[&str] = &[
     "healthcheck_seconds",
     "source_change_retries",
     "request_ttl_hours",
+    "context_window_tokens",
+    "advise_at_percent",
+    "advise_min_free_percent",
+    "on_auto_compaction",
 ];
 
 /// The documented range of a numeric key (README, Configuration; the
@@ -198,6 +219,8 @@ pub const RANGES: &[Range] = &[
         min_exclusive: true,
         ..range("request_ttl_hours", 24.0, 0.0, 87_600.0)
     },
+    range("advise_at_percent", 70.0, 0.0, 100.0),
+    range("advise_min_free_percent", 50.0, 0.0, 100.0),
 ];
 
 impl Range {
@@ -427,6 +450,19 @@ impl Config {
             ));
         }
         let healthcheck_seconds = keys.seconds("healthcheck_seconds")?;
+        let context_window_tokens = keys.window_size()?;
+        let advise_at_percent = keys.percent("advise_at_percent")?;
+        let advise_min_free_percent = keys.percent("advise_min_free_percent")?;
+        let on_auto_compaction = match keys.string("on_auto_compaction", "advise")?.as_str() {
+            "advise" => OnAutoCompaction::Advise,
+            "rebuild" => OnAutoCompaction::Rebuild,
+            other => {
+                return Err(Keys::rule(
+                    "on_auto_compaction",
+                    &format!("must be advise or rebuild (got {other:?})"),
+                ));
+            }
+        };
         Ok(Config {
             source: None,
             project_dir,
@@ -463,6 +499,10 @@ impl Config {
             healthcheck_seconds,
             source_change_retries: keys.integer("source_change_retries")?,
             request_ttl_hours: keys.seconds("request_ttl_hours")?,
+            context_window_tokens,
+            advise_at_percent,
+            advise_min_free_percent,
+            on_auto_compaction,
         })
     }
 
@@ -558,6 +598,25 @@ impl Keys {
             .check(value as f64)
             .map_err(|why| Self::rule(key, &why))?;
         Ok(value)
+    }
+
+    /// A whole percentage, 0 to 100 (its row in [`RANGES`]).
+    fn percent(&self, key: &str) -> Result<u8> {
+        let value = self.integer(key)?;
+        u8::try_from(value).map_err(|_| Self::rule(key, &Range::of(key).describe()))
+    }
+
+    /// `context_window_tokens`: `"auto"` or a number of tokens (at least 10000).
+    fn window_size(&self) -> Result<crate::engine::window::size::Setting> {
+        use crate::engine::window::size::Setting;
+        let key = "context_window_tokens";
+        match self.table.get(key) {
+            None => Ok(Setting::Auto),
+            Some(Value::String(s)) if s == "auto" => Ok(Setting::Auto),
+            Some(Value::Integer(i)) if *i >= 10_000 => Ok(Setting::Tokens(i.unsigned_abs())),
+            Some(Value::Integer(_)) => Err(Self::rule(key, "must be \"auto\" or at least 10000")),
+            Some(v) => Err(Self::wrong_type(key, "\"auto\" or a number of tokens", v)),
+        }
     }
 
     /// A number of seconds, checked against its row in [`RANGES`].

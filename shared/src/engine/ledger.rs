@@ -47,6 +47,12 @@ impl Category {
 pub struct Tally {
     pub categories: BTreeMap<Category, u64>,
     pub conversation_bytes: u64,
+    /// Formula estimate of the conversation's tokens (SPEC §6, CJK-aware).
+    pub conversation_estimate: u64,
+    /// Bytes of Claude Code's per-start attachments (environment, tool and
+    /// skill listings, date…): the newest of each kind is not residue, it
+    /// comes back on every start (window overhead); older copies are.
+    pub per_start_bytes: u64,
     pub file_only_bytes: u64,
     pub preview_image_count: u64,
     pub original_image_view_count: u64,
@@ -94,6 +100,11 @@ pub struct LedgerReport {
     pub reasons: Vec<String>,
     /// Line where the window starts (after the last compaction boundary).
     pub window_start_line: usize,
+    /// Bytes of Claude Code's per-start attachments in the window (they
+    /// come back on every start: overhead, not residue). Absent in
+    /// operation files written before it existed.
+    #[serde(default)]
+    pub per_start_bytes: u64,
     /// Bytes of records that never reach the model (never counted).
     pub file_only_bytes: u64,
     /// Whole-file totals.
@@ -163,6 +174,7 @@ pub fn report(m: &Measured<'_>, budget: &Budget) -> LedgerReport {
         should_rebuild: !reasons.is_empty(),
         reasons,
         window_start_line: m.window_start_line,
+        per_start_bytes: m.window.per_start_bytes,
         file_only_bytes: m.file.file_only_bytes,
         file_bytes: m.file_bytes,
         file_lines: m.file_lines,

@@ -17,6 +17,7 @@ pub(crate) mod rawjson;
 pub(crate) mod scan;
 pub mod transcript;
 pub mod turns;
+pub mod window;
 
 pub use candidate::ManifestEntry;
 pub use conserve::ConservationCounts;

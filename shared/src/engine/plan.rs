@@ -84,6 +84,8 @@ pub struct PlanReport {
     pub poison_hits: usize,
     pub blocked_reason: Option<String>,
     pub ledger: LedgerReport,
+    /// The window: used, size, after a rebuild, advice (issue 8).
+    pub window: Option<crate::engine::window::Window>,
     pub first_carried: Option<Preview>,
     pub last_carried: Option<Preview>,
     /// Every conversation record that was not carried, with the reason
@@ -96,6 +98,8 @@ pub struct PlanReport {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub report: PlanReport,
+    /// Formula estimate of what the current window holds (for the window account).
+    pub window_estimate: u64,
     pub candidate: Candidate,
     /// The frozen startup text (`startup_snapshot.txt`), if any.
     pub startup_text: Option<String>,
@@ -208,6 +212,7 @@ pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Resu
         plan.report.source_sha256 = sha256;
         plan.report.source_changed_while_read =
             digested != len || plan.report.source_bytes != len || changed_since(&file, &at_open);
+        measure_window(config, path, &mut plan)?;
         Ok(plan)
     })
 }
@@ -327,6 +332,7 @@ pub fn build_from_reader<R: BufRead>(
         poison_hits: sel.poison_hits,
         blocked_reason: sel.blocked_reason.clone(),
         ledger,
+        window: None,
         first_carried: items.first().map(preview),
         last_carried: items.last().map(preview),
         left_out,
@@ -334,8 +340,32 @@ pub fn build_from_reader<R: BufRead>(
     Ok(Plan {
         report,
         candidate,
+        window_estimate: crate::engine::window::window_estimate(&scan.window),
         startup_text: sel.startup_text,
     })
+}
+
+/// The window account of a planned transcript: refuses a rebuild whose
+/// window would not fit under Claude Code's compaction point, and adds the
+/// window's advice to the ledger's reasons.
+fn measure_window(config: &Config, path: &Path, plan: &mut Plan) -> Result<()> {
+    let report = &mut plan.report;
+    let w = crate::engine::window::for_plan(
+        config,
+        &report.session_id,
+        path,
+        plan.window_estimate,
+        report.estimated_tokens,
+    )?;
+    if report.blocked_reason.is_none() {
+        report.blocked_reason = crate::engine::window::refusal(&w);
+    }
+    if let Some(reason) = crate::engine::window::reason(&w) {
+        report.ledger.reasons.push(reason);
+        report.ledger.should_rebuild = true;
+    }
+    report.window = Some(w);
+    Ok(())
 }
 
 fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {

@@ -198,6 +198,8 @@ pub struct Scan {
     pub window: Tally,
     pub file: Tally,
     pub window_start_line: usize,
+    /// Bytes of the newest per-start attachment of each kind in the window.
+    per_start_newest: [u64; PER_START_ATTACHMENT_TYPES.len()],
     /// uuids that appear on more than one user/assistant record.
     pub repeated_uuids: usize,
     /// user/assistant records without `uuid` or without the `parentUuid` field.
@@ -238,6 +240,21 @@ const KNOWN_RECORD_TYPES: &[&str] = &[
     "started",
     "result",
     "relocated",
+];
+
+/// Attachments Claude Code writes again on every start (measured on
+/// 2.1.328, `--resume` and fresh): a rebuild does not remove them for good.
+pub const PER_START_ATTACHMENT_TYPES: &[&str] = &[
+    "agent_listing_delta",
+    "date",
+    "deferred_tools_delta",
+    "environment",
+    "mcp_instructions_delta",
+    "model",
+    "prompt_snapshot",
+    "remote_session_change",
+    "session_context",
+    "skill_listing",
 ];
 
 const KNOWN_ATTACHMENT_TYPES: &[&str] = &[
@@ -329,9 +346,32 @@ impl Scan {
         self.file.add(category, bytes);
     }
 
-    fn conversation(&mut self, bytes: usize) {
-        self.window.conversation_bytes += bytes as u64;
-        self.file.conversation_bytes += bytes as u64;
+    fn conversation(&mut self, text: &str) {
+        let estimate = crate::engine::turns::estimate_tokens(text);
+        for t in [&mut self.window, &mut self.file] {
+            t.conversation_bytes += text.len() as u64;
+            t.conversation_estimate += estimate;
+        }
+    }
+
+    /// A per-start attachment of `kind`: the newest of each kind in the
+    /// window is overhead; the one it replaces becomes residue.
+    fn per_start(&mut self, kind: &str, bytes: usize) {
+        let kind = PER_START_ATTACHMENT_TYPES
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(0);
+        let replaced = std::mem::replace(&mut self.per_start_newest[kind], bytes as u64);
+        self.window.per_start_bytes = self.window.per_start_bytes - replaced + bytes as u64;
+        self.file.per_start_bytes += bytes as u64;
+        self.window.add(
+            Category::Attachment,
+            usize::try_from(replaced).unwrap_or(usize::MAX),
+        );
+        self.file.add(
+            Category::Attachment,
+            usize::try_from(replaced).unwrap_or(usize::MAX),
+        );
     }
 
     fn record(&mut self, number: usize, len: usize, r: &Record<'_>, opts: &Options<'_>) {
@@ -363,6 +403,7 @@ impl Scan {
             "system" => {
                 if r.subtype.get().is_some_and(|s| s == "compact_boundary") {
                     self.window = Tally::default();
+                    self.per_start_newest = [0; PER_START_ATTACHMENT_TYPES.len()];
                     self.window_start_line = number + 1;
                 }
                 self.tally(Category::System, len);
@@ -475,7 +516,7 @@ impl Scan {
             // startup snapshot (same digest), under the header once.
             let snapshot = (!self.seen_speech && opts.markers.is_header(t))
                 .then(|| t.split_once('\n').map_or("", |(_, raw)| raw).to_string());
-            self.conversation(t.len());
+            self.conversation(t);
             self.seen_speech = true;
             return Some(self.push_event(number, r, Speech::User(t.to_string()), t, snapshot));
         }
@@ -486,7 +527,7 @@ impl Scan {
         let speech = match reading.reading {
             UserReading::Speech(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
-                self.conversation(text.len());
+                self.conversation(&text);
                 self.seen_speech = true;
                 Speech::User(text)
             }
@@ -499,7 +540,7 @@ impl Scan {
                 Speech::Summary(text)
             }
             UserReading::Expansion(text) if opts.command_expansions => {
-                self.conversation(text.len());
+                self.conversation(&text);
                 Speech::Expansion(text)
             }
             UserReading::Expansion(_) => {
@@ -599,7 +640,7 @@ impl Scan {
         }
         match classify::read_assistant(r, opts.reply_tool) {
             AssistantReading::Speech(text) => {
-                self.conversation(text.len());
+                self.conversation(&text);
                 self.seen_speech = true;
                 let raw = text.clone();
                 Some(self.push_event(number, r, Speech::Assistant(text), &raw, None))
@@ -644,13 +685,17 @@ impl Scan {
         }
         match classify::read_queued(&attachment) {
             Some(UserReading::Speech(text)) => {
-                self.conversation(text.len());
+                self.conversation(&text);
                 self.seen_speech = true;
                 let raw_text = text.clone();
                 Some(self.push_event(number, r, Speech::User(text), &raw_text, None))
             }
             Some(_) => {
                 self.not_speech.queued_commands_other += 1;
+                None
+            }
+            None if PER_START_ATTACHMENT_TYPES.contains(&kind) => {
+                self.per_start(kind, raw.get().len());
                 None
             }
             None => {

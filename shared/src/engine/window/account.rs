@@ -1,0 +1,379 @@
+//! What the window holds and what a rebuild would leave (issue 8 §1),
+//! with every number's derivation.
+//!
+//! - used: the API's own count ([`super::usage`]), else an estimate
+//!   (overhead + the formula estimate of the window's content);
+//! - carried: the formula estimate of the conversation a rebuild carries,
+//!   calibrated by this transcript's own usage where possible
+//!   (`factor = (used − overhead) / window estimate`; the formula is
+//!   CJK-aware and errs high, the factor brings it to what the API counts);
+//! - after a rebuild: carried + the fixed overhead of a fresh window;
+//! - Claude Code compacts a window at [`compaction_point`]: a rebuild
+//!   whose result would not fit under it is refused.
+
+use serde::{Deserialize, Serialize};
+
+use super::size::Size;
+use super::usage::Usage;
+
+/// Claude Code 2.1.328 auto-compacts when the last reply's usage reaches
+/// the window size minus this (measured on a 1M window: 967,500 did not
+/// compact, 968,000 did).
+pub const COMPACTION_MARGIN: u64 = 32_000;
+
+/// The fixed overhead of a fresh window when nothing better was measured:
+/// system prompt + tools + per-start attachments, 13,770 tokens measured
+/// on Claude Code 2.1.328 (no MCP servers, no CLAUDE.md), rounded up.
+pub const DEFAULT_OVERHEAD: u64 = 14_000;
+
+/// The calibration factor is kept within these bounds (a transcript whose
+/// numbers fall outside is measuring something else).
+const FACTOR_RANGE: (f64, f64) = (0.1, 2.0);
+
+/// Where Claude Code compacts a window of `size` tokens.
+pub fn compaction_point(size: u64) -> u64 {
+    size.saturating_sub(COMPACTION_MARGIN)
+}
+
+/// A number of tokens and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sourced {
+    pub tokens: u64,
+    pub source: String,
+}
+
+/// When advice is due (config `advise_at_percent`, `advise_min_free_percent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advise {
+    /// 0 turns advice off.
+    pub at_percent: u8,
+    pub min_free_percent: u8,
+}
+
+impl Advise {
+    /// The band a fill level is in: `at_percent`, then 80 and 90 (those
+    /// above `at_percent`); None below the first band or when off.
+    pub fn band(self, used_percent: f64) -> Option<u8> {
+        if self.at_percent == 0 {
+            return None;
+        }
+        [self.at_percent, 80, 90]
+            .into_iter()
+            .filter(|b| *b >= self.at_percent && f64::from(*b) <= used_percent)
+            .max()
+    }
+}
+
+/// Everything the account is computed from.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The API's count for the last reply, if the tail had one.
+    pub used: Option<Usage>,
+    /// Why there is none (shown when falling back).
+    pub missing: Option<String>,
+    /// Formula estimate of what the current window holds (conversation and
+    /// residue; Claude Code's per-start attachments are in the overhead).
+    pub window_estimate: u64,
+    /// Formula estimate of the conversation a rebuild carries.
+    pub carried_estimate: u64,
+    pub size: Size,
+    pub overhead: Sourced,
+    pub advise: Advise,
+}
+
+/// What `window` reports (`ktr dirty --json`, the MCP tools, the hooks).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Window {
+    pub used_tokens: u64,
+    /// `usage` (the API's count) or `estimate`.
+    pub used_source: String,
+    /// When the API counted it.
+    pub used_at: Option<String>,
+    pub used_percent: f64,
+    pub size_tokens: u64,
+    pub size_source: String,
+    pub carried_tokens: u64,
+    pub carried_estimate_tokens: u64,
+    /// Tokens the API counts per formula-estimated token.
+    pub calibration: f64,
+    pub calibration_source: String,
+    pub overhead_tokens: u64,
+    pub overhead_source: String,
+    pub after_rebuild_tokens: u64,
+    pub after_rebuild_percent: f64,
+    pub compaction_point_tokens: u64,
+    pub frees_percent: f64,
+    /// Whether the fit under the compaction point was checked (only with
+    /// the API's own count: uncalibrated estimates err high).
+    pub fit_checked: bool,
+    /// `rebuild`, `none` or `cannot_fit`.
+    pub advice: String,
+    /// One line per derived number.
+    pub derivation: Vec<String>,
+}
+
+impl Window {
+    /// Whether the rebuilt window would fit under the compaction point.
+    pub fn fits(&self) -> bool {
+        self.after_rebuild_tokens <= self.compaction_point_tokens
+    }
+
+    /// The largest `carry_max_tokens` (formula units, what the cap counts)
+    /// whose rebuild would fit under the compaction point.
+    pub fn carry_cap_that_fits(&self) -> u64 {
+        let room = self
+            .compaction_point_tokens
+            .saturating_sub(self.overhead_tokens);
+        // Rounded down to a thousand so the suggestion is readable.
+        (to_u64(room as f64 / self.calibration) / 1000) * 1000
+    }
+
+    /// The advice band the window is in, when advice is due.
+    pub fn band(&self, advise: Advise) -> Option<u8> {
+        (self.advice == "rebuild")
+            .then(|| advise.band(self.used_percent))
+            .flatten()
+    }
+}
+
+/// Derive the account.
+pub fn derive(inp: &Inputs) -> Window {
+    let overhead = inp.overhead.tokens;
+    let mut derivation = Vec::new();
+    let (used, used_source, used_at) = if let Some(u) = &inp.used {
+        derivation.push(format!(
+            "used {} = input + cache creation + cache read tokens of the last reply{}",
+            u.tokens,
+            u.at.as_deref()
+                .map(|t| format!(" ({t})"))
+                .unwrap_or_default()
+        ));
+        (u.tokens, "usage".to_string(), u.at.clone())
+    } else {
+        let used = overhead + inp.window_estimate;
+        derivation.push(format!(
+            "used ≈ {used} = overhead {overhead} + window estimate {} ({})",
+            inp.window_estimate,
+            inp.missing.as_deref().unwrap_or("no usage recorded")
+        ));
+        (used, "estimate".to_string(), None)
+    };
+    let (calibration, calibration_source) = calibrate(inp, used);
+    derivation.push(format!(
+        "calibration {calibration:.3}: {calibration_source}"
+    ));
+    let carried = to_u64(inp.carried_estimate as f64 * calibration);
+    derivation.push(format!(
+        "carried ≈ {carried} = conversation estimate {} × {calibration:.3}",
+        inp.carried_estimate
+    ));
+    derivation.push(format!("overhead {overhead}: {}", inp.overhead.source));
+    let after = carried + overhead;
+    derivation.push(format!(
+        "after a rebuild ≈ {after} = carried {carried} + overhead {overhead}"
+    ));
+    let size = inp.size.tokens.max(1);
+    let point = compaction_point(inp.size.tokens);
+    derivation.push(format!(
+        "Claude Code compacts at {point} = window {} − {COMPACTION_MARGIN} ({})",
+        inp.size.tokens, inp.size.source
+    ));
+    let frees = if used == 0 {
+        0.0
+    } else {
+        percent(used.saturating_sub(after), used)
+    };
+    let used_percent = percent(used, size);
+    let mut window = Window {
+        used_tokens: used,
+        used_source,
+        used_at,
+        used_percent,
+        size_tokens: inp.size.tokens,
+        size_source: inp.size.source.clone(),
+        carried_tokens: carried,
+        carried_estimate_tokens: inp.carried_estimate,
+        calibration,
+        calibration_source,
+        overhead_tokens: overhead,
+        overhead_source: inp.overhead.source.clone(),
+        after_rebuild_tokens: after,
+        after_rebuild_percent: percent(after, size),
+        compaction_point_tokens: point,
+        frees_percent: frees,
+        fit_checked: inp.used.is_some(),
+        advice: "none".to_string(),
+        derivation,
+    };
+    window.advice = if window.fit_checked && !window.fits() {
+        "cannot_fit"
+    } else if inp.advise.band(used_percent).is_some()
+        && frees >= f64::from(inp.advise.min_free_percent)
+    {
+        "rebuild"
+    } else {
+        "none"
+    }
+    .to_string();
+    window
+}
+
+fn calibrate(inp: &Inputs, used: u64) -> (f64, String) {
+    let uncalibrated = |why: &str| {
+        (
+            1.0,
+            format!("formula estimate as is (CJK ×1.1, others ÷1.5 chars; errs high): {why}"),
+        )
+    };
+    if inp.used.is_none() {
+        return uncalibrated("no usage to calibrate with");
+    }
+    let content = used.saturating_sub(inp.overhead.tokens);
+    if inp.window_estimate == 0 || content == 0 {
+        return uncalibrated("nothing in the window to calibrate with");
+    }
+    let factor = content as f64 / inp.window_estimate as f64;
+    if !(FACTOR_RANGE.0..=FACTOR_RANGE.1).contains(&factor) {
+        return uncalibrated(&format!("measured factor {factor:.3} is implausible"));
+    }
+    (
+        (factor * 1000.0).round() / 1000.0,
+        format!(
+            "(used {used} − overhead {}) / window estimate {}",
+            inp.overhead.tokens, inp.window_estimate
+        ),
+    )
+}
+
+/// `part / whole` in percent, one decimal.
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        return 0.0;
+    }
+    (part as f64 * 1000.0 / whole as f64).round() / 10.0
+}
+
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn to_u64(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x.round() as u64
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(used: Option<u64>, window_estimate: u64, carried_estimate: u64) -> Inputs {
+        Inputs {
+            used: used.map(|tokens| Usage {
+                tokens,
+                at: Some("2026-11-30T14:02:00Z".into()),
+                model: None,
+            }),
+            missing: None,
+            window_estimate,
+            carried_estimate,
+            size: Size {
+                tokens: 1_000_000,
+                source: "test".into(),
+            },
+            overhead: Sourced {
+                tokens: 12_000,
+                source: "test".into(),
+            },
+            advise: Advise {
+                at_percent: 70,
+                min_free_percent: 50,
+            },
+        }
+    }
+
+    #[test]
+    fn after_rebuild_is_calibrated_carried_plus_overhead() {
+        // 612k used: 600k of content estimated at 1.2M formula tokens → factor 0.5.
+        let w = derive(&inputs(Some(612_000), 1_200_000, 58_000));
+        assert_eq!(w.used_source, "usage");
+        assert!((w.calibration - 0.5).abs() < 1e-9);
+        assert_eq!(w.carried_tokens, 29_000);
+        assert_eq!(w.after_rebuild_tokens, 41_000);
+        assert!((w.frees_percent - 93.3).abs() < 1e-9, "{}", w.frees_percent);
+        assert!((w.used_percent - 61.2).abs() < 1e-9);
+        assert_eq!(w.advice, "none", "61 % is below the first band");
+        assert!(
+            w.derivation
+                .iter()
+                .any(|d| d.contains("41000 = carried 29000 + overhead 12000"))
+        );
+    }
+
+    #[test]
+    fn advice_bands_and_min_free() {
+        let w = derive(&inputs(Some(780_000), 1_536_000, 58_000));
+        assert_eq!(w.advice, "rebuild");
+        let advise = Advise {
+            at_percent: 70,
+            min_free_percent: 50,
+        };
+        assert_eq!(w.band(advise), Some(70));
+        assert_eq!(advise.band(81.0), Some(80));
+        assert_eq!(advise.band(99.9), Some(90));
+        assert_eq!(advise.band(69.9), None);
+        assert_eq!(
+            Advise {
+                at_percent: 85,
+                ..advise
+            }
+            .band(88.0),
+            Some(85)
+        );
+        assert_eq!(
+            Advise {
+                at_percent: 0,
+                ..advise
+            }
+            .band(99.0),
+            None
+        );
+        // Mostly conversation: a rebuild would not free half → no advice.
+        let w = derive(&inputs(Some(780_000), 1_536_000, 1_400_000));
+        assert_eq!(w.advice, "none");
+    }
+
+    #[test]
+    fn right_after_a_rebuild_nothing_is_freed() {
+        // The window is the carried conversation plus the overhead.
+        let w = derive(&inputs(Some(212_000), 400_000, 400_000));
+        assert_eq!(w.after_rebuild_tokens, 212_000);
+        assert!(w.frees_percent.abs() < 1e-9);
+        assert_eq!(w.advice, "none");
+    }
+
+    #[test]
+    fn a_rebuild_that_cannot_fit_names_a_cap() {
+        let w = derive(&inputs(Some(990_000), 1_956_000, 1_950_000));
+        assert_eq!(w.advice, "cannot_fit");
+        assert!(!w.fits());
+        // (968,000 − 12,000) / 0.5 = 1,912,000 formula tokens.
+        assert_eq!(w.carry_cap_that_fits(), 1_912_000);
+    }
+
+    #[test]
+    fn without_usage_the_estimate_is_used_and_said() {
+        let mut inp = inputs(None, 50_000, 30_000);
+        inp.missing = Some("no reply records usage".into());
+        let w = derive(&inp);
+        assert_eq!(w.used_source, "estimate");
+        assert_eq!(w.used_tokens, 62_000);
+        assert!((w.calibration - 1.0).abs() < 1e-9);
+        assert_eq!(w.after_rebuild_tokens, 42_000);
+        assert!(!w.fit_checked);
+        assert!(w.derivation[0].contains("no reply records usage"));
+        // Implausible factors are not used.
+        let w = derive(&inputs(Some(20_000), 1_000_000, 10));
+        assert!((w.calibration - 1.0).abs() < 1e-9);
+        assert!(w.calibration_source.contains("implausible"));
+    }
+}
