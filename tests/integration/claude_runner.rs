@@ -44,6 +44,19 @@ fn a_rebuild_requested_mid_turn_loses_no_queued_prompt() {
         seconds.push(start.elapsed().as_secs_f64());
         eprintln!("runner trial {n}: ok in {:.1} s", seconds[n]);
     }
+    let lines: Vec<String> = seconds
+        .iter()
+        .enumerate()
+        .map(|(n, s)| format!("runner trial {n}: nothing lost, {s:.1} s"))
+        .collect();
+    crate::support::report(
+        "runner",
+        &format!(
+            "pointer runner, rebuild requested mid-turn with a queued prompt: {} of {trials} trials lost nothing\n{}",
+            seconds.len(),
+            lines.join("\n")
+        ),
+    );
 }
 
 fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
