@@ -83,6 +83,7 @@ fn check_config(config: &Config, checks: &mut Vec<Check>) {
         checks.extend(systemd(config));
     }
     checks.push(hooks(config));
+    checks.push(statusline(config));
     checks.push(mcp(config));
     checks.push(state_dir(config));
     checks.push(operations(config));
@@ -385,6 +386,7 @@ fn hooks(config: &Config) -> Check {
         ("Stop", None, "ktr-stop"),
         ("UserPromptSubmit", None, "ktr-prompt"),
         ("SessionStart", Some("resume"), "ktr-ack"),
+        ("PreCompact", None, "ktr-precompact"),
     ];
     for (event, matcher, program) in want {
         let hook = found
@@ -407,7 +409,10 @@ fn hooks(config: &Config) -> Check {
         let paths: Vec<&str> = found.iter().map(|f| f.path.as_str()).collect();
         pass(
             "hooks",
-            format!("Stop and SessionStart/resume → {}", paths.join(", ")),
+            format!(
+                "Stop, SessionStart/resume and PreCompact → {}",
+                paths.join(", ")
+            ),
         )
     } else {
         fail(
@@ -416,6 +421,28 @@ fn hooks(config: &Config) -> Check {
             "run ./install again (it merges hooks.json into ~/.claude/settings.json)",
         )
     }
+}
+
+/// The statusline is optional: it reports, never fails.
+fn statusline(config: &Config) -> Check {
+    let lines: Vec<String> = settings_files(config)
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|text| settings::statusline_command(&text))
+        .collect();
+    let detail = match lines
+        .iter()
+        .find(|c| c.contains(settings::STATUSLINE_PROGRAM))
+    {
+        Some(c) => format!("shows the window: {c}"),
+        None if !lines.is_empty() => format!(
+            "your own statusLine is set ({}); optional: embed `{} --segment` in it to see the window (./install prints how)",
+            lines[0],
+            settings::STATUSLINE_PROGRAM
+        ),
+        None => "not set (optional; ./install sets it when there is none)".into(),
+    };
+    pass("statusline", detail)
 }
 
 fn mcp(config: &Config) -> Check {
