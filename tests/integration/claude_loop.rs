@@ -289,7 +289,7 @@ impl Loop {
 /// The config for the pane: tmux activation on the private server's pane,
 /// the CLI's workdir and project, the real CLI as the resume command with
 /// the pane's environment, and short waits.
-fn config_text(env: &ClaudeEnv, state: &Path) -> String {
+pub(crate) fn config_text(env: &ClaudeEnv, state: &Path) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap();
     let path = |p: &Path| q(&p.display().to_string());
     let mut text = format!(
@@ -312,7 +312,7 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
 /// `install --prefix <root>/prefix/bin --bin-dir <the test binaries>` with
 /// the real `claude` first on PATH, so it registers `ktr-mcp` itself.
 #[track_caller]
-fn install(env: &ClaudeEnv, config: &Path) {
+pub(crate) fn install(env: &ClaudeEnv, config: &Path) {
     let path_dir = &env.sandbox.path_dir;
     symlink(&env.bin, path_dir.join("claude")).unwrap();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
