@@ -530,6 +530,11 @@ impl Drop for Rig {
         if let Ok(pid) = fs::read_to_string(&self.pause_file) {
             let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
         }
+        // Before the sandbox's temp dir goes (fields drop in order, and the
+        // sandbox comes first): stopping the manager reads its pid from a
+        // file in there. Without it every systemd rig leaked its manager,
+        // whose inotify instances then made later managers die at start.
+        drop(self.sysd.take());
     }
 }
 
