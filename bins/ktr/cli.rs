@@ -14,8 +14,9 @@ Usage: ktr [--config PATH] <command> [options]
 
 Read-only checks:
   doctor [--json]                       check the installation and explain each item
-  dirty  [--transcript P] [--json]      what pollutes the current context window
-  plan   [--transcript P] [--json] [--show-candidate] [--session-id ID]
+  dirty  [--session ID | --transcript P] [--json]
+                                        what pollutes the current context window
+  plan   [--session ID | --transcript P] [--json] [--show-candidate] [--new-session UUID]
                                         what a rebuild would carry (writes nothing)
 
 Changes (each needs the human's confirmation word):
@@ -39,6 +40,9 @@ Try it:
 
 Options:
   --config PATH    config file (default: $KTR_CONFIG, else ~/.config/ktr/config.toml)
+  --session ID     the Claude Code session to read or bind (its <ID>.jsonl in project_dir;
+                   default: the newest transcript there)
+  --new-session UUID  the candidate's session id, for byte-identical plans
   -h, --help       this help
   -V, --version    version
 
@@ -52,20 +56,44 @@ pub struct Common {
     pub json: bool,
 }
 
+/// Which transcript a read-only command reads.
+#[derive(Debug, Default, Clone)]
+pub enum Source {
+    /// The newest `*.jsonl` in `project_dir`.
+    #[default]
+    Newest,
+    /// `--session ID`: `<project_dir>/<ID>.jsonl`.
+    Session(String),
+    /// `--transcript P`.
+    Transcript(PathBuf),
+}
+
+impl Source {
+    /// The transcript path asked for, if any (checked by `resolve_transcript`).
+    pub fn path(&self, project_dir: &std::path::Path) -> Option<PathBuf> {
+        match self {
+            Source::Newest => None,
+            Source::Session(id) => Some(project_dir.join(format!("{id}.jsonl"))),
+            Source::Transcript(p) => Some(p.clone()),
+        }
+    }
+}
+
 /// `ktr plan`.
 #[derive(Debug, Default)]
 pub struct PlanArgs {
     pub common: Common,
-    pub transcript: Option<PathBuf>,
+    pub source: Source,
     pub show_candidate: bool,
-    pub session_id: Option<String>,
+    /// The candidate's session id (a UUID).
+    pub new_session: Option<String>,
 }
 
 /// `ktr dirty`.
 #[derive(Debug, Default)]
 pub struct DirtyArgs {
     pub common: Common,
-    pub transcript: Option<PathBuf>,
+    pub source: Source,
 }
 
 /// `ktr doctor`.
@@ -175,7 +203,7 @@ struct Raw {
     json: bool,
     transcript: Option<PathBuf>,
     show_candidate: bool,
-    session_id: Option<String>,
+    new_session: Option<String>,
     confirm: Option<String>,
     reason: Option<String>,
     session: Option<String>,
@@ -218,9 +246,10 @@ fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Er
                 raw.show_candidate = true;
                 raw.seen.push("--show-candidate");
             }
-            Long("session-id") => {
-                raw.session_id = Some(parser.value()?.string()?);
-                raw.seen.push("--session-id");
+            // `--session-id` is the old name, kept as a hidden alias.
+            Long("new-session" | "session-id") => {
+                raw.new_session = Some(parser.value()?.string()?);
+                raw.seen.push("--new-session");
             }
             Long("confirm") => {
                 raw.confirm = Some(parser.value()?.string()?);
@@ -282,8 +311,14 @@ fn validate(raw: Raw) -> Result<Command, Error> {
     };
     let command = raw.command.as_deref().unwrap_or("");
     let allowed: &[&str] = match command {
-        "plan" => &["--json", "--transcript", "--show-candidate", "--session-id"],
-        "dirty" => &["--json", "--transcript"],
+        "plan" => &[
+            "--json",
+            "--transcript",
+            "--session",
+            "--show-candidate",
+            "--new-session",
+        ],
+        "dirty" => &["--json", "--transcript", "--session"],
         "doctor" | "ops" | "status" => &["--json"],
         "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
@@ -318,6 +353,9 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         )));
     }
     let operand = raw.operands.into_iter().next();
+    if let Some(id) = &raw.session {
+        ktr::ids::SessionId::parse(id)?;
+    }
     Ok(match command {
         "request" => Command::Request(RequestArgs {
             common,
@@ -363,13 +401,13 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "demo" => Command::Demo(DemoArgs { keep: raw.keep }),
         "plan" => Command::Plan(PlanArgs {
             common,
-            transcript: raw.transcript,
+            source: source(raw.session, raw.transcript)?,
             show_candidate: raw.show_candidate,
-            session_id: raw.session_id,
+            new_session: raw.new_session.map(uuid_arg).transpose()?,
         }),
         "dirty" => Command::Dirty(DirtyArgs {
             common,
-            transcript: raw.transcript,
+            source: source(raw.session, raw.transcript)?,
         }),
         "hooks" => Command::Hooks(HooksArgs {
             common,
@@ -380,6 +418,35 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         }),
         _ => Command::Doctor(DoctorArgs { common }),
     })
+}
+
+/// `--session ID` or `--transcript P` (not both), else the newest transcript.
+fn source(session: Option<String>, transcript: Option<PathBuf>) -> Result<Source, Error> {
+    match (session, transcript) {
+        (Some(_), Some(_)) => Err(Error::usage(
+            "--session and --transcript both name the transcript to read; give one",
+        )),
+        (Some(id), None) => Ok(Source::Session(id)),
+        (None, Some(p)) => Ok(Source::Transcript(p)),
+        (None, None) => Ok(Source::Newest),
+    }
+}
+
+/// `--new-session`: Claude Code names sessions by UUID (`<uuid>.jsonl`,
+/// `--resume <uuid>`), so the candidate's id must be one.
+fn uuid_arg(id: String) -> Result<String, Error> {
+    let is_uuid = id.len() == 36
+        && id.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+    if is_uuid {
+        return Ok(id);
+    }
+    Err(Error::usage(format!(
+        "--new-session takes a session id like 0d15ea5e-0000-4000-8000-00000000beef (a UUID), not {:?}",
+        id.chars().take(80).collect::<String>()
+    )))
 }
 
 /// A value the command cannot do without.

@@ -47,6 +47,20 @@ pub fn run(args: &DemoArgs) -> Result<u8, Error> {
             sandbox.config.display(),
             sandbox.root.display()
         ));
+    } else {
+        let root = sandbox.root.clone();
+        drop(sandbox);
+        out::print(&if root.exists() {
+            format!(
+                "\nthe sandbox {} could not be removed; rm -r it\n",
+                root.display()
+            )
+        } else {
+            format!(
+                "\nsandbox removed: {} (ktr demo --keep keeps it)\n",
+                root.display()
+            )
+        });
     }
     result
 }
@@ -81,6 +95,11 @@ fn drill(sb: &Sandbox) -> Result<u8, Error> {
     );
     let planned = plan::build(&config, &sb.transcript, None)?;
     out::print(&dirty::human(&planned.report.ledger));
+    if !planned.report.ledger.should_rebuild {
+        out::print(
+            "(a household would not rebuild yet; the demo goes on anyway, to show the whole path)\n",
+        );
+    }
 
     heading(
         4,

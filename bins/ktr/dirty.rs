@@ -17,7 +17,8 @@ struct Dirty<'a> {
 
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
-    let path = plan::resolve_transcript(&config, args.transcript.as_deref())?;
+    let given = args.source.path(&config.project_dir);
+    let path = plan::resolve_transcript(&config, given.as_deref())?;
     let plan = plan::build(&config, &path, None)?;
     if args.common.json {
         out::json(&Dirty {

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use ktr::Error;
-use ktr::admin::settings::{self, Edit};
+use ktr::admin::settings::{self, Change, Edit};
 
 use crate::cli::HooksArgs;
 use crate::out;
@@ -46,6 +46,7 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
         return Ok(0);
     }
     let applied = edit.apply()?;
+    let path = path.display();
     let through = applied
         .through_link
         .as_ref()
@@ -56,14 +57,17 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
             )
         })
         .unwrap_or_default();
-    out::print(&match (applied.changed, applied.backup) {
-        (false, _) => format!("{} already up to date\n", path.display()),
-        (true, Some(b)) => format!(
-            "updated {}{through} (backup: {})\n",
-            path.display(),
-            b.display()
+    out::print(&match applied.change {
+        Change::Unchanged => format!("{path} already up to date\n"),
+        Change::Created => format!("created {path}{through}\n"),
+        Change::Updated { backup } => {
+            format!("updated {path}{through} (backup: {})\n", backup.display())
+        }
+        Change::Restored { from } => format!(
+            "restored {path}{through} to its bytes before install (from {}, now removed)\n",
+            from.display()
         ),
-        (true, None) => format!("created {}{through}\n", path.display()),
+        Change::Removed => format!("removed {path}{through}: install had created it\n"),
     });
     Ok(0)
 }

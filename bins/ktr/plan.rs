@@ -1,6 +1,7 @@
 //! `ktr plan`: what a rebuild would carry. Writes nothing anywhere.
 
 use ktr::Error;
+use ktr::admin::report;
 use ktr::config::Config;
 use ktr::engine::plan;
 
@@ -9,8 +10,9 @@ use crate::{dirty, out};
 
 pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
-    let path = plan::resolve_transcript(&config, args.transcript.as_deref())?;
-    let plan = plan::build(&config, &path, args.session_id.as_deref())?;
+    let given = args.source.path(&config.project_dir);
+    let path = plan::resolve_transcript(&config, given.as_deref())?;
+    let plan = plan::build(&config, &path, args.new_session.as_deref())?;
     if args.common.json {
         let mut value = serde_json::to_value(&plan.report).expect("reports serialize");
         if args.show_candidate {
@@ -58,6 +60,10 @@ pub fn human(r: &plan::PlanReport) -> String {
             format!("{} → {}", r.source_turns, r.selected_turns),
         ),
         ("carried items", r.carried_items.to_string()),
+        (
+            "left out",
+            report::left_out_summary(&report::left_out_by_reason(&r.left_out)),
+        ),
         (
             "open tail",
             format!("{} (kept: {})", r.open_tail, r.open_tail_kept),

@@ -75,8 +75,9 @@ pub fn human(v: &StatusView) -> String {
         line(
             "carried items",
             format!(
-                "{} ({} records left out, each with its reason)",
-                v.manifest_items, v.left_out_records
+                "{}; left out: {}",
+                v.manifest_items,
+                ktr::admin::report::left_out_summary(&v.left_out_by_reason)
             ),
         );
     }

@@ -68,6 +68,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     pub activation: Activation,
     pub tmux_target: String,
+    /// The tmux server: `None` = the default one; a name (`tmux -L NAME`)
+    /// or a socket path (`tmux -S PATH`, contains a `/`).
+    pub tmux_socket: Option<String>,
     pub claude_workdir: PathBuf,
     pub verify_workdir_matches_project: bool,
     pub resume_command: Vec<String>,
@@ -120,6 +123,7 @@ const KEYS: &[&str] = &[
     "state_dir",
     "activation",
     "tmux_target",
+    "tmux_socket",
     "claude_workdir",
     "verify_workdir_matches_project",
     "resume_command",
@@ -352,6 +356,20 @@ impl Config {
                 "must be non-empty and contain no control characters",
             ));
         }
+        let tmux_socket = keys.string("tmux_socket", "")?;
+        if tmux_socket.chars().any(char::is_control) {
+            return Err(Keys::rule(
+                "tmux_socket",
+                "must contain no control characters",
+            ));
+        }
+        let tmux_socket = (!tmux_socket.is_empty()).then(|| {
+            if tmux_socket.contains('/') {
+                expand_home(&tmux_socket, &home).display().to_string()
+            } else {
+                tmux_socket
+            }
+        });
         let claude_workdir = expand_home(&keys.string("claude_workdir", "~")?, &home);
         let resume_command = keys.resume_command()?;
         let resume_env = keys.string_map("resume_env")?;
@@ -449,6 +467,7 @@ impl Config {
             state_dir,
             activation,
             tmux_target,
+            tmux_socket,
             claude_workdir,
             verify_workdir_matches_project: keys.boolean("verify_workdir_matches_project", true)?,
             resume_command,

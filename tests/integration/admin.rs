@@ -733,10 +733,23 @@ fn demo_runs_a_whole_rebuild_and_cleans_up() {
         .stdout_contains("status            activated")
         .stdout_contains("8 (all carried verbatim)")
         .stdout_contains("unchanged: same sha256")
-        .stdout_contains("demo finished: operation activated");
+        .stdout_contains("demo finished: operation activated")
+        // The example needs no rebuild yet: the demo says why it goes on.
+        .stdout_contains("advice: no rebuild needed yet\n(a household would not rebuild yet; the demo goes on anyway")
+        // What was left out, and why, in plan and status.
+        .stdout_contains("left out                    2 records (1 compact_summary_dropped, 1 local_command)")
+        .stdout_contains("carried items     17; left out: 2 records (1 compact_summary_dropped, 1 local_command)");
     let root = demo_sandbox(&run.stdout);
     assert!(root.starts_with(sb.root()), "{}", root.display());
     assert!(!root.exists(), "the sandbox is removed without --keep");
+    assert!(
+        run.stdout.contains(&format!(
+            "sandbox removed: {} (ktr demo --keep keeps it)",
+            root.display()
+        )),
+        "the demo says it removed its sandbox:\n{}",
+        run.stdout
+    );
     // The HOME it ran under is untouched: hooks and MCP went into the sandbox.
     assert!(!sb.home.join(".claude/settings.json").exists());
     assert!(!sb.home.join(".claude.json").exists());
@@ -766,6 +779,18 @@ fn demo_keep_leaves_a_sandbox_the_cli_can_inspect() {
     assert!(candidate.starts_with(&root) && candidate.is_file());
     let pointer = fs::read_to_string(root.join("resume_session")).unwrap();
     assert_eq!(pointer.trim(), v["candidate_session_id"].as_str().unwrap());
+    // worker.log counts what status counts.
+    let log = fs::read_to_string(root.join("state/worker.log")).unwrap();
+    let by_reason = v["left_out_by_reason"].as_object().unwrap();
+    let total: u64 = by_reason.values().map(|n| n.as_u64().unwrap()).sum();
+    let reasons: Vec<String> = by_reason.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    let counts = format!(
+        "{} carried items; left out: {total} records ({})",
+        v["manifest_items"],
+        reasons.join(", ")
+    );
+    assert_eq!(v["left_out_records"], total);
+    assert!(log.contains(&counts), "worker.log lacks {counts:?}:\n{log}");
     fs::remove_dir_all(&root).unwrap();
 }
 
@@ -799,6 +824,82 @@ fn demo_without_the_stages_says_so_and_keeps_the_evidence() {
     assert!(stdout.contains("sandbox kept"), "{stdout}");
     let root = demo_sandbox(&stdout);
     assert!(root.join("config.toml").is_file());
+}
+
+// ---------------------------------------------------------------------------
+// --session and --new-session
+
+#[test]
+fn session_names_the_transcript_to_read_and_new_session_must_be_a_uuid() {
+    let sb = Sandbox::new();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/session.jsonl");
+    let older = sb
+        .project
+        .join("0a000000-0000-4000-8000-000000000001.jsonl");
+    let newer = sb
+        .project
+        .join("0b000000-0000-4000-8000-000000000002.jsonl");
+    fs::copy(&example, &older).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::copy(&example, &newer).unwrap();
+    let source = |args: &[&str]| -> String {
+        let run = Ktr::new(&sb).arg("plan").args(args).arg("--json").run();
+        let v: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|_| panic!("{}{}", run.stdout, run.stderr));
+        v["source_path"].as_str().unwrap().to_string()
+    };
+    assert!(source(&[]).ends_with("0b000000-0000-4000-8000-000000000002.jsonl"));
+    for command in ["plan", "dirty"] {
+        let run = Ktr::new(&sb)
+            .args([command, "--session", "0a000000-0000-4000-8000-000000000001"])
+            .run()
+            .code(0);
+        assert!(
+            run.stdout.contains(&older.display().to_string()),
+            "{}",
+            run.stdout
+        );
+    }
+    Ktr::new(&sb)
+        .args(["plan", "--session", "../etc/passwd"])
+        .run()
+        .code(2)
+        .stderr_contains("invalid session id");
+    Ktr::new(&sb)
+        .args(["plan", "--session", "0a000000-0000-4000-8000-000000000001"])
+        .arg("--transcript")
+        .arg(&older)
+        .run()
+        .code(2)
+        .stderr_contains("give one");
+    for bad in [
+        "nope",
+        "0d15ea5e-0000-4000-8000-00000000beeg",
+        "0d15ea5e00004000800000000000beef00",
+    ] {
+        Ktr::new(&sb)
+            .args(["plan", "--new-session", bad])
+            .run()
+            .code(2)
+            .stderr_contains("(a UUID)");
+    }
+    // The old name is an alias of --new-session, with the same check.
+    Ktr::new(&sb)
+        .args(["plan", "--session-id", "nope"])
+        .run()
+        .code(2)
+        .stderr_contains("--new-session takes a session id");
+    let fixed = "0d15ea5e-0000-4000-8000-00000000beef";
+    let one = Ktr::new(&sb)
+        .args(["plan", "--show-candidate", "--new-session", fixed])
+        .run()
+        .code(0);
+    let two = Ktr::new(&sb)
+        .args(["plan", "--show-candidate", "--session-id", fixed])
+        .run()
+        .code(0);
+    assert!(one.stdout.contains(fixed));
+    assert_eq!(one.stdout, two.stdout);
 }
 
 /// A manifest entry with placeholder values (its content is not looked at).

@@ -390,7 +390,7 @@ fn a_request_without_a_project_dir_is_refused() {
 
 #[test]
 fn a_symlinked_settings_file_is_written_through_and_stays_a_link() {
-    use ktr::admin::settings::Edit;
+    use ktr::admin::settings::{Change, Edit};
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("dotfiles");
     fs::create_dir(&repo).unwrap();
@@ -401,7 +401,10 @@ fn a_symlinked_settings_file_is_written_through_and_stays_a_link() {
     std::os::unix::fs::symlink(&real, &link).unwrap();
     let prefix = tmp.path().join("bin");
     let applied = Edit::merge(&link, &prefix, None).unwrap().apply().unwrap();
-    assert!(applied.changed);
+    assert!(
+        matches!(applied.change, Change::Updated { .. }),
+        "{applied:?}"
+    );
     assert_eq!(applied.through_link.as_deref(), Some(real.as_path()));
     assert!(
         fs::symlink_metadata(&link)
@@ -419,7 +422,10 @@ fn a_symlinked_settings_file_is_written_through_and_stays_a_link() {
         0o640
     );
     let removed = Edit::unmerge(&link).unwrap().apply().unwrap();
-    assert!(removed.changed && removed.through_link.is_some());
+    assert!(
+        matches!(removed.change, Change::Restored { .. }) && removed.through_link.is_some(),
+        "{removed:?}"
+    );
     assert!(
         fs::symlink_metadata(&link)
             .unwrap()

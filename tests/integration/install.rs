@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ktr::admin::settings::{self, Edit, Json, Wanted};
+use ktr::admin::settings::{self, Change, Edit, Json, Wanted};
 
 const WHAT: &str = "settings.json";
 
@@ -319,9 +319,11 @@ fn apply_keeps_the_mode_and_writes_a_timestamped_backup() {
     let applied = Edit::merge(&path, Path::new("/opt/ktr"), None)
         .unwrap()
         .apply()
-        .unwrap();
-    assert!(applied.changed);
-    let backup = applied.backup.unwrap();
+        .unwrap()
+        .change;
+    let Change::Updated { backup } = applied else {
+        panic!("expected an update with a backup, got {applied:?}");
+    };
     assert!(
         backup
             .file_name()
@@ -342,11 +344,56 @@ fn apply_keeps_the_mode_and_writes_a_timestamped_backup() {
     // Again: nothing to do, no new backup.
     let again = Edit::merge(&path, Path::new("/opt/ktr"), None).unwrap();
     assert!(!again.changes());
-    assert_eq!(again.apply().unwrap().backup, None);
+    assert_eq!(again.apply().unwrap().change, Change::Unchanged);
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
-    // Unmerge restores the original bytes (no trailing newline, key order).
-    Edit::unmerge(&path).unwrap().apply().unwrap();
+    // Unmerge restores the original bytes (no trailing newline, key order)
+    // and takes the backup it restored from: no file is left behind.
+    assert_eq!(
+        Edit::unmerge(&path).unwrap().apply().unwrap().change,
+        Change::Restored { from: backup }
+    );
     assert_eq!(fs::read_to_string(&path).unwrap(), original);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn unmerge_restores_the_absence_of_a_file_install_created() {
+    let dir = temp();
+    let path = dir.path().join("settings.json");
+    let merge = Edit::merge(&path, Path::new("/opt/ktr"), None).unwrap();
+    assert_eq!(merge.apply().unwrap().change, Change::Created);
+    let unmerge = Edit::unmerge(&path).unwrap();
+    assert_eq!(unmerge.after, None);
+    assert!(
+        unmerge.diff().contains("(removed: install created it)"),
+        "{}",
+        unmerge.diff()
+    );
+    assert_eq!(unmerge.apply().unwrap().change, Change::Removed);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    // A file that held `{}` before install gets its `{}` back.
+    fs::write(&path, "{}").unwrap();
+    Edit::merge(&path, Path::new("/opt/ktr"), None)
+        .unwrap()
+        .apply()
+        .unwrap();
+    Edit::unmerge(&path).unwrap().apply().unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), "{}");
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    // What Claude Code added since install stays (and a backup is kept).
+    fs::remove_file(&path).unwrap();
+    Edit::merge(&path, Path::new("/opt/ktr"), None)
+        .unwrap()
+        .apply()
+        .unwrap();
+    let merged = fs::read_to_string(&path).unwrap();
+    fs::write(&path, merged.replacen('{', "{\n  \"model\": \"opus\",", 1)).unwrap();
+    let applied = Edit::unmerge(&path).unwrap().apply().unwrap().change;
+    assert!(matches!(applied, Change::Updated { .. }), "{applied:?}");
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "{\n  \"model\": \"opus\"\n}\n"
+    );
 }
 
 // ---- the install script ----
@@ -579,6 +626,11 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
     let (out, code) = h.install(&["--uninstall"]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(fs::read_to_string(&h.settings).unwrap(), FOREIGN);
+    assert_eq!(
+        fs::read_dir(h.settings.parent().unwrap()).unwrap().count(),
+        1,
+        "the install's backup was restored and removed; uninstall keeps none of its own: {out}"
+    );
     for b in ["ktr", "ktr-stop", "ktr-ack", "ktr-mcp"] {
         assert!(!h.prefix.join(b).exists(), "{b}");
     }
@@ -655,13 +707,23 @@ fn a_fresh_install_writes_a_private_template_and_uninstall_removes_it_untouched(
         )),
         "{out}"
     );
+    let (out, code) = h.install(&["--uninstall", "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.trim_end().ends_with("dry run: nothing was removed") && !out.contains("uninstalled"),
+        "{out}"
+    );
     let (out, code) = h.install(&["--uninstall"]);
     assert_eq!(code, 0, "{out}");
     assert!(!h.config.exists(), "the untouched template goes: {out}");
+    assert!(
+        !h.settings.exists(),
+        "install created settings.json, uninstall removes it: {out}"
+    );
     assert_eq!(
-        fs::read_to_string(&h.settings).unwrap(),
-        "{}\n",
-        "our hooks are gone"
+        fs::read_dir(h.settings.parent().unwrap()).unwrap().count(),
+        0,
+        "no backup is left either"
     );
 }
 
@@ -680,4 +742,8 @@ fn a_broken_settings_file_stops_the_install_and_stays_untouched() {
         h.claude_calls().is_empty(),
         "no MCP registration after a refused merge"
     );
+    // Checked before anything else: no binary, no config template.
+    assert!(!h.prefix.exists(), "binaries were copied: {out}");
+    assert!(!h.config.exists(), "a config was written: {out}");
+    assert!(out.contains("nothing was installed"), "{out}");
 }

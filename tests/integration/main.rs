@@ -15,6 +15,7 @@ mod claude_loop;
 mod claude_resume;
 mod claude_window;
 mod corpus;
+mod doctor;
 mod hostile;
 mod install;
 mod kill;

@@ -25,6 +25,28 @@ fn message(stdout: &str) -> String {
 }
 
 #[test]
+fn every_hook_answers_help_with_its_usage_not_a_hook_reply() {
+    let prompt = env!("CARGO_BIN_EXE_ktr-prompt");
+    for (bin, name) in [(STOP, "ktr-stop"), (ACK, "ktr-ack"), (prompt, "ktr-prompt")] {
+        let out = std::process::Command::new(bin)
+            .arg("--help")
+            .env_clear()
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{name} --help: {stdout}");
+        assert!(
+            stdout.contains(name) && stdout.contains("--config"),
+            "{name} --help prints its usage: {stdout}"
+        );
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&stdout).is_err(),
+            "{name} --help must not answer with hook JSON: {stdout}"
+        );
+    }
+}
+
+#[test]
 fn nothing_pending_is_silent_and_needs_no_state_dir() {
     let sandbox = Sandbox::new();
     let transcript = sandbox.transcript(SESSION);

@@ -5,7 +5,11 @@
 //! `~/.claude/settings.json` and the project's `.claude/settings.json` /
 //! `.claude/settings.local.json` (all scopes count, as Claude Code merges
 //! them); the MCP server in `~/.claude.json` (`mcpServers.ktr`, user scope,
-//! or `projects.<workdir>.mcpServers.ktr`).
+//! or `projects.<workdir>.mcpServers.ktr`). Both must run with **this**
+//! config: the `--config` they carry is compared with it.
+//!
+//! A config that does not load is one failed check; the checks that do not
+//! need it (hooks, MCP server) still run, with the default workdir.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -15,98 +19,170 @@ use serde::Serialize;
 use crate::admin::settings;
 use crate::config::{self, Config, home_dir};
 use crate::pipeline::operation::Store;
+use crate::pipeline::process;
 use crate::pipeline::target::Target;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    /// Fine for now, but worth knowing (e.g. no transcript yet).
+    Warn,
+    Fail,
+}
 
 /// One checked item.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub name: &'static str,
+    /// Not a failure (`ok` or `warn`).
     pub ok: bool,
+    pub level: Level,
     pub detail: String,
-    /// What to do when it fails.
+    /// What to do about a failure or a warning.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
 }
 
-/// All checks; `ok` when every one passed.
+/// All checks; `ok` when none failed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub ok: bool,
+    /// The config did not load: only the checks that do not need it ran.
+    pub config_error: bool,
     pub checks: Vec<Check>,
 }
 
-/// Run every check. Never fails: a broken config is itself a failed check.
+/// Run every check. Never fails: a broken config is itself a failed check,
+/// and the checks that can run without it still run.
 pub fn check(config_path: Option<&Path>) -> Report {
-    let mut checks = Vec::new();
     let path = Config::locate(config_path);
-    match Config::load(config_path) {
+    let this = absolute(&path);
+    let mut checks = Vec::new();
+    let config_error = match Config::load(config_path) {
         Ok(config) => {
             checks.push(pass("config", format!("{} is valid", path.display())));
-            check_config(&config, &mut checks);
+            check_config(&config, &this, &mut checks);
+            false
         }
-        Err(e) => checks.push(fail(
-            "config",
-            e.message,
-            "fix the config file as the message says",
-        )),
-    }
+        Err(e) => {
+            checks.push(fail(
+                "config",
+                e.message.clone(),
+                config_fix(&path, &e.message),
+            ));
+            // The default workdir (`~`): its settings are the user's.
+            checks.push(hooks(&home_dir(), &this));
+            checks.push(mcp(&home_dir(), &this));
+            true
+        }
+    };
     Report {
         ok: checks.iter().all(|c| c.ok),
+        config_error,
         checks,
     }
 }
 
+/// A concrete way out of a config error.
+fn config_fix(path: &Path, message: &str) -> String {
+    let path = path.display();
+    if message.contains("cannot read config") {
+        format!(
+            "run ./install (it writes a commented template to {path}), or create {path} with project_dir = \"~/.claude/projects/<encoded cwd>\""
+        )
+    } else if message.contains("project_dir is required") {
+        format!(
+            "add project_dir = \"~/.claude/projects/<encoded cwd>\" to {path} (`ls -lt ~/.claude/projects/` lists them, newest first)"
+        )
+    } else if message.contains("unknown key") {
+        format!("edit {path}: remove or rename that key (README, Configuration, lists every key)")
+    } else if message.contains("not valid TOML") || message.contains("UTF-8") {
+        format!("edit {path}: fix the TOML syntax where the message says")
+    } else {
+        format!(
+            "edit {path}: set the key the message names as its rule says (README, Configuration)"
+        )
+    }
+}
+
+fn check_with(name: &'static str, level: Level, detail: String, fix: Option<String>) -> Check {
+    Check {
+        name,
+        ok: level != Level::Fail,
+        level,
+        detail,
+        fix,
+    }
+}
+
 fn pass(name: &'static str, detail: String) -> Check {
-    Check {
-        name,
-        ok: true,
-        detail,
-        fix: None,
-    }
+    check_with(name, Level::Ok, detail, None)
 }
 
-fn fail(name: &'static str, detail: String, fix: &str) -> Check {
-    Check {
-        name,
-        ok: false,
-        detail,
-        fix: Some(fix.to_string()),
-    }
+fn warn(name: &'static str, detail: String, fix: impl Into<String>) -> Check {
+    check_with(name, Level::Warn, detail, Some(fix.into()))
 }
 
-fn check_config(config: &Config, checks: &mut Vec<Check>) {
-    checks.push(project_dir(&config.project_dir));
+fn fail(name: &'static str, detail: String, fix: impl Into<String>) -> Check {
+    check_with(name, Level::Fail, detail, Some(fix.into()))
+}
+
+/// `path` made absolute (symlinks resolved when it exists), for comparing
+/// config paths.
+fn absolute(path: &Path) -> PathBuf {
+    path.canonicalize()
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
+    checks.push(project_dir(config));
     checks.push(workdir(config));
     checks.push(resume_binary(&config.resume_command[0]));
     checks.push(target(config));
     if config.activation == config::Activation::Systemd {
         checks.extend(systemd(config));
     }
-    checks.push(hooks(config));
-    checks.push(statusline(config));
-    checks.push(mcp(config));
+    checks.push(hooks(&config.claude_workdir, this));
+    checks.push(statusline(&config.claude_workdir));
+    checks.push(mcp(&config.claude_workdir, this));
     checks.push(state_dir(config));
     checks.push(operations(config));
 }
 
-fn project_dir(dir: &Path) -> Check {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return fail(
+fn project_dir(config: &Config) -> Check {
+    let dir = &config.project_dir;
+    let before_first = |what: &str| {
+        warn(
             "project dir",
-            format!("{} does not exist or cannot be read", dir.display()),
-            "set project_dir to ~/.claude/projects/<encoded cwd> of the session to rebuild",
-        );
+            format!(
+                "{} {what}: Claude Code creates it with its first transcript",
+                dir.display()
+            ),
+            format!(
+                "start Claude Code in {} and say something; if it already runs, check that project_dir is ~/.claude/projects/<its encoded cwd>",
+                config.claude_workdir.display()
+            ),
+        )
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        if dir.exists() {
+            return fail(
+                "project dir",
+                format!("{} cannot be read", dir.display()),
+                format!("make {} readable by this user", dir.display()),
+            );
+        }
+        return before_first("does not exist yet");
     };
     let count = entries
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
         .count();
     if count == 0 {
-        return fail(
-            "project dir",
-            format!("{} holds no *.jsonl transcript", dir.display()),
-            "check that project_dir is the folder Claude Code writes this session into",
-        );
+        return before_first("holds no *.jsonl transcript yet");
     }
     pass(
         "project dir",
@@ -203,31 +279,106 @@ fn state_dir(config: &Config) -> Check {
                 "{} is mode {mode:o}; others can read operation files",
                 dir.display()
             ),
-            &format!("chmod 700 {}", dir.display()),
+            format!("chmod 700 {}", dir.display()),
         )
     }
 }
 
 fn target(config: &Config) -> Check {
     let target = Target::from_config(config);
-    match target.running() {
-        Ok(running) => pass("target", format!("{target} runs {}", running.describe())),
-        Err(e) => fail(
-            "target",
-            format!("{target}: identity unreadable: {}", e.message),
-            match config.activation {
-                config::Activation::Tmux => {
-                    "start Claude Code in the tmux pane named by tmux_target (or fix tmux_target)"
-                }
-                config::Activation::Systemd => {
-                    "check systemd_unit: `systemctl show -p MainPID UNIT` must work for this user"
-                }
-                config::Activation::Pointer => {
-                    "make resume_pointer_path readable (its directory must exist)"
-                }
-            },
-        ),
+    let running = match target.running() {
+        Ok(running) => running,
+        Err(e) => return target_unreadable(config, &target, &e.message),
+    };
+    let Some(pid) = running
+        .root
+        .filter(|_| config.activation != config::Activation::Pointer)
+    else {
+        return pass("target", format!("{target} runs {}", running.describe()));
+    };
+    if runs_claude(pid, &config.resume_command[0]) {
+        return pass("target", format!("{target} runs {}", running.describe()));
     }
+    fail(
+        "target",
+        format!(
+            "{target}: pid {pid} runs {}, not Claude Code",
+            what_runs(pid)
+        ),
+        format!(
+            "start Claude Code there ({} …), or point the target at the Claude Code to rebuild",
+            config.resume_command[0]
+        ),
+    )
+}
+
+fn target_unreadable(config: &Config, target: &Target, message: &str) -> Check {
+    let fix = match config.activation {
+        config::Activation::Tmux
+            if message.contains("no server running") || message.contains("error connecting") =>
+        {
+            "no tmux server answers there: start Claude Code's tmux session, or set tmux_socket to its server (the NAME of `tmux -L NAME`, or the socket path: `echo $TMUX` inside it, before the first comma)".to_string()
+        }
+        config::Activation::Tmux => format!(
+            "start Claude Code in the tmux pane {} (or fix tmux_target; `tmux list-panes -a` lists them)",
+            config.tmux_target
+        ),
+        config::Activation::Systemd => {
+            "check systemd_unit: `systemctl show -p MainPID UNIT` must work for this user".into()
+        }
+        config::Activation::Pointer => {
+            "make resume_pointer_path readable (its directory must exist)".into()
+        }
+    };
+    fail(
+        "target",
+        format!("{target}: identity unreadable: {message}"),
+        fix,
+    )
+}
+
+/// The command lines of `pid` and its descendants, `a → b` (a shell and the
+/// Claude Code it started), at most three, each cut to 80 characters.
+fn what_runs(pid: u32) -> String {
+    let lines: Vec<String> = process::with_descendants(pid)
+        .into_iter()
+        .filter_map(process::cmdline)
+        .filter(|argv| !argv.is_empty())
+        .take(3)
+        .map(|argv| {
+            let line = argv.join(" ");
+            match line.char_indices().nth(80) {
+                Some((i, _)) => format!("`{}…`", &line[..i]),
+                None => format!("`{line}`"),
+            }
+        })
+        .collect();
+    if lines.is_empty() {
+        "an unreadable command line".into()
+    } else {
+        lines.join(" → ")
+    }
+}
+
+/// Whether `pid` or a descendant runs Claude Code: a word of its command
+/// line names `claude` or the program of `resume_command`.
+fn runs_claude(pid: u32, resume_program: &str) -> bool {
+    let base = |p: &str| {
+        Path::new(p)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let wanted = base(resume_program);
+    process::with_descendants(pid)
+        .into_iter()
+        .filter_map(process::cmdline)
+        .flatten()
+        .take(256)
+        .any(|word| {
+            let name = base(&word);
+            name == "claude" || (!wanted.is_empty() && name == wanted)
+        })
 }
 
 /// systemd mode: the unit exists and runs Claude, the pointer names the
@@ -248,12 +399,12 @@ fn systemd(config: &Config) -> Vec<Check> {
         Err(e) => fail(
             "systemd unit",
             format!("{}: {}", unit.unit, e.message),
-            &format!("`{ctl} show {}` must work for this user", unit.unit),
+            format!("`{ctl} show {}` must work for this user", unit.unit),
         ),
         Ok(s) if s.load != "loaded" => fail(
             "systemd unit",
             format!("{} is not installed (LoadState={})", unit.unit, s.load),
-            &format!(
+            format!(
                 "install the unit whose start script runs `claude --resume \"$(cat {})\"`, or fix systemd_unit",
                 config.resume_pointer_path.display()
             ),
@@ -261,7 +412,7 @@ fn systemd(config: &Config) -> Vec<Check> {
         Ok(s) if s.active != "active" || s.main_pid == 0 => fail(
             "systemd unit",
             format!("{} is not running Claude Code ({s})", unit.unit),
-            &format!("{ctl} reset-failed {0}; {ctl} start {0}", unit.unit),
+            format!("{ctl} reset-failed {0}; {ctl} start {0}", unit.unit),
         ),
         Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
     });
@@ -299,7 +450,7 @@ fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
                 "{} names {pointer:?} but the unit runs session {session}: the next restart would resume another session",
                 path.display()
             ),
-            &format!(
+            format!(
                 "write {session} into {} (or restart the unit on purpose)",
                 path.display()
             ),
@@ -360,20 +511,48 @@ fn systemd_run(user: bool) -> Check {
     }
 }
 
-/// The settings files whose hooks Claude Code runs for this workdir.
-fn settings_files(config: &Config) -> Vec<PathBuf> {
-    let project = config.claude_workdir.join(".claude");
-    vec![
+/// The settings files whose hooks Claude Code runs in `workdir`, each once
+/// (with `claude_workdir = "~"` the project's settings are the user's).
+fn settings_files(workdir: &Path) -> Vec<PathBuf> {
+    let project = workdir.join(".claude");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for path in [
         settings::default_path(),
         project.join("settings.json"),
         project.join("settings.local.json"),
-    ]
+    ] {
+        if !files.iter().any(|f| absolute(f) == absolute(&path)) {
+            files.push(path);
+        }
+    }
+    files
 }
 
-fn hooks(config: &Config) -> Check {
+/// The config a hook or server command line names with `--config`, if any.
+fn config_arg<'a>(mut args: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    args.find(|a| *a == "--config")?;
+    args.next()
+}
+
+/// Why a `--config` (or its absence) is not `this` config, if it is not.
+fn other_config(found: Option<&str>, this: &Path) -> Option<String> {
+    match found {
+        Some(c) if absolute(Path::new(c)) == this => None,
+        Some(c) => Some(format!("--config {c}")),
+        None if absolute(&Config::locate(None)) == this => None,
+        None => Some("no --config (the default config)".into()),
+    }
+}
+
+/// What to run so hooks and MCP server use `this` config.
+fn reinstall_fix(this: &Path) -> String {
+    format!("run ./install --config {} again", this.display())
+}
+
+fn hooks(workdir: &Path, this: &Path) -> Check {
     let mut found = Vec::new();
     let mut problems = Vec::new();
-    for path in settings_files(config) {
+    for path in settings_files(workdir) {
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
@@ -402,30 +581,35 @@ fn hooks(config: &Config) -> Check {
                     "the {event} hook runs {}, which is not an executable at an absolute path",
                     f.path
                 )),
-            Some(_) => {}
+            Some(f) => {
+                if let Some(other) = other_config(f.config.as_deref(), this) {
+                    problems.push(format!(
+                        "the {event} hook runs {program} with {other}, not this config {}",
+                        this.display()
+                    ));
+                }
+            }
         }
     }
     if problems.is_empty() {
-        let paths: Vec<&str> = found.iter().map(|f| f.path.as_str()).collect();
+        let mut paths: Vec<&str> = found.iter().map(|f| f.path.as_str()).collect();
+        paths.dedup();
         pass(
             "hooks",
             format!(
-                "Stop, SessionStart/resume and PreCompact → {}",
-                paths.join(", ")
+                "Stop, UserPromptSubmit, SessionStart/resume and PreCompact → {} (--config {})",
+                paths.join(", "),
+                this.display()
             ),
         )
     } else {
-        fail(
-            "hooks",
-            problems.join("; "),
-            "run ./install again (it merges hooks.json into ~/.claude/settings.json)",
-        )
+        fail("hooks", problems.join("; "), reinstall_fix(this))
     }
 }
 
 /// The statusline is optional: it reports, never fails.
-fn statusline(config: &Config) -> Check {
-    let lines: Vec<String> = settings_files(config)
+fn statusline(workdir: &Path) -> Check {
+    let lines: Vec<String> = settings_files(workdir)
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .filter_map(|text| settings::statusline_command(&text))
@@ -445,9 +629,18 @@ fn statusline(config: &Config) -> Check {
     pass("statusline", detail)
 }
 
-fn mcp(config: &Config) -> Check {
+fn mcp(workdir: &Path, this: &Path) -> Check {
     let path = home_dir().join(".claude.json");
-    let fix = "run ./install again, or: claude mcp add --scope user ktr -- <prefix>/ktr-mcp";
+    let prefix = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("<prefix>"));
+    let fix = format!(
+        "{}, or: claude mcp remove --scope user ktr; claude mcp add --scope user ktr -- {} --config {}",
+        reinstall_fix(this),
+        prefix.join("ktr-mcp").display(),
+        this.display()
+    );
     let doc: serde_json::Value = match std::fs::read(&path) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
             Ok(v) => v,
@@ -455,7 +648,7 @@ fn mcp(config: &Config) -> Check {
         },
         Err(_) => return fail("mcp", format!("{} does not exist", path.display()), fix),
     };
-    let workdir = config.claude_workdir.to_string_lossy();
+    let workdir = workdir.to_string_lossy();
     let server = doc.pointer("/mcpServers/ktr").or_else(|| {
         doc.get("projects")?
             .get(workdir.as_ref())?
@@ -469,11 +662,27 @@ fn mcp(config: &Config) -> Check {
         );
     };
     let command = server.get("command").and_then(|c| c.as_str()).unwrap_or("");
-    match resolve_program(command) {
-        Some(p) => pass("mcp", format!("ktr → {}", p.display())),
-        None => fail(
+    let Some(program) = resolve_program(command) else {
+        return fail(
             "mcp",
             format!("mcpServers.ktr runs {command:?}, which is not an executable"),
+            fix,
+        );
+    };
+    let args = server.get("args").and_then(|a| a.as_array());
+    let args = args.into_iter().flatten().filter_map(|a| a.as_str());
+    match other_config(config_arg(args), this) {
+        None => pass(
+            "mcp",
+            format!("ktr → {} --config {}", program.display(), this.display()),
+        ),
+        Some(other) => fail(
+            "mcp",
+            format!(
+                "mcpServers.ktr runs {} with {other}, not this config {}",
+                program.display(),
+                this.display()
+            ),
             fix,
         ),
     }
@@ -564,7 +773,7 @@ fn waiting_for_another_session(
             "operation {} has waited {age} for session {bound}, which the target does not run (it runs {runs}); it expires {} h after the request (request_ttl_hours)",
             op.id, config.request_ttl_hours
         ),
-        &format!(
+        format!(
             "resume {bound} in the target, or `ktr cancel {} --confirm CANCEL`",
             op.id
         ),

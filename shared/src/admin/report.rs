@@ -3,13 +3,48 @@
 //! row per operation for the history table. Built from [`Operation`] only,
 //! so the CLI and the MCP server show the same facts.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::engine::plan::LeftOut;
+use crate::engine::turns::LeftOutReason;
 use crate::pipeline::operation::{Operation, Status, Transition, Worker};
 use crate::time::parse_rfc3339;
+
+/// How many records were left out for each reason (`local_command`,
+/// `compact_summary_dropped`, …), in name order.
+pub fn left_out_by_reason(left_out: &[LeftOut]) -> BTreeMap<String, usize> {
+    let mut by_reason = BTreeMap::new();
+    for l in left_out {
+        *by_reason.entry(reason_name(l.reason)).or_default() += 1;
+    }
+    by_reason
+}
+
+/// A reason's name as the JSON reports spell it (`local_command`, …).
+fn reason_name(reason: LeftOutReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}
+
+/// `2 records (1 compact_summary_dropped, 1 local_command)`, or `none`.
+pub fn left_out_summary(by_reason: &BTreeMap<String, usize>) -> String {
+    let total: usize = by_reason.values().sum();
+    if total == 0 {
+        return "none".into();
+    }
+    let parts: Vec<String> = by_reason.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    format!(
+        "{total} record{} ({})",
+        if total == 1 { "" } else { "s" },
+        parts.join(", ")
+    )
+}
 
 /// Everything `status` shows about one operation. The manifest is summarised
 /// by its length (it holds one entry per carried item and can be long).
@@ -48,6 +83,8 @@ pub struct StatusView {
     pub manifest_items: usize,
     /// Conversation records the plan did not carry (each with its reason).
     pub left_out_records: usize,
+    /// The same, counted by reason.
+    pub left_out_by_reason: BTreeMap<String, usize>,
     /// Whether ktr-verify passed (`verification.ok`), once it ran.
     pub verified: Option<bool>,
     pub target_before: Option<String>,
@@ -100,6 +137,7 @@ impl StatusView {
             prepared_at: op.prepared_at.clone(),
             manifest_items: op.manifest.len(),
             left_out_records: op.left_out.len(),
+            left_out_by_reason: left_out_by_reason(&op.left_out),
             verified: op.verification.as_ref().map(|v| v.ok),
             target_before: op.target_before.clone(),
             target_ran: op.target_ran.as_ref().map(|r| {

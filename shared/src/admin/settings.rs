@@ -650,6 +650,8 @@ pub struct Found {
     pub program: &'static str,
     /// The executable path the command names (unquoted).
     pub path: String,
+    /// The value of its `--config`, if it has one.
+    pub config: Option<String>,
 }
 
 /// Our hooks in a settings document, for `doctor`.
@@ -667,11 +669,18 @@ pub fn find_ours(text: &str) -> Result<Vec<Found>> {
                 .get("command")
                 .and_then(Json::as_str)
                 .unwrap_or("");
+            let words = crate::config::split_shell_words(command).unwrap_or_default();
+            let config = words
+                .iter()
+                .skip_while(|w| *w != "--config")
+                .nth(1)
+                .cloned();
             Some(Found {
                 event: entry.event.to_string(),
                 matcher: entry.matcher.map(String::from),
                 program,
                 path: program_of(command),
+                config,
             })
         })
         .collect())
@@ -704,17 +713,36 @@ pub struct Edit {
     pub path: PathBuf,
     /// The file's text now (`None`: absent).
     pub before: Option<String>,
-    pub after: String,
+    /// The file's text afterwards (`None`: the file is removed, because
+    /// ktr created it and nothing but ktr's hooks was ever in it).
+    pub after: Option<String>,
+    /// The ktr backup whose exact bytes `after` restores (uninstall); it is
+    /// removed once restored, so install + uninstall leave no file behind.
+    pub restores: Option<PathBuf>,
 }
 
 /// What [`Edit::apply`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
-    pub changed: bool,
-    pub backup: Option<PathBuf>,
+    pub change: Change,
     /// The file actually written when the settings path is a symlink
     /// (dotfile managers): the link stays, its target is replaced atomically.
     pub through_link: Option<PathBuf>,
+}
+
+/// The change [`Edit::apply`] made to the settings file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The file already was as wanted.
+    Unchanged,
+    /// The file did not exist and was created.
+    Created,
+    /// The file was rewritten; the old text is in `backup`.
+    Updated { backup: PathBuf },
+    /// The file got the bytes of the backup it was made from (removed now).
+    Restored { from: PathBuf },
+    /// The file ktr created was removed: it is absent again, as before install.
+    Removed,
 }
 
 impl Edit {
@@ -730,37 +758,53 @@ impl Edit {
             note: foreign.map(|f| embed_hint(&f, bin_dir, config)),
             path: path.to_path_buf(),
             before,
-            after,
+            after: Some(after),
+            restores: None,
         })
     }
 
     /// Plan removing ktr's hooks from `path`. When the result is the same
     /// document as a ktr backup of this file (the state before install),
     /// that backup's exact bytes are used, so an install followed by an
-    /// uninstall leaves the file byte-for-byte as it was.
+    /// uninstall leaves the file byte-for-byte as it was; when the result
+    /// is an empty document and no backup holds one, install created the
+    /// file, and it is removed.
     pub fn unmerge(path: &Path) -> Result<Edit> {
         let before = read_optional(path)?;
         let wanted = wanted(Path::new("/"), None)?;
+        let Some(text) = before.as_deref() else {
+            return Ok(Edit {
+                note: None,
+                path: path.to_path_buf(),
+                before,
+                after: None,
+                restores: None,
+            });
+        };
         let what = path.display().to_string();
-        let after = unmerge(before.as_deref(), &what, &events_of(&wanted))?;
+        let after = unmerge(Some(text), &what, &events_of(&wanted))?;
         let after = unmerge_statusline(&after, &what)?;
-        let after = if Some(&after) == before.as_ref() {
-            after
+        let (after, restores) = if after == text {
+            (Some(after), None)
+        } else if let Some((bytes, backup)) = original_backup(path, &after) {
+            (Some(bytes), Some(backup))
+        } else if is_empty_document(&after) {
+            (None, None)
         } else {
-            original_bytes(path, &after).unwrap_or(after)
+            (Some(after), None)
         };
         Ok(Edit {
             note: None,
             path: path.to_path_buf(),
             before,
             after,
+            restores,
         })
     }
 
     /// Whether applying would change the file.
     pub fn changes(&self) -> bool {
-        self.before.as_deref() != Some(self.after.as_str())
-            && !(self.before.is_none() && self.after.is_empty())
+        self.before != self.after
     }
 
     /// A readable line diff of the change (empty when nothing changes).
@@ -768,60 +812,72 @@ impl Edit {
         if !self.changes() {
             return String::new();
         }
-        let mut out = format!(
-            "--- {}{}\n+++ {}\n",
-            self.path.display(),
-            if self.before.is_none() {
-                " (absent)"
-            } else {
-                ""
-            },
-            self.path.display()
-        );
+        let path = self.path.display();
+        let mut out = match (&self.before, &self.after) {
+            (None, _) => format!("--- {path} (absent)\n+++ {path}\n"),
+            (_, None) => format!("--- {path}\n+++ {path} (removed: install created it)\n"),
+            _ => format!("--- {path}\n+++ {path}\n"),
+        };
         out.push_str(&line_diff(
             self.before.as_deref().unwrap_or(""),
-            &self.after,
+            self.after.as_deref().unwrap_or(""),
         ));
         out
     }
 
-    /// Write the change: a timestamped backup of the old file beside it,
-    /// then the new text atomically with the old file's mode (0600 for a
-    /// new file). Nothing is written when nothing changes.
+    /// Write the change. A merge first keeps a timestamped backup of the
+    /// old file beside it, then writes the new text atomically with the old
+    /// file's mode (0600 for a new file). An unmerge that restores a backup
+    /// or the file's absence writes no backup of its own. Nothing is
+    /// written when nothing changes.
     pub fn apply(&self) -> Result<Applied> {
         if !self.changes() {
             return Ok(Applied {
-                changed: false,
-                backup: None,
+                change: Change::Unchanged,
                 through_link: None,
             });
         }
         let target = link_target(&self.path)?;
+        let written = target.as_deref().unwrap_or(&self.path);
+        let Some(after) = &self.after else {
+            // Install created the file (through the link, if any): remove
+            // what it created; a link the user had stays as it was.
+            fs::remove_file(written).map_err(|e| Error::io_at("remove", written, &e))?;
+            return Ok(Applied {
+                change: Change::Removed,
+                through_link: target,
+            });
+        };
         let mode = match fs::metadata(&self.path) {
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(_) => 0o600,
         };
-        let backup = if let Some(before) = &self.before {
-            let backup = backup_path(&self.path);
-            write_atomic(&backup, before.as_bytes(), mode, Existing::Refuse)?;
-            Some(backup)
-        } else {
-            if let Some(dir) = self.path.parent() {
-                fs::create_dir_all(dir).map_err(|e| Error::io_at("create", dir, &e))?;
+        let change = match (&self.before, &self.restores) {
+            (_, Some(from)) => Change::Restored { from: from.clone() },
+            (Some(before), None) => {
+                let backup = backup_path(&self.path);
+                write_atomic(&backup, before.as_bytes(), mode, Existing::Refuse)?;
+                Change::Updated { backup }
             }
-            None
+            (None, None) => Change::Created,
         };
-        let written = target.as_deref().unwrap_or(&self.path);
         if let Some(dir) = written.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::create_dir_all(dir).map_err(|e| Error::io_at("create", dir, &e))?;
         }
-        write_atomic(written, self.after.as_bytes(), mode, Existing::Replace)?;
+        write_atomic(written, after.as_bytes(), mode, Existing::Replace)?;
+        if let Change::Restored { from } = &change {
+            fs::remove_file(from).map_err(|e| Error::io_at("remove", from, &e))?;
+        }
         Ok(Applied {
-            changed: true,
-            backup,
+            change,
             through_link: target,
         })
     }
+}
+
+/// Whether a settings text is an object with nothing in it.
+fn is_empty_document(text: &str) -> bool {
+    matches!(Json::parse(text), Ok(Json::Object(entries)) if entries.is_empty())
 }
 
 /// Where a write to `path` must go: `None` when `path` is not a symlink;
@@ -889,9 +945,9 @@ fn backup_path(path: &Path) -> PathBuf {
     candidate
 }
 
-/// The bytes of the newest ktr backup of `path` that is the same document
-/// as `text`, if any.
-fn original_bytes(path: &Path, text: &str) -> Option<String> {
+/// The newest ktr backup of `path` that is the same document as `text`:
+/// its exact bytes and its path.
+fn original_backup(path: &Path, text: &str) -> Option<(String, PathBuf)> {
     let doc = Json::parse(text).ok();
     let name = path.file_name()?.to_string_lossy().into_owned();
     let dir = match path.parent() {
@@ -912,7 +968,7 @@ fn original_bytes(path: &Path, text: &str) -> Option<String> {
             Some(doc) => Json::parse(&bytes).ok().as_ref() == Some(doc),
             None => bytes.trim().is_empty() && text.trim().is_empty(),
         };
-        same.then_some(bytes)
+        same.then_some((bytes, b))
     })
 }
 

@@ -7,8 +7,10 @@
 //! hang (every controller call has a timeout) and none panics: every failure
 //! is an [`Error`] whose one-line message is the reason to record.
 //!
-//! `KTR_TMUX_SOCKET=NAME` makes every tmux call use `tmux -L NAME` (a private
-//! server); tests use it so they can never reach a real session.
+//! The tmux server is the config's `tmux_socket` (a name for `tmux -L`, a
+//! path for `tmux -S`); `KTR_TMUX_SOCKET` overrides it, so a test's whole
+//! process tree can be pinned to a private server and never reach a real
+//! session.
 
 use std::fmt;
 use std::fs;
@@ -33,7 +35,8 @@ const HEALTH_POLL: Duration = Duration::from_millis(100);
 pub struct Tmux {
     /// The tmux program (`tmux`).
     pub program: String,
-    /// Server socket name (`tmux -L NAME`); None = the default server.
+    /// Server socket: a name (`tmux -L NAME`) or a path with a `/`
+    /// (`tmux -S PATH`); None = the default server.
     pub socket: Option<String>,
     /// Pane target, e.g. `cc:0.0`.
     pub target: String,
@@ -66,14 +69,16 @@ pub enum Target {
 }
 
 impl Target {
-    /// The configured target (`activation`); tmux honours `KTR_TMUX_SOCKET`.
+    /// The configured target (`activation`); `KTR_TMUX_SOCKET` overrides
+    /// `tmux_socket`.
     pub fn from_config(config: &Config) -> Target {
         match config.activation {
             Activation::Tmux => Target::Tmux(Tmux {
                 program: "tmux".into(),
                 socket: std::env::var("KTR_TMUX_SOCKET")
                     .ok()
-                    .filter(|s| !s.is_empty()),
+                    .filter(|s| !s.is_empty())
+                    .or_else(|| config.tmux_socket.clone()),
                 target: config.tmux_target.clone(),
             }),
             Activation::Systemd => Target::Systemd(Systemd {
@@ -238,8 +243,9 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Tmux(t) => match &t.socket {
+                Some(s) if s.contains('/') => write!(f, "tmux pane {} (server -S {s})", t.target),
                 Some(s) => write!(f, "tmux pane {} (server -L {s})", t.target),
-                None => write!(f, "tmux pane {}", t.target),
+                None => write!(f, "tmux pane {} (default server)", t.target),
             },
             Target::Systemd(s) => write!(f, "systemd unit {}", s.unit),
             Target::Pointer(p) => write!(f, "pointer file {}", p.path.display()),
@@ -251,7 +257,8 @@ impl Tmux {
     fn argv(&self, args: &[&str]) -> Vec<String> {
         let mut argv = vec![self.program.clone()];
         if let Some(socket) = &self.socket {
-            argv.extend(["-L".to_string(), socket.clone()]);
+            let flag = if socket.contains('/') { "-S" } else { "-L" };
+            argv.extend([flag.to_string(), socket.clone()]);
         }
         argv.extend(args.iter().map(std::string::ToString::to_string));
         argv

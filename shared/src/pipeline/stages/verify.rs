@@ -40,9 +40,13 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
         };
         match check(config, &backup, &candidate.path, &expected) {
             Ok(report) => {
+                // The same counts `ktr status` shows (items, left out by
+                // reason), then what the independent check found.
                 steps.say(format!(
-                    "verified {} lines; {} source pieces found, {} records left out as planned",
+                    "verified {} candidate lines: {} carried items; left out: {}; conservation: {} speech pieces of the source found in the candidate, {} records with speech left out as planned",
                     report.candidate_lines,
+                    op.manifest.len(),
+                    crate::admin::report::left_out_summary(&crate::admin::report::left_out_by_reason(&op.left_out)),
                     report.source_pieces_checked,
                     report.source_records_left_out
                 ));
