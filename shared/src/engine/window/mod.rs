@@ -15,7 +15,7 @@ pub mod usage;
 
 use std::path::Path;
 
-pub use account::{Advise, Inputs, Sourced, Window, compaction_point, derive};
+pub use account::{Advise, Inputs, Sourced, Window, compaction_point, derive, percent};
 
 use crate::config::Config;
 use crate::engine::ledger::Tally;
@@ -95,17 +95,7 @@ pub fn for_hook(
             (tail.usage, tail.missing, model, other.and_then(|r| r.size))
         }
     };
-    let size = match reported_size {
-        Some(tokens) if config.context_window_tokens == size::Setting::Auto => size::Size {
-            tokens,
-            source: "reported by the statusline".into(),
-        },
-        _ => size::resolve(
-            config.context_window_tokens,
-            size::remembered(&config.state_dir, session_id).as_ref(),
-            model.as_deref(),
-        ),
-    };
+    let size = size_for(config, session_id, reported_size, model.as_deref());
     Ok(Some(derive(&Inputs {
         used,
         missing: missing.map(str::to_string),
@@ -115,6 +105,28 @@ pub fn for_hook(
         overhead: overhead::resolve(&config.state_dir, session_id, transcript, true),
         advise: advise_of(config),
     })))
+}
+
+/// The window size for a hook: what the statusline reports now (with
+/// `context_window_tokens = "auto"`), else the config, the remembered
+/// report or the model id ([`size::resolve`]).
+pub fn size_for(
+    config: &Config,
+    session_id: &str,
+    reported: Option<u64>,
+    model: Option<&str>,
+) -> size::Size {
+    match reported {
+        Some(tokens) if config.context_window_tokens == size::Setting::Auto => size::Size {
+            tokens,
+            source: "reported by the statusline".into(),
+        },
+        _ => size::resolve(
+            config.context_window_tokens,
+            size::remembered(&config.state_dir, session_id).as_ref(),
+            model,
+        ),
+    }
 }
 
 /// The account for a plan (`ktr plan`, `ktr dirty`, the MCP tools,

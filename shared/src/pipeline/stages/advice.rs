@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::engine::window;
+use crate::engine::window::usage::Tail;
 use crate::ids::SessionId;
 use crate::pipeline::hook::StopInput;
 use crate::pipeline::operation::Store;
@@ -19,6 +20,10 @@ use crate::pipeline::operation::Store;
 const FLUSH_WAIT: Duration = Duration::from_millis(1500);
 /// How often it looks.
 const FLUSH_POLL: Duration = Duration::from_millis(25);
+/// A reading this many points below `advise_at_percent` is not waited on:
+/// one turn does not add a fifth of the window (if it does, the next Stop
+/// advises).
+const FAR_BELOW: f64 = 20.0;
 
 fn window_file(state_dir: &Path, session: &SessionId, suffix: &str) -> PathBuf {
     state_dir.join("window").join(format!("{session}.{suffix}"))
@@ -72,22 +77,42 @@ pub fn advice(
     if config.advise_at_percent == 0 {
         return None;
     }
-    let tail = wait_for_reply(transcript, last_message)?;
-    // Only the API's own count advises (an estimate errs high); the state
-    // dir is created as the store creates it.
-    tail.usage.as_ref()?;
+    let advise = window::advise_of(&config);
+    let percent_of = |tail: &Tail| {
+        let used = tail.usage.as_ref()?.tokens;
+        let size = window::size_for(&config, session.as_str(), None, tail.model.as_deref());
+        Some(window::percent(used, size.tokens))
+    };
+    // A reading far below the first band cannot cross it in one turn.
+    let far =
+        |tail: &Tail| percent_of(tail).is_none_or(|p| p + FAR_BELOW < f64::from(advise.at_percent));
+    let tail = wait_for_reply(transcript, last_message, far)?;
+    // Only the API's own count advises (an estimate errs high).
+    let used_percent = percent_of(&tail)?;
+    // The state dir is created as the store creates it.
     Store::open(&config.state_dir).ok()?;
-    let w = window::for_hook(&config, session.as_str(), transcript, None, Some(tail)).ok()??;
     let marker = window_file(&config.state_dir, session, "advised");
     let shown: u8 = std::fs::read_to_string(&marker)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0);
-    let advise = window::advise_of(&config);
-    let level = advise.band(w.used_percent).unwrap_or(0);
+    // Cheap first: the band from the usage and the size alone.
+    let level = advise.band(used_percent).unwrap_or(0);
     if level < shown {
         put(&marker, &level.to_string());
     }
+    if level <= shown {
+        // Nothing new to say; keep the running account current (cheap:
+        // only the bytes appended since the last call).
+        let _ = window::running::advance(
+            &config,
+            session.as_str(),
+            transcript,
+            window::running::STEP_BYTES,
+        );
+        return None;
+    }
+    let w = window::for_hook(&config, session.as_str(), transcript, None, Some(tail)).ok()??;
     let band = w.band(advise).filter(|b| *b > shown)?;
     put(&marker, &band.to_string()).then(|| advice_line(&w))
 }
@@ -110,11 +135,19 @@ pub fn advice_line(w: &window::Window) -> String {
 /// input names (`last_assistant_message`), or, when it names none, until no
 /// user record is newer than the newest reply; returns the tail then read.
 /// A transcript whose tail holds no reply at all (a session's first turn,
-/// an old Claude Code) has nothing to wait for.
-fn wait_for_reply(transcript: &Path, last_message: Option<&str>) -> Option<window::usage::Tail> {
+/// an old Claude Code), or whose reading is `far` below advice, has nothing
+/// to wait for.
+fn wait_for_reply(
+    transcript: &Path,
+    last_message: Option<&str>,
+    far: impl Fn(&Tail) -> bool,
+) -> Option<Tail> {
+    // The end of the reply's last line: within one text block (Claude
+    // Code writes each block as its own record), as JSON escapes it.
     let needle = last_message.map_or_else(String::new, |m| {
-        let chars: Vec<char> = m.trim_end().chars().collect();
-        let tail: String = chars[chars.len().saturating_sub(60)..].iter().collect();
+        let last_line = m.trim_end().rsplit('\n').next().unwrap_or_default();
+        let chars: Vec<char> = last_line.chars().collect();
+        let tail: String = chars[chars.len().saturating_sub(40)..].iter().collect();
         let quoted = serde_json::to_string(&tail).unwrap_or_default();
         quoted.trim_matches('"').to_string()
     });
@@ -126,7 +159,7 @@ fn wait_for_reply(transcript: &Path, last_message: Option<&str>) -> Option<windo
         } else {
             found
         };
-        if arrived || tail.model.is_none() || std::time::Instant::now() >= deadline {
+        if arrived || tail.model.is_none() || far(&tail) || std::time::Instant::now() >= deadline {
             return Some(tail);
         }
         std::thread::sleep(FLUSH_POLL);
