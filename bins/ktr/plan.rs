@@ -82,6 +82,14 @@ pub fn human(r: &plan::PlanReport) -> String {
         ),
         ("startup snapshot frozen", r.startup_frozen.to_string()),
         (
+            "commands carried with their expansion",
+            r.command_expansions_carried.to_string(),
+        ),
+        (
+            "turns with a broken timestamp",
+            r.broken_timestamps.to_string(),
+        ),
+        (
             "compact summaries dropped",
             r.compact_summaries_dropped.to_string(),
         ),

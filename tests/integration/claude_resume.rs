@@ -4,18 +4,19 @@
 //! and nothing of the source's tool traffic or thinking.
 //!
 //! Ignored by default: these need the real CLI (`KTR_CLAUDE_BIN`; `.ci/run`
-//! installs it), and one needs the corpus too.
+//! installs it). The whole corpus is resumed by `claude_fidelity`, which
+//! also runs this module's residue check ([`residue_sent`]).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use crate::support::OptionOrPanic;
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{
     FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
 };
-use crate::support::{OptionOrPanic, ResultOrPanic};
-use crate::support::{claude, claude_bin, corpus_dir, example};
+use crate::support::{claude, claude_bin, example};
 use ktr::config::Config;
 use ktr::engine::conserve::{self, Expected};
 use ktr::engine::plan;
@@ -24,15 +25,6 @@ use serde_json::{Value, json};
 /// Namespace for the fixed new session ids of these tests.
 const TEST_NS: uuid::Uuid = uuid::Uuid::from_u128(0x6b74_7200_e2e0_4000_8000_0000_0000_0001);
 
-/// A config whose project is the CLI's project folder.
-fn config_for(env: &ClaudeEnv, extra: &str) -> Config {
-    Config::from_toml(&format!(
-        "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\n{extra}",
-        env.sandbox.project, env.sandbox.state, env.sandbox.work,
-    ))
-    .unwrap()
-}
-
 /// One carried item of a candidate: role and text.
 #[derive(Debug, Clone)]
 struct Item {
@@ -40,16 +32,16 @@ struct Item {
     text: String,
 }
 
+/// The user and assistant items of a candidate (a carried `SessionStart`
+/// context reaches the model as system text; `claude_fidelity` checks it).
 fn candidate_items(lines: &[String]) -> Vec<Item> {
     lines
         .iter()
-        .map(|line| {
-            let v: Value = serde_json::from_str(line).unwrap();
-            let message = &v["message"];
-            Item {
-                role: v["type"].as_str().unwrap().to_string(),
-                text: message_texts(message).join(""),
-            }
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|v| v["type"] != "attachment")
+        .map(|v| Item {
+            role: v["type"].as_str().unwrap().to_string(),
+            text: message_texts(&v["message"]).join(""),
         })
         .collect()
 }
@@ -101,6 +93,22 @@ fn residue(source: &Path, config: &Config, carried: &[Item]) -> Vec<String> {
         }
     }
     out
+}
+
+/// The source's residue (see [`residue`]) that reached the model in
+/// `sent` (all text of the request), each piece cut to 120 chars; the
+/// candidate's carried speech is no residue.
+pub fn residue_sent(
+    source: &Path,
+    config: &Config,
+    candidate_lines: &[String],
+    sent: &str,
+) -> Vec<String> {
+    residue(source, config, &candidate_items(candidate_lines))
+        .into_iter()
+        .filter(|piece| sent.contains(&piece.chars().take(200).collect::<String>()))
+        .map(|piece| piece.chars().take(120).collect())
+        .collect()
 }
 
 /// The conversation of a request as (role, text) per text block, system
@@ -205,16 +213,16 @@ fn resume_and_check(
             );
         }
     }
-    let mut sent = String::new();
-    all_strings(&request.body["messages"], &mut sent);
-    for piece in residue(source, config, &carried) {
-        let head: String = piece.chars().take(200).collect();
-        assert!(
-            !sent.contains(&head),
-            "{name}: source residue reached the model: {:?}",
-            piece.chars().take(120).collect::<String>()
-        );
-    }
+    let leaked = residue_sent(
+        source,
+        config,
+        &candidate.candidate.lines,
+        &sent_text(&request),
+    );
+    assert!(
+        leaked.is_empty(),
+        "{name}: source residue reached the model: {leaked:?}"
+    );
     Row {
         file: name,
         carried: carried.len(),
@@ -248,69 +256,6 @@ fn print_table(title: &str, rows: &[Row]) {
 
 fn fixed_id(name: &str) -> String {
     uuid::Uuid::new_v5(&TEST_NS, name.as_bytes()).to_string()
-}
-
-#[test]
-#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and the corpus (KTR_CORPUS, default ../shared/corpus)"]
-fn corpus_candidates_resume_in_the_real_cli() {
-    let bin = claude_bin();
-    let corpus = corpus_dir();
-    let mut files: Vec<PathBuf> = fs::read_dir(&corpus)
-        .or_panic(|e| format!("corpus {} is required: {e}", corpus.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .collect();
-    files.sort();
-    files.push(example());
-    assert!(!files.is_empty(), "no transcripts in {}", corpus.display());
-    let api = FakeApi::start(Vec::new());
-    let env = ClaudeEnv::new(&bin, &api);
-    let config = config_for(&env, "");
-    let skipping = config_for(&env, "on_malformed_line = \"skip\"");
-    let mut rows = Vec::new();
-    let mut blocked = Vec::new();
-    let mut with_compaction = 0;
-    for (n, file) in files.iter().enumerate() {
-        let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        let mut plan = plan::build(&config, file, Some(&fixed_id(&name))).unwrap();
-        if plan.report.malformed_lines > 0 {
-            // What an operator gets after opting in to skipping them.
-            plan = plan::build(&skipping, file, Some(&fixed_id(&name))).unwrap();
-        }
-        if let Some(why) = &plan.report.blocked_reason {
-            blocked.push(format!("{name}: {why}"));
-            continue;
-        }
-        if pre_compaction_items(file, &plan) > 0 {
-            with_compaction += 1;
-        }
-        rows.push(resume_and_check(
-            &env,
-            &api,
-            &config,
-            file,
-            &plan,
-            &format!("PROBE-{n}"),
-        ));
-    }
-    print_table("corpus: resumed in claude 2.1.328", &rows);
-    eprintln!(
-        "accepted {}/{} corpus files ({} carry pre-compaction turns); blocked by plan: {}",
-        rows.len(),
-        files.len(),
-        with_compaction,
-        blocked.len()
-    );
-    for b in &blocked {
-        eprintln!("  blocked {b}");
-    }
-    assert!(!rows.is_empty(), "no corpus transcript was accepted");
-    // Only files without a conversation of their own (subagent
-    // transcripts, sidechain-only fixtures) may be refused.
-    for b in &blocked {
-        assert!(b.ends_with("no conversation turns to carry"), "{b}");
-    }
 }
 
 /// Carried items that come from before the file's first compaction
@@ -430,7 +375,7 @@ fn a_session_recorded_by_the_cli_resumes_without_its_residue() {
         before.contains("\n100017\n"),
         "the Bash output was never sent"
     );
-    let config = config_for(&env, "");
+    let config = env.config("");
     let plan = plan_of(&config, &source, &fixed_id("recorded"));
     assert_eq!(plan.report.selected_turns, 3, "{:?}", plan.report);
     let row = resume_and_check(&env, &api, &config, &source, &plan, "PROBE-recorded");
@@ -621,7 +566,7 @@ fn a_channel_conversation_resumes_with_every_message() {
     fs::create_dir_all(&env.sandbox.project).unwrap();
     let source = env.transcript(Fixture::SESSION);
     f.write(&source);
-    let config = config_for(&env, "");
+    let config = env.config("");
     let plan = plan_of(&config, &source, &fixed_id("channel"));
     let row = resume_and_check(&env, &api, &config, &source, &plan, "PROBE-channel");
     let request = api
@@ -655,7 +600,7 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
     let api = FakeApi::start(Vec::new());
     let env = ClaudeEnv::new(&bin, &api);
     fs::create_dir_all(&env.sandbox.project).unwrap();
-    let config = config_for(&env, "");
+    let config = env.config("");
     let backup = env.sandbox.root().join("backup.jsonl");
     fs::copy(example(), &backup).unwrap();
 
@@ -774,7 +719,7 @@ fn an_interactive_session_with_a_queued_line_and_compact_resumes_whole() {
         recorded.contains("\"compact_boundary\""),
         "no compaction recorded"
     );
-    let config = config_for(&env, "");
+    let config = env.config("");
     let plan = plan_of(&config, &source, &fixed_id("interactive"));
     assert!(
         pre_compaction_items(&source, &plan) >= 3,

@@ -257,6 +257,23 @@ fn found_in_source(text: &str, src: &Source) -> bool {
 fn check_line(line: &Value) -> Result<Item, String> {
     let role = line["type"].as_str().unwrap_or("");
     let message = &line["message"];
+    if role == "attachment" {
+        // A carried SessionStart context (the startup snapshot).
+        let a = &line["attachment"];
+        let parts = a["content"].as_array().cloned().unwrap_or_default();
+        if line["isSidechain"] != false
+            || a["type"] != "hook_additional_context"
+            || a["hookEvent"] != "SessionStart"
+            || parts.is_empty()
+            || parts.iter().any(|p| !p.is_string())
+        {
+            return Err(format!(
+                "attachment line is not a SessionStart context: {line}"
+            ));
+        }
+        let texts: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
+        return Ok(("attachment".to_string(), texts.join("\n")));
+    }
     if line["isSidechain"] != false || line["isMeta"] != false {
         return Err(format!("isSidechain/isMeta not false: {line}"));
     }
@@ -392,10 +409,10 @@ fn corpus_sweep() {
                     Err(e) => fail(e),
                 }
             }
-            if count(&report["carried_items"]) != items.len() as u64 {
+            let lines = count(&report["carried_items"]) + count(&report["startup_attachments"]);
+            if lines != items.len() as u64 {
                 fail(format!(
-                    "carried_items = {} but the candidate has {} lines",
-                    report["carried_items"],
+                    "carried_items + startup_attachments = {lines} but the candidate has {} lines",
                     items.len()
                 ));
             }

@@ -10,6 +10,7 @@
 mod support;
 
 mod admin;
+mod claude_fidelity;
 mod claude_hooks;
 mod claude_loop;
 mod claude_resume;

@@ -7,9 +7,9 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::engine::scan::Event;
+use crate::engine::scan::{Event, Meta, Speech};
 use crate::engine::transcript::is_timestamp;
-use crate::engine::turns::{ItemKind, Role, Turn};
+use crate::engine::turns::{Item, ItemKind, Role, Turn};
 use crate::fsutil::sha256_hex;
 
 /// Namespace of item uuids (a fixed, documented constant).
@@ -60,9 +60,10 @@ impl Candidate {
     }
 }
 
+/// What every line of the candidate starts with (SPEC §7).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct LineOut<'a> {
+struct HeadOut<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     uuid: &'a str,
@@ -80,8 +81,25 @@ struct LineOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     entrypoint: Option<&'a str>,
     is_sidechain: bool,
+}
+
+/// A carried user or assistant item.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LineOut<'a> {
+    #[serde(flatten)]
+    head: HeadOut<'a>,
     is_meta: bool,
     message: MessageOut<'a>,
+}
+
+/// A carried `SessionStart` context: the source's `attachment` object as it
+/// was, on a line of the new session.
+#[derive(Serialize)]
+struct AttachmentOut<'a> {
+    #[serde(flatten)]
+    head: HeadOut<'a>,
+    attachment: &'a serde_json::value::RawValue,
 }
 
 #[derive(Serialize)]
@@ -106,35 +124,147 @@ struct TextBlock<'a> {
     text: &'a str,
 }
 
-/// Build the candidate for `turns` under `session_id`.
+/// Build the candidate for `turns` under `session_id`: the carried
+/// `SessionStart` contexts (`startup`, event indexes) first, then every item.
 pub fn build(
     turns: &[Turn],
+    startup: &[usize],
     events: &[Event],
     session_id: &str,
     earliest: Option<&str>,
 ) -> Candidate {
-    let mut lines = Vec::new();
-    let mut manifest = Vec::new();
-    let mut previous_uuid: Option<String> = None;
-    let mut previous_ts: String = earliest.unwrap_or(EPOCH).to_string();
-    for (position, item) in turns.iter().flat_map(|t| &t.items).enumerate() {
-        let event = &events[item.event];
-        let meta = &event.meta;
+    let mut out = Writer {
+        session_id,
+        lines: Vec::new(),
+        manifest: Vec::new(),
+        previous_uuid: None,
+        previous_ts: earliest.unwrap_or(EPOCH).to_string(),
+    };
+    for &e in startup {
+        let event = &events[e];
+        if let Speech::StartupContext { text, attachment } = &event.speech {
+            out.attachment(event, text, attachment);
+        }
+    }
+    for item in turns.iter().flat_map(|t| &t.items) {
+        out.item(item, &events[item.event]);
+    }
+    Candidate {
+        session_id: session_id.to_string(),
+        lines: out.lines,
+        manifest: out.manifest,
+    }
+}
+
+/// The candidate being written, line by line.
+struct Writer<'s> {
+    session_id: &'s str,
+    lines: Vec<String>,
+    manifest: Vec<ManifestEntry>,
+    previous_uuid: Option<String>,
+    previous_ts: String,
+}
+
+impl Writer<'_> {
+    /// The next line's uuid and timestamp.
+    fn next(&self, meta: &Meta) -> (String, String) {
         let source_uuid = meta
             .uuid
             .clone()
             .unwrap_or_else(|| format!("line-{}", meta.line));
+        let position = self.lines.len();
         let uuid = Uuid::new_v5(
             &ITEM_NAMESPACE,
-            format!("{session_id}:{position}:{source_uuid}").as_bytes(),
+            format!("{}:{position}:{source_uuid}", self.session_id).as_bytes(),
         )
         .to_string();
         let timestamp = match meta.timestamp.as_deref() {
             Some(ts) if is_timestamp(ts) => ts.to_string(),
-            _ => previous_ts.clone(),
+            _ => self.previous_ts.clone(),
         };
+        (uuid, timestamp)
+    }
+
+    /// The fields every line starts with: ids, time, the copied source fields.
+    fn head<'h>(
+        &'h self,
+        kind: &'static str,
+        meta: &'h Meta,
+        uuid: &'h str,
+        timestamp: &'h str,
+    ) -> HeadOut<'h> {
+        HeadOut {
+            kind,
+            uuid,
+            parent_uuid: self.previous_uuid.as_deref(),
+            session_id: self.session_id,
+            timestamp,
+            cwd: meta.cwd.as_deref(),
+            version: meta.version.as_deref(),
+            git_branch: meta.git_branch.as_deref(),
+            user_type: meta.user_type.as_deref(),
+            entrypoint: meta.entrypoint.as_deref(),
+            is_sidechain: false,
+        }
+    }
+
+    fn push(&mut self, json: String, entry: ManifestEntry, timestamp: String) {
+        self.previous_uuid = Some(entry.uuid.clone());
+        self.manifest.push(entry);
+        self.lines.push(json);
+        self.previous_ts = timestamp;
+    }
+
+    fn entry(
+        &self,
+        event: &Event,
+        role: Role,
+        kind: ItemKind,
+        text: &str,
+        uuid: &str,
+    ) -> ManifestEntry {
+        let meta = &event.meta;
+        ManifestEntry {
+            position: self.lines.len(),
+            role,
+            kind,
+            source_uuid: meta.uuid.clone(),
+            source_line: meta.line,
+            source_timestamp: meta.timestamp.clone(),
+            source_sha256: event.source_sha256.clone(),
+            carried_sha256: sha256_hex(text.as_bytes()),
+            uuid: uuid.to_string(),
+            elided_chars: 0,
+        }
+    }
+
+    fn attachment(&mut self, event: &Event, text: &str, attachment: &str) {
+        let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(attachment) else {
+            return; // the scan kept it from a parsed record: always valid JSON
+        };
+        let meta = &event.meta;
+        let (uuid, timestamp) = self.next(meta);
+        let line = AttachmentOut {
+            head: self.head("attachment", meta, &uuid, &timestamp),
+            attachment: raw,
+        };
+        let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
+        let entry = self.entry(
+            event,
+            Role::Attachment,
+            ItemKind::StartupSnapshot,
+            text,
+            &uuid,
+        );
+        self.push(json, entry, timestamp);
+    }
+
+    fn item(&mut self, item: &Item, event: &Event) {
+        let meta = &event.meta;
+        let (uuid, timestamp) = self.next(meta);
         let message = match item.role {
-            Role::User => MessageOut::User {
+            // (items of turns are never attachments)
+            Role::User | Role::Attachment => MessageOut::User {
                 role: "user",
                 content: &item.text,
             },
@@ -148,43 +278,13 @@ pub fn build(
             },
         };
         let line = LineOut {
-            kind: match item.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            },
-            uuid: &uuid,
-            parent_uuid: previous_uuid.as_deref(),
-            session_id,
-            timestamp: &timestamp,
-            cwd: meta.cwd.as_deref(),
-            version: meta.version.as_deref(),
-            git_branch: meta.git_branch.as_deref(),
-            user_type: meta.user_type.as_deref(),
-            entrypoint: meta.entrypoint.as_deref(),
-            is_sidechain: false,
+            head: self.head(item.role.as_str(), meta, &uuid, &timestamp),
             is_meta: false,
             message,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
-        manifest.push(ManifestEntry {
-            position,
-            role: item.role,
-            kind: item.kind,
-            source_uuid: meta.uuid.clone(),
-            source_line: meta.line,
-            source_timestamp: meta.timestamp.clone(),
-            source_sha256: event.source_sha256.clone(),
-            carried_sha256: sha256_hex(item.text.as_bytes()),
-            uuid: uuid.clone(),
-            elided_chars: item.elided_chars,
-        });
-        lines.push(json);
-        previous_uuid = Some(uuid);
-        previous_ts = timestamp;
-    }
-    Candidate {
-        session_id: session_id.to_string(),
-        lines,
-        manifest,
+        let mut entry = self.entry(event, item.role, item.kind, &item.text, &uuid);
+        entry.elided_chars = item.elided_chars;
+        self.push(json, entry, timestamp);
     }
 }

@@ -161,6 +161,9 @@ pub enum UserReading {
     Slash(String),
     /// A compaction summary (machine text).
     CompactSummary(String),
+    /// The expansion of a slash command (`isMeta` + `turnCompanion`), sent
+    /// to the model with the command's own record.
+    Expansion(String),
     /// Not speech.
     NotSpeech(NotSpeech),
 }
@@ -259,7 +262,20 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
                 injected_bytes: 0,
             };
         }
-        return not(NotSpeech::MetaInjection);
+        if record.turn_companion.0 == Some(true) && !raw_text.trim().is_empty() {
+            return UserRecord {
+                reading: UserReading::Expansion(raw_text.trim_end().to_string()),
+                raw_text,
+                had_reminder: false,
+                injected_bytes: 0,
+            };
+        }
+        return UserRecord {
+            reading: UserReading::NotSpeech(NotSpeech::MetaInjection),
+            had_reminder: raw_parts.iter().any(|p| strip_injected(p).had_reminder),
+            raw_text,
+            injected_bytes: 0,
+        };
     }
     if raw_text.trim_start().starts_with("<teammate-message") {
         return not(NotSpeech::TeammateMessage);
@@ -371,6 +387,29 @@ fn is_slash_command(text: &str) -> bool {
             .chars()
             .next()
             .is_none_or(char::is_whitespace)
+}
+
+/// The text of a `SessionStart` hook's `hook_additional_context` attachment
+/// (Claude Code replays it on `--resume` as `SessionStart hook additional
+/// context: …`); `None` for every other attachment, including the
+/// per-prompt `UserPromptSubmit` contexts.
+pub fn session_start_context(attachment: &Attachment<'_>) -> Option<String> {
+    if attachment.kind() != "hook_additional_context"
+        || attachment.hook_event.get().map(AsRef::as_ref) != Some("SessionStart")
+    {
+        return None;
+    }
+    let raw = attachment.content?.get();
+    let text = match serde_json::from_str::<serde_json::Value>(raw).ok()? {
+        serde_json::Value::String(s) => s,
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.as_str().or_else(|| p["text"].as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    (!text.trim().is_empty()).then_some(text)
 }
 
 /// The reading of an assistant record.

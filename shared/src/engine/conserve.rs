@@ -123,11 +123,17 @@ fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>>
         if !v["timestamp"].as_str().is_some_and(is_timestamp) {
             return Err(at("timestamp missing or not ISO-8601"));
         }
-        if v["isSidechain"] != Value::Bool(false) || v["isMeta"] != Value::Bool(false) {
+        let meta_ok = kind == "attachment" || v["isMeta"] == Value::Bool(false);
+        if v["isSidechain"] != Value::Bool(false) || !meta_ok {
             return Err(at("isSidechain/isMeta must be false"));
         }
-        let carried = carried_text(&v)
-            .ok_or_else(|| at("content is not plain text (tool, thinking or image block?)"))?;
+        let carried = match kind {
+            "attachment" => startup_context_text(&v, entry).ok_or_else(|| {
+                at("an attachment line must be a SessionStart context carried as the startup snapshot")
+            })?,
+            _ => carried_text(&v)
+                .ok_or_else(|| at("content is not plain text (tool, thinking or image block?)"))?,
+        };
         if sha256_hex(carried.as_bytes()) != entry.carried_sha256 {
             return Err(at("text differs from the manifest digest"));
         }
@@ -135,6 +141,29 @@ fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>>
         texts.push(carried);
     }
     Ok(texts)
+}
+
+/// The text of a carried `SessionStart` context, only for a startup snapshot
+/// entry whose attachment is exactly such a context.
+fn startup_context_text(v: &Value, entry: &ManifestEntry) -> Option<String> {
+    let a = v.get("attachment")?;
+    if entry.kind != crate::engine::turns::ItemKind::StartupSnapshot
+        || a["type"] != "hook_additional_context"
+        || a["hookEvent"] != "SessionStart"
+    {
+        return None;
+    }
+    match &a["content"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.as_str().or_else(|| p["text"].as_str()))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
 }
 
 /// The text of a candidate line, only if the message is exactly one text.

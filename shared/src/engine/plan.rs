@@ -60,6 +60,10 @@ pub struct PlanReport {
     pub estimated_tokens: u64,
     pub startup_frozen: bool,
     pub startup_sha256: Option<String>,
+    /// `SessionStart` hook contexts carried as attachment lines (the startup
+    /// snapshot of today's format), ahead of the first item.
+    #[serde(default)]
+    pub startup_attachments: usize,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
     pub abandoned_branch_records: usize,
@@ -69,6 +73,14 @@ pub struct PlanReport {
     pub unknown_attachment_types: BTreeMap<String, u64>,
     pub not_speech: NotSpeechCounts,
     pub elided_items: usize,
+    /// Slash commands carried with their expansion (`carry_command_expansions`).
+    #[serde(default)]
+    pub command_expansions_carried: usize,
+    /// Carried turns whose first user record had a missing or unparseable
+    /// timestamp: stamped with the nearest parseable earlier time, or not
+    /// stamped (never with the broken text).
+    #[serde(default)]
+    pub broken_timestamps: usize,
     pub poison_hits: usize,
     pub blocked_reason: Option<String>,
     pub ledger: LedgerReport,
@@ -89,6 +101,8 @@ pub struct Plan {
     /// Formula estimate of what the current window holds (for the window account).
     pub window_estimate: u64,
     pub candidate: Candidate,
+    /// The frozen startup text (`startup_snapshot.txt`), if any.
+    pub startup_text: Option<String>,
 }
 
 impl Plan {
@@ -221,6 +235,7 @@ pub fn build_from_reader<R: BufRead>(
     let opts = Options {
         reply_tool: &config.reply_tool_pattern,
         markers: &markers,
+        command_expansions: config.carry_command_expansions,
     };
     let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
     let history = chain::select(&scan, config.history);
@@ -235,6 +250,7 @@ pub fn build_from_reader<R: BufRead>(
     };
     let candidate = candidate::build(
         &sel.turns,
+        &sel.startup_context,
         &scan.events,
         &session_id,
         scan.earliest_timestamp.as_deref(),
@@ -298,6 +314,7 @@ pub fn build_from_reader<R: BufRead>(
         estimated_tokens: sel.estimated_tokens,
         startup_frozen: sel.startup_sha256.is_some(),
         startup_sha256: sel.startup_sha256.clone(),
+        startup_attachments: sel.startup_context.len(),
         compact_summaries_dropped: sel.compact_summaries_dropped,
         compact_summaries_carried: sel.compact_summaries_carried,
         abandoned_branch_records: history.abandoned.len(),
@@ -310,6 +327,8 @@ pub fn build_from_reader<R: BufRead>(
             ..scan.not_speech.clone()
         },
         elided_items: sel.elided_items,
+        broken_timestamps: sel.broken_timestamps,
+        command_expansions_carried: sel.command_expansions_carried,
         poison_hits: sel.poison_hits,
         blocked_reason: sel.blocked_reason.clone(),
         ledger,
@@ -322,6 +341,7 @@ pub fn build_from_reader<R: BufRead>(
         report,
         candidate,
         window_estimate: crate::engine::window::window_estimate(&scan.window),
+        startup_text: sel.startup_text,
     })
 }
 

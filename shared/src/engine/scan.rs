@@ -65,6 +65,14 @@ pub enum Speech {
     Assistant(String),
     /// A compaction summary.
     Summary(String),
+    /// A slash command's expansion (`isMeta` + `turnCompanion`), carried
+    /// with the command it follows.
+    Expansion(String),
+    /// A `SessionStart` hook's context recorded before any speech in the file
+    /// (the startup snapshot of today's format): its text and the raw
+    /// `attachment` object, carried verbatim so Claude Code renders it as
+    /// it did for the original.
+    StartupContext { text: String, attachment: String },
     /// Only injected elements including a `<system-reminder>` (a startup
     /// snapshot candidate when it comes before any speech).
     Injected,
@@ -82,6 +90,20 @@ pub struct Meta {
     pub git_branch: Option<String>,
     pub user_type: Option<String>,
     pub entrypoint: Option<String>,
+    /// The time a stamp may show: the record's own timestamp when it
+    /// parses, else the nearest parseable one before it in the file, else
+    /// none. A stamp is never built from anything else.
+    pub stamp_time: Option<String>,
+}
+
+impl Meta {
+    /// The record's own timestamp is missing or does not parse.
+    pub fn timestamp_broken(&self) -> bool {
+        !self
+            .timestamp
+            .as_deref()
+            .is_some_and(transcript::is_timestamp)
+    }
 }
 
 /// A record that holds speech (or a startup snapshot candidate).
@@ -134,6 +156,11 @@ impl Markers {
             header_prefix: hp.to_string(),
         }
     }
+    /// Whether `text` starts with the startup header.
+    pub fn is_header(&self, text: &str) -> bool {
+        !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix)
+    }
+
     /// Whether `text` already starts with a stamp or the startup header.
     pub fn carried_before(&self, text: &str) -> bool {
         let is_stamp = !self.stamp_prefix.is_empty()
@@ -141,9 +168,7 @@ impl Markers {
                 let head: String = rest.chars().take(64).collect();
                 self.stamp_suffix.is_empty() || head.contains(&self.stamp_suffix)
             });
-        let is_header =
-            !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix);
-        is_stamp || is_header
+        is_stamp || self.is_header(text)
     }
 }
 
@@ -151,6 +176,9 @@ impl Markers {
 pub struct Options<'a> {
     pub reply_tool: &'a Regex,
     pub markers: &'a Markers,
+    /// `carry_command_expansions`: read `turnCompanion` expansions as part
+    /// of the conversation instead of as meta injections.
+    pub command_expansions: bool,
 }
 
 /// Everything one pass learned about a transcript.
@@ -179,6 +207,8 @@ pub struct Scan {
     symbols: HashMap<Box<str>, Sym>,
     speech_uuids: HashSet<Sym>,
     seen_speech: bool,
+    /// The last parseable timestamp seen so far (file order).
+    last_timestamp: Option<String>,
 }
 
 const KNOWN_RECORD_TYPES: &[&str] = &[
@@ -386,6 +416,9 @@ impl Scan {
             }
         };
         self.node(number, r, role, event);
+        if let Some(ts) = r.timestamp.get().filter(|t| transcript::is_timestamp(t)) {
+            self.last_timestamp = Some(ts.to_string());
+        }
     }
 
     fn node(&mut self, number: usize, r: &Record<'_>, role: RecordRole, event: Option<usize>) {
@@ -448,8 +481,14 @@ impl Scan {
         raw: &str,
         snapshot: Option<String>,
     ) -> usize {
+        let mut meta = meta(number, r);
+        meta.stamp_time = if meta.timestamp_broken() {
+            self.last_timestamp.clone()
+        } else {
+            meta.timestamp.clone()
+        };
         self.events.push(Event {
-            meta: meta(number, r),
+            meta,
             speech,
             source_sha256: hex(&Sha256::digest(raw.as_bytes())),
             snapshot,
@@ -473,9 +512,13 @@ impl Scan {
             && !r.meta()
             && opts.markers.carried_before(t)
         {
+            // A startup snapshot frozen by an earlier rebuild stays the
+            // startup snapshot (same digest), under the header once.
+            let snapshot = (!self.seen_speech && opts.markers.is_header(t))
+                .then(|| t.split_once('\n').map_or("", |(_, raw)| raw).to_string());
             self.conversation(t);
             self.seen_speech = true;
-            return Some(self.push_event(number, r, Speech::User(t.to_string()), t, None));
+            return Some(self.push_event(number, r, Speech::User(t.to_string()), t, snapshot));
         }
         let reading = classify::read_user(r);
         let content_len = r.message.content.byte_len();
@@ -495,6 +538,14 @@ impl Scan {
             UserReading::CompactSummary(text) => {
                 self.tally(Category::CompactSummary, content_len);
                 Speech::Summary(text)
+            }
+            UserReading::Expansion(text) if opts.command_expansions => {
+                self.conversation(&text);
+                Speech::Expansion(text)
+            }
+            UserReading::Expansion(_) => {
+                self.not_speech(NotSpeech::MetaInjection, content_len, 0);
+                return None;
             }
             UserReading::NotSpeech(why) => {
                 self.not_speech(why, content_len, reading.injected_bytes);
@@ -622,6 +673,16 @@ impl Scan {
             self.tally(Category::Sidechain, raw.get().len());
             return None;
         }
+        if !self.seen_speech
+            && let Some(text) = classify::session_start_context(&attachment)
+        {
+            self.tally(Category::Attachment, raw.get().len());
+            let speech = Speech::StartupContext {
+                attachment: raw.get().to_string(),
+                text: text.clone(),
+            };
+            return Some(self.push_event(number, r, speech, &text, None));
+        }
         match classify::read_queued(&attachment) {
             Some(UserReading::Speech(text)) => {
                 self.conversation(&text);
@@ -647,7 +708,12 @@ impl Scan {
 
 fn speech_text(speech: &Speech) -> &str {
     match speech {
-        Speech::User(t) | Speech::Slash(t) | Speech::Assistant(t) | Speech::Summary(t) => t,
+        Speech::User(t)
+        | Speech::Slash(t)
+        | Speech::Assistant(t)
+        | Speech::Summary(t)
+        | Speech::Expansion(t)
+        | Speech::StartupContext { text: t, .. } => t,
         Speech::Injected => "",
     }
 }
@@ -671,5 +737,6 @@ fn meta(number: usize, r: &Record<'_>) -> Meta {
         git_branch: own(&r.git_branch),
         user_type: own(&r.user_type),
         entrypoint: own(&r.entrypoint),
+        stamp_time: None,
     }
 }

@@ -214,6 +214,10 @@ pub struct Record<'a> {
     pub is_meta: Lenient<bool>,
     #[serde(default)]
     pub is_compact_summary: Lenient<bool>,
+    /// `turnCompanion: true`: a record Claude Code sends with the user's
+    /// message (a custom command's or skill's expansion).
+    #[serde(default)]
+    pub turn_companion: Lenient<bool>,
     #[serde(borrow, default)]
     pub timestamp: Lenient<Str<'a>>,
     #[serde(borrow, default)]
@@ -425,6 +429,12 @@ pub struct Attachment<'a> {
     pub command_mode: Lenient<Str<'a>>,
     #[serde(borrow, default)]
     pub prompt: Option<&'a RawValue>,
+    /// `hookEvent` of hook attachments (`SessionStart`, `UserPromptSubmit`…).
+    #[serde(borrow, default)]
+    pub hook_event: Lenient<Str<'a>>,
+    /// `content` of hook context attachments: a string or a list of strings.
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "lenient_origin")]
     pub origin: Option<Origin<'a>>,
 }

@@ -16,6 +16,9 @@ use crate::engine::scan::{Event, Markers, Speech};
 pub enum Role {
     User,
     Assistant,
+    /// A carried `SessionStart` context line (startup snapshot): in the
+    /// manifest and the candidate only, never an item of a turn.
+    Attachment,
 }
 
 impl Role {
@@ -24,6 +27,7 @@ impl Role {
         match self {
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Attachment => "attachment",
         }
     }
 }
@@ -95,10 +99,20 @@ pub struct Selection {
     pub dropped_oldest_turns: usize,
     pub leading_assistant_turns: usize,
     pub startup_sha256: Option<String>,
+    /// The frozen startup text (`startup_snapshot.txt`).
+    pub startup_text: Option<String>,
+    /// Events of the `SessionStart` contexts carried as attachment lines
+    /// ahead of the first item (today's format of the startup snapshot).
+    pub startup_context: Vec<usize>,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
     pub local_commands: usize,
     pub elided_items: usize,
+    /// Stamped items whose own timestamp was missing or did not parse
+    /// (stamped with the nearest parseable earlier time, or not at all).
+    pub broken_timestamps: usize,
+    /// Slash commands carried with their expansion.
+    pub command_expansions_carried: usize,
     pub poison_hits: usize,
     pub estimated_tokens: u64,
     pub blocked_reason: Option<String>,
@@ -128,31 +142,48 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     let mut builder = Builder::default();
     let mut seen_speech = false;
     let mut pending_slash: Option<usize> = None;
+    // The expansion recorded right after the pending command, if any.
+    let mut pending_expansion: Option<usize> = None;
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
         let event = &events[e];
         match &event.speech {
+            Speech::StartupContext { text, .. } => {
+                // Every SessionStart context before the first speech (one
+                // per hook); it replaces the older reminder snapshot.
+                if !seen_speech && config.freeze_startup_snapshot {
+                    sel.startup_context.push(e);
+                    let frozen = sel.startup_text.get_or_insert_with(String::new);
+                    if !frozen.is_empty() {
+                        frozen.push_str("\n\n");
+                    }
+                    frozen.push_str(text);
+                    snapshot_done = true;
+                }
+            }
             Speech::Injected => {
                 if !seen_speech
                     && !snapshot_done
                     && let Some(raw) = &event.snapshot
                 {
-                    let text = header(config, event) + raw;
-                    sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
-                    builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
+                    freeze_reminder(&mut sel, &mut builder, config, e, event, raw);
                     snapshot_done = true;
                 }
             }
+            Speech::Expansion(_) => {
+                if pending_slash.is_some() {
+                    pending_expansion = Some(e);
+                }
+            }
             Speech::User(text) => {
+                pending_expansion = None;
                 if let Some(s) = pending_slash.take() {
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
                 }
                 match (&event.snapshot, seen_speech || snapshot_done) {
                     (Some(raw), false) => {
-                        let text = header(config, event) + raw;
-                        sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
-                        builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
+                        freeze_reminder(&mut sel, &mut builder, config, e, event, raw);
                         snapshot_done = true;
                     }
                     _ => builder.user(Item::new(Role::User, ItemKind::Speech, text.clone(), e)),
@@ -160,6 +191,7 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 seen_speech = true;
             }
             Speech::Slash(_) => {
+                pending_expansion = None;
                 if let Some(s) = pending_slash.replace(e) {
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
@@ -169,12 +201,14 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 if let Some(s) = pending_slash.take()
                     && let Speech::Slash(cmd) = &events[s].speech
                 {
-                    builder.user(Item::new(
-                        Role::User,
-                        ItemKind::SlashCommand,
-                        cmd.clone(),
-                        s,
-                    ));
+                    let mut text = cmd.clone();
+                    if let Some(Speech::Expansion(expansion)) =
+                        pending_expansion.take().map(|x| &events[x].speech)
+                    {
+                        text = format!("{text}\n\n{expansion}");
+                        sel.command_expansions_carried += 1;
+                    }
+                    builder.user(Item::new(Role::User, ItemKind::SlashCommand, text, s));
                 }
                 if builder.assistant(Item::new(
                     Role::Assistant,
@@ -207,6 +241,12 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
         sel.local_commands += 1;
         sel.left_out.push((s, LeftOutReason::LocalCommand));
     }
+    if !sel.startup_context.is_empty() {
+        sel.startup_sha256 = sel
+            .startup_text
+            .as_deref()
+            .map(|t| crate::fsutil::sha256_hex(t.as_bytes()));
+    }
     let mut turns = builder.turns;
     sel.source_turns = turns.len();
     sel.open_tail = turns.last().is_some_and(|t| !t.has_assistant());
@@ -221,7 +261,7 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     }
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     for turn in &mut turns {
-        finish_turn(turn, events, config, &markers, &mut sel.elided_items);
+        finish_turn(turn, events, config, &markers, &mut sel);
     }
     apply_cap(&mut turns, config, &mut sel);
     sel.poison_hits = poison_hits(&turns, &config.poison_pattern);
@@ -248,8 +288,24 @@ impl Item {
     }
 }
 
+/// Freeze an older file's startup record (raw text with its
+/// `<system-reminder>`) as the first item, under the startup header.
+fn freeze_reminder(
+    sel: &mut Selection,
+    builder: &mut Builder,
+    config: &Config,
+    e: usize,
+    event: &Event,
+    raw: &str,
+) {
+    let text = header(config, event) + raw;
+    sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
+    sel.startup_text = Some(text.clone());
+    builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
+}
+
 fn header(config: &Config, event: &Event) -> String {
-    let ts = event.meta.timestamp.as_deref().unwrap_or("");
+    let ts = event.meta.stamp_time.as_deref().unwrap_or("");
     config.startup_header_template.replace("{timestamp}", ts) + "\n"
 }
 
@@ -259,12 +315,12 @@ fn finish_turn(
     events: &[Event],
     config: &Config,
     markers: &Markers,
-    elided: &mut usize,
+    sel: &mut Selection,
 ) {
     if config.max_event_chars > 0 {
         for item in &mut turn.items {
             if elide(item, config.max_event_chars as usize) {
-                *elided += 1;
+                sel.elided_items += 1;
             }
         }
     }
@@ -277,10 +333,13 @@ fn finish_turn(
     if first.kind == ItemKind::StartupSnapshot || markers.carried_before(&first.text) {
         return;
     }
-    let ts = events[first.event].meta.timestamp.as_deref().unwrap_or("");
-    if ts.is_empty() {
-        return;
+    let meta = &events[first.event].meta;
+    if meta.timestamp_broken() {
+        sel.broken_timestamps += 1;
     }
+    let Some(ts) = meta.stamp_time.as_deref() else {
+        return;
+    };
     first.text = format!(
         "{}\n{}",
         config.stamp_template.replace("{timestamp}", ts),

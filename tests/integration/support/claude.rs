@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::fake_api::FakeApi;
-use super::{Sandbox, TmuxServer};
+use super::{ResultOrPanic, Sandbox, TmuxServer};
 
 /// The API key the CLI is given (the fake API accepts anything).
 pub const API_KEY: &str = "sk-ant-dummy-ktr-e2e-0123456789abcdefghij";
@@ -58,6 +58,17 @@ impl ClaudeEnv {
             base_url: api.base_url(),
             extra_env: Vec::new(),
         }
+    }
+
+    /// A ktr config whose project is the CLI's project folder (its sessions),
+    /// with `extra` TOML lines.
+    #[track_caller]
+    pub fn config(&self, extra: &str) -> ktr::config::Config {
+        ktr::config::Config::from_toml(&format!(
+            "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\n{extra}",
+            self.sandbox.project, self.sandbox.state, self.sandbox.work,
+        ))
+        .or_panic(|e| format!("the test config does not parse: {e}"))
     }
 
     /// The transcript of `session`.

@@ -283,12 +283,25 @@ pub fn ledger_category(ledger: &Value, name: &str) -> u64 {
 }
 
 /// `(role, text)` of one candidate line, checking its message shape (SPEC §7).
+/// A carried `SessionStart` context reads as `("attachment", its text)`.
 #[track_caller]
 pub fn line_item(line: &Value) -> Item {
     let role = line["type"]
         .as_str()
         .or_panic(|| format!("candidate line without type: {line}"))
         .to_string();
+    if role == "attachment" {
+        let a = &line["attachment"];
+        assert_eq!(a["type"], "hook_additional_context", "{line}");
+        assert_eq!(a["hookEvent"], "SessionStart", "{line}");
+        let parts: Vec<&str> = a["content"]
+            .as_array()
+            .or_panic(|| format!("context content must be a list: {line}"))
+            .iter()
+            .map(|p| p.as_str().or_panic(|| format!("not a string: {line}")))
+            .collect();
+        return (role, parts.join("\n"));
+    }
     let message = &line["message"];
     assert_eq!(
         message["role"], role,

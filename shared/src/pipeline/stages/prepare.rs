@@ -8,7 +8,6 @@ use std::time::{Instant, SystemTime};
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
 use crate::config::{Activation, Config};
 use crate::engine::plan::{self, Plan, PlanReport};
-use crate::engine::turns::ItemKind;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
@@ -90,7 +89,7 @@ pub fn prepare(
             plan.report.selected_turns, plan.report.carried_items, plan.report.estimated_tokens
         ));
         let artifacts = store.artifacts_dir(id)?;
-        if let Some(snapshot) = startup_snapshot(&plan) {
+        if let Some(snapshot) = &plan.startup_text {
             let path = artifacts.join("startup_snapshot.txt");
             write_atomic(&path, snapshot.as_bytes(), 0o600, Existing::Replace)?;
             steps.say(format!("startup snapshot frozen to {}", path.display()));
@@ -313,17 +312,6 @@ fn stats_of(plan: &Plan, source: &Path) -> PlanReport {
         left_out: Vec::new(),
         ..plan.report.clone()
     }
-}
-
-/// The carried text of the frozen startup snapshot, if one was frozen.
-fn startup_snapshot(plan: &Plan) -> Option<String> {
-    let position = plan
-        .candidate
-        .manifest
-        .iter()
-        .position(|m| m.kind == ItemKind::StartupSnapshot)?;
-    let line: serde_json::Value = serde_json::from_str(plan.candidate.lines.get(position)?).ok()?;
-    line["message"]["content"].as_str().map(str::to_string)
 }
 
 /// Debug builds only: `KTR_TEST_CORRUPT_CANDIDATE=strip-timestamps` removes
