@@ -124,6 +124,7 @@ fn account(config: &Config, bytes: &[u8]) -> Result<Part> {
     let opts = Options {
         reply_tool: &config.reply_tool_pattern,
         markers: &markers,
+        command_expansions: config.carry_command_expansions,
     };
     let scan = Scan::read(BufReader::new(bytes), &opts).map_err(|e| Error::io(e.to_string()))?;
     let boundary = scan.window_start_line > 1;
@@ -131,7 +132,11 @@ fn account(config: &Config, bytes: &[u8]) -> Result<Part> {
         .events
         .iter()
         .map(|e| match &e.speech {
-            Speech::User(t) | Speech::Slash(t) | Speech::Assistant(t) => estimate_tokens(t),
+            Speech::User(t)
+            | Speech::Slash(t)
+            | Speech::Assistant(t)
+            | Speech::Expansion(t)
+            | Speech::StartupContext { text: t, .. } => estimate_tokens(t),
             Speech::Summary(_) | Speech::Injected => 0,
         })
         .sum();
