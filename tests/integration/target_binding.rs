@@ -150,9 +150,14 @@ fn tmux_the_fallback_puts_back_exactly_what_ran() {
         elsewhere.display()
     );
     rig.respawn_pane(&["sh", "-c", &cd]);
-    assert!(wait_for(Duration::from_secs(10), || rig
-        .claude_of(SRC)
-        .is_some_and(|p| p.to_string() == rig.pane_pid())));
+    // The pane runs it once its record names the other directory (the
+    // process exists a moment before the stand-in writes its record).
+    let there = format!("cwd={}\n", elsewhere.canonicalize().unwrap().display());
+    assert!(wait_for(Duration::from_secs(10), || {
+        rig.claude_of(SRC)
+            .is_some_and(|p| p.to_string() == rig.pane_pid())
+            && fs::read_to_string(&rig.record).is_ok_and(|r| r.starts_with(&there))
+    }));
     let ran = fs::read_to_string(&rig.record).unwrap();
 
     let op = rig.rebuild();
@@ -182,10 +187,6 @@ fn tmux_the_fallback_puts_back_exactly_what_ran() {
     );
     // Same command line, same directory, same marker as before the switch.
     assert_eq!(fs::read_to_string(&rig.record).unwrap(), ran);
-    assert!(ran.contains(&format!(
-        "cwd={}",
-        elsewhere.canonicalize().unwrap().display()
-    )));
 }
 
 #[test]
@@ -430,4 +431,83 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
         !ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"),
         "{detail}"
     );
+}
+
+/// `ktr request --confirm REBUILD` as a human types it (unbound): the CLI
+/// records what the target runs at that moment.
+fn request_by_hand(rig: &Rig) -> Operation {
+    let out = rig
+        .program(env!("CARGO_BIN_EXE_ktr"))
+        .envs(rig.hook_env())
+        .args(["request", "--confirm", "REBUILD"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rig.store().latest().unwrap().unwrap()
+}
+
+#[test]
+fn tmux_a_claude_started_by_hand_after_the_request_is_not_the_baseline() {
+    let rig = Rig::tmux();
+    // At the request the pane runs a shell, no Claude: nothing to bind to.
+    rig.respawn_pane(&["sleep", "3600"]);
+    let idle = rig.pane_pid();
+    let op = request_by_hand(&rig);
+    let seen = op.requested_target.clone().unwrap();
+    assert_eq!(
+        (seen.identity.as_str(), seen.session),
+        (idle.as_str(), None)
+    );
+
+    // Then Claude is started there by hand, and its Stop comes first.
+    let claude = stand_in("fake-claude").display().to_string();
+    rig.respawn_pane(&[&claude, "--resume", SRC]);
+    assert!(wait_for(Duration::from_secs(10), || rig
+        .claude_of(SRC)
+        .is_some()));
+    let pane = rig.pane_pid();
+    rig.stop_source();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Status::Failed, "{op:#?}");
+    let error = op.error.unwrap();
+    assert!(
+        error.contains(&format!(
+            "changed since the rebuild was requested (identity \"{idle}\" → \"{pane}\", session unknown → {SRC})"
+        )) && error.contains("request again"),
+        "{error}"
+    );
+    assert!(
+        op.candidate.is_none(),
+        "refused before anything was written"
+    );
+    assert_eq!(rig.pane_pid(), pane, "the pane was not touched");
+}
+
+#[test]
+fn tmux_the_same_session_resumed_by_hand_after_the_request_is_switched() {
+    let rig = Rig::tmux();
+    let before = rig.pane_pid();
+    let op = request_by_hand(&rig);
+    let seen = op.requested_target.clone().unwrap();
+    assert_eq!(
+        (seen.identity.as_str(), seen.session.as_deref()),
+        (before.as_str(), Some(SRC))
+    );
+    assert_eq!(op.session_id.as_deref(), Some(SRC), "bound to what runs");
+
+    // Claude quit and resumed on the same session by hand: a new pid.
+    let claude = stand_in("fake-claude").display().to_string();
+    rig.respawn_pane(&[&claude, "--resume", SRC]);
+    assert!(wait_for(Duration::from_secs(10), || rig
+        .claude_of(SRC)
+        .is_some_and(|p| p.to_string() != before)));
+    rig.stop_source();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Status::Activated, "{:?}", op.error);
+    let new_id = op.candidate.unwrap().session_id;
+    assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()));
 }

@@ -125,6 +125,21 @@ fn a_smuggled_tool_block_fails() {
     assert!(msg.contains("verification failed"), "{msg}");
 }
 
+/// Each text with the source line of the manifest entry at its position.
+fn carried<'a>(
+    texts: &'a [String],
+    manifest: &[ktr::engine::candidate::ManifestEntry],
+) -> Vec<conserve::Carried<'a>> {
+    texts
+        .iter()
+        .zip(manifest)
+        .map(|(text, m)| conserve::Carried {
+            source_line: m.source_line,
+            text,
+        })
+        .collect()
+}
+
 #[test]
 fn a_lost_turn_is_caught_by_conservation() {
     // Texts that lost a turn: only the independent reading of the source can notice.
@@ -154,11 +169,23 @@ fn a_lost_turn_is_caught_by_conservation() {
         manifest: &plan.candidate.manifest,
         left_out: &plan.report.left_out,
     };
-    let whole = conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap();
+    let manifest = &plan.candidate.manifest;
+    let whole = conserve::conserve(
+        backup,
+        &carried(&texts, manifest),
+        &expected,
+        &config.reply_tool_pattern,
+    )
+    .unwrap();
     assert!(whole.checked >= 15);
     let lost = texts.remove(texts.len() / 2);
-    let err =
-        conserve::conserve(backup, &texts, &expected, &config.reply_tool_pattern).unwrap_err();
+    let err = conserve::conserve(
+        backup,
+        &carried(&texts, manifest),
+        &expected,
+        &config.reply_tool_pattern,
+    )
+    .unwrap_err();
     assert!(
         err.message.contains("conservation"),
         "{} (lost {lost:?})",

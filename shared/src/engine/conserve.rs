@@ -8,7 +8,7 @@
 //! piece of real user/assistant text is found in the candidate, unless the
 //! plan said it left that record out.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -64,7 +64,15 @@ pub fn check(
             "candidate differs from a fresh rebuild of the frozen backup",
         ));
     }
-    let conservation = conserve(backup, &texts, expected, &config.reply_tool_pattern)?;
+    let carried: Vec<Carried<'_>> = texts
+        .iter()
+        .zip(expected.manifest)
+        .map(|(text, m)| Carried {
+            source_line: m.source_line,
+            text,
+        })
+        .collect();
+    let conservation = conserve(backup, &carried, expected, &config.reply_tool_pattern)?;
     Ok(ConservationCounts {
         candidate_lines: texts.len(),
         source_pieces_checked: conservation.checked,
@@ -194,21 +202,36 @@ pub struct Conservation {
 /// removal logic below is this module's own).
 const TAGS: &[&str] = crate::engine::classify::INJECTED_TAGS;
 
+/// One carried text and the source line its manifest entry names.
+#[derive(Debug, Clone, Copy)]
+pub struct Carried<'a> {
+    pub source_line: usize,
+    pub text: &'a str,
+}
+
 /// Every piece of real speech in the backup must be in one of the carried
-/// `texts`, unless the plan left its record out.
+/// texts, unless the plan left its record out.
+///
+/// Linear in the size of the backup and the candidate. One pass over the
+/// backup walks a cursor over `carried` (in candidate order): the pieces of
+/// source line `n` are looked for, in order, in the texts whose manifest
+/// entry names line `n`. A piece not found that way (a duplicated record,
+/// a candidate out of source order, pieces in another order) is kept aside;
+/// at the end one Aho-Corasick pass over every carried text must find each
+/// of them somewhere. So a piece passes exactly when it occurs in some
+/// carried text, as the check always demanded, without a search per piece.
 pub fn conserve(
     backup: &Path,
-    texts: &[String],
+    carried: &[Carried<'_>],
     expected: &Expected<'_>,
     reply_tool: &Regex,
 ) -> Result<Conservation> {
-    let all_text = texts.join("\n\u{0}\n");
     let left_out: HashSet<usize> = expected.left_out.iter().map(|l| l.line).collect();
-    let elided: HashMap<usize, usize> = expected
+    let elided: HashSet<usize> = expected
         .manifest
         .iter()
         .filter(|m| m.elided_chars > 0)
-        .map(|m| (m.source_line, m.elided_chars))
+        .map(|m| m.source_line)
         .collect();
     let file = File::open(backup).map_err(|e| Error::io_at("open", backup, &e))?;
     let mut result = Conservation {
@@ -216,13 +239,16 @@ pub fn conserve(
         left_out: 0,
         elided: 0,
     };
+    let tags = Tags::new();
+    let mut cursor = 0;
+    let mut aside: Vec<(usize, String)> = Vec::new();
     for (n, line) in BufReader::new(file).split(b'\n').enumerate() {
         let number = n + 1;
         let line = line.map_err(|e| Error::io_at("read", backup, &e))?;
         let Ok(v) = serde_json::from_slice::<Value>(&line) else {
             continue;
         };
-        let pieces = speech_pieces(&v, reply_tool);
+        let pieces = speech_pieces(&v, reply_tool, &tags);
         if pieces.is_empty() {
             continue;
         }
@@ -230,26 +256,107 @@ pub fn conserve(
             result.left_out += 1;
             continue;
         }
-        if elided.contains_key(&number) {
+        if elided.contains(&number) {
             result.elided += 1;
             continue;
         }
+        while carried.get(cursor).is_some_and(|c| c.source_line < number) {
+            cursor += 1;
+        }
+        let own_end = carried[cursor..]
+            .iter()
+            .position(|c| c.source_line != number)
+            .map_or(carried.len(), |p| cursor + p);
+        let mut within = InOrder::new(&carried[cursor..own_end]);
         for piece in pieces {
             result.checked += 1;
-            if !all_text.contains(&piece) {
-                let preview: String = piece.chars().take(80).collect();
-                return Err(fail(format!(
-                    "conservation: text of source line {number} is missing from the candidate: {preview:?}"
-                )));
+            if !within.find(&piece) {
+                aside.push((number, piece));
             }
         }
+        cursor = own_end;
+    }
+    if let Some((number, piece)) = missing_anywhere(carried, aside) {
+        let preview: String = piece.chars().take(80).collect();
+        return Err(fail(format!(
+            "conservation: text of source line {number} is missing from the candidate: {preview:?}"
+        )));
     }
     Ok(result)
 }
 
+/// Finds pieces one after another in a run of texts, never looking back.
+struct InOrder<'a> {
+    texts: &'a [Carried<'a>],
+    text: usize,
+    offset: usize,
+}
+
+impl<'a> InOrder<'a> {
+    fn new(texts: &'a [Carried<'a>]) -> Self {
+        InOrder {
+            texts,
+            text: 0,
+            offset: 0,
+        }
+    }
+    fn find(&mut self, piece: &str) -> bool {
+        let finder = memchr::memmem::Finder::new(piece.as_bytes());
+        while let Some(c) = self.texts.get(self.text) {
+            if let Some(at) = finder.find(&c.text.as_bytes()[self.offset..]) {
+                self.offset += at + piece.len();
+                return true;
+            }
+            self.text += 1;
+            self.offset = 0;
+        }
+        false
+    }
+}
+
+/// The first (by source line) of `aside` that occurs in no carried text:
+/// one overlapping Aho-Corasick pass over the texts for all of them.
+fn missing_anywhere(
+    carried: &[Carried<'_>],
+    mut aside: Vec<(usize, String)>,
+) -> Option<(usize, String)> {
+    if aside.is_empty() {
+        return None;
+    }
+    aside.sort_by(|a, b| a.1.cmp(&b.1));
+    aside.dedup_by(|a, b| {
+        a.1 == b.1 && {
+            b.0 = b.0.min(a.0);
+            true
+        }
+    });
+    let automaton = aho_corasick::AhoCorasick::new(aside.iter().map(|(_, p)| p.as_str()))
+        .expect("pieces are plain strings");
+    let mut found = vec![false; aside.len()];
+    let mut left = aside.len();
+    for c in carried {
+        for m in automaton.find_overlapping_iter(c.text) {
+            let seen = &mut found[m.pattern().as_usize()];
+            if !*seen {
+                *seen = true;
+                left -= 1;
+            }
+        }
+        if left == 0 {
+            return None;
+        }
+    }
+    aside
+        .into_iter()
+        .zip(found)
+        .filter(|(_, f)| !f)
+        .map(|(a, _)| a)
+        .min_by_key(|(line, _)| *line)
+}
+
 /// This reader's own idea of the speech in a record: pieces of text that
 /// must survive a rebuild.
-fn speech_pieces(v: &Value, reply_tool: &Regex) -> Vec<String> {
+fn speech_pieces(v: &Value, reply_tool: &Regex, tags: &Tags) -> Vec<String> {
     if v["isSidechain"] == Value::Bool(true) {
         return Vec::new();
     }
@@ -283,7 +390,7 @@ fn speech_pieces(v: &Value, reply_tool: &Regex) -> Vec<String> {
             }
             trimmed(out)
         }
-        Some("user") => user_pieces(v, content),
+        Some("user") => user_pieces(v, content, tags),
         Some("attachment") => {
             let a = &v["attachment"];
             let prompt = a["prompt"].as_str().unwrap_or("").trim();
@@ -297,7 +404,7 @@ fn speech_pieces(v: &Value, reply_tool: &Regex) -> Vec<String> {
     }
 }
 
-fn user_pieces(v: &Value, content: &Value) -> Vec<String> {
+fn user_pieces(v: &Value, content: &Value, tags: &Tags) -> Vec<String> {
     if v["isCompactSummary"] == Value::Bool(true) {
         return Vec::new(); // machine text; carried or counted as dropped
     }
@@ -344,7 +451,7 @@ fn user_pieces(v: &Value, content: &Value) -> Vec<String> {
     let mut pieces = Vec::new();
     for text in &texts {
         let mut rest = text.as_str();
-        while let Some((before, tag, inner, after)) = next_element(rest) {
+        while let Some((before, tag, inner, after)) = tags.next_element(rest) {
             pieces.push(before.to_string());
             if tag == "command-args" || tag == "command-name" {
                 pieces.push(inner.trim().trim_start_matches('/').to_string());
@@ -356,25 +463,38 @@ fn user_pieces(v: &Value, content: &Value) -> Vec<String> {
     trimmed(pieces)
 }
 
-fn next_element(s: &str) -> Option<(&str, &'static str, &str, &str)> {
-    let mut best: Option<(usize, &'static str)> = None;
-    for tag in TAGS {
-        if let Some(i) = s.find(&format!("<{tag}>"))
-            && best.is_none_or(|(b, _)| i < b)
-        {
-            best = Some((i, tag));
+/// The opening and closing strings of [`TAGS`].
+struct Tags {
+    opens: aho_corasick::AhoCorasick,
+    closes: Vec<String>,
+}
+
+impl Tags {
+    fn new() -> Tags {
+        let opens = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+            .build(TAGS.iter().map(|t| format!("<{t}>")))
+            .expect("tag names are plain strings");
+        Tags {
+            opens,
+            closes: TAGS.iter().map(|t| format!("</{t}>")).collect(),
         }
     }
-    let (start, tag) = best?;
-    let open = tag.len() + 2;
-    let close = format!("</{tag}>");
-    let end = s[start + open..].find(&close)? + start + open;
-    Some((
-        &s[..start],
-        tag,
-        &s[start + open..end],
-        &s[end + close.len()..],
-    ))
+
+    /// The first injected element of `s`: (before, tag, inner, after).
+    /// One scan for the opening of any tag, one for its closing.
+    fn next_element<'s>(&self, s: &'s str) -> Option<(&'s str, &'static str, &'s str, &'s str)> {
+        let m = self.opens.find(s)?;
+        let i = m.pattern().as_usize();
+        let close = &self.closes[i];
+        let end = memchr::memmem::find(&s.as_bytes()[m.end()..], close.as_bytes())? + m.end();
+        Some((
+            &s[..m.start()],
+            TAGS[i],
+            &s[m.end()..end],
+            &s[end + close.len()..],
+        ))
+    }
 }
 
 fn blocks(content: &Value) -> impl Iterator<Item = &Value> {

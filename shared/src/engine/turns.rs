@@ -379,10 +379,13 @@ fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
             ));
         }
         CarryOverflow::DropOldest => {
-            while total > cap && turns.len() > 1 {
-                let turn = turns.remove(0);
-                total -= turn.tokens();
-                sel.dropped_oldest_turns += 1;
+            let mut drop = 0;
+            while total > cap && drop + 1 < turns.len() {
+                total -= turns[drop].tokens();
+                drop += 1;
+            }
+            sel.dropped_oldest_turns += drop;
+            for turn in turns.drain(..drop) {
                 sel.left_out.extend(
                     turn.items
                         .iter()

@@ -34,8 +34,9 @@ pub enum Kind {
 /// The unit a systemd rig runs.
 pub const UNIT: &str = "claude-session.service";
 
+/// Fields drop in order: the tmux server and the real systemd stop first
+/// (their control files live in the sandbox), the sandbox goes last.
 pub struct Rig {
-    pub sandbox: Sandbox,
     pub kind: Kind,
     pub tmux: Option<TmuxServer>,
     /// The real systemd of a systemd rig.
@@ -51,6 +52,8 @@ pub struct Rig {
     pub pause_at: Option<String>,
     /// Extra environment for every hook and stage.
     pub env: Vec<(String, String)>,
+    /// Last: removed after everything that runs in it has stopped.
+    pub sandbox: Sandbox,
 }
 
 impl Rig {
@@ -530,11 +533,6 @@ impl Drop for Rig {
         if let Ok(pid) = fs::read_to_string(&self.pause_file) {
             let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
         }
-        // Before the sandbox's temp dir goes (fields drop in order, and the
-        // sandbox comes first): stopping the manager reads its pid from a
-        // file in there. Without it every systemd rig leaked its manager,
-        // whose inotify instances then made later managers die at start.
-        drop(self.sysd.take());
     }
 }
 

@@ -25,6 +25,9 @@ pub struct RealSystemd {
     pub dir: PathBuf,
     /// `SYSD_NAME`: its cgroup under the host's cgroup2 root.
     pub name: String,
+    /// The host pid of the manager (PID 1 inside): killing it ends the
+    /// whole pid namespace, even when the script's files are gone.
+    pid1: u32,
 }
 
 impl RealSystemd {
@@ -33,15 +36,22 @@ impl RealSystemd {
     pub fn start(dir: &Path) -> RealSystemd {
         static N: AtomicUsize = AtomicUsize::new(0);
         fs::create_dir_all(dir).unwrap();
-        let sysd = RealSystemd {
+        let mut sysd = RealSystemd {
             dir: dir.to_path_buf(),
             name: format!(
                 "ktr-sysd-{}-{}",
                 std::process::id(),
                 N.fetch_add(1, Ordering::SeqCst)
             ),
+            pid1: 0,
         };
         let out = sysd.script().arg("start").output().unwrap();
+        // Read before the assertion, so that a manager that started but
+        // did not come up is still stopped on drop.
+        sysd.pid1 = fs::read_to_string(dir.join("pid1"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(0);
         assert!(
             out.status.success(),
             "real systemd did not start: {}{}\nmanager.log: {}",
@@ -123,5 +133,12 @@ impl Drop for RealSystemd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        // The script stops what its files name; if they were gone, the
+        // manager would outlive the test: end its namespace by its pid.
+        if self.pid1 > 0 && ktr::pipeline::process::pid_alive(self.pid1) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid1.to_string()])
+                .status();
+        }
     }
 }
