@@ -57,7 +57,7 @@ impl Session {
         env.prepare_interactive(&["Bash"]);
         let id = uuid::Uuid::new_v4().to_string();
         let tmux = Tmux::start_on(&env, &socket, &["--session-id", &id]);
-        tmux.wait_idle(TURN);
+        wait_idle(&tmux);
         let store = Store::open(&env.sandbox.state).unwrap();
         Session {
             tmux,
@@ -75,10 +75,10 @@ impl Session {
 
     /// Type `line`; wait for `marker` on the screen and the prompt.
     fn say(&self, line: &str, marker: &str) {
-        self.tmux.wait_idle(TURN);
+        wait_idle(&self.tmux);
         self.tmux.type_line(line);
         self.tmux.wait_screen(marker, TURN, |s| s.contains(marker));
-        self.tmux.wait_idle(TURN);
+        wait_idle(&self.tmux);
     }
 
     fn transcript(&self) -> PathBuf {
@@ -114,6 +114,14 @@ impl Session {
             .matches("\"subtype\":\"compact_boundary\"")
             .count()
     }
+}
+
+/// Wait until the CLI is idle at its prompt. ktr's statusline takes the
+/// footer line where Claude Code otherwise says `? for shortcuts`.
+fn wait_idle(tmux: &Tmux) {
+    tmux.wait_screen("an idle prompt with ktr's statusline", TURN, |s| {
+        !s.contains("esc to interrupt") && s.contains("· ktr ")
+    });
 }
 
 /// The scripted model: a tool call with output (residue), plain replies
@@ -152,7 +160,13 @@ fn conversation(request: &Logged) -> String {
 /// (a) + (e).
 fn advice_once_per_band_and_the_statusline(bin: &Path) {
     let s = Session::start(bin, "");
+    // The first reply of a fresh session measures the overhead: the API's
+    // own small count.
     s.say("SAY-ONE hello", "REPLY-ONE");
+    // 60 %: below advise_at_percent. (A reading more than 20 points below
+    // it is not waited on at the next Stop, see stages/advice.rs.)
+    s.api.set_usage(Some(600_000));
+    s.say("SAY-TWO more", "REPLY-TWO");
     s.api.set_usage(Some(720_000));
     s.say("SAY-72 more", "REPLY-72");
     s.tmux.wait_screen("the advice at 72 %", TURN, |sc| {
@@ -210,7 +224,7 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
             .windows(2)
             .any(|w| w[0] == "--resume" && w[1] == candidate)
     );
-    s.tmux.wait_idle(TURN);
+    wait_idle(&s.tmux);
     s.tmux.type_line("SAY-PROBE after the switch");
     let request = s
         .api
@@ -258,7 +272,7 @@ fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
         .unwrap()
         .replace("on_auto_compaction = \"rebuild\"", "");
     fs::write(&s.config, text).unwrap();
-    s.tmux.wait_idle(TURN);
+    wait_idle(&s.tmux);
     s.api.set_usage(Some(999_000));
     s.say("SAY-FULL almost full", "REPLY-FULL");
     s.api.set_usage(None);
