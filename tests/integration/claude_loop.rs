@@ -24,7 +24,6 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::OptionOrPanic;
@@ -224,18 +223,7 @@ impl Loop {
     /// Wait until the operation's status satisfies `done`.
     #[track_caller]
     fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
-        let deadline = Instant::now() + PIPELINE;
-        loop {
-            if let Some(op) = self.store.latest().unwrap().filter(|op| done(op.status)) {
-                return op;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}\n{}",
-                self.diagnosis()
-            );
-            thread::sleep(Duration::from_millis(100));
-        }
+        crate::support::wait_status(&self.store, what, PIPELINE, done, || self.diagnosis())
     }
 
     /// Everything that explains a failure: the operation, the stages' log,
@@ -353,7 +341,7 @@ pub(crate) fn install(env: &ClaudeEnv, config: &Path) {
 }
 
 /// The text the model was sent, system messages left aside.
-fn conversation(request: &Logged) -> String {
+pub(crate) fn conversation(request: &Logged) -> String {
     request
         .messages()
         .iter()

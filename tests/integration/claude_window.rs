@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::claude_loop::{config_text, install};
+use crate::claude_loop::{config_text, conversation, install};
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
-use crate::support::fake_api::{FakeApi, Logged, Rule, message_texts, text, tool};
+use crate::support::fake_api::{FakeApi, Rule, text, tool};
 use ktr::pipeline::operation::{Operation, Status, Store};
 
 /// A turn of the CLI on a busy two-core machine.
@@ -92,19 +92,13 @@ impl Session {
     }
 
     fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
-        let deadline = Instant::now() + TURN;
-        loop {
-            if let Some(op) = self.store.latest().unwrap().filter(|op| done(op.status)) {
-                return op;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}\nscreen:\n{}\nworker.log:\n{}",
+        crate::support::wait_status(&self.store, what, TURN, done, || {
+            format!(
+                "screen:\n{}\nworker.log:\n{}",
                 self.screen(),
                 fs::read_to_string(self.store.worker_log()).unwrap_or_default()
-            );
-            thread::sleep(Duration::from_millis(100));
-        }
+            )
+        })
     }
 
     /// How many compaction boundaries Claude Code wrote into the source.
@@ -144,17 +138,6 @@ fn rules() -> Vec<Rule> {
         ));
     }
     rules
-}
-
-/// The text the model was sent, system messages left aside.
-fn conversation(request: &Logged) -> String {
-    request
-        .messages()
-        .iter()
-        .filter(|m| m["role"] != "system")
-        .flat_map(message_texts)
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// (a) + (e).

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::stop_hook::message;
 use crate::support::{Sandbox, example};
 use ktr::pipeline::operation::Status;
 
@@ -120,15 +121,6 @@ impl Session {
         assert_eq!(code, 0);
         out.trim_end_matches('\n').to_string()
     }
-}
-
-#[track_caller]
-fn message(stdout: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(stdout).unwrap();
-    v["systemMessage"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no systemMessage: {stdout}"))
-        .to_string()
 }
 
 #[test]
