@@ -57,7 +57,7 @@ impl Session {
         env.prepare_interactive(&["Bash"]);
         let id = uuid::Uuid::new_v4().to_string();
         let tmux = Tmux::start_on(&env, &socket, &["--session-id", &id]);
-        wait_idle(&tmux);
+        tmux.wait_idle(TURN);
         let store = Store::open(&env.sandbox.state).unwrap();
         Session {
             tmux,
@@ -75,10 +75,10 @@ impl Session {
 
     /// Type `line`; wait for `marker` on the screen and the prompt.
     fn say(&self, line: &str, marker: &str) {
-        wait_idle(&self.tmux);
+        self.tmux.wait_idle(TURN);
         self.tmux.type_line(line);
         self.tmux.wait_screen(marker, TURN, |s| s.contains(marker));
-        wait_idle(&self.tmux);
+        self.tmux.wait_idle(TURN);
     }
 
     fn transcript(&self) -> PathBuf {
@@ -108,14 +108,6 @@ impl Session {
             .matches("\"subtype\":\"compact_boundary\"")
             .count()
     }
-}
-
-/// Wait until the CLI is idle at its prompt. ktr's statusline takes the
-/// footer line where Claude Code otherwise says `? for shortcuts`.
-fn wait_idle(tmux: &Tmux) {
-    tmux.wait_screen("an idle prompt with ktr's statusline", TURN, |s| {
-        !s.contains("esc to interrupt") && s.contains("· ktr ")
-    });
 }
 
 /// The scripted model: a tool call with output (residue), plain replies
@@ -207,7 +199,7 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
             .windows(2)
             .any(|w| w[0] == "--resume" && w[1] == candidate)
     );
-    wait_idle(&s.tmux);
+    s.tmux.wait_idle(TURN);
     s.tmux.type_line("SAY-PROBE after the switch");
     let request = s
         .api
@@ -255,7 +247,7 @@ fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
         .unwrap()
         .replace("on_auto_compaction = \"rebuild\"", "");
     fs::write(&s.config, text).unwrap();
-    wait_idle(&s.tmux);
+    s.tmux.wait_idle(TURN);
     s.api.set_usage(Some(999_000));
     s.say("SAY-FULL almost full", "REPLY-FULL");
     s.api.set_usage(None);
