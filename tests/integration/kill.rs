@@ -38,6 +38,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     assert_eq!(rig.source_sha(), source_sha, "{at}: source untouched");
     if died_in == Status::Activating {
         assert!(op.needs_attention, "{at}: a human must look at the target");
+        assert!(!rig.input_off(), "{at}: the pane's keyboard is back on");
         assert_eq!(
             op.target_after.as_deref(),
             Some(rig.pane_pid().as_str()),

@@ -14,6 +14,8 @@ mod claude_fidelity;
 mod claude_hooks;
 mod claude_loop;
 mod claude_resume;
+mod claude_runner;
+mod claude_turns;
 mod claude_window;
 mod corpus;
 mod doctor;

@@ -638,3 +638,38 @@ fn stages_refuse_an_operation_in_the_wrong_status() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn tmux_the_panes_keyboard_is_held_from_the_last_look_until_the_new_claude_runs() {
+    let mut rig = Rig::tmux();
+    assert!(!rig.input_off());
+    let op = rig.rebuild_paused_at("activate:switched");
+    assert!(
+        rig.input_off(),
+        "keys stay away from the pane being switched"
+    );
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert!(!rig.input_off(), "the keyboard is back once it runs");
+
+    // A switch the last look calls off gives the keyboard back.
+    let current = rig.resumed().unwrap();
+    rig.pause_at = Some("activate:checked".into());
+    let op = rig.request();
+    rig.stop_current();
+    rig.wait_paused();
+    let transcript = rig.sandbox.project.join(format!("{current}.jsonl"));
+    let mut source = fs::OpenOptions::new()
+        .append(true)
+        .open(transcript)
+        .unwrap();
+    std::io::Write::write_all(&mut source, b"{\"type\":\"summary\"}\n").unwrap();
+    rig.unpause();
+    let op = rig.wait_until(&op.id, |o| o.status == Pending);
+    assert!(op.error.is_none() && op.attempts > 0, "{op:#?}");
+    assert!(
+        crate::support::wait_for(std::time::Duration::from_secs(5), || !rig.input_off()),
+        "the keyboard is back after the last look"
+    );
+}

@@ -27,6 +27,23 @@ use crate::pipeline::process::{self, ProcessId};
 
 /// How long an identity query or a tmux command may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The status line while a pane's input is held during a switch.
+const HOLD_NOTICE: &str = "ktr: switching this Claude Code session over; keys typed now are NOT sent: type again in a moment";
+
+/// The keyboard of a tmux pane, off while it is switched; back on when
+/// dropped (also when the stage fails; a stage killed meanwhile leaves it
+/// off, and the next ktr command's recovery turns it back on).
+#[must_use = "input comes back when the hold is dropped"]
+pub struct InputHold {
+    on: Vec<String>,
+}
+
+impl Drop for InputHold {
+    fn drop(&mut self) {
+        let _ = process::run_checked(&self.on, CONTROL_TIMEOUT);
+    }
+}
 /// How often health is sampled.
 const HEALTH_POLL: Duration = Duration::from_millis(100);
 
@@ -200,6 +217,44 @@ impl Target {
                 t.respawn_argv(argv, &workdir, config)
             }
             Target::Systemd(_) | Target::Pointer(_) => self.switch(&ran.session, config),
+        }
+    }
+
+    /// Keep the human's keys away from a tmux pane while it is switched
+    /// (`select-pane -d`: tmux discards them, nothing is echoed, and the
+    /// status line says why). Without it a prompt whose Enter reached the
+    /// old Claude Code in its last moments would die with it, and keys typed
+    /// into the starting one are dropped by its terminal setup. Input comes
+    /// back when the returned hold is dropped. None for the other targets
+    /// (no keyboard) and when tmux refused.
+    pub fn hold_input(&self) -> Option<InputHold> {
+        let Target::Tmux(t) = self else {
+            return None;
+        };
+        let off = t.argv(&["select-pane", "-d", "-t", &t.target]);
+        process::run_checked(&off, CONTROL_TIMEOUT).ok()?;
+        // Shown to an attached human (a server without clients has no
+        // status line; that is not an error).
+        let notice = t.argv(&[
+            "display-message",
+            "-d",
+            "5000",
+            "-t",
+            &t.target,
+            HOLD_NOTICE,
+        ]);
+        let _ = process::run_checked(&notice, CONTROL_TIMEOUT);
+        Some(InputHold {
+            on: t.argv(&["select-pane", "-e", "-t", &t.target]),
+        })
+    }
+
+    /// Turn a tmux pane's keyboard back on (a hold whose stage was killed).
+    pub fn release_input(&self) {
+        if let Target::Tmux(t) = self {
+            drop(InputHold {
+                on: t.argv(&["select-pane", "-e", "-t", &t.target]),
+            });
         }
     }
 

@@ -154,6 +154,12 @@ impl FakeApi {
         self.state.lock().unwrap().usage = input_tokens;
     }
 
+    /// Hold every later conversation reply back for `delay` (the model
+    /// "thinks"); side calls and token counts are answered at once.
+    pub fn set_turn_delay(&self, delay: Duration) {
+        self.state.lock().unwrap().turn_delay = delay;
+    }
+
     /// Every request so far.
     pub fn log(&self) -> Vec<Logged> {
         self.state.lock().unwrap().log.clone()

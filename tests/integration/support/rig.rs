@@ -496,6 +496,16 @@ impl Rig {
     }
 
     /// The pane's pid (tmux rigs).
+    /// Whether the pane's keyboard is off (`#{pane_input_off}`): ktr holds
+    /// it while switching.
+    pub fn input_off(&self) -> bool {
+        let server = self.tmux.as_ref().unwrap();
+        server
+            .tmux(&["display-message", "-p", "-t", "t:0.0", "#{pane_input_off}"])
+            .trim()
+            == "1"
+    }
+
     pub fn pane_pid(&self) -> String {
         self.tmux
             .as_ref()

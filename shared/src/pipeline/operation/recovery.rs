@@ -39,9 +39,12 @@ impl Store {
             if matches!(died_in, Status::Activating | Status::RollingBack) {
                 op.needs_attention = true;
                 op.target_after = Some(match &self.target {
-                    Some(t) => t
-                        .identity()
-                        .unwrap_or_else(|e| format!("unknown: {}", e.message)),
+                    Some(t) => {
+                        // It may have died holding the pane's keyboard.
+                        t.release_input();
+                        t.identity()
+                            .unwrap_or_else(|e| format!("unknown: {}", e.message))
+                    }
                     None => "unknown: no target configured for this command".into(),
                 });
             }

@@ -25,6 +25,11 @@ const ACK_POLL: Duration = Duration::from_millis(100);
 /// soon after the Stop, and a prompt refused by the gate is back in the
 /// input line by then.
 const SETTLE: Duration = Duration::from_millis(600);
+/// How long activation waits after turning a tmux pane's keyboard off
+/// before its last look: an Enter that reached the old Claude Code just
+/// before runs its `UserPromptSubmit` hook (refused: the text goes back to
+/// the input line, where the last look sees a draft) or writes its record.
+const HOLD_SETTLE: Duration = Duration::from_millis(300);
 
 /// Activate operation `id` (status `verifying`, verification passed).
 ///
@@ -65,6 +70,12 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
         // The gate is up (`activating`): ktr-prompt refuses new prompts of
         // the source. Let a turn that began just before it show itself.
         thread::sleep(SETTLE);
+        // From here until the new Claude Code reads its keyboard, keys
+        // stay away from the pane; one that arrived just before lands first.
+        let hold = target.hold_input();
+        if hold.is_some() {
+            thread::sleep(HOLD_SETTLE);
+        }
         let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
         if op.status != Status::Activating {
             steps.say(format!(
@@ -97,7 +108,33 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             );
         }
         pause_point(Stage::Activate, "switched");
-        match healthy(config, store, &target, id, &new_id) {
+        // The keyboard comes back as soon as the new Claude Code shows its
+        // input box, while the health check goes on.
+        let switched = Instant::now();
+        let (health, held) = thread::scope(|scope| {
+            let released = hold.map(|hold| {
+                let target = &target;
+                scope.spawn(move || {
+                    let shown = wait_for_input_box(target, seconds(config.healthcheck_seconds));
+                    drop(hold);
+                    (switched.elapsed(), shown)
+                })
+            });
+            let health = healthy(config, store, &target, id, &new_id);
+            (health, released.and_then(|r| r.join().ok()))
+        });
+        if let Some((after, shown)) = held {
+            steps.say(format!(
+                "keyboard back {:.1} s after the switch ({})",
+                after.as_secs_f64(),
+                if shown {
+                    "the input box is shown"
+                } else {
+                    "no input box seen"
+                }
+            ));
+        }
+        match health {
             Ok(identity) => {
                 pause_point(Stage::Activate, "healthy");
                 let op = store.with_lock(|tx| {
@@ -362,6 +399,20 @@ fn healthy(
         }
     }
     Ok(identity)
+}
+
+/// Wait until the pane shows Claude Code's input box (it reads its
+/// keyboard by then), at most `wait`; a screen that never shows it (another
+/// program) just takes the whole wait. Whether the box was seen.
+fn wait_for_input_box(target: &Target, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Ok(Some(Input::Idle | Input::Draft(_))) = target.input() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    false
 }
 
 /// Whether Claude Code will acknowledge resumes: a `SessionStart` hook

@@ -1,0 +1,416 @@
+//! `examples/runner.sh` with the real Claude Code CLI (issue 13): a rebuild
+//! requested while a `claude -p` turn runs, with the next prompt already
+//! queued, loses nothing — the next prompt runs on the rebuilt session,
+//! which carries every earlier turn — and the runner says what happened.
+//!
+//! ktr is installed with `install` (Stop, `UserPromptSubmit` and `SessionStart`
+//! hooks in settings.json, `ktr-mcp` registered). `KTR_RUNNER_TRIALS`
+//! (default 3) repeats the mid-turn case with random timings; the first
+//! trial asks through the MCP tool from inside the `claude -p` turn (the
+//! runner passes `--allowedTools mcp__ktr__thread_rebuild_request`), the
+//! others with `ktr request` at a random moment of the turn.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::claude::ClaudeEnv;
+use crate::support::fake_api::{FakeApi, Logged, Rule, message_texts, text, tool};
+use ktr::pipeline::operation::{Operation, Status, Store};
+use serde_json::json;
+
+const KTR: &str = env!("CARGO_BIN_EXE_ktr");
+/// How long the fake model holds back each reply.
+const REPLY_DELAY: Duration = Duration::from_millis(2500);
+/// How long one trial may take on a busy two-core machine.
+const TRIAL: Duration = Duration::from_secs(240);
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_rebuild_requested_mid_turn_loses_no_queued_prompt() {
+    let bin = crate::support::claude_bin();
+    let trials = std::env::var("KTR_RUNNER_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize);
+    let mut seconds = Vec::new();
+    for n in 0..trials {
+        let start = Instant::now();
+        mid_turn_trial(&bin, n, n == 0);
+        seconds.push(start.elapsed().as_secs_f64());
+        eprintln!("runner trial {n}: ok in {:.1} s", seconds[n]);
+    }
+}
+
+fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
+    let tag = format!("R{n:02}");
+    let rig = PointerRig::start(bin, &tag);
+    if via_mcp {
+        rig.api.add_rules(vec![Rule::new(
+            &format!("{tag}-P1"),
+            vec![
+                vec![tool(
+                    "mcp__ktr__thread_rebuild_request",
+                    json!({"reason": "MCP-REASON asked mid-turn", "confirmation": "REBUILD"}),
+                )],
+                vec![text(&format!("{tag}-A1 answered."))],
+            ],
+        )]);
+    }
+    let first = rig.first_session();
+    rig.api.set_turn_delay(REPLY_DELAY);
+    let mut runner = rig.runner();
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "{tag}-P1 first question").unwrap();
+    rig.api
+        .wait_turn(&format!("{tag}-P1"), TRIAL)
+        .unwrap_or_else(|| panic!("P1 never reached the model"));
+    if !via_mcp {
+        // The request lands at a random moment of P1's turn.
+        thread::sleep(REPLY_DELAY.mul_f64(random_unit() * 0.8));
+        rig.ktr(&["request", "--confirm", "REBUILD", "--reason", "mid-turn"]);
+    }
+    // P2 is queued while P1 runs.
+    writeln!(stdin, "{tag}-P2 second question").unwrap();
+    drop(stdin);
+    let out = wait_output(runner, TRIAL);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "runner failed: {stderr}");
+
+    let op = rig.operation();
+    assert_eq!(op.status, Status::Activated, "{op:#?}\n{stderr}");
+    if via_mcp {
+        assert!(
+            op.reasons.iter().any(|r| r.contains("MCP-REASON")),
+            "the MCP tool did not make the request: {:?}\n{stderr}",
+            op.reasons
+        );
+        assert_eq!(op.session_id.as_deref(), Some(first.as_str()));
+    }
+    let new_id = op.candidate.as_ref().unwrap().session_id.clone();
+    assert_eq!(rig.pointer_now(), new_id);
+    assert!(
+        stderr.contains(&format!(
+            "operation {} activated: now resuming {new_id}",
+            op.id
+        )),
+        "the runner did not report the outcome: {stderr}"
+    );
+    // P2 ran on the new session, with P1 and its reply carried.
+    let p2 = rig
+        .api
+        .wait_turn(&format!("{tag}-P2"), Duration::from_secs(1))
+        .expect("P2 reached the model");
+    let said = conversation(&p2);
+    in_order(
+        &said,
+        &[
+            &format!("{tag}-P0"),
+            &format!("{tag}-A0"),
+            &format!("{tag}-P1"),
+            &format!("{tag}-A1"),
+            &format!("{tag}-P2"),
+        ],
+    );
+    let new = fs::read_to_string(rig.env.transcript(&new_id)).unwrap();
+    in_order(
+        &new,
+        &[
+            &format!("{tag}-P1"),
+            &format!("{tag}-A1"),
+            &format!("{tag}-P2"),
+            &format!("{tag}-A2"),
+        ],
+    );
+    let old = fs::read_to_string(rig.env.transcript(&first)).unwrap();
+    assert!(
+        !old.contains(&format!("{tag}-P2")),
+        "P2 ran on the old session"
+    );
+    assert!(
+        !new.contains("No response requested"),
+        "a turn was cut: the new session holds Claude Code's synthetic reply"
+    );
+    if via_mcp {
+        rollback(&rig, &op, &first, &new_id);
+    }
+}
+
+/// `ktr rollback-request`, then one prompt on the rebuilt session: its Stop
+/// hook runs the rollback, the runner waits for it, says so, and the next
+/// prompt runs on the old session.
+fn rollback(rig: &PointerRig, op: &Operation, old: &str, new_id: &str) {
+    let tag = &rig.tag;
+    rig.ktr(&["rollback-request", &op.id, "--confirm", "ROLLBACK"]);
+    let mut runner = rig.runner();
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        "{tag}-P3 on the new session\n{tag}-P4 back on the old one"
+    )
+    .unwrap();
+    drop(stdin);
+    let out = wait_output(runner, TRIAL);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "runner failed: {stderr}");
+    assert_eq!(rig.operation().status, Status::RolledBack, "{stderr}");
+    assert_eq!(rig.pointer_now(), old);
+    assert!(
+        stderr.contains(&format!(
+            "operation {} rolled back: now resuming {old}",
+            op.id
+        )),
+        "the runner did not report the rollback: {stderr}"
+    );
+    let new = fs::read_to_string(rig.env.transcript(new_id)).unwrap();
+    let back = fs::read_to_string(rig.env.transcript(old)).unwrap();
+    in_order(&new, &[&format!("{tag}-P3"), &format!("{tag}-A3")]);
+    assert!(
+        !new.contains(&format!("{tag}-P4")),
+        "P4 ran on the rebuilt session"
+    );
+    in_order(
+        &back,
+        &[
+            &format!("{tag}-P1"),
+            &format!("{tag}-A1"),
+            &format!("{tag}-P4"),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_failing_rebuild_is_reported_by_the_runner_and_the_old_session_stays() {
+    let bin = crate::support::claude_bin();
+    let tag = "RF";
+    let rig = PointerRig::start(&bin, tag);
+    // Two hits of the poison pattern in the last turns block the plan.
+    let mut config = fs::read_to_string(&rig.config).unwrap();
+    config.push_str(&format!("poison_pattern = \"{tag}-P[0-9]\"\n"));
+    fs::write(&rig.config, config).unwrap();
+    let first = rig.first_session();
+    let mut runner = rig.runner();
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "{tag}-P1 first question").unwrap();
+    rig.api
+        .wait_turn(&format!("{tag}-P1"), TRIAL)
+        .unwrap_or_else(|| panic!("P1 never reached the model"));
+    rig.ktr(&["request", "--confirm", "REBUILD", "--reason", "doomed"]);
+    writeln!(stdin, "{tag}-P2 second question").unwrap();
+    drop(stdin);
+    let out = wait_output(runner, TRIAL);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let op = rig.operation();
+    assert_eq!(op.status, Status::Failed, "{op:#?}\n{stderr}");
+    let error = op.error.clone().unwrap_or_default();
+    assert!(
+        stderr.contains(&format!("operation {} failed: ", op.id))
+            && stderr.contains(&format!("resuming {first}")),
+        "the runner did not report the failure ({error}): {stderr}"
+    );
+    assert_eq!(rig.pointer_now(), first);
+    let old = fs::read_to_string(rig.env.transcript(&first)).unwrap();
+    in_order(
+        &old,
+        &[
+            &format!("{tag}-P1"),
+            &format!("{tag}-A1"),
+            &format!("{tag}-P2"),
+            &format!("{tag}-A2"),
+        ],
+    );
+}
+
+/// A pointer-mode installation: ktr installed by `install`, the runner's
+/// claude is the real CLI.
+struct PointerRig {
+    api: FakeApi,
+    env: ClaudeEnv,
+    store: Store,
+    config: PathBuf,
+    pointer: PathBuf,
+    tag: String,
+}
+
+impl PointerRig {
+    fn start(bin: &Path, tag: &str) -> PointerRig {
+        let rules = (0..4)
+            .map(|i| {
+                Rule::new(
+                    &format!("{tag}-P{i}"),
+                    vec![vec![text(&format!("{tag}-A{i} answered."))]],
+                )
+            })
+            .collect();
+        let api = FakeApi::start(rules);
+        let env = ClaudeEnv::new(bin, &api);
+        let root = env.sandbox.root().canonicalize().unwrap();
+        let state = root.join("state");
+        let pointer = root.join("pointer");
+        let config = root.join("config.toml");
+        let q = |p: &Path| serde_json::to_string(&p.display().to_string()).unwrap();
+        fs::write(
+            &config,
+            format!(
+                "project_dir = {}\nstate_dir = {}\nactivation = \"pointer\"\nresume_pointer_path = {}\n\
+                 claude_workdir = {}\nresume_command = [{}, \"-p\", \"--resume\", \"{{session_id}}\"]\n\
+                 activation_delay_seconds = 0.5\nstable_file_seconds = 0.5\nstable_file_timeout_seconds = 30\n",
+                q(&env.sandbox.project),
+                q(&state),
+                q(&pointer),
+                q(&env.sandbox.work),
+                q(&env.bin),
+            ),
+        )
+        .unwrap();
+        install(&env, &root, &config);
+        PointerRig {
+            api,
+            env,
+            store: Store::open(&state).unwrap(),
+            config,
+            pointer,
+            tag: tag.to_string(),
+        }
+    }
+
+    /// A first turn on a new session, written into the pointer.
+    fn first_session(&self) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        let run = self.env.run(
+            &["-p", "--session-id", &id, &format!("{}-P0 hello", self.tag)],
+            TRIAL,
+        );
+        assert!(run.status.success(), "first turn failed: {}", run.stderr);
+        fs::write(&self.pointer, format!("{id}\n")).unwrap();
+        id
+    }
+
+    fn pointer_now(&self) -> String {
+        fs::read_to_string(&self.pointer)
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// The runner, reading prompts from a pipe, with the CLI's environment.
+    fn runner(&self) -> std::process::Child {
+        let bin_dir = self
+            .env
+            .sandbox
+            .root()
+            .canonicalize()
+            .unwrap()
+            .join("prefix/bin");
+        Command::new("sh")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/runner.sh"))
+            .arg("--config")
+            .arg(&self.config)
+            .env_clear()
+            .envs(self.env.env())
+            .env("CLAUDE", &self.env.bin)
+            .env("KTR", bin_dir.join("ktr"))
+            .env("KTR_PREPARE", bin_dir.join("ktr-prepare"))
+            .args(["--", "--allowedTools", "mcp__ktr__thread_rebuild_request"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn ktr(&self, args: &[&str]) -> String {
+        let out = Command::new(KTR)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env("HOME", &self.env.sandbox.home)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ktr {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn operation(&self) -> Operation {
+        self.store.latest().unwrap().expect("an operation")
+    }
+}
+
+/// Wait for `child` (killed after `timeout`, then the test fails).
+fn wait_output(mut child: std::process::Child, timeout: Duration) -> std::process::Output {
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!(
+                "the runner did not finish in {timeout:?}: {:?}",
+                child.wait_with_output()
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The text the model was sent, system messages left aside.
+fn conversation(request: &Logged) -> String {
+    request
+        .messages()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .flat_map(message_texts)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[track_caller]
+fn in_order(haystack: &str, needles: &[&str]) {
+    let mut from = 0;
+    for needle in needles {
+        match haystack[from..].find(needle) {
+            Some(at) => from += at + needle.len(),
+            None => panic!("{needle} is missing (or out of order) in:\n{haystack}"),
+        }
+    }
+}
+
+/// A number in [0, 1) from the system's randomness.
+fn random_unit() -> f64 {
+    let v = uuid::Uuid::new_v4().as_u128() as u64;
+    (v >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// `install` into `<root>/prefix/bin` with the real `claude` on PATH.
+fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
+    let path_dir = root.join("path");
+    fs::create_dir_all(&path_dir).unwrap();
+    symlink(&env.bin, path_dir.join("claude")).unwrap();
+    let bin_dir = Path::new(KTR).parent().unwrap();
+    let path = env
+        .env()
+        .into_iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
+    let out = Command::new("sh")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
+        .arg("--prefix")
+        .arg(root.join("prefix/bin"))
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--settings")
+        .arg(env.sandbox.home.join(".claude/settings.json"))
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .envs(env.env())
+        .env("PATH", format!("{}:{path}", path_dir.display()))
+        .current_dir(&env.sandbox.work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "install failed: {out:?}");
+}
