@@ -34,6 +34,9 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
             )));
         }
     };
+    if let Some(note) = &edit.note {
+        out::print(note);
+    }
     if args.dry_run {
         out::print(&if edit.changes() {
             edit.diff()

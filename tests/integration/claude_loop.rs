@@ -24,7 +24,6 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::OptionOrPanic;
@@ -224,18 +223,7 @@ impl Loop {
     /// Wait until the operation's status satisfies `done`.
     #[track_caller]
     fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
-        let deadline = Instant::now() + PIPELINE;
-        loop {
-            if let Some(op) = self.store.latest().unwrap().filter(|op| done(op.status)) {
-                return op;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}\n{}",
-                self.diagnosis()
-            );
-            thread::sleep(Duration::from_millis(100));
-        }
+        crate::support::wait_status(&self.store, what, PIPELINE, done, || self.diagnosis())
     }
 
     /// Everything that explains a failure: the operation, the stages' log,
@@ -289,7 +277,7 @@ impl Loop {
 /// The config for the pane: tmux activation on the private server's pane,
 /// the CLI's workdir and project, the real CLI as the resume command with
 /// the pane's environment, and short waits.
-fn config_text(env: &ClaudeEnv, state: &Path) -> String {
+pub(crate) fn config_text(env: &ClaudeEnv, state: &Path) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap();
     let path = |p: &Path| q(&p.display().to_string());
     let mut text = format!(
@@ -312,7 +300,7 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
 /// `install --prefix <root>/prefix/bin --bin-dir <the test binaries>` with
 /// the real `claude` first on PATH, so it registers `ktr-mcp` itself.
 #[track_caller]
-fn install(env: &ClaudeEnv, config: &Path) {
+pub(crate) fn install(env: &ClaudeEnv, config: &Path) {
     let path_dir = &env.sandbox.path_dir;
     symlink(&env.bin, path_dir.join("claude")).unwrap();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
@@ -353,7 +341,7 @@ fn install(env: &ClaudeEnv, config: &Path) {
 }
 
 /// The text the model was sent, system messages left aside.
-fn conversation(request: &Logged) -> String {
+pub(crate) fn conversation(request: &Logged) -> String {
     request
         .messages()
         .iter()

@@ -19,7 +19,7 @@ fn wanted() -> Vec<Wanted> {
 }
 
 fn events() -> Vec<&'static str> {
-    vec!["Stop", "UserPromptSubmit", "SessionStart"]
+    vec!["Stop", "UserPromptSubmit", "SessionStart", "PreCompact"]
 }
 
 const OURS_ONLY: &str = r#"{
@@ -57,13 +57,24 @@ const OURS_ONLY: &str = r#"{
           }
         ]
       }
+    ],
+    "PreCompact": [
+      {
+        "hooks": [
+          {
+            "type": "command",
+            "command": "/opt/ktr/ktr-precompact --config /home/u/.config/ktr/config.toml",
+            "timeout": 120
+          }
+        ]
+      }
     ]
   }
 }
 "#;
 
 #[test]
-fn absent_and_empty_files_get_exactly_our_three_hooks() {
+fn absent_and_empty_files_get_exactly_our_four_hooks() {
     assert_eq!(settings::merge(None, WHAT, &wanted()).unwrap(), OURS_ONLY);
     assert_eq!(
         settings::merge(Some(""), WHAT, &wanted()).unwrap(),
@@ -115,7 +126,13 @@ fn foreign_hooks_in_every_position_keep_their_place_and_content() {
     let hooks = doc.get("hooks").unwrap();
     assert_eq!(
         keys(hooks),
-        ["PreToolUse", "Stop", "SessionStart", "UserPromptSubmit"]
+        [
+            "PreToolUse",
+            "Stop",
+            "SessionStart",
+            "UserPromptSubmit",
+            "PreCompact"
+        ]
     );
     // Every foreign entry is still there, in order, unchanged; ours come last.
     let commands = |event: &str| -> Vec<String> {
@@ -218,13 +235,13 @@ fn stale_paths_from_an_older_install_are_updated_in_place_not_duplicated() {
             "\"command\": \"/usr/local/bin/ktr-ack\"",
             "\"command\": \"/opt/ktr/ktr-ack --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10",
         )
-        // The hook an older install did not have comes last.
+        // The hooks an older install did not have come last.
         .replace(
             "      }\n    ]\n  }\n}\n",
-            "      }\n    ],\n    \"UserPromptSubmit\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10\n          }\n        ]\n      }\n    ]\n  }\n}\n",
+            "      }\n    ],\n    \"UserPromptSubmit\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"/opt/ktr/ktr-prompt --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 10\n          }\n        ]\n      }\n    ],\n    \"PreCompact\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"/opt/ktr/ktr-precompact --config /home/u/.config/ktr/config.toml\",\n            \"timeout\": 120\n          }\n        ]\n      }\n    ]\n  }\n}\n",
         );
     assert_eq!(merged, expected);
-    assert_eq!(settings::find_ours(&merged).unwrap().len(), 3);
+    assert_eq!(settings::find_ours(&merged).unwrap().len(), 4);
 }
 
 #[test]
@@ -529,7 +546,16 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
     let merged = fs::read_to_string(&h.settings).unwrap();
     assert!(merged.contains("notify-send done"));
     let found = settings::find_ours(&merged).unwrap();
-    assert_eq!(found.len(), 3);
+    assert_eq!(found.len(), 4);
+    // No statusLine was set: ktr's is.
+    assert_eq!(
+        settings::statusline_command(&merged),
+        Some(format!(
+            "{} --config {}",
+            h.prefix.join("ktr-statusline").display(),
+            h.config.display()
+        ))
+    );
     for f in &found {
         assert!(Path::new(&f.path).starts_with(&h.prefix), "{f:?}");
         assert!(Path::new(&f.path).is_file());
@@ -563,7 +589,7 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
         .output()
         .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    for name in ["hooks", "mcp"] {
+    for name in ["hooks", "statusline", "mcp"] {
         let c = report["checks"]
             .as_array()
             .unwrap()
@@ -613,6 +639,30 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
         "mcp remove --scope user ktr"
     );
     assert_eq!(fs::read_to_string(&h.config).unwrap(), own_config);
+}
+
+#[test]
+fn a_statusline_of_their_own_is_kept_and_uninstall_restores_every_byte() {
+    let h = Home::new();
+    let own = "{\n  \"statusLine\": {\"type\": \"command\", \"command\": \"my-line\"}\n}\n";
+    fs::write(&h.settings, own).unwrap();
+    let (out, code) = h.install(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("statusLine is already set (my-line); kept it")
+            && out.contains("ktr-statusline --config")
+            && out.contains("--segment"),
+        "no embed hint: {out}"
+    );
+    let merged = fs::read_to_string(&h.settings).unwrap();
+    assert_eq!(
+        settings::statusline_command(&merged).as_deref(),
+        Some("my-line")
+    );
+    assert_eq!(settings::find_ours(&merged).unwrap().len(), 4);
+    let (out, code) = h.install(&["--uninstall"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(fs::read_to_string(&h.settings).unwrap(), own);
 }
 
 #[test]

@@ -15,8 +15,9 @@ const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
 const QUIET: &str = "{\"suppressOutput\":true}\n";
 const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 
+/// The `systemMessage` of a hook's stdout.
 #[track_caller]
-fn message(stdout: &str) -> String {
+pub(crate) fn message(stdout: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(stdout).unwrap();
     v["systemMessage"]
         .as_str()

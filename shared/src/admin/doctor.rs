@@ -146,6 +146,7 @@ fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
         checks.extend(systemd(config));
     }
     checks.push(hooks(&config.claude_workdir, this));
+    checks.push(statusline(&config.claude_workdir));
     checks.push(mcp(&config.claude_workdir, this));
     checks.push(state_dir(config));
     checks.push(operations(config));
@@ -564,6 +565,7 @@ fn hooks(workdir: &Path, this: &Path) -> Check {
         ("Stop", None, "ktr-stop"),
         ("UserPromptSubmit", None, "ktr-prompt"),
         ("SessionStart", Some("resume"), "ktr-ack"),
+        ("PreCompact", None, "ktr-precompact"),
     ];
     for (event, matcher, program) in want {
         let hook = found
@@ -595,7 +597,7 @@ fn hooks(workdir: &Path, this: &Path) -> Check {
         pass(
             "hooks",
             format!(
-                "Stop and SessionStart/resume → {} (--config {})",
+                "Stop, UserPromptSubmit, SessionStart/resume and PreCompact → {} (--config {})",
                 paths.join(", "),
                 this.display()
             ),
@@ -603,6 +605,28 @@ fn hooks(workdir: &Path, this: &Path) -> Check {
     } else {
         fail("hooks", problems.join("; "), reinstall_fix(this))
     }
+}
+
+/// The statusline is optional: it reports, never fails.
+fn statusline(workdir: &Path) -> Check {
+    let lines: Vec<String> = settings_files(workdir)
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|text| settings::statusline_command(&text))
+        .collect();
+    let detail = match lines
+        .iter()
+        .find(|c| c.contains(settings::STATUSLINE_PROGRAM))
+    {
+        Some(c) => format!("shows the window: {c}"),
+        None if !lines.is_empty() => format!(
+            "your own statusLine is set ({}); optional: embed `{} --segment` in it to see the window (./install prints how)",
+            lines[0],
+            settings::STATUSLINE_PROGRAM
+        ),
+        None => "not set (optional; ./install sets it when there is none)".into(),
+    };
+    pass("statusline", detail)
 }
 
 fn mcp(workdir: &Path, this: &Path) -> Check {

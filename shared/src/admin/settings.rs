@@ -34,7 +34,10 @@ use crate::open::{Links, cap, read_capped};
 pub const FRAGMENT: &str = include_str!("../../../hooks.json");
 
 /// The executables whose hooks are ours.
-pub const OUR_PROGRAMS: [&str; 3] = ["ktr-stop", "ktr-prompt", "ktr-ack"];
+pub const OUR_PROGRAMS: [&str; 4] = ["ktr-stop", "ktr-prompt", "ktr-ack", "ktr-precompact"];
+
+/// The statusline program ktr installs (only where no `statusLine` is set).
+pub const STATUSLINE_PROGRAM: &str = "ktr-statusline";
 
 /// `~/.claude/settings.json`, the user-scope settings Claude Code reads.
 pub fn default_path() -> PathBuf {
@@ -228,6 +231,104 @@ pub fn wanted(bin_dir: &Path, config: Option<&Path>) -> Result<Vec<Wanted>> {
         });
     }
     Ok(out)
+}
+
+/// The `statusLine` of [`FRAGMENT`] for binaries installed in `bin_dir`.
+pub fn wanted_statusline(bin_dir: &Path, config: Option<&Path>) -> Result<Json> {
+    let bad = |why: &str| Error::io(format!("the built-in hooks.json fragment {why}"));
+    let fragment = Json::parse(FRAGMENT).map_err(|e| bad(&format!("is not JSON: {e}")))?;
+    let mut line = fragment
+        .get("statusLine")
+        .cloned()
+        .ok_or_else(|| bad("has no statusLine"))?;
+    let config_arg = match config {
+        Some(c) => format!(" --config {}", sh_quote(&c.to_string_lossy())),
+        None => String::new(),
+    };
+    let Some(Json::String(command)) = line.get_mut("command") else {
+        return Err(bad("has a statusLine without command"));
+    };
+    let path = bin_dir.join(STATUSLINE_PROGRAM);
+    *command = format!("{}{config_arg}", sh_quote(&path.to_string_lossy()));
+    Ok(line)
+}
+
+/// Whether a `statusLine` value runs ktr's statusline.
+fn statusline_is_ours(line: &Json) -> bool {
+    line.get("command")
+        .and_then(Json::as_str)
+        .and_then(|c| {
+            let program = program_of(c);
+            Path::new(&program)
+                .file_name()
+                .map(|n| n == STATUSLINE_PROGRAM)
+        })
+        .unwrap_or(false)
+}
+
+/// Set `statusLine` to `wanted` when none is set (or ours differs).
+/// Returns the new text, and the command of a foreign statusline that was
+/// left alone (the installer then says how to embed ktr's segment).
+pub fn merge_statusline(text: &str, what: &str, wanted: &Json) -> Result<(String, Option<String>)> {
+    let mut doc = parse_settings(Some(text), what, &[])?;
+    let foreign = match doc.get("statusLine") {
+        Some(line) if statusline_is_ours(line) && line == wanted => {
+            return Ok((text.to_string(), None));
+        }
+        Some(line) if !statusline_is_ours(line) => {
+            let command = line
+                .get("command")
+                .and_then(Json::as_str)
+                .unwrap_or("(no command)");
+            return Ok((text.to_string(), Some(command.to_string())));
+        }
+        _ => None,
+    };
+    if let Json::Object(root) = &mut doc {
+        match root.iter_mut().find(|(k, _)| k == "statusLine") {
+            Some((_, line)) => *line = wanted.clone(),
+            None => root.push(("statusLine".into(), wanted.clone())),
+        }
+    }
+    Ok((
+        render(&doc, Some(text).filter(|t| !t.trim().is_empty())),
+        foreign,
+    ))
+}
+
+/// The command of a settings document's `statusLine`, if any (doctor).
+pub fn statusline_command(text: &str) -> Option<String> {
+    let doc = Json::parse(text).ok()?;
+    doc.get("statusLine")?
+        .get("command")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Remove `statusLine` when it runs ktr's statusline; anything else stays.
+pub fn unmerge_statusline(text: &str, what: &str) -> Result<String> {
+    if text.trim().is_empty() {
+        return Ok(text.to_string());
+    }
+    let mut doc = parse_settings(Some(text), what, &[])?;
+    if !doc.get("statusLine").is_some_and(statusline_is_ours) {
+        return Ok(text.to_string());
+    }
+    if let Json::Object(root) = &mut doc {
+        root.retain(|(k, _)| k != "statusLine");
+    }
+    Ok(render(&doc, Some(text)))
+}
+
+/// How to show ktr's segment inside a statusline that is not ktr's.
+pub fn embed_hint(foreign: &str, bin_dir: &Path, config: Option<&Path>) -> String {
+    let mut ktr = sh_quote(&bin_dir.join(STATUSLINE_PROGRAM).to_string_lossy());
+    if let Some(c) = config {
+        ktr.push_str(&format!(" --config {}", sh_quote(&c.to_string_lossy())));
+    }
+    format!(
+        "statusLine is already set ({foreign}); kept it. To show ktr's segment in it, make it a script that runs:\n  input=$(cat); printf '%s · %s\\n' \"$(printf %s \"$input\" | {foreign})\" \"$(printf %s \"$input\" | {ktr} --segment)\"\n"
+    )
 }
 
 /// One hook of a `hooks` object, with the event and matcher it sits under.
@@ -607,6 +708,8 @@ pub fn mcp_registered(claude_json: &str, command: &str, args: &[String]) -> bool
 /// A planned change to a settings file.
 #[derive(Debug, Clone)]
 pub struct Edit {
+    /// Something the human should know (e.g. how to embed the statusline).
+    pub note: Option<String>,
     pub path: PathBuf,
     /// The file's text now (`None`: absent).
     pub before: Option<String>,
@@ -647,8 +750,12 @@ impl Edit {
     pub fn merge(path: &Path, bin_dir: &Path, config: Option<&Path>) -> Result<Edit> {
         let before = read_optional(path)?;
         let wanted = wanted(bin_dir, config)?;
-        let after = merge(before.as_deref(), &path.display().to_string(), &wanted)?;
+        let what = path.display().to_string();
+        let after = merge(before.as_deref(), &what, &wanted)?;
+        let (after, foreign) =
+            merge_statusline(&after, &what, &wanted_statusline(bin_dir, config)?)?;
         Ok(Edit {
+            note: foreign.map(|f| embed_hint(&f, bin_dir, config)),
             path: path.to_path_buf(),
             before,
             after: Some(after),
@@ -667,13 +774,16 @@ impl Edit {
         let wanted = wanted(Path::new("/"), None)?;
         let Some(text) = before.as_deref() else {
             return Ok(Edit {
+                note: None,
                 path: path.to_path_buf(),
                 before,
                 after: None,
                 restores: None,
             });
         };
-        let after = unmerge(Some(text), &path.display().to_string(), &events_of(&wanted))?;
+        let what = path.display().to_string();
+        let after = unmerge(Some(text), &what, &events_of(&wanted))?;
+        let after = unmerge_statusline(&after, &what)?;
         let (after, restores) = if after == text {
             (Some(after), None)
         } else if let Some((bytes, backup)) = original_backup(path, &after) {
@@ -684,6 +794,7 @@ impl Edit {
             (Some(after), None)
         };
         Ok(Edit {
+            note: None,
             path: path.to_path_buf(),
             before,
             after,
@@ -917,6 +1028,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_statusline_is_set_only_where_none_is_and_removed_only_when_ours() {
+        let ours = wanted_statusline(Path::new("/opt/k bin"), Some(Path::new("/c.toml"))).unwrap();
+        assert_eq!(
+            ours.get("command").and_then(Json::as_str),
+            Some("'/opt/k bin/ktr-statusline' --config /c.toml")
+        );
+        let (set, foreign) = merge_statusline("{}\n", "s", &ours).unwrap();
+        assert_eq!(foreign, None);
+        assert!(set.contains("ktr-statusline"), "{set}");
+        assert_eq!(
+            merge_statusline(&set, "s", &ours).unwrap(),
+            (set.clone(), None)
+        );
+        assert_eq!(unmerge_statusline(&set, "s").unwrap(), "{}\n");
+        let theirs = "{\"statusLine\": {\"type\": \"command\", \"command\": \"my-line\"}}\n";
+        let (kept, foreign) = merge_statusline(theirs, "s", &ours).unwrap();
+        assert_eq!(
+            (kept.as_str(), foreign.as_deref()),
+            (theirs, Some("my-line"))
+        );
+        assert_eq!(unmerge_statusline(theirs, "s").unwrap(), theirs);
+        let hint = embed_hint("my-line", Path::new("/b"), None);
+        assert!(hint.contains("/b/ktr-statusline --segment"), "{hint}");
+    }
+
+    #[test]
     fn program_of_unquotes_the_first_word() {
         assert_eq!(program_of("/a/ktr-stop --config x"), "/a/ktr-stop");
         assert_eq!(
@@ -993,9 +1130,10 @@ mod tests {
     }
 
     #[test]
-    fn the_fragment_names_all_three_hooks() {
+    fn the_fragment_names_all_four_hooks() {
         let w = wanted(Path::new("/opt/k bin"), Some(Path::new("/c.toml"))).unwrap();
-        assert_eq!(w.len(), 3);
+        assert_eq!(w.len(), 4);
+        assert_eq!(w[3].event, "PreCompact");
         assert_eq!(w[0].event, "Stop");
         assert_eq!(w[0].matcher, None);
         assert_eq!(

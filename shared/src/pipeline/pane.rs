@@ -13,6 +13,10 @@
 const INPUT_MARK: &str = "\u{276f}\u{a0}";
 /// What the mode line says while a turn runs.
 const RUNNING_MARK: &str = "esc to interrupt";
+/// Grey hints Claude Code puts into an empty input line (`capture-pane -p`
+/// shows them as plain text): not drafts. After a `PreCompact` hook
+/// blocked an auto-compaction (2.1.328): `Once fixed, resend your message`.
+const PLACEHOLDERS: &[&str] = &["Once fixed, resend your message"];
 /// A box border is at least this many `─`.
 const MIN_BORDER: usize = 20;
 
@@ -56,7 +60,7 @@ impl Input {
         let draft = draft.join("\n");
         let draft = draft.trim();
         let below = &lines[start + len + 1..];
-        if !draft.is_empty() {
+        if !draft.is_empty() && !PLACEHOLDERS.contains(&draft) {
             Input::Draft(draft.to_string())
         } else if below.iter().any(|l| l.contains(RUNNING_MARK)) {
             Input::Running
@@ -104,6 +108,12 @@ mod tests {
     #[test]
     fn an_empty_input_line_is_idle() {
         let s = screen(&[""], "  \u{23f8} manual mode on \u{b7} ? for shortcuts");
+        assert_eq!(Input::of_screen(&s), Input::Idle);
+        // The hint after a blocked auto-compaction is not a draft.
+        let s = screen(
+            &["Once fixed, resend your message"],
+            "  \u{23f8} manual mode on",
+        );
         assert_eq!(Input::of_screen(&s), Input::Idle);
     }
 

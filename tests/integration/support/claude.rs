@@ -285,7 +285,10 @@ impl Tmux {
     /// [`Tmux::wait_idle`] for `pane`.
     pub fn wait_idle_of(&self, pane: &str, timeout: Duration) {
         self.wait_screen_of(pane, "an idle prompt", timeout, |s| {
-            !s.contains("esc to interrupt") && s.contains("? for shortcuts")
+            // ktr's statusline (installed by `install`) takes the footer
+            // line where Claude Code otherwise says `? for shortcuts`.
+            !s.contains("esc to interrupt")
+                && (s.contains("? for shortcuts") || s.contains(" · ktr "))
         });
     }
 

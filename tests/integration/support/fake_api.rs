@@ -95,6 +95,9 @@ struct State {
     next_id: u64,
     /// How long every conversation turn's reply is held back.
     turn_delay: Duration,
+    /// The input tokens conversation turns report (None: about four bytes
+    /// per token of what was sent).
+    usage: Option<u64>,
 }
 
 /// The running fake API. Stops when dropped.
@@ -143,6 +146,12 @@ impl FakeApi {
         let mut state = self.state.lock().unwrap();
         let old = std::mem::take(&mut state.rules);
         state.rules = rules.into_iter().chain(old).collect();
+    }
+
+    /// Make every conversation turn from now on report `input_tokens`
+    /// (None: the default count), e.g. to fill Claude Code's window.
+    pub fn set_usage(&self, input_tokens: Option<u64>) {
+        self.state.lock().unwrap().usage = input_tokens;
     }
 
     /// Hold every later conversation reply back for `delay` (the model
@@ -245,7 +254,7 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
         // A rough, deterministic count: about four bytes per token.
         json_response(&json!({ "input_tokens": 1 + logged.messages_bytes() / 4 }))
     } else if is_post && path.starts_with("/v1/messages") {
-        let (id, blocks, tool_ids, delay) = {
+        let (id, blocks, tool_ids, delay, usage) = {
             let mut state = state.lock().unwrap();
             state.next_id += 1;
             let id = format!("msg_fake_{:06}", state.next_id);
@@ -256,13 +265,14 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
             } else {
                 Duration::ZERO
             };
-            (id, blocks, tool_ids, delay)
+            let usage = usage(&logged, state.usage.filter(|_| logged.is_turn()));
+            (id, blocks, tool_ids, delay, usage)
         };
         thread::sleep(delay);
         if logged.body["stream"] == Value::Bool(true) {
-            sse_response(&id, &logged, &blocks, &tool_ids)
+            sse_response(&id, &logged, &blocks, &tool_ids, &usage)
         } else {
-            json_response(&message_json(&id, &logged, &blocks, &tool_ids))
+            json_response(&message_json(&id, &logged, &blocks, &tool_ids, &usage))
         }
     } else {
         json_response(&json!({}))
@@ -345,9 +355,10 @@ fn model(logged: &Logged) -> String {
         .to_string()
 }
 
-fn usage(logged: &Logged) -> Value {
+/// The usage a reply reports: `input_tokens` when the test chose it.
+fn usage(logged: &Logged, input_tokens: Option<u64>) -> Value {
     json!({
-        "input_tokens": 1 + logged.messages_bytes() / 4,
+        "input_tokens": input_tokens.unwrap_or(1 + logged.messages_bytes() as u64 / 4),
         "output_tokens": 10,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
@@ -362,7 +373,13 @@ fn stop_reason(blocks: &[Block]) -> &'static str {
     }
 }
 
-fn message_json(id: &str, logged: &Logged, blocks: &[Block], tool_ids: &[String]) -> Value {
+fn message_json(
+    id: &str,
+    logged: &Logged,
+    blocks: &[Block],
+    tool_ids: &[String],
+    usage: &Value,
+) -> Value {
     let mut tools = tool_ids.iter();
     let content: Vec<Value> = blocks
         .iter()
@@ -377,7 +394,7 @@ fn message_json(id: &str, logged: &Logged, blocks: &[Block], tool_ids: &[String]
     json!({
         "id": id, "type": "message", "role": "assistant", "model": model(logged),
         "content": content, "stop_reason": stop_reason(blocks), "stop_sequence": null,
-        "usage": usage(logged),
+        "usage": usage,
     })
 }
 
@@ -387,6 +404,7 @@ fn sse_response(
     logged: &Logged,
     blocks: &[Block],
     tool_ids: &[String],
+    usage: &Value,
 ) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
     let mut out = String::new();
     let mut event = |name: &str, data: Value| {
@@ -397,7 +415,7 @@ fn sse_response(
         json!({"type": "message_start", "message": {
             "id": id, "type": "message", "role": "assistant", "model": model(logged),
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": usage(logged),
+            "usage": usage,
         }}),
     );
     let mut tools = tool_ids.iter();

@@ -87,6 +87,30 @@ pub fn report(name: &str, text: &str) {
 }
 
 /// Poll `cond` every 20 ms for up to `timeout`.
+/// Wait until the latest operation's status satisfies `done`; panics
+/// after `timeout` with `what` and `diagnosis()`.
+#[track_caller]
+pub fn wait_status(
+    store: &ktr::pipeline::operation::Store,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(ktr::pipeline::operation::Status) -> bool,
+    diagnosis: impl Fn() -> String,
+) -> ktr::pipeline::operation::Operation {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(op) = store.latest().unwrap().filter(|op| done(op.status)) {
+            return op;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            diagnosis()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {

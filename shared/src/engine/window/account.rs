@@ -246,7 +246,7 @@ fn calibrate(inp: &Inputs, used: u64) -> (f64, String) {
 }
 
 /// `part / whole` in percent, one decimal.
-fn percent(part: u64, whole: u64) -> f64 {
+pub fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         return 0.0;
     }

@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use super::account::{DEFAULT_OVERHEAD, Sourced};
 use super::usage;
 use crate::engine::turns::estimate_tokens;
-use crate::fsutil::{Existing, write_atomic};
 
 /// A measurement as remembered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,11 +40,8 @@ fn read(path: &Path) -> Option<Measured> {
 
 fn write(path: &Path, m: &Measured) {
     // A cache: failing to write it only means measuring again next time.
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
     if let Ok(bytes) = serde_json::to_vec(m) {
-        let _ = write_atomic(path, &bytes, 0o600, Existing::Replace);
+        let _ = super::write_cache(path, &bytes);
     }
 }
 

@@ -54,26 +54,25 @@ pub struct Tail {
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_tail(path: &Path) -> io::Result<Tail> {
-    // The newest reply is nearly always within the last few records: try
-    // a small read first.
-    let near = read_tail_bounded(path, FIRST_TRY_BYTES)?;
-    if near.usage.is_some() && near.model.is_some() {
-        return Ok(near);
-    }
-    read_tail_bounded(path, TAIL_BYTES)
+    read_tail_seeking(path, b"").map(|(tail, _)| tail)
 }
 
-/// Whether the last 64 KiB of `path` contain `needle`.
-pub fn tail_contains(path: &Path, needle: &[u8]) -> bool {
-    let Ok(mut file) = File::open(path) else {
-        return false;
-    };
-    let len = file.metadata().map_or(0, |m| m.len());
-    let start = len.saturating_sub(64 * 1024);
-    let mut buf = Vec::new();
-    file.seek(SeekFrom::Start(start)).is_ok()
-        && file.read_to_end(&mut buf).is_ok()
-        && memchr::memmem::find(&buf, needle).is_some()
+/// [`read_tail`], and whether the file's last 64 KiB contain `needle`
+/// (the Stop hook waits for its reply to be flushed). One read of 64 KiB
+/// in the common case: the newest reply is nearly always within the last
+/// few records; else [`TAIL_BYTES`].
+///
+/// # Errors
+/// When the file cannot be opened or read.
+pub fn read_tail_seeking(path: &Path, needle: &[u8]) -> io::Result<(Tail, bool)> {
+    let mut file = File::open(path)?;
+    let near = last_lines(&mut file, FIRST_TRY_BYTES)?;
+    let found = memchr::memmem::find(&near, needle).is_some();
+    let tail = from_tail(&near);
+    if tail.usage.is_some() && tail.model.is_some() {
+        return Ok((tail, found));
+    }
+    Ok((from_tail(&last_lines(&mut file, TAIL_BYTES)?), found))
 }
 
 /// [`read_tail`] with an explicit bound.
@@ -81,19 +80,22 @@ pub fn tail_contains(path: &Path, needle: &[u8]) -> bool {
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_tail_bounded(path: &Path, limit: u64) -> io::Result<Tail> {
-    let mut file = File::open(path)?;
+    Ok(from_tail(&last_lines(&mut File::open(path)?, limit)?))
+}
+
+/// The whole lines within the last `limit` bytes of `file`.
+fn last_lines(file: &mut File, limit: u64) -> io::Result<Vec<u8>> {
     let len = file.metadata()?.len();
     let start = len.saturating_sub(limit);
     file.seek(SeekFrom::Start(start))?;
     let mut buf = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
     file.take(limit).read_to_end(&mut buf)?;
     // Starting mid-file, the first (partial) line is not a record.
-    let body = if start == 0 {
-        &buf[..]
-    } else {
-        memchr::memchr(b'\n', &buf).map_or(&[][..], |i| &buf[i + 1..])
-    };
-    Ok(from_tail(body))
+    if start > 0 {
+        let first = memchr::memchr(b'\n', &buf).map_or(buf.len(), |i| i + 1);
+        buf.drain(..first);
+    }
+    Ok(buf)
 }
 
 /// Find the newest usage in `bytes` (whole JSONL lines), newest line first.

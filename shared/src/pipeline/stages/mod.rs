@@ -20,10 +20,13 @@
 
 pub mod ack;
 mod activate;
+pub mod advice;
 pub mod cli;
+pub mod precompact;
 mod prepare;
 pub mod prompt;
 mod rollback;
+pub mod statusline;
 pub mod stop;
 mod target_guard;
 mod verify;

@@ -1,0 +1,19 @@
+//! `ktr-precompact`: the compaction guard, Claude Code's `PreCompact` hook
+//! (issue 8 §3).
+//!
+//! Before Claude Code auto-compacts a session with a rebuild pending (or
+//! with the standing approval `on_auto_compaction = "rebuild"`), it blocks
+//! the compaction (`{"decision":"block",…}`) and starts the lossless
+//! rebuild instead, when the rebuild's plan passes. `/compact` typed by
+//! hand is never blocked. Always exits 0.
+//!
+//! Usage: `ktr-precompact [--config PATH]` with the hook JSON on stdin. The
+//! logic is [`ktr::pipeline::stages::precompact`].
+
+fn main() {
+    ktr::pipeline::hook::main(
+        "ktr-precompact",
+        ktr::pipeline::stages::precompact::HELP,
+        ktr::pipeline::stages::precompact::precompact,
+    )
+}

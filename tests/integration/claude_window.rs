@@ -1,0 +1,291 @@
+//! Window-aware ktr through the real interactive Claude Code CLI (issue 8),
+//! with a fake Messages API that reports whatever usage the test chooses
+//! ([`FakeApi::set_usage`]):
+//!
+//! - (a) a reply at 72 % makes the Stop hook show the advice once, not
+//!   again at 73 %; (e) the statusline shows ktr's segment;
+//! - (b) a reply at 99.9 % with a pending rebuild → `PreCompact(auto)` → ktr
+//!   blocks it and the pane is switched; the next request holds every
+//!   carried text (the blocked prompt too) and no tool output;
+//! - (d) `/compact` typed by hand is never blocked, even with the standing
+//!   approval `on_auto_compaction = "rebuild"`; (c) with `"advise"` Claude
+//!   Code compacts and the next Stop hook shows the line.
+//!
+//! The three sessions are independent and run in parallel threads.
+//! Ignored by default: they need the real CLI (`KTR_CLAUDE_BIN`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::claude_loop::{config_text, conversation, install};
+use crate::support::claude::{ClaudeEnv, PANE, Tmux};
+use crate::support::claude_bin;
+use crate::support::fake_api::{FakeApi, Rule, text, tool};
+use ktr::pipeline::operation::{Operation, Status, Store};
+
+/// A turn of the CLI on a busy two-core machine.
+const TURN: Duration = Duration::from_secs(90);
+
+/// One interactive Claude Code with ktr's hooks and statusline installed
+/// (`ktr hooks merge`, as the installer does), on a private tmux server.
+struct Session {
+    tmux: Tmux,
+    api: FakeApi,
+    env: ClaudeEnv,
+    store: Store,
+    config: PathBuf,
+    id: String,
+}
+
+impl Session {
+    /// Install ktr (the `install` script: hooks and statusline merged),
+    /// with `extra_config` lines in its config, and start the CLI on a new
+    /// session in a private tmux server.
+    fn start(bin: &Path, extra_config: &str) -> Session {
+        let api = FakeApi::start(rules());
+        let mut env = ClaudeEnv::new(bin, &api);
+        let socket = Tmux::unique_socket();
+        env.extra_env
+            .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+        let config = env.sandbox.config.clone();
+        // Top-level keys first: the config ends with the [resume_env] table.
+        let text = format!("{extra_config}\n{}", config_text(&env, &env.sandbox.state));
+        fs::write(&config, text).unwrap();
+        install(&env, &config);
+        env.prepare_interactive(&["Bash"]);
+        let id = uuid::Uuid::new_v4().to_string();
+        let tmux = Tmux::start_on(&env, &socket, &["--session-id", &id]);
+        tmux.wait_idle(TURN);
+        let store = Store::open(&env.sandbox.state).unwrap();
+        Session {
+            tmux,
+            api,
+            env,
+            store,
+            config,
+            id,
+        }
+    }
+
+    fn screen(&self) -> String {
+        self.tmux.screen_of(PANE)
+    }
+
+    /// Type `line`; wait for `marker` on the screen and the prompt.
+    fn say(&self, line: &str, marker: &str) {
+        self.tmux.wait_idle(TURN);
+        self.tmux.type_line(line);
+        self.tmux.wait_screen(marker, TURN, |s| s.contains(marker));
+        self.tmux.wait_idle(TURN);
+    }
+
+    fn transcript(&self) -> PathBuf {
+        self.env.transcript(&self.id)
+    }
+
+    fn request(&self) -> Operation {
+        self.store
+            .request("issue 8 test", "REBUILD", Some(&self.id))
+            .unwrap()
+    }
+
+    fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
+        crate::support::wait_status(&self.store, what, TURN, done, || {
+            format!(
+                "screen:\n{}\nworker.log:\n{}",
+                self.screen(),
+                fs::read_to_string(self.store.worker_log()).unwrap_or_default()
+            )
+        })
+    }
+
+    /// How many compaction boundaries Claude Code wrote into the source.
+    fn boundaries(&self) -> usize {
+        fs::read_to_string(self.transcript())
+            .unwrap_or_default()
+            .matches("\"subtype\":\"compact_boundary\"")
+            .count()
+    }
+}
+
+/// The scripted model: a tool call with output (residue), plain replies
+/// that echo a marker.
+fn rules() -> Vec<Rule> {
+    let mut rules = vec![Rule::new(
+        "TOOL-TURN",
+        vec![
+            vec![tool(
+                "Bash",
+                serde_json::json!({"command": "seq -f 'TOOL-OUTPUT-LINE %g' 1 50"}),
+            )],
+            vec![text("REPLY-TOOL done")],
+        ],
+    )];
+    for n in ["ONE", "TWO", "THREE", "72", "73", "FULL", "AFTER", "PROBE"] {
+        rules.push(Rule::new(
+            &format!("SAY-{n}"),
+            vec![vec![text(&format!("REPLY-{n}"))]],
+        ));
+    }
+    rules
+}
+
+/// (a) + (e).
+fn advice_once_per_band_and_the_statusline(bin: &Path) {
+    let s = Session::start(bin, "");
+    // The first reply of a fresh session measures the overhead: the API's
+    // own small count.
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    // 60 %: below advise_at_percent. (A reading more than 20 points below
+    // it is not waited on at the next Stop, see stages/advice.rs.)
+    s.api.set_usage(Some(600_000));
+    s.say("SAY-TWO more", "REPLY-TWO");
+    s.api.set_usage(Some(720_000));
+    s.say("SAY-72 more", "REPLY-72");
+    s.tmux.wait_screen("the advice at 72 %", TURN, |sc| {
+        sc.contains("ktr: window 72 % full (720k/1M)") && sc.contains("say REBUILD")
+    });
+    s.api.set_usage(Some(730_000));
+    s.say("SAY-73 more", "REPLY-73");
+    s.tmux.wait_screen("ktr's statusline segment", TURN, |sc| {
+        sc.contains("ktr 73%")
+    });
+    let screen = s.screen();
+    assert_eq!(
+        screen.matches("ktr: window").count(),
+        1,
+        "advised again in the same band:\n{screen}"
+    );
+    assert!(
+        s.store.latest().unwrap().is_none(),
+        "advice must never request anything"
+    );
+}
+
+/// (b).
+fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
+    let s = Session::start(bin, "");
+    s.say("TOOL-TURN run it", "REPLY-TOOL");
+    s.say("SAY-TWO 你好", "REPLY-TWO");
+    s.api.set_usage(Some(999_000));
+    s.say("SAY-THREE full", "REPLY-THREE");
+    s.api.set_usage(None);
+    // Requested after the reply: only the guard can start it now.
+    let op = s.request();
+    s.tmux
+        .type_line("SAY-BLOCKED the prompt that triggers the compaction");
+    let done = s.wait_status("the switch", |st| {
+        st == Status::Activated || st.is_terminal()
+    });
+    assert_eq!(done.status, Status::Activated, "{done:?}");
+    assert!(
+        done.history
+            .iter()
+            .any(|t| t.note.contains("PreCompact hook")),
+        "not started by the guard: {:?}",
+        done.history
+    );
+    assert_eq!(
+        s.boundaries(),
+        0,
+        "Claude Code compacted although ktr blocked it"
+    );
+    let candidate = done.candidate.as_ref().unwrap().session_id.clone();
+    assert!(
+        s.tmux
+            .pane_argv()
+            .windows(2)
+            .any(|w| w[0] == "--resume" && w[1] == candidate)
+    );
+    s.tmux.wait_idle(TURN);
+    s.tmux.type_line("SAY-PROBE after the switch");
+    let request = s
+        .api
+        .wait_turn("SAY-PROBE", TURN)
+        .expect("the probe reached the model");
+    let sent = conversation(&request);
+    for carried in [
+        "TOOL-TURN",
+        "REPLY-TOOL",
+        "SAY-TWO 你好",
+        "REPLY-TWO",
+        "SAY-THREE",
+        "REPLY-THREE",
+        "SAY-BLOCKED",
+    ] {
+        assert!(sent.contains(carried), "{carried} was not carried:\n{sent}");
+    }
+    assert!(
+        !sent.contains("TOOL-OUTPUT-LINE"),
+        "tool output reached the rebuilt window:\n{sent}"
+    );
+    let _ = op;
+}
+
+/// (d) then (c).
+fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
+    let s = Session::start(bin, "on_auto_compaction = \"rebuild\"");
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.tmux.type_line("/compact");
+    let deadline = Instant::now() + TURN;
+    while s.boundaries() < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "/compact was blocked:\n{}",
+            s.screen()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        s.store.latest().unwrap().is_none(),
+        "a manual /compact started a rebuild"
+    );
+    // (c): the default "advise".
+    let text = fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("on_auto_compaction = \"rebuild\"", "");
+    fs::write(&s.config, text).unwrap();
+    s.tmux.wait_idle(TURN);
+    s.api.set_usage(Some(999_000));
+    s.say("SAY-FULL almost full", "REPLY-FULL");
+    s.api.set_usage(None);
+    s.say("SAY-AFTER next", "REPLY-AFTER");
+    assert_eq!(s.boundaries(), 2, "Claude Code did not auto-compact");
+    s.tmux.wait_screen("the advise line", TURN, |sc| {
+        sc.contains("compacted this window (lossy)")
+    });
+    assert!(
+        s.store.latest().unwrap().is_none(),
+        "advise must not rebuild"
+    );
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_window_through_the_interactive_cli() {
+    let bin = claude_bin();
+    let scenarios: [fn(&Path); 3] = [
+        advice_once_per_band_and_the_statusline,
+        a_pending_rebuild_replaces_the_auto_compaction,
+        manual_compact_is_never_blocked_and_advise_lets_it_compact,
+    ];
+    let handles: Vec<_> = scenarios
+        .into_iter()
+        .map(|f| {
+            let bin = bin.clone();
+            thread::spawn(move || f(&bin))
+        })
+        .collect();
+    let failed: Vec<String> = handles
+        .into_iter()
+        .filter_map(|h| h.join().err())
+        .map(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "panic".into())
+        })
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}

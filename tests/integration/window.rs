@@ -1,0 +1,366 @@
+//! Window-aware ktr (issue 8) through the real binaries, with transcripts
+//! whose replies record the usage a test chooses: the Stop hook's advice,
+//! the compaction guard `ktr-precompact`, and `ktr-statusline`.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::stop_hook::message;
+use crate::support::{Sandbox, example};
+use ktr::pipeline::operation::Status;
+
+const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
+const PRECOMPACT: &str = env!("CARGO_BIN_EXE_ktr-precompact");
+const STATUSLINE: &str = env!("CARGO_BIN_EXE_ktr-statusline");
+const QUIET: &str = "{\"suppressOutput\":true}\n";
+const SESSION: &str = "11111111-2222-4333-8444-555555555555";
+
+/// The uuid of the example transcript's last record.
+const EXAMPLE_LAST: &str = "5a8cc3ba-a142-5c1e-8360-fb4063d51856";
+
+/// A session in a sandbox: the example conversation, then turns whose
+/// replies report the usage the test chooses.
+struct Session {
+    sandbox: Sandbox,
+    transcript: PathBuf,
+    parent: String,
+}
+
+impl Session {
+    fn new(extra_config: &str) -> Session {
+        let sandbox = Sandbox::new();
+        sandbox.write_config(extra_config);
+        let transcript = sandbox.add_transcript(SESSION, &fs::read(example()).unwrap());
+        Session {
+            sandbox,
+            transcript,
+            parent: EXAMPLE_LAST.into(),
+        }
+    }
+
+    /// The records of one turn: `SAY-<tag>` answered by `REPLY-<tag>`,
+    /// the reply's usage reporting `tokens` input tokens.
+    fn turn_lines(&mut self, tag: &str, tokens: u64) -> String {
+        let user = uuid::Uuid::new_v4().to_string();
+        let reply = uuid::Uuid::new_v4().to_string();
+        let common = |kind: &str, uuid: &str, parent: &str| {
+            serde_json::json!({
+                "parentUuid": parent, "isSidechain": false, "type": kind, "uuid": uuid,
+                "timestamp": "2026-11-20T09:00:00.000Z", "sessionId": SESSION,
+                "cwd": "/work", "version": "2.1.328", "userType": "external",
+            })
+        };
+        let mut u = common("user", &user, &self.parent);
+        u["message"] = serde_json::json!({"role": "user", "content": format!("SAY-{tag}")});
+        let mut a = common("assistant", &reply, &user);
+        a["message"] = serde_json::json!({
+            "id": format!("msg_{tag}"), "type": "message", "role": "assistant",
+            "model": "claude-opus-5-5",
+            "content": [{"type": "text", "text": format!("REPLY-{tag}")}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": tokens, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "output_tokens": 10},
+        });
+        self.parent = reply;
+        format!("{u}\n{a}\n")
+    }
+
+    /// Append a turn whose reply reports `tokens`.
+    fn turn(&mut self, tag: &str, tokens: u64) {
+        let lines = self.turn_lines(tag, tokens);
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&self.transcript)
+            .unwrap()
+            .write_all(lines.as_bytes())
+            .unwrap();
+    }
+
+    /// The Stop hook's output after the reply `REPLY-<tag>`.
+    fn stop(&self, tag: &str) -> String {
+        let input = serde_json::json!({
+            "session_id": SESSION, "transcript_path": self.transcript,
+            "hook_event_name": "Stop", "stop_hook_active": false,
+            "last_assistant_message": format!("REPLY-{tag}"),
+        });
+        let (out, code) = self.sandbox.hook(STOP, &input.to_string());
+        assert_eq!(code, 0);
+        out
+    }
+
+    fn precompact(&self, trigger: &str) -> serde_json::Value {
+        let input = serde_json::json!({
+            "session_id": SESSION, "transcript_path": self.transcript, "cwd": "/work",
+            "prompt_id": "p1", "hook_event_name": "PreCompact", "trigger": trigger,
+            "custom_instructions": null,
+        });
+        let (out, code) = self.sandbox.hook(PRECOMPACT, &input.to_string());
+        assert_eq!(code, 0);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+    }
+
+    fn statusline(&self, args: &[&str], used: Option<u64>, env: &[(&str, &str)]) -> String {
+        let input = serde_json::json!({
+            "session_id": SESSION, "transcript_path": self.transcript, "cwd": "/work",
+            "model": {"id": "claude-x-small", "display_name": "Opus 5.5"},
+            "workspace": {"current_dir": "/home/u/work", "project_dir": "/home/u/work"},
+            "context_window": {"context_window_size": 1_000_000,
+                "current_usage": used.map(|u| serde_json::json!({"input_tokens": u,
+                    "output_tokens": 10, "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0}))},
+        });
+        let mut cmd = self.sandbox.command(STATUSLINE);
+        cmd.args(args);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        let (out, code) = Sandbox::run_hook(cmd, &input.to_string(), &env);
+        assert_eq!(code, 0);
+        out.trim_end_matches('\n').to_string()
+    }
+}
+
+#[test]
+fn the_stop_hook_advises_once_per_band_and_never_requests() {
+    let mut s = Session::new("");
+    s.turn("60", 600_000);
+    assert_eq!(s.stop("60"), QUIET, "60 % is below advise_at_percent");
+    s.turn("72", 720_000);
+    let line = message(&s.stop("72"));
+    assert!(
+        line.starts_with(
+            "ktr: window 72 % full (720k/1M); a lossless rebuild would bring it to ≈ "
+        ) && line.ends_with("say REBUILD to ask for it"),
+        "{line}"
+    );
+    assert_eq!(s.stop("72"), QUIET, "the same band twice");
+    s.turn("73", 730_000);
+    assert_eq!(s.stop("73"), QUIET, "73 % is still the 70 band");
+    s.turn("81", 810_000);
+    assert!(message(&s.stop("81")).contains("window 81 % full"));
+    assert!(
+        s.sandbox.store().latest().unwrap().is_none(),
+        "advice must never request anything"
+    );
+    // The window shrank (Claude Code compacted it): a refill advises again.
+    s.turn("20", 200_000);
+    assert_eq!(s.stop("20"), QUIET);
+    s.turn("75", 750_000);
+    assert!(message(&s.stop("75")).contains("window 75 % full"));
+    // advise_at_percent = 0 turns it off.
+    s.sandbox.write_config("advise_at_percent = 0");
+    s.turn("95", 950_000);
+    assert_eq!(s.stop("95"), QUIET);
+}
+
+#[test]
+fn the_stop_hook_waits_for_claude_code_to_flush_the_reply() {
+    let mut s = Session::new("");
+    s.turn("50", 500_000);
+    // Claude Code starts the Stop hook before the turn is in the file.
+    let late = s.turn_lines("LATE", 780_000);
+    let path = s.transcript.clone();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(late.as_bytes()).unwrap();
+    });
+    let out = s.stop("LATE");
+    writer.join().unwrap();
+    assert!(message(&out).contains("window 78 % full"), "{out}");
+}
+
+#[test]
+fn a_manual_compact_is_never_blocked() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    let op = s
+        .sandbox
+        .store()
+        .request("full", "REBUILD", Some(SESSION))
+        .unwrap();
+    assert_eq!(
+        s.precompact("manual"),
+        serde_json::json!({"suppressOutput": true})
+    );
+    let op = s.sandbox.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Pending, "a manual /compact started it");
+    assert!(s.sandbox.records("ktr-prepare").is_empty());
+}
+
+#[test]
+fn a_pending_rebuild_blocks_the_auto_compaction_and_starts_at_once() {
+    let mut s = Session::new("");
+    s.turn("FULL", 999_000);
+    let op = s.sandbox.store().request("full", "REBUILD", None).unwrap();
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "{out}");
+    let reason = out["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("operation {}", op.id)) && reason.contains("press ↑ then Enter"),
+        "{reason}"
+    );
+    let op = s.sandbox.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Scheduled);
+    assert_eq!(op.session_id.as_deref(), Some(SESSION));
+    let note = &op.history.last().unwrap().note;
+    assert!(
+        note.starts_with(&format!(
+            "PreCompact hook of session {SESSION} started prepare"
+        )) && note.ends_with("instead of Claude Code's auto-compaction"),
+        "{note}"
+    );
+    let started = s.sandbox.wait_records("ktr-prepare", 1);
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert!(
+        started[0].1.iter().any(|a| a == &op.id.to_string()),
+        "{started:?}"
+    );
+}
+
+#[test]
+fn the_standing_approval_requests_and_blocks_and_advise_lets_it_compact() {
+    // "rebuild": nothing pending, the guard requests and starts it.
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "{out}");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    assert_eq!(op.status, Status::Scheduled);
+    assert!(op.reasons[0].contains("on_auto_compaction"), "{op:?}");
+
+    // "advise" (the default): Claude Code compacts; the next Stop says so.
+    let mut s = Session::new("");
+    s.turn("FULL", 999_000);
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    assert!(s.sandbox.store().latest().unwrap().is_none());
+    s.turn("AFTER", 30_000);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.starts_with("ktr: Claude Code compacted this window (lossy) before this reply; a lossless rebuild would have brought it to ≈ ")
+            && line.contains("on_auto_compaction = \"rebuild\""),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET, "the notice is shown once");
+}
+
+#[test]
+fn the_guard_never_blocks_when_a_rebuild_cannot_help() {
+    // The rebuilt window would not fit: the plan is refused.
+    let mut s = Session::new("context_window_tokens = 20000");
+    s.turn("FULL", 19_000);
+    let op = s.sandbox.store().request("full", "REBUILD", None).unwrap();
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    let line = out["systemMessage"].as_str().unwrap();
+    assert!(
+        line.starts_with("ktr: a rebuild cannot replace this compaction: ")
+            && line.contains("carry_max_tokens")
+            && line.ends_with("Claude Code compacted this window (lossy) instead"),
+        "{line}"
+    );
+    assert_eq!(
+        s.sandbox.store().load(&op.id).unwrap().status,
+        Status::Pending
+    );
+    // Another operation is running.
+    let mut s = Session::new("");
+    s.turn("FULL", 999_000);
+    let op = s.sandbox.store().request("full", "REBUILD", None).unwrap();
+    s.sandbox
+        .walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    assert!(
+        out["systemMessage"]
+            .as_str()
+            .unwrap()
+            .contains("a rebuild cannot start now"),
+        "{out}"
+    );
+    assert!(s.sandbox.records("ktr-prepare").is_empty());
+}
+
+#[test]
+fn the_statusline_shows_the_segment_and_remembers_the_window_size() {
+    let mut s = Session::new("");
+    s.turn("78", 780_000);
+    assert_eq!(
+        s.statusline(&[], None, &[]),
+        "Opus 5.5 · work · ktr –",
+        "before the first reply"
+    );
+    let line = s.statusline(&[], Some(780_000), &[]);
+    assert!(
+        line.starts_with("Opus 5.5 · work · ktr 78% · rebuild→") && line.ends_with('%'),
+        "{line}"
+    );
+    let segment = s.statusline(&["--segment"], Some(780_000), &[]);
+    assert!(segment.starts_with("ktr 78% · rebuild→"), "{segment}");
+    let colored = s.statusline(&["--segment", "--color"], Some(780_000), &[]);
+    assert!(colored.starts_with("\x1b[33mktr 78%"), "{colored:?}");
+    let plain = s.statusline(
+        &["--segment", "--color"],
+        Some(780_000),
+        &[("NO_COLOR", "1")],
+    );
+    assert_eq!(plain, segment);
+    // The reported size is remembered: `ktr dirty` uses it although the
+    // model id alone would say 200k.
+    let remembered = s.sandbox.state.join(format!("window/{SESSION}.json"));
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(&remembered).unwrap()).unwrap();
+    assert_eq!(r["context_window_size"], 1_000_000);
+    // A pending rebuild shows instead of the estimate.
+    s.sandbox.store().request("full", "REBUILD", None).unwrap();
+    assert_eq!(
+        s.statusline(&["--segment"], Some(780_000), &[]),
+        "ktr 78% · rebuild pending"
+    );
+}
+
+#[test]
+fn dirty_uses_the_reported_size_and_reads_the_window_from_the_api_usage() {
+    let mut s = Session::new("");
+    s.turn("61", 612_000);
+    let out = s
+        .sandbox
+        .run("dirty", Some(s.transcript.as_path()), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", out.stdout, out.stderr));
+    let w = &v["window"];
+    assert_eq!(w["used_tokens"], 612_000, "{w}");
+    assert_eq!(w["used_source"], "usage");
+    assert_eq!(w["size_tokens"], 1_000_000, "claude-opus-5-5 has 1M: {w}");
+    assert_eq!(w["advice"], "none", "61 % is below advise_at_percent: {w}");
+    let human = s.sandbox.run("dirty", Some(s.transcript.as_path()), &[]);
+    let first = human.stdout.lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("window 612k / 1M (61 %, measured by the API")
+            && first.contains("a rebuild would start at ≈"),
+        "{first}"
+    );
+    check_statusline_size(&s);
+}
+
+/// After the statusline reported 1M for a model id that would say 200k,
+/// `ktr dirty` uses the reported size.
+#[track_caller]
+fn check_statusline_size(s: &Session) {
+    let path: &Path = &s.transcript;
+    // A transcript whose model ktr does not know (200k by the model id).
+    let text = fs::read_to_string(path)
+        .unwrap()
+        .replace("claude-opus-5-5", "claude-x-small");
+    fs::write(path, text).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&s.sandbox.run("dirty", Some(path), &["--json"]).stdout).unwrap();
+    assert_eq!(v["window"]["size_tokens"], 200_000, "{}", v["window"]);
+    s.statusline(&[], Some(612_000), &[]);
+    let v: serde_json::Value =
+        serde_json::from_str(&s.sandbox.run("dirty", Some(path), &["--json"]).stdout).unwrap();
+    assert_eq!(v["window"]["size_tokens"], 1_000_000, "{}", v["window"]);
+}
