@@ -79,7 +79,13 @@ impl Pattern {
             .build()
             .parse(&source)
             .map_err(|e| {
-                let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                let first = e
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
                 Keys::rule(key, &format!("is not a valid regular expression: {first}"))
             })?;
         Ok(Pattern {
