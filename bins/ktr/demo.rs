@@ -338,6 +338,8 @@ impl Sandbox {
              resume_pointer_path = {}\n\
              # The demo never starts Claude Code; a real config copies its launch command.\n\
              resume_command = [\"true\", \"--resume\", \"{{session_id}}\"]\n\
+             # No Claude Code to prove the new session loads (a real pointer household keeps it on).\n\
+             pointer_health_probe = false\n\
              activation_delay_seconds = 0\n\
              stable_file_seconds = 0.2\n\
              stable_file_timeout_seconds = 5\n\

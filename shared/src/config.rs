@@ -163,6 +163,10 @@ pub struct Config {
     pub source_change_retries: u64,
     /// A pending request older than this many hours expires (`expired`).
     pub request_ttl_hours: f64,
+    /// Pointer mode: prove the new session loads before `activated` by
+    /// resuming it once with a prompt ktr-prompt refuses (needs ktr-ack and
+    /// ktr-prompt installed; `false`: the pointer's content is the health).
+    pub pointer_health_probe: bool,
     /// The window size: statusline report / model heuristics, or fixed.
     pub context_window_tokens: crate::engine::window::size::Setting,
     /// Advice in the Stop hook from this fill level (then 80, 90); 0 = off.
@@ -213,6 +217,7 @@ const KEYS: &[&str] = &[
     "healthcheck_seconds",
     "source_change_retries",
     "request_ttl_hours",
+    "pointer_health_probe",
     "context_window_tokens",
     "advise_at_percent",
     "advise_min_free_percent",
@@ -558,6 +563,7 @@ impl Config {
             healthcheck_seconds,
             source_change_retries: keys.integer("source_change_retries")?,
             request_ttl_hours: keys.seconds("request_ttl_hours")?,
+            pointer_health_probe: keys.boolean("pointer_health_probe", true)?,
             context_window_tokens,
             advise_at_percent,
             advise_min_free_percent,

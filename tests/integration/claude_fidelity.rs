@@ -852,8 +852,14 @@ fn differential(env: &ClaudeEnv, api: &FakeApi, case: &Case) -> Row {
 }
 
 fn print_table(rows: &[Row]) {
-    eprintln!("\nfidelity: original vs rebuilt resume in claude 2.1.328, text by text");
-    eprintln!(
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nfidelity: original vs rebuilt resume in claude 2.1.328, text by text"
+    );
+    let _ = writeln!(
+        out,
         "{:<44} {:>5} {:>5} {:>5} {:<26} {:>5}  residue by category",
         "file", "orig", "rebuilt", "conv", "startup", "unexp"
     );
@@ -866,11 +872,12 @@ fn print_table(rows: &[Row]) {
             r.file.clone()
         };
         if r.status != "compared" {
-            eprintln!("{name:<44} {}", r.status);
+            let _ = writeln!(out, "{name:<44} {}", r.status);
             continue;
         }
         let residue: Vec<String> = r.residue.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        eprintln!(
+        let _ = writeln!(
+            out,
             "{name:<44} {:>5} {:>5} {:>5} {:<26} {:>5}  {}",
             r.original_texts,
             r.rebuilt_texts,
@@ -880,9 +887,10 @@ fn print_table(rows: &[Row]) {
             residue.join(", ")
         );
         for u in &r.unexplained {
-            eprintln!("    UNEXPLAINED {u}");
+            let _ = writeln!(out, "    UNEXPLAINED {u}");
         }
     }
+    crate::support::report("fidelity", &out);
 }
 
 #[test]

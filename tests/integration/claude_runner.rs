@@ -12,6 +12,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -44,6 +45,19 @@ fn a_rebuild_requested_mid_turn_loses_no_queued_prompt() {
         seconds.push(start.elapsed().as_secs_f64());
         eprintln!("runner trial {n}: ok in {:.1} s", seconds[n]);
     }
+    let lines: Vec<String> = seconds
+        .iter()
+        .enumerate()
+        .map(|(n, s)| format!("runner trial {n}: nothing lost, {s:.1} s"))
+        .collect();
+    crate::support::report(
+        "runner",
+        &format!(
+            "pointer runner, rebuild requested mid-turn with a queued prompt: {} of {trials} trials lost nothing\n{}",
+            seconds.len(),
+            lines.join("\n")
+        ),
+    );
 }
 
 fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
@@ -99,6 +113,12 @@ fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
             op.id
         )),
         "the runner did not report the outcome: {stderr}"
+    );
+    // Health was proven by Claude Code itself: the probe resumed the new
+    // session (its SessionStart reached ktr-ack) without a model call.
+    assert!(
+        op.ack.as_ref().is_some_and(|a| a.session_id == new_id),
+        "no resume receipt for the new session: {op:#?}"
     );
     // P2 ran on the new session, with P1 and its reply carried.
     let p2 = rig
@@ -181,6 +201,57 @@ fn rollback(rig: &PointerRig, op: &Operation, old: &str, new_id: &str) {
             &format!("{tag}-P4"),
         ],
     );
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_new_session_claude_code_cannot_resume_puts_the_old_pointer_back() {
+    let bin = crate::support::claude_bin();
+    let tag = "RH";
+    let rig = PointerRig::start(&bin, tag);
+    let first = rig.first_session();
+    // resume_command resumes the first session only: any other is "not
+    // found", as a broken candidate or a wrong command line would be.
+    let wrapper = rig.env.sandbox.root().join("claude-first-only");
+    fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nfor a; do [ \"$prev\" = --resume ] && s=$a; prev=$a; done\n\
+             [ \"$s\" = {first} ] || {{ echo \"No conversation found with session ID: $s\" >&2; exit 1; }}\n\
+             exec {} \"$@\"\n",
+            rig.env.bin.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = fs::read_to_string(&rig.config).unwrap().replace(
+        &format!("resume_command = [{:?},", rig.env.bin.display().to_string()),
+        &format!("resume_command = [{:?},", wrapper.display().to_string()),
+    );
+    assert!(config.contains("claude-first-only"), "{config}");
+    fs::write(&rig.config, config).unwrap();
+
+    rig.ktr(&["request", "--confirm", "REBUILD", "--reason", "probe fails"]);
+    let mut runner = rig.runner();
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "{tag}-P1 after the failed switch").unwrap();
+    drop(stdin);
+    let out = wait_output(runner, TRIAL);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let op = rig.operation();
+    assert_eq!(op.status, Status::RolledBack, "{op:#?}\n{stderr}");
+    let error = op.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("No conversation found"),
+        "the reason names what Claude Code said: {error}"
+    );
+    assert_eq!(rig.pointer_now(), first, "the old pointer is back");
+    assert!(
+        stderr.contains(&format!("operation {} rolled back", op.id)),
+        "the runner says so: {stderr}"
+    );
+    let old = fs::read_to_string(rig.env.transcript(&first)).unwrap();
+    in_order(&old, &[&format!("{tag}-P1"), &format!("{tag}-A1")]);
 }
 
 #[test]

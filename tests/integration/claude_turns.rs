@@ -130,7 +130,7 @@ fn a_prompt_around_the_switch_is_never_lost() {
     }
     let mut reports = std::mem::take(&mut *reports.lock().unwrap());
     reports.sort_by_key(|r| r.offset_ms);
-    eprintln!("{}", table(&reports));
+    crate::support::report("turns", &table(&reports));
     let lost: Vec<_> = reports.iter().filter(|r| r.ending.is_err()).collect();
     assert!(
         lost.is_empty(),

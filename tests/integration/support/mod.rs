@@ -74,6 +74,18 @@ pub fn stand_in(name: &str) -> PathBuf {
     repo_file("tests/integration/support/bin").join(name)
 }
 
+/// Show a measured table: on stderr (cargo shows it for a failing test or
+/// with `--nocapture`), and as `$KTR_REPORT_DIR/<name>.txt` when set
+/// (`.ci/run` prints those after the suite, so CI output has every table).
+pub fn report(name: &str, text: &str) {
+    eprintln!("{text}");
+    if let Some(dir) = std::env::var_os("KTR_REPORT_DIR") {
+        let dir = PathBuf::from(dir);
+        let _ = fs::create_dir_all(&dir);
+        let _ = fs::write(dir.join(format!("{name}.txt")), text);
+    }
+}
+
 /// Poll `cond` every 20 ms for up to `timeout`.
 /// Wait until the latest operation's status satisfies `done`; panics
 /// after `timeout` with `what` and `diagnosis()`.

@@ -14,6 +14,8 @@ use crate::fsutil::sha256_file;
 use crate::pipeline::gate::turn_since_stop;
 use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate};
 use crate::pipeline::pane::Input;
+use crate::pipeline::process;
+use crate::pipeline::stages::prompt::PROBE;
 use crate::pipeline::target::Target;
 use crate::time::parse_rfc3339;
 
@@ -30,6 +32,8 @@ const SETTLE: Duration = Duration::from_millis(600);
 /// before runs its `UserPromptSubmit` hook (refused: the text goes back to
 /// the input line, where the last look sees a draft) or writes its record.
 const HOLD_SETTLE: Duration = Duration::from_millis(300);
+/// The least time pointer mode's health probe may take.
+const PROBE_MIN: Duration = Duration::from_secs(60);
 
 /// Activate operation `id` (status `verifying`, verification passed).
 ///
@@ -108,6 +112,22 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             );
         }
         pause_point(Stage::Activate, "switched");
+        let probed = probe_wanted(config);
+        if probed {
+            if let Err(e) = probe(config, &new_id) {
+                return fall_back(
+                    config,
+                    store,
+                    &op,
+                    &target,
+                    &format!("new session {new_id} unhealthy: {e}"),
+                    steps,
+                );
+            }
+            steps.say(format!(
+                "probe: Claude Code resumed {new_id} (no model call)"
+            ));
+        }
         // The keyboard comes back as soon as the new Claude Code shows its
         // input box, while the health check goes on.
         let switched = Instant::now();
@@ -120,7 +140,7 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                     (switched.elapsed(), shown)
                 })
             });
-            let health = healthy(config, store, &target, id, &new_id);
+            let health = healthy(config, store, &target, id, &new_id, probed);
             (health, released.and_then(|r| r.join().ok()))
         });
         if let Some((after, shown)) = held {
@@ -379,10 +399,11 @@ fn healthy(
     target: &Target,
     id: &str,
     new_id: &str,
+    probed: bool,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
     let identity = target.health(new_id, wait)?;
-    if config.activation == Activation::Tmux && ack_installed(config) {
+    if probed || (config.activation == Activation::Tmux && ack_installed(config)) {
         let deadline = Instant::now() + wait;
         loop {
             let op = store.load(id)?;
@@ -415,10 +436,62 @@ fn wait_for_input_box(target: &Target, wait: Duration) -> bool {
     false
 }
 
+/// Pointer mode's health probe is wanted when nothing else would ever see
+/// the new session load before the runner's next turn: pointer target, and
+/// both `ktr-ack` (the receipt) and `ktr-prompt` (which refuses the probe's
+/// prompt) installed.
+fn probe_wanted(config: &Config) -> bool {
+    config.activation == Activation::Pointer
+        && config.pointer_health_probe
+        && ack_installed(config)
+        && hook_installed(config, "UserPromptSubmit", "ktr-prompt")
+}
+
+/// Resume `new_id` once the way `resume_command` does (with `-p` added when
+/// missing) in `claude_workdir` with `resume_env`, sending [`PROBE`]:
+/// ktr-prompt refuses it, so Claude Code loads the session, reports the
+/// resume (`ktr-ack`) and exits without calling the model. An error when it
+/// cannot load the session or takes longer than the health window allows.
+fn probe(config: &Config, new_id: &str) -> Result<()> {
+    let mut argv = vec![
+        "env".to_string(),
+        "-C".to_string(),
+        config.claude_workdir.to_string_lossy().into_owned(),
+    ];
+    argv.extend(config.resume_env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.push("--".into());
+    let mut resume = config.resume_argv(new_id);
+    if !resume.iter().any(|a| a == "-p" || a == "--print") {
+        resume.insert(1, "-p".into());
+    }
+    argv.extend(resume);
+    argv.push(PROBE.into());
+    // A CLI start takes 1.5–2 s of CPU, far more wall time on a busy machine.
+    let out = process::run_with_timeout(&argv, seconds(config.healthcheck_seconds).max(PROBE_MIN))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(Error::refused(format!(
+        "resuming it failed ({}): {}",
+        out.status,
+        stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message")
+    )))
+}
+
 /// Whether Claude Code will acknowledge resumes: a `SessionStart` hook
 /// running `ktr-ack` in `~/.claude/settings.json` or in the workdir's
 /// `.claude/settings.json` / `.claude/settings.local.json`.
 pub fn ack_installed(config: &Config) -> bool {
+    hook_installed(config, "SessionStart", "ktr-ack")
+}
+
+/// Whether a hook of `event` running `program` is in `~/.claude/settings.json`
+/// or the workdir's `.claude/settings.json` / `.claude/settings.local.json`.
+fn hook_installed(config: &Config, event: &str, program: &str) -> bool {
     let workdir = config.claude_workdir.join(".claude");
     [
         home_dir().join(".claude/settings.json"),
@@ -433,13 +506,13 @@ pub fn ack_installed(config: &Config) -> bool {
         let Ok(settings) = serde_json::from_str::<serde_json::Value>(&text) else {
             return false;
         };
-        settings["hooks"]["SessionStart"]
+        settings["hooks"][event]
             .as_array()
             .into_iter()
             .flatten()
             .flat_map(|group| group["hooks"].as_array().into_iter().flatten())
             .filter_map(|hook| hook["command"].as_str())
-            .any(|command| command.contains("ktr-ack"))
+            .any(|command| command.contains(program))
     })
 }
 

@@ -28,6 +28,15 @@ and refuses a prompt sent while the session is being switched, with a one-line r
 /// What Claude Code shows above the input line it gives back.
 pub const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
 
+/// The prompt of pointer mode's health probe (`ktr-activate` resumes the new
+/// session once with it): always refused here, so Claude Code loads the
+/// session — its `SessionStart` hook reports the resume to `ktr-ack` — and
+/// never calls the model.
+pub const PROBE: &str = "ktr health probe: refused by ktr-prompt, never sent to the model";
+
+/// What the probe's refusal says.
+const PROBE_REFUSED: &str = "ktr health probe: the session loaded; nothing was sent";
+
 /// How many characters of a refused prompt are kept.
 const KEPT_CHARS: usize = 200;
 
@@ -51,6 +60,9 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB"))?;
     let hook: PromptInput = serde_json::from_slice(&input)
         .map_err(|e| Error::usage(format!("cannot parse the UserPromptSubmit input: {e}")))?;
+    if hook.prompt.as_deref() == Some(PROBE) {
+        return Ok(Reply::Block(PROBE_REFUSED.into()));
+    }
     let store = Store::open(store.dir())?;
     store.with_lock(|tx| {
         let Some(mut op) = tx.active_operation()? else {
