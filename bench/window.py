@@ -51,7 +51,7 @@ def usage_line(sid: str, text: str) -> str:
                     "type": "message", "content": [{"type": "text", "text": text}],
                     "usage": {"input_tokens": 4000, "cache_creation_input_tokens": 6000,
                               "cache_read_input_tokens": USED - 10_000, "output_tokens": 12}},
-    }) + "\n"
+    }, ensure_ascii=False) + "\n"  # Claude Code writes UTF-8, not \u escapes
 
 
 def statusline_input(path: Path, sid: str) -> dict:

@@ -59,6 +59,65 @@ pub enum OnAutoCompaction {
     Rebuild,
 }
 
+/// A configured regular expression: its syntax is checked when the config
+/// loads, and it is compiled on first use (through `Deref`). Compiling the
+/// two default patterns (Unicode classes) takes about 2 ms, most of a hook
+/// run that never matches anything.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    key: &'static str,
+    source: String,
+    ignore_case: bool,
+    compiled: std::sync::OnceLock<Regex>,
+}
+
+impl Pattern {
+    /// Check `source`'s syntax (the regex crate's own parser); compile later.
+    fn checked(key: &'static str, source: String, ignore_case: bool) -> Result<Pattern> {
+        regex_syntax::ParserBuilder::new()
+            .case_insensitive(ignore_case)
+            .build()
+            .parse(&source)
+            .map_err(|e| {
+                let first = e
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                Keys::rule(key, &format!("is not a valid regular expression: {first}"))
+            })?;
+        Ok(Pattern {
+            key,
+            source,
+            ignore_case,
+            compiled: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The pattern as configured.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+}
+
+impl std::ops::Deref for Pattern {
+    type Target = Regex;
+    fn deref(&self) -> &Regex {
+        self.compiled.get_or_init(|| {
+            regex::RegexBuilder::new(&self.source)
+                .case_insensitive(self.ignore_case)
+                .build()
+                // The syntax was checked at load; what is left is the
+                // compiled size limit, only a pathological pattern's.
+                .unwrap_or_else(|e| {
+                    panic!("{} is too large to compile ({e}); simplify it", self.key)
+                })
+        })
+    }
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -93,8 +152,8 @@ pub struct Config {
     pub stamp_turns: bool,
     pub stamp_template: String,
     pub startup_header_template: String,
-    pub poison_pattern: Regex,
-    pub reply_tool_pattern: Regex,
+    pub poison_pattern: Pattern,
+    pub reply_tool_pattern: Pattern,
     pub on_malformed_line: OnMalformed,
     pub history: HistoryMode,
     pub activation_delay_seconds: f64,
@@ -639,21 +698,8 @@ impl Keys {
         Ok(value)
     }
 
-    fn regex(&self, key: &str, default: &str, ignore_case: bool) -> Result<Regex> {
-        let pattern = self.string(key, default)?;
-        regex::RegexBuilder::new(&pattern)
-            .case_insensitive(ignore_case)
-            .build()
-            .map_err(|e| {
-                let first = e
-                    .to_string()
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
-                Self::rule(key, &format!("is not a valid regular expression: {first}"))
-            })
+    fn regex(&self, key: &'static str, default: &str, ignore_case: bool) -> Result<Pattern> {
+        Pattern::checked(key, self.string(key, default)?, ignore_case)
     }
 
     fn string_map(&self, key: &str) -> Result<BTreeMap<String, String>> {

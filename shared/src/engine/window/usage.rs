@@ -54,20 +54,23 @@ pub struct Tail {
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_tail(path: &Path) -> io::Result<Tail> {
-    read_tail_seeking(path, b"").map(|(tail, _)| tail)
+    read_tail_seeking(path, &[]).map(|(tail, _)| tail)
 }
 
-/// [`read_tail`], and whether the file's last 64 KiB contain `needle`
-/// (the Stop hook waits for its reply to be flushed). One read of 64 KiB
-/// in the common case: the newest reply is nearly always within the last
-/// few records; else [`TAIL_BYTES`].
+/// [`read_tail`], and whether the file's last 64 KiB contain one of
+/// `needles` (the Stop hook waits for its reply to be flushed; no needle:
+/// found). One read of 64 KiB in the common case: the newest reply is
+/// nearly always within the last few records; else [`TAIL_BYTES`].
 ///
 /// # Errors
 /// When the file cannot be opened or read.
-pub fn read_tail_seeking(path: &Path, needle: &[u8]) -> io::Result<(Tail, bool)> {
+pub fn read_tail_seeking(path: &Path, needles: &[&[u8]]) -> io::Result<(Tail, bool)> {
     let mut file = File::open(path)?;
     let near = last_lines(&mut file, FIRST_TRY_BYTES)?;
-    let found = memchr::memmem::find(&near, needle).is_some();
+    let found = needles.is_empty()
+        || needles
+            .iter()
+            .any(|n| memchr::memmem::find(&near, n).is_some());
     let tail = from_tail(&near);
     if tail.usage.is_some() && tail.model.is_some() {
         return Ok((tail, found));

@@ -142,19 +142,32 @@ fn wait_for_reply(
     last_message: Option<&str>,
     far: impl Fn(&Tail) -> bool,
 ) -> Option<Tail> {
-    // The end of the reply's last line: within one text block (Claude
-    // Code writes each block as its own record), as JSON escapes it.
-    let needle = last_message.map_or_else(String::new, |m| {
-        let last_line = m.trim_end().rsplit('\n').next().unwrap_or_default();
-        let chars: Vec<char> = last_line.chars().collect();
-        let tail: String = chars[chars.len().saturating_sub(40)..].iter().collect();
-        let quoted = serde_json::to_string(&tail).unwrap_or_default();
-        quoted.trim_matches('"').to_string()
-    });
+    // The end of the reply's last line (within one text block: Claude Code
+    // writes each block as its own record), as JSON writes it: UTF-8 as
+    // is, or with every non-ASCII character escaped.
+    let needles: Vec<String> = last_message
+        .map(|m| {
+            let last_line = m.trim_end().rsplit('\n').next().unwrap_or_default();
+            let chars: Vec<char> = last_line.chars().collect();
+            let tail: String = chars[chars.len().saturating_sub(40)..].iter().collect();
+            let quoted = serde_json::to_string(&tail).unwrap_or_default();
+            let raw = quoted.trim_matches('"').to_string();
+            let ascii = ascii_escaped(&raw);
+            if ascii == raw {
+                vec![raw]
+            } else {
+                vec![raw, ascii]
+            }
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| !n.is_empty())
+        .collect();
+    let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
     let deadline = std::time::Instant::now() + FLUSH_WAIT;
     loop {
-        let (tail, found) = window::usage::read_tail_seeking(transcript, needle.as_bytes()).ok()?;
-        let arrived = if needle.is_empty() {
+        let (tail, found) = window::usage::read_tail_seeking(transcript, &needles).ok()?;
+        let arrived = if needles.is_empty() {
             !tail.reply_pending
         } else {
             found
@@ -163,5 +176,32 @@ fn wait_for_reply(
             return Some(tail);
         }
         std::thread::sleep(FLUSH_POLL);
+    }
+}
+
+/// `text` with every non-ASCII character as a JSON `\uXXXX` escape
+/// (surrogate pairs above U+FFFF), as JSON writers that escape them do.
+fn ascii_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_ascii_is_escaped_as_json_writers_do() {
+        assert_eq!(ascii_escaped("ok 好 🌙"), "ok \\u597d \\ud83c\\udf19");
     }
 }
