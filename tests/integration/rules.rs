@@ -559,6 +559,24 @@ fn compaction_summary_is_carried_when_the_earlier_turns_are_not_in_the_file() {
 }
 
 #[test]
+fn a_blank_compaction_summary_is_dropped_not_carried_as_an_empty_turn() {
+    // Found by `properties::candidate_invariants_hold`: a whitespace-only
+    // summary before any speech was carried as an empty user item.
+    let r = Plan::new("compaction_blank_summary")
+        .config(NO_STAMPS)
+        .run_json();
+    assert_eq!(
+        r.carried(),
+        vec![
+            user("After compaction: and eviction?"),
+            assistant("After compaction: oldest first."),
+        ]
+    );
+    assert_eq!(r.count("compact_summaries_dropped"), 1);
+    assert_eq!(r.count("compact_summaries_carried"), 0);
+}
+
+#[test]
 fn a_rewind_fork_carries_only_the_live_branch() {
     let r = Plan::new("rewind_fork").config(NO_STAMPS).run_json();
     assert_eq!(

@@ -221,7 +221,9 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 seen_speech = true;
             }
             Speech::Summary(text) => {
-                if seen_speech {
+                // A blank summary carries nothing (and an empty user item
+                // is not a message Claude Code can send): dropped, counted.
+                if seen_speech || text.trim().is_empty() {
                     sel.compact_summaries_dropped += 1;
                     sel.left_out.push((e, LeftOutReason::CompactSummaryDropped));
                 } else {
