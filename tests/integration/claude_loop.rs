@@ -20,7 +20,6 @@
 //! measure timings and share two cores.
 
 use std::fs;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -28,10 +27,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::OptionOrPanic;
 use crate::support::claude::{ClaudeEnv, Tmux};
-use crate::support::fake_api::{
-    FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
-};
-use crate::support::{claude, claude_bin};
+use crate::support::fake_api::conversation;
+use crate::support::fake_api::{FakeApi, Logged, Rule, all_strings, text, thinking, tool};
+use crate::support::{assert_in_order, claude, claude_bin};
 use ktr::fsutil::sha256_file;
 use ktr::pipeline::operation::{Operation, Status, Store};
 use ktr::time::parse_rfc3339;
@@ -163,7 +161,11 @@ impl Loop {
         let root = env.sandbox.root().to_path_buf();
         let (state, config_path) = (env.sandbox.state.clone(), env.sandbox.config.clone());
         fs::write(&config_path, config_text(&env, &state)).unwrap();
-        install(&env, &config_path);
+        env.install_ktr(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap(),
+            &config_path,
+        );
         env.prepare_interactive(&["Bash", "Read", "mcp__ktr"]);
         let settings = fs::read_to_string(env.sandbox.home.join(".claude/settings.json")).unwrap();
         assert!(
@@ -295,72 +297,6 @@ pub(crate) fn config_text(env: &ClaudeEnv, state: &Path) -> String {
         text.push_str(&format!("{k} = {}\n", q(&v)));
     }
     text
-}
-
-/// `install --prefix <root>/prefix/bin --bin-dir <the test binaries>` with
-/// the real `claude` first on PATH, so it registers `ktr-mcp` itself.
-#[track_caller]
-pub(crate) fn install(env: &ClaudeEnv, config: &Path) {
-    let path_dir = &env.sandbox.path_dir;
-    symlink(&env.bin, path_dir.join("claude")).unwrap();
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
-    let path = env
-        .env()
-        .into_iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
-    let out = Command::new("sh")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
-        .arg("--prefix")
-        .arg(env.sandbox.root().join("prefix/bin"))
-        .arg("--bin-dir")
-        .arg(bin_dir)
-        .arg("--settings")
-        .arg(env.sandbox.home.join(".claude/settings.json"))
-        .arg("--config")
-        .arg(config)
-        .env_clear()
-        .envs(env.env())
-        .env("PATH", format!("{}:{path}", path_dir.display()))
-        .current_dir(&env.sandbox.work)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "install failed: {said}");
-    let registered = &env.claude_json()["mcpServers"]["ktr"];
-    assert!(
-        registered["command"]
-            .as_str()
-            .is_some_and(|c| c.ends_with("/prefix/bin/ktr-mcp")),
-        "claude mcp add did not register ktr-mcp: {registered}; install said: {said}"
-    );
-}
-
-/// The text the model was sent, system messages left aside.
-pub(crate) fn conversation(request: &Logged) -> String {
-    request
-        .messages()
-        .iter()
-        .filter(|m| m["role"] != "system")
-        .flat_map(message_texts)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// `needles` all occur in `haystack`, in this order.
-#[track_caller]
-fn assert_in_order(haystack: &str, needles: &[&str]) {
-    let mut from = 0;
-    for needle in needles {
-        match haystack[from..].find(needle) {
-            Some(at) => from += at + needle.len(),
-            None => panic!("{needle} is missing (or out of order) in:\n{haystack}"),
-        }
-    }
 }
 
 /// The content block types of every message of a request.

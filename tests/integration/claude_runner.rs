@@ -13,14 +13,14 @@
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::assert_in_order;
 use crate::support::claude::ClaudeEnv;
-use crate::support::fake_api::{FakeApi, Logged, Rule, message_texts, text, tool};
+use crate::support::fake_api::{FakeApi, Rule, conversation, text, tool};
 use ktr::pipeline::operation::{Operation, Status, Store};
 use serde_json::json;
 
@@ -126,7 +126,7 @@ fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
         .wait_turn(&format!("{tag}-P2"), Duration::from_secs(1))
         .expect("P2 reached the model");
     let said = conversation(&p2);
-    in_order(
+    assert_in_order(
         &said,
         &[
             &format!("{tag}-P0"),
@@ -137,7 +137,7 @@ fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
         ],
     );
     let new = fs::read_to_string(rig.env.transcript(&new_id)).unwrap();
-    in_order(
+    assert_in_order(
         &new,
         &[
             &format!("{tag}-P1"),
@@ -188,12 +188,12 @@ fn rollback(rig: &PointerRig, op: &Operation, old: &str, new_id: &str) {
     );
     let new = fs::read_to_string(rig.env.transcript(new_id)).unwrap();
     let back = fs::read_to_string(rig.env.transcript(old)).unwrap();
-    in_order(&new, &[&format!("{tag}-P3"), &format!("{tag}-A3")]);
+    assert_in_order(&new, &[&format!("{tag}-P3"), &format!("{tag}-A3")]);
     assert!(
         !new.contains(&format!("{tag}-P4")),
         "P4 ran on the rebuilt session"
     );
-    in_order(
+    assert_in_order(
         &back,
         &[
             &format!("{tag}-P1"),
@@ -251,7 +251,7 @@ fn a_new_session_claude_code_cannot_resume_puts_the_old_pointer_back() {
         "the runner says so: {stderr}"
     );
     let old = fs::read_to_string(rig.env.transcript(&first)).unwrap();
-    in_order(&old, &[&format!("{tag}-P1"), &format!("{tag}-A1")]);
+    assert_in_order(&old, &[&format!("{tag}-P1"), &format!("{tag}-A1")]);
 }
 
 #[test]
@@ -286,7 +286,7 @@ fn a_failing_rebuild_is_reported_by_the_runner_and_the_old_session_stays() {
     );
     assert_eq!(rig.pointer_now(), first);
     let old = fs::read_to_string(rig.env.transcript(&first)).unwrap();
-    in_order(
+    assert_in_order(
         &old,
         &[
             &format!("{tag}-P1"),
@@ -339,7 +339,11 @@ impl PointerRig {
             ),
         )
         .unwrap();
-        install(&env, &root, &config);
+        env.install_ktr(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            Path::new(KTR).parent().unwrap(),
+            &config,
+        );
         PointerRig {
             api,
             env,
@@ -428,60 +432,8 @@ fn wait_output(mut child: std::process::Child, timeout: Duration) -> std::proces
     child.wait_with_output().unwrap()
 }
 
-/// The text the model was sent, system messages left aside.
-fn conversation(request: &Logged) -> String {
-    request
-        .messages()
-        .iter()
-        .filter(|m| m["role"] != "system")
-        .flat_map(message_texts)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-#[track_caller]
-fn in_order(haystack: &str, needles: &[&str]) {
-    let mut from = 0;
-    for needle in needles {
-        match haystack[from..].find(needle) {
-            Some(at) => from += at + needle.len(),
-            None => panic!("{needle} is missing (or out of order) in:\n{haystack}"),
-        }
-    }
-}
-
 /// A number in [0, 1) from the system's randomness.
 fn random_unit() -> f64 {
     let v = uuid::Uuid::new_v4().as_u128() as u64;
     (v >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// `install` into `<root>/prefix/bin` with the real `claude` on PATH.
-fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
-    let path_dir = root.join("path");
-    fs::create_dir_all(&path_dir).unwrap();
-    symlink(&env.bin, path_dir.join("claude")).unwrap();
-    let bin_dir = Path::new(KTR).parent().unwrap();
-    let path = env
-        .env()
-        .into_iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
-    let out = Command::new("sh")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
-        .arg("--prefix")
-        .arg(root.join("prefix/bin"))
-        .arg("--bin-dir")
-        .arg(bin_dir)
-        .arg("--settings")
-        .arg(env.sandbox.home.join(".claude/settings.json"))
-        .arg("--config")
-        .arg(config)
-        .env_clear()
-        .envs(env.env())
-        .env("PATH", format!("{}:{path}", path_dir.display()))
-        .current_dir(&env.sandbox.work)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "install failed: {out:?}");
 }

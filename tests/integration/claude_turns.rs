@@ -21,7 +21,6 @@
 //! build and checkout (e.g. an older commit) to measure the "before" column.
 
 use std::fs;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -201,7 +200,7 @@ impl Rig {
         let state = root.join("state");
         let config = root.join("config.toml");
         fs::write(&config, config_text(&env, &state)).unwrap();
-        install(&env, &root, &config);
+        install(&env, &config);
         env.prepare_interactive(&[]);
         let source_id = uuid::Uuid::new_v4().to_string();
         let tmux = Tmux::start_on(&env, &socket, &["--session-id", &source_id]);
@@ -650,11 +649,9 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
     text
 }
 
-/// `install` with the binaries of this build (or `KTR_TURNS_BIN_DIR`).
-fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
-    let path_dir = root.join("path");
-    fs::create_dir_all(&path_dir).unwrap();
-    symlink(&env.bin, path_dir.join("claude")).unwrap();
+/// `install` from this build (or `KTR_TURNS_BIN_DIR` / `KTR_TURNS_REPO`, to
+/// measure an older build) into the sandbox.
+fn install(env: &ClaudeEnv, config: &Path) {
     let bin_dir = std::env::var_os("KTR_TURNS_BIN_DIR").map_or_else(
         || {
             Path::new(env!("CARGO_BIN_EXE_ktr"))
@@ -664,33 +661,7 @@ fn install(env: &ClaudeEnv, root: &Path, config: &Path) {
         },
         PathBuf::from,
     );
-    let path = env
-        .env()
-        .into_iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
     let repo = std::env::var_os("KTR_TURNS_REPO")
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
-    let out = Command::new("sh")
-        .arg(repo.join("install"))
-        .arg("--prefix")
-        .arg(root.join("prefix/bin"))
-        .arg("--bin-dir")
-        .arg(bin_dir)
-        .arg("--settings")
-        .arg(env.sandbox.home.join(".claude/settings.json"))
-        .arg("--config")
-        .arg(config)
-        .env_clear()
-        .envs(env.env())
-        .env("PATH", format!("{}:{path}", path_dir.display()))
-        .current_dir(&env.sandbox.work)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "install failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.install_ktr(&repo, &bin_dir, config);
 }

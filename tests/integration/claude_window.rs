@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::claude_loop::{config_text, conversation, install};
+use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
-use crate::support::fake_api::{FakeApi, Rule, text, tool};
+use crate::support::fake_api::{FakeApi, Rule, conversation, text, tool};
 use ktr::pipeline::operation::{Operation, Status, Store};
 
 /// A turn of the CLI on a busy two-core machine.
@@ -53,7 +53,11 @@ impl Session {
         // Top-level keys first: the config ends with the [resume_env] table.
         let text = format!("{extra_config}\n{}", config_text(&env, &env.sandbox.state));
         fs::write(&config, text).unwrap();
-        install(&env, &config);
+        env.install_ktr(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap(),
+            &config,
+        );
         env.prepare_interactive(&["Bash"]);
         let id = uuid::Uuid::new_v4().to_string();
         let tmux = Tmux::start_on(&env, &socket, &["--session-id", &id]);

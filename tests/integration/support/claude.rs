@@ -187,6 +187,52 @@ impl ClaudeEnv {
     }
 
     /// `$HOME/.claude.json` (or `{}`).
+    /// Install ktr as a household would: the installer of `repo` with the
+    /// binaries in `bin_dir`, into `<sandbox>/prefix/bin`, hooks into the
+    /// sandbox's settings.json, and the MCP server registered by the real
+    /// `claude mcp add` (the CLI is first on PATH). Panics with what the
+    /// installer said.
+    #[track_caller]
+    pub fn install_ktr(&self, repo: &Path, bin_dir: &Path, config: &Path) {
+        let path_dir = &self.sandbox.path_dir;
+        fs::create_dir_all(path_dir).unwrap();
+        let _ = std::os::unix::fs::symlink(&self.bin, path_dir.join("claude"));
+        let path = self
+            .env()
+            .into_iter()
+            .find(|(k, _)| k == "PATH")
+            .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
+        let out = Command::new("sh")
+            .arg(repo.join("install"))
+            .arg("--prefix")
+            .arg(self.sandbox.root().join("prefix/bin"))
+            .arg("--bin-dir")
+            .arg(bin_dir)
+            .arg("--settings")
+            .arg(self.sandbox.home.join(".claude/settings.json"))
+            .arg("--config")
+            .arg(config)
+            .env_clear()
+            .envs(self.env())
+            .env("PATH", format!("{}:{path}", path_dir.display()))
+            .current_dir(&self.sandbox.work)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "install failed: {said}");
+        let registered = &self.claude_json()["mcpServers"]["ktr"];
+        assert!(
+            registered["command"]
+                .as_str()
+                .is_some_and(|c| c.ends_with("/prefix/bin/ktr-mcp")),
+            "claude mcp add did not register ktr-mcp: {registered}; install said: {said}"
+        );
+    }
+
     pub fn claude_json(&self) -> serde_json::Value {
         fs::read(self.sandbox.home.join(".claude.json"))
             .ok()

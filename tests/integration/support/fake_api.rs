@@ -214,6 +214,17 @@ pub fn message_texts(message: &Value) -> Vec<String> {
 
 /// Append every string inside `v` to `out`, each followed by a NUL (so a
 /// needle cannot match across two strings).
+/// The text the model was sent in `request`, system messages left aside.
+pub fn conversation(request: &Logged) -> String {
+    request
+        .messages()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .flat_map(message_texts)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub fn all_strings(v: &Value, out: &mut String) {
     match v {
         Value::String(s) => {

@@ -86,6 +86,18 @@ pub fn report(name: &str, text: &str) {
     }
 }
 
+/// `needles` all occur in `haystack`, in this order.
+#[track_caller]
+pub fn assert_in_order(haystack: &str, needles: &[&str]) {
+    let mut from = 0;
+    for needle in needles {
+        match haystack[from..].find(needle) {
+            Some(at) => from += at + needle.len(),
+            None => panic!("{needle} is missing (or out of order) in:\n{haystack}"),
+        }
+    }
+}
+
 /// Poll `cond` every 20 ms for up to `timeout`.
 /// Wait until the latest operation's status satisfies `done`; panics
 /// after `timeout` with `what` and `diagnosis()`.
