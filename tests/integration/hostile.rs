@@ -145,6 +145,21 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
     fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
     let op = store.latest().unwrap().unwrap();
+    // A planted `worker.log` link: the Stop hook does not start a stage
+    // through it, says why, and the request stays pending.
+    std::os::unix::fs::symlink(&victim, sandbox.state.join("worker.log")).unwrap();
+    let transcript = sandbox.transcript(SESSION);
+    let said = run(
+        &sandbox,
+        STOP,
+        &[],
+        &sandbox.stop_input(SESSION, &transcript),
+    );
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(said.contains("worker.log"), "{said}");
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
+    assert_eq!(store.load(&op.id).unwrap().status, Status::Pending);
+    fs::remove_file(sandbox.state.join("worker.log")).unwrap();
     // A planted `artifacts` link is refused, not written through.
     let outside = sandbox.root().join("outside");
     fs::create_dir(&outside).unwrap();

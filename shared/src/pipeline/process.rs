@@ -4,9 +4,8 @@
 //! No shell is used anywhere: every command is an argv vector.
 
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Output, Stdio};
@@ -182,12 +181,8 @@ pub fn spawn_detached(argv: &[String], env: &[(String, String)], log_file: &Path
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| Error::usage("cannot start a worker: empty command"))?;
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(log_file)
-        .map_err(|e| Error::io_at("open worker log", log_file, &e))?;
+    // Never through a link planted in the state dir (SPEC §15).
+    let log = crate::open::append_private(log_file)?;
     let err_log = log
         .try_clone()
         .map_err(|e| Error::io_at("open worker log", log_file, &e))?;

@@ -79,18 +79,10 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Opera
     })
 }
 
-/// Append `ack` as one JSON line to `path` (created 0600).
+/// Append `ack` as one JSON line to `path` (created 0600, never through a link).
 fn append_line(path: &Path, ack: &Ack) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let line = serde_json::to_string(ack).map_err(|e| Error::io(e.to_string()))? + "\n";
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(line.as_bytes()))
-        .map_err(|e| Error::io_at("append to", path, &e))
+    super::append_log(path, &line)
 }
 
 /// The operation whose candidate is `session_id`: the active one first,

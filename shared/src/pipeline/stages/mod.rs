@@ -261,16 +261,11 @@ pub fn spawn(
 /// How long `systemd-run --scope` may take to start a stage.
 const SCOPE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Append `line` to the worker log (created 0600).
-fn append_log(path: &Path, line: &str) -> Result<()> {
+/// Append `line` to the worker log (created 0600, never through a link).
+pub(crate) fn append_log(path: &Path, line: &str) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(line.as_bytes()))
+    crate::open::append_private(path)?
+        .write_all(line.as_bytes())
         .map_err(|e| Error::io_at("append to", path, &e))
 }
 
