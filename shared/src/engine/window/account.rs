@@ -263,10 +263,11 @@ fn to_u64(x: f64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn inputs(used: Option<u64>, window_estimate: u64, carried_estimate: u64) -> Inputs {
+    /// Inputs of a 1M window with 12k overhead (also used by the window's own tests).
+    pub(crate) fn inputs(used: Option<u64>, window_estimate: u64, carried_estimate: u64) -> Inputs {
         Inputs {
             used: used.map(|tokens| Usage {
                 tokens,

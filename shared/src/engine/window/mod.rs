@@ -257,28 +257,11 @@ mod tests {
 
     #[test]
     fn the_one_liner_reads_like_the_issue() {
-        let w = derive(&Inputs {
-            used: Some(usage::Usage {
-                tokens: 612_000,
-                at: Some("2026-11-30T14:02:11.000Z".into()),
-                model: None,
-            }),
-            missing: None,
-            window_estimate: 1_200_000,
-            carried_estimate: 58_000,
-            size: size::Size {
-                tokens: 1_000_000,
-                source: "test".into(),
-            },
-            overhead: Sourced {
-                tokens: 12_000,
-                source: "test".into(),
-            },
-            advise: Advise {
-                at_percent: 70,
-                min_free_percent: 50,
-            },
-        });
+        let w = derive(&super::account::tests::inputs(
+            Some(612_000),
+            1_200_000,
+            58_000,
+        ));
         assert_eq!(
             one_line(&w),
             "window 612k / 1M (61 %, measured by the API 14:02) · a rebuild would start at ≈ 41k (conversation 29k + overhead 12k) · frees 93 %"
