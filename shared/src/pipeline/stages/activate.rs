@@ -112,22 +112,6 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             );
         }
         pause_point(Stage::Activate, "switched");
-        let probed = probe_wanted(config);
-        if probed {
-            if let Err(e) = probe(config, &new_id) {
-                return fall_back(
-                    config,
-                    store,
-                    &op,
-                    &target,
-                    &format!("new session {new_id} unhealthy: {e}"),
-                    steps,
-                );
-            }
-            steps.say(format!(
-                "probe: Claude Code resumed {new_id} (no model call)"
-            ));
-        }
         // The keyboard comes back as soon as the new Claude Code shows its
         // input box, while the health check goes on.
         let switched = Instant::now();
@@ -140,7 +124,7 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                     (switched.elapsed(), shown)
                 })
             });
-            let health = healthy(config, store, &target, id, &new_id, probed);
+            let health = healthy(config, store, &target, id, &new_id);
             (health, released.and_then(|r| r.join().ok()))
         });
         if let Some((after, shown)) = held {
@@ -391,18 +375,24 @@ fn newer_transcript(
     Ok(None)
 }
 
-/// The target runs `new_id` healthily; with `ktr-ack` installed (tmux),
-/// Claude Code also acknowledged the resume. Returns the identity seen.
+/// The target runs `new_id` healthily; with `ktr-ack` installed (tmux), or
+/// after pointer mode's probe, Claude Code also acknowledged the resume.
+/// Returns the identity seen.
 fn healthy(
     config: &Config,
     store: &Store,
     target: &Target,
     id: &str,
     new_id: &str,
-    probed: bool,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
     let identity = target.health(new_id, wait)?;
+    // Pointer mode has no process to watch: Claude Code loads the session
+    // once, and its receipt below is the proof.
+    let probed = probe_wanted(config);
+    if probed {
+        probe(config, new_id)?;
+    }
     if probed || (config.activation == Activation::Tmux && ack_installed(config)) {
         let deadline = Instant::now() + wait;
         loop {
