@@ -11,6 +11,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use crate::support::corpus_dir;
+use crate::support::fake_api::content_texts;
 use crate::support::plan::*;
 use serde_json::Value;
 
@@ -42,19 +43,6 @@ fn is_reply_tool(name: &str) -> bool {
     name.starts_with("mcp__")
         && name.ends_with("__reply")
         && (name.contains("companion") || name.contains("telegram"))
-}
-
-/// Text of a content value: a string, or the `text` of its text blocks.
-fn content_texts(content: &Value) -> Vec<String> {
-    match content {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter(|b| b["type"] == "text")
-            .filter_map(|b| b["text"].as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// The content of a record's `message`; a bare string `message` counts as its

@@ -385,18 +385,7 @@ fn rollback_after_activation_resumes_the_old_session() {
 
 /// `ktr status OP` as a human reads it.
 fn ktr_status(rig: &Rig, id: &str) -> String {
-    let out = rig
-        .program(env!("CARGO_BIN_EXE_ktr"))
-        .envs(rig.hook_env())
-        .args(["status", id])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    rig.ktr(&["status", id])
 }
 
 #[test]

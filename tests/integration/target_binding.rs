@@ -436,17 +436,7 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
 /// `ktr request --confirm REBUILD` as a human types it (unbound): the CLI
 /// records what the target runs at that moment.
 fn request_by_hand(rig: &Rig) -> Operation {
-    let out = rig
-        .program(env!("CARGO_BIN_EXE_ktr"))
-        .envs(rig.hook_env())
-        .args(["request", "--confirm", "REBUILD"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rig.ktr(&["request", "--confirm", "REBUILD"]);
     rig.store().latest().unwrap().unwrap()
 }
 

@@ -201,7 +201,12 @@ impl Drop for FakeApi {
 
 /// All text of a message's content (string or text blocks), in order.
 pub fn message_texts(message: &Value) -> Vec<String> {
-    match &message["content"] {
+    content_texts(&message["content"])
+}
+
+/// Text of a content value: a string, or the `text` of its text blocks.
+pub fn content_texts(content: &Value) -> Vec<String> {
+    match content {
         Value::String(s) => vec![s.clone()],
         Value::Array(blocks) => blocks
             .iter()

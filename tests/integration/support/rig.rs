@@ -244,6 +244,24 @@ impl Rig {
         }
     }
 
+    /// `ktr ARGS` as a human runs it against this installation; panics
+    /// with its stderr unless it succeeds; returns its stdout.
+    #[track_caller]
+    pub fn ktr(&self, args: &[&str]) -> String {
+        let out = self
+            .program(env!("CARGO_BIN_EXE_ktr"))
+            .envs(self.hook_env())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ktr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     pub fn config(&self) -> Config {
         Config::load(Some(&self.sandbox.config)).unwrap()
     }
