@@ -19,6 +19,7 @@ mod claude_turns;
 mod claude_window;
 mod corpus;
 mod doctor;
+mod golden;
 mod hostile;
 mod install;
 mod kill;
