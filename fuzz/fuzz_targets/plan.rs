@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
         "project_dir = \"/nonexistent\"\nstamp_turns = true\nmax_event_chars = 500\non_malformed_line = \"skip\"",
     )
     .unwrap();
-    let Ok(plan) = ktr::engine::plan::build_from_reader(
+    let Ok(plan) = ktr::engine::plan::build_from_bytes(
         &config,
         Path::new("fuzz.jsonl"),
         data,

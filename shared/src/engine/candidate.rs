@@ -7,9 +7,11 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::engine::scan::{Event, Meta, Speech};
+use crate::engine::reread::{Reread, Said};
+use crate::engine::scan::{Event, Meta};
 use crate::engine::transcript::is_timestamp;
 use crate::engine::turns::{Item, ItemKind, Role, Turn};
+use crate::error::Result;
 use crate::fsutil::sha256_hex;
 
 /// Namespace of item uuids (a fixed, documented constant).
@@ -35,8 +37,16 @@ pub struct ManifestEntry {
     pub elided_chars: usize,
 }
 
-/// The candidate: its lines and manifest.
-#[derive(Debug, Clone)]
+/// Where the candidate's lines go, one at a time, each with its manifest
+/// entry: a file being written (prepare), a digest (verify), or memory
+/// ([`Candidate`], for `ktr plan --show-candidate` and tests).
+pub trait Sink {
+    /// One line (without its newline) and its manifest entry.
+    fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()>;
+}
+
+/// The candidate in memory: its lines and manifest.
+#[derive(Debug, Clone, Default)]
 pub struct Candidate {
     pub session_id: String,
     /// Each line without its newline.
@@ -57,6 +67,14 @@ impl Candidate {
     /// SHA-256 of [`Candidate::bytes`].
     pub fn sha256(&self) -> String {
         sha256_hex(&self.bytes())
+    }
+}
+
+impl Sink for Candidate {
+    fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()> {
+        self.lines.push(json.to_string());
+        self.manifest.push(entry);
+        Ok(())
     }
 }
 
@@ -124,43 +142,43 @@ struct TextBlock<'a> {
     text: &'a str,
 }
 
-/// Build the candidate for `turns` under `session_id`: the carried
-/// `SessionStart` contexts (`startup`, event indexes) first, then every item.
-pub fn build(
+/// Write the candidate for `turns` under `session_id` into `sink`: the
+/// carried `SessionStart` contexts (`startup`, event indexes) first, then
+/// every item, each text read again (`rd`) as it is written. Returns the
+/// number of lines.
+pub fn write(
     turns: &[Turn],
     startup: &[usize],
     events: &[Event],
     session_id: &str,
     earliest: Option<&str>,
-) -> Candidate {
+    rd: &Reread<'_>,
+    sink: &mut dyn Sink,
+) -> Result<usize> {
     let mut out = Writer {
         session_id,
-        lines: Vec::new(),
-        manifest: Vec::new(),
+        sink,
+        lines: 0,
         previous_uuid: None,
         previous_ts: earliest.unwrap_or(EPOCH).to_string(),
     };
     for &e in startup {
-        let event = &events[e];
-        if let Speech::StartupContext { text, attachment } = &event.speech {
-            out.attachment(event, text, attachment);
-        }
+        let (said, meta) = rd.said_and_meta(&events[e])?;
+        out.attachment(&said, &meta)?;
     }
     for item in turns.iter().flat_map(|t| &t.items) {
-        out.item(item, &events[item.event]);
+        let (said, meta) = rd.said_and_meta(&events[item.event])?;
+        let text = item.text(events, rd)?;
+        out.item(item, &text, &said, &meta)?;
     }
-    Candidate {
-        session_id: session_id.to_string(),
-        lines: out.lines,
-        manifest: out.manifest,
-    }
+    Ok(out.lines)
 }
 
 /// The candidate being written, line by line.
 struct Writer<'s> {
     session_id: &'s str,
-    lines: Vec<String>,
-    manifest: Vec<ManifestEntry>,
+    sink: &'s mut dyn Sink,
+    lines: usize,
     previous_uuid: Option<String>,
     previous_ts: String,
 }
@@ -172,7 +190,7 @@ impl Writer<'_> {
             .uuid
             .clone()
             .unwrap_or_else(|| format!("line-{}", meta.line));
-        let position = self.lines.len();
+        let position = self.lines;
         let uuid = Uuid::new_v5(
             &ITEM_NAMESPACE,
             format!("{}:{position}:{source_uuid}", self.session_id).as_bytes(),
@@ -208,41 +226,45 @@ impl Writer<'_> {
         }
     }
 
-    fn push(&mut self, json: String, entry: ManifestEntry, timestamp: String) {
+    fn push(&mut self, json: &str, entry: ManifestEntry, timestamp: String) -> Result<()> {
         self.previous_uuid = Some(entry.uuid.clone());
-        self.manifest.push(entry);
-        self.lines.push(json);
+        self.sink.line(json, entry)?;
+        self.lines += 1;
         self.previous_ts = timestamp;
+        Ok(())
     }
 
     fn entry(
         &self,
-        event: &Event,
+        meta: &Meta,
+        said: &Said,
         role: Role,
         kind: ItemKind,
         text: &str,
         uuid: &str,
     ) -> ManifestEntry {
-        let meta = &event.meta;
         ManifestEntry {
-            position: self.lines.len(),
+            position: self.lines,
             role,
             kind,
             source_uuid: meta.uuid.clone(),
             source_line: meta.line,
             source_timestamp: meta.timestamp.clone(),
-            source_sha256: event.source_sha256.clone(),
+            source_sha256: sha256_hex(said.raw.as_bytes()),
             carried_sha256: sha256_hex(text.as_bytes()),
             uuid: uuid.to_string(),
             elided_chars: 0,
         }
     }
 
-    fn attachment(&mut self, event: &Event, text: &str, attachment: &str) {
-        let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(attachment) else {
-            return; // the scan kept it from a parsed record: always valid JSON
+    fn attachment(&mut self, said: &Said, meta: &Meta) -> Result<()> {
+        let Some(Ok(raw)) = said
+            .attachment
+            .as_deref()
+            .map(serde_json::from_str::<&serde_json::value::RawValue>)
+        else {
+            return Ok(()); // read from a parsed record: always valid JSON
         };
-        let meta = &event.meta;
         let (uuid, timestamp) = self.next(meta);
         let line = AttachmentOut {
             head: self.head("attachment", meta, &uuid, &timestamp),
@@ -250,31 +272,28 @@ impl Writer<'_> {
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
         let entry = self.entry(
-            event,
+            meta,
+            said,
             Role::Attachment,
             ItemKind::StartupSnapshot,
-            text,
+            &said.text,
             &uuid,
         );
-        self.push(json, entry, timestamp);
+        self.push(&json, entry, timestamp)
     }
 
-    fn item(&mut self, item: &Item, event: &Event) {
-        let meta = &event.meta;
+    fn item(&mut self, item: &Item, text: &str, said: &Said, meta: &Meta) -> Result<()> {
         let (uuid, timestamp) = self.next(meta);
         let message = match item.role {
             // (items of turns are never attachments)
             Role::User | Role::Attachment => MessageOut::User {
                 role: "user",
-                content: &item.text,
+                content: text,
             },
             Role::Assistant => MessageOut::Assistant {
                 id: meta.message_id.as_deref(),
                 role: "assistant",
-                content: [TextBlock {
-                    kind: "text",
-                    text: &item.text,
-                }],
+                content: [TextBlock { kind: "text", text }],
             },
         };
         let line = LineOut {
@@ -283,8 +302,8 @@ impl Writer<'_> {
             message,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
-        let mut entry = self.entry(event, item.role, item.kind, &item.text, &uuid);
+        let mut entry = self.entry(meta, said, item.role, item.kind, text, &uuid);
         entry.elided_chars = item.elided_chars;
-        self.push(json, entry, timestamp);
+        self.push(&json, entry, timestamp)
     }
 }

@@ -155,11 +155,11 @@ fn chain(scan: &Scan) -> Result<History, String> {
             continue;
         }
         match n.event.map(|e| (e, &scan.events[e].speech)) {
-            Some((e, Speech::User(_) | Speech::Assistant(_) | Speech::Summary(_))) => {
+            Some((e, Speech::User | Speech::Assistant | Speech::Summary)) => {
                 abandoned.push(e);
                 hidden_earlier |= n.line < first_chain_line;
             }
-            Some((e, Speech::Slash(_))) => off_chain_commands.push(e),
+            Some((e, Speech::Slash)) => off_chain_commands.push(e),
             _ => {}
         }
     }

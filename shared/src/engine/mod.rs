@@ -14,6 +14,7 @@ pub mod conserve;
 pub mod ledger;
 pub mod plan;
 pub(crate) mod rawjson;
+pub mod reread;
 pub(crate) mod scan;
 pub mod transcript;
 pub mod turns;

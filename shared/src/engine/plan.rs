@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, HistoryMode, OnMalformed};
-use crate::engine::candidate::{self, Candidate};
+use crate::engine::candidate::{self, Candidate, Sink};
 use crate::engine::chain;
 use crate::engine::ledger::{self, Budget, LedgerReport, Measured};
+use crate::engine::reread::{Bytes, Reread};
 use crate::engine::scan::{Markers, NotSpeechCounts, Options, Scan};
 use crate::engine::turns::{self, LeftOutReason, Role, Selection};
 use crate::error::{Error, Result};
@@ -94,7 +95,23 @@ pub struct PlanReport {
     pub left_out: Vec<LeftOut>,
 }
 
-/// A plan: the report, the candidate it would write, and what it left out.
+/// A plan whose candidate was written into a [`Sink`]: the report and
+/// what else the pipeline keeps.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub report: PlanReport,
+    /// Formula estimate of what the current window holds (for the window account).
+    pub window_estimate: u64,
+    /// The frozen startup text (`startup_snapshot.txt`), if any.
+    pub startup_text: Option<String>,
+    /// The new session id the candidate was written under.
+    pub session_id: String,
+    /// Lines written into the sink.
+    pub lines: usize,
+}
+
+/// A plan with its candidate in memory (`ktr plan`, tests). The pipeline
+/// streams instead ([`build_into`]).
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub report: PlanReport,
@@ -109,6 +126,16 @@ impl Plan {
     /// Whether a check refused this plan.
     pub fn is_blocked(&self) -> bool {
         self.report.blocked_reason.is_some()
+    }
+
+    fn from(planned: Planned, mut candidate: Candidate) -> Plan {
+        candidate.session_id = planned.session_id;
+        Plan {
+            report: planned.report,
+            window_estimate: planned.window_estimate,
+            candidate,
+            startup_text: planned.startup_text,
+        }
     }
 }
 
@@ -183,13 +210,28 @@ fn transcript_in(project: &Path, path: &Path) -> Option<std::fs::Metadata> {
         .filter(std::fs::Metadata::is_file)
 }
 
-/// Plan a transcript file (already resolved by [`resolve_transcript`]).
+/// Plan a transcript file (already resolved by [`resolve_transcript`]),
+/// with the candidate in memory.
+pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
+    let mut candidate = Candidate::default();
+    let planned = build_into(config, path, new_session_id, &mut candidate)?;
+    Ok(Plan::from(planned, candidate))
+}
+
+/// Plan a transcript file and write the candidate into `sink`, line by line.
 /// The file is opened once — a regular file, not through a symlink swapped
 /// in after the check — and exactly the length it had at that moment is
 /// parsed and digested, so a file that grows meanwhile is read in bounded
 /// time and the digest describes the very bytes planned; if the file
-/// changed while it was read, `source_changed_while_read` says so.
-pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
+/// changed while it was read, `source_changed_while_read` says so. Texts
+/// are not kept between the two reads ([`crate::engine::reread`]): memory
+/// stays bounded by the number of records, not by their text.
+pub fn build_into(
+    config: &Config,
+    path: &Path,
+    new_session_id: Option<&str>,
+    sink: &mut dyn Sink,
+) -> Result<Planned> {
     let file = open_regular(path, Links::Refuse)
         .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", path.display())))?;
     let at_open = file
@@ -199,21 +241,23 @@ pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Resu
     // The digest is computed on a second core while this one parses.
     std::thread::scope(|s| {
         let digest = s.spawn(|| crate::fsutil::sha256_prefix(&file, len));
-        let mut plan = build_from_reader(
+        let mut planned = plan(
             config,
             path,
             BufReader::with_capacity(1 << 16, (&file).take(len)),
+            &file,
             new_session_id,
+            sink,
         )?;
         let (sha256, digested) = digest
             .join()
             .map_err(|_| Error::io(format!("digest of {} failed", path.display())))?
             .map_err(|e| Error::io_at("read", path, &e))?;
-        plan.report.source_sha256 = sha256;
-        plan.report.source_changed_while_read =
-            digested != len || plan.report.source_bytes != len || changed_since(&file, &at_open);
-        measure_window(config, path, &mut plan)?;
-        Ok(plan)
+        planned.report.source_sha256 = sha256;
+        planned.report.source_changed_while_read =
+            digested != len || planned.report.source_bytes != len || changed_since(&file, &at_open);
+        measure_window(config, path, &mut planned)?;
+        Ok(planned)
     })
 }
 
@@ -224,13 +268,29 @@ fn changed_since(file: &File, then: &std::fs::Metadata) -> bool {
     })
 }
 
-/// Plan from any reader (tests, fuzzing). `source_sha256` is left empty.
-pub fn build_from_reader<R: BufRead>(
+/// Plan transcript bytes held in memory (tests, fuzzing). `source_sha256`
+/// is left empty and no window is measured.
+pub fn build_from_bytes(
+    config: &Config,
+    path: &Path,
+    bytes: &[u8],
+    new_session_id: Option<&str>,
+) -> Result<Plan> {
+    let mut candidate = Candidate::default();
+    let planned = plan(config, path, bytes, &bytes, new_session_id, &mut candidate)?;
+    Ok(Plan::from(planned, candidate))
+}
+
+/// Both reads: the scan (`input`, once, in order) and the candidate
+/// (`again`, the same bytes at offsets).
+fn plan<R: BufRead>(
     config: &Config,
     path: &Path,
     input: R,
+    again: &dyn Bytes,
     new_session_id: Option<&str>,
-) -> Result<Plan> {
+    sink: &mut dyn Sink,
+) -> Result<Planned> {
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     let opts = Options {
         reply_tool: &config.reply_tool_pattern,
@@ -238,8 +298,9 @@ pub fn build_from_reader<R: BufRead>(
         command_expansions: config.carry_command_expansions,
     };
     let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
+    let rd = Reread::new(again, &opts);
     let history = chain::select(&scan, config.history);
-    let mut sel = turns::select(&scan.events, &history.events, config);
+    let mut sel = turns::select(&scan.events, &history.events, config, &rd)?;
     block_on_input_problems(config, &scan, &mut sel);
     let session_id = match new_session_id {
         Some(id) => {
@@ -248,14 +309,16 @@ pub fn build_from_reader<R: BufRead>(
         }
         None => uuid::Uuid::new_v4().to_string(),
     };
-    let candidate = candidate::build(
+    let lines = candidate::write(
         &sel.turns,
         &sel.startup_context,
         &scan.events,
         &session_id,
         scan.earliest_timestamp.as_deref(),
-    );
-    let mut left_out: Vec<LeftOut> = history
+        &rd,
+        sink,
+    )?;
+    let mut left_out: Vec<(usize, LeftOutReason)> = history
         .abandoned
         .iter()
         .map(|&e| (e, LeftOutReason::AbandonedBranch))
@@ -266,18 +329,31 @@ pub fn build_from_reader<R: BufRead>(
                 .map(|&e| (e, LeftOutReason::LocalCommand)),
         )
         .chain(sel.left_out.iter().copied())
-        .map(|(e, reason)| LeftOut {
-            line: scan.events[e].meta.line,
-            uuid: scan.events[e].meta.uuid.clone(),
-            reason,
-        })
         .collect();
-    left_out.sort_by_key(|l| l.line);
+    left_out.sort_by_key(|&(e, _)| scan.events[e].line);
+    let left_out = left_out
+        .into_iter()
+        .map(|(e, reason)| {
+            Ok(LeftOut {
+                line: scan.events[e].line,
+                uuid: rd.uuid(&scan.events[e])?,
+                reason,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let items: Vec<&turns::Item> = sel.turns.iter().flat_map(|t| &t.items).collect();
-    let preview = |i: &&turns::Item| Preview {
-        role: i.role,
-        text: i.text.chars().take(PREVIEW_CHARS).collect(),
+    let preview = |i: &&turns::Item| -> Result<Preview> {
+        Ok(Preview {
+            role: i.role,
+            text: i
+                .text(&scan.events, &rd)?
+                .chars()
+                .take(PREVIEW_CHARS)
+                .collect(),
+        })
     };
+    let first_carried = items.first().map(preview).transpose()?;
+    let last_carried = items.last().map(preview).transpose()?;
     let ledger = ledger::report(
         &Measured {
             window: &scan.window,
@@ -333,22 +409,23 @@ pub fn build_from_reader<R: BufRead>(
         blocked_reason: sel.blocked_reason.clone(),
         ledger,
         window: None,
-        first_carried: items.first().map(preview),
-        last_carried: items.last().map(preview),
+        first_carried,
+        last_carried,
         left_out,
     };
-    Ok(Plan {
+    Ok(Planned {
         report,
-        candidate,
         window_estimate: crate::engine::window::window_estimate(&scan.window),
         startup_text: sel.startup_text,
+        session_id,
+        lines,
     })
 }
 
 /// The window account of a planned transcript: refuses a rebuild whose
 /// window would not fit under Claude Code's compaction point, and adds the
 /// window's advice to the ledger's reasons.
-fn measure_window(config: &Config, path: &Path, plan: &mut Plan) -> Result<()> {
+fn measure_window(config: &Config, path: &Path, plan: &mut Planned) -> Result<()> {
     let report = &mut plan.report;
     let w = crate::engine::window::for_plan(
         config,

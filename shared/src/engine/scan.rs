@@ -9,12 +9,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::BufRead;
 
 use regex::Regex;
-use sha2::{Digest, Sha256};
 
 use crate::engine::classify::{self, AssistantReading, NotSpeech, UserReading};
 use crate::engine::ledger::{Category, Tally};
 use crate::engine::transcript::{self, Attachment, Content, Line, Parent, Record};
-use crate::fsutil::hex;
 
 /// Interned uuid or message id.
 pub type Sym = u32;
@@ -54,31 +52,103 @@ pub struct Node {
     pub event: Option<usize>,
 }
 
-/// What a speech-bearing record says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a speech-bearing record says (its kind; the text itself is read
+/// again from the file when the candidate is written, see
+/// [`crate::engine::reread`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Speech {
     /// Typed, channel or queued words, or words typed when rejecting a tool.
-    User(String),
+    User,
     /// A slash command rendered `/name args` (speech only if answered).
-    Slash(String),
+    Slash,
     /// Assistant text (and reply-tool texts).
-    Assistant(String),
+    Assistant,
     /// A compaction summary.
-    Summary(String),
+    Summary,
     /// A slash command's expansion (`isMeta` + `turnCompanion`), carried
     /// with the command it follows.
-    Expansion(String),
+    Expansion,
     /// A `SessionStart` hook's context recorded before any speech in the file
-    /// (the startup snapshot of today's format): its text and the raw
-    /// `attachment` object, carried verbatim so Claude Code renders it as
-    /// it did for the original.
-    StartupContext { text: String, attachment: String },
+    /// (the startup snapshot of today's format), carried verbatim as an
+    /// `attachment` line so Claude Code renders it as it did for the original.
+    StartupContext,
     /// Only injected elements including a `<system-reminder>` (a startup
     /// snapshot candidate when it comes before any speech).
     Injected,
 }
 
-/// Metadata copied onto the candidate line.
+/// How the scan read a record, so that the second read reads it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A user text ktr wrote itself (a stamp or the startup header first).
+    CarriedBefore,
+    /// A user record read by [`classify::read_user`].
+    User,
+    /// A `queued_command` attachment.
+    Queued,
+    /// An assistant record.
+    Assistant,
+    /// A `SessionStart` hook context attachment.
+    StartupContext,
+}
+
+/// Where a record's line is in the bytes the scan read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LineRef {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The characters of a text, counted the way the token estimate needs
+/// (SPEC §6), so that estimates of joined texts need no text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub cjk: u64,
+    pub other: u64,
+}
+
+impl Counts {
+    /// Count `text`.
+    pub fn of(text: &str) -> Counts {
+        let mut c = Counts::default();
+        for ch in text.chars() {
+            let u = ch as u32;
+            let is_cjk = matches!(u,
+                0x3000..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF | 0xFF00..=0xFFEF);
+            if is_cjk {
+                c.cjk += 1;
+            } else {
+                c.other += 1;
+            }
+        }
+        c
+    }
+    /// Token estimate (SPEC §6): CJK code points × 1.1 + others ÷ 1.5, truncated.
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    pub fn tokens(self) -> u64 {
+        (self.cjk as f64 * 1.1 + self.other as f64 / 1.5) as u64
+    }
+    /// Characters counted.
+    pub fn chars(self) -> u64 {
+        self.cjk + self.other
+    }
+}
+
+impl std::ops::Add for Counts {
+    type Output = Counts;
+    fn add(self, o: Counts) -> Counts {
+        Counts {
+            cjk: self.cjk + o.cjk,
+            other: self.other + o.other,
+        }
+    }
+}
+
+/// Metadata copied onto the candidate line (read again with the text).
 #[derive(Debug, Clone, Default)]
 pub struct Meta {
     pub line: usize,
@@ -90,32 +160,39 @@ pub struct Meta {
     pub git_branch: Option<String>,
     pub user_type: Option<String>,
     pub entrypoint: Option<String>,
-    /// The time a stamp may show: the record's own timestamp when it
-    /// parses, else the nearest parseable one before it in the file, else
-    /// none. A stamp is never built from anything else.
-    pub stamp_time: Option<String>,
 }
 
-impl Meta {
-    /// The record's own timestamp is missing or does not parse.
-    pub fn timestamp_broken(&self) -> bool {
-        !self
-            .timestamp
-            .as_deref()
-            .is_some_and(transcript::is_timestamp)
-    }
+/// What selection needs to know of a speech text without holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TextFacts {
+    pub counts: Counts,
+    pub bytes: u64,
+    /// Only whitespace.
+    pub blank: bool,
+    /// Starts with a stamp or the startup header ([`Markers::carried_before`]).
+    pub carried_before: bool,
 }
 
-/// A record that holds speech (or a startup snapshot candidate).
+/// A record that holds speech (or a startup snapshot candidate): its kind,
+/// where it is, and the facts of its text. Nothing of the text is kept.
 #[derive(Debug, Clone)]
 pub struct Event {
-    pub meta: Meta,
+    pub line: usize,
+    pub at: LineRef,
     pub speech: Speech,
-    /// SHA-256 of the source text before any stripping.
-    pub source_sha256: String,
-    /// Raw text with tags, when the record held a real `<system-reminder>`
-    /// element and no speech came before it in the file.
-    pub snapshot: Option<String>,
+    pub via: Via,
+    pub text: TextFacts,
+    /// Speech came before this record in the file (the reading depends on it).
+    pub seen_speech: bool,
+    /// The record held a real `<system-reminder>` element and no speech came
+    /// before it: its raw text (tags included) is a startup snapshot.
+    pub snapshot: bool,
+    /// The record's own timestamp is missing or does not parse.
+    pub timestamp_broken: bool,
+    /// The record whose timestamp a stamp may show: this one when its own
+    /// parses, else the nearest earlier record with a parseable one, else
+    /// none. A stamp is never built from anything else.
+    pub stamp_at: Option<LineRef>,
 }
 
 /// Counters of records that are not speech.
@@ -207,8 +284,8 @@ pub struct Scan {
     symbols: HashMap<Box<str>, Sym>,
     speech_uuids: HashSet<Sym>,
     seen_speech: bool,
-    /// The last parseable timestamp seen so far (file order).
-    last_timestamp: Option<String>,
+    /// The record with the last parseable timestamp so far (file order).
+    last_timestamp_at: Option<LineRef>,
 }
 
 const KNOWN_RECORD_TYPES: &[&str] = &[
@@ -315,7 +392,7 @@ impl Scan {
             window_start_line: 1,
             ..Scan::default()
         };
-        transcript::for_each_line(input, |number, raw, line| {
+        transcript::for_each_line(input, |number, offset, raw, line| {
             scan.lines = number;
             scan.bytes += raw.len() as u64 + 1;
             match line {
@@ -326,7 +403,13 @@ impl Scan {
                         scan.malformed.push((number, why));
                     }
                 }
-                Line::Record(record) => scan.record(number, raw.len(), &record, opts),
+                Line::Record(record) => {
+                    let at = LineRef {
+                        offset,
+                        len: raw.len() as u64,
+                    };
+                    scan.record(number, at, &record, opts);
+                }
             }
         })?;
         Ok(scan)
@@ -374,7 +457,8 @@ impl Scan {
         );
     }
 
-    fn record(&mut self, number: usize, len: usize, r: &Record<'_>, opts: &Options<'_>) {
+    fn record(&mut self, number: usize, at: LineRef, r: &Record<'_>, opts: &Options<'_>) {
+        let len = usize::try_from(at.len).unwrap_or(usize::MAX);
         if let Some(v) = r.version.get()
             && !self.versions.contains(v.as_ref())
         {
@@ -397,9 +481,9 @@ impl Scan {
                 .or_default() += 1;
         }
         let (role, event) = match kind {
-            "user" => (RecordRole::User, self.user(number, r, opts)),
-            "assistant" => (RecordRole::Assistant, self.assistant(number, r, opts)),
-            "attachment" => (RecordRole::Other, self.attachment(number, r)),
+            "user" => (RecordRole::User, self.user(number, at, r, opts)),
+            "assistant" => (RecordRole::Assistant, self.assistant(number, at, r, opts)),
+            "attachment" => (RecordRole::Other, self.attachment(number, at, r, opts)),
             "system" => {
                 if r.subtype.get().is_some_and(|s| s == "compact_boundary") {
                     self.window = Tally::default();
@@ -416,8 +500,11 @@ impl Scan {
             }
         };
         self.node(number, r, role, event);
-        if let Some(ts) = r.timestamp.get().filter(|t| transcript::is_timestamp(t)) {
-            self.last_timestamp = Some(ts.to_string());
+        if r.timestamp
+            .get()
+            .is_some_and(|t| transcript::is_timestamp(t))
+        {
+            self.last_timestamp_at = Some(at);
         }
     }
 
@@ -473,30 +560,41 @@ impl Scan {
         });
     }
 
-    fn push_event(
-        &mut self,
-        number: usize,
-        r: &Record<'_>,
-        speech: Speech,
-        raw: &str,
-        snapshot: Option<String>,
-    ) -> usize {
-        let mut meta = meta(number, r);
-        meta.stamp_time = if meta.timestamp_broken() {
-            self.last_timestamp.clone()
-        } else {
-            meta.timestamp.clone()
-        };
+    fn push_event(&mut self, read: &Read<'_>, r: &Record<'_>, opts: &Options<'_>) -> usize {
+        let broken = !r
+            .timestamp
+            .get()
+            .is_some_and(|t| transcript::is_timestamp(t));
         self.events.push(Event {
-            meta,
-            speech,
-            source_sha256: hex(&Sha256::digest(raw.as_bytes())),
-            snapshot,
+            line: read.number,
+            at: read.at,
+            speech: read.speech,
+            via: read.via,
+            text: TextFacts {
+                counts: Counts::of(read.text),
+                bytes: read.text.len() as u64,
+                blank: read.text.trim().is_empty(),
+                carried_before: opts.markers.carried_before(read.text),
+            },
+            seen_speech: read.seen_speech,
+            snapshot: read.snapshot,
+            timestamp_broken: broken,
+            stamp_at: if broken {
+                self.last_timestamp_at
+            } else {
+                Some(read.at)
+            },
         });
         self.events.len() - 1
     }
 
-    fn user(&mut self, number: usize, r: &Record<'_>, opts: &Options<'_>) -> Option<usize> {
+    fn user(
+        &mut self,
+        number: usize,
+        at: LineRef,
+        r: &Record<'_>,
+        opts: &Options<'_>,
+    ) -> Option<usize> {
         self.tally_user_blocks(r);
         if let Some(raw) = r.tool_use_result {
             let cat = if r.sidechain() {
@@ -506,6 +604,16 @@ impl Scan {
             };
             self.tally(cat, raw.get().len());
         }
+        let seen_speech = self.seen_speech;
+        let read = |speech, via, text, snapshot| Read {
+            number,
+            at,
+            speech,
+            via,
+            text,
+            seen_speech,
+            snapshot,
+        };
         // Text ktr wrote itself (stamped items, the startup header) is carried as it is.
         if let Content::Text(t) = &r.message.content
             && !r.sidechain()
@@ -514,52 +622,50 @@ impl Scan {
         {
             // A startup snapshot frozen by an earlier rebuild stays the
             // startup snapshot (same digest), under the header once.
-            let snapshot = (!self.seen_speech && opts.markers.is_header(t))
-                .then(|| t.split_once('\n').map_or("", |(_, raw)| raw).to_string());
+            let snapshot = !seen_speech && opts.markers.is_header(t);
             self.conversation(t);
             self.seen_speech = true;
-            return Some(self.push_event(number, r, Speech::User(t.to_string()), t, snapshot));
+            return Some(self.push_event(
+                &read(Speech::User, Via::CarriedBefore, t, snapshot),
+                r,
+                opts,
+            ));
         }
         let reading = classify::read_user(r);
         let content_len = r.message.content.byte_len();
-        let snapshot =
-            (reading.had_reminder && !self.seen_speech).then(|| reading.raw_text.clone());
-        let speech = match reading.reading {
+        let snapshot = reading.had_reminder && !seen_speech;
+        let (speech, text) = match &reading.reading {
             UserReading::Speech(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
-                self.conversation(&text);
+                self.conversation(text);
                 self.seen_speech = true;
-                Speech::User(text)
+                (Speech::User, text.as_str())
             }
             UserReading::Slash(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
-                Speech::Slash(text)
+                (Speech::Slash, text.as_str())
             }
             UserReading::CompactSummary(text) => {
                 self.tally(Category::CompactSummary, content_len);
-                Speech::Summary(text)
+                (Speech::Summary, text.as_str())
             }
             UserReading::Expansion(text) if opts.command_expansions => {
-                self.conversation(&text);
-                Speech::Expansion(text)
+                self.conversation(text);
+                (Speech::Expansion, text.as_str())
             }
             UserReading::Expansion(_) => {
                 self.not_speech(NotSpeech::MetaInjection, content_len, 0);
                 return None;
             }
             UserReading::NotSpeech(why) => {
-                self.not_speech(why, content_len, reading.injected_bytes);
-                snapshot.as_ref()?;
-                Speech::Injected
+                self.not_speech(*why, content_len, reading.injected_bytes);
+                if !snapshot {
+                    return None;
+                }
+                (Speech::Injected, "")
             }
         };
-        let raw = if reading.raw_text.is_empty() {
-            speech_text(&speech)
-        } else {
-            &reading.raw_text
-        };
-        let raw = raw.to_string();
-        Some(self.push_event(number, r, speech, &raw, snapshot))
+        Some(self.push_event(&read(speech, Via::User, text, snapshot), r, opts))
     }
 
     fn not_speech(&mut self, why: NotSpeech, content_len: usize, injected: usize) {
@@ -620,7 +726,13 @@ impl Scan {
         }
     }
 
-    fn assistant(&mut self, number: usize, r: &Record<'_>, opts: &Options<'_>) -> Option<usize> {
+    fn assistant(
+        &mut self,
+        number: usize,
+        at: LineRef,
+        r: &Record<'_>,
+        opts: &Options<'_>,
+    ) -> Option<usize> {
         if let Content::Blocks(blocks) = &r.message.content {
             let cat_for_sidechain = r.sidechain() || r.meta();
             for raw in blocks {
@@ -641,9 +753,17 @@ impl Scan {
         match classify::read_assistant(r, opts.reply_tool) {
             AssistantReading::Speech(text) => {
                 self.conversation(&text);
+                let read = Read {
+                    number,
+                    at,
+                    speech: Speech::Assistant,
+                    via: Via::Assistant,
+                    text: &text,
+                    seen_speech: self.seen_speech,
+                    snapshot: false,
+                };
                 self.seen_speech = true;
-                let raw = text.clone();
-                Some(self.push_event(number, r, Speech::Assistant(text), &raw, None))
+                Some(self.push_event(&read, r, opts))
             }
             AssistantReading::Synthetic => {
                 self.not_speech.synthetic_assistant += 1;
@@ -658,7 +778,13 @@ impl Scan {
         }
     }
 
-    fn attachment(&mut self, number: usize, r: &Record<'_>) -> Option<usize> {
+    fn attachment(
+        &mut self,
+        number: usize,
+        at: LineRef,
+        r: &Record<'_>,
+        opts: &Options<'_>,
+    ) -> Option<usize> {
         let raw = r.attachment?;
         let attachment = Attachment::parse(raw);
         let kind = attachment.kind();
@@ -673,22 +799,26 @@ impl Scan {
             self.tally(Category::Sidechain, raw.get().len());
             return None;
         }
-        if !self.seen_speech
-            && let Some(text) = classify::session_start_context(&attachment)
-        {
+        let seen_speech = self.seen_speech;
+        let read = |speech, via, text| Read {
+            number,
+            at,
+            speech,
+            via,
+            text,
+            seen_speech,
+            snapshot: false,
+        };
+        if !seen_speech && let Some(text) = classify::session_start_context(&attachment) {
             self.tally(Category::Attachment, raw.get().len());
-            let speech = Speech::StartupContext {
-                attachment: raw.get().to_string(),
-                text: text.clone(),
-            };
-            return Some(self.push_event(number, r, speech, &text, None));
+            let read = read(Speech::StartupContext, Via::StartupContext, &text);
+            return Some(self.push_event(&read, r, opts));
         }
         match classify::read_queued(&attachment) {
             Some(UserReading::Speech(text)) => {
                 self.conversation(&text);
                 self.seen_speech = true;
-                let raw_text = text.clone();
-                Some(self.push_event(number, r, Speech::User(text), &raw_text, None))
+                Some(self.push_event(&read(Speech::User, Via::Queued, &text), r, opts))
             }
             Some(_) => {
                 self.not_speech.queued_commands_other += 1;
@@ -706,16 +836,15 @@ impl Scan {
     }
 }
 
-fn speech_text(speech: &Speech) -> &str {
-    match speech {
-        Speech::User(t)
-        | Speech::Slash(t)
-        | Speech::Assistant(t)
-        | Speech::Summary(t)
-        | Speech::Expansion(t)
-        | Speech::StartupContext { text: t, .. } => t,
-        Speech::Injected => "",
-    }
+/// One speech-bearing record as the scan read it (its text only borrowed).
+struct Read<'t> {
+    number: usize,
+    at: LineRef,
+    speech: Speech,
+    via: Via,
+    text: &'t str,
+    seen_speech: bool,
+    snapshot: bool,
 }
 
 /// The `type` of a raw block, found without parsing the block.
@@ -723,7 +852,8 @@ fn block_kind(raw: &str) -> &str {
     crate::engine::rawjson::top_level_str(raw, "type").unwrap_or("other")
 }
 
-fn meta(number: usize, r: &Record<'_>) -> Meta {
+/// The fields of a record the candidate line copies.
+pub fn meta(number: usize, r: &Record<'_>) -> Meta {
     let own = |s: &crate::engine::transcript::Lenient<crate::engine::transcript::Str<'_>>| {
         s.get().map(std::string::ToString::to_string)
     };
@@ -737,6 +867,5 @@ fn meta(number: usize, r: &Record<'_>) -> Meta {
         git_branch: own(&r.git_branch),
         user_type: own(&r.user_type),
         entrypoint: own(&r.entrypoint),
-        stamp_time: None,
     }
 }

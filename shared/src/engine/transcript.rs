@@ -26,25 +26,28 @@ pub enum Line<'a> {
     Record(Box<Record<'a>>),
 }
 
-/// Read `input` line by line, calling `f(line_number, raw_bytes, line)`.
+/// Read `input` line by line, calling `f(line_number, offset, raw_bytes, line)`.
 ///
-/// `line_number` is 1-based. A final line without `\n` is passed like any
+/// `line_number` is 1-based; `offset` is where the line starts in `input`. A final line without `\n` is passed like any
 /// other (a parse failure there is reported as malformed; the stability
 /// wait of prepare decides whether it was still being written).
 pub fn for_each_line<R: BufRead>(
     mut input: R,
-    mut f: impl FnMut(usize, &[u8], Line<'_>),
+    mut f: impl FnMut(usize, u64, &[u8], Line<'_>),
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     let mut number = 0usize;
+    let mut offset = 0u64;
     loop {
         buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
+        let read = input.read_until(b'\n', &mut buf)?;
+        if read == 0 {
             return Ok(());
         }
         number += 1;
         let line = trim_newline(&buf);
-        f(number, line, parse_line(line));
+        f(number, offset, line, parse_line(line));
+        offset += read as u64;
     }
 }
 

@@ -8,7 +8,9 @@
 use regex::Regex;
 
 use crate::config::{CarryOverflow, Config};
-use crate::engine::scan::{Event, Markers, Speech};
+use crate::engine::reread::Reread;
+use crate::engine::scan::{Counts, Event, Markers, Speech};
+use crate::error::Result;
 
 /// Who speaks an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -48,16 +50,37 @@ pub enum ItemKind {
     CompactSummary,
 }
 
-/// One carried item: the final text and where it came from.
+/// One carried item: where its text comes from and what is done to it.
+/// The text itself is read again only when it is needed
+/// ([`Item::text`]); its token estimate is known without it.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub role: Role,
     pub kind: ItemKind,
-    pub text: String,
-    /// Index into `scan.events`.
+    /// Index into `scan.events` (the command's for a slash command).
     pub event: usize,
+    pub body: Body,
+    /// The stamp line put before the text (SPEC §6), newline included.
+    pub stamp: Option<String>,
     /// Characters removed by `max_event_chars` (0 = whole).
     pub elided_chars: usize,
+    /// Of the final text (stamp included).
+    pub counts: Counts,
+    /// The final text starts with a stamp or the startup header.
+    carried_before: bool,
+}
+
+/// What an item's text (before its stamp) is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// The event's own text.
+    Said,
+    /// A slash command followed by its expansion (`carry_command_expansions`).
+    Command { expansion: usize },
+    /// A text made here: the startup snapshot under its header, or an elided
+    /// text (both bounded: a snapshot is read once, elision keeps
+    /// `max_event_chars`).
+    Made(String),
 }
 
 /// A user question (or channel message…) and the answer that followed.
@@ -72,7 +95,7 @@ impl Turn {
     }
     /// Estimated tokens of the turn.
     pub fn tokens(&self) -> u64 {
-        self.items.iter().map(|i| estimate_tokens(&i.text)).sum()
+        self.items.iter().map(|i| i.counts.tokens()).sum()
     }
 }
 
@@ -122,22 +145,18 @@ pub struct Selection {
 
 /// Token estimate (SPEC §6): CJK code points × 1.1 + others ÷ 1.5, truncated.
 pub fn estimate_tokens(text: &str) -> u64 {
-    let (mut cjk, mut other) = (0u64, 0u64);
-    for c in text.chars() {
-        let u = c as u32;
-        let is_cjk = matches!(u,
-            0x3000..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF | 0xFF00..=0xFFEF);
-        if is_cjk {
-            cjk += 1;
-        } else {
-            other += 1;
-        }
-    }
-    (cjk as f64 * 1.1 + other as f64 / 1.5) as u64
+    Counts::of(text).tokens()
 }
 
-/// Group the conversation's events into turns and apply every selection rule.
-pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
+/// Group the conversation's events into turns and apply every selection
+/// rule. Texts are read again (`rd`) only where a rule needs one: startup
+/// snapshots, over-long items, the poison check of the last turns.
+pub fn select(
+    events: &[Event],
+    order: &[usize],
+    config: &Config,
+    rd: &Reread<'_>,
+) -> Result<Selection> {
     let mut sel = Selection::default();
     let mut builder = Builder::default();
     let mut seen_speech = false;
@@ -147,93 +166,77 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
         let event = &events[e];
-        match &event.speech {
-            Speech::StartupContext { text, .. } => {
+        match event.speech {
+            Speech::StartupContext => {
                 // Every SessionStart context before the first speech (one
                 // per hook); it replaces the older reminder snapshot.
                 if !seen_speech && config.freeze_startup_snapshot {
                     sel.startup_context.push(e);
+                    let text = rd.said(event)?.text;
                     let frozen = sel.startup_text.get_or_insert_with(String::new);
                     if !frozen.is_empty() {
                         frozen.push_str("\n\n");
                     }
-                    frozen.push_str(text);
+                    frozen.push_str(&text);
                     snapshot_done = true;
                 }
             }
             Speech::Injected => {
-                if !seen_speech
-                    && !snapshot_done
-                    && let Some(raw) = &event.snapshot
-                {
-                    freeze_reminder(&mut sel, &mut builder, config, e, event, raw);
+                if !seen_speech && !snapshot_done && event.snapshot {
+                    freeze_reminder(&mut sel, &mut builder, config, e, event, rd)?;
                     snapshot_done = true;
                 }
             }
-            Speech::Expansion(_) => {
+            Speech::Expansion => {
                 if pending_slash.is_some() {
                     pending_expansion = Some(e);
                 }
             }
-            Speech::User(text) => {
+            Speech::User => {
                 pending_expansion = None;
                 if let Some(s) = pending_slash.take() {
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
                 }
-                match (&event.snapshot, seen_speech || snapshot_done) {
-                    (Some(raw), false) => {
-                        freeze_reminder(&mut sel, &mut builder, config, e, event, raw);
-                        snapshot_done = true;
-                    }
-                    _ => builder.user(Item::new(Role::User, ItemKind::Speech, text.clone(), e)),
+                if event.snapshot && !(seen_speech || snapshot_done) {
+                    freeze_reminder(&mut sel, &mut builder, config, e, event, rd)?;
+                    snapshot_done = true;
+                } else {
+                    builder.user(Item::said(Role::User, ItemKind::Speech, e, event));
                 }
                 seen_speech = true;
             }
-            Speech::Slash(_) => {
+            Speech::Slash => {
                 pending_expansion = None;
                 if let Some(s) = pending_slash.replace(e) {
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
                 }
             }
-            Speech::Assistant(text) => {
-                if let Some(s) = pending_slash.take()
-                    && let Speech::Slash(cmd) = &events[s].speech
-                {
-                    let mut text = cmd.clone();
-                    if let Some(Speech::Expansion(expansion)) =
-                        pending_expansion.take().map(|x| &events[x].speech)
-                    {
-                        text = format!("{text}\n\n{expansion}");
+            Speech::Assistant => {
+                if let Some(s) = pending_slash.take() {
+                    let mut item = Item::said(Role::User, ItemKind::SlashCommand, s, &events[s]);
+                    if let Some(x) = pending_expansion.take() {
+                        item.body = Body::Command { expansion: x };
+                        item.counts = item.counts + Counts::of("\n\n") + events[x].text.counts;
                         sel.command_expansions_carried += 1;
                     }
-                    builder.user(Item::new(Role::User, ItemKind::SlashCommand, text, s));
+                    builder.user(item);
                 }
-                if builder.assistant(Item::new(
-                    Role::Assistant,
-                    ItemKind::Speech,
-                    text.clone(),
-                    e,
-                )) {
+                if builder.assistant(Item::said(Role::Assistant, ItemKind::Speech, e, event)) {
                     sel.leading_assistant_turns += 1;
                 }
                 seen_speech = true;
             }
-            Speech::Summary(text) => {
+            Speech::Summary => {
                 // A blank summary carries nothing (and an empty user item
                 // is not a message Claude Code can send): dropped, counted.
-                if seen_speech || text.trim().is_empty() {
+                if seen_speech || event.text.blank {
                     sel.compact_summaries_dropped += 1;
                     sel.left_out.push((e, LeftOutReason::CompactSummaryDropped));
                 } else {
                     sel.compact_summaries_carried += 1;
-                    builder.user(Item::new(
-                        Role::User,
-                        ItemKind::CompactSummary,
-                        text.clone(),
-                        e,
-                    ));
+                    builder.user(Item::said(Role::User, ItemKind::CompactSummary, e, event));
                     seen_speech = true;
                 }
             }
@@ -261,12 +264,11 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
                 .map(|i| (i.event, LeftOutReason::OpenTailDropped)),
         );
     }
-    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     for turn in &mut turns {
-        finish_turn(turn, events, config, &markers, &mut sel);
+        finish_turn(turn, events, config, rd, &mut sel)?;
     }
     apply_cap(&mut turns, config, &mut sel);
-    sel.poison_hits = poison_hits(&turns, &config.poison_pattern);
+    sel.poison_hits = poison_hits(&turns, &config.poison_pattern, events, rd)?;
     if sel.blocked_reason.is_none() && sel.poison_hits >= 2 {
         sel.blocked_reason = Some(format!(
             "recent context looks poisoned: {} matches of poison_pattern in the last 10 turns; rebuild from durable memory instead, or adjust poison_pattern if this is a false alarm",
@@ -275,18 +277,58 @@ pub fn select(events: &[Event], order: &[usize], config: &Config) -> Selection {
     }
     sel.estimated_tokens = turns.iter().map(Turn::tokens).sum();
     sel.turns = turns;
-    sel
+    Ok(sel)
 }
 
 impl Item {
-    fn new(role: Role, kind: ItemKind, text: String, event: usize) -> Item {
+    /// An item whose text is `event`'s own.
+    fn said(role: Role, kind: ItemKind, e: usize, event: &Event) -> Item {
         Item {
             role,
             kind,
-            text,
-            event,
+            event: e,
+            body: Body::Said,
+            stamp: None,
+            elided_chars: 0,
+            counts: event.text.counts,
+            carried_before: event.text.carried_before,
+        }
+    }
+
+    /// An item whose text is made here.
+    fn made(role: Role, kind: ItemKind, e: usize, text: String, markers: &Markers) -> Item {
+        Item {
+            role,
+            kind,
+            event: e,
+            counts: Counts::of(&text),
+            carried_before: markers.carried_before(&text),
+            body: Body::Made(text),
+            stamp: None,
             elided_chars: 0,
         }
+    }
+
+    /// The item's text before its stamp.
+    fn body_text(&self, events: &[Event], rd: &Reread<'_>) -> Result<String> {
+        Ok(match &self.body {
+            Body::Made(text) => text.clone(),
+            Body::Said => rd.said(&events[self.event])?.text,
+            Body::Command { expansion } => {
+                let command = rd.said(&events[self.event])?.text;
+                let expansion = rd.said(&events[*expansion])?.text;
+                format!("{command}\n\n{expansion}")
+            }
+        })
+    }
+
+    /// The carried text: the stamp, then the body.
+    pub fn text(&self, events: &[Event], rd: &Reread<'_>) -> Result<String> {
+        let body = self.body_text(events, rd)?;
+        Ok(match &self.stamp {
+            Some(stamp) => format!("{stamp}{body}"),
+            None => body,
+        })
     }
 }
 
@@ -298,17 +340,25 @@ fn freeze_reminder(
     config: &Config,
     e: usize,
     event: &Event,
-    raw: &str,
-) {
-    let text = header(config, event) + raw;
+    rd: &Reread<'_>,
+) -> Result<()> {
+    let raw = rd.said(event)?.snapshot.unwrap_or_default();
+    let ts = match event.stamp_at {
+        Some(at) => rd.timestamp(at)?.unwrap_or_default(),
+        None => String::new(),
+    };
+    let text = config.startup_header_template.replace("{timestamp}", &ts) + "\n" + &raw;
     sel.startup_sha256 = Some(crate::fsutil::sha256_hex(raw.as_bytes()));
     sel.startup_text = Some(text.clone());
-    builder.user(Item::new(Role::User, ItemKind::StartupSnapshot, text, e));
-}
-
-fn header(config: &Config, event: &Event) -> String {
-    let ts = event.meta.stamp_time.as_deref().unwrap_or("");
-    config.startup_header_template.replace("{timestamp}", ts) + "\n"
+    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
+    builder.user(Item::made(
+        Role::User,
+        ItemKind::StartupSnapshot,
+        e,
+        text,
+        &markers,
+    ));
+    Ok(())
 }
 
 /// Elide over-long items, then stamp the turn's first user item.
@@ -316,52 +366,63 @@ fn finish_turn(
     turn: &mut Turn,
     events: &[Event],
     config: &Config,
-    markers: &Markers,
+    rd: &Reread<'_>,
     sel: &mut Selection,
-) {
+) -> Result<()> {
+    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     if config.max_event_chars > 0 {
         for item in &mut turn.items {
-            if elide(item, config.max_event_chars as usize) {
+            if item.counts.chars() > config.max_event_chars {
+                elide(item, config.max_event_chars as usize, events, rd, &markers)?;
                 sel.elided_items += 1;
             }
         }
     }
     if !config.stamp_turns {
-        return;
+        return Ok(());
     }
     let Some(first) = turn.items.iter_mut().find(|i| i.role == Role::User) else {
-        return;
+        return Ok(());
     };
-    if first.kind == ItemKind::StartupSnapshot || markers.carried_before(&first.text) {
-        return;
+    if first.kind == ItemKind::StartupSnapshot || first.carried_before {
+        return Ok(());
     }
-    let meta = &events[first.event].meta;
-    if meta.timestamp_broken() {
+    let event = &events[first.event];
+    if event.timestamp_broken {
         sel.broken_timestamps += 1;
     }
-    let Some(ts) = meta.stamp_time.as_deref() else {
-        return;
+    let Some(at) = event.stamp_at else {
+        return Ok(());
     };
-    first.text = format!(
-        "{}\n{}",
-        config.stamp_template.replace("{timestamp}", ts),
-        first.text
-    );
+    let Some(ts) = rd.timestamp(at)? else {
+        return Ok(());
+    };
+    let stamp = config.stamp_template.replace("{timestamp}", &ts) + "\n";
+    first.counts = first.counts + Counts::of(&stamp);
+    first.stamp = Some(stamp);
+    Ok(())
 }
 
 /// Keep the head and tail of an over-long item with a visible marker.
-fn elide(item: &mut Item, max: usize) -> bool {
-    let count = item.text.chars().count();
-    if count <= max {
-        return false;
-    }
+fn elide(
+    item: &mut Item,
+    max: usize,
+    events: &[Event],
+    rd: &Reread<'_>,
+    markers: &Markers,
+) -> Result<()> {
+    let text = item.body_text(events, rd)?;
+    let count = text.chars().count();
     let keep = max / 2;
     let removed = count - 2 * keep;
-    let head: String = item.text.chars().take(keep).collect();
-    let tail: String = item.text.chars().skip(count - keep).collect();
-    item.text = format!("{head}\n[… ktr elided {removed} characters (max_event_chars) …]\n{tail}");
+    let head: String = text.chars().take(keep).collect();
+    let tail: String = text.chars().skip(count - keep).collect();
+    let elided = format!("{head}\n[… ktr elided {removed} characters (max_event_chars) …]\n{tail}");
+    item.counts = Counts::of(&elided);
+    item.carried_before = markers.carried_before(&elided);
+    item.body = Body::Made(elided);
     item.elided_chars = removed;
-    true
+    Ok(())
 }
 
 fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
@@ -398,14 +459,22 @@ fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
     }
 }
 
-fn poison_hits(turns: &[Turn], pattern: &Regex) -> usize {
+fn poison_hits(
+    turns: &[Turn],
+    pattern: &Regex,
+    events: &[Event],
+    rd: &Reread<'_>,
+) -> Result<usize> {
     let start = turns.len().saturating_sub(10);
-    turns[start..]
+    let mut hits = 0;
+    for item in turns[start..]
         .iter()
         .flat_map(|t| &t.items)
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
-        .map(|i| pattern.find_iter(&i.text).count())
-        .sum()
+    {
+        hits += pattern.find_iter(&item.text(events, rd)?).count();
+    }
+    Ok(hits)
 }
 
 /// Builds turns from a stream of items.
@@ -448,7 +517,16 @@ mod tests {
     #[test]
     fn builder_groups_turns() {
         let mut b = Builder::default();
-        let it = |r| Item::new(r, ItemKind::Speech, "x".into(), 0);
+        let it = |role| Item {
+            role,
+            kind: ItemKind::Speech,
+            event: 0,
+            body: Body::Said,
+            stamp: None,
+            elided_chars: 0,
+            counts: Counts::default(),
+            carried_before: false,
+        };
         assert!(b.assistant(it(Role::Assistant)));
         b.user(it(Role::User));
         b.user(it(Role::User));

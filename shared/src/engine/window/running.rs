@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::engine::scan::{Markers, Options, Scan, Speech};
-use crate::engine::turns::estimate_tokens;
 use crate::error::{Error, Result};
 
 /// The most a hook reads per call while catching up.
@@ -131,13 +130,13 @@ fn account(config: &Config, bytes: &[u8]) -> Result<Part> {
     let carried = scan
         .events
         .iter()
-        .map(|e| match &e.speech {
-            Speech::User(t)
-            | Speech::Slash(t)
-            | Speech::Assistant(t)
-            | Speech::Expansion(t)
-            | Speech::StartupContext { text: t, .. } => estimate_tokens(t),
-            Speech::Summary(_) | Speech::Injected => 0,
+        .map(|e| match e.speech {
+            Speech::User
+            | Speech::Slash
+            | Speech::Assistant
+            | Speech::Expansion
+            | Speech::StartupContext => e.text.counts.tokens(),
+            Speech::Summary | Speech::Injected => 0,
         })
         .sum();
     Ok(Part {
