@@ -19,7 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::engine::candidate::{ITEM_NAMESPACE, ManifestEntry};
+use crate::engine::candidate::{ITEM_NAMESPACE, ManifestEntry, Sink};
 use crate::engine::plan::{self, LeftOut};
 use crate::engine::transcript::is_timestamp;
 use crate::error::{Error, Result};
@@ -42,7 +42,10 @@ pub struct ConservationCounts {
     pub source_records_elided: usize,
 }
 
-/// Verify `candidate` against the frozen `backup`.
+/// Verify `candidate` against the frozen `backup`. Every step streams: the
+/// candidate is read line by line (three times), the rebuild goes into a
+/// digest, and only the pieces of text that were not found where their
+/// manifest entry says are held until the end.
 pub fn check(
     config: &Config,
     backup: &Path,
@@ -56,25 +59,21 @@ pub fn check(
             expected.candidate_sha256
         )));
     }
-    let bytes = std::fs::read(candidate).map_err(|e| Error::io_at("read", candidate, &e))?;
-    let texts = check_structure(&bytes, expected)?;
-    let rebuilt = plan::build(config, backup, Some(expected.session_id))?;
-    if rebuilt.candidate.bytes() != bytes {
+    let file = CandidateFile {
+        path: candidate,
+        expected,
+    };
+    let lines = check_structure(&file)?;
+    let mut rebuilt = Digest::default();
+    plan::build_into(config, backup, Some(expected.session_id), &mut rebuilt)?;
+    if rebuilt.sha256() != digest {
         return Err(fail(
             "candidate differs from a fresh rebuild of the frozen backup",
         ));
     }
-    let carried: Vec<Carried<'_>> = texts
-        .iter()
-        .zip(expected.manifest)
-        .map(|(text, m)| Carried {
-            source_line: m.source_line,
-            text,
-        })
-        .collect();
-    let conservation = conserve(backup, &carried, expected, &config.reply_tool_pattern)?;
+    let conservation = conserve(backup, &file, expected, &config.reply_tool_pattern)?;
     Ok(ConservationCounts {
-        candidate_lines: texts.len(),
+        candidate_lines: lines,
         source_pieces_checked: conservation.checked,
         source_records_left_out: conservation.left_out,
         source_records_elided: conservation.elided,
@@ -85,20 +84,81 @@ fn fail(message: impl std::fmt::Display) -> Error {
     Error::refused(format!("verification failed: {message}"))
 }
 
-/// Check every candidate line; return the carried texts in order.
-fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>> {
-    let text = std::str::from_utf8(bytes).map_err(|_| fail("candidate is not UTF-8"))?;
-    let lines: Vec<&str> = text.split_terminator('\n').collect();
-    if lines.len() != expected.manifest.len() {
-        return Err(fail(format!(
-            "candidate has {} lines, manifest {}",
-            lines.len(),
-            expected.manifest.len()
-        )));
+/// A rebuilt candidate, kept as its digest only.
+#[derive(Default)]
+struct Digest(sha2::Sha256);
+
+impl Digest {
+    fn sha256(self) -> String {
+        crate::fsutil::hex(&sha2::Digest::finalize(self.0))
     }
+}
+
+impl Sink for Digest {
+    fn line(&mut self, json: &str, _: ManifestEntry) -> Result<()> {
+        sha2::Digest::update(&mut self.0, json.as_bytes());
+        sha2::Digest::update(&mut self.0, b"\n");
+        Ok(())
+    }
+}
+
+/// The candidate file on disk, read line by line with its manifest.
+struct CandidateFile<'a> {
+    path: &'a Path,
+    expected: &'a Expected<'a>,
+}
+
+impl CandidateFile<'_> {
+    /// Call `f(index, line, entry)` for every line; more lines than
+    /// entries is an error here, fewer is the caller's to see.
+    fn each(&self, mut f: impl FnMut(usize, &str, &ManifestEntry) -> Result<()>) -> Result<usize> {
+        let file = File::open(self.path).map_err(|e| Error::io_at("open", self.path, &e))?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let mut buf = Vec::new();
+        let mut i = 0;
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| Error::io_at("read", self.path, &e))?;
+            if n == 0 {
+                return Ok(i);
+            }
+            let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
+            let line = line.strip_suffix('\n').unwrap_or(line);
+            let entry = self.expected.manifest.get(i).ok_or_else(|| {
+                fail(format!(
+                    "candidate has more lines than the manifest's {}",
+                    self.expected.manifest.len()
+                ))
+            })?;
+            f(i, line, entry)?;
+            i += 1;
+        }
+    }
+}
+
+impl Texts for CandidateFile<'_> {
+    fn each_text(&self, f: &mut dyn FnMut(usize, &str) -> Result<bool>) -> Result<()> {
+        let mut go_on = true;
+        self.each(|i, line, entry| {
+            if go_on {
+                let v: Value = serde_json::from_str(line)
+                    .map_err(|_| fail(format!("line {}: not JSON", i + 1)))?;
+                let text = carried(&v, entry).unwrap_or_default();
+                go_on = f(entry.source_line, &text)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+}
+
+/// Check every candidate line; return how many there are.
+fn check_structure(file: &CandidateFile<'_>) -> Result<usize> {
+    let expected = file.expected;
     let mut previous: Option<String> = None;
-    let mut texts = Vec::with_capacity(lines.len());
-    for (i, (line, entry)) in lines.iter().zip(expected.manifest).enumerate() {
+    let lines = file.each(|i, line, entry| {
         let at = |what: &str| fail(format!("line {}: {what}", i + 1));
         let v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
         let kind = v["type"].as_str().unwrap_or("");
@@ -135,20 +195,35 @@ fn check_structure(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<String>>
         if v["isSidechain"] != Value::Bool(false) || !meta_ok {
             return Err(at("isSidechain/isMeta must be false"));
         }
-        let carried = match kind {
-            "attachment" => startup_context_text(&v, entry).ok_or_else(|| {
-                at("an attachment line must be a SessionStart context carried as the startup snapshot")
-            })?,
-            _ => carried_text(&v)
-                .ok_or_else(|| at("content is not plain text (tool, thinking or image block?)"))?,
-        };
+        let carried = carried(&v, entry).ok_or_else(|| {
+            at(if kind == "attachment" {
+                "an attachment line must be a SessionStart context carried as the startup snapshot"
+            } else {
+                "content is not plain text (tool, thinking or image block?)"
+            })
+        })?;
         if sha256_hex(carried.as_bytes()) != entry.carried_sha256 {
             return Err(at("text differs from the manifest digest"));
         }
         previous = Some(uuid);
-        texts.push(carried);
+        Ok(())
+    })?;
+    if lines != expected.manifest.len() {
+        return Err(fail(format!(
+            "candidate has {lines} lines, manifest {}",
+            expected.manifest.len()
+        )));
     }
-    Ok(texts)
+    Ok(lines)
+}
+
+/// The carried text of a candidate line (a `SessionStart` context or one
+/// plain text), or `None` when the line is neither.
+fn carried(v: &Value, entry: &ManifestEntry) -> Option<String> {
+    match v["type"].as_str() {
+        Some("attachment") => startup_context_text(v, entry),
+        _ => carried_text(v),
+    }
 }
 
 /// The text of a carried `SessionStart` context, only for a startup snapshot
@@ -209,20 +284,39 @@ pub struct Carried<'a> {
     pub text: &'a str,
 }
 
+/// The carried texts in candidate order, each with the source line its
+/// manifest entry names; read from the start as often as the check needs.
+pub trait Texts {
+    /// Call `f(source_line, text)` for each until it returns `false`.
+    fn each_text(&self, f: &mut dyn FnMut(usize, &str) -> Result<bool>) -> Result<()>;
+}
+
+impl Texts for Vec<Carried<'_>> {
+    fn each_text(&self, f: &mut dyn FnMut(usize, &str) -> Result<bool>) -> Result<()> {
+        for c in self {
+            if !f(c.source_line, c.text)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Every piece of real speech in the backup must be in one of the carried
 /// texts, unless the plan left its record out.
 ///
-/// Linear in the size of the backup and the candidate. One pass over the
-/// backup walks a cursor over `carried` (in candidate order): the pieces of
-/// source line `n` are looked for, in order, in the texts whose manifest
-/// entry names line `n`. A piece not found that way (a duplicated record,
-/// a candidate out of source order, pieces in another order) is kept aside;
-/// at the end one Aho-Corasick pass over every carried text must find each
-/// of them somewhere. So a piece passes exactly when it occurs in some
-/// carried text, as the check always demanded, without a search per piece.
+/// Linear in the size of the backup and the candidate, and bounded in
+/// memory. The backup's speech pieces are collected line by line and
+/// matched, in one walk over the carried texts (in candidate order),
+/// against the texts whose manifest entry names their own source line, in
+/// order. A piece not found that way (a duplicated record, a candidate out
+/// of source order, pieces in another order) is kept aside; at the end one
+/// Aho-Corasick pass over every carried text must find each of them
+/// somewhere. So a piece passes exactly when it occurs in some carried
+/// text, as the check always demanded, without a search per piece.
 pub fn conserve(
     backup: &Path,
-    carried: &[Carried<'_>],
+    carried: &dyn Texts,
     expected: &Expected<'_>,
     reply_tool: &Regex,
 ) -> Result<Conservation> {
@@ -240,43 +334,81 @@ pub fn conserve(
         elided: 0,
     };
     let tags = Tags::new();
-    let mut cursor = 0;
+    let mut lines = BufReader::new(file).split(b'\n').enumerate();
+    // The backup's next line with pieces to find: (number, pieces).
+    let mut next_pieces = || -> Result<Option<(usize, Vec<String>)>> {
+        for (n, line) in lines.by_ref() {
+            let number = n + 1;
+            let line = line.map_err(|e| Error::io_at("read", backup, &e))?;
+            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            let pieces = speech_pieces(&v, reply_tool, &tags);
+            if pieces.is_empty() {
+                continue;
+            }
+            if left_out.contains(&number) {
+                result.left_out += 1;
+                continue;
+            }
+            if elided.contains(&number) {
+                result.elided += 1;
+                continue;
+            }
+            result.checked += pieces.len();
+            return Ok(Some((number, pieces)));
+        }
+        Ok(None)
+    };
     let mut aside: Vec<(usize, String)> = Vec::new();
-    for (n, line) in BufReader::new(file).split(b'\n').enumerate() {
-        let number = n + 1;
-        let line = line.map_err(|e| Error::io_at("read", backup, &e))?;
-        let Ok(v) = serde_json::from_slice::<Value>(&line) else {
-            continue;
+    // The pieces of the backup line being matched, the next one first.
+    let mut pending = next_pieces()?;
+    // How many of the pending line's pieces its earlier texts held.
+    let mut found_in: Option<usize> = None;
+    carried.each_text(&mut |source_line, text| {
+        // Pieces of lines before this text's line have no own text left.
+        while let Some((number, pieces)) = pending.take() {
+            if number >= source_line {
+                pending = Some((number, pieces));
+                break;
+            }
+            let from = found_in.take().unwrap_or(0);
+            aside.extend(pieces.into_iter().skip(from).map(|p| (number, p)));
+            pending = next_pieces()?;
+        }
+        let Some((number, pieces)) = &pending else {
+            return Ok(false);
         };
-        let pieces = speech_pieces(&v, reply_tool, &tags);
-        if pieces.is_empty() {
-            continue;
+        if *number != source_line {
+            return Ok(true);
         }
-        if left_out.contains(&number) {
-            result.left_out += 1;
-            continue;
-        }
-        if elided.contains(&number) {
-            result.elided += 1;
-            continue;
-        }
-        while carried.get(cursor).is_some_and(|c| c.source_line < number) {
-            cursor += 1;
-        }
-        let own_end = carried[cursor..]
-            .iter()
-            .position(|c| c.source_line != number)
-            .map_or(carried.len(), |p| cursor + p);
-        let mut within = InOrder::new(&carried[cursor..own_end]);
-        for piece in pieces {
-            result.checked += 1;
-            if !within.find(&piece) {
-                aside.push((number, piece));
+        // Find the line's pieces in order in this text, resuming where the
+        // previous text of the same line stopped.
+        let mut i = found_in.take().unwrap_or(0);
+        let mut offset = 0;
+        while let Some(piece) = pieces.get(i) {
+            match memchr::memmem::find(&text.as_bytes()[offset..], piece.as_bytes()) {
+                Some(at) => {
+                    offset += at + piece.len();
+                    i += 1;
+                }
+                None => break,
             }
         }
-        cursor = own_end;
+        if i == pieces.len() {
+            pending = next_pieces()?;
+        } else {
+            found_in = Some(i);
+        }
+        Ok(true)
+    })?;
+    // Whatever was not found in its own texts is looked for anywhere.
+    while let Some((number, pieces)) = pending.take() {
+        let from = found_in.take().unwrap_or(0);
+        aside.extend(pieces.into_iter().skip(from).map(|p| (number, p)));
+        pending = next_pieces()?;
     }
-    if let Some((number, piece)) = missing_anywhere(carried, aside) {
+    if let Some((number, piece)) = missing_anywhere(carried, aside)? {
         let preview: String = piece.chars().take(80).collect();
         return Err(fail(format!(
             "conservation: text of source line {number} is missing from the candidate: {preview:?}"
@@ -285,43 +417,14 @@ pub fn conserve(
     Ok(result)
 }
 
-/// Finds pieces one after another in a run of texts, never looking back.
-struct InOrder<'a> {
-    texts: &'a [Carried<'a>],
-    text: usize,
-    offset: usize,
-}
-
-impl<'a> InOrder<'a> {
-    fn new(texts: &'a [Carried<'a>]) -> Self {
-        InOrder {
-            texts,
-            text: 0,
-            offset: 0,
-        }
-    }
-    fn find(&mut self, piece: &str) -> bool {
-        let finder = memchr::memmem::Finder::new(piece.as_bytes());
-        while let Some(c) = self.texts.get(self.text) {
-            if let Some(at) = finder.find(&c.text.as_bytes()[self.offset..]) {
-                self.offset += at + piece.len();
-                return true;
-            }
-            self.text += 1;
-            self.offset = 0;
-        }
-        false
-    }
-}
-
 /// The first (by source line) of `aside` that occurs in no carried text:
 /// one overlapping Aho-Corasick pass over the texts for all of them.
 fn missing_anywhere(
-    carried: &[Carried<'_>],
+    carried: &dyn Texts,
     mut aside: Vec<(usize, String)>,
-) -> Option<(usize, String)> {
+) -> Result<Option<(usize, String)>> {
     if aside.is_empty() {
-        return None;
+        return Ok(None);
     }
     aside.sort_by(|a, b| a.1.cmp(&b.1));
     aside.dedup_by(|a, b| {
@@ -334,24 +437,22 @@ fn missing_anywhere(
         .expect("pieces are plain strings");
     let mut found = vec![false; aside.len()];
     let mut left = aside.len();
-    for c in carried {
-        for m in automaton.find_overlapping_iter(c.text) {
+    carried.each_text(&mut |_, text| {
+        for m in automaton.find_overlapping_iter(text) {
             let seen = &mut found[m.pattern().as_usize()];
             if !*seen {
                 *seen = true;
                 left -= 1;
             }
         }
-        if left == 0 {
-            return None;
-        }
-    }
-    aside
+        Ok(left > 0)
+    })?;
+    Ok(aside
         .into_iter()
         .zip(found)
         .filter(|(_, f)| !f)
         .map(|(a, _)| a)
-        .min_by_key(|(line, _)| *line)
+        .min_by_key(|(line, _)| *line))
 }
 
 /// This reader's own idea of the speech in a record: pieces of text that

@@ -1,13 +1,18 @@
 //! Stage 1, `ktr-prepare` (SPEC §10): wait for the transcript to settle,
 //! freeze a backup, build and write the candidate session.
 
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Instant, SystemTime};
 
+use sha2::Digest as _;
+
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
 use crate::config::{Activation, Config};
-use crate::engine::plan::{self, Plan, PlanReport};
+use crate::engine::candidate::{ManifestEntry, Sink};
+use crate::engine::plan::{self, PlanReport, Planned};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
@@ -73,9 +78,18 @@ pub fn prepare(
         pause_point(Stage::Prepare, "frozen");
 
         let new_id = SessionId::new_random();
-        let plan = plan::build(config, &frozen.backup, Some(&new_id))?;
+        let artifacts = store.artifacts_dir(id)?;
+        // The candidate is written as it is planned, into the operation's
+        // artifacts first (its digest is known only at the end), then put
+        // in place once the operation records it.
+        let part = artifacts.join("candidate.jsonl.part");
+        let _ = std::fs::remove_file(&part); // a killed earlier attempt's
+        let mut out = Streamed::new(&part, corruption(steps))?;
+        let plan = plan::build_into(config, &frozen.backup, Some(&new_id), &mut out)?;
+        let written = out.finish().map_err(|e| Error::io_at("write", &part, &e))?;
         let stats = stats_of(&plan, &source);
         if let Some(reason) = &plan.report.blocked_reason {
+            let _ = std::fs::remove_file(&part);
             steps.say(format!("blocked: {reason}"));
             let op = super::abandon(store, id, reason, |op| {
                 op.stats = Some(stats);
@@ -88,7 +102,6 @@ pub fn prepare(
             "planned {} turns, {} items, ~{} tokens",
             plan.report.selected_turns, plan.report.carried_items, plan.report.estimated_tokens
         ));
-        let artifacts = store.artifacts_dir(id)?;
         if let Some(snapshot) = &plan.startup_text {
             let path = artifacts.join("startup_snapshot.txt");
             write_atomic(&path, snapshot.as_bytes(), 0o600, Existing::Replace)?;
@@ -101,32 +114,39 @@ pub fn prepare(
             .project_dir
             .canonicalize()
             .map_err(|e| Error::io_at("resolve", &config.project_dir, &e))?;
-        let bytes = test_corruption(plan.candidate.bytes(), steps);
         let candidate = CandidateFile {
             session_id: new_id.clone(),
             path: project.join(format!("{new_id}.jsonl")),
-            sha256: crate::fsutil::sha256_hex(&bytes),
+            sha256: written.sha256.clone(),
         };
-        // Record first, then write: a stage killed in between leaves a
-        // candidate on record that recovery can discard.
+        // Record first, then put in place: a stage killed in between leaves
+        // a candidate on record that recovery can discard.
         update(store, id, Status::Running, None, |op| {
             op.source_sha256 = Some(frozen.sha256.clone());
             op.backup = Some(frozen.backup.clone());
             op.prepared_at = Some(rfc3339(frozen.at));
             op.candidate = Some(candidate.clone());
-            op.manifest.clone_from(&plan.candidate.manifest);
+            op.manifest.clone_from(&written.manifest);
             op.left_out.clone_from(&plan.report.left_out);
             op.stats = Some(stats);
             op.estimated_tokens = Some(plan.report.estimated_tokens);
             op.target_before = Some(target_before.clone());
             op.verification = None;
         })?;
-        write_atomic(&candidate.path, &bytes, 0o600, Existing::Refuse)?;
+        let copied = copy_atomic(&part, &candidate.path, 0o600, Existing::Refuse)?;
+        let _ = std::fs::remove_file(&part);
+        if copied != candidate.sha256 {
+            return Err(Error::refused(format!(
+                "candidate {} changed while it was put in place (digest {copied}, written {}); prepare again",
+                candidate.path.display(),
+                candidate.sha256
+            )));
+        }
         steps.say(format!(
             "candidate {} written ({} lines, {} bytes); target identity {target_before:?}",
             candidate.path.display(),
-            plan.candidate.lines.len(),
-            bytes.len()
+            plan.lines,
+            written.bytes
         ));
         pause_point(Stage::Prepare, "written");
         let op = update(
@@ -306,7 +326,7 @@ fn freeze(
 
 /// The plan report as recorded in the operation: `left_out` is stored on
 /// its own, and `source_path` names the real source, not the backup.
-fn stats_of(plan: &Plan, source: &Path) -> PlanReport {
+fn stats_of(plan: &Planned, source: &Path) -> PlanReport {
     PlanReport {
         source_path: source.display().to_string(),
         left_out: Vec::new(),
@@ -314,43 +334,121 @@ fn stats_of(plan: &Plan, source: &Path) -> PlanReport {
     }
 }
 
+/// The candidate as it is planned: each line into the `.part` file and its
+/// digest, each manifest entry kept.
+struct Streamed {
+    out: std::io::BufWriter<std::fs::File>,
+    hasher: sha2::Sha256,
+    bytes: u64,
+    manifest: Vec<ManifestEntry>,
+    corruption: Option<Corruption>,
+}
+
+/// What [`Streamed`] wrote.
+struct Written {
+    sha256: String,
+    bytes: u64,
+    manifest: Vec<ManifestEntry>,
+}
+
+impl Streamed {
+    fn new(path: &Path, corruption: Option<Corruption>) -> Result<Streamed> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| Error::io_at("create", path, &e))?;
+        Ok(Streamed {
+            out: std::io::BufWriter::with_capacity(1 << 16, file),
+            hasher: sha2::Sha256::new(),
+            bytes: 0,
+            manifest: Vec::new(),
+            corruption,
+        })
+    }
+
+    fn finish(self) -> std::io::Result<Written> {
+        let file = self
+            .out
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
+        file.sync_all()?;
+        Ok(Written {
+            sha256: crate::fsutil::hex(&self.hasher.finalize()),
+            bytes: self.bytes,
+            manifest: self.manifest,
+        })
+    }
+}
+
+impl Sink for Streamed {
+    fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()> {
+        let line = match self.corruption {
+            Some(c) => c.apply(json),
+            None => json.to_string(),
+        };
+        for part in [line.as_bytes(), b"\n"] {
+            self.out
+                .write_all(part)
+                .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
+            self.hasher.update(part);
+            self.bytes += part.len() as u64;
+        }
+        self.manifest.push(entry);
+        Ok(())
+    }
+}
+
+/// A test hook's damage to every candidate line (debug builds only).
+#[derive(Clone, Copy)]
+enum Corruption {
+    StripTimestamps,
+}
+
+impl Corruption {
+    fn apply(self, json: &str) -> String {
+        match self {
+            Corruption::StripTimestamps => match serde_json::from_str::<serde_json::Value>(json) {
+                Ok(mut record) => {
+                    if let Some(map) = record.as_object_mut() {
+                        map.remove("timestamp");
+                    }
+                    record.to_string()
+                }
+                Err(_) => json.to_string(),
+            },
+        }
+    }
+}
+
 /// Debug builds only: `KTR_TEST_CORRUPT_CANDIDATE=strip-timestamps` removes
-/// the `timestamp` of every candidate line right before it is written, so
-/// that the recorded digests describe the corrupted bytes (the manifest's
-/// texts are unchanged) but Claude Code cannot load the session. The
-/// end-to-end tests use it to prove that such a candidate is refused and
-/// the old session keeps running. Release builds ignore the variable.
+/// the `timestamp` of every candidate line as it is written, so that the
+/// recorded digests describe the corrupted bytes (the manifest's texts are
+/// unchanged) but Claude Code cannot load the session. The end-to-end tests
+/// use it to prove that such a candidate is refused and the old session
+/// keeps running. Release builds ignore the variable.
 #[cfg(debug_assertions)]
-fn test_corruption(bytes: Vec<u8>, steps: &mut Steps) -> Vec<u8> {
+fn corruption(steps: &mut Steps) -> Option<Corruption> {
     match std::env::var("KTR_TEST_CORRUPT_CANDIDATE").as_deref() {
-        Ok("strip-timestamps") => {}
+        Ok("strip-timestamps") => {
+            steps.say(
+                "test hook: stripping every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)",
+            );
+            Some(Corruption::StripTimestamps)
+        }
         Ok(other) => {
             steps.say(format!(
                 "KTR_TEST_CORRUPT_CANDIDATE={other:?} is not a known corruption; ignored"
             ));
-            return bytes;
+            None
         }
-        Err(_) => return bytes,
+        Err(_) => None,
     }
-    let mut out = Vec::with_capacity(bytes.len());
-    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let mut record: serde_json::Value = match serde_json::from_slice(line) {
-            Ok(v) => v,
-            Err(_) => return bytes,
-        };
-        if let Some(map) = record.as_object_mut() {
-            map.remove("timestamp");
-        }
-        out.extend_from_slice(record.to_string().as_bytes());
-        out.push(b'\n');
-    }
-    steps
-        .say("test hook: stripped every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)");
-    out
 }
 
 /// Release builds: the candidate is written as built.
 #[cfg(not(debug_assertions))]
-fn test_corruption(bytes: Vec<u8>, _steps: &mut Steps) -> Vec<u8> {
-    bytes
+fn corruption(_steps: &mut Steps) -> Option<Corruption> {
+    None
 }
