@@ -402,6 +402,7 @@ impl Sink for Streamed {
 
 /// A test hook's damage to every candidate line (debug builds only).
 #[derive(Clone, Copy)]
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 enum Corruption {
     StripTimestamps,
 }
