@@ -7,7 +7,7 @@
 //! `/rewind` (or a new root) and is counted. When the links cannot be
 //! trusted, the file order is used and the reason is stated.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::config::HistoryMode;
 use crate::engine::scan::{Link, Node, RecordRole, Scan, Speech};
@@ -77,14 +77,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
         ));
     }
     let nodes = &scan.nodes;
-    // uuid → node; the first record wins (duplicates of non-speech records
-    // such as progress lines are harmless).
-    let mut by_uuid: HashMap<u32, usize> = HashMap::with_capacity(nodes.len());
-    for (i, n) in nodes.iter().enumerate() {
-        if let Some(u) = n.uuid {
-            by_uuid.entry(u).or_insert(i);
-        }
-    }
+    let by_uuid = ByUuid::new(nodes, scan.symbol_count());
     let Some(leaf) = newest_leaf(nodes, &by_uuid) else {
         return Ok(History {
             events: Vec::new(),
@@ -96,10 +89,11 @@ fn chain(scan: &Scan) -> Result<History, String> {
     };
     // Walk back from the leaf.
     let mut on_chain: Vec<usize> = Vec::new();
-    let mut seen: HashSet<usize> = HashSet::new();
+    // Also the set of the chain's nodes once the walk ends.
+    let mut seen = vec![false; nodes.len()];
     let mut cur = leaf;
     let end = loop {
-        if !seen.insert(cur) {
+        if std::mem::replace(&mut seen[cur], true) {
             return Err(format!(
                 "parentUuid links form a cycle at line {}",
                 nodes[cur].line
@@ -108,13 +102,13 @@ fn chain(scan: &Scan) -> Result<History, String> {
         on_chain.push(cur);
         let node = &nodes[cur];
         let next = match (node.parent, node.boundary) {
-            (Link::To(p), _) => match by_uuid.get(&p) {
-                Some(&i) => i,
+            (Link::To(p), _) => match by_uuid.get(p) {
+                Some(i) => i,
                 None => break WalkEnd::Dangling,
             },
             (_, true) => match node.logical_parent {
-                Some(lp) => match by_uuid.get(&lp) {
-                    Some(&i) => i,
+                Some(lp) => match by_uuid.get(lp) {
+                    Some(i) => i,
                     None => break WalkEnd::Dangling,
                 },
                 None => break WalkEnd::BoundaryWithoutLogical,
@@ -124,7 +118,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
         cur = next;
     };
     on_chain.reverse();
-    let chain_set: HashSet<usize> = on_chain.iter().copied().collect();
+    let chain_set = seen;
 
     // Parallel tool-call siblings: off-chain assistant lines sharing a
     // message id with the chain.
@@ -134,9 +128,11 @@ fn chain(scan: &Scan) -> Result<History, String> {
             anchor_of_message.entry(m).or_insert(pos);
         }
     }
+    // (chain position, line, node) of the records that hold speech.
     let mut ordered: Vec<(usize, usize, usize)> = on_chain
         .iter()
         .enumerate()
+        .filter(|&(_, &i)| nodes[i].event.is_some())
         .map(|(pos, &i)| (pos, nodes[i].line, i))
         .collect();
     let mut abandoned = Vec::new();
@@ -144,14 +140,13 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let first_chain_line = on_chain.iter().map(|&i| nodes[i].line).min().unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
-        if chain_set.contains(&i)
-            || n.sidechain
-            || (n.role == RecordRole::Other && n.event.is_none())
-        {
+        if chain_set[i] || n.sidechain || (n.role == RecordRole::Other && n.event.is_none()) {
             continue;
         }
         if let Some(pos) = n.message_id.and_then(|m| anchor_of_message.get(&m)) {
-            ordered.push((*pos, n.line, i));
+            if n.event.is_some() {
+                ordered.push((*pos, n.line, i));
+            }
             continue;
         }
         match n.event.map(|e| (e, &scan.events[e].speech)) {
@@ -198,7 +193,7 @@ fn is_conversation(n: &Node) -> bool {
 /// The conversation's newest leaf: the last conversation record in file
 /// order that no later conversation record descends from. (A reply can be
 /// written before its parent; the last line is then not the leaf.)
-fn newest_leaf(nodes: &[Node], by_uuid: &HashMap<u32, usize>) -> Option<usize> {
+fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
     let mut has_child = vec![false; nodes.len()];
     for n in nodes.iter().filter(|n| is_conversation(n)) {
         // Mark the nearest conversation ancestor, passing through frame
@@ -206,7 +201,7 @@ fn newest_leaf(nodes: &[Node], by_uuid: &HashMap<u32, usize>) -> Option<usize> {
         let mut link = n.parent;
         for _ in 0..nodes.len() {
             let Link::To(p) = link else { break };
-            let Some(&i) = by_uuid.get(&p) else { break };
+            let Some(i) = by_uuid.get(p) else { break };
             if is_conversation(&nodes[i]) {
                 has_child[i] = true;
                 break;
@@ -219,6 +214,33 @@ fn newest_leaf(nodes: &[Node], by_uuid: &HashMap<u32, usize>) -> Option<usize> {
         .filter(|&i| is_conversation(&nodes[i]));
     let last = leaves.clone().next();
     leaves.find(|&i| !has_child[i]).or(last)
+}
+
+/// uuid symbol → the first node with that uuid (duplicates of non-speech
+/// records such as progress lines are harmless), one `u32` a symbol.
+struct ByUuid(Vec<u32>);
+
+impl ByUuid {
+    const NONE: u32 = u32::MAX;
+
+    fn new(nodes: &[Node], symbols: usize) -> ByUuid {
+        let mut first = vec![Self::NONE; symbols];
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(u) = n.uuid
+                && first[u as usize] == Self::NONE
+            {
+                first[u as usize] = u32::try_from(i).unwrap_or(Self::NONE);
+            }
+        }
+        ByUuid(first)
+    }
+
+    fn get(&self, sym: u32) -> Option<usize> {
+        self.0
+            .get(sym as usize)
+            .filter(|&&i| i != Self::NONE)
+            .map(|&i| i as usize)
+    }
 }
 
 fn node_event(n: &Node) -> Option<usize> {

@@ -281,7 +281,9 @@ pub struct Scan {
     pub repeated_uuids: usize,
     /// user/assistant records without `uuid` or without the `parentUuid` field.
     pub unlinked_records: usize,
-    symbols: HashMap<Box<str>, Sym>,
+    /// uuid and message id → symbol, keyed by a 128-bit hash of the
+    /// string (16 bytes a key instead of the string itself).
+    symbols: HashMap<(u64, u64), Sym>,
     speech_uuids: HashSet<Sym>,
     seen_speech: bool,
     /// The record with the last parseable timestamp so far (file order).
@@ -415,13 +417,14 @@ impl Scan {
         Ok(scan)
     }
 
+    /// How many distinct uuids and message ids were seen (symbols are `0..n`).
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
     fn intern(&mut self, s: &str) -> Sym {
-        if let Some(&id) = self.symbols.get(s) {
-            return id;
-        }
-        let id = self.symbols.len() as Sym;
-        self.symbols.insert(s.into(), id);
-        id
+        let next = self.symbols.len() as Sym;
+        *self.symbols.entry(key_of(s)).or_insert(next)
     }
 
     fn tally(&mut self, category: Category, bytes: usize) {
@@ -845,6 +848,20 @@ struct Read<'t> {
     text: &'t str,
     seen_speech: bool,
     snapshot: bool,
+}
+
+/// A 128-bit key for an interned string: two SipHash-1-3 digests with
+/// different prefixes (a collision between uuids of one transcript is out
+/// of reach by chance; the keys never leave the process).
+fn key_of(s: &str) -> (u64, u64) {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let half = |salt: u8| {
+        let mut h = DefaultHasher::new();
+        salt.hash(&mut h);
+        s.hash(&mut h);
+        h.finish()
+    };
+    (half(0), half(1))
 }
 
 /// The `type` of a raw block, found without parsing the block.
