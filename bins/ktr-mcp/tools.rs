@@ -239,11 +239,11 @@ impl Server {
     }
 
     /// Load the config, choose the transcript and plan it (read-only).
-    fn plan(&self, given: Option<String>) -> Result<(String, plan::Plan)> {
+    fn plan(&self, given: Option<String>) -> Result<(String, plan::Planned)> {
         let config = self.load_config()?;
         let given = given.map(PathBuf::from);
         let chosen = self.served.choose(&config, given.as_deref())?;
-        let plan = plan::build(&config, &chosen.path, None)?;
+        let plan = plan::assess(&config, &chosen.path)?;
         Ok((chosen.why, plan))
     }
 }
@@ -279,7 +279,7 @@ fn error_result(tool: &str, message: &str) -> CallToolResult {
 /// the per-record `left_out` list, which is summarised by reason (it can
 /// hold thousands of entries, and the model reads it inside the very
 /// window being measured).
-fn plan_view(plan: &plan::Plan, why: &str) -> Result<Value> {
+fn plan_view(plan: &plan::Planned, why: &str) -> Result<Value> {
     let mut by_reason: BTreeMap<LeftOutReason, usize> = BTreeMap::new();
     for l in &plan.report.left_out {
         *by_reason.entry(l.reason).or_default() += 1;

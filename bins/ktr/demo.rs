@@ -93,7 +93,7 @@ fn drill(sb: &Sandbox) -> Result<u8, Error> {
         "What fills the current context window besides the conversation: tool results,\n\
          injections, thinking. This residue is what a rebuild drops.",
     );
-    let planned = plan::build(&config, &sb.transcript, None)?;
+    let planned = plan::assess(&config, &sb.transcript)?;
     out::print(&dirty::human(&planned.report.ledger));
     if !planned.report.ledger.should_rebuild {
         out::print(

@@ -19,7 +19,7 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = plan::resolve_transcript(&config, given.as_deref())?;
-    let plan = plan::build(&config, &path, None)?;
+    let plan = plan::assess(&config, &path)?;
     if args.common.json {
         out::json(&Dirty {
             ledger: &plan.report.ledger,

@@ -3,6 +3,7 @@
 use ktr::Error;
 use ktr::admin::report;
 use ktr::config::Config;
+use ktr::engine::candidate::{Discard, ManifestEntry, Sink};
 use ktr::engine::plan;
 
 use crate::cli::PlanArgs;
@@ -12,10 +13,11 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = plan::resolve_transcript(&config, given.as_deref())?;
-    let plan = plan::build(&config, &path, args.new_session.as_deref())?;
-    if args.common.json {
-        let mut value = serde_json::to_value(&plan.report).expect("reports serialize");
-        if args.show_candidate {
+    let new_session = args.new_session.as_deref();
+    let blocked = match (args.common.json, args.show_candidate) {
+        (true, true) => {
+            let plan = plan::build(&config, &path, new_session)?;
+            let mut value = serde_json::to_value(&plan.report).expect("reports serialize");
             let lines: Vec<serde_json::Value> = plan
                 .candidate
                 .lines
@@ -23,14 +25,34 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
                 .map(|l| serde_json::from_str(l).expect("candidate lines are JSON"))
                 .collect();
             value["candidate"] = serde_json::Value::Array(lines);
+            out::json(&value);
+            plan.is_blocked()
         }
-        out::json(&value);
-    } else if args.show_candidate {
-        out::print(&String::from_utf8_lossy(&plan.candidate.bytes()));
-    } else {
-        out::print(&human(&plan.report));
+        (false, true) => {
+            let mut stdout = Printed(std::io::stdout().lock());
+            plan::build_into(&config, &path, new_session, &mut stdout)?.is_blocked()
+        }
+        (json, false) => {
+            let plan = plan::build_into(&config, &path, new_session, &mut Discard)?;
+            if json {
+                out::json(&plan.report);
+            } else {
+                out::print(&human(&plan.report));
+            }
+            plan.is_blocked()
+        }
+    };
+    Ok(u8::from(blocked))
+}
+
+/// The candidate printed line by line as it is planned (`--show-candidate`).
+struct Printed<W>(W);
+
+impl<W: std::io::Write> Sink for Printed<W> {
+    fn line(&mut self, json: &str, _: ManifestEntry) -> Result<(), Error> {
+        writeln!(self.0, "{json}")
+            .map_err(|e| Error::io(format!("cannot print the candidate: {e}")))
     }
-    Ok(u8::from(plan.is_blocked()))
 }
 
 pub fn human(r: &plan::PlanReport) -> String {

@@ -45,6 +45,16 @@ pub trait Sink {
     fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()>;
 }
 
+/// No candidate at all: only the plan's report is wanted (`ktr plan`,
+/// `ktr dirty`, the hooks).
+pub struct Discard;
+
+impl Sink for Discard {
+    fn line(&mut self, _: &str, _: ManifestEntry) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// The candidate in memory: its lines and manifest.
 #[derive(Debug, Clone, Default)]
 pub struct Candidate {

@@ -122,6 +122,13 @@ pub struct Plan {
     pub startup_text: Option<String>,
 }
 
+impl Planned {
+    /// Whether a check refused this plan.
+    pub fn is_blocked(&self) -> bool {
+        self.report.blocked_reason.is_some()
+    }
+}
+
 impl Plan {
     /// Whether a check refused this plan.
     pub fn is_blocked(&self) -> bool {
@@ -216,6 +223,11 @@ pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Resu
     let mut candidate = Candidate::default();
     let planned = build_into(config, path, new_session_id, &mut candidate)?;
     Ok(Plan::from(planned, candidate))
+}
+
+/// Plan a transcript file for its report only (no candidate is kept).
+pub fn assess(config: &Config, path: &Path) -> Result<Planned> {
+    build_into(config, path, None, &mut candidate::Discard)
 }
 
 /// Plan a transcript file and write the candidate into `sink`, line by line.

@@ -130,7 +130,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     }
     // A rebuild helps only if its plan passes (e.g. it fits the window).
     let path = plan::resolve_transcript(&config, Some(&hook.transcript_path))?;
-    let planned = plan::build(&config, &path, None)?;
+    let planned = plan::assess(&config, &path)?;
     if let Some(why) = &planned.report.blocked_reason {
         return Ok(Verdict::Allow(format!(
             "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
