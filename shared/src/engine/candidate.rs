@@ -7,10 +7,11 @@
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::config::Config;
 use crate::engine::reread::{Reread, Said};
 use crate::engine::scan::{Event, Meta};
 use crate::engine::transcript::is_timestamp;
-use crate::engine::turns::{Item, ItemKind, Role, Turn};
+use crate::engine::turns::{Item, ItemKind, Role, Selection};
 use crate::error::Result;
 use crate::fsutil::sha256_hex;
 
@@ -43,6 +44,11 @@ pub struct ManifestEntry {
 pub trait Sink {
     /// One line (without its newline) and its manifest entry.
     fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()>;
+    /// Whether the sink wants lines at all ([`Discard`] does not: the
+    /// texts are then not read a second time).
+    fn wants_lines(&self) -> bool {
+        true
+    }
 }
 
 /// No candidate at all: only the plan's report is wanted (`ktr plan`,
@@ -52,6 +58,9 @@ pub struct Discard;
 impl Sink for Discard {
     fn line(&mut self, _: &str, _: ManifestEntry) -> Result<()> {
         Ok(())
+    }
+    fn wants_lines(&self) -> bool {
+        false
     }
 }
 
@@ -152,19 +161,23 @@ struct TextBlock<'a> {
     text: &'a str,
 }
 
-/// Write the candidate for `turns` under `session_id` into `sink`: the
-/// carried `SessionStart` contexts (`startup`, event indexes) first, then
+/// Write the candidate of `sel` under `session_id` into `sink`: the
+/// carried `SessionStart` contexts first, then
 /// every item, each text read again (`rd`) as it is written. Returns the
 /// number of lines.
 pub fn write(
-    turns: &[Turn],
-    startup: &[usize],
+    config: &Config,
+    sel: &Selection,
     events: &[Event],
     session_id: &str,
     earliest: Option<&str>,
     rd: &Reread<'_>,
     sink: &mut dyn Sink,
 ) -> Result<usize> {
+    let (turns, startup) = (&sel.turns, &sel.startup_context);
+    if !sink.wants_lines() {
+        return Ok(startup.len() + turns.iter().map(|t| t.items.len()).sum::<usize>());
+    }
     let mut out = Writer {
         session_id,
         sink,
@@ -178,7 +191,7 @@ pub fn write(
     }
     for item in turns.iter().flat_map(|t| &t.items) {
         let (said, meta) = rd.said_and_meta(&events[item.event])?;
-        let text = item.text(events, rd)?;
+        let text = item.text(events, rd, config, meta.timestamp.as_deref())?;
         out.item(item, &text, &said, &meta)?;
     }
     Ok(out.lines)

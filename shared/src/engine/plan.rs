@@ -322,8 +322,8 @@ fn plan<R: BufRead>(
         None => uuid::Uuid::new_v4().to_string(),
     };
     let lines = candidate::write(
-        &sel.turns,
-        &sel.startup_context,
+        config,
+        &sel,
         &scan.events,
         &session_id,
         scan.earliest_timestamp.as_deref(),
@@ -358,7 +358,7 @@ fn plan<R: BufRead>(
         Ok(Preview {
             role: i.role,
             text: i
-                .text(&scan.events, &rd)?
+                .text(&scan.events, &rd, config, None)?
                 .chars()
                 .take(PREVIEW_CHARS)
                 .collect(),

@@ -193,6 +193,9 @@ pub struct Event {
     /// parses, else the nearest earlier record with a parseable one, else
     /// none. A stamp is never built from anything else.
     pub stamp_at: Option<LineRef>,
+    /// The length of that timestamp (ASCII, so its token count is known
+    /// without reading it again).
+    pub stamp_len: usize,
 }
 
 /// Counters of records that are not speech.
@@ -286,8 +289,9 @@ pub struct Scan {
     symbols: HashMap<(u64, u64), Sym>,
     speech_uuids: HashSet<Sym>,
     seen_speech: bool,
-    /// The record with the last parseable timestamp so far (file order).
-    last_timestamp_at: Option<LineRef>,
+    /// The record with the last parseable timestamp so far (file order),
+    /// and the timestamp's length.
+    last_timestamp_at: Option<(LineRef, usize)>,
 }
 
 const KNOWN_RECORD_TYPES: &[&str] = &[
@@ -503,11 +507,8 @@ impl Scan {
             }
         };
         self.node(number, r, role, event);
-        if r.timestamp
-            .get()
-            .is_some_and(|t| transcript::is_timestamp(t))
-        {
-            self.last_timestamp_at = Some(at);
+        if let Some(ts) = r.timestamp.get().filter(|t| transcript::is_timestamp(t)) {
+            self.last_timestamp_at = Some((at, ts.len()));
         }
     }
 
@@ -564,10 +565,11 @@ impl Scan {
     }
 
     fn push_event(&mut self, read: &Read<'_>, r: &Record<'_>, opts: &Options<'_>) -> usize {
-        let broken = !r
-            .timestamp
-            .get()
-            .is_some_and(|t| transcript::is_timestamp(t));
+        let own = r.timestamp.get().filter(|t| transcript::is_timestamp(t));
+        let stamp = match own {
+            Some(ts) => Some((read.at, ts.len())),
+            None => self.last_timestamp_at,
+        };
         self.events.push(Event {
             line: read.number,
             at: read.at,
@@ -581,12 +583,9 @@ impl Scan {
             },
             seen_speech: read.seen_speech,
             snapshot: read.snapshot,
-            timestamp_broken: broken,
-            stamp_at: if broken {
-                self.last_timestamp_at
-            } else {
-                Some(read.at)
-            },
+            timestamp_broken: own.is_none(),
+            stamp_at: stamp.map(|(at, _)| at),
+            stamp_len: stamp.map_or(0, |(_, len)| len),
         });
         self.events.len() - 1
     }

@@ -5,8 +5,6 @@
 //! turn. Everything else is transparent. Selection then applies the open
 //! tail rule, stamps, elision, the token cap and the poison check.
 
-use regex::Regex;
-
 use crate::config::{CarryOverflow, Config};
 use crate::engine::reread::Reread;
 use crate::engine::scan::{Counts, Event, Markers, Speech};
@@ -60,8 +58,9 @@ pub struct Item {
     /// Index into `scan.events` (the command's for a slash command).
     pub event: usize,
     pub body: Body,
-    /// The stamp line put before the text (SPEC §6), newline included.
-    pub stamp: Option<String>,
+    /// The text starts with a stamp line (SPEC §6) showing the time of
+    /// the event's `stamp_at` record.
+    pub stamped: bool,
     /// Characters removed by `max_event_chars` (0 = whole).
     pub elided_chars: usize,
     /// Of the final text (stamp included).
@@ -268,7 +267,7 @@ pub fn select(
         finish_turn(turn, events, config, rd, &mut sel)?;
     }
     apply_cap(&mut turns, config, &mut sel);
-    sel.poison_hits = poison_hits(&turns, &config.poison_pattern, events, rd)?;
+    sel.poison_hits = poison_hits(&turns, config, events, rd)?;
     if sel.blocked_reason.is_none() && sel.poison_hits >= 2 {
         sel.blocked_reason = Some(format!(
             "recent context looks poisoned: {} matches of poison_pattern in the last 10 turns; rebuild from durable memory instead, or adjust poison_pattern if this is a false alarm",
@@ -288,7 +287,7 @@ impl Item {
             kind,
             event: e,
             body: Body::Said,
-            stamp: None,
+            stamped: false,
             elided_chars: 0,
             counts: event.text.counts,
             carried_before: event.text.carried_before,
@@ -304,7 +303,7 @@ impl Item {
             counts: Counts::of(&text),
             carried_before: markers.carried_before(&text),
             body: Body::Made(text),
-            stamp: None,
+            stamped: false,
             elided_chars: 0,
         }
     }
@@ -322,11 +321,27 @@ impl Item {
         })
     }
 
-    /// The carried text: the stamp, then the body.
-    pub fn text(&self, events: &[Event], rd: &Reread<'_>) -> Result<String> {
+    /// The carried text: the stamp, then the body. `own_time` is the
+    /// event's own timestamp when the caller has its record at hand (the
+    /// stamp's record is read again otherwise).
+    pub fn text(
+        &self,
+        events: &[Event],
+        rd: &Reread<'_>,
+        config: &Config,
+        own_time: Option<&str>,
+    ) -> Result<String> {
         let body = self.body_text(events, rd)?;
-        Ok(match &self.stamp {
-            Some(stamp) => format!("{stamp}{body}"),
+        let event = &events[self.event];
+        let time = match (self.stamped, event.stamp_at) {
+            (true, Some(at)) if at == event.at && own_time.is_some() => {
+                own_time.map(str::to_string)
+            }
+            (true, Some(at)) => rd.timestamp(at)?,
+            _ => None,
+        };
+        Ok(match time {
+            Some(ts) => stamp_line(config, &ts) + &body,
             None => body,
         })
     }
@@ -391,16 +406,18 @@ fn finish_turn(
     if event.timestamp_broken {
         sel.broken_timestamps += 1;
     }
-    let Some(at) = event.stamp_at else {
+    if event.stamp_at.is_none() {
         return Ok(());
-    };
-    let Some(ts) = rd.timestamp(at)? else {
-        return Ok(());
-    };
-    let stamp = config.stamp_template.replace("{timestamp}", &ts) + "\n";
-    first.counts = first.counts + Counts::of(&stamp);
-    first.stamp = Some(stamp);
+    }
+    // A timestamp is ASCII: any string of its length counts the same.
+    first.counts = first.counts + Counts::of(&stamp_line(config, &"0".repeat(event.stamp_len)));
+    first.stamped = true;
     Ok(())
+}
+
+/// The stamp line for `time`, newline included.
+fn stamp_line(config: &Config, time: &str) -> String {
+    config.stamp_template.replace("{timestamp}", time) + "\n"
 }
 
 /// Keep the head and tail of an over-long item with a visible marker.
@@ -461,10 +478,11 @@ fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
 
 fn poison_hits(
     turns: &[Turn],
-    pattern: &Regex,
+    config: &Config,
     events: &[Event],
     rd: &Reread<'_>,
 ) -> Result<usize> {
+    let pattern = &config.poison_pattern;
     let start = turns.len().saturating_sub(10);
     let mut hits = 0;
     for item in turns[start..]
@@ -472,7 +490,9 @@ fn poison_hits(
         .flat_map(|t| &t.items)
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
-        hits += pattern.find_iter(&item.text(events, rd)?).count();
+        hits += pattern
+            .find_iter(&item.text(events, rd, config, None)?)
+            .count();
     }
     Ok(hits)
 }
@@ -522,7 +542,7 @@ mod tests {
             kind: ItemKind::Speech,
             event: 0,
             body: Body::Said,
-            stamp: None,
+            stamped: false,
             elided_chars: 0,
             counts: Counts::default(),
             carried_before: false,
