@@ -63,15 +63,33 @@ pub fn check(
         path: candidate,
         expected,
     };
-    let lines = check_structure(&file)?;
-    let mut rebuilt = Digest::default();
-    plan::build_into(config, backup, Some(expected.session_id), &mut rebuilt)?;
-    if rebuilt.sha256() != digest {
+    // The rebuild and the reading of the candidate are independent: one
+    // core each.
+    let (rebuilt, read) = std::thread::scope(|s| {
+        let rebuilt = s.spawn(|| {
+            let mut rebuilt = Digest::default();
+            plan::build_into(config, backup, Some(expected.session_id), &mut rebuilt)
+                .map(|_| rebuilt.sha256())
+        });
+        let read = check_structure(&file).map(|lines| {
+            (
+                lines,
+                conserve(backup, &file, expected, &config.reply_tool_pattern),
+            )
+        });
+        let rebuilt = rebuilt
+            .join()
+            .unwrap_or_else(|_| Err(Error::io("the rebuild of the frozen backup failed")));
+        (rebuilt, read)
+    });
+    // Reported in the order of the checks: structure, rebuild, conservation.
+    let (lines, conservation) = read?;
+    if rebuilt? != digest {
         return Err(fail(
             "candidate differs from a fresh rebuild of the frozen backup",
         ));
     }
-    let conservation = conserve(backup, &file, expected, &config.reply_tool_pattern)?;
+    let conservation = conservation?;
     Ok(ConservationCounts {
         candidate_lines: lines,
         source_pieces_checked: conservation.checked,
