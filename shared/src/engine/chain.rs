@@ -52,7 +52,7 @@ fn file_order(scan: &Scan, reason: Option<String>) -> History {
         .nodes
         .iter()
         .filter(|n| !n.sidechain)
-        .filter_map(|n| n.event)
+        .filter_map(Node::event)
         .collect();
     History {
         events,
@@ -101,12 +101,12 @@ fn chain(scan: &Scan) -> Result<History, String> {
         }
         on_chain.push(cur);
         let node = &nodes[cur];
-        let next = match (node.parent, node.boundary) {
+        let next = match (node.parent(), node.boundary) {
             (Link::To(p), _) => match by_uuid.get(p) {
                 Some(i) => i,
                 None => break WalkEnd::Dangling,
             },
-            (_, true) => match node.logical_parent {
+            (_, true) => match node.logical_parent() {
                 Some(lp) => match by_uuid.get(lp) {
                     Some(i) => i,
                     None => break WalkEnd::Dangling,
@@ -124,7 +124,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     // message id with the chain.
     let mut anchor_of_message: HashMap<u32, usize> = HashMap::new();
     for (pos, &i) in on_chain.iter().enumerate() {
-        if let Some(m) = nodes[i].message_id {
+        if let Some(m) = nodes[i].message_id() {
             anchor_of_message.entry(m).or_insert(pos);
         }
     }
@@ -132,7 +132,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let mut ordered: Vec<(usize, usize, usize)> = on_chain
         .iter()
         .enumerate()
-        .filter(|&(_, &i)| nodes[i].event.is_some())
+        .filter(|&(_, &i)| nodes[i].event().is_some())
         .map(|(pos, &i)| (pos, nodes[i].line, i))
         .collect();
     let mut abandoned = Vec::new();
@@ -140,16 +140,16 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let first_chain_line = on_chain.iter().map(|&i| nodes[i].line).min().unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
-        if chain_set[i] || n.sidechain || (n.role == RecordRole::Other && n.event.is_none()) {
+        if chain_set[i] || n.sidechain || (n.role == RecordRole::Other && n.event().is_none()) {
             continue;
         }
-        if let Some(pos) = n.message_id.and_then(|m| anchor_of_message.get(&m)) {
-            if n.event.is_some() {
+        if let Some(pos) = n.message_id().and_then(|m| anchor_of_message.get(&m)) {
+            if n.event().is_some() {
                 ordered.push((*pos, n.line, i));
             }
             continue;
         }
-        match n.event.map(|e| (e, &scan.events[e].speech)) {
+        match n.event().map(|e| (e, &scan.events[e].speech)) {
             Some((e, Speech::User | Speech::Assistant | Speech::Summary)) => {
                 abandoned.push(e);
                 hidden_earlier |= n.line < first_chain_line;
@@ -174,7 +174,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     ordered.sort_unstable();
     let events = ordered
         .iter()
-        .filter_map(|&(_, _, i)| node_event(&nodes[i]))
+        .filter_map(|&(_, _, i)| nodes[i].event())
         .collect();
     Ok(History {
         events,
@@ -187,7 +187,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
 
 /// Whether a record takes part in the conversation (speech or its frame).
 fn is_conversation(n: &Node) -> bool {
-    (n.role != RecordRole::Other || n.event.is_some()) && !n.sidechain
+    (n.role != RecordRole::Other || n.event().is_some()) && !n.sidechain
 }
 
 /// The conversation's newest leaf: the last conversation record in file
@@ -198,7 +198,7 @@ fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
     for n in nodes.iter().filter(|n| is_conversation(n)) {
         // Mark the nearest conversation ancestor, passing through frame
         // records (attachments, system, progress) in between.
-        let mut link = n.parent;
+        let mut link = n.parent();
         for _ in 0..nodes.len() {
             let Link::To(p) = link else { break };
             let Some(i) = by_uuid.get(p) else { break };
@@ -206,7 +206,7 @@ fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
                 has_child[i] = true;
                 break;
             }
-            link = nodes[i].parent;
+            link = nodes[i].parent();
         }
     }
     let mut leaves = (0..nodes.len())
@@ -226,7 +226,7 @@ impl ByUuid {
     fn new(nodes: &[Node], symbols: usize) -> ByUuid {
         let mut first = vec![Self::NONE; symbols];
         for (i, n) in nodes.iter().enumerate() {
-            if let Some(u) = n.uuid
+            if let Some(u) = n.uuid()
                 && first[u as usize] == Self::NONE
             {
                 first[u as usize] = u32::try_from(i).unwrap_or(Self::NONE);
@@ -241,8 +241,4 @@ impl ByUuid {
             .filter(|&&i| i != Self::NONE)
             .map(|&i| i as usize)
     }
-}
-
-fn node_event(n: &Node) -> Option<usize> {
-    n.event
 }

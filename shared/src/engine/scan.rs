@@ -37,19 +37,58 @@ pub enum RecordRole {
     Other,
 }
 
-/// The chain-relevant facts of one record.
+/// The chain-relevant facts of one record, in 32 bytes (one per record
+/// with a uuid: the biggest table of a long session's plan).
 #[derive(Debug, Clone)]
 pub struct Node {
     pub line: usize,
-    pub uuid: Option<Sym>,
-    pub parent: Link,
-    pub logical_parent: Option<Sym>,
+    uuid: u32,
+    parent: u32,
+    logical_parent: u32,
+    message_id: u32,
+    event: u32,
+    parent_kind: ParentKind,
     pub boundary: bool,
     pub role: RecordRole,
     pub sidechain: bool,
-    pub message_id: Option<Sym>,
+}
+
+/// How [`Node::parent`] reads its `parent` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ParentKind {
+    Missing,
+    Root,
+    To,
+}
+
+/// "None" in a node's `u32` fields.
+const NONE: u32 = u32::MAX;
+
+fn opt(v: u32) -> Option<u32> {
+    (v != NONE).then_some(v)
+}
+
+impl Node {
+    pub fn uuid(&self) -> Option<Sym> {
+        opt(self.uuid)
+    }
+    pub fn parent(&self) -> Link {
+        match self.parent_kind {
+            ParentKind::Missing => Link::Missing,
+            ParentKind::Root => Link::Root,
+            ParentKind::To => Link::To(self.parent),
+        }
+    }
+    pub fn logical_parent(&self) -> Option<Sym> {
+        opt(self.logical_parent)
+    }
+    pub fn message_id(&self) -> Option<Sym> {
+        opt(self.message_id)
+    }
     /// Index into [`Scan::events`] when the record holds speech.
-    pub event: Option<usize>,
+    pub fn event(&self) -> Option<usize> {
+        opt(self.event).map(|e| e as usize)
+    }
 }
 
 /// What a speech-bearing record says (its kind; the text itself is read
@@ -550,17 +589,23 @@ impl Scan {
                 .map(|m| self.intern(&m)),
             _ => None,
         };
+        let (parent_kind, parent) = match parent {
+            Link::Missing => (ParentKind::Missing, NONE),
+            Link::Root => (ParentKind::Root, NONE),
+            Link::To(p) => (ParentKind::To, p),
+        };
         self.nodes.push(Node {
             line: number,
-            uuid,
+            uuid: uuid.unwrap_or(NONE),
             parent,
-            logical_parent,
+            logical_parent: logical_parent.unwrap_or(NONE),
+            message_id: message_id.unwrap_or(NONE),
+            event: event.and_then(|e| u32::try_from(e).ok()).unwrap_or(NONE),
+            parent_kind,
             boundary: r.kind() == "system"
                 && r.subtype.get().is_some_and(|s| s == "compact_boundary"),
             role,
             sidechain: r.sidechain(),
-            message_id,
-            event,
         });
     }
 
