@@ -112,7 +112,10 @@ def sandbox(tmp: Path, source: Path, session: str) -> tuple[Path, Path, Path]:
         f"project_dir = {q(str(project))}", f"state_dir = {q(str(state))}", 'activation = "pointer"',
         f"resume_pointer_path = {q(str(pointer))}", f"claude_workdir = {q(str(tmp))}",
         "verify_workdir_matches_project = false", "activation_delay_seconds = 0",
-        "stable_file_seconds = 0.05", "stable_file_timeout_seconds = 60", ""]))
+        "stable_file_seconds = 0.05", "stable_file_timeout_seconds = 60",
+        # No Claude Code here to probe; and the whole conversation is carried
+        # (a window large enough for it), the heaviest case for the chain.
+        "pointer_health_probe = false", "context_window_tokens = 1000000000", ""]))
     return cfg, link, state
 
 
