@@ -460,6 +460,10 @@ impl Scan {
                 }
             }
         })?;
+        // The slack of the tables' last doubling goes back before the chain
+        // walk and selection allocate theirs.
+        scan.nodes.shrink_to_fit();
+        scan.events.shrink_to_fit();
         scan.symbol_count = scan.symbols.len();
         scan.symbols = HashMap::new();
         scan.messages = HashMap::new();

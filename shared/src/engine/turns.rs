@@ -507,7 +507,7 @@ impl Builder {
     fn user(&mut self, item: Item) {
         match self.turns.last_mut() {
             Some(t) if !t.has_assistant() => t.items.push(item),
-            _ => self.turns.push(Turn { items: vec![item] }),
+            _ => self.start(item),
         }
     }
     /// Returns true when this opened a leading assistant-only turn.
@@ -516,9 +516,17 @@ impl Builder {
             t.items.push(item);
             false
         } else {
-            self.turns.push(Turn { items: vec![item] });
+            self.start(item);
             true
         }
+    }
+    /// A new turn; the finished one gives back its spare capacity (a
+    /// two-item turn would otherwise hold room for four).
+    fn start(&mut self, item: Item) {
+        if let Some(t) = self.turns.last_mut() {
+            t.items.shrink_to_fit();
+        }
+        self.turns.push(Turn { items: vec![item] });
     }
 }
 
