@@ -111,39 +111,89 @@ fn write_atomic_with<T>(
     existing: Existing,
     fill: impl FnOnce(&mut File) -> io::Result<T>,
 ) -> Result<T> {
-    let dir = parent_of(path);
-    if existing == Existing::Refuse && path.symlink_metadata().is_ok() {
-        return Err(Error::refused(format!(
-            "{} already exists; refusing to overwrite it",
-            path.display()
-        )));
-    }
-    let tmp = temp_path(path);
-    let result = (|| -> io::Result<T> {
-        let mut file = OpenOptions::new()
+    let mut out = AtomicFile::create(path, mode, existing)?;
+    let value = fill(out.file()).map_err(|e| Error::io_at("write", path, &e))?;
+    out.commit()?;
+    Ok(value)
+}
+
+/// A file written atomically piece by piece (for content produced as a
+/// stream): a new temp file in the destination's directory, made durable
+/// and renamed (or linked, for [`Existing::Refuse`]) over the destination
+/// by [`AtomicFile::commit`]. Dropped without a commit, the temp file is
+/// removed and the destination is untouched.
+pub struct AtomicFile {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    existing: Existing,
+    committed: bool,
+}
+
+impl AtomicFile {
+    /// Start writing `path` (permission `mode`).
+    pub fn create(path: &Path, mode: u32, existing: Existing) -> Result<AtomicFile> {
+        if existing == Existing::Refuse && path.symlink_metadata().is_ok() {
+            return Err(Error::refused(format!(
+                "{} already exists; refusing to overwrite it",
+                path.display()
+            )));
+        }
+        let tmp = temp_path(path);
+        let opened = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
-            .open(&tmp)?;
-        // The umask may have narrowed the mode; set it exactly.
-        file.set_permissions(fs::Permissions::from_mode(mode))?;
-        let value = fill(&mut file)?;
-        file.sync_all()?;
-        drop(file);
-        if existing == Existing::Refuse {
-            // link(2) fails if the destination appeared meanwhile: no overwrite race.
-            fs::hard_link(&tmp, path)?;
-            fs::remove_file(&tmp)?;
-        } else {
-            fs::rename(&tmp, path)?;
+            .open(&tmp)
+            .and_then(|file| {
+                // The umask may have narrowed the mode; set it exactly.
+                file.set_permissions(fs::Permissions::from_mode(mode))?;
+                Ok(file)
+            });
+        match opened {
+            Ok(file) => Ok(AtomicFile {
+                file,
+                tmp,
+                path: path.to_path_buf(),
+                existing,
+                committed: false,
+            }),
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(Error::io_at("write", path, &e))
+            }
         }
-        sync_dir(&dir)?;
-        Ok(value)
-    })();
-    result.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io_at("write", path, &e)
-    })
+    }
+
+    /// The temp file, to write to.
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// `fsync` the content, put it in place, `fsync` the directory.
+    pub fn commit(mut self) -> Result<()> {
+        let result = (|| -> io::Result<()> {
+            self.file.sync_all()?;
+            if self.existing == Existing::Refuse {
+                // link(2) fails if the destination appeared meanwhile: no overwrite race.
+                fs::hard_link(&self.tmp, &self.path)?;
+                fs::remove_file(&self.tmp)?;
+            } else {
+                fs::rename(&self.tmp, &self.path)?;
+            }
+            self.committed = true;
+            sync_dir(&parent_of(&self.path))
+        })();
+        result.map_err(|e| Error::io_at("write", &self.path, &e))
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// `fsync` a directory so a rename inside it is durable.

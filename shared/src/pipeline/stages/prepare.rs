@@ -12,10 +12,11 @@ use sha2::Digest as _;
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
 use crate::config::{Activation, Config};
 use crate::engine::candidate::{ManifestEntry, Sink};
-use crate::engine::plan::{self, PlanReport, Planned};
+use crate::engine::plan::{self, PlanReport};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
+use crate::pipeline::operation::manifest::{self, ManifestRef, ManifestWriter};
 use crate::pipeline::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::pipeline::target::Target;
 use crate::time::rfc3339;
@@ -81,18 +82,25 @@ pub fn prepare(
         let artifacts = store.artifacts_dir(id)?;
         // The candidate is written as it is planned, into the operation's
         // artifacts first (its digest is known only at the end), then put
-        // in place once the operation records it.
+        // in place once the operation records it; its manifest goes beside
+        // the backup as it is written, and the operation keeps the
+        // manifest's digest and counts (a blocked plan's too: it lists the
+        // malformed lines).
         let part = artifacts.join("candidate.jsonl.part");
         let _ = std::fs::remove_file(&part); // a killed earlier attempt's
-        let mut out = Streamed::new(&part, corruption(steps))?;
+        let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
         let plan = plan::build_into(config, &frozen.backup, Some(&new_id), &mut out)?;
-        let written = out.finish().map_err(|e| Error::io_at("write", &part, &e))?;
-        let stats = stats_of(&plan, &source);
+        let written = out.finish(&plan.report).inspect_err(|_| {
+            let _ = std::fs::remove_file(&part);
+        })?;
+        let manifest_ref = written.manifest.clone();
+        let stats = manifest::bounded_stats(&plan.report, &source);
         if let Some(reason) = &plan.report.blocked_reason {
             let _ = std::fs::remove_file(&part);
             steps.say(format!("blocked: {reason}"));
             let op = super::abandon(store, id, reason, |op| {
                 op.stats = Some(stats);
+                op.manifest_artifact = Some(manifest_ref);
                 op.source_sha256 = Some(frozen.sha256.clone());
                 op.backup = Some(frozen.backup.clone());
             })?;
@@ -126,8 +134,7 @@ pub fn prepare(
             op.backup = Some(frozen.backup.clone());
             op.prepared_at = Some(rfc3339(frozen.at));
             op.candidate = Some(candidate.clone());
-            op.manifest.clone_from(&written.manifest);
-            op.left_out.clone_from(&plan.report.left_out);
+            op.manifest_artifact = Some(manifest_ref.clone());
             op.stats = Some(stats);
             op.estimated_tokens = Some(plan.report.estimated_tokens);
             op.target_before = Some(target_before.clone());
@@ -324,23 +331,14 @@ fn freeze(
     }
 }
 
-/// The plan report as recorded in the operation: `left_out` is stored on
-/// its own, and `source_path` names the real source, not the backup.
-fn stats_of(plan: &Planned, source: &Path) -> PlanReport {
-    PlanReport {
-        source_path: source.display().to_string(),
-        left_out: Vec::new(),
-        ..plan.report.clone()
-    }
-}
-
 /// The candidate as it is planned: each line into the `.part` file and its
-/// digest, each manifest entry kept.
+/// digest, each manifest entry into the manifest artifact. Nothing of it is
+/// held in memory.
 struct Streamed {
     out: std::io::BufWriter<std::fs::File>,
     hasher: sha2::Sha256,
     bytes: u64,
-    manifest: Vec<ManifestEntry>,
+    manifest: ManifestWriter,
     corruption: Option<Corruption>,
 }
 
@@ -348,11 +346,15 @@ struct Streamed {
 struct Written {
     sha256: String,
     bytes: u64,
-    manifest: Vec<ManifestEntry>,
+    manifest: ManifestRef,
 }
 
 impl Streamed {
-    fn new(path: &Path, corruption: Option<Corruption>) -> Result<Streamed> {
+    fn new(
+        path: &Path,
+        manifest: ManifestWriter,
+        corruption: Option<Corruption>,
+    ) -> Result<Streamed> {
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -363,21 +365,30 @@ impl Streamed {
             out: std::io::BufWriter::with_capacity(1 << 16, file),
             hasher: sha2::Sha256::new(),
             bytes: 0,
-            manifest: Vec::new(),
+            manifest,
             corruption,
         })
     }
 
-    fn finish(self) -> std::io::Result<Written> {
+    /// Make the candidate durable and put the manifest in place, with the
+    /// plan's records left out and malformed lines after the items.
+    fn finish(mut self, report: &PlanReport) -> Result<Written> {
         let file = self
             .out
             .into_inner()
-            .map_err(std::io::IntoInnerError::into_error)?;
-        file.sync_all()?;
+            .map_err(|e| Error::io(format!("cannot write the candidate: {}", e.error())))?;
+        file.sync_all()
+            .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
+        for left_out in &report.left_out {
+            self.manifest.push_left_out(left_out)?;
+        }
+        for line in &report.malformed_line_numbers {
+            self.manifest.push_malformed_line(*line)?;
+        }
         Ok(Written {
             sha256: crate::fsutil::hex(&self.hasher.finalize()),
             bytes: self.bytes,
-            manifest: self.manifest,
+            manifest: self.manifest.finish()?,
         })
     }
 }
@@ -395,8 +406,7 @@ impl Sink for Streamed {
             self.hasher.update(part);
             self.bytes += part.len() as u64;
         }
-        self.manifest.push(entry);
-        Ok(())
+        self.manifest.push_item(&entry)
     }
 }
 
