@@ -25,12 +25,36 @@ use crate::engine::transcript::is_timestamp;
 use crate::error::{Error, Result};
 use crate::fsutil::{sha256_file, sha256_hex};
 
-/// What the operation recorded at prepare time.
+/// What the operation recorded at prepare time. The manifest is read as a
+/// stream (a long session's manifest does not fit the memory budget).
 pub struct Expected<'a> {
     pub session_id: &'a str,
     pub candidate_sha256: &'a str,
-    pub manifest: &'a [ManifestEntry],
-    pub left_out: &'a [LeftOut],
+    pub manifest: &'a dyn Items,
+    pub left_out: &'a dyn LeftOuts,
+}
+
+/// The manifest's entries of the carried items, in candidate order, read
+/// from the start each time.
+pub trait Items {
+    fn each_item(&self, f: &mut dyn FnMut(&ManifestEntry) -> Result<()>) -> Result<()>;
+}
+
+/// The records the plan left out, read from the start each time.
+pub trait LeftOuts {
+    fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()>;
+}
+
+impl Items for Vec<ManifestEntry> {
+    fn each_item(&self, f: &mut dyn FnMut(&ManifestEntry) -> Result<()>) -> Result<()> {
+        self.iter().try_for_each(f)
+    }
+}
+
+impl LeftOuts for Vec<LeftOut> {
+    fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()> {
+        self.iter().try_for_each(f)
+    }
 }
 
 /// What verification checked.
@@ -127,32 +151,37 @@ struct CandidateFile<'a> {
 }
 
 impl CandidateFile<'_> {
-    /// Call `f(index, line, entry)` for every line; more lines than
-    /// entries is an error here, fewer is the caller's to see.
+    /// Call `f(index, line, entry)` for every line with its manifest entry;
+    /// returns the number of lines. A candidate longer or shorter than its
+    /// manifest is an error.
     fn each(&self, mut f: impl FnMut(usize, &str, &ManifestEntry) -> Result<()>) -> Result<usize> {
         let file = File::open(self.path).map_err(|e| Error::io_at("open", self.path, &e))?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
         let mut buf = Vec::new();
-        let mut i = 0;
-        loop {
+        let mut read_line = |buf: &mut Vec<u8>| {
             buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| Error::io_at("read", self.path, &e))?;
-            if n == 0 {
-                return Ok(i);
+            reader
+                .read_until(b'\n', buf)
+                .map_err(|e| Error::io_at("read", self.path, &e))
+        };
+        let mut i = 0;
+        self.expected.manifest.each_item(&mut |entry| {
+            if read_line(&mut buf)? == 0 {
+                return Err(fail(format!(
+                    "candidate has {i} lines, fewer than the manifest's entries"
+                )));
             }
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
-            let line = line.strip_suffix('\n').unwrap_or(line);
-            let entry = self.expected.manifest.get(i).ok_or_else(|| {
-                fail(format!(
-                    "candidate has more lines than the manifest's {}",
-                    self.expected.manifest.len()
-                ))
-            })?;
-            f(i, line, entry)?;
+            f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
             i += 1;
+            Ok(())
+        })?;
+        if read_line(&mut buf)? > 0 {
+            return Err(fail(format!(
+                "candidate has more lines than the manifest's {i} entries"
+            )));
         }
+        Ok(i)
     }
 }
 
@@ -226,12 +255,6 @@ fn check_structure(file: &CandidateFile<'_>) -> Result<usize> {
         previous = Some(uuid);
         Ok(())
     })?;
-    if lines != expected.manifest.len() {
-        return Err(fail(format!(
-            "candidate has {lines} lines, manifest {}",
-            expected.manifest.len()
-        )));
-    }
     Ok(lines)
 }
 
@@ -338,13 +361,18 @@ pub fn conserve(
     expected: &Expected<'_>,
     reply_tool: &Regex,
 ) -> Result<Conservation> {
-    let left_out: HashSet<usize> = expected.left_out.iter().map(|l| l.line).collect();
-    let elided: HashSet<usize> = expected
-        .manifest
-        .iter()
-        .filter(|m| m.elided_chars > 0)
-        .map(|m| m.source_line)
-        .collect();
+    let mut left_out: HashSet<usize> = HashSet::new();
+    expected.left_out.each_left_out(&mut |l| {
+        left_out.insert(l.line);
+        Ok(())
+    })?;
+    let mut elided: HashSet<usize> = HashSet::new();
+    expected.manifest.each_item(&mut |m| {
+        if m.elided_chars > 0 {
+            elided.insert(m.source_line);
+        }
+        Ok(())
+    })?;
     let file = File::open(backup).map_err(|e| Error::io_at("open", backup, &e))?;
     let mut result = Conservation {
         checked: 0,

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::Store;
 use crate::engine::ManifestEntry;
+use crate::engine::conserve::{Items, LeftOuts};
 use crate::engine::plan::{LeftOut, PlanReport};
 use crate::engine::turns::LeftOutReason;
 use crate::error::{Error, Result};
@@ -182,28 +183,6 @@ enum LineRef<'a> {
     MalformedLine(usize),
 }
 
-/// Write the whole artifact of a plan that is in memory (today's engine
-/// returns it so): the candidate's manifest, the records left out, every
-/// malformed line number.
-pub fn write(
-    store: &Store,
-    id: &str,
-    manifest: &[ManifestEntry],
-    report: &PlanReport,
-) -> Result<ManifestRef> {
-    let mut writer = ManifestWriter::create(store, id)?;
-    for entry in manifest {
-        writer.push_item(entry)?;
-    }
-    for left_out in &report.left_out {
-        writer.push_left_out(left_out)?;
-    }
-    for line in &report.malformed_line_numbers {
-        writer.push_malformed_line(*line)?;
-    }
-    writer.finish()
-}
-
 /// Read operation `id`'s artifact line by line, in order, handing each line
 /// to `each`. Never reads more than `recorded.bytes`; a missing, damaged,
 /// longer, shorter or otherwise changed artifact (digest or counts differ
@@ -273,6 +252,32 @@ pub fn for_each(
         return Err(changed("its counts differ from the operation's"));
     }
     Ok(())
+}
+
+/// Operation `id`'s artifact as verification reads it: streamed, once per
+/// pass, each pass checking the digest and counts again.
+pub struct Artifact<'a> {
+    pub store: &'a Store,
+    pub id: &'a str,
+    pub recorded: &'a ManifestRef,
+}
+
+impl Items for Artifact<'_> {
+    fn each_item(&self, f: &mut dyn FnMut(&ManifestEntry) -> Result<()>) -> Result<()> {
+        for_each(self.store, self.id, self.recorded, |line| match line {
+            Line::Item(entry) => f(&entry),
+            _ => Ok(()),
+        })
+    }
+}
+
+impl LeftOuts for Artifact<'_> {
+    fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()> {
+        for_each(self.store, self.id, self.recorded, |line| match line {
+            Line::LeftOut(left_out) => f(&left_out),
+            _ => Ok(()),
+        })
+    }
 }
 
 /// Read the whole artifact into memory (see [`for_each`]).

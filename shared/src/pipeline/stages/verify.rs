@@ -37,17 +37,24 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
             .manifest_artifact
             .clone()
             .ok_or_else(|| missing("manifest artifact"))?;
-        let checked = manifest::read(store, id, &recorded)
-            .map_err(|e| Error::refused(format!("verification failed: {}", e.message)))
-            .and_then(|manifest| {
-                let expected = Expected {
-                    session_id: &candidate.session_id,
-                    candidate_sha256: &candidate.sha256,
-                    manifest: &manifest.items,
-                    left_out: &manifest.left_out,
-                };
-                check(config, &backup, &candidate.path, &expected)
-            });
+        let artifact = manifest::Artifact {
+            store,
+            id,
+            recorded: &recorded,
+        };
+        let expected = Expected {
+            session_id: &candidate.session_id,
+            candidate_sha256: &candidate.sha256,
+            manifest: &artifact,
+            left_out: &artifact,
+        };
+        let checked = check(config, &backup, &candidate.path, &expected).map_err(|mut e| {
+            // A changed or missing manifest artifact is found mid-check.
+            if !e.message.starts_with("verification failed") {
+                e.message = format!("verification failed: {}", e.message);
+            }
+            e
+        });
         match checked {
             Ok(report) => {
                 // The same counts `ktr status` shows (items, left out by
