@@ -8,6 +8,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::engine::plan::LeftOut;
 use crate::engine::reread::{Reread, Said};
 use crate::engine::scan::{Event, Meta};
 use crate::engine::transcript::is_timestamp;
@@ -48,6 +49,12 @@ pub trait Sink {
     /// texts are then not read a second time).
     fn wants_lines(&self) -> bool {
         true
+    }
+    /// A record the plan left out (after every line, in source order).
+    /// Returned to be listed in the report, or taken (a sink that streams
+    /// it elsewhere returns `None`).
+    fn left_out(&mut self, entry: LeftOut) -> Result<Option<LeftOut>> {
+        Ok(Some(entry))
     }
 }
 

@@ -343,16 +343,15 @@ fn plan<R: BufRead>(
         .chain(sel.left_out.iter().copied())
         .collect();
     left_out.sort_by_key(|&(e, _)| scan.events[e].line);
-    let left_out = left_out
-        .into_iter()
-        .map(|(e, reason)| {
-            Ok(LeftOut {
-                line: scan.events[e].line,
-                uuid: rd.uuid(&scan.events[e])?,
-                reason,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let mut listed = Vec::new();
+    for (e, reason) in left_out {
+        let entry = LeftOut {
+            line: scan.events[e].line,
+            uuid: rd.uuid(&scan.events[e])?,
+            reason,
+        };
+        listed.extend(sink.left_out(entry)?);
+    }
     let items: Vec<&turns::Item> = sel.turns.iter().flat_map(|t| &t.items).collect();
     let preview = |i: &&turns::Item| -> Result<Preview> {
         Ok(Preview {
@@ -423,7 +422,7 @@ fn plan<R: BufRead>(
         window: None,
         first_carried,
         last_carried,
-        left_out,
+        left_out: listed,
     };
     Ok(Planned {
         report,

@@ -12,7 +12,7 @@ use sha2::Digest as _;
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
 use crate::config::{Activation, Config};
 use crate::engine::candidate::{ManifestEntry, Sink};
-use crate::engine::plan::{self, PlanReport};
+use crate::engine::plan::{self, LeftOut, PlanReport};
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
@@ -371,7 +371,7 @@ impl Streamed {
     }
 
     /// Make the candidate durable and put the manifest in place, with the
-    /// plan's records left out and malformed lines after the items.
+    /// plan's malformed lines after the items and the records left out.
     fn finish(mut self, report: &PlanReport) -> Result<Written> {
         let file = self
             .out
@@ -379,9 +379,6 @@ impl Streamed {
             .map_err(|e| Error::io(format!("cannot write the candidate: {}", e.error())))?;
         file.sync_all()
             .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
-        for left_out in &report.left_out {
-            self.manifest.push_left_out(left_out)?;
-        }
         for line in &report.malformed_line_numbers {
             self.manifest.push_malformed_line(*line)?;
         }
@@ -407,6 +404,11 @@ impl Sink for Streamed {
             self.bytes += part.len() as u64;
         }
         self.manifest.push_item(&entry)
+    }
+
+    fn left_out(&mut self, entry: LeftOut) -> Result<Option<LeftOut>> {
+        self.manifest.push_left_out(&entry)?;
+        Ok(None)
     }
 }
 
