@@ -258,7 +258,7 @@ pub fn current_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn parent_of(path: &Path) -> PathBuf {
+pub fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

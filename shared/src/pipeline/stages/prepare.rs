@@ -140,15 +140,7 @@ pub fn prepare(
             op.target_before = Some(target_before.clone());
             op.verification = None;
         })?;
-        let copied = copy_atomic(&part, &candidate.path, 0o600, Existing::Refuse)?;
-        let _ = std::fs::remove_file(&part);
-        if copied != candidate.sha256 {
-            return Err(Error::refused(format!(
-                "candidate {} changed while it was put in place (digest {copied}, written {}); prepare again",
-                candidate.path.display(),
-                candidate.sha256
-            )));
-        }
+        put_in_place(&part, &candidate)?;
         steps.say(format!(
             "candidate {} written ({} lines, {} bytes); target identity {target_before:?}",
             candidate.path.display(),
@@ -329,6 +321,36 @@ fn freeze(
         steps.say("source changed while it was copied; waiting again");
         (at, previous) = (now, copied);
     }
+}
+
+/// Put the written candidate at its path: a hard link (no copy; refused if
+/// the path exists, like every candidate write), or a checked copy when the
+/// state dir is on another file system. The `.part` file goes either way.
+fn put_in_place(part: &Path, candidate: &CandidateFile) -> Result<()> {
+    let placed = match std::fs::hard_link(part, &candidate.path) {
+        Ok(()) => crate::fsutil::sync_dir(&crate::fsutil::parent_of(&candidate.path))
+            .map_err(|e| Error::io_at("write", &candidate.path, &e)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::refused(format!(
+            "{} already exists; refusing to overwrite it",
+            candidate.path.display()
+        ))),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_atomic(part, &candidate.path, 0o600, Existing::Refuse).and_then(|copied| {
+                if copied == candidate.sha256 {
+                    Ok(())
+                } else {
+                    Err(Error::refused(format!(
+                        "candidate {} changed while it was put in place (digest {copied}, written {}); prepare again",
+                        candidate.path.display(),
+                        candidate.sha256
+                    )))
+                }
+            })
+        }
+        Err(e) => Err(Error::io_at("write", &candidate.path, &e)),
+    };
+    let _ = std::fs::remove_file(part);
+    placed
 }
 
 /// The candidate as it is planned: each line into the `.part` file and its
