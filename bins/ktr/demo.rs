@@ -254,7 +254,7 @@ fn summary(sb: &Sandbox, report: &plan::PlanReport, op: &Operation) -> Result<St
     );
     s.push_str(&format!(
         "\ncarried items   {}\ncandidate       {}\npointer now     {}\nsource          {} (unchanged: same sha256 as before)\n",
-        op.manifest.len(),
+        op.manifest_artifact.as_ref().map_or(0, |m| m.items),
         candidate.path.display(),
         pointer.trim(),
         sb.transcript.display()

@@ -89,9 +89,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, existing: Existing) ->
 /// content, never a torn file; a crash may only lose the newest write
 /// (about 1 ms of a 2.5 ms Stop hook on this machine's disk went to them).
 pub fn write_cache_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    write_file(path, mode, Existing::Replace, false, |file| {
-        file.write_all(bytes)
-    })
+    let mut out = AtomicFile::create(path, mode, Existing::Replace)?;
+    out.file()
+        .write_all(bytes)
+        .map_err(|e| Error::io_at("write", path, &e))?;
+    out.put_in_place(false)
 }
 
 /// Copy `src` to `dst` atomically (streamed, never held in memory) with
@@ -122,54 +124,99 @@ fn write_atomic_with<T>(
     existing: Existing,
     fill: impl FnOnce(&mut File) -> io::Result<T>,
 ) -> Result<T> {
-    write_file(path, mode, existing, true, fill)
+    let mut out = AtomicFile::create(path, mode, existing)?;
+    let value = fill(out.file()).map_err(|e| Error::io_at("write", path, &e))?;
+    out.commit()?;
+    Ok(value)
 }
 
-/// [`write_atomic_with`], the `fsync`s only when `durable`.
-fn write_file<T>(
-    path: &Path,
-    mode: u32,
+/// A file written atomically piece by piece (for content produced as a
+/// stream): a new temp file in the destination's directory, made durable
+/// and renamed (or linked, for [`Existing::Refuse`]) over the destination
+/// by [`AtomicFile::commit`]. Dropped without a commit, the temp file is
+/// removed and the destination is untouched.
+pub struct AtomicFile {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
     existing: Existing,
-    durable: bool,
-    fill: impl FnOnce(&mut File) -> io::Result<T>,
-) -> Result<T> {
-    let dir = parent_of(path);
-    if existing == Existing::Refuse && path.symlink_metadata().is_ok() {
-        return Err(Error::refused(format!(
-            "{} already exists; refusing to overwrite it",
-            path.display()
-        )));
-    }
-    let tmp = temp_path(path);
-    let result = (|| -> io::Result<T> {
-        let mut file = OpenOptions::new()
+    committed: bool,
+}
+
+impl AtomicFile {
+    /// Start writing `path` (permission `mode`).
+    pub fn create(path: &Path, mode: u32, existing: Existing) -> Result<AtomicFile> {
+        if existing == Existing::Refuse && path.symlink_metadata().is_ok() {
+            return Err(Error::refused(format!(
+                "{} already exists; refusing to overwrite it",
+                path.display()
+            )));
+        }
+        let tmp = temp_path(path);
+        let opened = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
-            .open(&tmp)?;
-        // The umask may have narrowed the mode; set it exactly.
-        file.set_permissions(fs::Permissions::from_mode(mode))?;
-        let value = fill(&mut file)?;
-        if durable {
-            file.sync_all()?;
+            .open(&tmp)
+            .and_then(|file| {
+                // The umask may have narrowed the mode; set it exactly.
+                file.set_permissions(fs::Permissions::from_mode(mode))?;
+                Ok(file)
+            });
+        match opened {
+            Ok(file) => Ok(AtomicFile {
+                file,
+                tmp,
+                path: path.to_path_buf(),
+                existing,
+                committed: false,
+            }),
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(Error::io_at("write", path, &e))
+            }
         }
-        drop(file);
-        if existing == Existing::Refuse {
-            // link(2) fails if the destination appeared meanwhile: no overwrite race.
-            fs::hard_link(&tmp, path)?;
-            fs::remove_file(&tmp)?;
-        } else {
-            fs::rename(&tmp, path)?;
+    }
+
+    /// The temp file, to write to.
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// `fsync` the content, put it in place, `fsync` the directory.
+    pub fn commit(self) -> Result<()> {
+        self.put_in_place(true)
+    }
+
+    /// Put the content in place; the `fsync`s only when `durable`.
+    fn put_in_place(mut self, durable: bool) -> Result<()> {
+        let result = (|| -> io::Result<()> {
+            if durable {
+                self.file.sync_all()?;
+            }
+            if self.existing == Existing::Refuse {
+                // link(2) fails if the destination appeared meanwhile: no overwrite race.
+                fs::hard_link(&self.tmp, &self.path)?;
+                fs::remove_file(&self.tmp)?;
+            } else {
+                fs::rename(&self.tmp, &self.path)?;
+            }
+            self.committed = true;
+            if durable {
+                sync_dir(&parent_of(&self.path))?;
+            }
+            Ok(())
+        })();
+        result.map_err(|e| Error::io_at("write", &self.path, &e))
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.tmp);
         }
-        if durable {
-            sync_dir(&dir)?;
-        }
-        Ok(value)
-    })();
-    result.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io_at("write", path, &e)
-    })
+    }
 }
 
 /// `fsync` a directory so a rename inside it is durable.

@@ -34,7 +34,8 @@ pub mod cap {
     pub const CONFIG: u64 = 1 << 20;
     /// The `active` file: one line.
     pub const ACTIVE: u64 = 4 << 10;
-    /// One operation file (the manifest can be large on a long session).
+    /// One operation file (small since the manifest is an artifact; files of
+    /// older releases held it inline and can be large).
     pub const OPERATION: u64 = 256 << 20;
     /// Claude Code's `settings.json`.
     pub const SETTINGS: u64 = 16 << 20;

@@ -212,7 +212,10 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
             path: "/p/new-session.jsonl".into(),
             sha256: "ab".repeat(32),
         });
-        op.manifest = vec![manifest_entry(); 7];
+        op.manifest_artifact = Some(ktr::pipeline::operation::ManifestRef {
+            items: 7,
+            ..Default::default()
+        });
         op.verification = Some(
             serde_json::from_value(
                 serde_json::json!({"ok": true, "at": "2026-11-29T08:00:00.000Z"}),
@@ -900,14 +903,4 @@ fn session_names_the_transcript_to_read_and_new_session_must_be_a_uuid() {
         .code(0);
     assert!(one.stdout.contains(fixed));
     assert_eq!(one.stdout, two.stdout);
-}
-
-/// A manifest entry with placeholder values (its content is not looked at).
-fn manifest_entry() -> ktr::engine::ManifestEntry {
-    serde_json::from_value(serde_json::json!({
-        "position": 0, "role": "user", "kind": "speech", "source_uuid": null,
-        "source_line": 1, "source_timestamp": null, "source_sha256": "a",
-        "carried_sha256": "b", "uuid": "u"
-    }))
-    .unwrap()
 }

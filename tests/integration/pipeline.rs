@@ -8,10 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use crate::support::rig::{Kind, Rig, SRC, UNIT};
-use ktr::engine::candidate::ManifestEntry;
 use ktr::engine::conserve::{Expected, check};
 use ktr::fsutil::sha256_hex;
-use ktr::pipeline::operation::{Operation, Status};
+use ktr::pipeline::operation::{Operation, Status, manifest};
 
 use Status::*;
 
@@ -32,7 +31,8 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
         "claude read the candidate"
     );
     assert_eq!(fs::read(&candidate.path).unwrap(), read);
-    let manifest: Vec<ManifestEntry> = op.manifest.clone();
+    let manifest =
+        manifest::read(&rig.store(), &op.id, op.manifest_artifact.as_ref().unwrap()).unwrap();
     let report = check(
         &rig.config(),
         op.backup.as_ref().unwrap(),
@@ -40,12 +40,12 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
         &Expected {
             session_id: &candidate.session_id,
             candidate_sha256: &candidate.sha256,
-            manifest: &manifest,
-            left_out: &op.left_out,
+            manifest: &manifest.items,
+            left_out: &manifest.left_out,
         },
     )
     .unwrap();
-    assert_eq!(report.candidate_lines, manifest.len());
+    assert_eq!(report.candidate_lines, manifest.items.len());
     // Real sentences, human and assistant, are in what claude loaded.
     let text = String::from_utf8(read).unwrap();
     for sentence in [
@@ -449,6 +449,107 @@ fn a_tampered_candidate_fails_verification_and_is_discarded() {
     assert!(op.error.unwrap().starts_with("verification failed"));
     assert!(!op.verification.unwrap().ok);
     assert!(!candidate.path.exists(), "candidate discarded");
+    assert_eq!(rig.resume_history(), [SRC]);
+}
+
+/// The source replaced by `turns` chat turns (Chinese, one user and one
+/// assistant line each, a parentUuid chain), `malformed` lines that are
+/// not JSON and records of `malformed` unknown types with long names.
+fn long_transcript(path: &std::path::Path, turns: usize, malformed: usize) {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut parent = serde_json::Value::Null;
+    for i in 0..turns {
+        for (kind, text) in [
+            ("user", format!("第{i}天：今天也聊聊日志分析脚本吧，小满？")),
+            (
+                "assistant",
+                format!("好的，第{i}次：worker.py 读取 WORKER0_TIMEOUT，测试全部通过。"),
+            ),
+        ] {
+            let uuid = format!(
+                "00000000-0000-4000-8000-{:012}",
+                i * 2 + usize::from(kind == "assistant")
+            );
+            let record = serde_json::json!({
+                "parentUuid": parent, "sessionId": SRC, "isSidechain": false, "type": kind,
+                "uuid": uuid, "timestamp": format!("2026-11-20T{:02}:{:02}:00.000Z", (i / 60) % 24, i % 60),
+                "cwd": "/home/lin/companion", "version": "2.1.328",
+                "message": {"role": kind, "content": [{"type": "text", "text": text}]},
+            });
+            writeln!(out, "{record}").unwrap();
+            parent = serde_json::Value::String(uuid);
+        }
+        if i < malformed {
+            writeln!(out, "{{not json {i}").unwrap();
+            let kind = format!("mystery-{i}-{}", "x".repeat(2000));
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"type": kind, "sessionId": SRC})
+            )
+            .unwrap();
+        }
+    }
+    fs::write(path, out).unwrap();
+}
+
+/// Issue 12 item 3: whatever the transcript, the operation file stays
+/// small (the manifest is an artifact beside the backup, lists that grow
+/// with the transcript are cut), `ktr status` reads only that small file,
+/// and ktr-verify refuses a manifest artifact edited after prepare.
+#[test]
+fn a_long_transcript_keeps_the_operation_file_small_and_verify_checks_the_manifest_artifact() {
+    let mut rig = Rig::with(Kind::Tmux, "on_malformed_line = \"skip\"", &[]);
+    long_transcript(&rig.source, 3000, 100);
+    let op = rig.rebuild_paused_at("verify:start");
+    let store = rig.store();
+    let size = fs::metadata(store.operation_path(&op.id).unwrap())
+        .unwrap()
+        .len();
+    let op = store.load(&op.id).unwrap();
+    let recorded = op.manifest_artifact.clone().unwrap();
+    assert!(size <= 64 << 10, "the operation file has {size} bytes");
+    assert!(recorded.items >= 6000, "{recorded:?}");
+    assert!(recorded.bytes > 40 * size, "{recorded:?} vs {size}");
+    let stats = op.stats.as_ref().unwrap();
+    assert_eq!(
+        (stats.malformed_lines, stats.malformed_line_numbers.len()),
+        (100, 20)
+    );
+    assert_eq!(stats.unknown_record_types.len(), 21, "first 20 and (other)");
+    let artifact = op.backup.as_ref().unwrap().with_file_name(manifest::FILE);
+    assert_eq!(mode(&artifact), 0o600);
+    let full = manifest::read(&store, &op.id, &recorded).unwrap();
+    // The engine keeps the first MALFORMED_KEPT numbers; the artifact lists them all.
+    assert_eq!(full.malformed_line_numbers, stats.malformed_line_numbers);
+    assert_eq!(full.items.len(), recorded.items);
+
+    // `ktr status` shows the counts without the artifact: it reads only the
+    // operation file.
+    let aside = artifact.with_extension("aside");
+    fs::rename(&artifact, &aside).unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&rig.ktr(&["status", "--json", &op.id])).unwrap();
+    assert_eq!(status["manifest_items"], recorded.items);
+    assert_eq!(status["left_out_records"], recorded.left_out);
+    fs::rename(&aside, &artifact).unwrap();
+
+    // An artifact edited after prepare (still valid lines) is refused.
+    let text = fs::read_to_string(&artifact).unwrap();
+    let edited = text.replacen(r#""elided_chars":0"#, r#""elided_chars":1"#, 1);
+    assert_ne!(edited, text);
+    fs::write(&artifact, edited).unwrap();
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Failed);
+    let error = op.error.unwrap();
+    assert!(
+        error.starts_with("verification failed: manifest artifact")
+            && error.contains("changed after prepare"),
+        "{error}"
+    );
+    assert!(!op.candidate.unwrap().path.exists(), "candidate discarded");
     assert_eq!(rig.resume_history(), [SRC]);
 }
 

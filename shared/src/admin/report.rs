@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::engine::plan::LeftOut;
-use crate::engine::turns::LeftOutReason;
+use crate::pipeline::operation::manifest::reason_name;
 use crate::pipeline::operation::{Operation, Status, Transition, Worker};
 use crate::time::parse_rfc3339;
 
@@ -22,14 +22,6 @@ pub fn left_out_by_reason(left_out: &[LeftOut]) -> BTreeMap<String, usize> {
         *by_reason.entry(reason_name(l.reason)).or_default() += 1;
     }
     by_reason
-}
-
-/// A reason's name as the JSON reports spell it (`local_command`, …).
-fn reason_name(reason: LeftOutReason) -> String {
-    serde_json::to_value(reason)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_else(|| format!("{reason:?}"))
 }
 
 /// `2 records (1 compact_summary_dropped, 1 local_command)`, or `none`.
@@ -135,9 +127,13 @@ impl StatusView {
             source_sha256: op.source_sha256.clone(),
             backup: op.backup.clone(),
             prepared_at: op.prepared_at.clone(),
-            manifest_items: op.manifest.len(),
-            left_out_records: op.left_out.len(),
-            left_out_by_reason: left_out_by_reason(&op.left_out),
+            manifest_items: op.manifest_artifact.as_ref().map_or(0, |m| m.items),
+            left_out_records: op.manifest_artifact.as_ref().map_or(0, |m| m.left_out),
+            left_out_by_reason: op
+                .manifest_artifact
+                .as_ref()
+                .map(|m| m.left_out_by_reason.clone())
+                .unwrap_or_default(),
             verified: op.verification.as_ref().map(|v| v.ok),
             target_before: op.target_before.clone(),
             target_ran: op.target_ran.as_ref().map(|r| {
@@ -314,13 +310,12 @@ mod tests {
             path: "/p/new.jsonl".into(),
             sha256: "ab".into(),
         });
-        let entry: crate::engine::ManifestEntry = serde_json::from_value(serde_json::json!({
-            "position": 0, "role": "user", "kind": "speech", "source_uuid": null,
-            "source_line": 1, "source_timestamp": null, "source_sha256": "a",
-            "carried_sha256": "b", "uuid": "u"
-        }))
-        .unwrap();
-        o.manifest = vec![entry; 3];
+        o.manifest_artifact = Some(crate::pipeline::operation::ManifestRef {
+            items: 3,
+            left_out: 2,
+            left_out_by_reason: [("local_command".to_string(), 2)].into(),
+            ..Default::default()
+        });
         o.verification = Some(Verification::failed("x"));
         o.verification.as_mut().unwrap().ok = true;
         let v = StatusView::of(&o);
@@ -330,9 +325,10 @@ mod tests {
         );
         assert_eq!(v.candidate_session_id.as_deref(), Some("new"));
         assert_eq!(
-            (v.manifest_items, v.verified, v.terminal),
-            (3, Some(true), true)
+            (v.manifest_items, v.left_out_records, v.verified, v.terminal),
+            (3, 2, Some(true), true)
         );
+        assert_eq!(v.left_out_by_reason["local_command"], 2);
         assert!(v.next.contains("ktr rollback-request"), "{}", v.next);
         let json = serde_json::to_value(&v).unwrap();
         assert_eq!(json["status"], "activated");

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::manifest::ManifestRef;
 use super::{Stage, Status};
-use crate::engine::{ConservationCounts, LeftOut, ManifestEntry, PlanReport};
+use crate::engine::{ConservationCounts, PlanReport};
 use crate::ids::{OperationId, SessionId};
 use crate::pipeline::process::{self, ProcessId};
 use crate::pipeline::target::Ran;
@@ -121,10 +122,15 @@ pub struct Operation {
     /// Digest of the frozen source backup.
     pub source_sha256: Option<String>,
     pub candidate: Option<CandidateFile>,
-    /// One entry per carried item (SPEC §7), filled by prepare.
-    pub manifest: Vec<ManifestEntry>,
+    /// The manifest artifact (`artifacts/<id>/manifest.jsonl`: one entry
+    /// per carried item (SPEC §7), the records left out, the malformed
+    /// lines): its digest, size and counts, filled by prepare. Older
+    /// operation files held the lists inline (`manifest`, `left_out`);
+    /// those fields are ignored now.
+    pub manifest_artifact: Option<ManifestRef>,
     /// Selection statistics of the plan (its report without `left_out`,
-    /// `source_path` naming the real source), filled by prepare.
+    /// `source_path` naming the real source, lists that grow with the
+    /// transcript cut to their first 20 entries), filled by prepare.
     pub stats: Option<PlanReport>,
     /// Result of ktr-verify, filled by verify.
     pub verification: Option<Verification>,
@@ -155,9 +161,6 @@ pub struct Operation {
     pub history: Vec<Transition>,
     /// The frozen 0600 copy of the source (`artifacts/<id>/<source>.jsonl`).
     pub backup: Option<PathBuf>,
-    /// Conversation records the plan did not carry, with the reason (for
-    /// ktr-verify's conservation check).
-    pub left_out: Vec<LeftOut>,
     /// RFC 3339 UTC: when prepare froze the source. Transcripts modified
     /// after this are competitors at activation.
     pub prepared_at: Option<String>,
@@ -198,7 +201,7 @@ impl Default for Operation {
             worker: None,
             source_sha256: None,
             candidate: None,
-            manifest: Vec::new(),
+            manifest_artifact: None,
             stats: None,
             verification: None,
             requested_target: None,
@@ -214,7 +217,6 @@ impl Default for Operation {
             ack: None,
             history: Vec::new(),
             backup: None,
-            left_out: Vec::new(),
             prepared_at: None,
             scheduled_at: None,
             turn_started_at: None,

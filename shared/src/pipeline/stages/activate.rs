@@ -12,7 +12,7 @@ use crate::config::{Activation, Config, home_dir};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
 use crate::pipeline::gate::turn_since_stop;
-use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate};
+use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate, manifest};
 use crate::pipeline::pane::Input;
 use crate::pipeline::process;
 use crate::pipeline::stages::prompt::PROBE;
@@ -296,7 +296,7 @@ fn pane_busy(target: &Target) -> Option<String> {
 /// changed source this never fails the operation: each retry needs a new
 /// turn, so it cannot loop on its own.
 fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Result<()> {
-    let discarded = reset_attempt(op, config)?;
+    let discarded = reset_attempt(tx, op, config)?;
     op.deferred = Some(why.to_string());
     let note = format!(
         "not switched: {why}; candidate {} discarded; the next Stop prepares again",
@@ -306,15 +306,17 @@ fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Res
 }
 
 /// Forget everything the discarded attempt produced.
-fn reset_attempt(op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
+/// The backup and the manifest artifact go together.
+fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
     let discarded = discard_candidate(op, Some(&config.project_dir))?;
     if let Some(backup) = op.backup.take() {
         let _ = std::fs::remove_file(backup);
     }
+    if op.manifest_artifact.take().is_some() {
+        manifest::remove(tx.store(), &op.id);
+    }
     op.candidate = None;
     op.verification = None;
-    op.manifest.clear();
-    op.left_out.clear();
     op.stats = None;
     op.source_sha256 = None;
     op.prepared_at = None;
@@ -333,7 +335,7 @@ fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Resul
         );
         return fail_in(tx, op, &why, |_| {});
     }
-    let discarded = reset_attempt(op, config)?;
+    let discarded = reset_attempt(tx, op, config)?;
     let note = format!(
         "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
         op.attempts,

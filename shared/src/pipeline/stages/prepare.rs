@@ -7,11 +7,11 @@ use std::time::{Instant, SystemTime};
 
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
 use crate::config::{Activation, Config};
-use crate::engine::plan::{self, Plan, PlanReport};
+use crate::engine::plan;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
-use crate::pipeline::operation::{CandidateFile, Operation, Status, Store, Worker};
+use crate::pipeline::operation::{CandidateFile, Operation, Status, Store, Worker, manifest};
 use crate::pipeline::target::Target;
 use crate::time::rfc3339;
 
@@ -74,11 +74,15 @@ pub fn prepare(
 
         let new_id = SessionId::new_random();
         let plan = plan::build(config, &frozen.backup, Some(&new_id))?;
-        let stats = stats_of(&plan, &source);
+        let stats = manifest::bounded_stats(&plan.report, &source);
+        // The manifest goes beside the backup, the operation keeps its
+        // digest and counts (a blocked plan's too: it lists the malformed lines).
+        let manifest_ref = manifest::write(store, id, &plan.candidate.manifest, &plan.report)?;
         if let Some(reason) = &plan.report.blocked_reason {
             steps.say(format!("blocked: {reason}"));
             let op = super::abandon(store, id, reason, |op| {
                 op.stats = Some(stats);
+                op.manifest_artifact = Some(manifest_ref);
                 op.source_sha256 = Some(frozen.sha256.clone());
                 op.backup = Some(frozen.backup.clone());
             })?;
@@ -114,8 +118,7 @@ pub fn prepare(
             op.backup = Some(frozen.backup.clone());
             op.prepared_at = Some(rfc3339(frozen.at));
             op.candidate = Some(candidate.clone());
-            op.manifest.clone_from(&plan.candidate.manifest);
-            op.left_out.clone_from(&plan.report.left_out);
+            op.manifest_artifact = Some(manifest_ref.clone());
             op.stats = Some(stats);
             op.estimated_tokens = Some(plan.report.estimated_tokens);
             op.target_before = Some(target_before.clone());
@@ -301,16 +304,6 @@ fn freeze(
         }
         steps.say("source changed while it was copied; waiting again");
         (at, previous) = (now, copied);
-    }
-}
-
-/// The plan report as recorded in the operation: `left_out` is stored on
-/// its own, and `source_path` names the real source, not the backup.
-fn stats_of(plan: &Plan, source: &Path) -> PlanReport {
-    PlanReport {
-        source_path: source.display().to_string(),
-        left_out: Vec::new(),
-        ..plan.report.clone()
     }
 }
 

@@ -7,10 +7,11 @@ use crate::engine::conserve::{Expected, check};
 use crate::error::{Error, Result};
 use crate::fsutil::sha256_file;
 use crate::pipeline::operation::Verification;
-use crate::pipeline::operation::{Status, Store};
+use crate::pipeline::operation::{Status, Store, manifest};
 
 /// Verify operation `id` (status `verifying`): the backup still has the
-/// frozen digest, and [`crate::engine::conserve::check`] passes (structure, a fresh
+/// frozen digest, the manifest artifact still has the digest prepare
+/// recorded, and [`crate::engine::conserve::check`] passes (structure, a fresh
 /// rebuild, the conservation check). Passing records the report and
 /// names `ktr-activate` next; failing discards the candidate and fails the
 /// operation with the reason.
@@ -32,21 +33,30 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
                 backup.display()
             )));
         }
-        let expected = Expected {
-            session_id: &candidate.session_id,
-            candidate_sha256: &candidate.sha256,
-            manifest: &op.manifest,
-            left_out: &op.left_out,
-        };
-        match check(config, &backup, &candidate.path, &expected) {
+        let recorded = op
+            .manifest_artifact
+            .clone()
+            .ok_or_else(|| missing("manifest artifact"))?;
+        let checked = manifest::read(store, id, &recorded)
+            .map_err(|e| Error::refused(format!("verification failed: {}", e.message)))
+            .and_then(|manifest| {
+                let expected = Expected {
+                    session_id: &candidate.session_id,
+                    candidate_sha256: &candidate.sha256,
+                    manifest: &manifest.items,
+                    left_out: &manifest.left_out,
+                };
+                check(config, &backup, &candidate.path, &expected)
+            });
+        match checked {
             Ok(report) => {
                 // The same counts `ktr status` shows (items, left out by
                 // reason), then what the independent check found.
                 steps.say(format!(
                     "verified {} candidate lines: {} carried items; left out: {}; conservation: {} speech pieces of the source found in the candidate, {} records with speech left out as planned",
                     report.candidate_lines,
-                    op.manifest.len(),
-                    crate::admin::report::left_out_summary(&crate::admin::report::left_out_by_reason(&op.left_out)),
+                    recorded.items,
+                    crate::admin::report::left_out_summary(&recorded.left_out_by_reason),
                     report.source_pieces_checked,
                     report.source_records_left_out
                 ));
