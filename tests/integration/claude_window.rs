@@ -6,7 +6,10 @@
 //!   again at 73 %; (e) the statusline shows ktr's segment;
 //! - (b) a reply at 99.9 % with a pending rebuild → `PreCompact(auto)` → ktr
 //!   blocks it and the pane is switched; the next request holds every
-//!   carried text (the blocked prompt too) and no tool output;
+//!   carried text (the blocked prompt too) and no tool output; then
+//!   `ktr dirty` on the rebuilt session, before and after its first reply,
+//!   advises no second rebuild (issue 8: "right after a rebuild") and the
+//!   overhead is measured from `ktr-ack`'s receipt;
 //! - (d) `/compact` typed by hand is never blocked, even with the standing
 //!   approval `on_auto_compaction = "rebuild"`; (c) with `"advise"` Claude
 //!   Code compacts and the next Stop hook shows the line.
