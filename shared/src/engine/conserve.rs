@@ -86,34 +86,35 @@ pub fn check(
     let file = CandidateFile {
         path: candidate,
         expected,
+        lines: std::cell::Cell::new(0),
+        structure_failed: std::cell::Cell::new(false),
     };
-    // The rebuild and the reading of the candidate are independent: one
-    // core each.
+    // The rebuild and the reading of the candidate (its structure checked
+    // while conservation walks it) are independent: one core each.
     let (rebuilt, read) = std::thread::scope(|s| {
         let rebuilt = s.spawn(|| {
             let mut rebuilt = Digest::default();
             plan::build_into(config, backup, Some(expected.session_id), &mut rebuilt)
                 .map(|_| rebuilt.sha256())
         });
-        let read = check_structure(&file).map(|lines| {
-            (
-                lines,
-                conserve(backup, &file, expected, &config.reply_tool_pattern),
-            )
-        });
+        let read = conserve(backup, &file, expected, &config.reply_tool_pattern);
         let rebuilt = rebuilt
             .join()
             .unwrap_or_else(|_| Err(Error::io("the rebuild of the frozen backup failed")));
         (rebuilt, read)
     });
     // Reported in the order of the checks: structure, rebuild, conservation.
-    let (lines, conservation) = read?;
+    let conservation = match read {
+        Err(e) if file.structure_failed.get() => return Err(e),
+        read => read,
+    };
     if rebuilt? != digest {
         return Err(fail(
             "candidate differs from a fresh rebuild of the frozen backup",
         ));
     }
     let conservation = conservation?;
+    let lines = file.lines.get();
     Ok(ConservationCounts {
         candidate_lines: lines,
         source_pieces_checked: conservation.checked,
@@ -144,10 +145,15 @@ impl Sink for Digest {
     }
 }
 
-/// The candidate file on disk, read line by line with its manifest.
+/// The candidate file on disk, read line by line with its manifest; each
+/// read checks every line's structure.
 struct CandidateFile<'a> {
     path: &'a Path,
     expected: &'a Expected<'a>,
+    /// Lines of the last complete read.
+    lines: std::cell::Cell<usize>,
+    /// A line failed the structure check (not the conservation check).
+    structure_failed: std::cell::Cell<bool>,
 }
 
 impl CandidateFile<'_> {
@@ -186,76 +192,81 @@ impl CandidateFile<'_> {
 }
 
 impl Texts for CandidateFile<'_> {
+    /// Every walk checks the structure of each line on the way (the first
+    /// walk is the structure check; the others see the same lines).
     fn each_text(&self, f: &mut dyn FnMut(usize, &str) -> Result<bool>) -> Result<()> {
         let mut go_on = true;
-        self.each(|i, line, entry| {
+        let mut previous: Option<String> = None;
+        let lines = self.each(|i, line, entry| {
+            let text = check_line(self.expected, i, line, entry, &mut previous)
+                .inspect_err(|_| self.structure_failed.set(true))?;
             if go_on {
-                let v: Value = serde_json::from_str(line)
-                    .map_err(|_| fail(format!("line {}: not JSON", i + 1)))?;
-                let text = carried(&v, entry).unwrap_or_default();
                 go_on = f(entry.source_line, &text)?;
             }
             Ok(())
         })?;
+        self.lines.set(lines);
         Ok(())
     }
 }
 
-/// Check every candidate line; return how many there are.
-fn check_structure(file: &CandidateFile<'_>) -> Result<usize> {
-    let expected = file.expected;
-    let mut previous: Option<String> = None;
-    let lines = file.each(|i, line, entry| {
-        let at = |what: &str| fail(format!("line {}: {what}", i + 1));
-        let v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
-        let kind = v["type"].as_str().unwrap_or("");
-        if kind != entry.role.as_str() {
-            return Err(at(&format!(
-                "type {kind:?} does not match the manifest role {}",
-                entry.role
-            )));
-        }
-        let source = entry
-            .source_uuid
-            .clone()
-            .unwrap_or_else(|| format!("line-{}", entry.source_line));
-        let uuid = Uuid::new_v5(
-            &ITEM_NAMESPACE,
-            format!("{}:{i}:{source}", expected.session_id).as_bytes(),
-        )
-        .to_string();
-        if v["uuid"].as_str() != Some(uuid.as_str()) || entry.uuid != uuid {
-            return Err(at(
-                "uuid is not the one derived from session, position and source",
-            ));
-        }
-        if v["parentUuid"].as_str().map(str::to_string) != previous {
-            return Err(at("parentUuid does not point at the previous line"));
-        }
-        if v["sessionId"].as_str() != Some(expected.session_id) {
-            return Err(at("sessionId is not the new session id"));
-        }
-        if !v["timestamp"].as_str().is_some_and(is_timestamp) {
-            return Err(at("timestamp missing or not ISO-8601"));
-        }
-        let meta_ok = kind == "attachment" || v["isMeta"] == Value::Bool(false);
-        if v["isSidechain"] != Value::Bool(false) || !meta_ok {
-            return Err(at("isSidechain/isMeta must be false"));
-        }
-        let carried = carried(&v, entry).ok_or_else(|| {
-            at(if kind == "attachment" {
-                "an attachment line must be a SessionStart context carried as the startup snapshot"
-            } else {
-                "content is not plain text (tool, thinking or image block?)"
-            })
-        })?;
-        if sha256_hex(carried.as_bytes()) != entry.carried_sha256 {
-            return Err(at("text differs from the manifest digest"));
-        }
-        previous = Some(uuid);
-        Ok(())
+/// Check candidate line `i` against its manifest entry and the line before
+/// it (`previous` uuid, updated); return the carried text.
+fn check_line(
+    expected: &Expected<'_>,
+    i: usize,
+    line: &str,
+    entry: &ManifestEntry,
+    previous: &mut Option<String>,
+) -> Result<String> {
+    let at = |what: &str| fail(format!("line {}: {what}", i + 1));
+    let v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
+    let kind = v["type"].as_str().unwrap_or("");
+    if kind != entry.role.as_str() {
+        return Err(at(&format!(
+            "type {kind:?} does not match the manifest role {}",
+            entry.role
+        )));
+    }
+    let source = entry
+        .source_uuid
+        .clone()
+        .unwrap_or_else(|| format!("line-{}", entry.source_line));
+    let uuid = Uuid::new_v5(
+        &ITEM_NAMESPACE,
+        format!("{}:{i}:{source}", expected.session_id).as_bytes(),
+    )
+    .to_string();
+    if v["uuid"].as_str() != Some(uuid.as_str()) || entry.uuid != uuid {
+        return Err(at(
+            "uuid is not the one derived from session, position and source",
+        ));
+    }
+    if v["parentUuid"].as_str().map(str::to_string) != *previous {
+        return Err(at("parentUuid does not point at the previous line"));
+    }
+    if v["sessionId"].as_str() != Some(expected.session_id) {
+        return Err(at("sessionId is not the new session id"));
+    }
+    if !v["timestamp"].as_str().is_some_and(is_timestamp) {
+        return Err(at("timestamp missing or not ISO-8601"));
+    }
+    let meta_ok = kind == "attachment" || v["isMeta"] == Value::Bool(false);
+    if v["isSidechain"] != Value::Bool(false) || !meta_ok {
+        return Err(at("isSidechain/isMeta must be false"));
+    }
+    let carried = carried(&v, entry).ok_or_else(|| {
+        at(if kind == "attachment" {
+            "an attachment line must be a SessionStart context carried as the startup snapshot"
+        } else {
+            "content is not plain text (tool, thinking or image block?)"
+        })
     })?;
-    Ok(lines)
+    if sha256_hex(carried.as_bytes()) != entry.carried_sha256 {
+        return Err(at("text differs from the manifest digest"));
+    }
+    *previous = Some(uuid);
+    Ok(carried)
 }
 
 /// The carried text of a candidate line (a `SessionStart` context or one
