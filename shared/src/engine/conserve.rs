@@ -94,7 +94,7 @@ pub fn check(
     let (rebuilt, read) = std::thread::scope(|s| {
         let rebuilt = s.spawn(|| {
             let mut rebuilt = Digest::default();
-            plan::build_into(config, backup, Some(expected.session_id), &mut rebuilt)
+            plan::build_frozen_into(config, backup, Some(expected.session_id), &mut rebuilt)
                 .map(|_| rebuilt.sha256())
         });
         let read = conserve(backup, &file, expected, &config.reply_tool_pattern);

@@ -244,6 +244,28 @@ pub fn build_into(
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
+    build_file(config, path, new_session_id, sink, true)
+}
+
+/// [`build_into`] for a frozen copy whose digest the caller has checked
+/// (prepare's and verify's backup): no digest is computed again, and
+/// `source_sha256` is left empty.
+pub fn build_frozen_into(
+    config: &Config,
+    path: &Path,
+    new_session_id: Option<&str>,
+    sink: &mut dyn Sink,
+) -> Result<Planned> {
+    build_file(config, path, new_session_id, sink, false)
+}
+
+fn build_file(
+    config: &Config,
+    path: &Path,
+    new_session_id: Option<&str>,
+    sink: &mut dyn Sink,
+    digest: bool,
+) -> Result<Planned> {
     let file = open_regular(path, Links::Refuse)
         .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", path.display())))?;
     let at_open = file
@@ -252,7 +274,7 @@ pub fn build_into(
     let len = at_open.len();
     // The digest is computed on a second core while this one parses.
     std::thread::scope(|s| {
-        let digest = s.spawn(|| crate::fsutil::sha256_prefix(&file, len));
+        let digest = digest.then(|| s.spawn(|| crate::fsutil::sha256_prefix(&file, len)));
         let mut planned = plan(
             config,
             path,
@@ -261,11 +283,17 @@ pub fn build_into(
             new_session_id,
             sink,
         )?;
-        let (sha256, digested) = digest
-            .join()
-            .map_err(|_| Error::io(format!("digest of {} failed", path.display())))?
-            .map_err(|e| Error::io_at("read", path, &e))?;
-        planned.report.source_sha256 = sha256;
+        let digested = match digest {
+            Some(digest) => {
+                let (sha256, digested) = digest
+                    .join()
+                    .map_err(|_| Error::io(format!("digest of {} failed", path.display())))?
+                    .map_err(|e| Error::io_at("read", path, &e))?;
+                planned.report.source_sha256 = sha256;
+                digested
+            }
+            None => len,
+        };
         planned.report.source_changed_while_read =
             digested != len || planned.report.source_bytes != len || changed_since(&file, &at_open);
         measure_window(config, path, &mut planned)?;

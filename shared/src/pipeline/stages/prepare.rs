@@ -89,12 +89,13 @@ pub fn prepare(
         let part = artifacts.join("candidate.jsonl.part");
         let _ = std::fs::remove_file(&part); // a killed earlier attempt's
         let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
-        let plan = plan::build_into(config, &frozen.backup, Some(&new_id), &mut out)?;
+        let plan = plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out)?;
         let written = out.finish(&plan.report).inspect_err(|_| {
             let _ = std::fs::remove_file(&part);
         })?;
         let manifest_ref = written.manifest.clone();
-        let stats = manifest::bounded_stats(&plan.report, &source);
+        let mut stats = manifest::bounded_stats(&plan.report, &source);
+        stats.source_sha256.clone_from(&frozen.sha256); // the backup's, checked by the freeze
         if let Some(reason) = &plan.report.blocked_reason {
             let _ = std::fs::remove_file(&part);
             steps.say(format!("blocked: {reason}"));
