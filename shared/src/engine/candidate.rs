@@ -50,6 +50,11 @@ pub trait Sink {
     fn wants_lines(&self) -> bool {
         true
     }
+    /// Whether the sink keeps the manifest entries (a digest does not: the
+    /// entries' own digests are then not computed).
+    fn wants_manifest(&self) -> bool {
+        true
+    }
     /// A record the plan left out (after every line, in source order).
     /// Returned to be listed in the report, or taken (a sink that streams
     /// it elsewhere returns `None`).
@@ -256,6 +261,15 @@ impl Writer<'_> {
         }
     }
 
+    /// A text's digest for the manifest (empty when the sink keeps none).
+    fn digest(&self, text: &str) -> String {
+        if self.sink.wants_manifest() {
+            sha256_hex(text.as_bytes())
+        } else {
+            String::new()
+        }
+    }
+
     fn push(&mut self, json: &str, entry: ManifestEntry, timestamp: String) -> Result<()> {
         self.previous_uuid = Some(entry.uuid.clone());
         self.sink.line(json, entry)?;
@@ -280,8 +294,8 @@ impl Writer<'_> {
             source_uuid: meta.uuid.clone(),
             source_line: meta.line,
             source_timestamp: meta.timestamp.clone(),
-            source_sha256: sha256_hex(said.raw.as_bytes()),
-            carried_sha256: sha256_hex(text.as_bytes()),
+            source_sha256: self.digest(&said.raw),
+            carried_sha256: self.digest(text),
             uuid: uuid.to_string(),
             elided_chars: 0,
         }

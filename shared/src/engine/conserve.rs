@@ -143,6 +143,9 @@ impl Sink for Digest {
         sha2::Digest::update(&mut self.0, b"\n");
         Ok(())
     }
+    fn wants_manifest(&self) -> bool {
+        false
+    }
 }
 
 /// The candidate file on disk, read line by line with its manifest; each
