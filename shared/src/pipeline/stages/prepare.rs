@@ -469,7 +469,7 @@ fn corruption(steps: &mut Steps) -> Option<Corruption> {
     match std::env::var("KTR_TEST_CORRUPT_CANDIDATE").as_deref() {
         Ok("strip-timestamps") => {
             steps.say(
-                "test hook: stripping every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)",
+                "test hook: stripped every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)",
             );
             Some(Corruption::StripTimestamps)
         }
