@@ -142,18 +142,28 @@ fn install_ack_hook(rig: &Rig) {
     fs::write(settings, hook.to_string()).unwrap();
 }
 
-#[test]
-fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
+/// A tmux rig whose claude runs `ktr-ack` after a resume (with `env`, the
+/// stand-in's extra `FAKE_CLAUDE_*` settings) and this `config`.
+fn acking_rig(env: &[(&str, &str)], config: &str) -> Rig {
     let mut rig = Rig::tmux();
     install_ack_hook(&rig);
     let ack = env!("CARGO_BIN_EXE_ktr-ack").to_string();
-    let config = rig.sandbox.config.display().to_string();
+    let ack_config = rig.sandbox.config.display().to_string();
     rig.env.extend([
         ("FAKE_CLAUDE_ACK".to_string(), ack),
-        ("FAKE_CLAUDE_ACK_CONFIG".into(), config),
-        ("FAKE_CLAUDE_CONTEXT_TOKENS".into(), "41234".into()),
+        ("FAKE_CLAUDE_ACK_CONFIG".into(), ack_config),
     ]);
-    rig.write_config("");
+    rig.env.extend(
+        env.iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string())),
+    );
+    rig.write_config(config);
+    rig
+}
+
+#[test]
+fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
+    let rig = acking_rig(&[("FAKE_CLAUDE_CONTEXT_TOKENS", "41234")], "");
     let op = rig.rebuild();
     assert_eq!(op.status, Activated, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
@@ -200,6 +210,52 @@ fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
     let error = op.error.unwrap();
     assert!(error.contains("did not report SessionStart"), "{error}");
     assert_eq!(rig.resumed().as_deref(), Some(SRC));
+}
+
+/// Issue 12 item 4: a new Claude Code that exits before its
+/// `SessionStart` receipt is never activated (the receipt comes later, from
+/// a leftover child), and the old session runs again.
+#[test]
+fn a_claude_that_exits_before_its_receipt_is_never_activated() {
+    let rig = acking_rig(
+        &[
+            ("FAKE_CLAUDE_ONLY", SRC),
+            ("FAKE_CLAUDE_LIVE", "0.2"),
+            ("FAKE_CLAUDE_ACK_DELAY", "0.6"),
+        ],
+        "",
+    );
+    assert_falls_back_unhealthy(&rig);
+}
+
+/// Issue 12 item 4: a new Claude Code that sent its receipt but exits
+/// within `healthcheck_min_seconds` after it is never activated.
+#[test]
+fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_never_activated() {
+    let rig = acking_rig(
+        &[("FAKE_CLAUDE_ONLY", SRC), ("FAKE_CLAUDE_LIVE", "0.3")],
+        "healthcheck_min_seconds = 0.9",
+    );
+    let op = assert_falls_back_unhealthy(&rig);
+    let new_id = op.candidate.unwrap().session_id;
+    assert_eq!(
+        op.ack.map(|a| a.session_id),
+        Some(new_id),
+        "its receipt came"
+    );
+}
+
+/// The rebuild falls back: the new session was unhealthy because its
+/// process did not stay, and the old session runs again.
+#[track_caller]
+fn assert_falls_back_unhealthy(rig: &Rig) -> Operation {
+    let op = rig.rebuild();
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    let error = op.error.clone().unwrap();
+    assert!(error.contains("did not stay healthy"), "{error}");
+    assert!(!Rig::path_of(&op).contains(&Activated));
+    assert_eq!(rig.resumed().as_deref(), Some(SRC));
+    op
 }
 
 #[test]

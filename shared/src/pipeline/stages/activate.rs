@@ -16,7 +16,7 @@ use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candi
 use crate::pipeline::pane::Input;
 use crate::pipeline::process;
 use crate::pipeline::stages::prompt::PROBE;
-use crate::pipeline::target::Target;
+use crate::pipeline::target::{Receipt, Target};
 use crate::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
@@ -377,9 +377,13 @@ fn newer_transcript(
     Ok(None)
 }
 
-/// The target runs `new_id` healthily; with `ktr-ack` installed (tmux), or
-/// after pointer mode's probe, Claude Code also acknowledged the resume.
-/// Returns the identity seen.
+/// The target runs `new_id` healthily. With `ktr-ack` installed (tmux),
+/// healthy is Claude Code's own receipt: the process runs `new_id`,
+/// `ktr-ack` recorded `SessionStart` (resume) for it, and the process lived
+/// `healthcheck_min_seconds` after that, all within `healthcheck_seconds`.
+/// Without it (and for systemd), the process must run `new_id` for the
+/// whole `healthcheck_seconds`. Pointer mode: the pointer names `new_id`
+/// and, after the probe, the receipt is in. Returns the identity seen.
 fn healthy(
     config: &Config,
     store: &Store,
@@ -388,20 +392,28 @@ fn healthy(
     new_id: &str,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
+    let received = || -> Result<bool> {
+        let op = store.load(id)?;
+        Ok(op.ack.as_ref().is_some_and(|a| a.session_id == new_id))
+    };
+    if config.activation == Activation::Tmux && ack_installed(config) {
+        let mut received = received;
+        return target.health_until(
+            new_id,
+            wait,
+            Some(Receipt {
+                received: &mut received,
+                min_life: seconds(config.healthcheck_min_seconds),
+            }),
+        );
+    }
     let identity = target.health(new_id, wait)?;
     // Pointer mode has no process to watch: Claude Code loads the session
-    // once, and its receipt below is the proof.
-    let probed = probe_wanted(config);
-    if probed {
+    // once, and its receipt is the proof.
+    if probe_wanted(config) {
         probe(config, new_id)?;
-    }
-    if probed || (config.activation == Activation::Tmux && ack_installed(config)) {
         let deadline = Instant::now() + wait;
-        loop {
-            let op = store.load(id)?;
-            if op.ack.as_ref().is_some_and(|a| a.session_id == new_id) {
-                break;
-            }
+        while !received()? {
             if Instant::now() >= deadline {
                 return Err(Error::refused(format!(
                     "Claude Code did not report SessionStart (resume) for {new_id} within {} s although ktr-ack is installed",
