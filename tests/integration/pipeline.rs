@@ -346,6 +346,73 @@ fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
     );
 }
 
+/// Claude Code writes a turn's `stop_hook_summary` and `turn_duration`
+/// after the Stop hook, possibly after the freeze: records in which nobody
+/// speaks are no change of the source (issue 12 item 4).
+#[test]
+fn records_appended_after_prepare_in_which_nobody_speaks_are_no_change() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:start");
+    let mut source = fs::OpenOptions::new()
+        .append(true)
+        .open(&rig.source)
+        .unwrap();
+    for line in [
+        format!(
+            r#"{{"type":"system","subtype":"stop_hook_summary","sessionId":"{SRC}","hookCount":1}}"#
+        ),
+        format!(
+            r#"{{"type":"system","subtype":"turn_duration","sessionId":"{SRC}","durationMs":8123}}"#
+        ),
+    ] {
+        std::io::Write::write_all(&mut source, format!("{line}\n").as_bytes()).unwrap();
+    }
+    drop(source);
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert_eq!(op.attempts, 1);
+}
+
+/// The Stop hook starts before Claude Code flushed the turn: prepare waits
+/// for the reply the hook named (`last_assistant_message`) before it
+/// freezes, so the frozen copy holds the finished turn (issue 12 item 4).
+#[test]
+fn the_freeze_waits_for_the_reply_of_the_scheduling_stop() {
+    let rig = Rig::tmux();
+    let op = rig.request();
+    let text = fs::read_to_string(&rig.source).unwrap();
+    let parent = last_speech_uuid(&text);
+    let reply = "晚安，林先生。明天早上记得喝水 FREEZE-MARKER";
+    let record = serde_json::json!({
+        "type": "assistant", "uuid": "f0f0f0f0-0000-4000-8000-000000000002",
+        "parentUuid": parent, "sessionId": SRC, "timestamp": "2026-11-21T09:00:00.000Z",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": reply}]},
+    });
+    let input = serde_json::json!({
+        "session_id": SRC, "transcript_path": rig.source, "cwd": rig.sandbox.work,
+        "hook_event_name": "Stop", "stop_hook_active": false, "prompt_id": "p1",
+        "last_assistant_message": reply,
+    });
+    // Claude Code flushes the reply after its Stop hook started.
+    let path = rig.source.clone();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        fs::write(&path, format!("{text}{record}\n")).unwrap();
+    });
+    rig.hook_from_claude(SRC, env!("CARGO_BIN_EXE_ktr-stop"), &input.to_string());
+    late.join().unwrap();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let frozen = fs::read_to_string(op.backup.unwrap()).unwrap();
+    assert!(
+        frozen.contains("FREEZE-MARKER"),
+        "the freeze did not wait for the reply"
+    );
+    let read = String::from_utf8(rig.read_by_claude().unwrap()).unwrap();
+    assert!(read.contains("FREEZE-MARKER"));
+}
+
 #[test]
 fn source_changes_stop_after_source_change_retries() {
     let mut rig = Rig::tmux();
