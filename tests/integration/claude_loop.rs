@@ -589,7 +589,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 /// its default, `KTR_BENCH_RUNS` times (default 1, so the suite stays
 /// short), each run on a fresh CLI, one `latency:` line per run with the
 /// breakdown from the operation's transitions and Claude Code's receipt.
-/// `bench/latency.sh` runs it 5 times and prints the median; the figures
+/// `bench/latency.py` runs it 5 times and prints the median; the figures
 /// are in bench/README.md.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
