@@ -418,7 +418,13 @@ fn source_changes_stop_after_source_change_retries() {
     let mut rig = Rig::tmux();
     rig.write_config("source_change_retries = 0");
     let op = rig.rebuild_paused_at("activate:start");
-    fs::write(&rig.source, fs::read_to_string(&rig.source).unwrap() + "\n").unwrap();
+    // Someone spoke after the freeze (a record nobody speaks in would be no change).
+    let spoken = r#"{"type":"user","message":{"role":"user","content":"还有一件事"}}"#;
+    fs::write(
+        &rig.source,
+        fs::read_to_string(&rig.source).unwrap() + spoken + "\n",
+    )
+    .unwrap();
     rig.unpause();
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Failed);
@@ -877,7 +883,8 @@ fn tmux_the_panes_keyboard_is_held_from_the_last_look_until_the_new_claude_runs(
         .append(true)
         .open(transcript)
         .unwrap();
-    std::io::Write::write_all(&mut source, b"{\"type\":\"summary\"}\n").unwrap();
+    let spoken = r#"{"type":"user","message":{"role":"user","content":"还有一件事"}}"#;
+    std::io::Write::write_all(&mut source, format!("{spoken}\n").as_bytes()).unwrap();
     rig.unpause();
     let op = rig.wait_until(&op.id, |o| o.status == Pending);
     assert!(op.error.is_none() && op.attempts > 0, "{op:#?}");

@@ -19,7 +19,13 @@ use super::{stand_in, wait_for};
 /// last text of the transcript's last assistant record with text ("done"
 /// when there is none).
 fn last_assistant_text(transcript: &Path) -> String {
-    let text = fs::read_to_string(transcript).unwrap_or_default();
+    // Only a regular file: hostile tests name FIFOs and directories.
+    let regular = fs::metadata(transcript).is_ok_and(|m| m.is_file());
+    let text = if regular {
+        fs::read_to_string(transcript).unwrap_or_default()
+    } else {
+        String::new()
+    };
     text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
