@@ -248,7 +248,7 @@ fn summary(sb: &Sandbox, report: &plan::PlanReport, op: &Operation) -> Result<St
         "window tokens",
         format!("~{window} (raw JSON, rough)"),
         format!(
-            "{} estimated (+ ~37k fixed overhead)",
+            "{} estimated (+ the fixed overhead of a fresh window)",
             op.estimated_tokens.unwrap_or(report.estimated_tokens)
         ),
     );

@@ -38,7 +38,13 @@ pub fn human(r: &plan::PlanReport) -> String {
         Some(why) => format!("{} (fallback: {why})", r.history_mode),
         None => r.history_mode.to_string(),
     };
-    let mut rows: Vec<(&str, String)> = vec![
+    let mut rows: Vec<(&str, String)> = r
+        .window
+        .as_ref()
+        .map(|w| ("window", ktr::engine::window::one_line(w)))
+        .into_iter()
+        .collect();
+    rows.extend([
         ("source", r.source_path.clone()),
         ("session", r.session_id.clone()),
         ("sha256", r.source_sha256.clone()),
@@ -75,10 +81,16 @@ pub fn human(r: &plan::PlanReport) -> String {
         ),
         (
             "estimated tokens",
-            format!(
-                "{} (+ ~37k fixed overhead of a fresh window)",
-                r.estimated_tokens
-            ),
+            match &r.window {
+                Some(w) => format!(
+                    "{} (formula; + overhead {} of a fresh window, see window)",
+                    r.estimated_tokens, w.overhead_tokens
+                ),
+                None => format!(
+                    "{} (formula; + the fixed overhead of a fresh window)",
+                    r.estimated_tokens
+                ),
+            },
         ),
         ("startup snapshot frozen", r.startup_frozen.to_string()),
         (
@@ -110,7 +122,7 @@ pub fn human(r: &plan::PlanReport) -> String {
             format!("{:?}", r.unknown_attachment_types),
         ),
         ("poison hits (last 10 turns)", r.poison_hits.to_string()),
-    ];
+    ]);
     rows.extend(
         r.first_carried
             .as_ref()

@@ -85,11 +85,13 @@ pub fn human(v: &StatusView) -> String {
         line("verified", if ok { "yes".into() } else { "NO".into() });
     }
     let measured = match v.context_tokens {
-        Some(t) => format!("{t} measured by Claude Code"),
+        Some(t) => format!(
+            "{t} counted by Claude Code at resume (the carried messages; system prompt and tools come on top)"
+        ),
         None => "not measured (no SessionStart ack yet)".into(),
     };
     let estimated = match v.estimated_tokens {
-        Some(t) => format!("{t} estimated (+ ~37k fixed overhead)"),
+        Some(t) => format!("{t} estimated (+ the fixed overhead of a fresh window)"),
         None => "not estimated yet".into(),
     };
     line("tokens", format!("{estimated}; {measured}"));

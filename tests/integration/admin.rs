@@ -280,7 +280,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
         .run()
         .code(0)
         .stdout_contains("11800 estimated")
-        .stdout_contains("49100 measured by Claude Code")
+        .stdout_contains("49100 counted by Claude Code at resume")
         .stdout_contains("ktr rollback-request");
     Ktr::new(&sb)
         .args(["status", "0123-abcd"])

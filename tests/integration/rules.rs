@@ -1523,6 +1523,55 @@ fn the_ledger_measures_the_window_after_the_last_compaction() {
     assert!(r.ledger_category("compact_summary") > 0, "{}", r["ledger"]);
 }
 
+/// Claude Code's per-start attachments: the newest of each kind is
+/// overhead; an older `skill_listing` (sent again after a resume) is
+/// residue; an older `prompt_snapshot` (a record of the system prompt,
+/// never in the messages) is file-only.
+#[test]
+fn per_start_attachments_are_overhead_and_an_older_prompt_snapshot_is_file_only() {
+    let attachment =
+        |kind: &str, fill: usize| serde_json::json!({"type": kind, "content": "x".repeat(fill)});
+    let record = |kind: &str, fill: usize, n: usize| {
+        serde_json::json!({"type": "attachment", "uuid": format!("a{n}"),
+            "attachment": attachment(kind, fill)})
+        .to_string()
+    };
+    let mut lines = Vec::new();
+    for (start, (listing, snapshot)) in [(1000, 3000), (1100, 9000)].into_iter().enumerate() {
+        lines.push(record("skill_listing", listing, start * 10));
+        lines.push(record("prompt_snapshot", snapshot, start * 10 + 1));
+    }
+    let source = format!(
+        "{}\n{}\n{}\n",
+        serde_json::json!({"type": "user", "uuid": "u1", "parentUuid": null,
+            "message": {"role": "user", "content": "hello"}}),
+        lines.join("\n"),
+        serde_json::json!({"type": "assistant", "uuid": "r1", "parentUuid": "u1",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}}),
+    );
+    let r = Plan::from_bytes(source.into_bytes())
+        .config(NO_STAMPS)
+        .run_json();
+    let ledger = &r["ledger"];
+    // What is measured is the attachment object, not the whole line.
+    let size = |kind: &str, fill: usize| attachment(kind, fill).to_string().len() as u64;
+    assert_eq!(
+        r.ledger_category("attachment"),
+        size("skill_listing", 1000),
+        "only the replaced skill_listing is residue: {ledger}"
+    );
+    assert_eq!(
+        ledger["per_start_bytes"],
+        size("skill_listing", 1100) + size("prompt_snapshot", 9000),
+        "{ledger}"
+    );
+    assert_eq!(
+        ledger["file_only_bytes"],
+        size("prompt_snapshot", 3000),
+        "{ledger}"
+    );
+}
+
 #[test]
 fn the_ledger_advises_a_rebuild_over_the_byte_budget() {
     let r = Plan::new("injected_mid_turn")

@@ -343,6 +343,24 @@ fn dirty_uses_the_reported_size_and_reads_the_window_from_the_api_usage() {
             && first.contains("a rebuild would start at ≈"),
         "{first}"
     );
+    // The readable plan leads with the same line as its first row.
+    let plan = s.sandbox.run("plan", Some(s.transcript.as_path()), &[]);
+    let row = plan.stdout.lines().next().unwrap_or_default();
+    assert_eq!(
+        row.strip_prefix("window").map(str::trim_start),
+        Some(first.as_str()),
+        "{}",
+        plan.stdout
+    );
+    let overhead = format!(
+        "(formula; + overhead {} of a fresh window",
+        w["overhead_tokens"]
+    );
+    assert!(
+        plan.stdout.contains(&overhead),
+        "{overhead}:\n{}",
+        plan.stdout
+    );
     check_statusline_size(&s);
 }
 

@@ -89,9 +89,9 @@ pub struct StatusView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_now: Option<String>,
     /// ktr's estimate of the carried conversation (SPEC §6), without the
-    /// fixed ~37k overhead of a fresh window.
+    /// fixed overhead of a fresh window (the window account measures it).
     pub estimated_tokens: Option<u64>,
-    /// Claude Code's own measurement of the resumed window (`ktr-ack`).
+    /// Claude Code's own count at resume (`ktr-ack`; see `Ack::context_tokens`).
     pub context_tokens: Option<u64>,
     /// When Claude Code acknowledged loading the rebuilt session.
     pub acked_at: Option<String>,

@@ -355,15 +355,24 @@ impl Scan {
     }
 
     /// A per-start attachment of `kind`: the newest of each kind in the
-    /// window is overhead; the one it replaces becomes residue.
-    fn per_start(&mut self, kind: &str, bytes: usize) {
+    /// window is overhead; the one it replaces becomes residue, except a
+    /// replaced `prompt_snapshot`: it records the system prompt and tools
+    /// Claude Code sends once, beside the messages (2.1.328 writes two per
+    /// start, before the first request and after its reply), so an older
+    /// copy is in no request: file-only.
+    fn per_start(&mut self, name: &str, bytes: usize) {
         let kind = PER_START_ATTACHMENT_TYPES
             .iter()
-            .position(|k| *k == kind)
+            .position(|k| *k == name)
             .unwrap_or(0);
         let replaced = std::mem::replace(&mut self.per_start_newest[kind], bytes as u64);
         self.window.per_start_bytes = self.window.per_start_bytes - replaced + bytes as u64;
         self.file.per_start_bytes += bytes as u64;
+        if name == "prompt_snapshot" {
+            self.window.file_only_bytes += replaced;
+            self.file.file_only_bytes += replaced;
+            return;
+        }
         self.window.add(
             Category::Attachment,
             usize::try_from(replaced).unwrap_or(usize::MAX),

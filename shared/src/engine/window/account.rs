@@ -17,9 +17,19 @@ use super::size::Size;
 use super::usage::Usage;
 
 /// Claude Code 2.1.328 auto-compacts when the last reply's usage reaches
-/// the window size minus this (measured on a 1M window: 967,500 did not
-/// compact, 968,000 did).
-pub const COMPACTION_MARGIN: u64 = 32_000;
+/// the window size minus this: its threshold is the window − min(the
+/// model's max output, 20,000) − a 13,000-token summary buffer, compared
+/// with the last reply's input + cache + output tokens plus a rough count
+/// of what was added since. Measured with the next prompt after a reply
+/// reporting N input tokens (10 output): 1M window (`claude-opus-5-5`)
+/// 966,980 → sent, 967,000 → `PreCompact(auto)`; 200k window
+/// (`claude-sonnet-4-6`, `claude-opus-4-6`) 166,950 → sent, 166,980 →
+/// compacted. Models whose window Claude Code does not enforce
+/// (`claude-haiku-4-5`, `claude-sonnet-4-5` offline: the footer shows "%
+/// context used", not "until auto-compact") are not compacted before a
+/// prompt at all (199,000 of 200k was sent): the API's "prompt is too
+/// long" is their limit. This margin is the tighter, measured rule for both.
+pub const COMPACTION_MARGIN: u64 = 33_000;
 
 /// The fixed overhead of a fresh window when nothing better was measured:
 /// system prompt + tools + per-start attachments, 13,770 tokens measured
@@ -357,8 +367,9 @@ pub(super) mod tests {
         let w = derive(&inputs(Some(990_000), 1_956_000, 1_950_000));
         assert_eq!(w.advice, "cannot_fit");
         assert!(!w.fits());
-        // (968,000 − 12,000) / 0.5 = 1,912,000 formula tokens.
-        assert_eq!(w.carry_cap_that_fits(), 1_912_000);
+        // (967,000 − 12,000) / 0.5 = 1,910,000 formula tokens.
+        assert_eq!(w.compaction_point_tokens, 967_000);
+        assert_eq!(w.carry_cap_that_fits(), 1_910_000);
     }
 
     #[test]

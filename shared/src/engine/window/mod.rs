@@ -37,7 +37,8 @@ pub fn write_cache(path: &Path, bytes: &[u8]) -> Result<()> {
             _ => {}
         }
     }
-    crate::fsutil::write_atomic(path, bytes, 0o600, crate::fsutil::Existing::Replace)
+    // Caches: never torn, but not worth an fsync on every hook call.
+    crate::fsutil::write_cache_atomic(path, bytes, 0o600)
 }
 
 /// Formula estimate of what a window's tally holds: the conversation's own

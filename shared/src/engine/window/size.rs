@@ -10,9 +10,26 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_TOKENS: u64 = 200_000;
 /// The 1M window (`[1m]` models, the models below).
 pub const ONE_MILLION: u64 = 1_000_000;
-/// Model ids measured with a 1M window (Claude Code 2.1.328 reported
-/// `context_window_size: 1000000` for them).
-const KNOWN_1M: &[&str] = &["claude-opus-5-5"];
+/// Model ids measured with a 1M window: Claude Code 2.1.328 (offline,
+/// `--model ID`) reported `context_window_size: 1000000` for them in the
+/// statusline, and 200000 for `claude-sonnet-4-6`, `claude-opus-4-6`,
+/// `claude-opus-4-5`, `claude-sonnet-4-5`, `claude-sonnet-4-0` and
+/// `claude-haiku-4-5`.
+const KNOWN_1M: &[&str] = &[
+    "claude-opus-5-5",
+    "claude-opus-5",
+    "claude-sonnet-5-5",
+    "claude-sonnet-5",
+    "claude-haiku-5-5",
+    "claude-fable-5-2",
+    "claude-fable-5-1",
+    "claude-fable-5",
+    "claude-mythos-5-2",
+    "claude-mythos-5",
+    "claude-opus-4-8",
+    "claude-opus-4-7",
+    "claude-opus-4-1",
+];
 
 /// The config setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -117,9 +134,13 @@ mod tests {
             resolve(Setting::Auto, None, Some("claude-x[1M]")).tokens,
             ONE_MILLION
         );
-        let other = resolve(Setting::Auto, None, Some("claude-haiku"));
+        let other = resolve(Setting::Auto, None, Some("claude-haiku-4-5"));
         assert_eq!(other.tokens, DEFAULT_TOKENS);
-        assert!(other.source.contains("claude-haiku"));
+        assert!(other.source.contains("claude-haiku-4-5"));
+        assert_eq!(
+            resolve(Setting::Auto, None, Some("claude-sonnet-5")).tokens,
+            ONE_MILLION
+        );
         assert_eq!(resolve(Setting::Auto, None, None).tokens, DEFAULT_TOKENS);
     }
 }

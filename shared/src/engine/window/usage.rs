@@ -177,8 +177,38 @@ pub fn read_head(path: &Path) -> io::Result<Head> {
     })
 }
 
+/// The first reply written after byte `offset` of `path` (bounded read of
+/// [`TAIL_BYTES`]): in a rebuilt session, with `offset` the length of the
+/// candidate ktr wrote, the first request of the new window (carried
+/// records never hold usage). Replies without usage (`<synthetic>`, API
+/// errors) are skipped; a compaction boundary ends the search.
+///
+/// # Errors
+/// When the file cannot be opened or read.
+pub fn read_reply_after(path: &Path, offset: u64) -> io::Result<Option<FirstReply>> {
+    let mut file = File::open(path)?;
+    // One byte before the offset: when it is not a newline, the offset is
+    // inside a line, and that line is not a record of its own.
+    let start = offset.saturating_sub(1);
+    file.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    file.take(TAIL_BYTES).read_to_end(&mut buf)?;
+    if offset > 0 {
+        let first = memchr::memchr(b'\n', &buf).map_or(buf.len(), |i| i + 1);
+        buf.drain(..first);
+    }
+    Ok(scan_first(&buf, true))
+}
+
 /// [`read_head`] on bytes.
 pub fn first_reply(bytes: &[u8]) -> Option<FirstReply> {
+    scan_first(bytes, false)
+}
+
+/// The first main-chain reply with usage and the user texts before it.
+/// With `skip_unmeasured`, replies without usage are passed over (after a
+/// rebuild); without, such a reply first means "not a measurable start".
+fn scan_first(bytes: &[u8], skip_unmeasured: bool) -> Option<FirstReply> {
     let mut prompt_text = String::new();
     for line in bytes.split(|b| *b == b'\n') {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
@@ -193,13 +223,14 @@ pub fn first_reply(bytes: &[u8]) -> Option<FirstReply> {
                 let Ok(parsed) = serde_json::from_value::<Line>(v) else {
                     return None;
                 };
-                return match reply_of(parsed) {
+                match reply_of(parsed) {
                     Seen::Reply {
                         usage: Some(usage), ..
-                    } => Some(FirstReply { usage, prompt_text }),
+                    } => return Some(FirstReply { usage, prompt_text }),
+                    _ if skip_unmeasured => {}
                     // A synthetic or usage-less reply first: not a measurable start.
-                    _ => None,
-                };
+                    _ => return None,
+                }
             }
             Some("system") if v["subtype"] == "compact_boundary" => return None,
             _ => {}
@@ -414,6 +445,42 @@ mod tests {
         let carried = json!({"type": "assistant", "message": {"model": "m", "content": []}});
         let lines = [carried.to_string(), reply(13_000, &json!({}))];
         assert_eq!(first_reply(lines.join("\n").as_bytes()), None);
+    }
+
+    #[test]
+    fn the_first_reply_after_a_rebuild_is_found_past_the_carried_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let carried_reply = json!({"type": "assistant", "message": {"model": "m", "content": []}});
+        let carried = format!(
+            "{}\n{carried_reply}\n",
+            json!({"type": "user", "message": {"content": "carried question"}})
+        );
+        let synthetic = reply(
+            0,
+            &json!({"message": {"model": "<synthetic>", "usage": {"input_tokens": 0}}}),
+        );
+        let after = [
+            json!({"type": "attachment", "attachment": {"type": "skill_listing"}}).to_string(),
+            synthetic,
+            json!({"type": "user", "message": {"content": "new prompt"}}).to_string(),
+            reply(40_000, &json!({})),
+            reply(50_000, &json!({})),
+        ];
+        std::fs::write(&path, format!("{carried}{}\n", after.join("\n"))).unwrap();
+        let offset = carried.len() as u64;
+        let first = read_reply_after(&path, offset).unwrap().unwrap();
+        assert_eq!(first.usage.tokens, 40_003);
+        assert_eq!(
+            first.prompt_text, "new prompt",
+            "carried texts are not the prompt"
+        );
+        // An offset inside a line: that line is skipped, not misread.
+        let first = read_reply_after(&path, offset - 3).unwrap().unwrap();
+        assert_eq!(first.prompt_text, "new prompt");
+        // No reply since the rebuild yet.
+        std::fs::write(&path, &carried).unwrap();
+        assert_eq!(read_reply_after(&path, offset).unwrap(), None);
     }
 
     #[test]

@@ -81,7 +81,11 @@ pub struct SeenTarget {
 pub struct Ack {
     pub at: String,
     pub session_id: SessionId,
-    /// The real token count of the resumed window, as Claude Code measured it.
+    /// Claude Code's `context_tokens` at resume: the last reply's usage of
+    /// the resumed transcript, else (a ktr candidate carries no usage) its
+    /// rough count of the messages, without system prompt and tools
+    /// (2.1.328). With the first reply after the switch it measures the
+    /// fixed overhead (`engine::window::overhead`).
     pub context_tokens: Option<u64>,
 }
 

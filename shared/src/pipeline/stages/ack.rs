@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use crate::engine::window::overhead;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, write_atomic};
 use crate::ids::SessionId;
@@ -75,8 +76,34 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Opera
         )?;
         op.ack = Some(ack.clone());
         tx.save(&mut op)?;
+        remember_receipt(&store, &op, &ack);
         Ok(Some(op))
     })
+}
+
+/// Keep the receipt for the window account: with the first reply of the
+/// rebuilt session it measures the fixed overhead
+/// (`engine::window::overhead`). A cache: failing to write it is reported
+/// and costs only that measurement.
+fn remember_receipt(store: &Store, op: &Operation, ack: &Ack) {
+    let (Some(context_tokens), Some(candidate)) = (ack.context_tokens, op.candidate.as_ref())
+    else {
+        return;
+    };
+    // The rebuilt session is the candidate's file, resumed in place.
+    let Ok(meta) = std::fs::metadata(&candidate.path) else {
+        return;
+    };
+    let receipt = overhead::Receipt {
+        operation: op.id.to_string(),
+        context_tokens,
+        carried_estimate: op.estimated_tokens,
+        offset: meta.len(),
+        at: ack.at.clone(),
+    };
+    if let Err(e) = overhead::remember_receipt(store.dir(), ack.session_id.as_str(), &receipt) {
+        eprintln!("ktr-ack: the window account will not measure the overhead of this rebuild: {e}");
+    }
 }
 
 /// Append `ack` as one JSON line to `path` (created 0600, never through a link).
