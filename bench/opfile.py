@@ -82,7 +82,7 @@ def measure(bins: Path, source: Path, session: str, runs: int, timeout: float) -
             cat = [chain.timed(["cat", str(op_file)], tmp, timeout) for _ in range(runs)]
             return {
                 "prepare_s": prepared,
-                "status": op.get("status"),
+                "status": op.get("status") + (f" ({op.get('error')})" if op.get("error") else ""),
                 "lines": sum(1 for _ in open(source, "rb")),
                 "op_bytes": op_file.stat().st_size,
                 "artifact_bytes": artifact.stat().st_size if artifact.is_file() else 0,

@@ -160,6 +160,10 @@ pub struct Config {
     pub stable_file_seconds: f64,
     pub stable_file_timeout_seconds: f64,
     pub healthcheck_seconds: f64,
+    /// How long Claude Code must stay alive after its resume receipt
+    /// (`ktr-ack`) before the switch counts as healthy (at most
+    /// `healthcheck_seconds`, the upper bound).
+    pub healthcheck_min_seconds: f64,
     pub source_change_retries: u64,
     /// A pending request older than this many hours expires (`expired`).
     pub request_ttl_hours: f64,
@@ -215,6 +219,7 @@ const KEYS: &[&str] = &[
     "stable_file_seconds",
     "stable_file_timeout_seconds",
     "healthcheck_seconds",
+    "healthcheck_min_seconds",
     "source_change_retries",
     "request_ttl_hours",
     "pointer_health_probe",
@@ -278,6 +283,8 @@ pub const RANGES: &[Range] = &[
         min_exclusive: true,
         ..range("healthcheck_seconds", 5.0, 0.0, 3600.0)
     },
+    // Also at most healthcheck_seconds; the default is at most half of it.
+    range("healthcheck_min_seconds", 1.0, 0.0, 3600.0),
     range("source_change_retries", 2.0, 0.0, 100.0),
     Range {
         min_exclusive: true,
@@ -514,6 +521,20 @@ impl Config {
             ));
         }
         let healthcheck_seconds = keys.seconds("healthcheck_seconds")?;
+        let healthcheck_min_seconds = if keys.table.contains_key("healthcheck_min_seconds") {
+            keys.seconds("healthcheck_min_seconds")?
+        } else {
+            // Half of a shorter window, so that the receipt has time to come.
+            Range::of("healthcheck_min_seconds")
+                .default
+                .min(healthcheck_seconds / 2.0)
+        };
+        if healthcheck_min_seconds > healthcheck_seconds {
+            return Err(Keys::rule(
+                "healthcheck_min_seconds",
+                "must not be greater than healthcheck_seconds",
+            ));
+        }
         let context_window_tokens = keys.window_size()?;
         let advise_at_percent = keys.percent("advise_at_percent")?;
         let advise_min_free_percent = keys.percent("advise_min_free_percent")?;
@@ -561,6 +582,7 @@ impl Config {
             stable_file_seconds,
             stable_file_timeout_seconds,
             healthcheck_seconds,
+            healthcheck_min_seconds,
             source_change_retries: keys.integer("source_change_retries")?,
             request_ttl_hours: keys.seconds("request_ttl_hours")?,
             pointer_health_probe: keys.boolean("pointer_health_probe", true)?,
@@ -961,6 +983,20 @@ mod tests {
             "systemd_restart_timeout_seconds must be between 10 and 3600"
         );
         assert!(err("not toml [").starts_with("not valid TOML"));
+        assert_eq!(
+            err("project_dir = \"/p\"\nhealthcheck_min_seconds = 6"),
+            "healthcheck_min_seconds must not be greater than healthcheck_seconds"
+        );
+    }
+
+    #[test]
+    fn the_minimum_life_defaults_to_one_second_within_the_window() {
+        let min = |text: &str| Config::from_toml(text).unwrap().healthcheck_min_seconds;
+        assert!((min("project_dir = \"/p\"") - 1.0).abs() < f64::EPSILON);
+        let short = "project_dir = \"/p\"\nhealthcheck_seconds = 0.5";
+        assert!((min(short) - 0.25).abs() < f64::EPSILON);
+        let explicit = "project_dir = \"/p\"\nhealthcheck_min_seconds = 0";
+        assert!(min(explicit).abs() < f64::EPSILON);
     }
 
     #[test]
@@ -989,7 +1025,13 @@ mod tests {
                 assert!(m.starts_with(r.key), "{} = {bad}: {m}", r.key);
             }
             let ok = Config::from_toml(&format!("project_dir = \"/p\"\n{} = {}", r.key, r.max));
-            let lower_ok = r.key != "stable_file_timeout_seconds" && r.key != "stable_file_seconds";
+            // Keys bounded by another key too.
+            let lower_ok = ![
+                "stable_file_timeout_seconds",
+                "stable_file_seconds",
+                "healthcheck_min_seconds",
+            ]
+            .contains(&r.key);
             assert!(ok.is_ok() || !lower_ok, "{} = max refused", r.key);
         }
         assert_eq!(

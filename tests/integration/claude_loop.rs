@@ -584,6 +584,73 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 /// refuses it (the timestamp check), the operation fails, the candidate is
 /// discarded, and the pane keeps running the old session, whose next
 /// request carries the old history.
+/// Issue 12 item 4 as a benchmark, not a check of speed: end of reply →
+/// `activated` with `activation_delay_seconds = 0` and every other key at
+/// its default, `KTR_BENCH_RUNS` times (default 1, so the suite stays
+/// short), each run on a fresh CLI, one `latency:` line per run with the
+/// breakdown from the operation's transitions and Claude Code's receipt.
+/// `bench/latency.py` runs it 5 times and prints the median; the figures
+/// are in bench/README.md.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn switch_latency_with_no_activation_delay() {
+    let bin = claude_bin();
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let runs: usize = std::env::var("KTR_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    for run in 1..=runs {
+        let lp = Loop::start(&bin, &[]);
+        // Defaults but for the delay (config_text shortens the waits).
+        let config = &lp.env.sandbox.config;
+        let text = fs::read_to_string(config)
+            .unwrap()
+            .replace(
+                "activation_delay_seconds = 0.5\n",
+                "activation_delay_seconds = 0\n",
+            )
+            .replace("stable_file_seconds = 0.5\n", "")
+            .replace("healthcheck_seconds = 5\n", "");
+        fs::write(config, text).unwrap();
+        let ended = lp.talk_until_the_request();
+        let ended_at = std::time::SystemTime::now();
+        let op = lp.wait_status("the rebuild to finish", Status::is_terminal);
+        let took = ended.elapsed().as_secs_f64();
+        assert_eq!(
+            op.status,
+            Status::Activated,
+            "{}\n{}",
+            notes(&op),
+            lp.diagnosis()
+        );
+        let at = |to: Status| {
+            let t = op.history.iter().find(|t| t.to == to).unwrap();
+            parse_rfc3339(&t.at).unwrap()
+        };
+        let ack = parse_rfc3339(&op.ack.as_ref().expect("ktr-ack's receipt").at).unwrap();
+        let span = |from: std::time::SystemTime, to: std::time::SystemTime| {
+            to.duration_since(from)
+                .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
+        };
+        let scheduled = at(Status::Scheduled);
+        eprintln!(
+            "latency: run {run}/{runs}: reply end -> activated {took:.2} s \
+             (Stop hook scheduled {:+.2} s after the reply end seen on screen; \
+             scheduled -> running {:.2}; prepare {:.2}; verify {:.2}; \
+             activating -> receipt {:.2}; receipt -> activated {:.2})",
+            span(ended_at, scheduled),
+            span(scheduled, at(Status::Running)),
+            span(at(Status::Running), at(Status::Verifying)),
+            span(at(Status::Verifying), at(Status::Activating)),
+            span(at(Status::Activating), ack),
+            span(ack, at(Status::Activated)),
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_candidate_claude_code_cannot_load_is_never_switched_to() {

@@ -142,18 +142,28 @@ fn install_ack_hook(rig: &Rig) {
     fs::write(settings, hook.to_string()).unwrap();
 }
 
-#[test]
-fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
+/// A tmux rig whose claude runs `ktr-ack` after a resume (with `env`, the
+/// stand-in's extra `FAKE_CLAUDE_*` settings) and this `config`.
+fn acking_rig(env: &[(&str, &str)], config: &str) -> Rig {
     let mut rig = Rig::tmux();
     install_ack_hook(&rig);
     let ack = env!("CARGO_BIN_EXE_ktr-ack").to_string();
-    let config = rig.sandbox.config.display().to_string();
+    let ack_config = rig.sandbox.config.display().to_string();
     rig.env.extend([
         ("FAKE_CLAUDE_ACK".to_string(), ack),
-        ("FAKE_CLAUDE_ACK_CONFIG".into(), config),
-        ("FAKE_CLAUDE_CONTEXT_TOKENS".into(), "41234".into()),
+        ("FAKE_CLAUDE_ACK_CONFIG".into(), ack_config),
     ]);
-    rig.write_config("");
+    rig.env.extend(
+        env.iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string())),
+    );
+    rig.write_config(config);
+    rig
+}
+
+#[test]
+fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
+    let rig = acking_rig(&[("FAKE_CLAUDE_CONTEXT_TOKENS", "41234")], "");
     let op = rig.rebuild();
     assert_eq!(op.status, Activated, "{:?}", op.error);
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
@@ -200,6 +210,52 @@ fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
     let error = op.error.unwrap();
     assert!(error.contains("did not report SessionStart"), "{error}");
     assert_eq!(rig.resumed().as_deref(), Some(SRC));
+}
+
+/// Issue 12 item 4: a new Claude Code that exits before its
+/// `SessionStart` receipt is never activated (the receipt comes later, from
+/// a leftover child), and the old session runs again.
+#[test]
+fn a_claude_that_exits_before_its_receipt_is_never_activated() {
+    let rig = acking_rig(
+        &[
+            ("FAKE_CLAUDE_ONLY", SRC),
+            ("FAKE_CLAUDE_LIVE", "0.2"),
+            ("FAKE_CLAUDE_ACK_DELAY", "0.6"),
+        ],
+        "",
+    );
+    assert_falls_back_unhealthy(&rig);
+}
+
+/// Issue 12 item 4: a new Claude Code that sent its receipt but exits
+/// within `healthcheck_min_seconds` after it is never activated.
+#[test]
+fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_never_activated() {
+    let rig = acking_rig(
+        &[("FAKE_CLAUDE_ONLY", SRC), ("FAKE_CLAUDE_LIVE", "0.3")],
+        "healthcheck_min_seconds = 0.9",
+    );
+    let op = assert_falls_back_unhealthy(&rig);
+    let new_id = op.candidate.unwrap().session_id;
+    assert_eq!(
+        op.ack.map(|a| a.session_id),
+        Some(new_id),
+        "its receipt came"
+    );
+}
+
+/// The rebuild falls back: the new session was unhealthy because its
+/// process did not stay, and the old session runs again.
+#[track_caller]
+fn assert_falls_back_unhealthy(rig: &Rig) -> Operation {
+    let op = rig.rebuild();
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    let error = op.error.clone().unwrap();
+    assert!(error.contains("did not stay healthy"), "{error}");
+    assert!(!Rig::path_of(&op).contains(&Activated));
+    assert_eq!(rig.resumed().as_deref(), Some(SRC));
+    op
 }
 
 #[test]
@@ -290,12 +346,85 @@ fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
     );
 }
 
+/// Claude Code writes a turn's `stop_hook_summary` and `turn_duration`
+/// after the Stop hook, possibly after the freeze: records in which nobody
+/// speaks are no change of the source (issue 12 item 4).
+#[test]
+fn records_appended_after_prepare_in_which_nobody_speaks_are_no_change() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:start");
+    let mut source = fs::OpenOptions::new()
+        .append(true)
+        .open(&rig.source)
+        .unwrap();
+    for line in [
+        format!(
+            r#"{{"type":"system","subtype":"stop_hook_summary","sessionId":"{SRC}","hookCount":1}}"#
+        ),
+        format!(
+            r#"{{"type":"system","subtype":"turn_duration","sessionId":"{SRC}","durationMs":8123}}"#
+        ),
+    ] {
+        std::io::Write::write_all(&mut source, format!("{line}\n").as_bytes()).unwrap();
+    }
+    drop(source);
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert_eq!(op.attempts, 1);
+}
+
+/// The Stop hook starts before Claude Code flushed the turn: prepare waits
+/// for the reply the hook named (`last_assistant_message`) before it
+/// freezes, so the frozen copy holds the finished turn (issue 12 item 4).
+#[test]
+fn the_freeze_waits_for_the_reply_of_the_scheduling_stop() {
+    let rig = Rig::tmux();
+    let op = rig.request();
+    let text = fs::read_to_string(&rig.source).unwrap();
+    let parent = last_speech_uuid(&text);
+    let reply = "晚安，林先生。明天早上记得喝水 FREEZE-MARKER";
+    let record = serde_json::json!({
+        "type": "assistant", "uuid": "f0f0f0f0-0000-4000-8000-000000000002",
+        "parentUuid": parent, "sessionId": SRC, "timestamp": "2026-11-21T09:00:00.000Z",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": reply}]},
+    });
+    let input = serde_json::json!({
+        "session_id": SRC, "transcript_path": rig.source, "cwd": rig.sandbox.work,
+        "hook_event_name": "Stop", "stop_hook_active": false, "prompt_id": "p1",
+        "last_assistant_message": reply,
+    });
+    // Claude Code flushes the reply after its Stop hook started.
+    let path = rig.source.clone();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        fs::write(&path, format!("{text}{record}\n")).unwrap();
+    });
+    rig.hook_from_claude(SRC, env!("CARGO_BIN_EXE_ktr-stop"), &input.to_string());
+    late.join().unwrap();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let frozen = fs::read_to_string(op.backup.unwrap()).unwrap();
+    assert!(
+        frozen.contains("FREEZE-MARKER"),
+        "the freeze did not wait for the reply"
+    );
+    let read = String::from_utf8(rig.read_by_claude().unwrap()).unwrap();
+    assert!(read.contains("FREEZE-MARKER"));
+}
+
 #[test]
 fn source_changes_stop_after_source_change_retries() {
     let mut rig = Rig::tmux();
     rig.write_config("source_change_retries = 0");
     let op = rig.rebuild_paused_at("activate:start");
-    fs::write(&rig.source, fs::read_to_string(&rig.source).unwrap() + "\n").unwrap();
+    // Someone spoke after the freeze (a record nobody speaks in would be no change).
+    let spoken = r#"{"type":"user","message":{"role":"user","content":"还有一件事"}}"#;
+    fs::write(
+        &rig.source,
+        fs::read_to_string(&rig.source).unwrap() + spoken + "\n",
+    )
+    .unwrap();
     rig.unpause();
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Failed);
@@ -754,7 +883,8 @@ fn tmux_the_panes_keyboard_is_held_from_the_last_look_until_the_new_claude_runs(
         .append(true)
         .open(transcript)
         .unwrap();
-    std::io::Write::write_all(&mut source, b"{\"type\":\"summary\"}\n").unwrap();
+    let spoken = r#"{"type":"user","message":{"role":"user","content":"还有一件事"}}"#;
+    std::io::Write::write_all(&mut source, format!("{spoken}\n").as_bytes()).unwrap();
     rig.unpause();
     let op = rig.wait_until(&op.id, |o| o.status == Pending);
     assert!(op.error.is_none() && op.attempts > 0, "{op:#?}");

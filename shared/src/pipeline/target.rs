@@ -45,7 +45,7 @@ impl Drop for InputHold {
     }
 }
 /// How often health is sampled.
-const HEALTH_POLL: Duration = Duration::from_millis(100);
+const HEALTH_POLL: Duration = Duration::from_millis(50);
 
 /// A tmux pane.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,9 +276,20 @@ impl Target {
     /// contains the id must appear and then stay the same process. Pointer:
     /// the content equals the id. Returns the identity seen when healthy.
     pub fn health(&self, session_id: &str, wait: Duration) -> Result<String> {
+        self.health_until(session_id, wait, None)
+    }
+
+    /// [`Target::health`], ending early on Claude Code's [`Receipt`]
+    /// (process targets; a pointer has no process to prove anything).
+    pub fn health_until(
+        &self,
+        session_id: &str,
+        wait: Duration,
+        receipt: Option<Receipt<'_>>,
+    ) -> Result<String> {
         match self {
-            Target::Tmux(t) => watch(session_id, wait, || t.pane_pid()),
-            Target::Systemd(s) => watch(session_id, wait, || s.main_pid()),
+            Target::Tmux(t) => watch_until(session_id, wait, || t.pane_pid(), receipt),
+            Target::Systemd(s) => watch_until(session_id, wait, || s.main_pid(), receipt),
             Target::Pointer(p) => {
                 let now = p.read()?;
                 if now == session_id {
@@ -678,11 +689,27 @@ fn write_pointer(path: &Path, session_id: &str) -> Result<()> {
     )
 }
 
-/// Sample `pid_of` for `wait`: a healthy process (alive, running the
-/// session) must appear and then stay healthy and the same process.
-fn watch(session_id: &str, wait: Duration, pid_of: impl Fn() -> Result<u32>) -> Result<String> {
+/// Claude Code's own proof that it loaded the session: `received()` turns
+/// true once `ktr-ack` recorded the `SessionStart` (resume) receipt; the
+/// process must then stay alive for `min_life`.
+pub struct Receipt<'a> {
+    pub received: &'a mut dyn FnMut() -> Result<bool>,
+    pub min_life: Duration,
+}
+
+/// Sample `pid_of` until `wait` ends. Healthy: one process kept running
+/// `session_id` the whole time (replaced or gone → error). With a
+/// `receipt`, healthy as soon as the receipt is in and the process stayed
+/// alive `min_life` after it; no receipt by the end of `wait` is an error.
+fn watch_until(
+    session_id: &str,
+    wait: Duration,
+    pid_of: impl Fn() -> Result<u32>,
+    mut receipt: Option<Receipt<'_>>,
+) -> Result<String> {
     let deadline = Instant::now() + wait;
     let mut healthy_pid: Option<u32> = None;
+    let mut received_at: Option<Instant> = None;
     loop {
         let observed = pid_of().and_then(|pid| runs_session(pid, session_id).map(|()| pid));
         match (observed, healthy_pid) {
@@ -707,8 +734,26 @@ fn watch(session_id: &str, wait: Duration, pid_of: impl Fn() -> Result<u32>) -> 
             }
             (Ok(_), Some(_)) | (Err(_), None) => {}
         }
-        if let Some(pid) = healthy_pid.filter(|_| Instant::now() >= deadline) {
-            return Ok(pid.to_string());
+        if let (Some(pid), Some(r)) = (healthy_pid, receipt.as_mut()) {
+            if received_at.is_none() && (r.received)()? {
+                received_at = Some(Instant::now());
+            }
+            if received_at.is_some_and(|at| at.elapsed() >= r.min_life) {
+                return Ok(pid.to_string());
+            }
+        }
+        if Instant::now() >= deadline {
+            return match (healthy_pid, &receipt, received_at) {
+                (Some(pid), None, _) => Ok(pid.to_string()),
+                (Some(_), Some(_), None) => Err(Error::refused(format!(
+                    "Claude Code did not report SessionStart (resume) for {session_id} within {:.1} s although ktr-ack is installed",
+                    wait.as_secs_f64()
+                ))),
+                _ => Err(Error::refused(format!(
+                    "{session_id} did not live healthcheck_min_seconds after its receipt within {:.1} s (healthcheck_seconds)",
+                    wait.as_secs_f64()
+                ))),
+            };
         }
         thread::sleep(
             HEALTH_POLL
@@ -791,5 +836,102 @@ mod tests {
             resume_form(&argv(&["claude", "--resume", "other"]), s),
             None
         );
+    }
+
+    const SESSION: &str = "5e55e55e-0000-4000-8000-000000000001";
+
+    /// A process with `SESSION` on its command line that lives `seconds`
+    /// (reaped by a thread as soon as it exits); returns its pid.
+    fn claude_for(seconds: f64) -> u32 {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &format!("sleep {seconds}; :"), SESSION])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        thread::spawn(move || child.wait());
+        pid
+    }
+
+    fn end(pid: u32) {
+        // SAFETY: kill(2) on a pid this test started; no memory involved.
+        unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGTERM) };
+    }
+
+    /// Watch `pid` for `wait` seconds with a receipt that arrives
+    /// `receipt_after` seconds in (never when None) and a minimum life of
+    /// `min_life` seconds after it; the result and how long it took.
+    fn watch_pid(
+        pid: u32,
+        wait: f64,
+        min_life: f64,
+        receipt_after: Option<f64>,
+    ) -> (Result<String>, Duration) {
+        let started = Instant::now();
+        let mut received =
+            || Ok(receipt_after.is_some_and(|s| started.elapsed().as_secs_f64() >= s));
+        let result = watch_until(
+            SESSION,
+            Duration::from_secs_f64(wait),
+            || Ok(pid),
+            Some(Receipt {
+                received: &mut received,
+                min_life: Duration::from_secs_f64(min_life),
+            }),
+        );
+        end(pid);
+        (result, started.elapsed())
+    }
+
+    #[test]
+    fn a_receipt_and_the_minimum_life_end_the_health_check_early() {
+        let pid = claude_for(10.0);
+        let (result, took) = watch_pid(pid, 5.0, 0.3, Some(0.2));
+        assert_eq!(result.unwrap(), pid.to_string());
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+        assert!(took >= Duration::from_millis(500), "took {took:?}");
+    }
+
+    #[test]
+    fn a_claude_that_exits_before_its_receipt_is_unhealthy() {
+        // It dies at 0.2 s; the receipt would come at 0.6 s.
+        let (result, _) = watch_pid(claude_for(0.2), 3.0, 0.1, Some(0.6));
+        let err = result.unwrap_err();
+        assert!(err.message.contains("did not stay healthy"), "{err}");
+    }
+
+    #[test]
+    fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_unhealthy() {
+        let (result, took) = watch_pid(claude_for(0.4), 3.0, 1.0, Some(0.0));
+        let err = result.unwrap_err();
+        assert!(err.message.contains("did not stay healthy"), "{err}");
+        assert!(took < Duration::from_secs(2), "noticed at once: {took:?}");
+    }
+
+    #[test]
+    fn no_receipt_within_the_window_is_unhealthy_even_when_alive() {
+        let (result, took) = watch_pid(claude_for(10.0), 0.5, 0.1, None);
+        let err = result.unwrap_err();
+        assert!(err.message.contains("did not report SessionStart"), "{err}");
+        assert!(took >= Duration::from_millis(500), "took {took:?}");
+    }
+
+    #[test]
+    fn a_receipt_without_the_minimum_life_inside_the_window_is_unhealthy() {
+        let (result, _) = watch_pid(claude_for(10.0), 0.6, 1.0, Some(0.3));
+        let err = result.unwrap_err();
+        assert!(
+            err.message.contains("did not live healthcheck_min_seconds"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn without_a_receipt_the_whole_window_is_watched() {
+        let pid = claude_for(10.0);
+        let started = Instant::now();
+        let result = watch_until(SESSION, Duration::from_millis(600), || Ok(pid), None);
+        end(pid);
+        assert_eq!(result.unwrap(), pid.to_string());
+        assert!(started.elapsed() >= Duration::from_millis(600));
     }
 }

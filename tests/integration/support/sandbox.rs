@@ -15,6 +15,33 @@ use ktr::pipeline::operation::{Operation, Status, Store};
 use super::plan::Outcome;
 use super::{stand_in, wait_for};
 
+/// What Claude Code passes a Stop hook as `last_assistant_message`: the
+/// last text of the transcript's last assistant record with text ("done"
+/// when there is none).
+fn last_assistant_text(transcript: &Path) -> String {
+    // Only a regular file: hostile tests name FIFOs and directories.
+    let regular = fs::metadata(transcript).is_ok_and(|m| m.is_file());
+    let text = if regular {
+        fs::read_to_string(transcript).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "assistant")
+        .find_map(|v| match &v["message"]["content"] {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Array(blocks) => blocks
+                .iter()
+                .rev()
+                .find_map(|b| (b["type"] == "text").then(|| b["text"].as_str())?)
+                .map(String::from),
+            _ => None,
+        })
+        .unwrap_or_else(|| "done".into())
+}
+
 /// A temp directory laid out like an installation. Removed on drop,
 /// unless `KTR_KEEP_TMP` is set.
 pub struct Sandbox {
@@ -142,7 +169,7 @@ impl Sandbox {
             "hook_event_name": "Stop",
             "stop_hook_active": false,
             "prompt_id": "p1",
-            "last_assistant_message": "done",
+            "last_assistant_message": last_assistant_text(transcript),
         })
         .to_string()
     }

@@ -65,7 +65,8 @@ pub fn read_tail(path: &Path) -> io::Result<Tail> {
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_tail_seeking(path: &Path, needles: &[&[u8]]) -> io::Result<(Tail, bool)> {
-    let mut file = File::open(path)?;
+    // Never blocks in open(2) (a FIFO swapped in for the transcript).
+    let mut file = crate::open::open_regular(path, crate::open::Links::Follow)?;
     let near = last_lines(&mut file, FIRST_TRY_BYTES)?;
     let found = needles.is_empty()
         || needles

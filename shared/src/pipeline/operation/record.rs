@@ -167,6 +167,10 @@ pub struct Operation {
     /// RFC 3339 UTC: when the Stop hook that scheduled this attempt started.
     /// A turn of the source session that began after it is never switched away.
     pub scheduled_at: Option<String>,
+    /// The end of the reply whose Stop hook scheduled this attempt (at most
+    /// 40 characters of its last line, from `last_assistant_message`):
+    /// prepare freezes the transcript once it holds it.
+    pub scheduled_reply: Option<String>,
     /// RFC 3339 UTC: when `ktr-prompt` first saw a prompt of the source
     /// session after the scheduling Stop (activation then defers).
     pub turn_started_at: Option<String>,
@@ -219,6 +223,7 @@ impl Default for Operation {
             backup: None,
             prepared_at: None,
             scheduled_at: None,
+            scheduled_reply: None,
             turn_started_at: None,
             deferred: None,
             blocked_prompts: Vec::new(),

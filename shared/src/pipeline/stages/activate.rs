@@ -10,13 +10,14 @@ use super::{
 };
 use crate::config::{Activation, Config, home_dir};
 use crate::error::{Error, Result};
-use crate::fsutil::sha256_file;
+use crate::fsutil::{sha256_file, sha256_prefix};
+use crate::open::{Links, open_regular};
 use crate::pipeline::gate::turn_since_stop;
 use crate::pipeline::operation::{Locked, Operation, Status, Store, discard_candidate, manifest};
 use crate::pipeline::pane::Input;
 use crate::pipeline::process;
 use crate::pipeline::stages::prompt::PROBE;
-use crate::pipeline::target::Target;
+use crate::pipeline::target::{Receipt, Target};
 use crate::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
@@ -37,14 +38,15 @@ const PROBE_MIN: Duration = Duration::from_secs(60);
 
 /// Activate operation `id` (status `verifying`, verification passed).
 ///
-/// Under the lock: the source digest is unchanged (else back to `pending`
-/// for a fresh prepare at the next Stop, at most `source_change_retries`
-/// times), the candidate digest is unchanged, the target identity is the
-/// one recorded at prepare and no other transcript in `project_dir` was
-/// modified since (else `failed` + `session_conflict`, target untouched);
-/// then `activating`. Switch, then health: the target runs the new session
-/// for `healthcheck_seconds` and, when `ktr-ack` is installed (tmux), Claude
-/// Code acknowledges the resume within another `healthcheck_seconds`.
+/// Under the lock: the source is unchanged up to records in which nobody
+/// speaks (else back to `pending` for a fresh prepare at the next Stop, at
+/// most `source_change_retries` times), the candidate digest is unchanged,
+/// the target identity is the one recorded at prepare and no other
+/// transcript in `project_dir` was modified since (else `failed` +
+/// `session_conflict`, target untouched); then `activating`. Switch, then
+/// health ([`healthy`]): with `ktr-ack` installed (tmux), Claude Code's
+/// receipt and `healthcheck_min_seconds` of life after it; otherwise the
+/// target runs the new session for `healthcheck_seconds`.
 /// Healthy → `activated`. Unhealthy → the old session is resumed the same
 /// way: `rolled_back` if that is healthy, else `failed` with
 /// `rollback_ok: false` and `needs_attention`.
@@ -193,7 +195,7 @@ fn compare_and_swap(
         .ok_or_else(|| missing("transcript"))?;
     let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
 
-    if sha256_file(&source).ok() != op.source_sha256 {
+    if !source_unchanged(&op, &source) {
         source_changed(tx, config, &mut op)?;
         return Ok(op);
     }
@@ -261,7 +263,7 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
         .transcript_path
         .clone()
         .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
-    if sha256_file(&source).ok() != op.source_sha256 {
+    if !source_unchanged(&op, &source) {
         source_changed(tx, config, &mut op)?;
         return Ok(op);
     }
@@ -324,6 +326,58 @@ fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Opt
     Ok(discarded)
 }
 
+/// At most this much appended after the freeze is looked at; more is a change.
+const APPENDED_CAP: u64 = 1 << 20;
+
+/// The source is still what prepare froze: the same bytes, or those bytes
+/// followed only by whole records in which nobody speaks (Claude Code
+/// writes a turn's `stop_hook_summary` and `turn_duration` after the Stop
+/// hook and may flush them after the freeze), so the candidate misses
+/// nothing that was said.
+fn source_unchanged(op: &Operation, source: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let (Some(frozen), Some(frozen_len)) = (
+        op.source_sha256.as_ref(),
+        op.stats.as_ref().map(|s| s.source_bytes),
+    ) else {
+        return false;
+    };
+    let Ok(file) = open_regular(source, Links::Refuse) else {
+        return false;
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    if len < frozen_len || len - frozen_len > APPENDED_CAP {
+        return false;
+    }
+    if !sha256_prefix(&file, frozen_len).is_ok_and(|(d, n)| n == frozen_len && d == *frozen) {
+        return false;
+    }
+    let mut appended = vec![0; usize::try_from(len - frozen_len).unwrap_or(0)];
+    file.read_exact_at(&mut appended, frozen_len).is_ok() && nobody_speaks(&appended)
+}
+
+/// `appended` is whole JSON lines, none of them a conversation record
+/// (`user`, `assistant`, `attachment`, or anything with a `message`).
+fn nobody_speaks(appended: &[u8]) -> bool {
+    if appended.is_empty() {
+        return true;
+    }
+    appended.ends_with(b"\n")
+        && appended
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .all(|line| {
+                serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|v| {
+                    v.get("message").is_none()
+                        && v["type"]
+                            .as_str()
+                            .is_some_and(|t| !matches!(t, "user" | "assistant" | "attachment"))
+                })
+            })
+}
+
 /// New messages arrived after prepare: discard this candidate and go back
 /// to `pending` so the next Stop prepares again, or fail once
 /// `source_change_retries` retries are used up.
@@ -377,9 +431,13 @@ fn newer_transcript(
     Ok(None)
 }
 
-/// The target runs `new_id` healthily; with `ktr-ack` installed (tmux), or
-/// after pointer mode's probe, Claude Code also acknowledged the resume.
-/// Returns the identity seen.
+/// The target runs `new_id` healthily. With `ktr-ack` installed (tmux),
+/// healthy is Claude Code's own receipt: the process runs `new_id`,
+/// `ktr-ack` recorded `SessionStart` (resume) for it, and the process lived
+/// `healthcheck_min_seconds` after that, all within `healthcheck_seconds`.
+/// Without it (and for systemd), the process must run `new_id` for the
+/// whole `healthcheck_seconds`. Pointer mode: the pointer names `new_id`
+/// and, after the probe, the receipt is in. Returns the identity seen.
 fn healthy(
     config: &Config,
     store: &Store,
@@ -388,20 +446,28 @@ fn healthy(
     new_id: &str,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
+    let received = || -> Result<bool> {
+        let op = store.load(id)?;
+        Ok(op.ack.as_ref().is_some_and(|a| a.session_id == new_id))
+    };
+    if config.activation == Activation::Tmux && ack_installed(config) {
+        let mut received = received;
+        return target.health_until(
+            new_id,
+            wait,
+            Some(Receipt {
+                received: &mut received,
+                min_life: seconds(config.healthcheck_min_seconds),
+            }),
+        );
+    }
     let identity = target.health(new_id, wait)?;
     // Pointer mode has no process to watch: Claude Code loads the session
-    // once, and its receipt below is the proof.
-    let probed = probe_wanted(config);
-    if probed {
+    // once, and its receipt is the proof.
+    if probe_wanted(config) {
         probe(config, new_id)?;
-    }
-    if probed || (config.activation == Activation::Tmux && ack_installed(config)) {
         let deadline = Instant::now() + wait;
-        loop {
-            let op = store.load(id)?;
-            if op.ack.as_ref().is_some_and(|a| a.session_id == new_id) {
-                break;
-            }
+        while !received()? {
             if Instant::now() >= deadline {
                 return Err(Error::refused(format!(
                     "Claude Code did not report SessionStart (resume) for {new_id} within {} s although ktr-ack is installed",
@@ -577,4 +643,34 @@ pub(super) fn restore(
         format!("session {} ({})", ran.session, ran.argv.join(" "))
     };
     Ok((identity, what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nobody_speaks;
+
+    #[test]
+    fn records_in_which_nobody_speaks_are_told_from_conversation() {
+        let summary = b"{\"type\":\"system\",\"subtype\":\"stop_hook_summary\"}\n";
+        let duration = b"{\"type\":\"system\",\"subtype\":\"turn_duration\",\"durationMs\":5}\n";
+        assert!(nobody_speaks(b""));
+        assert!(nobody_speaks(summary));
+        assert!(nobody_speaks(&[&summary[..], &duration[..]].concat()));
+        for spoken in [
+            &b"{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n"[..],
+            b"{\"type\":\"assistant\"}\n",
+            b"{\"type\":\"attachment\"}\n",
+            b"{\"type\":\"system\",\"message\":{}}\n",
+            b"{\"subtype\":\"no type\"}\n",
+            b"{\"type\":\"system\"}",
+            b"not json\n",
+            b"\"type\":\"system\"}\n",
+        ] {
+            assert!(
+                !nobody_speaks(spoken),
+                "{}",
+                String::from_utf8_lossy(spoken)
+            );
+        }
+    }
 }

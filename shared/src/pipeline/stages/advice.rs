@@ -145,24 +145,9 @@ fn wait_for_reply(
     // The end of the reply's last line (within one text block: Claude Code
     // writes each block as its own record), as JSON writes it: UTF-8 as
     // is, or with every non-ASCII character escaped.
-    let needles: Vec<String> = last_message
-        .map(|m| {
-            let last_line = m.trim_end().rsplit('\n').next().unwrap_or_default();
-            let chars: Vec<char> = last_line.chars().collect();
-            let tail: String = chars[chars.len().saturating_sub(40)..].iter().collect();
-            let quoted = serde_json::to_string(&tail).unwrap_or_default();
-            let raw = quoted.trim_matches('"').to_string();
-            let ascii = ascii_escaped(&raw);
-            if ascii == raw {
-                vec![raw]
-            } else {
-                vec![raw, ascii]
-            }
-        })
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|n| !n.is_empty())
-        .collect();
+    let needles = last_message
+        .map(|m| reply_needles(&reply_end(m)))
+        .unwrap_or_default();
     let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
     let deadline = std::time::Instant::now() + FLUSH_WAIT;
     loop {
@@ -176,6 +161,31 @@ fn wait_for_reply(
             return Some(tail);
         }
         std::thread::sleep(FLUSH_POLL);
+    }
+}
+
+/// The end of a reply as the transcript shows it once flushed: the last
+/// (at most) 40 characters of its last line (within one text block: Claude
+/// Code writes each block as its own record).
+pub(crate) fn reply_end(message: &str) -> String {
+    let last_line = message.trim_end().rsplit('\n').next().unwrap_or_default();
+    let chars: Vec<char> = last_line.chars().collect();
+    chars[chars.len().saturating_sub(40)..].iter().collect()
+}
+
+/// `end` as JSON writes it: UTF-8 as is, or with every non-ASCII character
+/// escaped (both when they differ; none for an empty end).
+pub(crate) fn reply_needles(end: &str) -> Vec<String> {
+    let quoted = serde_json::to_string(end).unwrap_or_default();
+    let raw = quoted.trim_matches('"').to_string();
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let ascii = ascii_escaped(&raw);
+    if ascii == raw {
+        vec![raw]
+    } else {
+        vec![raw, ascii]
     }
 }
 

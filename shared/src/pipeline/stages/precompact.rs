@@ -150,6 +150,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         at: now_rfc3339(),
         statuses: &[Status::Pending],
         why: " instead of Claude Code's auto-compaction",
+        reply: None,
     };
     Ok(match stop::schedule(&config, &store, &by)? {
         Scheduled::Started { id, .. } => Verdict::Block(format!(

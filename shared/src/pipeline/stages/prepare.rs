@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::thread;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest as _;
 
@@ -13,6 +13,7 @@ use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, 
 use crate::config::{Activation, Config};
 use crate::engine::candidate::{ManifestEntry, Sink};
 use crate::engine::plan::{self, LeftOut, PlanReport};
+use crate::engine::window::usage::read_tail_seeking;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
@@ -75,7 +76,14 @@ pub fn prepare(
         check_workdir(config)?;
         pause_point(Stage::Prepare, "running");
 
-        let frozen = freeze(config, store, id, &source, steps)?;
+        let frozen = freeze(
+            config,
+            store,
+            id,
+            &source,
+            op.scheduled_reply.as_deref(),
+            steps,
+        )?;
         pause_point(Stage::Prepare, "frozen");
 
         let new_id = SessionId::new_random();
@@ -262,6 +270,18 @@ fn check_workdir(config: &Config) -> Result<()> {
     }
 }
 
+/// How long prepare waits for the reply of the scheduling Stop to reach the
+/// transcript (Claude Code 2.1.328 flushes a turn up to ~1 s after its Stop
+/// hook starts) before it falls back to the plain stable window.
+const REPLY_WAIT: Duration = Duration::from_secs(3);
+/// How often the transcript's tail is read meanwhile.
+const REPLY_POLL: Duration = Duration::from_millis(25);
+/// Once that reply is in, the file must stay unchanged this long (or
+/// `stable_file_seconds`, when shorter). Records Claude Code appends later
+/// without anyone speaking (`stop_hook_summary`, `turn_duration`, …) are
+/// not a change at activation.
+const SETTLE: Duration = Duration::from_millis(200);
+
 /// A stable, verified copy of the source.
 struct Frozen {
     backup: PathBuf,
@@ -270,8 +290,11 @@ struct Frozen {
     at: SystemTime,
 }
 
-/// Wait until two digests `stable_file_seconds` apart are equal (within
-/// `stable_file_timeout_seconds`), copy the file to the backup and check
+/// Wait until the transcript holds the reply whose Stop hook scheduled this
+/// attempt (`reply`, its end; at most [`REPLY_WAIT`]), then until two
+/// digests [`SETTLE`] apart are equal — or, when no reply is known or it
+/// never came, `stable_file_seconds` apart (within
+/// `stable_file_timeout_seconds`); copy the file to the backup and check
 /// that the copy has that digest; if the file moved on meanwhile, wait
 /// again.
 fn freeze(
@@ -279,13 +302,23 @@ fn freeze(
     store: &Store,
     id: &str,
     source: &Path,
+    reply: Option<&str>,
     steps: &mut Steps,
 ) -> Result<Frozen> {
     let name = source
         .file_name()
         .ok_or_else(|| Error::refused(format!("{} has no file name", source.display())))?;
     let backup = store.artifacts_dir(id)?.join(name);
-    let interval = seconds(config.stable_file_seconds);
+    let waited = Instant::now();
+    let interval = if reply.is_some_and(|end| reply_arrived(source, end)) {
+        steps.say(format!(
+            "the reply of the scheduling Stop is in the transcript after {:.2} s",
+            waited.elapsed().as_secs_f64()
+        ));
+        SETTLE.min(seconds(config.stable_file_seconds))
+    } else {
+        seconds(config.stable_file_seconds)
+    };
     let timeout = seconds(config.stable_file_timeout_seconds);
     let started = Instant::now();
     let mut at = SystemTime::now();
@@ -321,6 +354,26 @@ fn freeze(
         }
         steps.say("source changed while it was copied; waiting again");
         (at, previous) = (now, copied);
+    }
+}
+
+/// Wait (at most [`REPLY_WAIT`]) until the transcript's tail holds the
+/// reply ending in `end`, as JSON writes it; whether it came.
+fn reply_arrived(source: &Path, end: &str) -> bool {
+    let needles = super::advice::reply_needles(end);
+    let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
+    if needles.is_empty() {
+        return false;
+    }
+    let deadline = Instant::now() + REPLY_WAIT;
+    loop {
+        if read_tail_seeking(source, &needles).is_ok_and(|(_, found)| found) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(REPLY_POLL);
     }
 }
 

@@ -88,6 +88,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             at: stopped_at,
             statuses: &[Status::Pending, Status::RollbackPending],
             why: "",
+            reply: hook.last_assistant_message.as_deref(),
         },
     );
     let reply = scheduled.map(|s| match s {
@@ -119,6 +120,8 @@ pub(crate) struct By<'a> {
     pub statuses: &'a [Status],
     /// Appended to the history note.
     pub why: &'a str,
+    /// The reply that just ended (the Stop hook's `last_assistant_message`).
+    pub reply: Option<&'a str>,
 }
 
 /// What [`schedule`] did.
@@ -168,6 +171,7 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
             op.claude = crate::pipeline::process::runner_of(std::process::id());
         }
         op.scheduled_at = Some(by.at.clone());
+        op.scheduled_reply = by.reply.map(super::advice::reply_end);
         op.turn_started_at = None;
         op.blocked_prompts.clear();
         let note = format!(
