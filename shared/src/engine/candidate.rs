@@ -203,7 +203,8 @@ pub fn write(
     }
     for item in turns.iter().flat_map(|t| &t.items) {
         let (said, meta) = rd.said_and_meta(&events[item.event])?;
-        let text = item.text(events, rd, config, meta.timestamp.as_deref())?;
+        // The record is read once: its text and its time serve the item.
+        let text = item.text(events, rd, config, Some((&said, meta.timestamp.as_deref())))?;
         out.item(item, &text, &said, &meta)?;
     }
     Ok(out.lines)

@@ -6,7 +6,7 @@
 //! tail rule, stamps, elision, the token cap and the poison check.
 
 use crate::config::{CarryOverflow, Config};
-use crate::engine::reread::Reread;
+use crate::engine::reread::{Reread, Said};
 use crate::engine::scan::{Counts, Event, Markers, Speech};
 use crate::error::Result;
 
@@ -308,31 +308,37 @@ impl Item {
         }
     }
 
-    /// The item's text before its stamp.
-    fn body_text(&self, events: &[Event], rd: &Reread<'_>) -> Result<String> {
+    /// The item's text before its stamp; `own` is the event's text when the
+    /// caller has already read it (the record is read again otherwise).
+    fn body_text(&self, events: &[Event], rd: &Reread<'_>, own: Option<&Said>) -> Result<String> {
+        let said = || match own {
+            Some(said) => Ok(said.text.clone()),
+            None => rd.said(&events[self.event]).map(|s| s.text),
+        };
         Ok(match &self.body {
             Body::Made(text) => text.clone(),
-            Body::Said => rd.said(&events[self.event])?.text,
+            Body::Said => said()?,
             Body::Command { expansion } => {
-                let command = rd.said(&events[self.event])?.text;
+                let command = said()?;
                 let expansion = rd.said(&events[*expansion])?.text;
                 format!("{command}\n\n{expansion}")
             }
         })
     }
 
-    /// The carried text: the stamp, then the body. `own_time` is the
-    /// event's own timestamp when the caller has its record at hand (the
-    /// stamp's record is read again otherwise).
+    /// The carried text: the stamp, then the body. `own` is the event's
+    /// record when the caller has already read it: its text and its own
+    /// timestamp (otherwise they are read again).
     pub fn text(
         &self,
         events: &[Event],
         rd: &Reread<'_>,
         config: &Config,
-        own_time: Option<&str>,
+        own: Option<(&Said, Option<&str>)>,
     ) -> Result<String> {
-        let body = self.body_text(events, rd)?;
+        let body = self.body_text(events, rd, own.map(|(said, _)| said))?;
         let event = &events[self.event];
+        let own_time = own.and_then(|(_, time)| time);
         let time = match (self.stamped, event.stamp_at) {
             (true, Some(at)) if at == event.at && own_time.is_some() => {
                 own_time.map(str::to_string)
@@ -428,7 +434,7 @@ fn elide(
     rd: &Reread<'_>,
     markers: &Markers,
 ) -> Result<()> {
-    let text = item.body_text(events, rd)?;
+    let text = item.body_text(events, rd, None)?;
     let count = text.chars().count();
     let keep = max / 2;
     let removed = count - 2 * keep;
