@@ -491,11 +491,12 @@ impl Scan {
         self.file.add(category, bytes);
     }
 
-    fn conversation(&mut self, text: &str) {
-        let estimate = crate::engine::turns::estimate_tokens(text);
+    /// Words of the conversation (user, assistant, expansion speech):
+    /// counted into both tallies.
+    fn conversation(&mut self, bytes: u64, counts: Counts) {
         for t in [&mut self.window, &mut self.file] {
-            t.conversation_bytes += text.len() as u64;
-            t.conversation_estimate += estimate;
+            t.conversation_bytes += bytes;
+            t.conversation_estimate += counts.tokens();
         }
     }
 
@@ -640,14 +641,22 @@ impl Scan {
             Some(ts) => Some((read.at, ts.len())),
             None => self.last_timestamp_at,
         };
+        let counts = Counts::of(read.text);
+        let bytes = read.text.len() as u64;
+        if matches!(
+            read.speech,
+            Speech::User | Speech::Assistant | Speech::Expansion
+        ) {
+            self.conversation(bytes, counts);
+        }
         self.events.push(Event {
             line: read.number,
             at: read.at,
             speech: read.speech,
             via: read.via,
             text: TextFacts {
-                counts: Counts::of(read.text),
-                bytes: read.text.len() as u64,
+                counts,
+                bytes,
                 blank: read.text.trim().is_empty(),
                 carried_before: opts.markers.carried_before(read.text),
             },
@@ -695,7 +704,6 @@ impl Scan {
             // A startup snapshot frozen by an earlier rebuild stays the
             // startup snapshot (same digest), under the header once.
             let snapshot = !seen_speech && opts.markers.is_header(t);
-            self.conversation(t);
             self.seen_speech = true;
             return Some(self.push_event(
                 &read(Speech::User, Via::CarriedBefore, t, snapshot),
@@ -709,7 +717,6 @@ impl Scan {
         let (speech, text) = match &reading.reading {
             UserReading::Speech(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
-                self.conversation(text);
                 self.seen_speech = true;
                 (Speech::User, text.as_str())
             }
@@ -722,7 +729,6 @@ impl Scan {
                 (Speech::Summary, text.as_str())
             }
             UserReading::Expansion(text) if opts.command_expansions => {
-                self.conversation(text);
                 (Speech::Expansion, text.as_str())
             }
             UserReading::Expansion(_) => {
@@ -824,7 +830,6 @@ impl Scan {
         }
         match classify::read_assistant(r, opts.reply_tool) {
             AssistantReading::Speech(text) => {
-                self.conversation(&text);
                 let read = Read {
                     number,
                     at,
@@ -888,7 +893,6 @@ impl Scan {
         }
         match classify::read_queued(&attachment) {
             Some(UserReading::Speech(text)) => {
-                self.conversation(&text);
                 self.seen_speech = true;
                 Some(self.push_event(&read(Speech::User, Via::Queued, &text), r, opts))
             }
