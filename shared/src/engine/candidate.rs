@@ -202,7 +202,7 @@ pub fn write(
         out.attachment(&said, &meta)?;
     }
     for item in turns.iter().flat_map(|t| &t.items) {
-        let (said, meta) = rd.said_and_meta(&events[item.event])?;
+        let (said, meta) = rd.said_and_meta(&events[item.event()])?;
         // The record is read once: its text and its time serve the item.
         let text = item.text(events, rd, config, Some((&said, meta.timestamp.as_deref())))?;
         out.item(item, &text, &said, &meta)?;
@@ -348,7 +348,7 @@ impl Writer<'_> {
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
         let mut entry = self.entry(meta, said, item.role, item.kind, text, &uuid);
-        entry.elided_chars = item.elided_chars;
+        entry.elided_chars = item.elided_chars();
         self.push(&json, entry, timestamp)
     }
 }

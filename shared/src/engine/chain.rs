@@ -96,7 +96,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
         if std::mem::replace(&mut seen[cur], true) {
             return Err(format!(
                 "parentUuid links form a cycle at line {}",
-                nodes[cur].line
+                nodes[cur].line()
             ));
         }
         on_chain.push(cur);
@@ -133,11 +133,11 @@ fn chain(scan: &Scan) -> Result<History, String> {
         .iter()
         .enumerate()
         .filter(|&(_, &i)| nodes[i].event().is_some())
-        .map(|(pos, &i)| (pos, nodes[i].line, i))
+        .map(|(pos, &i)| (pos, nodes[i].line(), i))
         .collect();
     let mut abandoned = Vec::new();
     let mut off_chain_commands = Vec::new();
-    let first_chain_line = on_chain.iter().map(|&i| nodes[i].line).min().unwrap_or(0);
+    let first_chain_line = on_chain.iter().map(|&i| nodes[i].line()).min().unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
         if chain_set[i] || n.sidechain || (n.role == RecordRole::Other && n.event().is_none()) {
@@ -145,14 +145,14 @@ fn chain(scan: &Scan) -> Result<History, String> {
         }
         if let Some(pos) = n.message_id().and_then(|m| anchor_of_message.get(&m)) {
             if n.event().is_some() {
-                ordered.push((*pos, n.line, i));
+                ordered.push((*pos, n.line(), i));
             }
             continue;
         }
-        match n.event().map(|e| (e, &scan.events[e].speech)) {
+        match n.event().map(|e| (e, scan.events[e].speech())) {
             Some((e, Speech::User | Speech::Assistant | Speech::Summary)) => {
                 abandoned.push(e);
-                hidden_earlier |= n.line < first_chain_line;
+                hidden_earlier |= n.line() < first_chain_line;
             }
             Some((e, Speech::Slash)) => off_chain_commands.push(e),
             _ => {}

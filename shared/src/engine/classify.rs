@@ -1,6 +1,8 @@
 //! Classification (SPEC §5): which records hold real speech, and what text
 //! of them is the speaker's own.
 
+use std::borrow::Cow;
+
 use regex::Regex;
 
 use crate::engine::rawjson::{top_level, top_level_str};
@@ -30,9 +32,9 @@ pub const INJECTED_TAGS: &[&str] = &[
 
 /// What stripping found in one text.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Stripped {
-    /// The speaker's own text (possibly empty).
-    pub text: String,
+pub struct Stripped<'t> {
+    /// The speaker's own text (possibly empty): a part of the text stripped.
+    pub text: &'t str,
     /// Bytes of the injected elements removed.
     pub injected_bytes: usize,
     /// A `<system-reminder>` element was removed.
@@ -48,7 +50,7 @@ pub struct Stripped {
 /// Several elements in a row, with or without whitespace between them, are
 /// removed along with the whitespace that separated them; a tag mentioned in
 /// the middle of prose stays.
-pub fn strip_injected(text: &str) -> Stripped {
+pub fn strip_injected(text: &str) -> Stripped<'_> {
     let mut out = Stripped::default();
     let (mut start, mut end) = (0, text.len());
     // From the front.
@@ -73,18 +75,14 @@ pub fn strip_injected(text: &str) -> Stripped {
     }
     let removed_any = start > 0 || end < text.len();
     let middle = &text[start..end];
-    out.text = if removed_any {
-        middle.trim().to_string()
-    } else {
-        middle.to_string()
-    };
+    out.text = if removed_any { middle.trim() } else { middle };
     if out.text.trim().is_empty() {
-        out.text.clear();
+        out.text = "";
     }
     out
 }
 
-impl Stripped {
+impl Stripped<'_> {
     fn note(&mut self, tag: &str, element: &str) {
         self.injected_bytes += element.len();
         match tag {
@@ -152,18 +150,20 @@ pub enum NotSpeech {
     QueuedCommand,
 }
 
-/// The reading of one user record (or `queued_command` attachment).
+/// The reading of one user record (or `queued_command` attachment). A
+/// text borrows from the record when it can: a huge message is not copied
+/// to be classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UserReading {
+pub enum UserReading<'r> {
     /// Words the person (or a channel) sent.
-    Speech(String),
+    Speech(Cow<'r, str>),
     /// A slash command, rendered `/name args`; speech only if answered.
     Slash(String),
     /// A compaction summary (machine text).
-    CompactSummary(String),
+    CompactSummary(Cow<'r, str>),
     /// The expansion of a slash command (`isMeta` + `turnCompanion`), sent
     /// to the model with the command's own record.
-    Expansion(String),
+    Expansion(Cow<'r, str>),
     /// Not speech.
     NotSpeech(NotSpeech),
 }
@@ -171,10 +171,10 @@ pub enum UserReading {
 /// What one user record gives: its reading plus what the ledger and the
 /// startup snapshot need.
 #[derive(Debug, Clone)]
-pub struct UserRecord {
-    pub reading: UserReading,
+pub struct UserRecord<'r> {
+    pub reading: UserReading<'r>,
     /// Raw text of the record before stripping (text blocks joined).
-    pub raw_text: String,
+    pub raw_text: Cow<'r, str>,
     /// A real injected `<system-reminder>` element was present.
     pub had_reminder: bool,
     /// Bytes of injected elements removed from speech.
@@ -184,18 +184,18 @@ pub struct UserRecord {
 const REJECTION_MARKER: &str = "the user said:\n";
 
 /// Classify a `user` record.
-pub fn read_user(record: &Record<'_>) -> UserRecord {
-    let mut raw_parts: Vec<String> = Vec::new();
+pub fn read_user<'r>(record: &'r Record<'_>) -> UserRecord<'r> {
+    let mut raw_parts: Vec<Cow<'r, str>> = Vec::new();
     let mut tool_result: Option<String> = None;
     match &record.message.content {
         Content::None => {}
-        Content::Text(t) => raw_parts.push(t.to_string()),
+        Content::Text(t) => raw_parts.push(Cow::Borrowed(t.as_ref())),
         Content::Blocks(blocks) => {
             for raw in blocks {
                 match top_level_str(raw.get(), "type") {
                     Some("text") => {
-                        if let Some(t) = Block::parse(raw).text.get() {
-                            raw_parts.push(t.to_string());
+                        if let Some(t) = Block::parse(raw).text.0 {
+                            raw_parts.push(t);
                         }
                     }
                     Some("tool_result") => {
@@ -217,10 +217,20 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
             }
         }
     }
-    let raw_text = raw_parts.join("\n\n");
+    // One part (the usual case) is the raw text itself, not a copy of it.
+    let (raw_text, raw_parts) = if raw_parts.len() <= 1 {
+        (raw_parts.pop().unwrap_or_default(), raw_parts)
+    } else {
+        (Cow::Owned(raw_parts.join("\n\n")), raw_parts)
+    };
+    let parts: Vec<&Cow<'r, str>> = if raw_parts.is_empty() {
+        vec![&raw_text]
+    } else {
+        raw_parts.iter().collect()
+    };
     let not = |kind| UserRecord {
         reading: UserReading::NotSpeech(kind),
-        raw_text: String::new(),
+        raw_text: Cow::Borrowed(""),
         had_reminder: false,
         injected_bytes: 0,
     };
@@ -230,7 +240,7 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
     if record.is_compact_summary.0 == Some(true) {
         return UserRecord {
             reading: UserReading::CompactSummary(raw_text),
-            raw_text: String::new(),
+            raw_text: Cow::Borrowed(""),
             had_reminder: false,
             injected_bytes: 0,
         };
@@ -240,8 +250,8 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
             not(NotSpeech::ToolResult)
         } else {
             UserRecord {
-                reading: UserReading::Speech(words),
-                raw_text: String::new(),
+                reading: UserReading::Speech(Cow::Owned(words)),
+                raw_text: Cow::Borrowed(""),
                 had_reminder: false,
                 injected_bytes: 0,
             }
@@ -264,15 +274,16 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
         }
         if record.turn_companion.0 == Some(true) && !raw_text.trim().is_empty() {
             return UserRecord {
-                reading: UserReading::Expansion(raw_text.trim_end().to_string()),
+                reading: UserReading::Expansion(part_of(&raw_text, raw_text.trim_end())),
                 raw_text,
                 had_reminder: false,
                 injected_bytes: 0,
             };
         }
+        let had_reminder = parts.iter().any(|p| strip_injected(p).had_reminder);
         return UserRecord {
             reading: UserReading::NotSpeech(NotSpeech::MetaInjection),
-            had_reminder: raw_parts.iter().any(|p| strip_injected(p).had_reminder),
+            had_reminder,
             raw_text,
             injected_bytes: 0,
         };
@@ -280,13 +291,35 @@ pub fn read_user(record: &Record<'_>) -> UserRecord {
     if raw_text.trim_start().starts_with("<teammate-message") {
         return not(NotSpeech::TeammateMessage);
     }
-    read_typed(&raw_parts, raw_text)
+    let (reading, had_reminder, injected_bytes) = read_typed(&parts);
+    UserRecord {
+        reading,
+        raw_text,
+        had_reminder,
+        injected_bytes,
+    }
+}
+
+/// `piece` (a part of `whole`) borrowed as long as `whole` is, when
+/// `whole` borrows; a copy otherwise.
+fn part_of<'r>(whole: &Cow<'r, str>, piece: &str) -> Cow<'r, str> {
+    match whole {
+        Cow::Borrowed(w) => {
+            let start = (piece.as_ptr() as usize).wrapping_sub(w.as_ptr() as usize);
+            match w.get(start..start + piece.len()) {
+                Some(p) if p.as_ptr() == piece.as_ptr() => Cow::Borrowed(p),
+                _ => Cow::Owned(piece.to_string()),
+            }
+        }
+        Cow::Owned(_) => Cow::Owned(piece.to_string()),
+    }
 }
 
 /// Strip each text part, then decide between speech, slash command and
-/// pure injection.
-fn read_typed(parts: &[String], raw_text: String) -> UserRecord {
-    let mut kept = Vec::new();
+/// pure injection: (reading, a `<system-reminder>` was removed, injected
+/// bytes removed).
+fn read_typed<'r>(parts: &[&Cow<'r, str>]) -> (UserReading<'r>, bool, usize) {
+    let mut kept: Vec<Cow<'r, str>> = Vec::new();
     let mut had_reminder = false;
     let mut injected_bytes = 0;
     let mut commands: Vec<String> = Vec::new();
@@ -301,13 +334,17 @@ fn read_typed(parts: &[String], raw_text: String) -> UserRecord {
             ));
         }
         if !s.text.is_empty() {
-            kept.push(s.text);
+            kept.push(part_of(part, s.text));
         }
     }
-    let text = kept.join("\n\n");
+    let text = if kept.len() == 1 {
+        kept.pop().unwrap_or_default()
+    } else {
+        Cow::Owned(kept.join("\n\n"))
+    };
     let reading = if !commands.is_empty() {
         if !text.is_empty() {
-            commands.push(text);
+            commands.push(text.into_owned());
         }
         UserReading::Slash(commands.join("\n\n"))
     } else if text.is_empty() {
@@ -315,12 +352,7 @@ fn read_typed(parts: &[String], raw_text: String) -> UserRecord {
     } else {
         UserReading::Speech(text)
     };
-    UserRecord {
-        reading,
-        raw_text,
-        had_reminder,
-        injected_bytes,
-    }
+    (reading, had_reminder, injected_bytes)
 }
 
 /// `/name args` (or `/name`).
@@ -355,7 +387,7 @@ pub fn is_channel(text: &str) -> bool {
 
 /// Classify a `queued_command` attachment: typed or channel input queued
 /// while the assistant was working.
-pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading> {
+pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading<'static>> {
     if attachment.kind() != "queued_command" {
         return None;
     }
@@ -370,7 +402,7 @@ pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading> {
     if is_slash_command(&text) {
         return Some(UserReading::NotSpeech(NotSpeech::QueuedCommand));
     }
-    Some(UserReading::Speech(text))
+    Some(UserReading::Speech(Cow::Owned(text)))
 }
 
 fn is_slash_command(text: &str) -> bool {

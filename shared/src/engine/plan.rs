@@ -370,11 +370,11 @@ fn plan<R: BufRead>(
         )
         .chain(sel.left_out.iter().copied())
         .collect();
-    left_out.sort_by_key(|&(e, _)| scan.events[e].line);
+    left_out.sort_by_key(|&(e, _)| scan.events[e].line());
     let mut listed = Vec::new();
     for (e, reason) in left_out {
         let entry = LeftOut {
-            line: scan.events[e].line,
+            line: scan.events[e].line(),
             uuid: rd.uuid(&scan.events[e])?,
             reason,
         };

@@ -8,6 +8,7 @@
 //! as it did (the bytes changed between the two reads) is an error, never a
 //! silently different candidate.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -90,13 +91,13 @@ impl<'a> Reread<'a> {
 
     /// The text of `event`.
     pub fn said(&self, event: &Event) -> Result<Said> {
-        self.with_record(event.at, |r| self.read(event, r))
+        self.with_record(event.at(), |r| self.read(event, r))
     }
 
     /// The text of `event` and the fields its candidate line copies.
     pub fn said_and_meta(&self, event: &Event) -> Result<(Said, Meta)> {
-        self.with_record(event.at, |r| {
-            Ok((self.read(event, r)?, scan::meta(event.line, r)))
+        self.with_record(event.at(), |r| {
+            Ok((self.read(event, r)?, scan::meta(event.line(), r)))
         })
     }
 
@@ -112,20 +113,20 @@ impl<'a> Reread<'a> {
 
     /// The uuid of the record of `event`.
     pub fn uuid(&self, event: &Event) -> Result<Option<String>> {
-        self.with_record(event.at, |r| Ok(r.uuid.get().map(ToString::to_string)))
+        self.with_record(event.at(), |r| Ok(r.uuid.get().map(ToString::to_string)))
     }
 
     /// Read `r` the way the scan read it (`event.via`).
     fn read(&self, event: &Event, r: &Record<'_>) -> Result<Said> {
         let mut said = Said::default();
-        let speech = match event.via {
+        let speech = match event.via() {
             Via::CarriedBefore => {
                 let Content::Text(t) = &r.message.content else {
-                    return Err(changed(event.at, "no longer holds a plain user text"));
+                    return Err(changed(event.at(), "no longer holds a plain user text"));
                 };
                 said.text = t.to_string();
                 said.snapshot = event
-                    .snapshot
+                    .snapshot()
                     .then(|| t.split_once('\n').map_or("", |(_, raw)| raw).to_string());
                 Speech::User
             }
@@ -133,30 +134,30 @@ impl<'a> Reread<'a> {
                 let reading = classify::read_user(r);
                 let (speech, text) = match reading.reading {
                     UserReading::Speech(t) => (Speech::User, t),
-                    UserReading::Slash(t) => (Speech::Slash, t),
+                    UserReading::Slash(t) => (Speech::Slash, Cow::Owned(t)),
                     UserReading::CompactSummary(t) => (Speech::Summary, t),
                     UserReading::Expansion(t) => (Speech::Expansion, t),
-                    UserReading::NotSpeech(_) => (Speech::Injected, String::new()),
+                    UserReading::NotSpeech(_) => (Speech::Injected, Cow::Borrowed("")),
                 };
-                said.text = text;
-                said.snapshot = event.snapshot.then(|| reading.raw_text.clone());
+                said.text = text.into_owned();
+                said.snapshot = event.snapshot().then(|| reading.raw_text.to_string());
                 if !reading.raw_text.is_empty() {
-                    said.raw = reading.raw_text;
+                    said.raw = reading.raw_text.into_owned();
                 }
                 speech
             }
             Via::Queued => {
                 let a = r.attachment.map(Attachment::parse);
                 match a.as_ref().and_then(classify::read_queued) {
-                    Some(UserReading::Speech(t)) => said.text = t,
-                    _ => return Err(changed(event.at, "no longer holds a queued message")),
+                    Some(UserReading::Speech(t)) => said.text = t.into_owned(),
+                    _ => return Err(changed(event.at(), "no longer holds a queued message")),
                 }
                 Speech::User
             }
             Via::Assistant => {
                 match classify::read_assistant(r, self.opts.reply_tool) {
                     AssistantReading::Speech(t) => said.text = t,
-                    _ => return Err(changed(event.at, "no longer holds assistant text")),
+                    _ => return Err(changed(event.at(), "no longer holds assistant text")),
                 }
                 Speech::Assistant
             }
@@ -169,15 +170,18 @@ impl<'a> Reread<'a> {
                 {
                     Some(t) => said.text = t,
                     None => {
-                        return Err(changed(event.at, "no longer holds a SessionStart context"));
+                        return Err(changed(
+                            event.at(),
+                            "no longer holds a SessionStart context",
+                        ));
                     }
                 }
                 said.attachment = raw.map(|a| a.get().to_string());
                 Speech::StartupContext
             }
         };
-        if speech != event.speech || said.text.len() as u64 != event.text.bytes {
-            return Err(changed(event.at, "reads differently now"));
+        if speech != event.speech() || said.text.len() as u64 != event.text().bytes {
+            return Err(changed(event.at(), "reads differently now"));
         }
         if said.raw.is_empty() {
             said.raw.clone_from(&said.text);

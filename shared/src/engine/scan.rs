@@ -37,11 +37,11 @@ pub enum RecordRole {
     Other,
 }
 
-/// The chain-relevant facts of one record, in 32 bytes (one per record
+/// The chain-relevant facts of one record, in 28 bytes (one per record
 /// with a uuid: the biggest table of a long session's plan).
 #[derive(Debug, Clone)]
 pub struct Node {
-    pub line: usize,
+    line: u32,
     uuid: u32,
     parent: u32,
     logical_parent: u32,
@@ -69,6 +69,10 @@ fn opt(v: u32) -> Option<u32> {
 }
 
 impl Node {
+    /// The record's line number.
+    pub fn line(&self) -> usize {
+        self.line as usize
+    }
     pub fn uuid(&self) -> Option<Sym> {
         opt(self.uuid)
     }
@@ -214,27 +218,100 @@ pub struct TextFacts {
 
 /// A record that holds speech (or a startup snapshot candidate): its kind,
 /// where it is, and the facts of its text. Nothing of the text is kept.
+///
+/// One is kept per speech record of the file, so it is packed into 48
+/// bytes (issue 12: memory grows with the conversation); the accessors
+/// give the wide types. Lines and texts are at most 4 GiB and a file has
+/// at most 2³² − 1 lines ([`Scan::read`] refuses bigger ones).
 #[derive(Debug, Clone)]
 pub struct Event {
-    pub line: usize,
-    pub at: LineRef,
-    pub speech: Speech,
-    pub via: Via,
-    pub text: TextFacts,
+    offset: u64,
+    stamp_offset: u64,
+    line: u32,
+    len: u32,
+    stamp_line_len: u32,
+    cjk: u32,
+    other: u32,
+    bytes: u32,
+    stamp_len: u16,
+    speech: Speech,
+    via: Via,
+    flags: u8,
+}
+
+/// The bits of [`Event::flags`].
+const BLANK: u8 = 1;
+const CARRIED_BEFORE: u8 = 1 << 1;
+const SEEN_SPEECH: u8 = 1 << 2;
+const SNAPSHOT: u8 = 1 << 3;
+const TIMESTAMP_BROKEN: u8 = 1 << 4;
+const HAS_STAMP: u8 = 1 << 5;
+
+impl Event {
+    /// The record's line number.
+    pub fn line(&self) -> usize {
+        self.line as usize
+    }
+    /// Where the record's line is.
+    pub fn at(&self) -> LineRef {
+        LineRef {
+            offset: self.offset,
+            len: u64::from(self.len),
+        }
+    }
+    pub fn speech(&self) -> Speech {
+        self.speech
+    }
+    pub fn via(&self) -> Via {
+        self.via
+    }
+    /// The facts of the record's text.
+    pub fn text(&self) -> TextFacts {
+        TextFacts {
+            counts: Counts {
+                cjk: u64::from(self.cjk),
+                other: u64::from(self.other),
+            },
+            bytes: u64::from(self.bytes),
+            blank: self.flag(BLANK),
+            carried_before: self.flag(CARRIED_BEFORE),
+        }
+    }
     /// Speech came before this record in the file (the reading depends on it).
-    pub seen_speech: bool,
+    pub fn seen_speech(&self) -> bool {
+        self.flag(SEEN_SPEECH)
+    }
     /// The record held a real `<system-reminder>` element and no speech came
     /// before it: its raw text (tags included) is a startup snapshot.
-    pub snapshot: bool,
+    pub fn snapshot(&self) -> bool {
+        self.flag(SNAPSHOT)
+    }
     /// The record's own timestamp is missing or does not parse.
-    pub timestamp_broken: bool,
+    pub fn timestamp_broken(&self) -> bool {
+        self.flag(TIMESTAMP_BROKEN)
+    }
     /// The record whose timestamp a stamp may show: this one when its own
     /// parses, else the nearest earlier record with a parseable one, else
     /// none. A stamp is never built from anything else.
-    pub stamp_at: Option<LineRef>,
+    pub fn stamp_at(&self) -> Option<LineRef> {
+        self.flag(HAS_STAMP).then_some(LineRef {
+            offset: self.stamp_offset,
+            len: u64::from(self.stamp_line_len),
+        })
+    }
     /// The length of that timestamp (ASCII, so its token count is known
     /// without reading it again).
-    pub stamp_len: usize,
+    pub fn stamp_len(&self) -> usize {
+        usize::from(self.stamp_len)
+    }
+    fn flag(&self, bit: u8) -> bool {
+        self.flags & bit != 0
+    }
+}
+
+/// A count that fits an [`Event`] field (see there for why it does).
+fn narrow(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Counters of records that are not speech.
@@ -440,8 +517,13 @@ impl Scan {
             window_start_line: 1,
             ..Scan::default()
         };
+        let mut too_big = false;
         transcript::for_each_line(input, |number, offset, raw, line| {
             scan.lines = number;
+            if u32::try_from(number).is_err() || u32::try_from(raw.len()).is_err() {
+                too_big = true;
+                return;
+            }
             scan.bytes += raw.len() as u64 + 1;
             match line {
                 Line::Blank => {}
@@ -460,6 +542,11 @@ impl Scan {
                 }
             }
         })?;
+        if too_big {
+            return Err(std::io::Error::other(
+                "the transcript has a line of 4 GiB or more, or more than 4,294,967,295 lines: ktr cannot plan it",
+            ));
+        }
         // The slack of the tables' last doubling goes back before the chain
         // walk and selection allocate theirs.
         scan.nodes.shrink_to_fit();
@@ -621,7 +708,7 @@ impl Scan {
             Link::To(p) => (ParentKind::To, p),
         };
         self.nodes.push(Node {
-            line: number,
+            line: narrow(number as u64),
             uuid: uuid.unwrap_or(NONE),
             parent,
             logical_parent: logical_parent.unwrap_or(NONE),
@@ -649,22 +736,33 @@ impl Scan {
         ) {
             self.conversation(bytes, counts);
         }
+        let flags = [
+            (read.text.trim().is_empty(), BLANK),
+            (opts.markers.carried_before(read.text), CARRIED_BEFORE),
+            (read.seen_speech, SEEN_SPEECH),
+            (read.snapshot, SNAPSHOT),
+            (own.is_none(), TIMESTAMP_BROKEN),
+            (stamp.is_some(), HAS_STAMP),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |flags, (_, bit)| flags | bit);
+        let (stamp_at, stamp_len) = stamp.unwrap_or_default();
         self.events.push(Event {
-            line: read.number,
-            at: read.at,
+            offset: read.at.offset,
+            stamp_offset: stamp_at.offset,
+            line: narrow(read.number as u64),
+            len: narrow(read.at.len),
+            stamp_line_len: narrow(stamp_at.len),
+            cjk: narrow(counts.cjk),
+            other: narrow(counts.other),
+            bytes: narrow(bytes),
+            // Only a hostile fraction of a second is longer (its stamp's
+            // estimate is then short, nothing else).
+            stamp_len: u16::try_from(stamp_len).unwrap_or(u16::MAX),
             speech: read.speech,
             via: read.via,
-            text: TextFacts {
-                counts,
-                bytes,
-                blank: read.text.trim().is_empty(),
-                carried_before: opts.markers.carried_before(read.text),
-            },
-            seen_speech: read.seen_speech,
-            snapshot: read.snapshot,
-            timestamp_broken: own.is_none(),
-            stamp_at: stamp.map(|(at, _)| at),
-            stamp_len: stamp.map_or(0, |(_, len)| len),
+            flags,
         });
         self.events.len() - 1
     }
@@ -718,7 +816,7 @@ impl Scan {
             UserReading::Speech(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
                 self.seen_speech = true;
-                (Speech::User, text.as_str())
+                (Speech::User, text.as_ref())
             }
             UserReading::Slash(text) => {
                 self.tally(Category::InjectedBlock, reading.injected_bytes);
@@ -726,10 +824,10 @@ impl Scan {
             }
             UserReading::CompactSummary(text) => {
                 self.tally(Category::CompactSummary, content_len);
-                (Speech::Summary, text.as_str())
+                (Speech::Summary, text.as_ref())
             }
             UserReading::Expansion(text) if opts.command_expansions => {
-                (Speech::Expansion, text.as_str())
+                (Speech::Expansion, text.as_ref())
             }
             UserReading::Expansion(_) => {
                 self.not_speech(NotSpeech::MetaInjection, content_len, 0);
@@ -955,5 +1053,21 @@ pub fn meta(number: usize, r: &Record<'_>) -> Meta {
         git_branch: own(&r.git_branch),
         user_type: own(&r.user_type),
         entrypoint: own(&r.entrypoint),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Event, Node};
+    use crate::engine::turns::Item;
+
+    /// One of each is kept per record (per speech record, per carried
+    /// record) of the file: their size is the plan's memory per turn
+    /// (issue 12).
+    #[test]
+    fn the_per_record_tables_stay_packed() {
+        assert_eq!(size_of::<Node>(), 28);
+        assert_eq!(size_of::<Event>(), 48);
+        assert_eq!(size_of::<Item>(), 48);
     }
 }

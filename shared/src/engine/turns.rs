@@ -50,23 +50,44 @@ pub enum ItemKind {
 
 /// One carried item: where its text comes from and what is done to it.
 /// The text itself is read again only when it is needed
-/// ([`Item::text`]); its token estimate is known without it.
+/// ([`Item::text`]); its token estimate is known without it. One is kept
+/// per carried record (48 bytes).
 #[derive(Debug, Clone)]
 pub struct Item {
     pub role: Role,
     pub kind: ItemKind,
     /// Index into `scan.events` (the command's for a slash command).
-    pub event: usize,
+    event: u32,
     pub body: Body,
     /// The text starts with a stamp line (SPEC §6) showing the time of
     /// the event's `stamp_at` record.
     pub stamped: bool,
     /// Characters removed by `max_event_chars` (0 = whole).
-    pub elided_chars: usize,
+    elided_chars: u32,
     /// Of the final text (stamp included).
-    pub counts: Counts,
+    counts: Packed,
     /// The final text starts with a stamp or the startup header.
     carried_before: bool,
+}
+
+/// [`Counts`] as an item keeps them: a carried text is shorter than its
+/// line, and a line is shorter than 4 GiB ([`Scan::read`]).
+///
+/// [`Scan::read`]: crate::engine::scan::Scan::read
+#[derive(Debug, Clone, Copy, Default)]
+struct Packed {
+    cjk: u32,
+    other: u32,
+}
+
+impl From<Counts> for Packed {
+    fn from(c: Counts) -> Packed {
+        let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Packed {
+            cjk: narrow(c.cjk),
+            other: narrow(c.other),
+        }
+    }
 }
 
 /// What an item's text (before its stamp) is made of.
@@ -75,11 +96,11 @@ pub enum Body {
     /// The event's own text.
     Said,
     /// A slash command followed by its expansion (`carry_command_expansions`).
-    Command { expansion: usize },
+    Command { expansion: u32 },
     /// A text made here: the startup snapshot under its header, or an elided
     /// text (both bounded: a snapshot is read once, elision keeps
     /// `max_event_chars`).
-    Made(String),
+    Made(Box<str>),
 }
 
 /// A user question (or channel message…) and the answer that followed.
@@ -94,7 +115,7 @@ impl Turn {
     }
     /// Estimated tokens of the turn.
     pub fn tokens(&self) -> u64 {
-        self.items.iter().map(|i| i.counts.tokens()).sum()
+        self.items.iter().map(|i| i.counts().tokens()).sum()
     }
 }
 
@@ -165,7 +186,7 @@ pub fn select(
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
         let event = &events[e];
-        match event.speech {
+        match event.speech() {
             Speech::StartupContext => {
                 // Every SessionStart context before the first speech (one
                 // per hook); it replaces the older reminder snapshot.
@@ -181,7 +202,7 @@ pub fn select(
                 }
             }
             Speech::Injected => {
-                if !seen_speech && !snapshot_done && event.snapshot {
+                if !seen_speech && !snapshot_done && event.snapshot() {
                     freeze_reminder(&mut sel, &mut builder, config, e, event, rd)?;
                     snapshot_done = true;
                 }
@@ -197,7 +218,7 @@ pub fn select(
                     sel.local_commands += 1;
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
                 }
-                if event.snapshot && !(seen_speech || snapshot_done) {
+                if event.snapshot() && !(seen_speech || snapshot_done) {
                     freeze_reminder(&mut sel, &mut builder, config, e, event, rd)?;
                     snapshot_done = true;
                 } else {
@@ -216,8 +237,10 @@ pub fn select(
                 if let Some(s) = pending_slash.take() {
                     let mut item = Item::said(Role::User, ItemKind::SlashCommand, s, &events[s]);
                     if let Some(x) = pending_expansion.take() {
-                        item.body = Body::Command { expansion: x };
-                        item.counts = item.counts + Counts::of("\n\n") + events[x].text.counts;
+                        item.body = Body::Command {
+                            expansion: index(x),
+                        };
+                        item.add(Counts::of("\n\n") + events[x].text().counts);
                         sel.command_expansions_carried += 1;
                     }
                     builder.user(item);
@@ -230,7 +253,7 @@ pub fn select(
             Speech::Summary => {
                 // A blank summary carries nothing (and an empty user item
                 // is not a message Claude Code can send): dropped, counted.
-                if seen_speech || event.text.blank {
+                if seen_speech || event.text().blank {
                     sel.compact_summaries_dropped += 1;
                     sel.left_out.push((e, LeftOutReason::CompactSummaryDropped));
                 } else {
@@ -260,7 +283,7 @@ pub fn select(
         sel.left_out.extend(
             tail.items
                 .iter()
-                .map(|i| (i.event, LeftOutReason::OpenTailDropped)),
+                .map(|i| (i.event(), LeftOutReason::OpenTailDropped)),
         );
     }
     for turn in &mut turns {
@@ -279,18 +302,48 @@ pub fn select(
     Ok(sel)
 }
 
+/// An event index as an item keeps it ([`Scan::read`] refuses files with
+/// more lines than a `u32` counts, so every index fits).
+///
+/// [`Scan::read`]: crate::engine::scan::Scan::read
+fn index(e: usize) -> u32 {
+    u32::try_from(e).unwrap_or(u32::MAX)
+}
+
 impl Item {
+    /// Index into `scan.events` (the command's for a slash command).
+    pub fn event(&self) -> usize {
+        self.event as usize
+    }
+
+    /// Characters removed by `max_event_chars` (0 = whole).
+    pub fn elided_chars(&self) -> usize {
+        self.elided_chars as usize
+    }
+
+    /// The characters of the final text (stamp included).
+    pub fn counts(&self) -> Counts {
+        Counts {
+            cjk: u64::from(self.counts.cjk),
+            other: u64::from(self.counts.other),
+        }
+    }
+
+    fn add(&mut self, more: Counts) {
+        self.counts = Packed::from(self.counts() + more);
+    }
+
     /// An item whose text is `event`'s own.
     fn said(role: Role, kind: ItemKind, e: usize, event: &Event) -> Item {
         Item {
             role,
             kind,
-            event: e,
+            event: index(e),
             body: Body::Said,
             stamped: false,
             elided_chars: 0,
-            counts: event.text.counts,
-            carried_before: event.text.carried_before,
+            counts: Packed::from(event.text().counts),
+            carried_before: event.text().carried_before,
         }
     }
 
@@ -299,10 +352,10 @@ impl Item {
         Item {
             role,
             kind,
-            event: e,
-            counts: Counts::of(&text),
+            event: index(e),
+            counts: Packed::from(Counts::of(&text)),
             carried_before: markers.carried_before(&text),
-            body: Body::Made(text),
+            body: Body::Made(text.into()),
             stamped: false,
             elided_chars: 0,
         }
@@ -313,14 +366,14 @@ impl Item {
     fn body_text(&self, events: &[Event], rd: &Reread<'_>, own: Option<&Said>) -> Result<String> {
         let said = || match own {
             Some(said) => Ok(said.text.clone()),
-            None => rd.said(&events[self.event]).map(|s| s.text),
+            None => rd.said(&events[self.event()]).map(|s| s.text),
         };
         Ok(match &self.body {
-            Body::Made(text) => text.clone(),
+            Body::Made(text) => text.to_string(),
             Body::Said => said()?,
             Body::Command { expansion } => {
                 let command = said()?;
-                let expansion = rd.said(&events[*expansion])?.text;
+                let expansion = rd.said(&events[*expansion as usize])?.text;
                 format!("{command}\n\n{expansion}")
             }
         })
@@ -337,10 +390,10 @@ impl Item {
         own: Option<(&Said, Option<&str>)>,
     ) -> Result<String> {
         let body = self.body_text(events, rd, own.map(|(said, _)| said))?;
-        let event = &events[self.event];
+        let event = &events[self.event()];
         let own_time = own.and_then(|(_, time)| time);
-        let time = match (self.stamped, event.stamp_at) {
-            (true, Some(at)) if at == event.at && own_time.is_some() => {
+        let time = match (self.stamped, event.stamp_at()) {
+            (true, Some(at)) if at == event.at() && own_time.is_some() => {
                 own_time.map(str::to_string)
             }
             (true, Some(at)) => rd.timestamp(at)?,
@@ -364,7 +417,7 @@ fn freeze_reminder(
     rd: &Reread<'_>,
 ) -> Result<()> {
     let raw = rd.said(event)?.snapshot.unwrap_or_default();
-    let ts = match event.stamp_at {
+    let ts = match event.stamp_at() {
         Some(at) => rd.timestamp(at)?.unwrap_or_default(),
         None => String::new(),
     };
@@ -393,7 +446,7 @@ fn finish_turn(
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     if config.max_event_chars > 0 {
         for item in &mut turn.items {
-            if item.counts.chars() > config.max_event_chars {
+            if item.counts().chars() > config.max_event_chars {
                 elide(item, config.max_event_chars as usize, events, rd, &markers)?;
                 sel.elided_items += 1;
             }
@@ -408,15 +461,18 @@ fn finish_turn(
     if first.kind == ItemKind::StartupSnapshot || first.carried_before {
         return Ok(());
     }
-    let event = &events[first.event];
-    if event.timestamp_broken {
+    let event = &events[first.event()];
+    if event.timestamp_broken() {
         sel.broken_timestamps += 1;
     }
-    if event.stamp_at.is_none() {
+    if event.stamp_at().is_none() {
         return Ok(());
     }
     // A timestamp is ASCII: any string of its length counts the same.
-    first.counts = first.counts + Counts::of(&stamp_line(config, &"0".repeat(event.stamp_len)));
+    first.add(Counts::of(&stamp_line(
+        config,
+        &"0".repeat(event.stamp_len()),
+    )));
     first.stamped = true;
     Ok(())
 }
@@ -441,10 +497,10 @@ fn elide(
     let head: String = text.chars().take(keep).collect();
     let tail: String = text.chars().skip(count - keep).collect();
     let elided = format!("{head}\n[… ktr elided {removed} characters (max_event_chars) …]\n{tail}");
-    item.counts = Counts::of(&elided);
+    item.counts = Packed::from(Counts::of(&elided));
     item.carried_before = markers.carried_before(&elided);
-    item.body = Body::Made(elided);
-    item.elided_chars = removed;
+    item.body = Body::Made(elided.into());
+    item.elided_chars = u32::try_from(removed).unwrap_or(u32::MAX);
     Ok(())
 }
 
@@ -475,7 +531,7 @@ fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
                 sel.left_out.extend(
                     turn.items
                         .iter()
-                        .map(|i| (i.event, LeftOutReason::DroppedOldest)),
+                        .map(|i| (i.event(), LeftOutReason::DroppedOldest)),
                 );
             }
         }
@@ -558,7 +614,7 @@ mod tests {
             body: Body::Said,
             stamped: false,
             elided_chars: 0,
-            counts: Counts::default(),
+            counts: Packed::default(),
             carried_before: false,
         };
         assert!(b.assistant(it(Role::Assistant)));

@@ -130,12 +130,12 @@ fn account(config: &Config, bytes: &[u8]) -> Result<Part> {
     let carried = scan
         .events
         .iter()
-        .map(|e| match e.speech {
+        .map(|e| match e.speech() {
             Speech::User
             | Speech::Slash
             | Speech::Assistant
             | Speech::Expansion
-            | Speech::StartupContext => e.text.counts.tokens(),
+            | Speech::StartupContext => e.text().counts.tokens(),
             Speech::Summary | Speech::Injected => 0,
         })
         .sum();
