@@ -203,9 +203,16 @@ pub fn write(
     }
     for item in turns.iter().flat_map(|t| &t.items) {
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
-        // The record is read once: its text and its time serve the item.
-        let text = item.text(events, rd, config, Some((&said, meta.timestamp.as_deref())))?;
-        out.item(item, &text, &said, &meta)?;
+        let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text));
+        // The record is read once: its text (moved, not copied: it may be
+        // huge) and its time serve the item.
+        let text = item.text(
+            events,
+            rd,
+            config,
+            Some((said.text, meta.timestamp.as_deref())),
+        )?;
+        out.item(item, &text, source_sha256, &meta)?;
     }
     Ok(out.lines)
 }
@@ -282,7 +289,7 @@ impl Writer<'_> {
     fn entry(
         &self,
         meta: &Meta,
-        said: &Said,
+        source_sha256: String,
         role: Role,
         kind: ItemKind,
         text: &str,
@@ -295,7 +302,7 @@ impl Writer<'_> {
             source_uuid: meta.uuid.clone(),
             source_line: meta.line,
             source_timestamp: meta.timestamp.clone(),
-            source_sha256: self.digest(&said.raw),
+            source_sha256,
             carried_sha256: self.digest(text),
             uuid: uuid.to_string(),
             elided_chars: 0,
@@ -318,7 +325,7 @@ impl Writer<'_> {
         let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
         let entry = self.entry(
             meta,
-            said,
+            self.digest(said.raw.as_deref().unwrap_or(&said.text)),
             Role::Attachment,
             ItemKind::StartupSnapshot,
             &said.text,
@@ -327,7 +334,7 @@ impl Writer<'_> {
         self.push(&json, entry, timestamp)
     }
 
-    fn item(&mut self, item: &Item, text: &str, said: &Said, meta: &Meta) -> Result<()> {
+    fn item(&mut self, item: &Item, text: &str, source_sha256: String, meta: &Meta) -> Result<()> {
         let (uuid, timestamp) = self.next(meta);
         let message = match item.role {
             // (items of turns are never attachments)
@@ -347,7 +354,7 @@ impl Writer<'_> {
             message,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
-        let mut entry = self.entry(meta, said, item.role, item.kind, text, &uuid);
+        let mut entry = self.entry(meta, source_sha256, item.role, item.kind, text, &uuid);
         entry.elided_chars = item.elided_chars();
         self.push(&json, entry, timestamp)
     }

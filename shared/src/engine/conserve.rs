@@ -89,20 +89,29 @@ pub fn check(
         lines: std::cell::Cell::new(0),
         structure_failed: std::cell::Cell::new(false),
     };
+    let rebuild = || {
+        let mut rebuilt = Digest::default();
+        plan::build_frozen_into(config, backup, Some(expected.session_id), &mut rebuilt)
+            .map(|_| rebuilt.sha256())
+    };
+    let read = || conserve(backup, &file, expected, &config.reply_tool_pattern);
     // The rebuild and the reading of the candidate (its structure checked
-    // while conservation walks it) are independent: one core each.
-    let (rebuilt, read) = std::thread::scope(|s| {
-        let rebuilt = s.spawn(|| {
-            let mut rebuilt = Digest::default();
-            plan::build_frozen_into(config, backup, Some(expected.session_id), &mut rebuilt)
-                .map(|_| rebuilt.sha256())
-        });
-        let read = conserve(backup, &file, expected, &config.reply_tool_pattern);
-        let rebuilt = rebuilt
-            .join()
-            .unwrap_or_else(|_| Err(Error::io("the rebuild of the frozen backup failed")));
-        (rebuilt, read)
-    });
+    // while conservation walks it) are independent: one core each. Each
+    // holds a few copies of the line it reads, so a backup with a huge
+    // line is checked one after the other (memory, not time, is then
+    // what counts).
+    let (rebuilt, read) = if longest_line(backup)? > ONE_AT_A_TIME {
+        (rebuild(), read())
+    } else {
+        std::thread::scope(|s| {
+            let rebuilt = s.spawn(rebuild);
+            let read = read();
+            let rebuilt = rebuilt
+                .join()
+                .unwrap_or_else(|_| Err(Error::io("the rebuild of the frozen backup failed")));
+            (rebuilt, read)
+        })
+    };
     // Reported in the order of the checks: structure, rebuild, conservation.
     let conservation = match read {
         Err(e) if file.structure_failed.get() => return Err(e),
@@ -121,6 +130,30 @@ pub fn check(
         source_records_left_out: conservation.left_out,
         source_records_elided: conservation.elided,
     })
+}
+
+/// A backup with a line longer than this is verified one check at a time.
+const ONE_AT_A_TIME: u64 = 8 << 20;
+
+/// The length of the longest line of `path` (one pass, nothing held).
+fn longest_line(path: &Path) -> Result<u64> {
+    let mut file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut longest, mut current) = (0u64, 0u64);
+    loop {
+        let n =
+            std::io::Read::read(&mut file, &mut buf).map_err(|e| Error::io_at("read", path, &e))?;
+        if n == 0 {
+            return Ok(longest.max(current));
+        }
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &buf[..n]) {
+            longest = longest.max(current + (end - start) as u64);
+            current = 0;
+            start = end + 1;
+        }
+        current += (n - start) as u64;
+    }
 }
 
 fn fail(message: impl std::fmt::Display) -> Error {
@@ -183,6 +216,10 @@ impl CandidateFile<'_> {
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
             i += 1;
+            // A huge line's room is not kept for the lines after it.
+            if buf.capacity() > 1 << 20 {
+                buf = Vec::new();
+            }
             Ok(())
         })?;
         if read_line(&mut buf)? > 0 {
@@ -223,7 +260,7 @@ fn check_line(
     previous: &mut Option<String>,
 ) -> Result<String> {
     let at = |what: &str| fail(format!("line {}: {what}", i + 1));
-    let v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
+    let mut v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
     let kind = v["type"].as_str().unwrap_or("");
     if kind != entry.role.as_str() {
         return Err(at(&format!(
@@ -258,8 +295,9 @@ fn check_line(
     if v["isSidechain"] != Value::Bool(false) || !meta_ok {
         return Err(at("isSidechain/isMeta must be false"));
     }
-    let carried = carried(&v, entry).ok_or_else(|| {
-        at(if kind == "attachment" {
+    let attachment = kind == "attachment";
+    let carried = carried(&mut v, entry).ok_or_else(|| {
+        at(if attachment {
             "an attachment line must be a SessionStart context carried as the startup snapshot"
         } else {
             "content is not plain text (tool, thinking or image block?)"
@@ -273,8 +311,9 @@ fn check_line(
 }
 
 /// The carried text of a candidate line (a `SessionStart` context or one
-/// plain text), or `None` when the line is neither.
-fn carried(v: &Value, entry: &ManifestEntry) -> Option<String> {
+/// plain text), or `None` when the line is neither. A plain text is taken
+/// out of `v`, not copied.
+fn carried(v: &mut Value, entry: &ManifestEntry) -> Option<String> {
     match v["type"].as_str() {
         Some("attachment") => startup_context_text(v, entry),
         _ => carried_text(v),
@@ -305,18 +344,22 @@ fn startup_context_text(v: &Value, entry: &ManifestEntry) -> Option<String> {
 }
 
 /// The text of a candidate line, only if the message is exactly one text.
-fn carried_text(v: &Value) -> Option<String> {
-    let message = v.get("message")?.as_object()?;
-    if v["type"].as_str()? == "user" {
-        message.get("content")?.as_str().map(str::to_string)
+fn carried_text(v: &mut Value) -> Option<String> {
+    let user = v["type"].as_str()? == "user";
+    let content = v.get_mut("message")?.as_object_mut()?.get_mut("content")?;
+    let text = if user {
+        content
     } else {
-        let blocks = message.get("content")?.as_array()?;
-        match blocks.as_slice() {
+        match content.as_array_mut()?.as_mut_slice() {
             [only] if only["type"] == "text" && only.as_object()?.len() == 2 => {
-                only["text"].as_str().map(str::to_string)
+                only.get_mut("text")?
             }
-            _ => None,
+            _ => return None,
         }
+    };
+    match text.take() {
+        Value::String(s) => Some(s),
+        _ => None,
     }
 }
 
@@ -535,20 +578,18 @@ fn speech_pieces(v: &Value, reply_tool: &Regex, tags: &Tags) -> Vec<String> {
             let mut out = Vec::new();
             for block in blocks(content) {
                 match block["type"].as_str() {
-                    Some("text") => out.extend(block["text"].as_str().map(str::to_string)),
+                    Some("text") => out.extend(block["text"].as_str()),
                     Some("tool_use")
                         if block["name"]
                             .as_str()
                             .is_some_and(|n| reply_tool.is_match(n)) =>
                     {
-                        out.extend(block["input"]["text"].as_str().map(str::to_string));
+                        out.extend(block["input"]["text"].as_str());
                     }
                     _ => {}
                 }
             }
-            if let Some(s) = content.as_str() {
-                out.push(s.to_string());
-            }
+            out.extend(content.as_str());
             trimmed(out)
         }
         Some("user") => user_pieces(v, content, tags),
@@ -559,7 +600,7 @@ fn speech_pieces(v: &Value, reply_tool: &Regex, tags: &Tags) -> Vec<String> {
             if a["type"] != "queued_command" || mode != "prompt" || prompt.starts_with('/') {
                 return Vec::new();
             }
-            trimmed(vec![prompt.to_string()])
+            trimmed([prompt])
         }
         _ => Vec::new(),
     }
@@ -569,41 +610,46 @@ fn user_pieces(v: &Value, content: &Value, tags: &Tags) -> Vec<String> {
     if v["isCompactSummary"] == Value::Bool(true) {
         return Vec::new(); // machine text; carried or counted as dropped
     }
-    let mut texts: Vec<String> = Vec::new();
+    let mut texts: Vec<&str> = Vec::new();
     for block in blocks(content) {
         match block["type"].as_str() {
             Some("tool_result") => {
                 let result = match &block["content"] {
-                    Value::String(s) => s.clone(),
-                    other => blocks(other)
-                        .filter_map(|b| b["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
+                    Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                    other => std::borrow::Cow::Owned(
+                        blocks(other)
+                            .filter_map(|b| b["text"].as_str())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    ),
                 };
                 return match result.split_once("the user said:\n") {
-                    Some((_, words)) if block["is_error"] == Value::Bool(true) => {
-                        trimmed(vec![words.to_string()])
-                    }
+                    Some((_, words)) if block["is_error"] == Value::Bool(true) => trimmed([words]),
                     _ => Vec::new(),
                 };
             }
-            Some("text") => texts.extend(block["text"].as_str().map(str::to_string)),
+            Some("text") => texts.extend(block["text"].as_str()),
             _ => {}
         }
     }
-    if let Some(s) = content.as_str() {
-        texts.push(s.to_string());
-    }
-    let joined = texts.join("\n");
+    texts.extend(content.as_str());
+    // The texts joined by newlines start with what the first text that is
+    // not blank starts with (the texts are borrowed, never joined: one may
+    // be huge).
+    let starts = |prefix: &str| {
+        texts
+            .iter()
+            .map(|t| t.trim_start())
+            .find(|t| !t.is_empty())
+            .is_some_and(|t| t.starts_with(prefix))
+    };
     let origin = v["origin"]["kind"].as_str();
-    if matches!(origin, Some("task-notification" | "peer"))
-        || joined.trim_start().starts_with("<teammate-message")
-    {
+    if matches!(origin, Some("task-notification" | "peer")) || starts("<teammate-message") {
         return Vec::new();
     }
     if v["isMeta"] == Value::Bool(true) {
-        return if joined.trim_start().starts_with("<channel") {
-            trimmed(vec![joined])
+        return if starts("<channel") {
+            trimmed([texts.join("\n").as_str()])
         } else {
             Vec::new()
         };
@@ -611,15 +657,15 @@ fn user_pieces(v: &Value, content: &Value, tags: &Tags) -> Vec<String> {
     // Naive removal, block by block: every known injected element, wherever it stands.
     let mut pieces = Vec::new();
     for text in &texts {
-        let mut rest = text.as_str();
+        let mut rest = *text;
         while let Some((before, tag, inner, after)) = tags.next_element(rest) {
-            pieces.push(before.to_string());
+            pieces.push(before);
             if tag == "command-args" || tag == "command-name" {
-                pieces.push(inner.trim().trim_start_matches('/').to_string());
+                pieces.push(inner.trim().trim_start_matches('/'));
             }
             rest = after;
         }
-        pieces.push(rest.to_string());
+        pieces.push(rest);
     }
     trimmed(pieces)
 }
@@ -662,10 +708,30 @@ fn blocks(content: &Value) -> impl Iterator<Item = &Value> {
     content.as_array().into_iter().flatten()
 }
 
-fn trimmed(pieces: Vec<String>) -> Vec<String> {
+/// The pieces that are not blank, trimmed: the one copy made of them.
+fn trimmed<'p>(pieces: impl IntoIterator<Item = &'p str>) -> Vec<String> {
     pieces
         .into_iter()
-        .map(|p| p.trim().to_string())
+        .map(str::trim)
         .filter(|p| !p.is_empty())
+        .map(str::to_string)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::longest_line;
+
+    #[test]
+    fn the_longest_line_is_measured_across_read_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let long = "x".repeat(200_000); // longer than one 64 KiB read
+        std::fs::write(&path, format!("ab\n{long}\n\nlast without newline")).unwrap();
+        assert_eq!(longest_line(&path).unwrap(), 200_000);
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(longest_line(&path).unwrap(), 0);
+        std::fs::write(&path, "no newline at all").unwrap();
+        assert_eq!(longest_line(&path).unwrap(), 17);
+    }
 }

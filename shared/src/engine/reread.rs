@@ -47,14 +47,18 @@ impl Bytes for &[u8] {
     }
 }
 
+/// A line buffer bigger than this is freed after each read (the usual
+/// record is a few KiB; one huge message must not stay held).
+const BUF_KEPT: usize = 1 << 20;
+
 /// The text of one speech event, read again.
 #[derive(Debug, Clone, Default)]
 pub struct Said {
     /// The speech text (empty for [`Speech::Injected`]).
     pub text: String,
     /// What the manifest's `source_sha256` digests: the record's text
-    /// before any stripping.
-    pub raw: String,
+    /// before any stripping, when it differs from `text`.
+    pub raw: Option<String>,
     /// The raw startup snapshot text, when the event is one.
     pub snapshot: Option<String>,
     /// The `attachment` object of a `SessionStart` context, verbatim.
@@ -77,16 +81,26 @@ impl<'a> Reread<'a> {
         }
     }
 
-    /// Parse the record at `at` and hand it to `f`.
-    fn with_record<T>(&self, at: LineRef, f: impl FnOnce(&Record<'_>) -> Result<T>) -> Result<T> {
+    /// Parse the record at `at` and hand it to `f` (which may take its
+    /// decoded text out of it).
+    fn with_record<T>(
+        &self,
+        at: LineRef,
+        f: impl FnOnce(&mut Record<'_>) -> Result<T>,
+    ) -> Result<T> {
         let mut buf = self.buf.borrow_mut();
         self.bytes
             .read_at(at, &mut buf)
             .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
-        match transcript::parse_line(&buf) {
-            Line::Record(r) => f(&r),
+        let result = match transcript::parse_line(&buf) {
+            Line::Record(mut r) => f(&mut r),
             _ => Err(changed(at, "no longer holds a record")),
+        };
+        // A huge line's bytes are not kept beside what is made of its text.
+        if buf.capacity() > BUF_KEPT {
+            *buf = Vec::new();
         }
+        result
     }
 
     /// The text of `event`.
@@ -117,7 +131,7 @@ impl<'a> Reread<'a> {
     }
 
     /// Read `r` the way the scan read it (`event.via`).
-    fn read(&self, event: &Event, r: &Record<'_>) -> Result<Said> {
+    fn read(&self, event: &Event, r: &mut Record<'_>) -> Result<Said> {
         let mut said = Said::default();
         let speech = match event.via() {
             Via::CarriedBefore => {
@@ -131,19 +145,32 @@ impl<'a> Reread<'a> {
                 Speech::User
             }
             Via::User => {
-                let reading = classify::read_user(r);
-                let (speech, text) = match reading.reading {
-                    UserReading::Speech(t) => (Speech::User, t),
-                    UserReading::Slash(t) => (Speech::Slash, Cow::Owned(t)),
-                    UserReading::CompactSummary(t) => (Speech::Summary, t),
-                    UserReading::Expansion(t) => (Speech::Expansion, t),
-                    UserReading::NotSpeech(_) => (Speech::Injected, Cow::Borrowed("")),
+                let (speech, text) = {
+                    let reading = classify::read_user(r);
+                    let (speech, text) = match reading.reading {
+                        UserReading::Speech(t) => (Speech::User, t),
+                        UserReading::Slash(t) => (Speech::Slash, Cow::Owned(t)),
+                        UserReading::CompactSummary(t) => (Speech::Summary, t),
+                        UserReading::Expansion(t) => (Speech::Expansion, t),
+                        UserReading::NotSpeech(_) => (Speech::Injected, Cow::Borrowed("")),
+                    };
+                    let raw = &reading.raw_text;
+                    said.snapshot = event.snapshot().then(|| raw.to_string());
+                    if !raw.is_empty() && *raw != text {
+                        said.raw = Some(raw.to_string());
+                    }
+                    // The record's whole plain text, unchanged: taken out of
+                    // the record below instead of copied.
+                    let whole = matches!(&r.message.content, Content::Text(t) if t.as_ptr() == text.as_ptr() && t.len() == text.len());
+                    (speech, (!whole).then(|| text.into_owned()))
                 };
-                said.text = text.into_owned();
-                said.snapshot = event.snapshot().then(|| reading.raw_text.to_string());
-                if !reading.raw_text.is_empty() {
-                    said.raw = reading.raw_text.into_owned();
-                }
+                said.text = match text {
+                    Some(text) => text,
+                    None => match &mut r.message.content {
+                        Content::Text(t) => std::mem::take(t).into_owned(),
+                        _ => String::new(),
+                    },
+                };
                 speech
             }
             Via::Queued => {
@@ -182,9 +209,6 @@ impl<'a> Reread<'a> {
         };
         if speech != event.speech() || said.text.len() as u64 != event.text().bytes {
             return Err(changed(event.at(), "reads differently now"));
-        }
-        if said.raw.is_empty() {
-            said.raw.clone_from(&said.text);
         }
         Ok(said)
     }

@@ -48,6 +48,10 @@ pub fn for_each_line<R: BufRead>(
         let line = trim_newline(&buf);
         f(number, offset, line, parse_line(line));
         offset += read as u64;
+        // A huge line's room is not kept for the rest of the file.
+        if buf.capacity() > 1 << 20 {
+            buf = Vec::with_capacity(1 << 16);
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! tail rule, stamps, elision, the token cap and the poison check.
 
 use crate::config::{CarryOverflow, Config};
-use crate::engine::reread::{Reread, Said};
+use crate::engine::reread::Reread;
 use crate::engine::scan::{Counts, Event, Markers, Speech};
 use crate::error::Result;
 
@@ -363,9 +363,9 @@ impl Item {
 
     /// The item's text before its stamp; `own` is the event's text when the
     /// caller has already read it (the record is read again otherwise).
-    fn body_text(&self, events: &[Event], rd: &Reread<'_>, own: Option<&Said>) -> Result<String> {
+    fn body_text(&self, events: &[Event], rd: &Reread<'_>, own: Option<String>) -> Result<String> {
         let said = || match own {
-            Some(said) => Ok(said.text.clone()),
+            Some(text) => Ok(text),
             None => rd.said(&events[self.event()]).map(|s| s.text),
         };
         Ok(match &self.body {
@@ -380,18 +380,30 @@ impl Item {
     }
 
     /// The carried text: the stamp, then the body. `own` is the event's
-    /// record when the caller has already read it: its text and its own
-    /// timestamp (otherwise they are read again).
+    /// record when the caller has already read it: its text (used, not
+    /// copied) and its own timestamp (otherwise they are read again).
     pub fn text(
         &self,
         events: &[Event],
         rd: &Reread<'_>,
         config: &Config,
-        own: Option<(&Said, Option<&str>)>,
+        own: Option<(String, Option<&str>)>,
     ) -> Result<String> {
-        let body = self.body_text(events, rd, own.map(|(said, _)| said))?;
         let event = &events[self.event()];
-        let own_time = own.and_then(|(_, time)| time);
+        let own_stamp = self.stamped && event.stamp_at() == Some(event.at());
+        let read;
+        let (own_text, own_time) = match own {
+            Some((text, time)) => (Some(text), time),
+            // Stamped with its own time: text and time from one read (a
+            // huge record is not parsed twice).
+            None if own_stamp && !matches!(self.body, Body::Made(_)) => {
+                let (said, meta) = rd.said_and_meta(event)?;
+                read = meta.timestamp;
+                (Some(said.text), read.as_deref())
+            }
+            None => (None, None),
+        };
+        let mut text = self.body_text(events, rd, own_text)?;
         let time = match (self.stamped, event.stamp_at()) {
             (true, Some(at)) if at == event.at() && own_time.is_some() => {
                 own_time.map(str::to_string)
@@ -399,10 +411,11 @@ impl Item {
             (true, Some(at)) => rd.timestamp(at)?,
             _ => None,
         };
-        Ok(match time {
-            Some(ts) => stamp_line(config, &ts) + &body,
-            None => body,
-        })
+        if let Some(ts) = time {
+            // In place: a huge text is not held twice.
+            text.insert_str(0, &stamp_line(config, &ts));
+        }
+        Ok(text)
     }
 }
 
