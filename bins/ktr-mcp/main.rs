@@ -21,7 +21,6 @@ use rmcp::service::ServerInitializeError;
 const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
 
 fn main() -> ExitCode {
-    ktr::heap::keep_small();
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

@@ -24,7 +24,6 @@ use std::process::ExitCode;
 use cli::Command;
 
 fn main() -> ExitCode {
-    ktr::heap::keep_small();
     let result = cli::parse(std::env::args_os().skip(1)).and_then(|cmd| match cmd {
         Command::Help => {
             out::print(cli::HELP);

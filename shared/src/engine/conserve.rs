@@ -83,6 +83,9 @@ pub fn check(
             expected.candidate_sha256
         )));
     }
+    // Whatever an earlier stage of this process freed goes back before the
+    // two checks grow their own (see `heap`).
+    crate::heap::hand_back();
     let file = CandidateFile {
         path: candidate,
         expected,

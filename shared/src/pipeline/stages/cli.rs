@@ -84,7 +84,6 @@ fn usage(stage: Stage) -> String {
 
 /// The whole life of a stage executable; never returns.
 pub fn main(stage: Stage) -> ! {
-    crate::heap::keep_small();
     let code = match execute(stage, std::env::args_os().skip(1)) {
         Ok(outcome) => {
             println!("{}", outcome.summary());
