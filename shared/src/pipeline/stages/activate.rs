@@ -464,9 +464,15 @@ fn healthy(
     new_id: &str,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
-    let received = || -> Result<bool> {
+    // When ktr-ack recorded the receipt for `new_id` (its own clock; an
+    // unreadable time counts from now).
+    let received = || -> Result<Option<std::time::SystemTime>> {
         let op = store.load(id)?;
-        Ok(op.ack.as_ref().is_some_and(|a| a.session_id == new_id))
+        Ok(op
+            .ack
+            .as_ref()
+            .filter(|a| a.session_id == new_id)
+            .map(|a| parse_rfc3339(&a.at).unwrap_or_else(std::time::SystemTime::now)))
     };
     if config.activation == Activation::Tmux && ack_installed(config) {
         let mut received = received;
@@ -485,7 +491,7 @@ fn healthy(
     if probe_wanted(config) {
         probe(config, new_id)?;
         let deadline = Instant::now() + wait;
-        while !received()? {
+        while received()?.is_none() {
             if Instant::now() >= deadline {
                 return Err(Error::refused(format!(
                     "Claude Code did not report SessionStart (resume) for {new_id} within {} s although ktr-ack is installed",
