@@ -161,9 +161,20 @@ impl Loop {
         let root = env.sandbox.root().to_path_buf();
         let (state, config_path) = (env.sandbox.state.clone(), env.sandbox.config.clone());
         fs::write(&config_path, config_text(&env, &state)).unwrap();
+        // `KTR_BENCH_BIN_DIR`: install another build (bench/latency.py
+        // --release measures the release binaries).
+        let bin_dir = std::env::var_os("KTR_BENCH_BIN_DIR").map_or_else(
+            || {
+                Path::new(env!("CARGO_BIN_EXE_ktr"))
+                    .parent()
+                    .unwrap()
+                    .to_path_buf()
+            },
+            std::path::PathBuf::from,
+        );
         env.install_ktr(
             Path::new(env!("CARGO_MANIFEST_DIR")),
-            Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap(),
+            &bin_dir,
             &config_path,
         );
         env.prepare_interactive(&["Bash", "Read", "mcp__ktr"]);
@@ -636,16 +647,26 @@ fn switch_latency_with_no_activation_delay() {
                 .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
         };
         let scheduled = at(Status::Scheduled);
+        // activate's "checks passed; switching" step: the last look passed.
+        let log = fs::read_to_string(lp.store.worker_log()).unwrap_or_default();
+        let switched = log
+            .lines()
+            .find(|l| l.contains("checks passed; switching"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(parse_rfc3339)
+            .expect("activate logged its switch");
         eprintln!(
             "latency: run {run}/{runs}: reply end -> activated {took:.2} s \
              (Stop hook scheduled {:+.2} s after the reply end seen on screen; \
              scheduled -> running {:.2}; prepare {:.2}; verify {:.2}; \
-             activating -> receipt {:.2}; receipt -> activated {:.2})",
+             activating -> switch {:.2}; switch -> receipt {:.2}; \
+             receipt -> activated {:.2})",
             span(ended_at, scheduled),
             span(scheduled, at(Status::Running)),
             span(at(Status::Running), at(Status::Verifying)),
             span(at(Status::Verifying), at(Status::Activating)),
-            span(at(Status::Activating), ack),
+            span(at(Status::Activating), switched),
+            span(switched, ack),
             span(ack, at(Status::Activated)),
         );
     }

@@ -148,6 +148,25 @@ fn a_draft_in_the_input_line_defers_the_switch_and_survives() {
     assert!(result.is_ok(), "{result:?}\n{}", rig.diagnosis());
 }
 
+/// With `ktr-prompt` installed activation waits only `GATED_SETTLE` with
+/// the gate up before the keyboard hold and `HOLD_SETTLE` after it. That is
+/// safe because the real CLI, with the gate up, (1) shows the text or a
+/// running turn, never an idle input box, from the Enter until the refusal
+/// is recorded under the lock (the last look defers on either, and on the
+/// record), (2) records it, and (3) gives the text back to the input line.
+/// The wait is sized so that (4) an Enter pressed as the gate went up is
+/// typically refused by the last look: the median Enter → refusal is at
+/// most `GATED_SETTLE + HOLD_SETTLE`. `KTR_REFUSAL_RUNS` (default 8) Enters.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and tmux"]
+fn a_prompt_sent_while_the_gate_is_up_is_refused_visibly_before_the_last_look() {
+    let bin = crate::support::claude_bin();
+    let rig = Rig::start(&bin, 950);
+    let runs = env_number("KTR_REFUSAL_RUNS", 8);
+    let result = rig.refusal_case(runs);
+    assert!(result.is_ok(), "{result:?}\n{}", rig.diagnosis());
+}
+
 /// One trial; Ok(how it ended, how often activation deferred), Err(what
 /// was lost).
 fn trial(bin: &Path, n: usize, offset_ms: i64) -> Result<(Ending, usize, usize), String> {
@@ -445,6 +464,120 @@ impl Rig {
                 &format!("{tag}-R-THREE"),
             ],
         )
+    }
+
+    /// With the gate up (the operation walked to `activating` by hand), type
+    /// a prompt and press Enter `runs` times; each time the screen never
+    /// shows an idle input box before the refusal is recorded, it is, and
+    /// the text comes back; the median Enter → refusal is at most
+    /// `GATED_SETTLE + HOLD_SETTLE`.
+    fn refusal_case(&self, runs: usize) -> Result<(), String> {
+        let tag = &self.tag;
+        let deadline = Instant::now() + TRIAL;
+        let bound = ktr::pipeline::stages::GATED_SETTLE + ktr::pipeline::stages::HOLD_SETTLE;
+        self.wait_idle(deadline)?;
+        self.tmux.type_line(&format!("{tag}-ONE hello"));
+        self.wait_screen(deadline, &format!("{tag}-R-ONE"))?;
+        self.wait_idle(deadline)?;
+        self.ktr(&["request", "--confirm", "REBUILD", "--reason", "gate case"])?;
+        let id = self.operation()?.id;
+        self.store
+            .with_lock(|tx| {
+                let mut op = tx.load(&id)?;
+                op.session_id = Some(ktr::ids::SessionId::parse(&self.source_id)?);
+                for to in [
+                    Status::Scheduled,
+                    Status::Running,
+                    Status::Verifying,
+                    Status::Activating,
+                ] {
+                    tx.transition(&mut op, to, "stand-in: the gate is up")?;
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        let mut took = Vec::new();
+        for run in 0..runs {
+            let text = format!("{tag}-THREE refused {run}");
+            self.tmux.run(&["send-keys", "-t", PANE, "-l", &text]);
+            self.wait_input(&Input::Draft(text.clone()))?;
+            let before = self.operation()?.blocked_prompts.len();
+            self.tmux.run(&["send-keys", "-t", PANE, "Enter"]);
+            let entered = Instant::now();
+            let mut seen = Vec::new();
+            let recorded = loop {
+                let input = Input::of_screen(&self.screen());
+                if self.operation()?.blocked_prompts.len() > before {
+                    break entered.elapsed();
+                }
+                if input == Input::Idle {
+                    return Err(format!(
+                        "Enter {run}: the input box looked idle {:.3} s after the Enter, before the refusal was recorded (seen: {seen:?})",
+                        entered.elapsed().as_secs_f64()
+                    ));
+                }
+                if seen.last() != Some(&input) {
+                    seen.push(input);
+                }
+                if entered.elapsed() > Duration::from_secs(5) {
+                    return Err(format!(
+                        "Enter {run}: no refusal recorded in 5 s (seen: {seen:?})"
+                    ));
+                }
+            };
+            eprintln!(
+                "gate: Enter {run} -> refusal recorded {:.3} s (screen meanwhile: {seen:?})",
+                recorded.as_secs_f64()
+            );
+            self.wait_input(&Input::Draft(text.clone()))?;
+            took.push(recorded.as_secs_f64());
+            // Clear the input line for the next Enter.
+            let cleared = Instant::now();
+            while Input::of_screen(&self.screen()) != Input::Idle {
+                if cleared.elapsed() > Duration::from_secs(10) {
+                    return Err(format!(
+                        "the input line was not cleared:\n{}",
+                        self.screen()
+                    ));
+                }
+                self.tmux.run(&["send-keys", "-t", PANE, "End"]);
+                self.tmux
+                    .run(&["send-keys", "-t", PANE, "-N", "80", "BSpace"]);
+                thread::sleep(Duration::from_millis(200));
+            }
+        }
+        took.sort_by(f64::total_cmp);
+        let median = took[took.len() / 2];
+        eprintln!(
+            "gate: Enter -> refusal recorded over {runs} Enters: median {median:.3} s, max {:.3} s (last look after {:.1} s)",
+            took[took.len() - 1],
+            bound.as_secs_f64()
+        );
+        if median > bound.as_secs_f64() {
+            return Err(format!(
+                "the median Enter -> refusal is {median:.3} s, later than the last look comes ({:.1} s): GATED_SETTLE is too short",
+                bound.as_secs_f64()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Wait (at most 10 s) until the input area reads `want`.
+    fn wait_input(&self, want: &Input) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            let now = Input::of_screen(&self.screen());
+            if now == *want {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                return Err(format!(
+                    "expected {want:?}, the input area reads {now:?}:\n{}",
+                    self.screen()
+                ));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// When activation ran `respawn-pane` (its "switching" line in worker.log).

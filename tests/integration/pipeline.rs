@@ -893,3 +893,31 @@ fn tmux_the_panes_keyboard_is_held_from_the_last_look_until_the_new_claude_runs(
         "the keyboard is back after the last look"
     );
 }
+
+#[test]
+fn tmux_a_prompt_refused_while_the_gate_is_up_calls_the_switch_off() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:checked");
+    // The gate is up: Claude Code runs ktr-prompt for a prompt typed now.
+    let input = serde_json::json!({
+        "session_id": SRC,
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "还有一件事",
+    });
+    let (out, code) =
+        rig.hook_from_claude(SRC, env!("CARGO_BIN_EXE_ktr-prompt"), &input.to_string());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("not sent"), "refused: {out}");
+    rig.unpause();
+    // The stand-in's pane shows no input box: only the recorded refusal
+    // can call the switch off.
+    let op = rig.wait_until(&op.id, |o| o.status != Activating && o.status != Verifying);
+    assert_eq!(op.status, Pending, "{:#?}", op.history);
+    let why = op.deferred.unwrap_or_default();
+    assert!(why.contains("refused by ktr-prompt"), "{why}");
+    assert_eq!(rig.resume_history(), [SRC], "claude was never respawned");
+    assert!(
+        crate::support::wait_for(std::time::Duration::from_secs(5), || !rig.input_off()),
+        "the keyboard is back after the last look"
+    );
+}

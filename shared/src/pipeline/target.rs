@@ -16,7 +16,7 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
@@ -689,18 +689,20 @@ fn write_pointer(path: &Path, session_id: &str) -> Result<()> {
     )
 }
 
-/// Claude Code's own proof that it loaded the session: `received()` turns
-/// true once `ktr-ack` recorded the `SessionStart` (resume) receipt; the
-/// process must then stay alive for `min_life`.
+/// Claude Code's own proof that it loaded the session: `received()` gives
+/// the time `ktr-ack` recorded the `SessionStart` (resume) receipt, once it
+/// did; the process must then stay alive for `min_life` from that time.
 pub struct Receipt<'a> {
-    pub received: &'a mut dyn FnMut() -> Result<bool>,
+    pub received: &'a mut dyn FnMut() -> Result<Option<SystemTime>>,
     pub min_life: Duration,
 }
 
 /// Sample `pid_of` until `wait` ends. Healthy: one process kept running
 /// `session_id` the whole time (replaced or gone → error). With a
 /// `receipt`, healthy as soon as the receipt is in and the process stayed
-/// alive `min_life` after it; no receipt by the end of `wait` is an error.
+/// alive `min_life` after it (counted from the receipt's own time, never
+/// from before the process was first seen, up to the last sample that saw
+/// it alive); no receipt by the end of `wait` is an error.
 fn watch_until(
     session_id: &str,
     wait: Duration,
@@ -708,12 +710,13 @@ fn watch_until(
     mut receipt: Option<Receipt<'_>>,
 ) -> Result<String> {
     let deadline = Instant::now() + wait;
-    let mut healthy_pid: Option<u32> = None;
+    let mut healthy_pid: Option<(u32, Instant)> = None;
     let mut received_at: Option<Instant> = None;
     loop {
+        let looked = Instant::now();
         let observed = pid_of().and_then(|pid| runs_session(pid, session_id).map(|()| pid));
-        match (observed, healthy_pid) {
-            (Ok(pid), None) => healthy_pid = Some(pid),
+        match (observed, healthy_pid.map(|(pid, _)| pid)) {
+            (Ok(pid), None) => healthy_pid = Some((pid, looked)),
             (Ok(pid), Some(first)) if pid != first => {
                 return Err(Error::refused(format!(
                     "process {first} running {session_id} was replaced by {pid} during the health check"
@@ -734,16 +737,19 @@ fn watch_until(
             }
             (Ok(_), Some(_)) | (Err(_), None) => {}
         }
-        if let (Some(pid), Some(r)) = (healthy_pid, receipt.as_mut()) {
-            if received_at.is_none() && (r.received)()? {
-                received_at = Some(Instant::now());
+        if let (Some((pid, seen)), Some(r)) = (healthy_pid, receipt.as_mut()) {
+            if received_at.is_none() {
+                received_at = (r.received)()?.map(|at| {
+                    let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+                    Instant::now().checked_sub(ago).unwrap_or(seen).max(seen)
+                });
             }
-            if received_at.is_some_and(|at| at.elapsed() >= r.min_life) {
+            if received_at.is_some_and(|at| looked.saturating_duration_since(at) >= r.min_life) {
                 return Ok(pid.to_string());
             }
         }
         if Instant::now() >= deadline {
-            return match (healthy_pid, &receipt, received_at) {
+            return match (healthy_pid.map(|(pid, _)| pid), &receipt, received_at) {
                 (Some(pid), None, _) => Ok(pid.to_string()),
                 (Some(_), Some(_), None) => Err(Error::refused(format!(
                     "Claude Code did not report SessionStart (resume) for {session_id} within {:.1} s although ktr-ack is installed",
@@ -755,8 +761,14 @@ fn watch_until(
                 ))),
             };
         }
+        // Wake up when the minimum life is over rather than up to a poll later.
+        let life_over = match (received_at, &receipt) {
+            (Some(at), Some(r)) => (at + r.min_life).saturating_duration_since(Instant::now()),
+            _ => HEALTH_POLL,
+        };
         thread::sleep(
             HEALTH_POLL
+                .min(life_over)
                 .min(deadline.saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(1)),
         );
@@ -866,9 +878,12 @@ mod tests {
         min_life: f64,
         receipt_after: Option<f64>,
     ) -> (Result<String>, Duration) {
-        let started = Instant::now();
-        let mut received =
-            || Ok(receipt_after.is_some_and(|s| started.elapsed().as_secs_f64() >= s));
+        let (started, wall) = (Instant::now(), SystemTime::now());
+        let mut received = || {
+            Ok(receipt_after
+                .filter(|s| started.elapsed().as_secs_f64() >= *s)
+                .map(|s| wall + Duration::from_secs_f64(s)))
+        };
         let result = watch_until(
             SESSION,
             Duration::from_secs_f64(wait),
@@ -889,6 +904,46 @@ mod tests {
         assert_eq!(result.unwrap(), pid.to_string());
         assert!(took < Duration::from_secs(2), "took {took:?}");
         assert!(took >= Duration::from_millis(500), "took {took:?}");
+    }
+
+    /// Watch a live claude whose receipt, recorded `at` seconds into the
+    /// watch (negative: before it), is noticed `noticed` seconds in; how
+    /// long the watch took.
+    fn watch_receipt(at: f64, noticed: f64, min_life: f64) -> Duration {
+        let pid = claude_for(10.0);
+        let (started, wall) = (Instant::now(), SystemTime::now());
+        let recorded = if at < 0.0 {
+            wall - Duration::from_secs_f64(-at)
+        } else {
+            wall + Duration::from_secs_f64(at)
+        };
+        let mut received = || Ok((started.elapsed().as_secs_f64() >= noticed).then_some(recorded));
+        let result = watch_until(
+            SESSION,
+            Duration::from_secs(5),
+            || Ok(pid),
+            Some(Receipt {
+                received: &mut received,
+                min_life: Duration::from_secs_f64(min_life),
+            }),
+        );
+        let took = started.elapsed();
+        end(pid);
+        assert_eq!(result.unwrap(), pid.to_string());
+        took
+    }
+
+    #[test]
+    fn the_minimum_life_counts_from_the_receipts_own_time_but_not_before_the_process_was_seen() {
+        // Recorded at 0.1 s, noticed at 0.6 s: healthy at 0.7 s, not 1.2 s.
+        let took = watch_receipt(0.1, 0.6, 0.6);
+        assert!(took >= Duration::from_millis(700), "took {took:?}");
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        // A receipt time before the process was first seen counts from
+        // then: the whole minimum life is watched.
+        let took = watch_receipt(-10.0, 0.0, 0.4);
+        assert!(took >= Duration::from_millis(400), "took {took:?}");
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
     }
 
     #[test]

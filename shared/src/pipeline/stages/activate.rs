@@ -22,17 +22,26 @@ use crate::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
 const ACK_POLL: Duration = Duration::from_millis(100);
-/// How long activation waits with the gate up before its last look: a
-/// prompt's user record reaches the transcript 100–300 ms after the submit
-/// (measured, Claude Code 2.1.328 on a loaded machine), a queued prompt's
-/// soon after the Stop, and a prompt refused by the gate is back in the
-/// input line by then.
+/// How long activation waits with the gate up before its last look when
+/// `ktr-prompt` is not installed: a prompt's user record reaches the
+/// transcript 100–300 ms after the submit (measured, Claude Code 2.1.328 on
+/// a loaded machine) and a queued prompt's soon after the Stop.
 const SETTLE: Duration = Duration::from_millis(600);
+/// The same wait with `ktr-prompt` installed. Every Enter is then decided
+/// under the lock: marked before the gate went up (the compare-and-swap
+/// defers) or refused after it, and the last look defers on a refusal
+/// recorded since. Until the refusal is recorded Claude Code shows the text
+/// in the input line or a running turn, never an idle box, and gives the
+/// text back after it. What this wait is for: a prompt whose Enter landed
+/// as the gate went up is refused (Enter → refusal recorded: 0.02–0.15 s
+/// measured, Claude Code 2.1.328, load average 2.3) and so defers the
+/// switch instead of meeting the keyboard hold.
+pub const GATED_SETTLE: Duration = Duration::from_millis(200);
 /// How long activation waits after turning a tmux pane's keyboard off
 /// before its last look: an Enter that reached the old Claude Code just
 /// before runs its `UserPromptSubmit` hook (refused: the text goes back to
 /// the input line, where the last look sees a draft) or writes its record.
-const HOLD_SETTLE: Duration = Duration::from_millis(300);
+pub const HOLD_SETTLE: Duration = Duration::from_millis(300);
 /// The least time pointer mode's health probe may take.
 const PROBE_MIN: Duration = Duration::from_secs(60);
 
@@ -75,7 +84,11 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
         pause_point(Stage::Activate, "checked");
         // The gate is up (`activating`): ktr-prompt refuses new prompts of
         // the source. Let a turn that began just before it show itself.
-        thread::sleep(SETTLE);
+        thread::sleep(if prompt_hook_installed(config) {
+            GATED_SETTLE
+        } else {
+            SETTLE
+        });
         // From here until the new Claude Code reads its keyboard, keys
         // stay away from the pane; one that arrived just before lands first.
         let hold = target.hold_input();
@@ -254,8 +267,9 @@ fn compare_and_swap(
 
 /// The last look before the switch, with the gate up (`activating`): the
 /// source is still the frozen one, no turn began since the scheduling Stop,
-/// and the pane shows neither a draft nor a running turn. Else back to
-/// `pending` (the target untouched).
+/// `ktr-prompt` refused no prompt since the gate went up (its text is on
+/// its way back to the input line), and the pane shows neither a draft nor
+/// a running turn. Else back to `pending` (the target untouched).
 fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Result<Operation> {
     let mut op = tx.load(id)?;
     super::ensure_ours(&op, Status::Activating)?;
@@ -269,6 +283,10 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
     }
     let why = match turn_since_stop(&op, &source)? {
         Some(why) => Some(why),
+        None if !op.blocked_prompts.is_empty() => Some(format!(
+            "a prompt was sent while the gate was up ({} refused by ktr-prompt; Claude Code gives the text back to the input line)",
+            op.blocked_prompts.len()
+        )),
         None => pane_busy(target),
     };
     if let Some(why) = why {
@@ -446,9 +464,15 @@ fn healthy(
     new_id: &str,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
-    let received = || -> Result<bool> {
+    // When ktr-ack recorded the receipt for `new_id` (its own clock; an
+    // unreadable time counts from now).
+    let received = || -> Result<Option<std::time::SystemTime>> {
         let op = store.load(id)?;
-        Ok(op.ack.as_ref().is_some_and(|a| a.session_id == new_id))
+        Ok(op
+            .ack
+            .as_ref()
+            .filter(|a| a.session_id == new_id)
+            .map(|a| parse_rfc3339(&a.at).unwrap_or_else(std::time::SystemTime::now)))
     };
     if config.activation == Activation::Tmux && ack_installed(config) {
         let mut received = received;
@@ -467,7 +491,7 @@ fn healthy(
     if probe_wanted(config) {
         probe(config, new_id)?;
         let deadline = Instant::now() + wait;
-        while !received()? {
+        while received()?.is_none() {
             if Instant::now() >= deadline {
                 return Err(Error::refused(format!(
                     "Claude Code did not report SessionStart (resume) for {new_id} within {} s although ktr-ack is installed",
@@ -502,7 +526,7 @@ fn probe_wanted(config: &Config) -> bool {
     config.activation == Activation::Pointer
         && config.pointer_health_probe
         && ack_installed(config)
-        && hook_installed(config, "UserPromptSubmit", "ktr-prompt")
+        && prompt_hook_installed(config)
 }
 
 /// Resume `new_id` once the way `resume_command` does (with `-p` added when
@@ -545,6 +569,11 @@ fn probe(config: &Config, new_id: &str) -> Result<()> {
 /// `.claude/settings.json` / `.claude/settings.local.json`.
 pub fn ack_installed(config: &Config) -> bool {
     hook_installed(config, "SessionStart", "ktr-ack")
+}
+
+/// Whether Claude Code runs `ktr-prompt` (the turn gate) before each prompt.
+fn prompt_hook_installed(config: &Config) -> bool {
+    hook_installed(config, "UserPromptSubmit", "ktr-prompt")
 }
 
 /// Whether a hook of `event` running `program` is in `~/.claude/settings.json`

@@ -44,7 +44,7 @@ use crate::time::now_rfc3339;
 
 #[doc(no_inline)]
 pub use crate::pipeline::operation::Stage;
-pub use activate::activate;
+pub use activate::{GATED_SETTLE, HOLD_SETTLE, activate};
 pub use prepare::{prepare, schedule_by_hand};
 pub use rollback::rollback;
 pub use verify::verify;

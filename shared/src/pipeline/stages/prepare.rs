@@ -17,6 +17,7 @@ use crate::engine::window::usage::read_tail_seeking;
 use crate::error::{Error, Result};
 use crate::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use crate::ids::SessionId;
+use crate::open::{Links, open_regular};
 use crate::pipeline::operation::manifest::{self, ManifestRef, ManifestWriter};
 use crate::pipeline::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::pipeline::target::Target;
@@ -277,10 +278,13 @@ const REPLY_WAIT: Duration = Duration::from_secs(3);
 /// How often the transcript's tail is read meanwhile.
 const REPLY_POLL: Duration = Duration::from_millis(25);
 /// Once that reply is in, the file must stay unchanged this long (or
-/// `stable_file_seconds`, when shorter). Records Claude Code appends later
-/// without anyone speaking (`stop_hook_summary`, `turn_duration`, …) are
-/// not a change at activation.
+/// `stable_file_seconds`, when shorter) — unless the turn's closing record
+/// shows up first ([`turn_closed`]). Records Claude Code appends later
+/// without anyone speaking (`turn_duration`, …) are not a change at
+/// activation.
 const SETTLE: Duration = Duration::from_millis(200);
+/// How much of the transcript's end [`turn_closed`] reads.
+const CLOSE_TAIL: u64 = 256 * 1024;
 
 /// A stable, verified copy of the source.
 struct Frozen {
@@ -292,8 +296,11 @@ struct Frozen {
 
 /// Wait until the transcript holds the reply whose Stop hook scheduled this
 /// attempt (`reply`, its end; at most [`REPLY_WAIT`]), then until two
-/// digests [`SETTLE`] apart are equal — or, when no reply is known or it
-/// never came, `stable_file_seconds` apart (within
+/// digests [`SETTLE`] apart are equal or, sooner, the turn's closing
+/// `stop_hook_summary` follows that reply ([`turn_closed`]: Claude Code
+/// writes it once the Stop hooks are done, after everything said in the
+/// turn) — or, when no reply is known or it never came, until two digests
+/// `stable_file_seconds` apart are equal (within
 /// `stable_file_timeout_seconds`); copy the file to the backup and check
 /// that the copy has that digest; if the file moved on meanwhile, wait
 /// again.
@@ -310,19 +317,21 @@ fn freeze(
         .ok_or_else(|| Error::refused(format!("{} has no file name", source.display())))?;
     let backup = store.artifacts_dir(id)?.join(name);
     let waited = Instant::now();
-    let interval = if reply.is_some_and(|end| reply_arrived(source, end)) {
-        steps.say(format!(
-            "the reply of the scheduling Stop is in the transcript after {:.2} s",
-            waited.elapsed().as_secs_f64()
-        ));
-        SETTLE.min(seconds(config.stable_file_seconds))
-    } else {
-        seconds(config.stable_file_seconds)
+    let (interval, end) = match reply.filter(|end| reply_arrived(source, end)) {
+        Some(end) => {
+            steps.say(format!(
+                "the reply of the scheduling Stop is in the transcript after {:.2} s",
+                waited.elapsed().as_secs_f64()
+            ));
+            (SETTLE.min(seconds(config.stable_file_seconds)), Some(end))
+        }
+        None => (seconds(config.stable_file_seconds), None),
     };
     let timeout = seconds(config.stable_file_timeout_seconds);
     let started = Instant::now();
     let mut at = SystemTime::now();
     let mut previous = sha256_file(source)?;
+    let mut said_closed = false;
     loop {
         if started.elapsed() >= timeout {
             return Err(Error::refused(format!(
@@ -331,11 +340,25 @@ fn freeze(
                 config.stable_file_timeout_seconds
             )));
         }
-        thread::sleep(interval);
+        let closed = if let Some(end) = end {
+            wait_for_close(source, end, interval)
+        } else {
+            thread::sleep(interval);
+            false
+        };
+        if closed && !said_closed {
+            said_closed = true;
+            steps.say(format!(
+                "the turn's stop_hook_summary is in after {:.2} s",
+                waited.elapsed().as_secs_f64()
+            ));
+        }
         let (now, digest) = (SystemTime::now(), sha256_file(source)?);
         if digest != previous {
-            (at, previous) = (now, digest);
-            continue;
+            (at, previous) = (now, digest.clone());
+            if !closed {
+                continue;
+            }
         }
         // A backup left by an earlier attempt of this operation is replaced.
         let copied = copy_atomic(source, &backup, 0o600, Existing::Replace)?;
@@ -375,6 +398,57 @@ fn reply_arrived(source: &Path, end: &str) -> bool {
         }
         thread::sleep(REPLY_POLL);
     }
+}
+
+/// Sleep `interval`, or less when the turn ending in `end` is closed
+/// ([`turn_closed`], read every [`REPLY_POLL`]); whether it is.
+fn wait_for_close(source: &Path, end: &str, interval: Duration) -> bool {
+    let deadline = Instant::now() + interval;
+    loop {
+        if turn_closed(source, end) {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        thread::sleep(REPLY_POLL.min(left));
+    }
+}
+
+/// Whether the last [`CLOSE_TAIL`] bytes of `source` hold the reply ending
+/// in `end` followed by a whole `system`/`stop_hook_summary` record, and
+/// end with a newline (no record half written). Claude Code 2.1.328 writes
+/// the turn's hook attachments and then that summary once its Stop hooks
+/// are done; nothing said in the turn comes after it.
+fn turn_closed(source: &Path, end: &str) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(file) = open_regular(source, Links::Refuse) else {
+        return false;
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let start = len.saturating_sub(CLOSE_TAIL);
+    let mut tail = vec![0; usize::try_from(len - start).unwrap_or(0)];
+    if file.read_exact_at(&mut tail, start).is_err() || !tail.ends_with(b"\n") {
+        return false;
+    }
+    let reply = super::advice::reply_needles(end)
+        .iter()
+        .filter_map(|n| memchr::memmem::rfind(&tail, n.as_bytes()))
+        .max();
+    let Some(reply) = reply else {
+        return false;
+    };
+    let after = memchr::memchr(b'\n', &tail[reply..]).map_or(tail.len(), |i| reply + i + 1);
+    tail[after..]
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .any(|line| {
+            serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|v| v["type"] == "system" && v["subtype"] == "stop_hook_summary")
+        })
 }
 
 /// Put the written candidate at its path: a hard link (no copy; refused if
@@ -540,4 +614,39 @@ fn corruption(steps: &mut Steps) -> Option<Corruption> {
 #[cfg(not(debug_assertions))]
 fn corruption(_steps: &mut Steps) -> Option<Corruption> {
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_closed;
+
+    const REPLY: &str =
+        r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Done — rebuilt."}]}}"#;
+    const HOOKS: &str = r#"{"type":"attachment","attachment":{"type":"hook_success"}}"#;
+    const SUMMARY: &str = r#"{"type":"system","subtype":"stop_hook_summary","hookCount":1}"#;
+    const DURATION: &str = r#"{"type":"system","subtype":"turn_duration","durationMs":5}"#;
+
+    fn closed(lines: &[&str], tail: &str) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, lines.join("\n") + tail).unwrap();
+        turn_closed(&path, "Done — rebuilt.")
+    }
+
+    #[test]
+    fn a_turn_is_closed_by_the_stop_hook_summary_after_its_reply() {
+        assert!(closed(&[REPLY, HOOKS, SUMMARY], "\n"));
+        assert!(closed(&[REPLY, HOOKS, SUMMARY, DURATION], "\n"));
+        // The reply is in but the Stop hooks are not done.
+        assert!(!closed(&[REPLY, HOOKS], "\n"));
+        assert!(!closed(&[REPLY, DURATION], "\n"));
+        // A summary of an earlier turn does not close this one.
+        assert!(!closed(&[SUMMARY, REPLY, HOOKS], "\n"));
+        // A record still being written.
+        assert!(!closed(&[REPLY, HOOKS, SUMMARY], ""));
+        assert!(!closed(&[REPLY, HOOKS, SUMMARY, r#"{"type":"sys"#], ""));
+        // Another reply.
+        let other = REPLY.replace("rebuilt", "built");
+        assert!(!closed(&[&other, HOOKS, SUMMARY], "\n"));
+    }
 }
