@@ -51,7 +51,7 @@ fn file_order(scan: &Scan, reason: Option<String>) -> History {
     let events = scan
         .nodes
         .iter()
-        .filter(|n| !n.sidechain)
+        .filter(|n| !n.sidechain())
         .filter_map(Node::event)
         .collect();
     History {
@@ -101,7 +101,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
         }
         on_chain.push(cur);
         let node = &nodes[cur];
-        let next = match (node.parent(), node.boundary) {
+        let next = match (node.parent(), node.boundary()) {
             (Link::To(p), _) => match by_uuid.get(p) {
                 Some(i) => i,
                 None => break WalkEnd::Dangling,
@@ -122,7 +122,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
 
     // Parallel tool-call siblings: off-chain assistant lines sharing a
     // message id with the chain.
-    let mut anchor_of_message: HashMap<u32, usize> = HashMap::new();
+    let mut anchor_of_message: HashMap<u64, usize> = HashMap::new();
     for (pos, &i) in on_chain.iter().enumerate() {
         if let Some(m) = nodes[i].message_id() {
             anchor_of_message.entry(m).or_insert(pos);
@@ -140,7 +140,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let first_chain_line = on_chain.iter().map(|&i| nodes[i].line()).min().unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
-        if chain_set[i] || n.sidechain || (n.role == RecordRole::Other && n.event().is_none()) {
+        if chain_set[i] || n.sidechain() || (n.role == RecordRole::Other && n.event().is_none()) {
             continue;
         }
         if let Some(pos) = n.message_id().and_then(|m| anchor_of_message.get(&m)) {
@@ -187,7 +187,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
 
 /// Whether a record takes part in the conversation (speech or its frame).
 fn is_conversation(n: &Node) -> bool {
-    (n.role != RecordRole::Other || n.event().is_some()) && !n.sidechain
+    (n.role != RecordRole::Other || n.event().is_some()) && !n.sidechain()
 }
 
 /// The conversation's newest leaf: the last conversation record in file

@@ -5,7 +5,7 @@
 //! (the conversation itself), ledger tallies, and drift counters. Tool
 //! results and other residue are measured and forgotten.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::BufRead;
 
 use regex::Regex;
@@ -37,21 +37,26 @@ pub enum RecordRole {
     Other,
 }
 
-/// The chain-relevant facts of one record, in 28 bytes (one per record
-/// with a uuid: the biggest table of a long session's plan).
+/// The chain-relevant facts of one record, in 32 bytes (one per record
+/// with a uuid: the biggest table of a long session's plan). The message
+/// id is kept as its key (no table of message ids during the scan).
 #[derive(Debug, Clone)]
 pub struct Node {
+    message: u64,
     line: u32,
     uuid: u32,
     parent: u32,
     logical_parent: u32,
-    message_id: u32,
     event: u32,
     parent_kind: ParentKind,
-    pub boundary: bool,
     pub role: RecordRole,
-    pub sidechain: bool,
+    bits: u8,
 }
+
+/// The bits of [`Node::bits`].
+const BOUNDARY: u8 = 1;
+const SIDECHAIN: u8 = 1 << 1;
+const HAS_MESSAGE: u8 = 1 << 2;
 
 /// How [`Node::parent`] reads its `parent` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,8 +91,16 @@ impl Node {
     pub fn logical_parent(&self) -> Option<Sym> {
         opt(self.logical_parent)
     }
-    pub fn message_id(&self) -> Option<Sym> {
-        opt(self.message_id)
+    /// The key of the record's `message.id` (assistant records).
+    pub fn message_id(&self) -> Option<u64> {
+        (self.bits & HAS_MESSAGE != 0).then_some(self.message)
+    }
+    /// A `compact_boundary` system record.
+    pub fn boundary(&self) -> bool {
+        self.bits & BOUNDARY != 0
+    }
+    pub fn sidechain(&self) -> bool {
+        self.bits & SIDECHAIN != 0
     }
     /// Index into [`Scan::events`] when the record holds speech.
     pub fn event(&self) -> Option<usize> {
@@ -404,9 +417,9 @@ pub struct Scan {
     /// 64-bit hash of the string instead of the string itself; dropped
     /// when the read ends (the symbols stay in the nodes).
     symbols: HashMap<u64, Sym>,
-    messages: HashMap<u64, Sym>,
     symbol_count: usize,
-    speech_uuids: HashSet<Sym>,
+    /// One bit per uuid symbol: a user/assistant record had it.
+    speech_uuids: Vec<u64>,
     seen_speech: bool,
     /// The record with the last parseable timestamp so far (file order),
     /// and the timestamp's length.
@@ -553,8 +566,7 @@ impl Scan {
         scan.events.shrink_to_fit();
         scan.symbol_count = scan.symbols.len();
         scan.symbols = HashMap::new();
-        scan.messages = HashMap::new();
-        scan.speech_uuids = HashSet::new();
+        scan.speech_uuids = Vec::new();
         Ok(scan)
     }
 
@@ -568,9 +580,16 @@ impl Scan {
         *self.symbols.entry(key_of(s)).or_insert(next)
     }
 
-    fn intern_message(&mut self, s: &str) -> Sym {
-        let next = self.messages.len() as Sym;
-        *self.messages.entry(key_of(s)).or_insert(next)
+    /// Mark `sym` as a user/assistant record's uuid; false when it was
+    /// already (a repeated uuid).
+    fn first_speech(&mut self, sym: Sym) -> bool {
+        let (word, bit) = (sym as usize / 64, sym % 64);
+        if word >= self.speech_uuids.len() {
+            self.speech_uuids.resize(word + 1, 0);
+        }
+        let seen = self.speech_uuids[word] & (1 << bit) != 0;
+        self.speech_uuids[word] |= 1 << bit;
+        !seen
     }
 
     fn tally(&mut self, category: Category, bytes: usize) {
@@ -676,7 +695,7 @@ impl Scan {
         let uuid = match uuid {
             Some(u) => {
                 let sym = self.intern(&u);
-                if role != RecordRole::Other && !self.speech_uuids.insert(sym) {
+                if role != RecordRole::Other && !self.first_speech(sym) {
                     self.repeated_uuids += 1;
                 }
                 Some(sym)
@@ -699,7 +718,7 @@ impl Scan {
                 .id
                 .as_deref()
                 .map(std::string::ToString::to_string)
-                .map(|m| self.intern_message(&m)),
+                .map(|m| key_of(&m)),
             _ => None,
         };
         let (parent_kind, parent) = match parent {
@@ -712,13 +731,22 @@ impl Scan {
             uuid: uuid.unwrap_or(NONE),
             parent,
             logical_parent: logical_parent.unwrap_or(NONE),
-            message_id: message_id.unwrap_or(NONE),
+            message: message_id.unwrap_or(0),
             event: event.and_then(|e| u32::try_from(e).ok()).unwrap_or(NONE),
             parent_kind,
-            boundary: r.kind() == "system"
-                && r.subtype.get().is_some_and(|s| s == "compact_boundary"),
+            bits: [
+                (
+                    r.kind() == "system"
+                        && r.subtype.get().is_some_and(|s| s == "compact_boundary"),
+                    BOUNDARY,
+                ),
+                (r.sidechain(), SIDECHAIN),
+                (message_id.is_some(), HAS_MESSAGE),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .fold(0, |bits, (_, bit)| bits | bit),
             role,
-            sidechain: r.sidechain(),
         });
     }
 
@@ -1066,7 +1094,7 @@ mod tests {
     /// (issue 12).
     #[test]
     fn the_per_record_tables_stay_packed() {
-        assert_eq!(size_of::<Node>(), 28);
+        assert_eq!(size_of::<Node>(), 32);
         assert_eq!(size_of::<Event>(), 48);
         assert_eq!(size_of::<Item>(), 48);
     }
