@@ -88,7 +88,8 @@ fn chain(scan: &Scan) -> Result<History, String> {
         });
     };
     // Walk back from the leaf.
-    let mut on_chain: Vec<usize> = Vec::new();
+    // Node indices (u32: a file has fewer than 2^32 lines) in walk order.
+    let mut on_chain: Vec<u32> = Vec::new();
     // Also the set of the chain's nodes once the walk ends.
     let mut seen = vec![false; nodes.len()];
     let mut cur = leaf;
@@ -99,7 +100,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
                 nodes[cur].line()
             ));
         }
-        on_chain.push(cur);
+        on_chain.push(idx(cur));
         let node = &nodes[cur];
         let next = match (node.parent(), node.boundary()) {
             (Link::To(p), _) => match by_uuid.get(p) {
@@ -122,22 +123,26 @@ fn chain(scan: &Scan) -> Result<History, String> {
 
     // Parallel tool-call siblings: off-chain assistant lines sharing a
     // message id with the chain.
-    let mut anchor_of_message: HashMap<u64, usize> = HashMap::new();
+    let mut anchor_of_message: HashMap<u64, u32> = HashMap::new();
     for (pos, &i) in on_chain.iter().enumerate() {
-        if let Some(m) = nodes[i].message_id() {
-            anchor_of_message.entry(m).or_insert(pos);
+        if let Some(m) = nodes[i as usize].message_id() {
+            anchor_of_message.entry(m).or_insert(idx(pos));
         }
     }
     // (chain position, line, node) of the records that hold speech.
-    let mut ordered: Vec<(usize, usize, usize)> = on_chain
+    let mut ordered: Vec<(u32, u32, u32)> = on_chain
         .iter()
         .enumerate()
-        .filter(|&(_, &i)| nodes[i].event().is_some())
-        .map(|(pos, &i)| (pos, nodes[i].line(), i))
+        .filter(|&(_, &i)| nodes[i as usize].event().is_some())
+        .map(|(pos, &i)| (idx(pos), idx(nodes[i as usize].line()), i))
         .collect();
     let mut abandoned = Vec::new();
     let mut off_chain_commands = Vec::new();
-    let first_chain_line = on_chain.iter().map(|&i| nodes[i].line()).min().unwrap_or(0);
+    let first_chain_line = on_chain
+        .iter()
+        .map(|&i| nodes[i as usize].line())
+        .min()
+        .unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
         if chain_set[i] || n.sidechain() || (n.role == RecordRole::Other && n.event().is_none()) {
@@ -145,7 +150,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
         }
         if let Some(pos) = n.message_id().and_then(|m| anchor_of_message.get(&m)) {
             if n.event().is_some() {
-                ordered.push((*pos, n.line(), i));
+                ordered.push((*pos, idx(n.line()), idx(i)));
             }
             continue;
         }
@@ -174,7 +179,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     ordered.sort_unstable();
     let events = ordered
         .iter()
-        .filter_map(|&(_, _, i)| nodes[i].event())
+        .filter_map(|&(_, _, i)| nodes[i as usize].event())
         .collect();
     Ok(History {
         events,
@@ -183,6 +188,13 @@ fn chain(scan: &Scan) -> Result<History, String> {
         abandoned,
         off_chain_commands,
     })
+}
+
+/// A node index, chain position or line number as the walk keeps it
+/// ([`crate::engine::scan::Scan::read`] refuses files with more lines than
+/// a `u32` counts).
+fn idx(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
 }
 
 /// Whether a record takes part in the conversation (speech or its frame).

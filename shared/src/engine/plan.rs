@@ -337,9 +337,11 @@ fn plan<R: BufRead>(
         markers: &markers,
         command_expansions: config.carry_command_expansions,
     };
-    let scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
+    let mut scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
     let rd = Reread::new(again, &opts);
     let history = chain::select(&scan, config.history);
+    // The links have served: selection needs only the events.
+    scan.nodes = Vec::new();
     let mut sel = turns::select(&scan.events, &history.events, config, &rd)?;
     block_on_input_problems(config, &scan, &mut sel);
     let session_id = match new_session_id {
