@@ -382,8 +382,7 @@ fn plan<R: BufRead>(
         };
         listed.extend(sink.left_out(entry)?);
     }
-    let items: Vec<&turns::Item> = sel.turns.iter().flat_map(|t| &t.items).collect();
-    let preview = |i: &&turns::Item| -> Result<Preview> {
+    let preview = |i: &turns::Item| -> Result<Preview> {
         Ok(Preview {
             role: i.role,
             text: i
@@ -393,8 +392,15 @@ fn plan<R: BufRead>(
                 .collect(),
         })
     };
-    let first_carried = items.first().map(preview).transpose()?;
-    let last_carried = items.last().map(preview).transpose()?;
+    let first_carried = sel.turns.iter().flat_map(|t| &t.items).next();
+    let last_carried = sel
+        .turns
+        .iter()
+        .rev()
+        .flat_map(|t| t.items.iter().rev())
+        .next();
+    let first_carried = first_carried.map(preview).transpose()?;
+    let last_carried = last_carried.map(preview).transpose()?;
     let ledger = ledger::report(
         &Measured {
             window: &scan.window,
@@ -427,7 +433,7 @@ fn plan<R: BufRead>(
         open_tail_kept: sel.open_tail_kept,
         dropped_oldest_turns: sel.dropped_oldest_turns,
         leading_assistant_turns: sel.leading_assistant_turns,
-        carried_items: items.len(),
+        carried_items: sel.turns.iter().map(|t| t.items.len()).sum(),
         estimated_tokens: sel.estimated_tokens,
         startup_frozen: sel.startup_sha256.is_some(),
         startup_sha256: sel.startup_sha256.clone(),
