@@ -21,6 +21,7 @@ use rmcp::service::ServerInitializeError;
 const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
 
 fn main() -> ExitCode {
+    ktr::heap::setup();
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

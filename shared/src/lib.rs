@@ -8,7 +8,7 @@
 //! | [`engine`] | read-only: stream a transcript, decide what is speech, find the conversation, build the candidate, measure residue, check conservation | [`engine::plan::build`], [`engine::conserve::check`] |
 //! | [`pipeline`] | acts: the operation file and its state machine, the stages and hooks, the targets that get switched | [`pipeline::operation::Store`], [`pipeline::stages`] |
 //! | [`admin`] | for humans: doctor, prune, the status view, settings.json | [`admin::doctor::run`] |
-//! | base | [`error`], [`config`], [`fsutil`] (durable writes), [`open`] (reading files ktr did not write), [`heap`] (freed memory handed back), [`ids`], [`time`] | |
+//! | base | [`error`], [`config`], [`fsutil`] (durable writes), [`open`] (reading files ktr did not write), [`heap`] (the allocator kept at what is in use), [`ids`], [`time`] | |
 //!
 //! Reading order for a newcomer: `engine/transcript` (stream records) →
 //! `classify` (what is speech) → `scan` (one pass: links, speech, ledger
