@@ -38,6 +38,14 @@ use serde_json::{Value, json};
 /// One real CLI at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Hold [`SERIAL`] for a test's whole run (a test that failed while holding
+/// it does not block the others).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// How long a turn of the CLI may take on a busy two-core machine.
 const TURN: Duration = Duration::from_secs(60);
 /// How long the pipeline may take from the Stop hook to a terminal status.
@@ -362,9 +370,7 @@ fn notes(op: &Operation) -> String {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let bin = claude_bin();
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let started = Instant::now();
     let lp = Loop::start(&bin, &[]);
     let pane_before = lp.tmux.pane_pid();
@@ -606,9 +612,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn switch_latency_with_no_activation_delay() {
     let bin = claude_bin();
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let runs: usize = std::env::var("KTR_BENCH_RUNS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -676,9 +680,7 @@ fn switch_latency_with_no_activation_delay() {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
     let bin = claude_bin();
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let started = Instant::now();
     let lp = Loop::start(&bin, &[("KTR_TEST_CORRUPT_CANDIDATE", "strip-timestamps")]);
     let pane_before = lp.tmux.pane_pid();
@@ -748,9 +750,7 @@ fn a_candidate_claude_code_cannot_load_is_never_switched_to() {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn another_session_of_the_project_asking_through_mcp_is_refused_with_the_reason() {
     let bin = claude_bin();
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = serial();
     let lp = Loop::start(&bin, &[]);
     let pane = lp.tmux.pane_pid();
     // A second live session in the same project, in another window: not
