@@ -247,6 +247,20 @@ impl Loop {
         crate::support::wait_status(&self.store, what, PIPELINE, done, || self.diagnosis())
     }
 
+    /// Wait for the rebuild to end; it must end `activated`.
+    #[track_caller]
+    fn wait_activated(&self) -> Operation {
+        let op = self.wait_status("the rebuild to finish", Status::is_terminal);
+        assert_eq!(
+            op.status,
+            Status::Activated,
+            "{}\n{}",
+            notes(&op),
+            self.diagnosis()
+        );
+        op
+    }
+
     /// Everything that explains a failure: the operation, the stages' log,
     /// the screen.
     fn diagnosis(&self) -> String {
@@ -377,15 +391,8 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let ended = lp.talk_until_the_request();
 
     // After the reply the Stop hook schedules; the stages run detached.
-    let op = lp.wait_status("the rebuild to finish", Status::is_terminal);
+    let op = lp.wait_activated();
     let activated_after = ended.elapsed();
-    assert_eq!(
-        op.status,
-        Status::Activated,
-        "{}\n{}",
-        notes(&op),
-        lp.diagnosis()
-    );
     let scheduled = op
         .history
         .iter()
@@ -632,15 +639,8 @@ fn switch_latency_with_no_activation_delay() {
         fs::write(config, text).unwrap();
         let ended = lp.talk_until_the_request();
         let ended_at = std::time::SystemTime::now();
-        let op = lp.wait_status("the rebuild to finish", Status::is_terminal);
+        let op = lp.wait_activated();
         let took = ended.elapsed().as_secs_f64();
-        assert_eq!(
-            op.status,
-            Status::Activated,
-            "{}\n{}",
-            notes(&op),
-            lp.diagnosis()
-        );
         let at = |to: Status| {
             let t = op.history.iter().find(|t| t.to == to).unwrap();
             parse_rfc3339(&t.at).unwrap()
