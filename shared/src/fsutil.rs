@@ -35,6 +35,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// regular file is read, never through a symlink as the last component
 /// (every file ktr digests is named by a resolved path).
 pub fn sha256_file(path: &Path) -> Result<String> {
+    sha256_file_with(path, |_| {})
+}
+
+/// [`sha256_file`], handing every chunk read to `each` as well (one read
+/// serves another measure of the file).
+pub fn sha256_file_with(path: &Path, mut each: impl FnMut(&[u8])) -> Result<String> {
     let mut file = open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -46,6 +52,7 @@ pub fn sha256_file(path: &Path) -> Result<String> {
             break;
         }
         hasher.update(&buf[..n]);
+        each(&buf[..n]);
     }
     Ok(hex(&hasher.finalize()))
 }

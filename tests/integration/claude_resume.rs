@@ -651,6 +651,7 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
         &path,
         &Expected {
             session_id: &bad.candidate.session_id,
+            backup_sha256: &ktr::fsutil::sha256_file(&backup).unwrap(),
             candidate_sha256: &digest,
             manifest: &bad.candidate.manifest,
             left_out: &bad.report.left_out,

@@ -39,6 +39,7 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
         &candidate.path,
         &Expected {
             session_id: &candidate.session_id,
+            backup_sha256: op.source_sha256.as_deref().unwrap(),
             candidate_sha256: &candidate.sha256,
             manifest: &manifest.items,
             left_out: &manifest.left_out,

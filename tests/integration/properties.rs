@@ -242,6 +242,7 @@ proptest! {
         let sha = ktr::fsutil::sha256_file(&candidate).unwrap();
         let verified = ktr::engine::conserve::check(&config, &source, &candidate, &ktr::engine::conserve::Expected {
             session_id: SESSION,
+            backup_sha256: &ktr::fsutil::sha256_file(&source).unwrap(),
             candidate_sha256: &sha,
             manifest: &plan.candidate.manifest,
             left_out: &plan.report.left_out,

@@ -17,6 +17,8 @@ struct Prepared {
     _sandbox: Sandbox,
     config: Config,
     backup: PathBuf,
+    /// The backup's digest when it was planned (prepare records it).
+    backup_sha256: String,
     candidate: PathBuf,
     plan: Plan,
 }
@@ -34,6 +36,7 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
     Prepared {
         _sandbox: sandbox,
         config,
+        backup_sha256: ktr::fsutil::sha256_file(&backup).unwrap(),
         backup,
         candidate,
         plan,
@@ -49,6 +52,7 @@ impl Prepared {
             &self.candidate,
             &Expected {
                 session_id: SESSION,
+                backup_sha256: &self.backup_sha256,
                 candidate_sha256: &sha,
                 manifest: &self.plan.candidate.manifest,
                 left_out: &self.plan.report.left_out,
@@ -105,6 +109,16 @@ fn tamper(edit: impl Fn(&str) -> String) -> String {
 fn a_dropped_line_fails() {
     let msg = tamper(|s| s.lines().skip(1).map(|l| format!("{l}\n")).collect());
     assert!(msg.starts_with("verification failed"), "{msg}");
+}
+
+#[test]
+fn a_backup_changed_after_planning_fails() {
+    let prepared = prepare(&example(), "");
+    let mut backup = std::fs::read(&prepared.backup).unwrap();
+    backup.extend_from_slice(b"\n");
+    std::fs::write(&prepared.backup, backup).unwrap();
+    let msg = prepared.verify().unwrap_err().message;
+    assert!(msg.contains("no longer has the frozen digest"), "{msg}");
 }
 
 #[test]
@@ -165,6 +179,7 @@ fn a_lost_turn_is_caught_by_conservation() {
         .collect();
     let expected = Expected {
         session_id: SESSION,
+        backup_sha256: "",
         candidate_sha256: "",
         manifest: &plan.candidate.manifest,
         left_out: &plan.report.left_out,

@@ -23,12 +23,14 @@ use crate::engine::candidate::{ITEM_NAMESPACE, ManifestEntry, Sink};
 use crate::engine::plan::{self, LeftOut};
 use crate::engine::transcript::is_timestamp;
 use crate::error::{Error, Result};
-use crate::fsutil::{sha256_file, sha256_hex};
+use crate::fsutil::{sha256_file, sha256_file_with, sha256_hex};
 
 /// What the operation recorded at prepare time. The manifest is read as a
 /// stream (a long session's manifest does not fit the memory budget).
 pub struct Expected<'a> {
     pub session_id: &'a str,
+    /// The frozen backup's digest (the source's at the freeze).
+    pub backup_sha256: &'a str,
     pub candidate_sha256: &'a str,
     pub manifest: &'a dyn Items,
     pub left_out: &'a dyn LeftOuts,
@@ -66,7 +68,8 @@ pub struct ConservationCounts {
     pub source_records_elided: usize,
 }
 
-/// Verify `candidate` against the frozen `backup`. Every step streams: the
+/// Verify `candidate` against the frozen `backup`. First both must still
+/// have the digests recorded at prepare. Every step streams: the
 /// candidate is read line by line (three times), the rebuild goes into a
 /// digest, and only the pieces of text that were not found where their
 /// manifest entry says are held until the end.
@@ -76,6 +79,15 @@ pub fn check(
     candidate: &Path,
     expected: &Expected<'_>,
 ) -> Result<ConservationCounts> {
+    // The read that proves the backup unchanged also measures its longest
+    // line (which decides below whether the two checks run side by side).
+    let mut longest = LongestLine::default();
+    if sha256_file_with(backup, |chunk| longest.feed(chunk))? != expected.backup_sha256 {
+        return Err(fail(format!(
+            "backup {} no longer has the frozen digest",
+            backup.display()
+        )));
+    }
     let digest = sha256_file(candidate)?;
     if digest != expected.candidate_sha256 {
         return Err(fail(format!(
@@ -103,7 +115,7 @@ pub fn check(
     // holds a few copies of the line it reads, so a backup with a huge
     // line is checked one after the other (memory, not time, is then
     // what counts).
-    let (rebuilt, read) = if longest_line(backup)? > ONE_AT_A_TIME {
+    let (rebuilt, read) = if longest.longest() > ONE_AT_A_TIME {
         (rebuild(), read())
     } else {
         std::thread::scope(|s| {
@@ -138,24 +150,26 @@ pub fn check(
 /// A backup with a line longer than this is verified one check at a time.
 const ONE_AT_A_TIME: u64 = 8 << 20;
 
-/// The length of the longest line of `path` (one pass, nothing held).
-fn longest_line(path: &Path) -> Result<u64> {
-    let mut file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
-    let mut buf = vec![0u8; 1 << 16];
-    let (mut longest, mut current) = (0u64, 0u64);
-    loop {
-        let n =
-            std::io::Read::read(&mut file, &mut buf).map_err(|e| Error::io_at("read", path, &e))?;
-        if n == 0 {
-            return Ok(longest.max(current));
-        }
+/// The length of the longest line of bytes fed in chunks (nothing held).
+#[derive(Default)]
+struct LongestLine {
+    longest: u64,
+    current: u64,
+}
+
+impl LongestLine {
+    fn feed(&mut self, chunk: &[u8]) {
         let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', &buf[..n]) {
-            longest = longest.max(current + (end - start) as u64);
-            current = 0;
+        for end in memchr::memchr_iter(b'\n', chunk) {
+            self.longest = self.longest.max(self.current + (end - start) as u64);
+            self.current = 0;
             start = end + 1;
         }
-        current += (n - start) as u64;
+        self.current += (chunk.len() - start) as u64;
+    }
+
+    fn longest(&self) -> u64 {
+        self.longest.max(self.current)
     }
 }
 
@@ -220,7 +234,7 @@ impl CandidateFile<'_> {
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
             i += 1;
             // A huge line's room is not kept for the lines after it.
-            if buf.capacity() > 1 << 20 {
+            if buf.capacity() > crate::engine::transcript::LINE_BUF_KEPT {
                 buf = Vec::new();
             }
             Ok(())
@@ -723,7 +737,14 @@ fn trimmed<'p>(pieces: impl IntoIterator<Item = &'p str>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::longest_line;
+    use super::LongestLine;
+    use crate::fsutil::sha256_file_with;
+
+    fn longest_line(path: &std::path::Path) -> u64 {
+        let mut longest = LongestLine::default();
+        sha256_file_with(path, |chunk| longest.feed(chunk)).unwrap();
+        longest.longest()
+    }
 
     #[test]
     fn the_longest_line_is_measured_across_read_chunks() {
@@ -731,10 +752,10 @@ mod tests {
         let path = dir.path().join("t.jsonl");
         let long = "x".repeat(200_000); // longer than one 64 KiB read
         std::fs::write(&path, format!("ab\n{long}\n\nlast without newline")).unwrap();
-        assert_eq!(longest_line(&path).unwrap(), 200_000);
+        assert_eq!(longest_line(&path), 200_000);
         std::fs::write(&path, "").unwrap();
-        assert_eq!(longest_line(&path).unwrap(), 0);
+        assert_eq!(longest_line(&path), 0);
         std::fs::write(&path, "no newline at all").unwrap();
-        assert_eq!(longest_line(&path).unwrap(), 17);
+        assert_eq!(longest_line(&path), 17);
     }
 }

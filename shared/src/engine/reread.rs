@@ -47,10 +47,6 @@ impl Bytes for &[u8] {
     }
 }
 
-/// A line buffer bigger than this is freed after each read (the usual
-/// record is a few KiB; one huge message must not stay held).
-const BUF_KEPT: usize = 1 << 20;
-
 /// The text of one speech event, read again.
 #[derive(Debug, Clone, Default)]
 pub struct Said {
@@ -97,7 +93,7 @@ impl<'a> Reread<'a> {
             _ => Err(changed(at, "no longer holds a record")),
         };
         // A huge line's bytes are not kept beside what is made of its text.
-        if buf.capacity() > BUF_KEPT {
+        if buf.capacity() > transcript::LINE_BUF_KEPT {
             *buf = Vec::new();
         }
         result

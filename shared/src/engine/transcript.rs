@@ -26,6 +26,10 @@ pub enum Line<'a> {
     Record(Box<Record<'a>>),
 }
 
+/// A line buffer bigger than this is freed after its line is used (the
+/// usual record is a few KiB; one huge message's room must not stay held).
+pub const LINE_BUF_KEPT: usize = 1 << 20;
+
 /// Read `input` line by line, calling `f(line_number, offset, raw_bytes, line)`.
 ///
 /// `line_number` is 1-based; `offset` is where the line starts in `input`. A final line without `\n` is passed like any
@@ -49,7 +53,7 @@ pub fn for_each_line<R: BufRead>(
         f(number, offset, line, parse_line(line));
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.
-        if buf.capacity() > 1 << 20 {
+        if buf.capacity() > LINE_BUF_KEPT {
             buf = Vec::with_capacity(1 << 16);
         }
     }
