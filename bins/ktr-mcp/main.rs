@@ -22,6 +22,8 @@ const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
 
 fn main() -> ExitCode {
     ktr::heap::setup();
+    // A plan's large tables spill to unlinked (invisible) temp files.
+    ktr::heap::spill_into(&std::env::temp_dir());
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

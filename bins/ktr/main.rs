@@ -25,6 +25,8 @@ use cli::Command;
 
 fn main() -> ExitCode {
     ktr::heap::setup();
+    // A plan's large tables spill to unlinked (invisible) temp files.
+    ktr::heap::spill_into(&std::env::temp_dir());
     let result = cli::parse(std::env::args_os().skip(1)).and_then(|cmd| match cmd {
         Command::Help => {
             out::print(cli::HELP);

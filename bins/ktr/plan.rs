@@ -1,4 +1,5 @@
-//! `ktr plan`: what a rebuild would carry. Writes nothing anywhere.
+//! `ktr plan`: what a rebuild would carry. Writes nothing anywhere (a long
+//! transcript's tables spill to unlinked temp files: nameless, gone at exit).
 
 use ktr::Error;
 use ktr::admin::report;

@@ -1,13 +1,28 @@
 //! The process heap kept at what is in use (issue 12: flat memory).
 //!
-//! glibc keeps freed memory for reuse, and after a large block is freed it
-//! raises its mmap and trim thresholds to that block's size: from then on
-//! large tables grow inside the heap, each doubling leaves the old copy's
-//! pages behind, and nothing goes back to the system. In pointer mode
-//! prepare, verify and activate run in one process, and verify runs the
-//! rebuild on a second thread (its own malloc arena) beside the
-//! conservation walk: the 20k-turn chain peaked at 16.9 MiB for a plan of
-//! 12 MiB. Measured, release, interleaved rounds on an idle machine:
+//! Two mechanisms, both set up once by the executables that plan or verify.
+//!
+//! **Large blocks spill to a file.** A months-long session has hundreds of
+//! thousands of records, and planning keeps a few bytes of table for each
+//! (the chain's links, the speech events, the turns); a huge typed message
+//! is one block of its own size. Once [`spill_into`] named a directory,
+//! every block of [`SPILL_MIN`] or more is a shared mapping of its own
+//! unlinked file in that directory (`O_TMPFILE`: no name, gone when the
+//! process ends, even on SIGKILL) instead of anonymous memory. Its pages
+//! then belong to the page cache, which the kernel can write out and drop,
+//! and [`release`] unmaps them from the process (the data stays in the
+//! file; the next access maps it again). The passes over those tables call
+//! [`tick`] once per record, so what the process holds stays at a few MiB
+//! whatever the transcript. Nothing changes for code that allocates: a
+//! `Vec` stays a `Vec`. Without a directory, or when the directory cannot
+//! hold such a file, every block comes from the system allocator as usual.
+//!
+//! **Small blocks stay in glibc's heap**, with its mmap threshold fixed
+//! ([`setup`]): after a large block is freed glibc raises its mmap and trim
+//! thresholds to that block's size, and from then on large tables grow
+//! inside the heap, each doubling leaving the old copy's pages behind.
+//! Measured, release, interleaved rounds on an idle machine, before spill
+//! existed:
 //!
 //! | | chain peak RSS | chain wall |
 //! |---|---|---|
@@ -15,9 +30,252 @@
 //! | [`setup`]: a fixed 128 KiB mmap threshold | 12.8–13.0 MiB | 3.68–3.83 s |
 //! | one arena for all threads (tried, not kept) | 15.7 MiB | verify ~0.6 s slower: one allocator lock |
 
-/// Blocks of 128 KiB and more are mapped on their own: they grow by
-/// `mremap` (no copy left behind) and go back to the system when freed.
-/// Call first in an executable that plans or verifies.
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+/// Blocks this large or larger spill to a file once [`spill_into`] ran.
+pub const SPILL_MIN: usize = 256 * 1024;
+
+/// [`tick`]s between two looks at what the process holds: a pass touches
+/// a few pages a record (the end of a table, a hash slot), so the process
+/// grows by at most a few MiB between two looks.
+const TICKS_PER_LOOK: u32 = 128;
+
+/// What the process may hold (resident, all of it: code, heap, mapped
+/// spill pages) before [`tick`] releases the spilled pages. Releasing only
+/// then, not at every look, keeps the page faults of a pass few: a page
+/// of a table is mapped again only once the budget is used up.
+const RESIDENT_BUDGET: u64 = 9 << 20;
+
+/// The size of each spill file: sparse, so it costs nothing on disk until
+/// written; a block grows within it by `mremap` without a copy.
+const SPILL_FILE_SPAN: usize = 1 << 36;
+
+/// Live spilled blocks at most; a block beyond this comes from the system.
+const MAX_REGIONS: usize = 256;
+
+const PAGE: usize = 4096;
+
+/// The global allocator of every ktr executable (see the module docs).
+pub struct Allocator;
+
+/// A live spilled block: where it is mapped and how much is mapped.
+#[derive(Clone, Copy)]
+struct Region {
+    addr: usize,
+    len: usize,
+}
+
+struct Spill {
+    /// The directory spill files are made in; -1 when spilling is off.
+    dir: i32,
+    regions: [Region; MAX_REGIONS],
+    count: usize,
+}
+
+static SPILL: Mutex<Spill> = Mutex::new(Spill {
+    dir: -1,
+    regions: [Region { addr: 0, len: 0 }; MAX_REGIONS],
+    count: 0,
+});
+
+/// Set once a block was spilled: until then `dealloc` need not look.
+static SPILLED_EVER: AtomicBool = AtomicBool::new(false);
+
+static TICKS: AtomicU32 = AtomicU32::new(0);
+
+/// `/proc/self/statm`, opened by [`spill_into`]; -1 before.
+static STATM: AtomicI32 = AtomicI32::new(-1);
+
+fn spill() -> std::sync::MutexGuard<'static, Spill> {
+    SPILL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn pages(len: usize) -> usize {
+    len.div_ceil(PAGE) * PAGE
+}
+
+impl Spill {
+    fn find(&self, addr: usize) -> Option<usize> {
+        self.regions[..self.count]
+            .iter()
+            .position(|r| r.addr == addr)
+    }
+
+    /// Map a new block of `size` bytes in a fresh unlinked file.
+    fn map(&mut self, size: usize) -> Option<*mut u8> {
+        if self.dir < 0 || self.count == MAX_REGIONS || size > SPILL_FILE_SPAN {
+            return None;
+        }
+        let len = pages(size);
+        // SAFETY: plain system calls on a descriptor this function owns; the
+        // mapping is recorded before it is handed out and unmapped only
+        // through `unmap`.
+        unsafe {
+            let fd = libc::openat(
+                self.dir,
+                c".".as_ptr(),
+                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600,
+            );
+            if fd < 0 {
+                return None;
+            }
+            let sized = libc::ftruncate(fd, SPILL_FILE_SPAN as libc::off_t) == 0;
+            let addr = if sized {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            } else {
+                libc::MAP_FAILED
+            };
+            libc::close(fd);
+            if addr == libc::MAP_FAILED {
+                return None;
+            }
+            self.regions[self.count] = Region {
+                addr: addr as usize,
+                len,
+            };
+            self.count += 1;
+            SPILLED_EVER.store(true, Ordering::Release);
+            Some(addr.cast())
+        }
+    }
+
+    /// Grow or shrink region `i` to `size` bytes (same file, maybe moved).
+    fn remap(&mut self, i: usize, size: usize) -> Option<*mut u8> {
+        if size > SPILL_FILE_SPAN {
+            return None;
+        }
+        let r = self.regions[i];
+        let len = pages(size);
+        // SAFETY: `r` is a live mapping of a file at least `len` bytes long.
+        let addr = unsafe {
+            libc::mremap(
+                r.addr as *mut libc::c_void,
+                r.len,
+                len,
+                libc::MREMAP_MAYMOVE,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return None;
+        }
+        self.regions[i] = Region {
+            addr: addr as usize,
+            len,
+        };
+        Some(addr.cast())
+    }
+
+    fn unmap(&mut self, i: usize) {
+        let r = self.regions[i];
+        // SAFETY: `r` is a live mapping made by `map`/`remap`, forgotten here.
+        unsafe {
+            libc::munmap(r.addr as *mut libc::c_void, r.len);
+        }
+        self.count -= 1;
+        self.regions[i] = self.regions[self.count];
+    }
+}
+
+// SAFETY: every block is either the system allocator's (passed through
+// unchanged) or a spilled mapping recorded in `SPILL` under its lock;
+// `dealloc`/`realloc` tell them apart by looking the address up, so a block
+// is always returned to the allocator that made it.
+unsafe impl GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() >= SPILL_MIN
+            && layout.align() <= PAGE
+            && let Some(p) = spill().map(layout.size())
+        {
+            return p;
+        }
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // A fresh file reads as zeros: no pages are touched.
+        if layout.size() >= SPILL_MIN
+            && layout.align() <= PAGE
+            && let Some(p) = spill().map(layout.size())
+        {
+            return p;
+        }
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() >= SPILL_MIN && SPILLED_EVER.load(Ordering::Acquire) {
+            let mut s = spill();
+            if let Some(i) = s.find(ptr as usize) {
+                s.unmap(i);
+                return;
+            }
+        }
+        // SAFETY: not a spilled block, so the system allocator made it.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let big_before = layout.size() >= SPILL_MIN;
+        let big_after = new_size >= SPILL_MIN && layout.align() <= PAGE;
+        if big_before && SPILLED_EVER.load(Ordering::Acquire) {
+            let mut s = spill();
+            if let Some(i) = s.find(ptr as usize) {
+                if big_after && let Some(p) = s.remap(i, new_size) {
+                    return p;
+                }
+                drop(s);
+                // SAFETY: the block is live and `layout` describes it.
+                return unsafe { self.moved(ptr, layout, new_size) };
+            }
+        }
+        if big_after && !big_before {
+            // SAFETY: as above.
+            return unsafe { self.moved(ptr, layout, new_size) };
+        }
+        // SAFETY: a system block, resized by the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+impl Allocator {
+    /// `realloc` by a new block, a copy and a free (between the system
+    /// allocator and a spill file).
+    unsafe fn moved(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `new_size` is non-zero and valid for `layout.align()`
+        // (GlobalAlloc::realloc's contract).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: a valid layout.
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live and at least this long.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}
+
+/// Fix glibc's mmap threshold at 128 KiB: blocks that size and larger are
+/// mapped on their own, grow by `mremap` and go back to the system when
+/// freed. Call first in an executable that plans or verifies.
 pub fn setup() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets an allocator parameter; the value is in
@@ -27,13 +285,181 @@ pub fn setup() {
     }
 }
 
-/// Return the free memory of the heap to the system (`malloc_trim`).
-/// Costs a walk over the free lists: call it between stages, not in loops.
+/// Spill large blocks into unlinked files in `dir` from now on (the state
+/// directory: on disk, where ktr may write). False when `dir` cannot hold
+/// them (no `O_TMPFILE` there, not a directory): blocks then stay in memory.
+pub fn spill_into(dir: &Path) -> bool {
+    let Ok(handle) = std::fs::File::open(dir) else {
+        return false;
+    };
+    // Probe once, so that a directory without O_TMPFILE support fails here
+    // and not on every large block.
+    // SAFETY: plain system calls on descriptors owned here.
+    let fd = unsafe {
+        let probe = libc::openat(
+            handle.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        );
+        if probe < 0 {
+            return false;
+        }
+        libc::close(probe);
+        libc::fcntl(handle.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0)
+    };
+    if fd < 0 {
+        return false;
+    }
+    let mut s = spill();
+    if s.dir >= 0 {
+        // SAFETY: the previous directory descriptor is owned by `SPILL`.
+        unsafe { libc::close(s.dir) };
+    }
+    s.dir = fd;
+    if STATM.load(Ordering::Acquire) < 0
+        && let Ok(statm) = std::fs::File::open("/proc/self/statm")
+    {
+        STATM.store(
+            std::os::fd::IntoRawFd::into_raw_fd(statm),
+            Ordering::Release,
+        );
+    }
+    true
+}
+
+/// The bytes the process holds now (`/proc/self/statm`), if known.
+fn resident() -> Option<u64> {
+    let fd = STATM.load(Ordering::Acquire);
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 96];
+    // SAFETY: reads into a local buffer of the given length from a
+    // descriptor owned by `STATM` for the life of the process.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
+    let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * PAGE as u64)
+}
+
+/// Unmap every spilled block's pages from the process; their data stays in
+/// the files and comes back on the next access (a minor fault from the page
+/// cache). Cheap: the kernel walks only what is mapped.
+pub fn release() {
+    if !SPILLED_EVER.load(Ordering::Acquire) {
+        return;
+    }
+    let s = spill();
+    for r in &s.regions[..s.count] {
+        // SAFETY: a live shared file mapping: MADV_DONTNEED drops the
+        // process's page-table entries only, the file keeps the bytes.
+        unsafe {
+            libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+/// One record of a pass over large tables: every [`TICKS_PER_LOOK`]th call
+/// looks at what the process holds and, over [`RESIDENT_BUDGET`],
+/// [`release`]s the spilled pages.
+pub fn tick() {
+    if TICKS.fetch_add(1, Ordering::Relaxed) % TICKS_PER_LOOK == 0
+        && SPILLED_EVER.load(Ordering::Relaxed)
+        && resident().is_none_or(|r| r > RESIDENT_BUDGET)
+    {
+        release();
+    }
+}
+
+/// Return the free memory of the heap to the system (`malloc_trim`) and
+/// unmap spilled pages. Costs a walk over the free lists: call it between
+/// stages, not in loops.
 pub fn hand_back() {
+    release();
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases free memory; it has no
     // preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// Whether blocks spill now (for `ktr doctor` and the tests).
+pub fn spilling() -> bool {
+    spill().dir >= 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resident_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// The heap tests one at a time: they measure the process.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// Spill into the system's temp dir (it outlives every test; the files
+    /// have no name).
+    fn spilling_for_test() -> std::sync::MutexGuard<'static, ()> {
+        let guard = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(
+            spill_into(&std::env::temp_dir()),
+            "O_TMPFILE in the temp dir"
+        );
+        guard
+    }
+
+    #[test]
+    fn spilled_tables_keep_their_bytes_through_growth_release_and_free() {
+        let _serial = spilling_for_test();
+        // Grows from system memory into a spill file, then within it.
+        let mut v: Vec<u64> = Vec::new();
+        for i in 0..2_000_000u64 {
+            v.push(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            if i % 4096 == 0 {
+                release();
+            }
+        }
+        release();
+        assert!(
+            v.iter()
+                .enumerate()
+                .all(|(i, &x)| x == (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        );
+        // Zeroed blocks read as zeros; shrinking back below the threshold
+        // copies into system memory.
+        let z = vec![0u32; 1 << 20];
+        assert!(z.iter().all(|&x| x == 0));
+        v.truncate(10);
+        v.shrink_to_fit();
+        assert_eq!(v[9], 9u64.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    }
+
+    #[test]
+    fn a_released_table_is_not_resident() {
+        let _serial = spilling_for_test();
+        let mut big = vec![0u8; 64 << 20];
+        for (i, b) in big.iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        release();
+        // Other tests may be running; 64 MiB just written is far above
+        // anything they hold.
+        assert!(
+            resident_kib() < 48 * 1024,
+            "{} KiB resident",
+            resident_kib()
+        );
+        assert!(big.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
     }
 }

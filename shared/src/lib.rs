@@ -32,3 +32,9 @@ pub mod pipeline;
 pub mod time;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// Large blocks spill to unlinked files once an executable names a
+/// directory ([`heap::spill_into`]); until then, and for everything small,
+/// this is the system allocator.
+#[global_allocator]
+static ALLOCATOR: heap::Allocator = heap::Allocator;

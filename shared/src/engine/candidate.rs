@@ -188,7 +188,7 @@ pub fn write(
 ) -> Result<usize> {
     let (turns, startup) = (&sel.turns, &sel.startup_context);
     if !sink.wants_lines() {
-        return Ok(startup.len() + turns.iter().map(|t| t.items.len()).sum::<usize>());
+        return Ok(startup.len() + turns.items().len());
     }
     let mut out = Writer {
         session_id,
@@ -201,7 +201,8 @@ pub fn write(
         let (said, meta) = rd.said_and_meta(&events[e])?;
         out.attachment(&said, &meta)?;
     }
-    for item in turns.iter().flat_map(|t| &t.items) {
+    for item in turns.items() {
+        crate::heap::tick();
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
         let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text));
         // The record is read once: its text (moved, not copied: it may be

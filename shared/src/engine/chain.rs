@@ -94,6 +94,7 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let mut seen = vec![false; nodes.len()];
     let mut cur = leaf;
     let end = loop {
+        crate::heap::tick();
         if std::mem::replace(&mut seen[cur], true) {
             return Err(format!(
                 "parentUuid links form a cycle at line {}",
@@ -123,34 +124,42 @@ fn chain(scan: &Scan) -> Result<History, String> {
 
     // Parallel tool-call siblings: off-chain assistant lines sharing a
     // message id with the chain.
-    let mut anchor_of_message: HashMap<u64, u32> = HashMap::new();
+    // Sized once: a table that doubles re-inserts everything at once, and
+    // the pages that touches are not given back before the copy ends.
+    let mut anchor_of_message: HashMap<u64, u32> = HashMap::with_capacity(on_chain.len());
     for (pos, &i) in on_chain.iter().enumerate() {
+        crate::heap::tick();
         if let Some(m) = nodes[i as usize].message_id() {
             anchor_of_message.entry(m).or_insert(idx(pos));
         }
     }
-    // (chain position, line, node) of the records that hold speech.
-    let mut ordered: Vec<(u32, u32, u32)> = on_chain
+    // (chain position, line, node) of the chain's records that hold
+    // speech: in order already.
+    let ordered: Vec<(u32, u32, u32)> = on_chain
         .iter()
         .enumerate()
         .filter(|&(_, &i)| nodes[i as usize].event().is_some())
+        .inspect(|_| crate::heap::tick())
         .map(|(pos, &i)| (idx(pos), idx(nodes[i as usize].line()), i))
         .collect();
+    let mut siblings = Vec::new();
     let mut abandoned = Vec::new();
     let mut off_chain_commands = Vec::new();
     let first_chain_line = on_chain
         .iter()
+        .inspect(|_| crate::heap::tick())
         .map(|&i| nodes[i as usize].line())
         .min()
         .unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
+        crate::heap::tick();
         if chain_set[i] || n.sidechain() || (n.role == RecordRole::Other && n.event().is_none()) {
             continue;
         }
         if let Some(pos) = n.message_id().and_then(|m| anchor_of_message.get(&m)) {
             if n.event().is_some() {
-                ordered.push((*pos, idx(n.line()), idx(i)));
+                siblings.push((*pos, idx(n.line()), idx(i)));
             }
             continue;
         }
@@ -176,10 +185,13 @@ fn chain(scan: &Scan) -> Result<History, String> {
         }
         _ => {}
     }
-    ordered.sort_unstable();
-    let events = ordered
-        .iter()
-        .filter_map(|&(_, _, i)| nodes[i as usize].event())
+    // Each sibling goes after its anchor (and after siblings of the same
+    // anchor on earlier lines): merged in, not sorted together, so the
+    // long list is only read in order.
+    siblings.sort_unstable();
+    let events = merged(&ordered, &siblings)
+        .inspect(|_| crate::heap::tick())
+        .filter_map(|(_, _, i)| nodes[i as usize].event())
         .collect();
     Ok(History {
         events,
@@ -187,6 +199,16 @@ fn chain(scan: &Scan) -> Result<History, String> {
         fallback_reason: None,
         abandoned,
         off_chain_commands,
+    })
+}
+
+/// Two sorted lists as one sorted list.
+fn merged<'a, T: Ord + Copy>(a: &'a [T], b: &'a [T]) -> impl Iterator<Item = T> + 'a {
+    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y < x => b.next().copied(),
+        (Some(_), _) => a.next().copied(),
+        (None, _) => b.next().copied(),
     })
 }
 
@@ -208,6 +230,7 @@ fn is_conversation(n: &Node) -> bool {
 fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
     let mut has_child = vec![false; nodes.len()];
     for n in nodes.iter().filter(|n| is_conversation(n)) {
+        crate::heap::tick();
         // Mark the nearest conversation ancestor, passing through frame
         // records (attachments, system, progress) in between.
         let mut link = n.parent();
@@ -229,19 +252,20 @@ fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
 }
 
 /// uuid symbol → the first node with that uuid (duplicates of non-speech
-/// records such as progress lines are harmless), one `u32` a symbol.
+/// records such as progress lines are harmless), one `u32` a symbol: the
+/// node's index + 1, 0 for none (so the table starts zeroed: a spilled
+/// block untouched until used, see [`crate::heap`]).
 struct ByUuid(Vec<u32>);
 
 impl ByUuid {
-    const NONE: u32 = u32::MAX;
-
     fn new(nodes: &[Node], symbols: usize) -> ByUuid {
-        let mut first = vec![Self::NONE; symbols];
+        let mut first = vec![0; symbols];
         for (i, n) in nodes.iter().enumerate() {
+            crate::heap::tick();
             if let Some(u) = n.uuid()
-                && first[u as usize] == Self::NONE
+                && first[u as usize] == 0
             {
-                first[u as usize] = u32::try_from(i).unwrap_or(Self::NONE);
+                first[u as usize] = idx(i + 1);
             }
         }
         ByUuid(first)
@@ -250,7 +274,7 @@ impl ByUuid {
     fn get(&self, sym: u32) -> Option<usize> {
         self.0
             .get(sym as usize)
-            .filter(|&&i| i != Self::NONE)
-            .map(|&i| i as usize)
+            .filter(|&&i| i != 0)
+            .map(|&i| i as usize - 1)
     }
 }

@@ -232,6 +232,7 @@ impl CandidateFile<'_> {
             }
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
+            crate::heap::tick();
             i += 1;
             // A huge line's room is not kept for the lines after it.
             if buf.capacity() > crate::engine::transcript::LINE_BUF_KEPT {
@@ -459,6 +460,7 @@ pub fn conserve(
     let mut next_pieces = || -> Result<Option<(usize, Vec<String>)>> {
         for (n, line) in lines.by_ref() {
             let number = n + 1;
+            crate::heap::tick();
             let line = line.map_err(|e| Error::io_at("read", backup, &e))?;
             let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                 continue;

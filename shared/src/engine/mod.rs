@@ -5,7 +5,7 @@
 //! The facade is [`plan::build`] (with [`PlanReport`], [`ManifestEntry`],
 //! [`LeftOut`]) and [`conserve::check`]; `classify`, `transcript`, `turns`
 //! and `candidate` stay public for the rule and property tests. `chain`,
-//! `rawjson` and `scan` are internals.
+//! `rawjson`, `scan` and `symbols` are internals.
 
 pub mod candidate;
 pub(crate) mod chain;
@@ -16,6 +16,7 @@ pub mod plan;
 pub(crate) mod rawjson;
 pub mod reread;
 pub(crate) mod scan;
+pub(crate) mod symbols;
 pub mod transcript;
 pub mod turns;
 pub mod window;

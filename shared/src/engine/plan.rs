@@ -375,6 +375,7 @@ fn plan<R: BufRead>(
     left_out.sort_by_key(|&(e, _)| scan.events[e].line());
     let mut listed = Vec::new();
     for (e, reason) in left_out {
+        crate::heap::tick();
         let entry = LeftOut {
             line: scan.events[e].line(),
             uuid: rd.uuid(&scan.events[e])?,
@@ -392,13 +393,8 @@ fn plan<R: BufRead>(
                 .collect(),
         })
     };
-    let first_carried = sel.turns.iter().flat_map(|t| &t.items).next();
-    let last_carried = sel
-        .turns
-        .iter()
-        .rev()
-        .flat_map(|t| t.items.iter().rev())
-        .next();
+    let first_carried = sel.turns.items().first();
+    let last_carried = sel.turns.items().last();
     let first_carried = first_carried.map(preview).transpose()?;
     let last_carried = last_carried.map(preview).transpose()?;
     let ledger = ledger::report(
@@ -433,7 +429,7 @@ fn plan<R: BufRead>(
         open_tail_kept: sel.open_tail_kept,
         dropped_oldest_turns: sel.dropped_oldest_turns,
         leading_assistant_turns: sel.leading_assistant_turns,
-        carried_items: sel.turns.iter().map(|t| t.items.len()).sum(),
+        carried_items: sel.turns.items().len(),
         estimated_tokens: sel.estimated_tokens,
         startup_frozen: sel.startup_sha256.is_some(),
         startup_sha256: sel.startup_sha256.clone(),

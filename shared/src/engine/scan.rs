@@ -5,7 +5,7 @@
 //! (the conversation itself), ledger tallies, and drift counters. Tool
 //! results and other residue are measured and forgotten.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 
 use regex::Regex;
@@ -14,8 +14,8 @@ use crate::engine::classify::{self, AssistantReading, NotSpeech, UserReading};
 use crate::engine::ledger::{Category, Tally};
 use crate::engine::transcript::{self, Attachment, Content, Line, Parent, Record};
 
-/// Interned uuid or message id.
-pub type Sym = u32;
+pub use crate::engine::symbols::Sym;
+use crate::engine::symbols::Symbols;
 
 /// How a record points at its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,7 +416,7 @@ pub struct Scan {
     /// uuid → symbol and message id → symbol (two numberings), keyed by a
     /// 64-bit hash of the string instead of the string itself; dropped
     /// when the read ends (the symbols stay in the nodes).
-    symbols: HashMap<u64, Sym>,
+    symbols: Symbols,
     symbol_count: usize,
     /// One bit per uuid symbol: a user/assistant record had it.
     speech_uuids: Vec<u64>,
@@ -565,7 +565,7 @@ impl Scan {
         scan.nodes.shrink_to_fit();
         scan.events.shrink_to_fit();
         scan.symbol_count = scan.symbols.len();
-        scan.symbols = HashMap::new();
+        scan.symbols = Symbols::default();
         scan.speech_uuids = Vec::new();
         Ok(scan)
     }
@@ -576,8 +576,7 @@ impl Scan {
     }
 
     fn intern(&mut self, s: &str) -> Sym {
-        let next = self.symbols.len() as Sym;
-        *self.symbols.entry(key_of(s)).or_insert(next)
+        self.symbols.intern(key_of(s))
     }
 
     /// Mark `sym` as a user/assistant record's uuid; false when it was

@@ -51,6 +51,7 @@ pub fn for_each_line<R: BufRead>(
         number += 1;
         let line = trim_newline(&buf);
         f(number, offset, line, parse_line(line));
+        crate::heap::tick();
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.
         if buf.capacity() > LINE_BUF_KEPT {

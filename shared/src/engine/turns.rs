@@ -103,20 +103,93 @@ pub enum Body {
     Made(Box<str>),
 }
 
-/// A user question (or channel message…) and the answer that followed.
+/// The turns of the conversation: each a user question (or channel
+/// message…) and the answer that followed. The items of all turns are one
+/// table (one large block, not one small block a turn: issue 12), the turns
+/// are where each starts in it.
 #[derive(Debug, Clone, Default)]
-pub struct Turn {
-    pub items: Vec<Item>,
+pub struct Turns {
+    items: Vec<Item>,
+    starts: Vec<u32>,
 }
 
-impl Turn {
-    fn has_assistant(&self) -> bool {
-        self.items.iter().any(|i| i.role == Role::Assistant)
+impl Turns {
+    /// How many turns.
+    pub fn len(&self) -> usize {
+        self.starts.len()
     }
-    /// Estimated tokens of the turn.
-    pub fn tokens(&self) -> u64 {
-        self.items.iter().map(|i| i.counts().tokens()).sum()
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
     }
+    /// Every carried item, turn after turn.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+    /// The items of turn `t`.
+    pub fn turn(&self, t: usize) -> &[Item] {
+        &self.items[self.range(t)]
+    }
+    fn range(&self, t: usize) -> std::ops::Range<usize> {
+        let end = self
+            .starts
+            .get(t + 1)
+            .map_or(self.items.len(), |&e| e as usize);
+        self.starts[t] as usize..end
+    }
+    fn last_has_assistant(&self) -> bool {
+        !self.is_empty() && has_assistant(self.turn(self.len() - 1))
+    }
+    /// Start a new turn with `item`.
+    fn start(&mut self, item: Item) {
+        self.starts.push(index(self.items.len()));
+        self.items.push(item);
+    }
+    /// Add `item` to the last turn (there is one).
+    fn push(&mut self, item: Item) {
+        self.items.push(item);
+    }
+    /// Remove the last turn, giving back its items.
+    fn pop(&mut self) -> Vec<Item> {
+        match self.starts.pop() {
+            Some(start) => self.items.split_off(start as usize),
+            None => Vec::new(),
+        }
+    }
+    /// Remove the first `n` turns, giving back their items.
+    fn drain_first(&mut self, n: usize) -> std::vec::Drain<'_, Item> {
+        let cut = self.starts.get(n).map_or(self.items.len(), |&c| c as usize);
+        self.starts.drain(..n);
+        let shift = index(cut);
+        for s in &mut self.starts {
+            *s -= shift;
+        }
+        self.items.drain(..cut)
+    }
+}
+
+impl Drop for Turns {
+    /// One item at a time with a [`crate::heap::tick`] each: dropping an
+    /// item reads it (a made text is freed), and a long session's items
+    /// would otherwise all be mapped at once.
+    fn drop(&mut self) {
+        for item in self.items.drain(..) {
+            crate::heap::tick();
+            drop(item);
+        }
+    }
+}
+
+fn has_assistant(items: &[Item]) -> bool {
+    items.iter().any(|i| i.role == Role::Assistant)
+}
+
+/// Estimated tokens of a turn's items.
+fn tokens(items: &[Item]) -> u64 {
+    items
+        .iter()
+        .inspect(|_| crate::heap::tick())
+        .map(|i| i.counts().tokens())
+        .sum()
 }
 
 /// Why an event of the conversation was not carried.
@@ -135,7 +208,7 @@ pub enum LeftOutReason {
 /// The outcome of selection.
 #[derive(Debug, Default)]
 pub struct Selection {
-    pub turns: Vec<Turn>,
+    pub turns: Turns,
     pub source_turns: usize,
     pub open_tail: bool,
     pub open_tail_kept: bool,
@@ -185,6 +258,7 @@ pub fn select(
     let mut pending_expansion: Option<usize> = None;
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
+        crate::heap::tick();
         let event = &events[e];
         match event.speech() {
             Speech::StartupContext => {
@@ -276,18 +350,20 @@ pub fn select(
     }
     let mut turns = builder.turns;
     sel.source_turns = turns.len();
-    sel.open_tail = turns.last().is_some_and(|t| !t.has_assistant());
+    sel.open_tail = !turns.is_empty() && !turns.last_has_assistant();
     sel.open_tail_kept = sel.open_tail && config.include_open_tail;
     if sel.open_tail && !config.include_open_tail {
-        let tail = turns.pop().unwrap_or_default();
         sel.left_out.extend(
-            tail.items
+            turns
+                .pop()
                 .iter()
                 .map(|i| (i.event(), LeftOutReason::OpenTailDropped)),
         );
     }
-    for turn in &mut turns {
-        finish_turn(turn, events, config, rd, &mut sel)?;
+    for t in 0..turns.len() {
+        crate::heap::tick();
+        let range = turns.range(t);
+        finish_turn(&mut turns.items[range], events, config, rd, &mut sel)?;
     }
     apply_cap(&mut turns, config, &mut sel);
     sel.poison_hits = poison_hits(&turns, config, events, rd)?;
@@ -297,7 +373,7 @@ pub fn select(
             sel.poison_hits
         ));
     }
-    sel.estimated_tokens = turns.iter().map(Turn::tokens).sum();
+    sel.estimated_tokens = tokens(turns.items());
     sel.turns = turns;
     Ok(sel)
 }
@@ -450,7 +526,7 @@ fn freeze_reminder(
 
 /// Elide over-long items, then stamp the turn's first user item.
 fn finish_turn(
-    turn: &mut Turn,
+    turn: &mut [Item],
     events: &[Event],
     config: &Config,
     rd: &Reread<'_>,
@@ -458,7 +534,7 @@ fn finish_turn(
 ) -> Result<()> {
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     if config.max_event_chars > 0 {
-        for item in &mut turn.items {
+        for item in turn.iter_mut() {
             if item.counts().chars() > config.max_event_chars {
                 elide(item, config.max_event_chars as usize, events, rd, &markers)?;
                 sel.elided_items += 1;
@@ -468,7 +544,7 @@ fn finish_turn(
     if !config.stamp_turns {
         return Ok(());
     }
-    let Some(first) = turn.items.iter_mut().find(|i| i.role == Role::User) else {
+    let Some(first) = turn.iter_mut().find(|i| i.role == Role::User) else {
         return Ok(());
     };
     if first.kind == ItemKind::StartupSnapshot || first.carried_before {
@@ -517,12 +593,12 @@ fn elide(
     Ok(())
 }
 
-fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
+fn apply_cap(turns: &mut Turns, config: &Config, sel: &mut Selection) {
     if config.carry_max_tokens == 0 {
         return;
     }
     let cap = config.carry_max_tokens;
-    let mut total: u64 = turns.iter().map(Turn::tokens).sum();
+    let mut total: u64 = tokens(turns.items());
     if total <= cap {
         return;
     }
@@ -536,33 +612,30 @@ fn apply_cap(turns: &mut Vec<Turn>, config: &Config, sel: &mut Selection) {
         CarryOverflow::DropOldest => {
             let mut drop = 0;
             while total > cap && drop + 1 < turns.len() {
-                total -= turns[drop].tokens();
+                total -= tokens(turns.turn(drop));
                 drop += 1;
             }
             sel.dropped_oldest_turns += drop;
-            for turn in turns.drain(..drop) {
-                sel.left_out.extend(
-                    turn.items
-                        .iter()
-                        .map(|i| (i.event(), LeftOutReason::DroppedOldest)),
-                );
-            }
+            sel.left_out.extend(
+                turns
+                    .drain_first(drop)
+                    .map(|i| (i.event(), LeftOutReason::DroppedOldest)),
+            );
         }
     }
 }
 
-fn poison_hits(
-    turns: &[Turn],
-    config: &Config,
-    events: &[Event],
-    rd: &Reread<'_>,
-) -> Result<usize> {
+fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>) -> Result<usize> {
     let pattern = &config.poison_pattern;
     let start = turns.len().saturating_sub(10);
+    let first = if start < turns.len() {
+        turns.range(start).start
+    } else {
+        turns.items().len()
+    };
     let mut hits = 0;
-    for item in turns[start..]
+    for item in turns.items()[first..]
         .iter()
-        .flat_map(|t| &t.items)
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
         hits += pattern
@@ -575,33 +648,26 @@ fn poison_hits(
 /// Builds turns from a stream of items.
 #[derive(Default)]
 struct Builder {
-    turns: Vec<Turn>,
+    turns: Turns,
 }
 
 impl Builder {
     fn user(&mut self, item: Item) {
-        match self.turns.last_mut() {
-            Some(t) if !t.has_assistant() => t.items.push(item),
-            _ => self.start(item),
+        if self.turns.is_empty() || self.turns.last_has_assistant() {
+            self.turns.start(item);
+        } else {
+            self.turns.push(item);
         }
     }
     /// Returns true when this opened a leading assistant-only turn.
     fn assistant(&mut self, item: Item) -> bool {
-        if let Some(t) = self.turns.last_mut() {
-            t.items.push(item);
-            false
-        } else {
-            self.start(item);
+        if self.turns.is_empty() {
+            self.turns.start(item);
             true
+        } else {
+            self.turns.push(item);
+            false
         }
-    }
-    /// A new turn; the finished one gives back its spare capacity (a
-    /// two-item turn would otherwise hold room for four).
-    fn start(&mut self, item: Item) {
-        if let Some(t) = self.turns.last_mut() {
-            t.items.shrink_to_fit();
-        }
-        self.turns.push(Turn { items: vec![item] });
     }
 }
 
@@ -637,7 +703,11 @@ mod tests {
         b.assistant(it(Role::Assistant));
         b.user(it(Role::User));
         assert_eq!(b.turns.len(), 3);
-        assert_eq!(b.turns[1].items.len(), 4);
-        assert!(!b.turns[2].has_assistant());
+        assert_eq!(b.turns.turn(1).len(), 4);
+        assert!(!b.turns.last_has_assistant());
+        assert_eq!(b.turns.pop().len(), 1);
+        assert_eq!(b.turns.drain_first(1).len(), 1);
+        assert_eq!(b.turns.len(), 1);
+        assert_eq!(b.turns.turn(0).len(), 4);
     }
 }

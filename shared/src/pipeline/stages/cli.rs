@@ -105,6 +105,9 @@ pub fn execute(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result
     let args = Args::parse(stage, args)?;
     let config = Config::load(args.config.as_deref())?;
     let store = Store::for_config(&config)?;
+    // Large tables of a long transcript live in unlinked files beside the
+    // operations (issue 12: flat memory).
+    crate::heap::spill_into(store.dir());
     store.recover_stale()?;
     let (id, by_hand) = if let Some(id) = &args.operation {
         (id.clone(), false)
