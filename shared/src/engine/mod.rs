@@ -11,6 +11,7 @@ pub mod candidate;
 pub(crate) mod chain;
 pub mod classify;
 pub mod conserve;
+pub mod inline_str;
 pub mod ledger;
 pub mod plan;
 pub(crate) mod rawjson;

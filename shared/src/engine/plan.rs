@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, HistoryMode, OnMalformed};
 use crate::engine::candidate::{self, Candidate, Sink};
 use crate::engine::chain;
+use crate::engine::inline_str::InlineStr;
 use crate::engine::ledger::{self, Budget, LedgerReport, Measured};
 use crate::engine::reread::{Bytes, Reread};
 use crate::engine::scan::{Markers, NotSpeechCounts, Options, Scan};
@@ -33,7 +34,7 @@ pub struct Preview {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LeftOut {
     pub line: usize,
-    pub uuid: Option<String>,
+    pub uuid: Option<InlineStr>,
     pub reason: LeftOutReason,
 }
 
@@ -378,7 +379,7 @@ fn plan<R: BufRead>(
         crate::heap::tick();
         let entry = LeftOut {
             line: scan.events[e].line(),
-            uuid: rd.uuid(&scan.events[e])?,
+            uuid: rd.uuid(&scan.events[e])?.as_deref().map(InlineStr::new),
             reason,
         };
         listed.extend(sink.left_out(entry)?);
