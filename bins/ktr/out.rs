@@ -5,22 +5,35 @@ use std::io::Write;
 /// Print text; exit quietly with 0 if stdout is a closed pipe.
 pub fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    written(
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush()),
+    );
+}
+
+/// Print a value as pretty JSON followed by a newline, written as it is
+/// serialized (a capped plan's report lists hundreds of thousands of
+/// left-out records: no copy of it all as one string).
+pub fn json<T: serde::Serialize>(value: &T) {
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    written(
+        serde_json::to_writer_pretty(&mut stdout, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| stdout.write_all(b"\n"))
+            .and_then(|()| stdout.flush()),
+    );
+}
+
+/// Exit quietly with 0 if stdout was a closed pipe, with 1 on another error.
+fn written(result: std::io::Result<()>) {
+    if let Err(e) = result {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
         eprintln!("ktr: cannot write output: {e}");
         std::process::exit(1);
     }
-}
-
-/// Print a value as pretty JSON followed by a newline.
-pub fn json<T: serde::Serialize>(value: &T) {
-    let text = serde_json::to_string_pretty(value).expect("reports serialize");
-    print(&(text + "\n"));
 }
 
 /// A byte count in a human unit.

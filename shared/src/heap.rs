@@ -62,11 +62,13 @@ const PAGE: usize = 4096;
 /// The global allocator of every ktr executable (see the module docs).
 pub struct Allocator;
 
-/// A live spilled block: where it is mapped and how much is mapped.
+/// A live spilled block: where it is mapped, how much is mapped, and its
+/// file (kept open to reserve room as the block grows).
 #[derive(Clone, Copy)]
 struct Region {
     addr: usize,
     len: usize,
+    fd: i32,
 }
 
 struct Spill {
@@ -78,7 +80,11 @@ struct Spill {
 
 static SPILL: Mutex<Spill> = Mutex::new(Spill {
     dir: -1,
-    regions: [Region { addr: 0, len: 0 }; MAX_REGIONS],
+    regions: [Region {
+        addr: 0,
+        len: 0,
+        fd: -1,
+    }; MAX_REGIONS],
     count: 0,
 });
 
@@ -126,7 +132,12 @@ impl Spill {
             if fd < 0 {
                 return None;
             }
-            let sized = libc::ftruncate(fd, SPILL_FILE_SPAN as libc::off_t) == 0;
+            // The room is reserved up front: a page of a sparse file that
+            // the file system cannot place (a full disk) would be SIGBUS
+            // when first written, not an error; here it is a block from
+            // the system allocator instead.
+            let sized =
+                libc::ftruncate(fd, SPILL_FILE_SPAN as libc::off_t) == 0 && reserve(fd, 0, len);
             let addr = if sized {
                 libc::mmap(
                     std::ptr::null_mut(),
@@ -139,13 +150,14 @@ impl Spill {
             } else {
                 libc::MAP_FAILED
             };
-            libc::close(fd);
             if addr == libc::MAP_FAILED {
+                libc::close(fd);
                 return None;
             }
             self.regions[self.count] = Region {
                 addr: addr as usize,
                 len,
+                fd,
             };
             self.count += 1;
             SPILLED_EVER.store(true, Ordering::Release);
@@ -160,6 +172,9 @@ impl Spill {
         }
         let r = self.regions[i];
         let len = pages(size);
+        if len > r.len && !reserve(r.fd, r.len, len - r.len) {
+            return None;
+        }
         // SAFETY: `r` is a live mapping of a file at least `len` bytes long.
         let addr = unsafe {
             libc::mremap(
@@ -175,6 +190,7 @@ impl Spill {
         self.regions[i] = Region {
             addr: addr as usize,
             len,
+            fd: r.fd,
         };
         Some(addr.cast())
     }
@@ -184,10 +200,20 @@ impl Spill {
         // SAFETY: `r` is a live mapping made by `map`/`remap`, forgotten here.
         unsafe {
             libc::munmap(r.addr as *mut libc::c_void, r.len);
+            libc::close(r.fd);
         }
         self.count -= 1;
         self.regions[i] = self.regions[self.count];
     }
+}
+
+/// Reserve `len` bytes of `fd` from `offset` on disk (false: no room).
+fn reserve(fd: i32, offset: usize, len: usize) -> bool {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return false;
+    };
+    // SAFETY: fallocate on a descriptor owned by the caller.
+    unsafe { libc::fallocate(fd, 0, offset, len) == 0 }
 }
 
 // SAFETY: every block is either the system allocator's (passed through
@@ -289,6 +315,9 @@ pub fn setup() {
 /// directory: on disk, where ktr may write). False when `dir` cannot hold
 /// them (no `O_TMPFILE` there, not a directory): blocks then stay in memory.
 pub fn spill_into(dir: &Path) -> bool {
+    if !files_may_be_sparse_and_large() {
+        return false;
+    }
     let Ok(handle) = std::fs::File::open(dir) else {
         return false;
     };
@@ -326,6 +355,18 @@ pub fn spill_into(dir: &Path) -> bool {
         );
     }
     true
+}
+
+/// A file-size limit (`ulimit -f`) below a spill file's span would make
+/// its `ftruncate` raise SIGXFSZ: spill only without one.
+fn files_may_be_sparse_and_large() -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &raw mut limit) } == 0;
+    known && (limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= SPILL_FILE_SPAN as u64)
 }
 
 /// The bytes the process holds now (`/proc/self/statm`), if known.
@@ -388,6 +429,50 @@ pub fn hand_back() {
 /// Whether blocks spill now (for `ktr doctor` and the tests).
 pub fn spilling() -> bool {
     spill().dir >= 0
+}
+
+/// A `Vec` of records that is read with a [`tick`] an element when it is
+/// serialized or dropped (a drop reads every element that owns something),
+/// so that a long one is not mapped whole at once. For the per-record lists
+/// that outlive a pass, such as a capped plan's left-out records.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Table<T>(pub Vec<T>);
+
+impl<T> Default for Table<T> {
+    fn default() -> Table<T> {
+        Table(Vec::new())
+    }
+}
+
+impl<T> std::ops::Deref for Table<T> {
+    type Target = Vec<T>;
+    fn deref(&self) -> &Vec<T> {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Table<T> {
+    fn deref_mut(&mut self) -> &mut Vec<T> {
+        &mut self.0
+    }
+}
+
+impl<T: serde::Serialize> serde::Serialize for Table<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().inspect(|_| tick()))
+    }
+}
+
+impl<T> Drop for Table<T> {
+    fn drop(&mut self) {
+        if std::mem::needs_drop::<T>() {
+            for item in self.0.drain(..) {
+                tick();
+                drop(item);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,12 @@ impl LeftOuts for Vec<LeftOut> {
     }
 }
 
+impl LeftOuts for crate::heap::Table<LeftOut> {
+    fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()> {
+        self.0.each_left_out(f)
+    }
+}
+
 /// What verification checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ConservationCounts {

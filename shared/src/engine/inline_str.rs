@@ -72,15 +72,27 @@ mod tests {
 
     #[test]
     fn short_and_long_strings_read_back_and_serialize_as_strings() {
-        for s in ["", "é", "0b7f8a52-1c55-4a8e-9d0e-3f1c2b6a7e90", &"x".repeat(39), &"語".repeat(20)] {
+        for s in [
+            "",
+            "é",
+            "0b7f8a52-1c55-4a8e-9d0e-3f1c2b6a7e90",
+            &"x".repeat(39),
+            &"語".repeat(20),
+        ] {
             let i = InlineStr::new(s);
             assert_eq!(i.as_str(), s);
             let json = serde_json::to_string(&i).unwrap();
             assert_eq!(json, serde_json::to_string(s).unwrap());
             assert_eq!(serde_json::from_str::<InlineStr>(&json).unwrap(), i);
         }
-        assert!(matches!(InlineStr::new(&"x".repeat(38)), InlineStr::Short { .. }));
-        assert!(matches!(InlineStr::new(&"x".repeat(39)), InlineStr::Long(_)));
+        assert!(matches!(
+            InlineStr::new(&"x".repeat(38)),
+            InlineStr::Short { .. }
+        ));
+        assert!(matches!(
+            InlineStr::new(&"x".repeat(39)),
+            InlineStr::Long(_)
+        ));
         assert!(std::mem::size_of::<InlineStr>() <= 40);
     }
 }

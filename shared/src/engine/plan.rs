@@ -93,7 +93,7 @@ pub struct PlanReport {
     /// Every conversation record that was not carried, with the reason
     /// (empty in an operation's stats, which keep it on its own).
     #[serde(default)]
-    pub left_out: Vec<LeftOut>,
+    pub left_out: crate::heap::Table<LeftOut>,
 }
 
 /// A plan whose candidate was written into a [`Sink`]: the report and
@@ -455,7 +455,7 @@ fn plan<R: BufRead>(
         window: None,
         first_carried,
         last_carried,
-        left_out: listed,
+        left_out: crate::heap::Table(listed),
     };
     Ok(Planned {
         report,
