@@ -48,11 +48,15 @@ const TICKS_PER_LOOK: u32 = 128;
 /// spill pages) before [`tick`] releases the spilled pages. Releasing only
 /// then, not at every look, keeps the page faults of a pass few: a page
 /// of a table is mapped again only once the budget is used up.
-const RESIDENT_BUDGET: u64 = 9 << 20;
+const RESIDENT_BUDGET: u64 = 10 << 20;
 
 /// The size of each spill file: sparse, so it costs nothing on disk until
 /// written; a block grows within it by `mremap` without a copy.
 const SPILL_FILE_SPAN: usize = 1 << 36;
+
+/// A block this large is one huge message's line or text (or a table of a
+/// very long session): growing it releases what is mapped ([`Spill::remap`]).
+pub const HUGE_BLOCK: usize = 8 << 20;
 
 /// Live spilled blocks at most; a block beyond this comes from the system.
 const MAX_REGIONS: usize = 256;
@@ -175,6 +179,12 @@ impl Spill {
         if len > r.len && !reserve(r.fd, r.len, len - r.len) {
             return None;
         }
+        if len > r.len && len >= HUGE_BLOCK {
+            // A huge block grows while it is written (a long line read, a
+            // huge text decoded or serialized): what was written so far,
+            // of it and of the others, is not needed in memory meanwhile.
+            self.release();
+        }
         // SAFETY: `r` is a live mapping of a file at least `len` bytes long.
         let addr = unsafe {
             libc::mremap(
@@ -193,6 +203,17 @@ impl Spill {
             fd: r.fd,
         };
         Some(addr.cast())
+    }
+
+    /// Unmap every block's pages from the process (see [`release`]).
+    fn release(&self) {
+        for r in &self.regions[..self.count] {
+            // SAFETY: a live shared file mapping: MADV_DONTNEED drops the
+            // process's page-table entries only, the file keeps the bytes.
+            unsafe {
+                libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_DONTNEED);
+            }
+        }
     }
 
     fn unmap(&mut self, i: usize) {
@@ -391,21 +412,16 @@ pub fn release() {
     if !SPILLED_EVER.load(Ordering::Acquire) {
         return;
     }
-    let s = spill();
-    for r in &s.regions[..s.count] {
-        // SAFETY: a live shared file mapping: MADV_DONTNEED drops the
-        // process's page-table entries only, the file keeps the bytes.
-        unsafe {
-            libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_DONTNEED);
-        }
-    }
+    spill().release();
 }
 
 /// One record of a pass over large tables: every [`TICKS_PER_LOOK`]th call
 /// looks at what the process holds and, over [`RESIDENT_BUDGET`],
 /// [`release`]s the spilled pages.
 pub fn tick() {
-    if TICKS.fetch_add(1, Ordering::Relaxed) % TICKS_PER_LOOK == 0
+    if TICKS
+        .fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(TICKS_PER_LOOK)
         && SPILLED_EVER.load(Ordering::Relaxed)
         && resident().is_none_or(|r| r > RESIDENT_BUDGET)
     {
@@ -528,6 +544,24 @@ mod tests {
         v.truncate(10);
         v.shrink_to_fit();
         assert_eq!(v[9], 9u64.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    }
+
+    #[test]
+    fn only_a_directory_that_can_hold_unnamed_files_is_spilled_into() {
+        let _serial = spilling_for_test();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(!spill_into(&file));
+        assert!(!spill_into(&dir.path().join("missing")));
+        assert!(
+            !spill_into(Path::new("/proc/self")),
+            "procfs has no O_TMPFILE"
+        );
+        // A refused directory leaves spilling as it was.
+        assert!(spilling());
+        let v = vec![7u8; 1 << 20];
+        assert!(v.iter().all(|&b| b == 7));
     }
 
     #[test]

@@ -373,7 +373,9 @@ fn plan<R: BufRead>(
         )
         .chain(sel.left_out.iter().copied())
         .collect();
-    left_out.sort_by_key(|&(e, _)| scan.events[e].line());
+    // Events are numbered in file order: by event is by line (and looks at
+    // nothing but this list).
+    left_out.sort_by_key(|&(e, _)| e);
     let mut listed = Vec::new();
     for (e, reason) in left_out {
         crate::heap::tick();

@@ -88,7 +88,12 @@ impl<'a> Reread<'a> {
         self.bytes
             .read_at(at, &mut buf)
             .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
-        let result = match transcript::parse_line(&buf) {
+        let parsed = transcript::parse_line(&buf);
+        if buf.len() >= crate::heap::HUGE_BLOCK {
+            // One huge message: only its parsed text is read from now on.
+            crate::heap::release();
+        }
+        let result = match parsed {
             Line::Record(mut r) => f(&mut r),
             _ => Err(changed(at, "no longer holds a record")),
         };

@@ -20,10 +20,12 @@ pub type Sym = u32;
 const GENERATION: usize = 1 << 16;
 /// Slots of a generation's table (half full at most).
 const SLOTS: usize = 2 * GENERATION;
-/// Bits of a generation's Bloom filter (16 a key).
-const FILTER_BITS: usize = 16 * GENERATION;
+/// Words of a generation's Bloom filter (16 bits a key). The filter is
+/// blocked: a key's bits are all in one word, so a lookup that must ask
+/// every generation costs one memory access each.
+const FILTER_WORDS: usize = 16 * GENERATION / 64;
 /// Bits set per key.
-const PROBES: u64 = 4;
+const PROBES: u32 = 4;
 
 /// Key → symbol.
 #[derive(Debug, Default)]
@@ -71,25 +73,28 @@ impl Table {
 
     /// The Bloom filter of this generation's keys.
     fn filter(&self) -> Vec<u64> {
-        let mut bits = vec![0u64; FILTER_BITS / 64];
+        let mut words = vec![0u64; FILTER_WORDS];
         for &key in self.keys.iter().filter(|&&k| k != 0) {
-            for bit in filter_bits(key) {
-                bits[bit / 64] |= 1 << (bit % 64);
-            }
+            let (word, mask) = filter_word(key);
+            words[word] |= mask;
         }
-        bits
+        words
     }
 }
 
-/// The filter bits of `key` (double hashing from its two halves).
-fn filter_bits(key: u64) -> impl Iterator<Item = usize> {
-    let (a, b) = (key, key.rotate_left(32) | 1);
+/// The filter word of `key` and its bits there: the word from the key's
+/// high bits (the table slot uses the low ones), a bit from each of the
+/// next four 6-bit fields.
+fn filter_word(key: u64) -> (usize, u64) {
     #[allow(clippy::cast_possible_truncation)] // masked
-    (0..PROBES).map(move |j| (a.wrapping_add(j.wrapping_mul(b)) >> 7) as usize & (FILTER_BITS - 1))
+    let word = (key >> 40) as usize & (FILTER_WORDS - 1);
+    let mask = (0..PROBES).fold(0u64, |m, j| m | 1 << ((key >> (17 + 6 * j)) & 63));
+    (word, mask)
 }
 
 fn may_hold(filter: &[u64], key: u64) -> bool {
-    filter_bits(key).all(|bit| filter[bit / 64] & (1 << (bit % 64)) != 0)
+    let (word, mask) = filter_word(key);
+    filter[word] & mask == mask
 }
 
 impl Symbols {

@@ -50,7 +50,13 @@ pub fn for_each_line<R: BufRead>(
         }
         number += 1;
         let line = trim_newline(&buf);
-        f(number, offset, line, parse_line(line));
+        let parsed = parse_line(line);
+        if line.len() >= crate::heap::HUGE_BLOCK {
+            // One huge message: the line was read through once to parse
+            // it; only the parsed text is read now (see `heap`).
+            crate::heap::release();
+        }
+        f(number, offset, line, parsed);
         crate::heap::tick();
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.

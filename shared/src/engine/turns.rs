@@ -619,6 +619,7 @@ fn apply_cap(turns: &mut Turns, config: &Config, sel: &mut Selection) {
             sel.left_out.extend(
                 turns
                     .drain_first(drop)
+                    .inspect(|_| crate::heap::tick())
                     .map(|i| (i.event(), LeftOutReason::DroppedOldest)),
             );
         }
