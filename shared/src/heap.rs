@@ -42,7 +42,7 @@ pub const SPILL_MIN: usize = 256 * 1024;
 /// [`tick`]s between two looks at what the process holds: a pass touches
 /// a few pages a record (the end of a table, a hash slot), so the process
 /// grows by at most a few MiB between two looks.
-const TICKS_PER_LOOK: u32 = 128;
+const TICKS_PER_LOOK: u32 = 64;
 
 /// What the process may hold (resident, all of it: code, heap, mapped
 /// spill pages) before [`tick`] releases the spilled pages. Releasing only
