@@ -8,7 +8,6 @@
 //! piece of real user/assistant text is found in the candidate, unless the
 //! plan said it left that record out.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -442,12 +441,12 @@ pub fn conserve(
     expected: &Expected<'_>,
     reply_tool: &Regex,
 ) -> Result<Conservation> {
-    let mut left_out: HashSet<usize> = HashSet::new();
+    let mut left_out = LineSet::default();
     expected.left_out.each_left_out(&mut |l| {
         left_out.insert(l.line);
         Ok(())
     })?;
-    let mut elided: HashSet<usize> = HashSet::new();
+    let mut elided = LineSet::default();
     expected.manifest.each_item(&mut |m| {
         if m.elided_chars > 0 {
             elided.insert(m.source_line);
@@ -475,11 +474,11 @@ pub fn conserve(
             if pieces.is_empty() {
                 continue;
             }
-            if left_out.contains(&number) {
+            if left_out.contains(number) {
                 result.left_out += 1;
                 continue;
             }
-            if elided.contains(&number) {
+            if elided.contains(number) {
                 result.elided += 1;
                 continue;
             }
@@ -543,6 +542,28 @@ pub fn conserve(
         )));
     }
     Ok(result)
+}
+
+/// Line numbers, one bit each: a capped plan of a long session leaves out
+/// hundreds of thousands of records, and the backup walk asks about every
+/// line (a hash set of them would be touched all over; see [`crate::heap`]).
+#[derive(Default)]
+struct LineSet(Vec<u64>);
+
+impl LineSet {
+    fn insert(&mut self, line: usize) {
+        let word = line / 64;
+        if word >= self.0.len() {
+            self.0.resize((word + 1).next_power_of_two(), 0);
+        }
+        self.0[word] |= 1 << (line % 64);
+    }
+
+    fn contains(&self, line: usize) -> bool {
+        self.0
+            .get(line / 64)
+            .is_some_and(|w| w & (1 << (line % 64)) != 0)
+    }
 }
 
 /// The first (by source line) of `aside` that occurs in no carried text:
