@@ -547,6 +547,35 @@ mod tests {
     }
 
     #[test]
+    fn threads_growing_freeing_and_releasing_spilled_blocks_keep_their_bytes() {
+        let _serial = spilling_for_test();
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for round in 0..6u64 {
+                        let seed = t * 1000 + round;
+                        let mut v: Vec<u64> = Vec::new();
+                        for i in 0..(150_000 + 20_000 * round) {
+                            v.push(i ^ seed);
+                            if i % 1024 == 0 {
+                                tick();
+                            }
+                        }
+                        release();
+                        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ seed));
+                        v.truncate(1000);
+                        v.shrink_to_fit();
+                        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ seed));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    }
+
+    #[test]
     fn only_a_directory_that_can_hold_unnamed_files_is_spilled_into() {
         let _serial = spilling_for_test();
         let dir = tempfile::tempdir().unwrap();
