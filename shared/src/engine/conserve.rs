@@ -446,6 +446,7 @@ pub fn conserve(
         left_out.insert(l.line);
         Ok(())
     })?;
+    let left_out = left_out.sorted();
     let mut elided = LineSet::default();
     expected.manifest.each_item(&mut |m| {
         if m.elided_chars > 0 {
@@ -453,6 +454,7 @@ pub fn conserve(
         }
         Ok(())
     })?;
+    let elided = elided.sorted();
     let file = File::open(backup).map_err(|e| Error::io_at("open", backup, &e))?;
     let mut result = Conservation {
         checked: 0,
@@ -544,25 +546,27 @@ pub fn conserve(
     Ok(result)
 }
 
-/// Line numbers, one bit each: a capped plan of a long session leaves out
-/// hundreds of thousands of records, and the backup walk asks about every
-/// line (a hash set of them would be touched all over; see [`crate::heap`]).
+/// A set of line numbers, sorted once: a capped plan of a long session
+/// leaves out hundreds of thousands of records, and the backup walk asks
+/// about every line. (A hash set of them is touched all over on every
+/// line, see [`crate::heap`]; a bitset would be as large as the largest
+/// number an edited manifest names.)
 #[derive(Default)]
-struct LineSet(Vec<u64>);
+struct LineSet(Vec<usize>);
 
 impl LineSet {
     fn insert(&mut self, line: usize) {
-        let word = line / 64;
-        if word >= self.0.len() {
-            self.0.resize((word + 1).next_power_of_two(), 0);
-        }
-        self.0[word] |= 1 << (line % 64);
+        self.0.push(line);
+    }
+
+    /// Sort once all are in (the manifest lists them in any order).
+    fn sorted(mut self) -> LineSet {
+        self.0.sort_unstable();
+        self
     }
 
     fn contains(&self, line: usize) -> bool {
-        self.0
-            .get(line / 64)
-            .is_some_and(|w| w & (1 << (line % 64)) != 0)
+        self.0.binary_search(&line).is_ok()
     }
 }
 
