@@ -361,25 +361,31 @@ fn plan<R: BufRead>(
         &rd,
         sink,
     )?;
-    let mut left_out: Vec<(usize, LeftOutReason)> = history
+    // (event, reason): events are numbered in file order, so by event is by
+    // line (and sorting looks at nothing but this list). u32 like every
+    // event index (`Scan::read`), so a capped plan's list of hundreds of
+    // thousands is half as large when it is sorted at once.
+    let narrow = |e: usize| u32::try_from(e).unwrap_or(u32::MAX);
+    let mut left_out: Vec<(u32, LeftOutReason)> = history
         .abandoned
         .iter()
-        .map(|&e| (e, LeftOutReason::AbandonedBranch))
+        .map(|&e| (narrow(e), LeftOutReason::AbandonedBranch))
         .chain(
             history
                 .off_chain_commands
                 .iter()
-                .map(|&e| (e, LeftOutReason::LocalCommand)),
+                .map(|&e| (narrow(e), LeftOutReason::LocalCommand)),
         )
-        .chain(sel.left_out.iter().copied())
+        .chain(sel.left_out.iter().map(|&(e, r)| (narrow(e), r)))
+        .inspect(|_| crate::heap::tick())
         .collect();
-    // Events are numbered in file order: by event is by line (and looks at
-    // nothing but this list). Each event is listed once at most, so an
-    // unstable sort orders it the same, in place (no scratch half its size).
+    // Each event is listed once at most, so an unstable sort orders it the
+    // same, in place (no scratch half its size).
     left_out.sort_unstable_by_key(|&(e, _)| e);
     let mut listed = Vec::new();
     for (e, reason) in left_out {
         crate::heap::tick();
+        let e = e as usize;
         let entry = LeftOut {
             line: scan.events[e].line(),
             uuid: rd.uuid(&scan.events[e])?.as_deref().map(InlineStr::new),
