@@ -237,32 +237,28 @@ fn reserve(fd: i32, offset: usize, len: usize) -> bool {
     unsafe { libc::fallocate(fd, 0, offset, len) == 0 }
 }
 
+/// A new block for `layout` in a spill file, if it is large enough and
+/// spilling is on.
+fn spilled(layout: Layout) -> Option<*mut u8> {
+    (layout.size() >= SPILL_MIN && layout.align() <= PAGE)
+        .then(|| spill().map(layout.size()))
+        .flatten()
+}
+
 // SAFETY: every block is either the system allocator's (passed through
 // unchanged) or a spilled mapping recorded in `SPILL` under its lock;
 // `dealloc`/`realloc` tell them apart by looking the address up, so a block
 // is always returned to the allocator that made it.
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() >= SPILL_MIN
-            && layout.align() <= PAGE
-            && let Some(p) = spill().map(layout.size())
-        {
-            return p;
-        }
         // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
+        spilled(layout).unwrap_or_else(|| unsafe { System.alloc(layout) })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // A fresh file reads as zeros: no pages are touched.
-        if layout.size() >= SPILL_MIN
-            && layout.align() <= PAGE
-            && let Some(p) = spill().map(layout.size())
-        {
-            return p;
-        }
         // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc_zeroed(layout) }
+        spilled(layout).unwrap_or_else(|| unsafe { System.alloc_zeroed(layout) })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
