@@ -24,6 +24,7 @@ mod hostile;
 mod install;
 mod kill;
 mod mcp;
+mod memory;
 mod pipeline;
 mod properties;
 mod rules;

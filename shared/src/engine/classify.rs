@@ -192,7 +192,7 @@ pub fn read_user<'r>(record: &'r Record<'_>) -> UserRecord<'r> {
         Content::Text(t) => raw_parts.push(Cow::Borrowed(t.as_ref())),
         Content::Blocks(blocks) => {
             for raw in blocks {
-                match top_level_str(raw.get(), "type") {
+                match top_level_str(raw, "type") {
                     Some("text") => {
                         if let Some(t) = Block::parse(raw).text.0 {
                             raw_parts.push(t);
@@ -201,12 +201,11 @@ pub fn read_user<'r>(record: &'r Record<'_>) -> UserRecord<'r> {
                     Some("tool_result") => {
                         // Only a rejected call can hold the user's words;
                         // other results are never decoded.
-                        let rejected =
-                            memchr::memmem::find(raw.get().as_bytes(), b"the user said:").is_some()
-                                && top_level(raw.get(), "is_error") == Some("true");
+                        let rejected = memchr::memmem::find(raw.as_bytes(), b"the user said:")
+                            .is_some()
+                            && top_level(raw, "is_error") == Some("true");
                         let feedback = if rejected {
-                            top_level(raw.get(), "content")
-                                .and_then(|c| rejection_words(&text_of_str(c)))
+                            top_level(raw, "content").and_then(|c| rejection_words(&text_of_str(c)))
                         } else {
                             None
                         };
@@ -471,13 +470,12 @@ pub fn read_assistant(record: &Record<'_>, reply_tool: &Regex) -> AssistantReadi
         Content::Text(t) => pieces.push(t.to_string()),
         Content::Blocks(blocks) => {
             for raw in blocks {
-                match top_level_str(raw.get(), "type") {
+                match top_level_str(raw, "type") {
                     Some("text") => {
                         pieces.extend(Block::parse(raw).text.0.map(std::borrow::Cow::into_owned));
                     }
                     Some("tool_use")
-                        if top_level_str(raw.get(), "name")
-                            .is_some_and(|n| reply_tool.is_match(n)) =>
+                        if top_level_str(raw, "name").is_some_and(|n| reply_tool.is_match(n)) =>
                     {
                         pieces.extend(Block::parse(raw).input.and_then(reply_text));
                     }

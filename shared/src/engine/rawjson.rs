@@ -1,11 +1,14 @@
-//! Finding one top-level key of a raw JSON object without parsing it.
+//! Finding one top-level key of a raw JSON object without parsing it, the
+//! elements of a raw array, and the text of a raw string.
 //!
 //! Tool results are the bulk of a transcript (often 95 % of its bytes) and
 //! ktr needs only their `type` and `is_error`. Skipping string values with
 //! `memchr` is several times faster than a full parse; the input was
 //! already validated as JSON by the line parse.
 
-use memchr::memchr2;
+use std::borrow::Cow;
+
+use memchr::{memchr, memchr2};
 
 /// The raw text of `key`'s value in the JSON object `raw`, if present.
 /// Returns `None` for anything that is not a well-formed object.
@@ -45,6 +48,103 @@ pub fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     let v = top_level(raw, key)?;
     let inner = v.strip_prefix('"')?.strip_suffix('"')?;
     (!inner.contains('\\')).then_some(inner)
+}
+
+/// The elements of the JSON array `raw`, raw. `None` for anything that
+/// is not a well-formed array.
+pub fn elements(raw: &str) -> Option<Vec<&str>> {
+    let b = raw.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut out = Vec::new();
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(out);
+    }
+    loop {
+        let end = value_end(b, i)?;
+        out.push(&raw[i..end]);
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b']') => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// The text of the JSON string `raw` (quotes included; JSON that `serde_json`
+/// has validated): borrowed when it holds no escape. A huge one is decoded
+/// a MiB at a time with a [`crate::heap::look`] after each, so that its
+/// raw and decoded forms are never mapped whole at once. `None` when `raw`
+/// is not a string or holds an unpaired surrogate escape (which `serde_json`
+/// refuses to decode into a string too).
+pub fn text(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let b = inner.as_bytes();
+    let Some(first) = memchr(b'\\', b) else {
+        return Some(Cow::Borrowed(inner));
+    };
+    let mut out = String::with_capacity(inner.len());
+    let mut looked = 0;
+    let mut i = 0;
+    let mut next = Some(first);
+    while let Some(at) = next {
+        // Backslashes and the escapes' letters are ASCII: `at` and the end
+        // of each escape are character boundaries.
+        crate::heap::push_str(&mut out, &inner[i..at]);
+        let (ch, len) = escape(b.get(at + 1..)?)?;
+        out.push(ch);
+        i = at + 1 + len;
+        if out.len() - looked >= crate::heap::LOOK_EVERY {
+            looked = out.len();
+            crate::heap::look();
+        }
+        next = memchr(b'\\', &b[i..]).map(|j| i + j);
+    }
+    crate::heap::push_str(&mut out, &inner[i..]);
+    Some(Cow::Owned(out))
+}
+
+/// The character an escape stands for and the bytes it takes after its
+/// backslash.
+fn escape(b: &[u8]) -> Option<(char, usize)> {
+    let plain = match b.first()? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let high = hex4(b.get(1..5)?)?;
+            return match high {
+                0xD800..=0xDBFF => {
+                    let low = match b.get(5..11)? {
+                        [b'\\', b'u', digits @ ..] => hex4(digits)?,
+                        _ => return None,
+                    };
+                    if !(0xDC00..=0xDFFF).contains(&low) {
+                        return None;
+                    }
+                    let code = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                    Some((char::from_u32(code)?, 11))
+                }
+                _ => Some((char::from_u32(high)?, 5)),
+            };
+        }
+        _ => return None,
+    };
+    Some((plain, 1))
+}
+
+fn hex4(digits: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(digits.get(..4)?).ok()?;
+    u32::from_str_radix(s, 16).ok()
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -131,6 +231,65 @@ mod tests {
             let found: serde_json::Value =
                 serde_json::from_str(top_level(raw, key).unwrap()).unwrap();
             assert_eq!(found, v[key], "{key}");
+        }
+    }
+
+    #[test]
+    fn texts_decode_as_serde_decodes_them() {
+        for raw in [
+            r#""plain""#,
+            r#""a\"b\\c\/d\b\f\n\r\t""#,
+            r#""\u00e9\u00E9 \u4e2d \ud83d\ude00 \uD83D\uDE00 end""#,
+            r#""\u0000x""#,
+            r#""""#,
+            r#""中文\n""#,
+        ] {
+            let want: String = serde_json::from_str(raw).unwrap();
+            assert_eq!(text(raw).as_deref(), Some(want.as_str()), "{raw}");
+        }
+        assert!(matches!(text(r#""no escape""#), Some(Cow::Borrowed(_))));
+        // Unpaired surrogates: serde refuses them as strings, and so does this.
+        for raw in [
+            r#""\ud83d""#,
+            r#""\ud83dx""#,
+            r#""\ude00""#,
+            r#""\ud83d\u0041""#,
+            r#""\ud83d\n""#,
+        ] {
+            assert!(serde_json::from_str::<String>(raw).is_err(), "{raw}");
+            assert_eq!(text(raw), None, "{raw}");
+        }
+        for raw in ["", "x", "1", r#""\""#, r#""\q""#, r#""\u12""#] {
+            assert_eq!(text(raw), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_huge_text_decodes_whole() {
+        let _serial = crate::heap::tests::spilling_for_test();
+        let original: String = (0..400_000)
+            .map(|i| format!("line {i} \"q\" 中\t\u{1F600}\n"))
+            .collect();
+        assert!(original.len() >= crate::heap::HUGE_BLOCK);
+        let raw = serde_json::to_string(&original).unwrap();
+        assert_eq!(text(&raw).as_deref(), Some(original.as_str()));
+    }
+
+    #[test]
+    fn elements_are_the_raw_values_of_an_array() {
+        let raw = r#" [ {"type":"text","text":"a]\"}"} , "x" ,[1,[2]],null ] "#;
+        assert_eq!(
+            elements(raw),
+            Some(vec![
+                r#"{"type":"text","text":"a]\"}"}"#,
+                r#""x""#,
+                "[1,[2]]",
+                "null"
+            ])
+        );
+        assert_eq!(elements("[]"), Some(vec![]));
+        for bad in ["", "{}", "[1", "[1,", "[1 2]"] {
+            assert_eq!(elements(bad), None, "{bad}");
         }
     }
 

@@ -29,8 +29,16 @@ impl Bytes for File {
     fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
         let len = usize::try_from(at.len).map_err(std::io::Error::other)?;
         buf.clear();
-        buf.resize(len, 0);
-        self.read_exact_at(buf, at.offset)
+        buf.reserve_exact(len);
+        // A MiB at a time with a look after each: a huge line's room is a
+        // spill file, and what is read of it is not kept mapped.
+        while buf.len() < len {
+            let from = buf.len();
+            buf.resize(len.min(from + crate::heap::LOOK_EVERY), 0);
+            self.read_exact_at(&mut buf[from..], at.offset + from as u64)?;
+            crate::heap::look();
+        }
+        Ok(())
     }
 }
 

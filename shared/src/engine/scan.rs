@@ -906,7 +906,7 @@ impl Scan {
             return;
         };
         for raw in blocks {
-            let text = raw.get();
+            let text = *raw;
             let kind = block_kind(text);
             if r.sidechain() {
                 continue; // counted whole as sidechain
@@ -939,7 +939,7 @@ impl Scan {
         if let Content::Blocks(blocks) = &r.message.content {
             let cat_for_sidechain = r.sidechain() || r.meta();
             for raw in blocks {
-                let text = raw.get();
+                let text = *raw;
                 let cat = match block_kind(text) {
                     _ if cat_for_sidechain => Some(Category::Sidechain),
                     "thinking" | "redacted_thinking" => Some(Category::Thinking),

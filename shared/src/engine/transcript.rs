@@ -16,6 +16,8 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::engine::rawjson;
+
 /// One line of a transcript as the reader saw it.
 pub enum Line<'a> {
     /// Empty or whitespace only: ignored, not malformed.
@@ -44,7 +46,7 @@ pub fn for_each_line<R: BufRead>(
     let mut offset = 0u64;
     loop {
         buf.clear();
-        let read = input.read_until(b'\n', &mut buf)?;
+        let read = read_line(&mut input, &mut buf)?;
         if read == 0 {
             return Ok(());
         }
@@ -66,6 +68,33 @@ pub fn for_each_line<R: BufRead>(
     }
 }
 
+/// `BufRead::read_until(b'\n')`, with a [`crate::heap::look`] every MiB
+/// of a long line: its room grows in a spill file, and what is written of
+/// it is not kept mapped.
+fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (used, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), available.is_empty()),
+        };
+        buf.extend_from_slice(&available[..used]);
+        input.consume(used);
+        if (read + used) / crate::heap::LOOK_EVERY != read / crate::heap::LOOK_EVERY {
+            crate::heap::look();
+        }
+        read += used;
+        if done {
+            return Ok(read);
+        }
+    }
+}
+
 fn trim_newline(buf: &[u8]) -> &[u8] {
     let mut end = buf.len();
     while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
@@ -74,17 +103,45 @@ fn trim_newline(buf: &[u8]) -> &[u8] {
     &buf[..end]
 }
 
+/// `bytes` as text if they are UTF-8; a huge line is checked a MiB at a
+/// time (cut before a character's first byte) with a
+/// [`crate::heap::look`] after each.
+fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.len() < crate::heap::HUGE_BLOCK {
+        return simdutf8::basic::from_utf8(bytes).ok();
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(crate::heap::LOOK_EVERY);
+        // Before a first byte: at most three continuation bytes back (more
+        // means the piece fails the check anyway).
+        while cut < rest.len() && cut > 1 && rest[cut] & 0xC0 == 0x80 {
+            cut -= 1;
+        }
+        simdutf8::basic::from_utf8(&rest[..cut]).ok()?;
+        rest = &rest[cut..];
+        crate::heap::look();
+    }
+    // SAFETY: every piece is UTF-8 and each cut is before a character's
+    // first byte, so the pieces together are UTF-8.
+    Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+}
+
 /// Parse one line (without its newline).
 pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Line::Blank;
     }
-    let Ok(text) = simdutf8::basic::from_utf8(bytes) else {
+    let Some(text) = utf8(bytes) else {
         return Line::Malformed("not valid UTF-8");
     };
     if !text.trim_start().starts_with('{') {
         return Line::Malformed("not a JSON object");
     }
+    let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+    // serde_json reads a huge line in one call: the heap's watch releases
+    // what it maps meanwhile.
+    let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
     match serde_json::from_str::<Record<'_>>(text) {
         Ok(record) => Line::Record(Box::new(record)),
         Err(_) => Line::Malformed("not valid JSON"),
@@ -147,24 +204,16 @@ macro_rules! absent_otherwise {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Option<Cow<'de, str>>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Some(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Some(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Some(Cow::Owned(v)))
-            }
-            absent_otherwise!(scalars, seq, map);
+        // Taken raw and decoded here, not by serde_json: a huge text is
+        // decoded a MiB at a time (`rawjson::text`). An unpaired surrogate
+        // fails the line, as serde_json's own decoding does.
+        let raw = <&'de RawValue>::deserialize(d)?.get();
+        if !raw.starts_with('"') {
+            return Ok(Lenient(None));
         }
-        d.deserialize_any(V).map(Lenient)
+        rawjson::text(raw)
+            .map(|t| Lenient(Some(t)))
+            .ok_or_else(|| serde::de::Error::custom("unpaired surrogate in a string"))
     }
 }
 
@@ -303,7 +352,8 @@ pub enum Content<'a> {
     #[default]
     None,
     Text(Str<'a>),
-    Blocks(Vec<&'a RawValue>),
+    /// The blocks, raw.
+    Blocks(Vec<&'a str>),
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
@@ -337,7 +387,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
             }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(Message {
-                    content: Content::Text(Cow::Owned(v.to_string())),
+                    content: Content::Text(Cow::Owned(crate::heap::copied(v))),
                     ..Message::default()
                 })
             }
@@ -349,28 +399,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Content<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("message content")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Content::Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Content::Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
-                let mut blocks = Vec::new();
-                while let Some(raw) = a.next_element::<&'de RawValue>()? {
-                    blocks.push(raw);
-                }
-                Ok(Content::Blocks(blocks))
-            }
-            absent_otherwise!(scalars, map);
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
+        // Taken raw and split or decoded here (see `Lenient<Str>`).
+        let raw = <&'de RawValue>::deserialize(d)?.get();
+        Ok(match raw.as_bytes().first() {
+            Some(b'"') => Content::Text(
+                rawjson::text(raw)
+                    .ok_or_else(|| serde::de::Error::custom("unpaired surrogate in a string"))?,
+            ),
+            Some(b'[') => Content::Blocks(rawjson::elements(raw).unwrap_or_default()),
+            _ => Content::None,
+        })
     }
 }
 
@@ -380,7 +418,7 @@ impl Content<'_> {
         match self {
             Content::None => 0,
             Content::Text(t) => t.len(),
-            Content::Blocks(b) => b.iter().map(|r| r.get().len()).sum(),
+            Content::Blocks(b) => b.iter().map(|r| r.len()).sum(),
         }
     }
 }
@@ -404,8 +442,8 @@ pub struct Block<'a> {
 
 impl<'a> Block<'a> {
     /// Parse a block; a block that is not an object reads as an empty block.
-    pub fn parse(raw: &'a RawValue) -> Block<'a> {
-        serde_json::from_str(raw.get()).unwrap_or_default()
+    pub fn parse(raw: &'a str) -> Block<'a> {
+        serde_json::from_str(raw).unwrap_or_default()
     }
     /// The block's `type`, or "" when absent.
     pub fn kind(&self) -> &str {
@@ -430,7 +468,7 @@ pub fn text_of_str(t: &str) -> String {
     };
     let texts: Vec<String> = blocks
         .iter()
-        .map(|b| Block::parse(b))
+        .map(|b| Block::parse(b.get()))
         .filter(|b| b.kind() == "text")
         .filter_map(|b| b.text.0.map(Cow::into_owned))
         .collect();
@@ -574,7 +612,7 @@ mod tests {
         };
         assert_eq!(blocks.len(), 2);
         assert_eq!(Block::parse(blocks[0]).text.get().unwrap(), "a\nb");
-        assert_eq!(blocks[1].get(), r#"{"type":"tool_result","content":"x"}"#);
+        assert_eq!(blocks[1], r#"{"type":"tool_result","content":"x"}"#);
     }
 
     #[test]

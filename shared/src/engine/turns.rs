@@ -479,7 +479,7 @@ impl Item {
             }
             None => (None, None),
         };
-        let mut text = self.body_text(events, rd, own_text)?;
+        let text = self.body_text(events, rd, own_text)?;
         let time = match (self.stamped, event.stamp_at()) {
             (true, Some(at)) if at == event.at() && own_time.is_some() => {
                 own_time.map(str::to_string)
@@ -487,11 +487,14 @@ impl Item {
             (true, Some(at)) => rd.timestamp(at)?,
             _ => None,
         };
-        if let Some(ts) = time {
-            // In place: a huge text is not held twice.
-            text.insert_str(0, &stamp_line(config, &ts));
-        }
-        Ok(text)
+        Ok(match time {
+            Some(ts) => {
+                let mut stamped = stamp_line(config, &ts);
+                crate::heap::push_str(&mut stamped, &text);
+                stamped
+            }
+            None => text,
+        })
     }
 }
 

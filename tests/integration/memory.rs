@@ -1,0 +1,135 @@
+//! Flat memory (issue 12 item 2): one huge message is planned without the
+//! process ever holding it whole. Measured as the child's peak resident set
+//! (`wait4`), against the message's own size.
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::Sandbox;
+
+const KTR: &str = env!("CARGO_BIN_EXE_ktr");
+const SESSION: &str = "5e55a9e0-0000-4000-8000-00000000aaaa";
+
+/// Run `cmd` to its end: its exit code and the peak resident set (bytes)
+/// of the program it runs.
+///
+/// Read from `/proc/<pid>/status` (`VmHWM`, which only grows) every 2 ms
+/// once the child runs that program: `wait4`'s `ru_maxrss` would not do, as
+/// a spawned child keeps the high-water mark of the test process it was
+/// forked from across `exec`.
+fn run_measured(cmd: &mut Command, program: &str) -> (Option<i32>, u64) {
+    let mut child = cmd.spawn().expect("start the program");
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    let code = loop {
+        if let Ok(status) = fs::read_to_string(&status_file)
+            && status
+                .lines()
+                .any(|l| l.strip_prefix("Name:").map(str::trim) == Some(program))
+            && let Some(kib) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(done) = child.try_wait().unwrap() {
+            break done.code();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert!(peak_kib > 0, "{program} was seen running");
+    (code, peak_kib * 1024)
+}
+
+/// A prompt of `size` bytes with what JSON escapes (quotes, newlines, tabs,
+/// backslashes) and text in three scripts.
+fn huge_prompt(size: usize) -> String {
+    let mut text = String::with_capacity(size + 100);
+    let mut i = 0u64;
+    while text.len() < size {
+        text.push_str(&format!(
+            "line {i}: \"quoted\"\tand a \\ path; 中文的一行 — ✓ 😀\n"
+        ));
+        i += 1;
+    }
+    text
+}
+
+fn record(kind: &str, uuid: &str, parent: Option<&str>, content: &serde_json::Value) -> String {
+    let message = if kind == "user" {
+        serde_json::json!({"role": "user", "content": content})
+    } else {
+        serde_json::json!({"role": "assistant", "model": "m", "id": format!("msg_{uuid}"),
+            "type": "message", "content": [{"type": "text", "text": content}]})
+    };
+    let line = serde_json::json!({
+        "type": kind, "uuid": uuid, "parentUuid": parent, "isSidechain": false,
+        "sessionId": SESSION, "timestamp": "2026-11-01T09:00:00.000Z",
+        "cwd": "/w", "version": "2.1.328", "message": message,
+    });
+    format!("{line}\n")
+}
+
+#[test]
+fn a_huge_message_is_planned_without_being_held_whole() {
+    const SIZE: usize = 32 << 20;
+    let sandbox = Sandbox::new();
+    sandbox.write_config("context_window_tokens = 1000000000\nstamp_turns = false");
+    let prompt = huge_prompt(SIZE);
+    let ids = [
+        "00000000-0000-4000-8000-000000000001",
+        "00000000-0000-4000-8000-000000000002",
+        "00000000-0000-4000-8000-000000000003",
+        "00000000-0000-4000-8000-000000000004",
+    ];
+    let transcript = [
+        record("user", ids[0], None, &"Hello there.".into()),
+        record("assistant", ids[1], Some(ids[0]), &"Hi.".into()),
+        record("user", ids[2], Some(ids[1]), &prompt.clone().into()),
+        record("assistant", ids[3], Some(ids[2]), &"That was long.".into()),
+    ]
+    .concat();
+    let path = sandbox.add_transcript(SESSION, transcript.as_bytes());
+    let candidate = sandbox.root().join("candidate.jsonl");
+    let (code, peak) = run_measured(
+        Command::new(KTR)
+            .args(["plan", "--show-candidate", "--config"])
+            .arg(&sandbox.config)
+            .arg("--transcript")
+            .arg(&path)
+            .env_clear()
+            .env("HOME", &sandbox.home)
+            .env("TMPDIR", sandbox.root())
+            .stdout(fs::File::create(&candidate).unwrap())
+            .stderr(Stdio::null()),
+        "ktr",
+    );
+    assert_eq!(code, Some(0));
+    eprintln!(
+        "ktr plan of a {} MiB message: peak resident {:.1} MiB",
+        SIZE >> 20,
+        peak as f64 / f64::from(1 << 20)
+    );
+    // Every word of the prompt is carried, verbatim.
+    let carried: Vec<String> = fs::read_to_string(&candidate)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["message"]["content"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        carried.contains(&prompt),
+        "the huge prompt is carried verbatim"
+    );
+    // Before the heap watched such steps the process held the text 2–3
+    // times (242 MiB for a 100 MB prompt); now a few MiB of it at a time,
+    // never the whole of it even once.
+    assert!(
+        peak < SIZE as u64,
+        "peak resident {} MiB for a {} MiB message",
+        peak >> 20,
+        SIZE >> 20
+    );
+}
