@@ -68,15 +68,19 @@ const MAX_REGIONS: usize = 256;
 /// two looks.
 const WATCH_EVERY_NS: i64 = 100_000;
 
-/// How often it looks while a huge line is parsed ([`closely`]): the
-/// fastest such step.
+/// How often it looks while a huge record is read ([`closely`]): the
+/// fastest such steps.
 const WATCH_CLOSELY_NS: i64 = 10_000;
 
-/// What the process may hold while a huge block lives before the watch
-/// releases: below [`RESIDENT_BUDGET`], because a step maps pages faster
-/// than the watch can look. A process that plans holds ~5 MiB beside its
-/// spilled blocks. Measured, `ktr plan` of a 100 MB prompt, release: 15.2–19.6 MiB
-/// peak with 10 MiB and looks every 250 µs; 13.1–15.2 MiB with this.
+/// What the process may hold while a huge record is read ([`closely`])
+/// before the watch releases: below [`RESIDENT_BUDGET`], because a step
+/// maps pages faster than the watch can look. A process that plans holds
+/// ~5 MiB beside its spilled blocks. Measured, `ktr plan` of a 100 MB
+/// prompt, release: 15.2–19.6 MiB peak with 10 MiB and looks every 250 µs;
+/// 13.1–15.2 MiB with this. Otherwise the watch keeps [`RESIDENT_BUDGET`]:
+/// a huge table (a long session's) is released by its passes' ticks, and
+/// releasing it more often costs refaults (the 50k-turn chain: 10.3 →
+/// 14.3 s with 6 MiB).
 const WATCH_BUDGET: u64 = 6 << 20;
 
 const PAGE: usize = 4096;
@@ -365,7 +369,12 @@ extern "C" fn watch(_: *mut libc::c_void) -> *mut libc::c_void {
                 return std::ptr::null_mut();
             }
         }
-        if resident().is_none_or(|r| r > WATCH_BUDGET) {
+        let budget = if CLOSELY.load(Ordering::Relaxed) > 0 {
+            WATCH_BUDGET
+        } else {
+            RESIDENT_BUDGET
+        };
+        if resident().is_none_or(|r| r > budget) {
             release();
         }
     }
@@ -374,9 +383,9 @@ extern "C" fn watch(_: *mut libc::c_void) -> *mut libc::c_void {
 /// While a `Closely` lives, the [`watch`] looks every [`WATCH_CLOSELY_NS`].
 pub struct Closely(());
 
-/// Have the watch look closely until the guard is dropped: around one
-/// step over a huge block that the step's own code cannot interrupt (the
-/// parse of a huge line).
+/// Have the watch look closely until the guard is dropped: around the
+/// steps over a huge record that their own code cannot interrupt (the
+/// parse of a huge line, a search through its text).
 pub fn closely() -> Closely {
     CLOSELY.fetch_add(1, Ordering::Relaxed);
     Closely(())

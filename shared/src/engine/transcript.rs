@@ -52,6 +52,8 @@ pub fn for_each_line<R: BufRead>(
         }
         number += 1;
         let line = trim_newline(&buf);
+        // A huge record: the heap's watch looks closely while it is used.
+        let closely = (line.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
         let parsed = parse_line(line);
         if line.len() >= crate::heap::HUGE_BLOCK {
             // One huge message: the line was read through once to parse
@@ -59,6 +61,7 @@ pub fn for_each_line<R: BufRead>(
             crate::heap::release();
         }
         f(number, offset, line, parsed);
+        drop(closely);
         crate::heap::tick();
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.
@@ -138,7 +141,6 @@ pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     if !text.trim_start().starts_with('{') {
         return Line::Malformed("not a JSON object");
     }
-    let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
     // serde_json reads a huge line in one call: the heap's watch releases
     // what it maps meanwhile.
     let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
