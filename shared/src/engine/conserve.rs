@@ -235,8 +235,12 @@ impl CandidateFile<'_> {
                     "candidate has {i} lines, fewer than the manifest's entries"
                 )));
             }
+            // A huge line is parsed and searched in single steps: the
+            // heap's watch looks closely meanwhile.
+            let closely = (buf.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
+            drop(closely);
             crate::heap::tick();
             i += 1;
             // A huge line's room is not kept for the lines after it.
@@ -469,6 +473,7 @@ pub fn conserve(
             let number = n + 1;
             crate::heap::tick();
             let line = line.map_err(|e| Error::io_at("read", backup, &e))?;
+            let _closely = (line.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
             let Ok(v) = serde_json::from_slice::<Value>(&line) else {
                 continue;
             };
