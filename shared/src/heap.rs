@@ -61,26 +61,21 @@ pub const HUGE_BLOCK: usize = 8 << 20;
 /// Live spilled blocks at most; a block beyond this comes from the system.
 const MAX_REGIONS: usize = 256;
 
-/// How often [`watch`] looks at what the process holds while a huge block
-/// lives. A single step over a huge block (`serde_json` reading a 100 MB
-/// line, a search through a huge text) maps its pages with no tick between;
-/// the watch bounds what such a step maps to what the CPU touches between
-/// two looks.
-const WATCH_EVERY_NS: i64 = 100_000;
+/// How often [`watch`] looks at what the process holds while a huge
+/// record is read ([`closely`]). A single step over a huge block
+/// (`serde_json` reading a 100 MB line, a digest or a search of a huge
+/// text) maps its pages with no tick between; the watch bounds what such a
+/// step maps to what the CPU touches between two looks. (The sleep is
+/// asked for 10 µs; the watch's own record showed it waking after up to
+/// 1–5 ms on this 2-core machine.)
+const WATCH_EVERY_NS: i64 = 10_000;
 
-/// How often it looks while a huge record is read ([`closely`]): the
-/// fastest such steps.
-const WATCH_CLOSELY_NS: i64 = 10_000;
-
-/// What the process may hold while a huge record is read ([`closely`])
-/// before the watch releases: below [`RESIDENT_BUDGET`], because a step
-/// maps pages faster than the watch can look. A process that plans holds
-/// ~5 MiB beside its spilled blocks. Measured, `ktr plan` of a 100 MB
-/// prompt, release: 15.2–19.6 MiB peak with 10 MiB and looks every 250 µs;
-/// 13.1–15.2 MiB with this. Otherwise the watch keeps [`RESIDENT_BUDGET`]:
-/// a huge table (a long session's) is released by its passes' ticks, and
-/// releasing it more often costs refaults (the 50k-turn chain: 10.3 →
-/// 14.3 s with 6 MiB).
+/// What the process may hold while a huge record is read before the watch
+/// releases: below [`RESIDENT_BUDGET`], because a step maps pages faster
+/// than the watch can look. A process that plans holds ~5 MiB beside its
+/// spilled blocks. Measured, `ktr plan` of a 100 MB prompt, release: 15.2–
+/// 19.6 MiB peak with 10 MiB and looks every 250 µs; 13.1–15.2 MiB with
+/// this.
 const WATCH_BUDGET: u64 = 6 << 20;
 
 const PAGE: usize = 4096;
@@ -117,8 +112,12 @@ static SPILL: Mutex<Spill> = Mutex::new(Spill {
 /// Set once a block was spilled: until then `dealloc` need not look.
 static SPILLED_EVER: AtomicBool = AtomicBool::new(false);
 
-/// A [`watch`] thread runs. Set and cleared under the `SPILL` lock.
+/// A [`watch`] thread runs. Set and cleared under `WATCH_LOCK`.
 static WATCHING: AtomicBool = AtomicBool::new(false);
+
+/// Orders the watch's start (by [`closely`]) and its end (when the last
+/// [`Closely`] is dropped), so that no scope is left without it.
+static WATCH_LOCK: Mutex<()> = Mutex::new(());
 
 /// Live [`Closely`] guards.
 static CLOSELY: AtomicU32 = AtomicU32::new(0);
@@ -145,12 +144,6 @@ impl Spill {
             .position(|r| r.addr == addr)
     }
 
-    fn has_huge_block(&self) -> bool {
-        self.regions[..self.count]
-            .iter()
-            .any(|r| r.len >= HUGE_BLOCK)
-    }
-
     /// Record a new mapping (false: the table is full).
     fn insert(&mut self, region: Region) -> bool {
         if self.count == MAX_REGIONS {
@@ -159,9 +152,6 @@ impl Spill {
         self.regions[self.count] = region;
         self.count += 1;
         SPILLED_EVER.store(true, Ordering::Release);
-        if region.len >= HUGE_BLOCK {
-            Self::start_watch();
-        }
         true
     }
 
@@ -174,37 +164,6 @@ impl Spill {
                 libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_DONTNEED);
             }
         }
-    }
-
-    /// Start the [`watch`] thread unless it runs. Called with a huge block
-    /// live, under the lock, from inside the allocator: the thread is made
-    /// by `pthread_create`, which allocates with glibc's own malloc, never
-    /// through this allocator. Without a thread (none can be made) the
-    /// passes' ticks and the releases on growth still bound the process.
-    fn start_watch() {
-        if WATCHING.load(Ordering::Relaxed) {
-            return;
-        }
-        // SAFETY: a detached thread running `watch`, which takes no
-        // argument and touches only statics; the attributes are initialised
-        // before use and destroyed after.
-        let started = unsafe {
-            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-            let mut thread: libc::pthread_t = 0;
-            libc::pthread_attr_init(&raw mut attr) == 0 && {
-                libc::pthread_attr_setstacksize(&raw mut attr, 64 * 1024);
-                libc::pthread_attr_setdetachstate(&raw mut attr, libc::PTHREAD_CREATE_DETACHED);
-                let made = libc::pthread_create(
-                    &raw mut thread,
-                    &raw const attr,
-                    watch,
-                    std::ptr::null_mut(),
-                ) == 0;
-                libc::pthread_attr_destroy(&raw mut attr);
-                made
-            }
-        };
-        WATCHING.store(started, Ordering::Relaxed);
     }
 }
 
@@ -315,9 +274,6 @@ fn remap(r: Region, size: usize) -> Option<*mut u8> {
         len,
         fd: r.fd,
     };
-    if len >= HUGE_BLOCK {
-        Spill::start_watch();
-    }
     Some(addr.cast())
 }
 
@@ -341,59 +297,63 @@ fn unmap(addr: usize) -> bool {
     true
 }
 
-/// The watch thread: while a huge block lives, every [`WATCH_EVERY_NS`]
+/// The watch thread: while a [`Closely`] lives, every [`WATCH_EVERY_NS`]
 /// it looks at what the process holds and, over [`WATCH_BUDGET`],
-/// [`release`]s the spilled pages; it ends when the last huge block is
-/// freed or shrunk. It allocates nothing and never panics.
-extern "C" fn watch(_: *mut libc::c_void) -> *mut libc::c_void {
+/// [`release`]s the spilled pages; it ends with the last [`Closely`].
+fn watch() {
     let every = libc::timespec {
         tv_sec: 0,
         tv_nsec: WATCH_EVERY_NS,
     };
-    let closely = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: WATCH_CLOSELY_NS,
-    };
     loop {
-        let pause = if CLOSELY.load(Ordering::Relaxed) > 0 {
-            &closely
-        } else {
-            &every
-        };
         // SAFETY: sleeps on a local timespec; an early wake-up is harmless.
-        unsafe { libc::nanosleep(pause, std::ptr::null_mut()) };
+        unsafe { libc::nanosleep(&raw const every, std::ptr::null_mut()) };
         {
-            let s = spill();
-            if !s.has_huge_block() {
-                WATCHING.store(false, Ordering::Relaxed);
-                return std::ptr::null_mut();
+            let _order = watch_lock();
+            if CLOSELY.load(Ordering::Acquire) == 0 {
+                WATCHING.store(false, Ordering::Release);
+                return;
             }
         }
-        let budget = if CLOSELY.load(Ordering::Relaxed) > 0 {
-            WATCH_BUDGET
-        } else {
-            RESIDENT_BUDGET
-        };
-        if resident().is_none_or(|r| r > budget) {
+        if resident().is_none_or(|r| r > WATCH_BUDGET) {
             release();
         }
     }
 }
 
-/// While a `Closely` lives, the [`watch`] looks every [`WATCH_CLOSELY_NS`].
+fn watch_lock() -> std::sync::MutexGuard<'static, ()> {
+    WATCH_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// While a `Closely` lives, the [`watch`] runs.
 pub struct Closely(());
 
-/// Have the watch look closely until the guard is dropped: around the
-/// steps over a huge record that their own code cannot interrupt (the
-/// parse of a huge line, a search through its text).
+/// Have the watch run until the guard is dropped: around the steps over a
+/// huge record that their own code cannot interrupt (the parse of a huge
+/// line, a digest or search of its text). Without spilling, or when no
+/// thread can be made, nothing runs (the passes' ticks and the releases on
+/// growth still bound the process).
 pub fn closely() -> Closely {
-    CLOSELY.fetch_add(1, Ordering::Relaxed);
+    CLOSELY.fetch_add(1, Ordering::AcqRel);
+    if SPILLED_EVER.load(Ordering::Acquire) {
+        let _order = watch_lock();
+        if !WATCHING.load(Ordering::Acquire) {
+            let started = std::thread::Builder::new()
+                .name("ktr-heap-watch".into())
+                .stack_size(64 * 1024)
+                .spawn(watch)
+                .is_ok();
+            WATCHING.store(started, Ordering::Release);
+        }
+    }
     Closely(())
 }
 
 impl Drop for Closely {
     fn drop(&mut self) {
-        CLOSELY.fetch_sub(1, Ordering::Relaxed);
+        CLOSELY.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -9,7 +9,7 @@
 //! plan said it left that record out.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
 
 use regex::Regex;
@@ -224,8 +224,7 @@ impl CandidateFile<'_> {
         let mut buf = Vec::new();
         let mut read_line = |buf: &mut Vec<u8>| {
             buf.clear();
-            reader
-                .read_until(b'\n', buf)
+            crate::engine::transcript::read_line(&mut reader, buf)
                 .map_err(|e| Error::io_at("read", self.path, &e))
         };
         let mut i = 0;
@@ -466,15 +465,27 @@ pub fn conserve(
         elided: 0,
     };
     let tags = Tags::new();
-    let mut lines = BufReader::new(file).split(b'\n').enumerate();
+    let mut reader = BufReader::new(file);
+    let mut buf = Vec::new();
+    let mut number = 0;
     // The backup's next line with pieces to find: (number, pieces).
     let mut next_pieces = || -> Result<Option<(usize, Vec<String>)>> {
-        for (n, line) in lines.by_ref() {
-            let number = n + 1;
+        loop {
+            // A huge line's room is not kept for the lines after it.
+            if buf.capacity() > crate::engine::transcript::LINE_BUF_KEPT {
+                buf = Vec::new();
+            }
+            buf.clear();
+            let read = crate::engine::transcript::read_line(&mut reader, &mut buf)
+                .map_err(|e| Error::io_at("read", backup, &e))?;
+            if read == 0 {
+                return Ok(None);
+            }
+            number += 1;
             crate::heap::tick();
-            let line = line.map_err(|e| Error::io_at("read", backup, &e))?;
+            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
             let _closely = (line.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
-            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+            let Ok(v) = serde_json::from_slice::<Value>(line) else {
                 continue;
             };
             let pieces = speech_pieces(&v, reply_tool, &tags);
@@ -492,7 +503,6 @@ pub fn conserve(
             result.checked += pieces.len();
             return Ok(Some((number, pieces)));
         }
-        Ok(None)
     };
     let mut aside: Vec<(usize, String)> = Vec::new();
     // The pieces of the backup line being matched, the next one first.

@@ -74,7 +74,7 @@ pub fn for_each_line<R: BufRead>(
 /// `BufRead::read_until(b'\n')`, with a [`crate::heap::look`] every MiB
 /// of a long line: its room grows in a spill file, and what is written of
 /// it is not kept mapped.
-fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+pub fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     let mut read = 0;
     loop {
         let available = match input.fill_buf() {

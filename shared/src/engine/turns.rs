@@ -448,9 +448,11 @@ impl Item {
             Body::Made(text) => text.to_string(),
             Body::Said => said()?,
             Body::Command { expansion } => {
-                let command = said()?;
+                let mut text = said()?;
                 let expansion = rd.said(&events[*expansion as usize])?.text;
-                format!("{command}\n\n{expansion}")
+                text.push_str("\n\n");
+                crate::heap::push_str(&mut text, &expansion);
+                text
             }
         })
     }
@@ -642,9 +644,10 @@ fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>
         .iter()
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
-        hits += pattern
-            .find_iter(&item.text(events, rd, config, None)?)
-            .count();
+        let text = item.text(events, rd, config, None)?;
+        // A search through a huge text is one step: the heap's watch runs.
+        let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+        hits += pattern.find_iter(&text).count();
     }
     Ok(hits)
 }
