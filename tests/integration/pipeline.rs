@@ -324,6 +324,11 @@ fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
     fs::write(&rig.source, text).unwrap();
     rig.unpause();
     let op = rig.wait_until(&op.id, |op| op.status == Pending);
+    let note = &op.history.last().unwrap().note;
+    assert!(
+        note.contains("(attempt 1: a record of type user appended)"),
+        "the history names what changed: {note}"
+    );
     // The Stop hook reads `active`, written right after the operation file.
     let pending = Some((op.id.clone(), Pending));
     assert!(crate::support::wait_for(

@@ -208,8 +208,8 @@ fn compare_and_swap(
         .ok_or_else(|| missing("transcript"))?;
     let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
 
-    if !source_unchanged(&op, &source) {
-        source_changed(tx, config, &mut op)?;
+    if let Some(change) = source_change(&op, &source) {
+        source_changed(tx, config, &mut op, &change)?;
         return Ok(op);
     }
     if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
@@ -277,8 +277,8 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
         .transcript_path
         .clone()
         .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
-    if !source_unchanged(&op, &source) {
-        source_changed(tx, config, &mut op)?;
+    if let Some(change) = source_change(&op, &source) {
+        source_changed(tx, config, &mut op, &change)?;
         return Ok(op);
     }
     let why = match turn_since_stop(&op, &source)? {
@@ -347,69 +347,99 @@ fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Opt
 /// At most this much appended after the freeze is looked at; more is a change.
 const APPENDED_CAP: u64 = 1 << 20;
 
-/// The source is still what prepare froze: the same bytes, or those bytes
-/// followed only by whole records in which nobody speaks (Claude Code
-/// writes a turn's `stop_hook_summary` and `turn_duration` after the Stop
-/// hook and may flush them after the freeze), so the candidate misses
-/// nothing that was said.
-fn source_unchanged(op: &Operation, source: &Path) -> bool {
+/// How the source changed since prepare froze it, or `None` when it is
+/// still what was frozen: the same bytes, or those bytes followed only by
+/// whole records in which nobody speaks (Claude Code writes a turn's
+/// `stop_hook_summary` and `turn_duration` after the Stop hook and may
+/// flush them after the freeze), so the candidate misses nothing that was
+/// said. The answer names what changed, for the operation's history.
+fn source_change(op: &Operation, source: &Path) -> Option<String> {
     use std::os::unix::fs::FileExt;
     let (Some(frozen), Some(frozen_len)) = (
         op.source_sha256.as_ref(),
         op.stats.as_ref().map(|s| s.source_bytes),
     ) else {
-        return false;
+        return Some("no frozen digest recorded".into());
     };
     let Ok(file) = open_regular(source, Links::Refuse) else {
-        return false;
+        return Some("the source cannot be opened".into());
     };
     let Ok(len) = file.metadata().map(|m| m.len()) else {
-        return false;
+        return Some("the source cannot be measured".into());
     };
-    if len < frozen_len || len - frozen_len > APPENDED_CAP {
-        return false;
+    if len < frozen_len {
+        return Some(format!(
+            "the source is shorter ({len} < {frozen_len} bytes)"
+        ));
+    }
+    if len - frozen_len > APPENDED_CAP {
+        return Some(format!("{} bytes appended", len - frozen_len));
     }
     if !sha256_prefix(&file, frozen_len).is_ok_and(|(d, n)| n == frozen_len && d == *frozen) {
-        return false;
+        return Some("the frozen part was rewritten".into());
     }
     let mut appended = vec![0; usize::try_from(len - frozen_len).unwrap_or(0)];
-    file.read_exact_at(&mut appended, frozen_len).is_ok() && nobody_speaks(&appended)
+    if file.read_exact_at(&mut appended, frozen_len).is_err() {
+        return Some("the appended bytes cannot be read".into());
+    }
+    first_spoken(&appended)
 }
 
-/// `appended` is whole JSON lines, none of them a conversation record
+/// The first thing in `appended` that may hold words, described; `None`
+/// when it is whole JSON lines, none of them a conversation record
 /// (`user`, `assistant`, `attachment`, or anything with a `message`).
-fn nobody_speaks(appended: &[u8]) -> bool {
+fn first_spoken(appended: &[u8]) -> Option<String> {
     if appended.is_empty() {
-        return true;
+        return None;
     }
-    appended.ends_with(b"\n")
-        && appended
-            .split(|b| *b == b'\n')
-            .filter(|line| !line.is_empty())
-            .all(|line| {
-                serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|v| {
-                    v.get("message").is_none()
-                        && v["type"]
-                            .as_str()
-                            .is_some_and(|t| !matches!(t, "user" | "assistant" | "attachment"))
-                })
+    if !appended.ends_with(b"\n") {
+        return Some(format!(
+            "{} bytes appended, the last line not yet complete",
+            appended.len()
+        ));
+    }
+    appended
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .find_map(|line| {
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+                return Some("a line that is not JSON appended".to_string());
+            };
+            let kind = v["type"].as_str();
+            let quiet = v.get("message").is_none()
+                && kind.is_some_and(|t| !matches!(t, "user" | "assistant" | "attachment"));
+            (!quiet).then(|| {
+                let sub = v["attachment"]["type"]
+                    .as_str()
+                    .or(v["subtype"].as_str())
+                    .map_or(String::new(), |s| format!(" ({s})"));
+                format!(
+                    "a record of type {} appended{sub}",
+                    kind.unwrap_or("(none)")
+                )
             })
+        })
 }
 
 /// New messages arrived after prepare: discard this candidate and go back
 /// to `pending` so the next Stop prepares again, or fail once
 /// `source_change_retries` retries are used up.
-fn source_changed(tx: &mut Locked, config: &Config, op: &mut Operation) -> Result<()> {
+fn source_changed(
+    tx: &mut Locked,
+    config: &Config,
+    op: &mut Operation,
+    change: &str,
+) -> Result<()> {
     if u64::from(op.attempts) > config.source_change_retries {
         let why = format!(
-            "the source changed after prepare on every one of {} attempts (source_change_retries = {}); request again when the conversation is quiet",
+            "the source changed after prepare on every one of {} attempts (source_change_retries = {}; last: {change}); request again when the conversation is quiet",
             op.attempts, config.source_change_retries
         );
         return fail_in(tx, op, &why, |_| {});
     }
     let discarded = reset_attempt(tx, op, config)?;
     let note = format!(
-        "source changed after prepare (attempt {}); candidate {} discarded; the next Stop prepares again",
+        "source changed after prepare (attempt {}: {change}); candidate {} discarded; the next Stop prepares again",
         op.attempts,
         discarded.map_or(String::new(), |p| p.display().to_string())
     );
@@ -676,7 +706,11 @@ pub(super) fn restore(
 
 #[cfg(test)]
 mod tests {
-    use super::nobody_speaks;
+    use super::first_spoken;
+
+    fn nobody_speaks(appended: &[u8]) -> bool {
+        first_spoken(appended).is_none()
+    }
 
     #[test]
     fn records_in_which_nobody_speaks_are_told_from_conversation() {
@@ -685,6 +719,16 @@ mod tests {
         assert!(nobody_speaks(b""));
         assert!(nobody_speaks(summary));
         assert!(nobody_speaks(&[&summary[..], &duration[..]].concat()));
+        // What changed is named, for the operation's history.
+        let hook = b"{\"type\":\"attachment\",\"attachment\":{\"type\":\"hook_success\"}}\n";
+        assert_eq!(
+            first_spoken(&[&summary[..], &hook[..]].concat()).as_deref(),
+            Some("a record of type attachment appended (hook_success)")
+        );
+        assert_eq!(
+            first_spoken(b"{\"type\":\"sys").as_deref(),
+            Some("12 bytes appended, the last line not yet complete")
+        );
         for spoken in [
             &b"{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n"[..],
             b"{\"type\":\"assistant\"}\n",
