@@ -351,6 +351,11 @@ pub fn closely() -> Closely {
     Closely(())
 }
 
+/// [`closely`] for a step over `len` bytes, if that is a huge block.
+pub fn closely_for(len: usize) -> Option<Closely> {
+    (len >= HUGE_BLOCK).then(closely)
+}
+
 impl Drop for Closely {
     fn drop(&mut self) {
         CLOSELY.fetch_sub(1, Ordering::AcqRel);

@@ -206,7 +206,7 @@ pub fn write(
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
         // A huge text is digested and written in single steps: the heap's
         // watch looks closely meanwhile.
-        let _closely = (said.text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+        let _closely = crate::heap::closely_for(said.text.len());
         let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text));
         // The record is read once: its text (moved, not copied: it may be
         // huge) and its time serve the item.

@@ -236,7 +236,7 @@ impl CandidateFile<'_> {
             }
             // A huge line is parsed and searched in single steps: the
             // heap's watch looks closely meanwhile.
-            let closely = (buf.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+            let closely = crate::heap::closely_for(buf.len());
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
             drop(closely);
@@ -484,7 +484,7 @@ pub fn conserve(
             number += 1;
             crate::heap::tick();
             let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-            let _closely = (line.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+            let _closely = crate::heap::closely_for(line.len());
             let Ok(v) = serde_json::from_slice::<Value>(line) else {
                 continue;
             };

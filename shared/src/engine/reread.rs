@@ -97,7 +97,7 @@ impl<'a> Reread<'a> {
             .read_at(at, &mut buf)
             .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
         // A huge record: the heap's watch looks closely while it is used.
-        let _closely = (buf.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+        let _closely = crate::heap::closely_for(buf.len());
         let parsed = transcript::parse_line(&buf);
         if buf.len() >= crate::heap::HUGE_BLOCK {
             // One huge message: only its parsed text is read from now on.

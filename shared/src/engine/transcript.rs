@@ -53,7 +53,7 @@ pub fn for_each_line<R: BufRead>(
         number += 1;
         let line = trim_newline(&buf);
         // A huge record: the heap's watch looks closely while it is used.
-        let closely = (line.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+        let closely = crate::heap::closely_for(line.len());
         let parsed = parse_line(line);
         if line.len() >= crate::heap::HUGE_BLOCK {
             // One huge message: the line was read through once to parse
@@ -143,7 +143,7 @@ pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     }
     // serde_json reads a huge line in one call: the heap's watch releases
     // what it maps meanwhile.
-    let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+    let _closely = crate::heap::closely_for(text.len());
     match serde_json::from_str::<Record<'_>>(text) {
         Ok(record) => Line::Record(Box::new(record)),
         Err(_) => Line::Malformed("not valid JSON"),

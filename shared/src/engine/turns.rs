@@ -646,7 +646,7 @@ fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>
     {
         let text = item.text(events, rd, config, None)?;
         // A search through a huge text is one step: the heap's watch runs.
-        let _closely = (text.len() >= crate::heap::HUGE_BLOCK).then(crate::heap::closely);
+        let _closely = crate::heap::closely_for(text.len());
         hits += pattern.find_iter(&text).count();
     }
     Ok(hits)
