@@ -1,6 +1,6 @@
 //! The process heap kept at what is in use (issue 12: flat memory).
 //!
-//! Two mechanisms, both set up once by the executables that plan or verify.
+//! Three mechanisms, all set up once by the executables that plan or verify.
 //!
 //! **Large blocks spill to a file.** A months-long session has hundreds of
 //! thousands of records, and planning keeps a few bytes of table for each
@@ -16,6 +16,12 @@
 //! whatever the transcript. Nothing changes for code that allocates: a
 //! `Vec` stays a `Vec`. Without a directory, or when the directory cannot
 //! hold such a file, every block comes from the system allocator as usual.
+//!
+//! **Huge texts are mapped a window at a time** ([`window`]): a block of
+//! [`HUGE_BLOCK`] or more made inside a [`texts`] scope (a huge line, its
+//! decoded or serialized text) is inaccessible except for a few small
+//! windows that a fault handler moves, so that one library call over the
+//! whole text (a parse, a search, a digest) never maps it whole.
 //!
 //! **Small blocks stay in glibc's heap**, with its mmap threshold fixed
 //! ([`setup`]): after a large block is freed glibc raises its mmap and trim
@@ -35,6 +41,10 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+
+mod window;
+
+pub use window::{Texts, texts};
 
 /// Blocks this large or larger spill to a file once [`spill_into`] ran.
 pub const SPILL_MIN: usize = 256 * 1024;
@@ -61,23 +71,6 @@ pub const HUGE_BLOCK: usize = 8 << 20;
 /// Live spilled blocks at most; a block beyond this comes from the system.
 const MAX_REGIONS: usize = 256;
 
-/// How often [`watch`] looks at what the process holds while a huge
-/// record is read ([`closely`]). A single step over a huge block
-/// (`serde_json` reading a 100 MB line, a digest or a search of a huge
-/// text) maps its pages with no tick between; the watch bounds what such a
-/// step maps to what the CPU touches between two looks. (The sleep is
-/// asked for 10 µs; the watch's own record showed it waking after up to
-/// 1–5 ms on this 2-core machine.)
-const WATCH_EVERY_NS: i64 = 10_000;
-
-/// What the process may hold while a huge record is read before the watch
-/// releases: below [`RESIDENT_BUDGET`], because a step maps pages faster
-/// than the watch can look. A process that plans holds ~5 MiB beside its
-/// spilled blocks. Measured, `ktr plan` of a 100 MB prompt, release: 15.2–
-/// 19.6 MiB peak with 10 MiB and looks every 250 µs; 13.1–15.2 MiB with
-/// this.
-const WATCH_BUDGET: u64 = 6 << 20;
-
 const PAGE: usize = 4096;
 
 /// The global allocator of every ktr executable (see the module docs).
@@ -90,6 +83,8 @@ struct Region {
     addr: usize,
     len: usize,
     fd: i32,
+    /// A huge text's block, mapped a window at a time ([`window`]).
+    windowed: bool,
 }
 
 struct Spill {
@@ -105,6 +100,7 @@ static SPILL: Mutex<Spill> = Mutex::new(Spill {
         addr: 0,
         len: 0,
         fd: -1,
+        windowed: false,
     }; MAX_REGIONS],
     count: 0,
 });
@@ -112,15 +108,8 @@ static SPILL: Mutex<Spill> = Mutex::new(Spill {
 /// Set once a block was spilled: until then `dealloc` need not look.
 static SPILLED_EVER: AtomicBool = AtomicBool::new(false);
 
-/// A [`watch`] thread runs. Set and cleared under `WATCH_LOCK`.
-static WATCHING: AtomicBool = AtomicBool::new(false);
-
-/// Orders the watch's start (by [`closely`]) and its end (when the last
-/// [`Closely`] is dropped), so that no scope is left without it.
-static WATCH_LOCK: Mutex<()> = Mutex::new(());
-
-/// Live [`Closely`] guards.
-static CLOSELY: AtomicU32 = AtomicU32::new(0);
+/// Huge texts are windowed: the fault handler is installed.
+static WINDOWS: AtomicBool = AtomicBool::new(false);
 
 static TICKS: AtomicU32 = AtomicU32::new(0);
 
@@ -168,8 +157,8 @@ impl Spill {
 }
 
 // The slow system calls (making room on disk, unmapping a block and closing
-// its file, which drops its pages) run outside the lock: the watch and the
-// other threads' releases must not wait for them. Under the lock only the
+// its file, which drops its pages) run outside the lock: the other threads'
+// releases must not wait for them. Under the lock only the
 // table changes, with the calls that move a mapping (`mremap`), so that a
 // release never advises an address that is no longer the block's.
 
@@ -219,13 +208,21 @@ fn map(size: usize) -> Option<*mut u8> {
             libc::MAP_FAILED
         };
         if addr != libc::MAP_FAILED {
-            if spill().insert(Region {
-                addr: addr as usize,
+            let mut s = spill();
+            let start = addr as usize;
+            let windowed = windowed(len) && window::add(start, start + len);
+            if s.insert(Region {
+                addr: start,
                 len,
                 fd,
+                windowed,
             }) {
                 return Some(addr.cast());
             }
+            if windowed {
+                window::remove(start, start + len);
+            }
+            drop(s);
             libc::munmap(addr, len);
         }
         libc::close(fd);
@@ -251,6 +248,11 @@ fn remap(r: Region, size: usize) -> Option<*mut u8> {
     }
     let mut s = spill();
     let i = s.find(r.addr)?;
+    let was_windowed = s.regions[i].windowed;
+    if was_windowed {
+        // `mremap` moves one mapping: the block's windows are closed first.
+        window::close_in(r.addr, r.addr + r.len);
+    }
     if len > r.len && len >= HUGE_BLOCK {
         // A huge block grows while it is written (a long line read, a
         // huge text decoded or serialized): what was written so far, of it
@@ -269,10 +271,18 @@ fn remap(r: Region, size: usize) -> Option<*mut u8> {
     if addr == libc::MAP_FAILED {
         return None;
     }
+    let start = addr as usize;
+    let windowed = if was_windowed {
+        window::moved(r.addr, start, start + len);
+        true
+    } else {
+        windowed(len) && window::add(start, start + len)
+    };
     s.regions[i] = Region {
-        addr: addr as usize,
+        addr: start,
         len,
         fd: r.fd,
+        windowed,
     };
     Some(addr.cast())
 }
@@ -287,6 +297,9 @@ fn unmap(addr: usize) -> bool {
         s.count -= 1;
         let r = s.regions[i];
         s.regions[i] = s.regions[s.count];
+        if r.windowed {
+            window::remove(r.addr, r.addr + r.len);
+        }
         r
     };
     // SAFETY: a live mapping made by `map`/`remap`, no longer in the table.
@@ -297,69 +310,11 @@ fn unmap(addr: usize) -> bool {
     true
 }
 
-/// The watch thread: while a [`Closely`] lives, every [`WATCH_EVERY_NS`]
-/// it looks at what the process holds and, over [`WATCH_BUDGET`],
-/// [`release`]s the spilled pages; it ends with the last [`Closely`].
-fn watch() {
-    let every = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: WATCH_EVERY_NS,
-    };
-    loop {
-        // SAFETY: sleeps on a local timespec; an early wake-up is harmless.
-        unsafe { libc::nanosleep(&raw const every, std::ptr::null_mut()) };
-        {
-            let _order = watch_lock();
-            if CLOSELY.load(Ordering::Acquire) == 0 {
-                WATCHING.store(false, Ordering::Release);
-                return;
-            }
-        }
-        if resident().is_none_or(|r| r > WATCH_BUDGET) {
-            release();
-        }
-    }
-}
-
-fn watch_lock() -> std::sync::MutexGuard<'static, ()> {
-    WATCH_LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// While a `Closely` lives, the [`watch`] runs.
-pub struct Closely(());
-
-/// Have the watch run until the guard is dropped: around the steps over a
-/// huge record that their own code cannot interrupt (the parse of a huge
-/// line, a digest or search of its text). Without spilling, or when no
-/// thread can be made, nothing runs (the passes' ticks and the releases on
-/// growth still bound the process).
-pub fn closely() -> Closely {
-    CLOSELY.fetch_add(1, Ordering::AcqRel);
-    if SPILLED_EVER.load(Ordering::Acquire) {
-        let _order = watch_lock();
-        if !WATCHING.load(Ordering::Acquire) {
-            let started = std::thread::Builder::new()
-                .name("ktr-heap-watch".into())
-                .stack_size(64 * 1024)
-                .spawn(watch)
-                .is_ok();
-            WATCHING.store(started, Ordering::Release);
-        }
-    }
-    Closely(())
-}
-
-/// [`closely`] for a step over `len` bytes, if that is a huge block.
-pub fn closely_for(len: usize) -> Option<Closely> {
-    (len >= HUGE_BLOCK).then(closely)
-}
-
-impl Drop for Closely {
-    fn drop(&mut self) {
-        CLOSELY.fetch_sub(1, Ordering::AcqRel);
-    }
+/// Whether a new or grown block of `len` bytes is to be windowed: a text's
+/// (made inside a [`texts`] scope) of [`window::MIN`] or more, with the
+/// fault handler there.
+fn windowed(len: usize) -> bool {
+    len >= window::MIN && WINDOWS.load(Ordering::Acquire) && window::wanted()
 }
 
 /// Reserve `len` bytes of `fd` from `offset` on disk (false: no room).
@@ -493,6 +448,7 @@ pub fn spill_into(dir: &Path) -> bool {
         unsafe { libc::close(s.dir) };
     }
     s.dir = fd;
+    WINDOWS.store(window::install(), Ordering::Release);
     if STATM.load(Ordering::Acquire) < 0
         && let Ok(statm) = std::fs::File::open("/proc/self/statm")
     {
@@ -560,6 +516,7 @@ pub fn push_str(dst: &mut String, src: &str) {
         dst.push_str(src);
         return;
     }
+    let _texts = texts();
     dst.reserve_exact(src.len());
     let mut rest = src;
     while !rest.is_empty() {
@@ -572,6 +529,25 @@ pub fn push_str(dst: &mut String, src: &str) {
         look();
     }
 }
+
+/// `w.write_all(bytes)`; a huge `bytes` (a huge text's line, whose block
+/// may be windowed: see [`window`]) through a small buffer, as the kernel
+/// cannot fault a closed window in for `write(2)`.
+pub fn write_all(w: &mut dyn std::io::Write, bytes: &[u8]) -> std::io::Result<()> {
+    if bytes.len() < HUGE_BLOCK {
+        return w.write_all(bytes);
+    }
+    let mut piece = Vec::with_capacity(BOUNCE);
+    for chunk in bytes.chunks(BOUNCE) {
+        piece.clear();
+        piece.extend_from_slice(chunk);
+        w.write_all(&piece)?;
+    }
+    Ok(())
+}
+
+/// The small buffer huge texts pass through on their way to and from files.
+pub const BOUNCE: usize = 64 << 10;
 
 /// `src` as a `String`, copied the way [`push_str`] copies.
 pub fn copied(src: &str) -> String {
@@ -754,6 +730,117 @@ pub(crate) mod tests {
         assert!(spilling());
         let v = vec![7u8; 1 << 20];
         assert!(v.iter().all(|&b| b == 7));
+    }
+
+    /// A text of `len` bytes made inside a [`texts`] scope (windowed).
+    fn windowed_text(len: usize, seed: u8) -> Vec<u8> {
+        let _texts = texts();
+        let mut v = Vec::new();
+        for i in 0..len {
+            v.push((i % 251) as u8 ^ seed);
+        }
+        v
+    }
+
+    #[track_caller]
+    fn assert_text(v: &[u8], seed: u8) {
+        assert!(
+            v.iter()
+                .enumerate()
+                .all(|(i, &b)| b == (i % 251) as u8 ^ seed),
+            "a windowed text keeps its bytes"
+        );
+    }
+
+    #[test]
+    fn a_huge_text_is_never_mapped_whole_whatever_reads_it() {
+        let _serial = spilling_for_test();
+        let before = resident_kib();
+        // Written, grown, read in one pass and searched: nothing in between
+        // releases anything, and yet only the windows stay mapped.
+        let mut v = windowed_text(96 << 20, 0);
+        let after_write = resident_kib();
+        assert_text(&v, 0);
+        assert!(memchr::memmem::find(&v, b"not in there").is_none());
+        let after_read = resident_kib();
+        // Other tests may run meanwhile; 96 MiB is far above what they hold.
+        for (what, kib) in [("written", after_write), ("read", after_read)] {
+            assert!(
+                kib < before + 32 * 1024,
+                "{what}: {kib} KiB resident (before: {before} KiB)"
+            );
+        }
+        // Shrunk below a huge block and grown again: still its bytes.
+        v.truncate(1 << 20);
+        v.shrink_to_fit();
+        assert_text(&v, 0);
+        v.resize(20 << 20, 0);
+        assert_text(&v[..1 << 20], 0);
+    }
+
+    #[test]
+    fn threads_copying_between_windowed_texts_keep_every_byte() {
+        let _serial = spilling_for_test();
+        let workers: Vec<_> = (0..3u8)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let a = windowed_text(24 << 20, t);
+                    let b = {
+                        let _texts = texts();
+                        a.clone()
+                    };
+                    assert_text(&b, t);
+                    assert_eq!(a, b);
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_windowed_text_is_written_to_a_file_through_a_small_buffer() {
+        let _serial = spilling_for_test();
+        let text = windowed_text(20 << 20, 7);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut file = std::fs::File::create(&path).unwrap();
+        write_all(&mut file, &text).expect("no EFAULT from a closed window");
+        drop(file);
+        let back = std::fs::read(&path).unwrap();
+        assert_eq!(back.len(), text.len());
+        assert_text(&back, 7);
+    }
+
+    #[test]
+    fn a_fault_that_is_not_a_window_still_ends_the_process() {
+        let _serial = spilling_for_test();
+        let _text = windowed_text(10 << 20, 1);
+        // SAFETY: the child only maps a page and touches it (async-signal-
+        // safe calls) before it dies; the parent waits for it.
+        unsafe {
+            let child = libc::fork();
+            assert!(child >= 0);
+            if child == 0 {
+                let page = libc::mmap(
+                    std::ptr::null_mut(),
+                    PAGE,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                std::ptr::write_volatile(page.cast::<u8>(), 1);
+                libc::_exit(0);
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(child, &raw mut status, 0), child);
+            assert!(
+                libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+                "status {status:#x}"
+            );
+        }
     }
 
     #[test]

@@ -204,9 +204,8 @@ pub fn write(
     for item in turns.items() {
         crate::heap::tick();
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
-        // A huge text is digested and written in single steps: the heap's
-        // watch looks closely meanwhile.
-        let _closely = crate::heap::closely_for(said.text.len());
+        // A huge text's line is serialized into a windowed block.
+        let _texts = crate::heap::texts();
         let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text));
         // The record is read once: its text (moved, not copied: it may be
         // huge) and its time serve the item.

@@ -234,12 +234,11 @@ impl CandidateFile<'_> {
                     "candidate has {i} lines, fewer than the manifest's entries"
                 )));
             }
-            // A huge line is parsed and searched in single steps: the
-            // heap's watch looks closely meanwhile.
-            let closely = crate::heap::closely_for(buf.len());
+            // A huge line's text, parsed, is a windowed block too.
+            let texts = crate::heap::texts();
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
-            drop(closely);
+            drop(texts);
             crate::heap::tick();
             i += 1;
             // A huge line's room is not kept for the lines after it.
@@ -484,7 +483,7 @@ pub fn conserve(
             number += 1;
             crate::heap::tick();
             let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-            let _closely = crate::heap::closely_for(line.len());
+            let _texts = crate::heap::texts();
             let Ok(v) = serde_json::from_slice::<Value>(line) else {
                 continue;
             };

@@ -87,6 +87,7 @@ pub fn text(raw: &str) -> Option<Cow<'_, str>> {
     let Some(first) = memchr(b'\\', b) else {
         return Some(Cow::Borrowed(inner));
     };
+    let _texts = crate::heap::texts();
     let mut out = String::with_capacity(inner.len());
     let mut looked = 0;
     let mut i = 0;

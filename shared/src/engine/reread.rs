@@ -28,15 +28,20 @@ pub trait Bytes {
 impl Bytes for File {
     fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
         let len = usize::try_from(at.len).map_err(std::io::Error::other)?;
+        let _texts = crate::heap::texts();
         buf.clear();
         buf.reserve_exact(len);
-        // A MiB at a time with a look after each: a huge line's room is a
-        // spill file, and what is read of it is not kept mapped.
+        // Through a small buffer, with a look every MiB: a huge line's
+        // room is a windowed spill file (which `pread` cannot fault in).
+        let mut piece = vec![0; crate::heap::BOUNCE.min(len)];
         while buf.len() < len {
             let from = buf.len();
-            buf.resize(len.min(from + crate::heap::LOOK_EVERY), 0);
-            self.read_exact_at(&mut buf[from..], at.offset + from as u64)?;
-            crate::heap::look();
+            let n = (len - from).min(piece.len());
+            self.read_exact_at(&mut piece[..n], at.offset + from as u64)?;
+            buf.extend_from_slice(&piece[..n]);
+            if (from + n) / crate::heap::LOOK_EVERY != from / crate::heap::LOOK_EVERY {
+                crate::heap::look();
+            }
         }
         Ok(())
     }
@@ -96,13 +101,7 @@ impl<'a> Reread<'a> {
         self.bytes
             .read_at(at, &mut buf)
             .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
-        // A huge record: the heap's watch looks closely while it is used.
-        let _closely = crate::heap::closely_for(buf.len());
         let parsed = transcript::parse_line(&buf);
-        if buf.len() >= crate::heap::HUGE_BLOCK {
-            // One huge message: only its parsed text is read from now on.
-            crate::heap::release();
-        }
         let result = match parsed {
             Line::Record(mut r) => f(&mut r),
             _ => Err(changed(at, "no longer holds a record")),

@@ -52,16 +52,8 @@ pub fn for_each_line<R: BufRead>(
         }
         number += 1;
         let line = trim_newline(&buf);
-        // A huge record: the heap's watch looks closely while it is used.
-        let closely = crate::heap::closely_for(line.len());
         let parsed = parse_line(line);
-        if line.len() >= crate::heap::HUGE_BLOCK {
-            // One huge message: the line was read through once to parse
-            // it; only the parsed text is read now (see `heap`).
-            crate::heap::release();
-        }
         f(number, offset, line, parsed);
-        drop(closely);
         crate::heap::tick();
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.
@@ -73,8 +65,10 @@ pub fn for_each_line<R: BufRead>(
 
 /// `BufRead::read_until(b'\n')`, with a [`crate::heap::look`] every MiB
 /// of a long line: its room grows in a spill file, and what is written of
-/// it is not kept mapped.
+/// it is not kept mapped. A huge line's block is a text's: windowed (see
+/// `heap::window`), so that the steps over it never map it whole.
 pub fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let _texts = crate::heap::texts();
     let mut read = 0;
     loop {
         let available = match input.fill_buf() {
@@ -141,9 +135,6 @@ pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     if !text.trim_start().starts_with('{') {
         return Line::Malformed("not a JSON object");
     }
-    // serde_json reads a huge line in one call: the heap's watch releases
-    // what it maps meanwhile.
-    let _closely = crate::heap::closely_for(text.len());
     match serde_json::from_str::<Record<'_>>(text) {
         Ok(record) => Line::Record(Box::new(record)),
         Err(_) => Line::Malformed("not valid JSON"),

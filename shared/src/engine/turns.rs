@@ -645,8 +645,6 @@ fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
         let text = item.text(events, rd, config, None)?;
-        // A search through a huge text is one step: the heap's watch runs.
-        let _closely = crate::heap::closely_for(text.len());
         hits += pattern.find_iter(&text).count();
     }
     Ok(hits)
