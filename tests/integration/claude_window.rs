@@ -115,6 +115,20 @@ impl Session {
             .matches("\"subtype\":\"compact_boundary\"")
             .count()
     }
+
+    /// Wait until the transcript holds `n` compaction boundaries: Claude
+    /// Code writes its records up to ~1 s after the screen shows them
+    /// (docs/SPEC.md, the Stop hook), so the reply after a compaction can be
+    /// on screen before the boundary is in the file.
+    #[track_caller]
+    fn wait_boundaries(&self, n: usize, what: &str) {
+        let deadline = Instant::now() + TURN;
+        while self.boundaries() < n {
+            assert!(Instant::now() < deadline, "{what}:\n{}", self.screen());
+            thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(self.boundaries(), n, "{what}: too many boundaries");
+    }
 }
 
 /// The scripted model: a tool call with output (residue), plain replies
@@ -326,15 +340,7 @@ fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
     let s = Session::start(bin, "on_auto_compaction = \"rebuild\"");
     s.say("SAY-ONE hello", "REPLY-ONE");
     s.tmux.type_line("/compact");
-    let deadline = Instant::now() + TURN;
-    while s.boundaries() < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "/compact was blocked:\n{}",
-            s.screen()
-        );
-        thread::sleep(Duration::from_millis(200));
-    }
+    s.wait_boundaries(1, "/compact was blocked");
     assert!(
         s.store.latest().unwrap().is_none(),
         "a manual /compact started a rebuild"
@@ -349,7 +355,7 @@ fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
     s.say("SAY-FULL almost full", "REPLY-FULL");
     s.api.set_usage(None);
     s.say("SAY-AFTER next", "REPLY-AFTER");
-    assert_eq!(s.boundaries(), 2, "Claude Code did not auto-compact");
+    s.wait_boundaries(2, "Claude Code did not auto-compact");
     s.tmux.wait_screen("the advise line", TURN, |sc| {
         sc.contains("compacted this window (lossy)")
     });
