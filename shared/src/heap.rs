@@ -685,33 +685,37 @@ pub(crate) mod tests {
         assert_eq!(v[9], 9u64.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     }
 
-    #[test]
-    fn threads_growing_freeing_and_releasing_spilled_blocks_keep_their_bytes() {
-        let _serial = spilling_for_test();
-        let workers: Vec<_> = (0..4u64)
-            .map(|t| {
-                std::thread::spawn(move || {
-                    for round in 0..6u64 {
-                        let seed = t * 1000 + round;
-                        let mut v: Vec<u64> = Vec::new();
-                        for i in 0..(150_000 + 20_000 * round) {
-                            v.push(i ^ seed);
-                            if i % 1024 == 0 {
-                                tick();
-                            }
-                        }
-                        release();
-                        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ seed));
-                        v.truncate(1000);
-                        v.shrink_to_fit();
-                        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ seed));
-                    }
-                })
-            })
+    /// Run `work(t)` on `n` threads at once, `t` in `0..n`; wait for all.
+    fn on_threads(n: u8, work: fn(u8)) {
+        let workers: Vec<_> = (0..n)
+            .map(|t| std::thread::spawn(move || work(t)))
             .collect();
         for w in workers {
             w.join().unwrap();
         }
+    }
+
+    #[test]
+    fn threads_growing_freeing_and_releasing_spilled_blocks_keep_their_bytes() {
+        let _serial = spilling_for_test();
+        on_threads(4, |t| {
+            let t = u64::from(t);
+            for round in 0..6u64 {
+                let seed = t * 1000 + round;
+                let mut v: Vec<u64> = Vec::new();
+                for i in 0..(150_000 + 20_000 * round) {
+                    v.push(i ^ seed);
+                    if i % 1024 == 0 {
+                        tick();
+                    }
+                }
+                release();
+                assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ seed));
+                v.truncate(1000);
+                v.shrink_to_fit();
+                assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ seed));
+            }
+        });
     }
 
     #[test]
@@ -781,22 +785,15 @@ pub(crate) mod tests {
     #[test]
     fn threads_copying_between_windowed_texts_keep_every_byte() {
         let _serial = spilling_for_test();
-        let workers: Vec<_> = (0..3u8)
-            .map(|t| {
-                std::thread::spawn(move || {
-                    let a = windowed_text(24 << 20, t);
-                    let b = {
-                        let _texts = texts();
-                        a.clone()
-                    };
-                    assert_text(&b, t);
-                    assert_eq!(a, b);
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
+        on_threads(3, |t| {
+            let a = windowed_text(24 << 20, t);
+            let b = {
+                let _texts = texts();
+                a.clone()
+            };
+            assert_text(&b, t);
+            assert_eq!(a, b);
+        });
     }
 
     #[test]
