@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 mod window;
 
-pub use window::{Texts, texts};
+pub use window::{MIN as WINDOWED_MIN, Texts, texts};
 
 /// Blocks this large or larger spill to a file once [`spill_into`] ran.
 pub const SPILL_MIN: usize = 256 * 1024;
@@ -530,11 +530,11 @@ pub fn push_str(dst: &mut String, src: &str) {
     }
 }
 
-/// `w.write_all(bytes)`; a huge `bytes` (a huge text's line, whose block
-/// may be windowed: see [`window`]) through a small buffer, as the kernel
-/// cannot fault a closed window in for `write(2)`.
+/// `w.write_all(bytes)`; `bytes` that may be a windowed block (a text of
+/// [`WINDOWED_MIN`] or more: see [`window`]) through a small buffer, as the
+/// kernel cannot fault a closed window in for `write(2)`.
 pub fn write_all(w: &mut dyn std::io::Write, bytes: &[u8]) -> std::io::Result<()> {
-    if bytes.len() < HUGE_BLOCK {
+    if bytes.len() < WINDOWED_MIN {
         return w.write_all(bytes);
     }
     let mut piece = Vec::with_capacity(BOUNCE);
@@ -799,15 +799,20 @@ pub(crate) mod tests {
     #[test]
     fn a_windowed_text_is_written_to_a_file_through_a_small_buffer() {
         let _serial = spilling_for_test();
-        let text = windowed_text(20 << 20, 7);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out");
-        let mut file = std::fs::File::create(&path).unwrap();
-        write_all(&mut file, &text).expect("no EFAULT from a closed window");
-        drop(file);
-        let back = std::fs::read(&path).unwrap();
-        assert_eq!(back.len(), text.len());
-        assert_text(&back, 7);
+        // The smallest windowed text and a huge one.
+        for len in [WINDOWED_MIN + 1, 20 << 20] {
+            let text = windowed_text(len, 7);
+            // Another text moves every window away from this one.
+            drop(windowed_text(10 << 20, 1));
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out");
+            let mut file = std::fs::File::create(&path).unwrap();
+            write_all(&mut file, &text).expect("no EFAULT from a closed window");
+            drop(file);
+            let back = std::fs::read(&path).unwrap();
+            assert_eq!(back.len(), text.len());
+            assert_text(&back, 7);
+        }
     }
 
     #[test]

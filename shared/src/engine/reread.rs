@@ -28,10 +28,14 @@ pub trait Bytes {
 impl Bytes for File {
     fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
         let len = usize::try_from(at.len).map_err(std::io::Error::other)?;
-        let _texts = crate::heap::texts();
         buf.clear();
+        if len < crate::heap::WINDOWED_MIN {
+            buf.resize(len, 0);
+            return self.read_exact_at(buf, at.offset);
+        }
+        let _texts = crate::heap::texts();
         buf.reserve_exact(len);
-        // Through a small buffer, with a look every MiB: a huge line's
+        // Through a small buffer, with a look every MiB: a long line's
         // room is a windowed spill file (which `pread` cannot fault in).
         let mut piece = vec![0; crate::heap::BOUNCE.min(len)];
         while buf.len() < len {

@@ -49,7 +49,7 @@ const SLOTS: usize = 4;
 /// being read) is not mapped whole meanwhile: measured, the chain on a
 /// 100 MB prompt peaked at 19.0 MiB when blocks were windowed only from
 /// 8 MiB on (the verifier's two threads each growing a 4 MiB block).
-pub(super) const MIN: usize = 1 << 20;
+pub const MIN: usize = 1 << 20;
 
 /// Windowed blocks at most; a huge text beyond this is a plain mapping.
 const MAX_BLOCKS: usize = 32;
