@@ -22,6 +22,17 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
         .status()
         .unwrap();
     assert!(status.success(), "{at}: kill {pid}");
+    // `kill` returns once the signal is sent; the stage is dead only when
+    // the kernel has torn it down (longer under load), and only then can
+    // the next Stop hook see it dead.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ktr::pipeline::process::pid_alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{at}: {pid} outlived SIGKILL"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     std::fs::remove_file(&rig.pause_file).unwrap();
     let paused = rig.store().load(&op.id).unwrap();
     assert_eq!(paused.status, died_in, "{at}: status when killed");
