@@ -7,12 +7,12 @@
 //! `{"suppressOutput":true}`; problems go to stderr.
 //!
 //! Usage: `ktr-ack [--config PATH]` with the hook JSON on stdin. The logic
-//! is [`ktr::pipeline::stages::ack`].
+//! is [`ktr_pipeline::stages::ack`].
 
 fn main() {
-    ktr::pipeline::hook::main(
+    ktr_pipeline::hook::main(
         "ktr-ack",
-        ktr::pipeline::stages::ack::HELP,
-        ktr::pipeline::stages::ack::ack,
+        ktr_pipeline::stages::ack::HELP,
+        ktr_pipeline::stages::ack::ack,
     )
 }

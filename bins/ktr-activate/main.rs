@@ -14,5 +14,5 @@
 //! Usage: `ktr-activate --config PATH --operation ID`
 
 fn main() {
-    ktr::pipeline::stages::cli::main(ktr::pipeline::stages::Stage::Activate)
+    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Activate)
 }

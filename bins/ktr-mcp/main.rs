@@ -21,9 +21,9 @@ use rmcp::service::ServerInitializeError;
 const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
 
 fn main() -> ExitCode {
-    ktr::heap::setup();
+    ktr_base::heap::setup();
     // A plan's large tables spill to unlinked (invisible) temp files.
-    ktr::heap::spill_into(&std::env::temp_dir());
+    ktr_base::heap::spill_into(&std::env::temp_dir());
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {
@@ -96,7 +96,7 @@ fn parse_args() -> Result<Args, String> {
                 let id = value(&mut parser)?
                     .into_string()
                     .map_err(|_| "--session must be UTF-8".to_string())?;
-                ktr::ids::SessionId::parse(&id).map_err(|e| e.message)?;
+                ktr_base::ids::SessionId::parse(&id).map_err(|e| e.message)?;
                 args.session = Some(id);
             }
             Short('h') | Long("help") => {

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ktr::config::Config;
-use ktr::engine::plan;
-use ktr::ids::SessionId;
-use ktr::pipeline::process;
-use ktr::pipeline::target::Target;
-use ktr::{Error, Result};
+use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
+use ktr_base::{Error, Result};
+use ktr_engine::plan;
+use ktr_pipeline::process;
+use ktr_pipeline::target::Target;
 
 /// The environment variable Claude Code gives its MCP servers.
 pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";

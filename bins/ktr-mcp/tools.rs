@@ -14,13 +14,13 @@ use serde::Deserialize;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use ktr::admin::doctor;
-use ktr::admin::report::StatusView;
-use ktr::config::Config;
-use ktr::engine::{LeftOutReason, plan};
-use ktr::pipeline::operation::{Operation, Store};
-use ktr::pipeline::target::Target;
-use ktr::{Error, Result};
+use ktr_admin::doctor;
+use ktr_admin::report::StatusView;
+use ktr_base::config::Config;
+use ktr_base::{Error, Result};
+use ktr_engine::{LeftOutReason, plan};
+use ktr_pipeline::operation::{Operation, Store};
+use ktr_pipeline::target::Target;
 
 use crate::served::Session;
 
@@ -151,7 +151,7 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_request", move || {
             let config = this.load_config()?;
-            ktr::pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
+            ktr_pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
             let session = this.served.binding(&config)?;
             let target = Session::target_for(&config, session.as_deref())?;
             let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;

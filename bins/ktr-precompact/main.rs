@@ -8,12 +8,12 @@
 //! hand is never blocked. Always exits 0.
 //!
 //! Usage: `ktr-precompact [--config PATH]` with the hook JSON on stdin. The
-//! logic is [`ktr::pipeline::stages::precompact`].
+//! logic is [`ktr_pipeline::stages::precompact`].
 
 fn main() {
-    ktr::pipeline::hook::main(
+    ktr_pipeline::hook::main(
         "ktr-precompact",
-        ktr::pipeline::stages::precompact::HELP,
-        ktr::pipeline::stages::precompact::precompact,
+        ktr_pipeline::stages::precompact::HELP,
+        ktr_pipeline::stages::precompact::precompact,
     )
 }

@@ -4,12 +4,12 @@
 //! reason.
 //!
 //! Usage: `ktr-prompt [--config PATH]` with the hook JSON on stdin. The
-//! logic is [`ktr::pipeline::stages::prompt`].
+//! logic is [`ktr_pipeline::stages::prompt`].
 
 fn main() {
-    ktr::pipeline::hook::main(
+    ktr_pipeline::hook::main(
         "ktr-prompt",
-        ktr::pipeline::stages::prompt::HELP,
-        ktr::pipeline::stages::prompt::prompt,
+        ktr_pipeline::stages::prompt::HELP,
+        ktr_pipeline::stages::prompt::prompt,
     )
 }

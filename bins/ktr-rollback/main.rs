@@ -9,5 +9,5 @@
 //! Usage: `ktr-rollback --config PATH --operation ID`
 
 fn main() {
-    ktr::pipeline::stages::cli::main(ktr::pipeline::stages::Stage::Rollback)
+    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Rollback)
 }

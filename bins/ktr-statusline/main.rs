@@ -6,13 +6,13 @@
 //! `NO_COLOR` is set. Always exits 0.
 //!
 //! Usage: `ktr-statusline [--config PATH] [--segment] [--color]`. The logic
-//! is [`ktr::pipeline::stages::statusline`].
+//! is [`ktr_pipeline::stages::statusline`].
 
 fn main() {
-    ktr::pipeline::hook::main_with_flags(
+    ktr_pipeline::hook::main_with_flags(
         "ktr-statusline",
-        ktr::pipeline::stages::statusline::HELP,
-        ktr::pipeline::stages::statusline::FLAGS,
-        ktr::pipeline::stages::statusline::statusline,
+        ktr_pipeline::stages::statusline::HELP,
+        ktr_pipeline::stages::statusline::FLAGS,
+        ktr_pipeline::stages::statusline::statusline,
     )
 }

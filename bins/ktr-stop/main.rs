@@ -9,12 +9,12 @@
 //! so a killed stage never blocks the next request.
 //!
 //! Usage: `ktr-stop [--config PATH]` with the hook JSON on stdin. The logic
-//! is [`ktr::pipeline::stages::stop`].
+//! is [`ktr_pipeline::stages::stop`].
 
 fn main() {
-    ktr::pipeline::hook::main(
+    ktr_pipeline::hook::main(
         "ktr-stop",
-        ktr::pipeline::stages::stop::HELP,
-        ktr::pipeline::stages::stop::stop,
+        ktr_pipeline::stages::stop::HELP,
+        ktr_pipeline::stages::stop::stop,
     )
 }

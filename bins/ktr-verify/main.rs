@@ -12,5 +12,5 @@
 //! Usage: `ktr-verify --config PATH --operation ID`
 
 fn main() {
-    ktr::pipeline::stages::cli::main(ktr::pipeline::stages::Stage::Verify)
+    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Verify)
 }

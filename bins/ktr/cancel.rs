@@ -1,7 +1,7 @@
 //! `ktr cancel OP --confirm CANCEL`: cancel a pending operation.
 
-use ktr::Error;
-use ktr::admin::report::StatusView;
+use ktr_admin::report::StatusView;
+use ktr_base::Error;
 
 use crate::cli::ConfirmArgs;
 use crate::{request, state};

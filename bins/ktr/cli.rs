@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use ktr::Error;
+use ktr_base::Error;
 use lexopt::prelude::*;
 
 pub const HELP: &str = "\
@@ -354,7 +354,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
     }
     let operand = raw.operands.into_iter().next();
     if let Some(id) = &raw.session {
-        ktr::ids::SessionId::parse(id)?;
+        ktr_base::ids::SessionId::parse(id)?;
     }
     Ok(match command {
         "request" => Command::Request(RequestArgs {

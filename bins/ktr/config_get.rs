@@ -1,8 +1,8 @@
 //! `ktr config KEY`: one setting as ktr resolves it (`~` expanded,
 //! defaults applied), for scripts such as `examples/runner.sh`.
 
-use ktr::Error;
-use ktr::config::{Activation, Config};
+use ktr_base::Error;
+use ktr_base::config::{Activation, Config};
 
 use crate::cli::ConfigArgs;
 use crate::out;

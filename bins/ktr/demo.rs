@@ -15,14 +15,14 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ktr::Error;
-use ktr::admin::report::StatusView;
-use ktr::admin::settings::Edit;
-use ktr::config::{Config, encode_project_name};
-use ktr::engine::plan;
-use ktr::engine::turns::estimate_tokens;
-use ktr::fsutil::{sha256_file, sha256_hex};
-use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr_admin::report::StatusView;
+use ktr_admin::settings::Edit;
+use ktr_base::Error;
+use ktr_base::config::{Config, encode_project_name};
+use ktr_base::fsutil::{sha256_file, sha256_hex};
+use ktr_engine::plan;
+use ktr_engine::turns::estimate_tokens;
+use ktr_pipeline::operation::{Operation, Status, Store};
 
 use crate::cli::DemoArgs;
 use crate::{dirty, out, status};

@@ -1,8 +1,8 @@
 //! `ktr dirty`: what pollutes the current context window (the ledger).
 
-use ktr::Error;
-use ktr::config::Config;
-use ktr::engine::{ledger, plan};
+use ktr_base::Error;
+use ktr_base::config::Config;
+use ktr_engine::{ledger, plan};
 
 use crate::cli::DirtyArgs;
 use crate::out;
@@ -11,8 +11,8 @@ use crate::out;
 #[derive(serde::Serialize)]
 struct Dirty<'a> {
     #[serde(flatten)]
-    ledger: &'a ktr::engine::LedgerReport,
-    window: Option<&'a ktr::engine::window::Window>,
+    ledger: &'a ktr_engine::LedgerReport,
+    window: Option<&'a ktr_engine::window::Window>,
 }
 
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
@@ -30,7 +30,7 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
             .report
             .window
             .as_ref()
-            .map(|w| format!("{}\n", ktr::engine::window::one_line(w)))
+            .map(|w| format!("{}\n", ktr_engine::window::one_line(w)))
             .unwrap_or_default();
         out::print(&format!(
             "{window}transcript {}\n{}",

@@ -1,7 +1,7 @@
 //! `ktr doctor`: check the installation and explain each item.
 
-use ktr::Error;
-use ktr::admin::doctor;
+use ktr_admin::doctor;
+use ktr_base::Error;
 
 use crate::cli::DoctorArgs;
 use crate::out;

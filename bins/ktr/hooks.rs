@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ktr::Error;
-use ktr::admin::settings::{self, Change, Edit};
+use ktr_admin::settings::{self, Change, Edit};
+use ktr_base::Error;
 
 use crate::cli::HooksArgs;
 use crate::out;
@@ -78,13 +78,13 @@ fn registered(args: &HooksArgs) -> Result<u8, Error> {
         .as_deref()
         .ok_or_else(|| Error::usage("ktr hooks registered needs --prefix DIR"))?;
     let command = absolute(prefix)?.join("ktr-mcp");
-    let config = ktr::config::Config::locate(args.common.config.as_deref());
+    let config = ktr_base::config::Config::locate(args.common.config.as_deref());
     let wanted = vec![
         "--config".to_string(),
         absolute(&config)?.display().to_string(),
     ];
-    let text =
-        std::fs::read_to_string(ktr::config::home_dir().join(".claude.json")).unwrap_or_default();
+    let text = std::fs::read_to_string(ktr_base::config::home_dir().join(".claude.json"))
+        .unwrap_or_default();
     let yes = settings::mcp_registered(&text, &command.display().to_string(), &wanted);
     Ok(u8::from(!yes))
 }

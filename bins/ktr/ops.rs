@@ -2,8 +2,8 @@
 
 use std::time::SystemTime;
 
-use ktr::Error;
-use ktr::admin::report::{OpsRow, age, human_age, ops};
+use ktr_admin::report::{OpsRow, age, human_age, ops};
+use ktr_base::Error;
 
 use crate::cli::OpsArgs;
 use crate::{out, state};

@@ -1,11 +1,11 @@
 //! `ktr plan`: what a rebuild would carry. Writes nothing anywhere (a long
 //! transcript's tables spill to unlinked temp files: nameless, gone at exit).
 
-use ktr::Error;
-use ktr::admin::report;
-use ktr::config::Config;
-use ktr::engine::candidate::{Discard, ManifestEntry, Sink};
-use ktr::engine::plan;
+use ktr_admin::report;
+use ktr_base::Error;
+use ktr_base::config::Config;
+use ktr_engine::candidate::{Discard, ManifestEntry, Sink};
+use ktr_engine::plan;
 
 use crate::cli::PlanArgs;
 use crate::{dirty, out};
@@ -51,7 +51,7 @@ struct Printed<W>(W);
 
 impl<W: std::io::Write> Sink for Printed<W> {
     fn line(&mut self, json: &str, _: ManifestEntry) -> Result<(), Error> {
-        ktr::heap::write_all(&mut self.0, json.as_bytes())
+        ktr_base::heap::write_all(&mut self.0, json.as_bytes())
             .and_then(|()| self.0.write_all(b"\n"))
             .map_err(|e| Error::io(format!("cannot print the candidate: {e}")))
     }
@@ -65,7 +65,7 @@ pub fn human(r: &plan::PlanReport) -> String {
     let mut rows: Vec<(&str, String)> = r
         .window
         .as_ref()
-        .map(|w| ("window", ktr::engine::window::one_line(w)))
+        .map(|w| ("window", ktr_engine::window::one_line(w)))
         .into_iter()
         .collect();
     rows.extend([
@@ -175,7 +175,7 @@ fn preview(p: &plan::Preview) -> String {
         .take(80)
         .collect::<String>()
         .replace('\n', " ⏎ ");
-    let role = if p.role == ktr::engine::turns::Role::User {
+    let role = if p.role == ktr_engine::turns::Role::User {
         "user"
     } else {
         "assistant"

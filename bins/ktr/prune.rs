@@ -1,11 +1,11 @@
 //! `ktr prune --older-than DAYS [--yes]`: forget old finished operations.
 //! Without `--yes` it only shows what it would delete. What is safe to
-//! delete is decided in the library ([`ktr::admin::prune`]).
+//! delete is decided in the library ([`ktr_admin::prune`]).
 
 use std::time::SystemTime;
 
-use ktr::Error;
-use ktr::admin::prune::{Outcome, prune};
+use ktr_admin::prune::{Outcome, prune};
+use ktr_base::Error;
 
 use crate::cli::PruneArgs;
 use crate::{out, state};

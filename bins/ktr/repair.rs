@@ -3,8 +3,8 @@
 //! in `operations/` moves to `state/damaged/` (never deleted) and `active`
 //! is rebuilt from the operation files that remain.
 
-use ktr::Error;
-use ktr::pipeline::operation::set_damaged_aside;
+use ktr_base::Error;
+use ktr_pipeline::operation::set_damaged_aside;
 
 use crate::cli::RepairArgs;
 use crate::{out, state};

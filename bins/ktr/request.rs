@@ -1,8 +1,8 @@
 //! `ktr request --confirm REBUILD`: ask for a rebuild. Nothing happens
 //! until the current reply has finished (the Stop hook schedules it).
 
-use ktr::Error;
-use ktr::admin::report::StatusView;
+use ktr_admin::report::StatusView;
+use ktr_base::Error;
 
 use crate::cli::RequestArgs;
 use crate::{out, state, status};

@@ -1,8 +1,8 @@
 //! `ktr rollback-request OP --confirm ROLLBACK`: switch an activated
 //! operation back to the old session after the current reply.
 
-use ktr::Error;
-use ktr::admin::report::StatusView;
+use ktr_admin::report::StatusView;
+use ktr_base::Error;
 
 use crate::cli::ConfirmArgs;
 use crate::{request, state};

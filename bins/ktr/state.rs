@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use ktr::Error;
-use ktr::config::Config;
-use ktr::pipeline::operation::Store;
+use ktr_base::Error;
+use ktr_base::config::Config;
+use ktr_pipeline::operation::Store;
 
 /// The validated config and its store, after failing any operation whose
 /// worker died (each one is reported on stderr).

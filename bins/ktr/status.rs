@@ -3,9 +3,9 @@
 
 use std::time::SystemTime;
 
-use ktr::Error;
-use ktr::admin::report::{StatusView, age, human_age};
-use ktr::pipeline::target::Target;
+use ktr_admin::report::{StatusView, age, human_age};
+use ktr_base::Error;
+use ktr_pipeline::target::Target;
 
 use crate::cli::StatusArgs;
 use crate::{out, state};
@@ -77,7 +77,7 @@ pub fn human(v: &StatusView) -> String {
             format!(
                 "{}; left out: {}",
                 v.manifest_items,
-                ktr::admin::report::left_out_summary(&v.left_out_by_reason)
+                ktr_admin::report::left_out_summary(&v.left_out_by_reason)
             ),
         );
     }

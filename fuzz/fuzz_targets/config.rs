@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match ktr::config::Config::from_toml(text) {
+    match ktr_base::config::Config::from_toml(text) {
         Ok(c) => {
             for s in [
                 c.systemd_restart_timeout_seconds,

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use ktr::pipeline::hook::{Invocation, Reply};
-use ktr::pipeline::operation::{Status, Store};
-use ktr::pipeline::stages::{ack, stop};
+use ktr_pipeline::hook::{Invocation, Reply};
+use ktr_pipeline::operation::{Status, Store};
+use ktr_pipeline::stages::{ack, stop};
 use libfuzzer_sys::fuzz_target;
 
 /// A sandbox (temp dir kept for the run) with a config and one pending
@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
     for hook in [stop::stop as fn(Invocation) -> Reply, ack::ack] {
         let reply = hook(Invocation {
             config: Some(config.clone()),
+            flags: Vec::new(),
             input: Some(data.to_vec()),
         });
         assert!(!reply.to_json().contains('\n'));

@@ -7,11 +7,11 @@ use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
-    let config = ktr::config::Config::from_toml(
+    let config = ktr_base::config::Config::from_toml(
         "project_dir = \"/nonexistent\"\nstamp_turns = true\nmax_event_chars = 500\non_malformed_line = \"skip\"",
     )
     .unwrap();
-    let Ok(plan) = ktr::engine::plan::build_from_bytes(
+    let Ok(plan) = ktr_engine::plan::build_from_bytes(
         &config,
         Path::new("fuzz.jsonl"),
         data,

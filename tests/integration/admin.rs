@@ -9,8 +9,8 @@ use std::process::Command;
 
 use crate::support::{OptionOrPanic, ResultOrPanic};
 use crate::support::{Sandbox, tree};
-use ktr::fsutil::sha256_file;
-use ktr::pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
+use ktr_base::fsutil::sha256_file;
+use ktr_pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 
@@ -208,11 +208,11 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
         op.attempts = 2;
         op.estimated_tokens = Some(11_800);
         op.candidate = Some(CandidateFile {
-            session_id: ktr::ids::SessionId::parse("new-session").unwrap(),
+            session_id: ktr_base::ids::SessionId::parse("new-session").unwrap(),
             path: "/p/new-session.jsonl".into(),
             sha256: "ab".repeat(32),
         });
-        op.manifest_artifact = Some(ktr::pipeline::operation::ManifestRef {
+        op.manifest_artifact = Some(ktr_pipeline::operation::ManifestRef {
             items: 7,
             ..Default::default()
         });
@@ -224,7 +224,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
         );
         op.ack = Some(Ack {
             at: "2026-11-29T08:00:00.000Z".into(),
-            session_id: ktr::ids::SessionId::parse("new-session").unwrap(),
+            session_id: ktr_base::ids::SessionId::parse("new-session").unwrap(),
             context_tokens: Some(49_100),
         });
         op.target_before = Some("src-session".into());
@@ -339,10 +339,10 @@ fn a_dead_worker_is_failed_by_any_command_and_never_blocks() {
     sb.walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
     let path = sb.state.join(format!("operations/{}.json", op.id));
     let mut stored: Operation = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-    stored.worker = Some(ktr::pipeline::operation::Worker {
+    stored.worker = Some(ktr_pipeline::operation::Worker {
         pid,
         start_time: 1,
-        stage: ktr::pipeline::operation::Stage::Prepare,
+        stage: ktr_pipeline::operation::Stage::Prepare,
     });
     stored.updated_at = "2020-01-01T00:00:00.000Z".into();
     fs::write(&path, serde_json::to_vec(&stored).unwrap()).unwrap();
@@ -497,7 +497,7 @@ fn put(sb: &Sandbox, op: &Operation) {
 fn finished(sb: &Sandbox, through: &[Status], updated_at: &str) -> Operation {
     let mut op = Operation::new(
         "old",
-        Some(ktr::ids::SessionId::parse("source-session").unwrap()),
+        Some(ktr_base::ids::SessionId::parse("source-session").unwrap()),
     );
     let mut from = Status::Pending;
     for to in through {
@@ -525,7 +525,7 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     let path = sb.project.join(format!("{sid}.jsonl"));
     fs::write(&path, format!("{{\"type\":\"user\",\"n\":{n}}}\n")).unwrap();
     op.candidate = Some(CandidateFile {
-        session_id: ktr::ids::SessionId::parse(&sid).unwrap(),
+        session_id: ktr_base::ids::SessionId::parse(&sid).unwrap(),
         sha256: sha256_file(&path).unwrap(),
         path: path.clone(),
     });
@@ -572,7 +572,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     let mut activated_new = finished(&sb, &TO_ACTIVATED, "2020-02-01T00:00:00.000Z");
     let activated_new_candidate = with_candidate(&sb, &mut activated_new, 5);
     // Recent and failed: too young.
-    let recent = finished(&sb, &[Scheduled, Failed], &ktr::time::now_rfc3339());
+    let recent = finished(&sb, &[Scheduled, Failed], &ktr_base::time::now_rfc3339());
     // Old but still pending: never.
     let pending = sb.store().request("now", "REBUILD", None).unwrap();
     let mut p = sb.store().load(&pending.id).unwrap();
@@ -666,7 +666,7 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     fs::write(&outside, "precious\n").unwrap();
     let mut forged = finished(&sb, &[Scheduled, Running, Failed], OLD);
     forged.candidate = Some(CandidateFile {
-        session_id: ktr::ids::SessionId::parse("elsewhere").unwrap(),
+        session_id: ktr_base::ids::SessionId::parse("elsewhere").unwrap(),
         path: outside.clone(),
         sha256: sha256_file(&outside).unwrap(),
     });

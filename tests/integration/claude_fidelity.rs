@@ -23,10 +23,10 @@ use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{FakeApi, Logged, last_user_text};
 use crate::support::plan::{STAMP_PREFIX as STAMP, fixture_path as fixture};
 use crate::support::{ResultOrPanic, claude_bin, corpus_dir, example};
-use ktr::config::{Config, HistoryMode};
-use ktr::engine::classify::INJECTED_TAGS;
-use ktr::engine::plan::{self, Plan};
-use ktr::engine::turns::{ItemKind, Role};
+use ktr_base::config::{Config, HistoryMode};
+use ktr_engine::classify::INJECTED_TAGS;
+use ktr_engine::plan::{self, Plan};
+use ktr_engine::turns::{ItemKind, Role};
 use serde_json::Value;
 
 /// Files resumed at once (the machines have 2 cores).
@@ -440,7 +440,7 @@ fn compare(
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let loaded = |m: &ktr::engine::candidate::ManifestEntry| {
+    let loaded = |m: &ktr_engine::candidate::ManifestEntry| {
         m.source_uuid
             .as_ref()
             .is_some_and(|u| src.loaded.contains(u))
@@ -710,7 +710,7 @@ fn startup_context(
 /// it must come from a record the original resume does not load (before
 /// a compaction boundary, past a broken link), or be the startup header.
 fn rebuilt_extras(cmp: &mut Compare<'_>, plan: &Plan, candidate: &[Value], src: &Source) {
-    let carried: HashMap<String, &ktr::engine::candidate::ManifestEntry> = candidate
+    let carried: HashMap<String, &ktr_engine::candidate::ManifestEntry> = candidate
         .iter()
         .zip(&plan.candidate.manifest)
         .filter_map(|(line, m)| {

@@ -8,7 +8,7 @@
 use std::fs;
 use std::time::Duration;
 
-use ktr::pipeline::operation::{CandidateFile, Status, Store};
+use ktr_pipeline::operation::{CandidateFile, Status, Store};
 use serde_json::json;
 
 use crate::support::claude::ClaudeEnv;
@@ -110,14 +110,14 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
     // Stand in for prepare/verify/activate: write the candidate and walk the
     // operation to `activating`; then the CLI resumes the candidate.
     let new_id = "5e55a0e0-0000-4000-8000-00000000e2e5";
-    let plan = ktr::engine::plan::build(&config, &source, Some(new_id)).unwrap();
+    let plan = ktr_engine::plan::build(&config, &source, Some(new_id)).unwrap();
     let candidate = env.transcript(new_id);
     fs::write(&candidate, plan.candidate.bytes()).unwrap();
     store
         .with_lock(|tx| {
             let mut op = tx.load(&op.id)?;
             op.candidate = Some(CandidateFile {
-                session_id: ktr::ids::SessionId::parse(new_id).unwrap(),
+                session_id: ktr_base::ids::SessionId::parse(new_id).unwrap(),
                 path: candidate.clone(),
                 sha256: plan.candidate.sha256(),
             });

@@ -17,9 +17,9 @@ use crate::support::fake_api::{
     FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
 };
 use crate::support::{claude, claude_bin, example};
-use ktr::config::Config;
-use ktr::engine::conserve::{self, Expected};
-use ktr::engine::plan;
+use ktr_base::config::Config;
+use ktr_engine::conserve::{self, Expected};
+use ktr_engine::plan;
 use serde_json::{Value, json};
 
 /// Namespace for the fixed new session ids of these tests.
@@ -644,14 +644,14 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
     );
 
     // ktr's verification refuses it, even with its digest recorded as is.
-    let digest = ktr::fsutil::sha256_file(&path).unwrap();
+    let digest = ktr_base::fsutil::sha256_file(&path).unwrap();
     let err = conserve::check(
         &config,
         &backup,
         &path,
         &Expected {
             session_id: &bad.candidate.session_id,
-            backup_sha256: &ktr::fsutil::sha256_file(&backup).unwrap(),
+            backup_sha256: &ktr_base::fsutil::sha256_file(&backup).unwrap(),
             candidate_sha256: &digest,
             manifest: &bad.candidate.manifest,
             left_out: &bad.report.left_out,

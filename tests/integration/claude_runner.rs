@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::support::assert_in_order;
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{FakeApi, Rule, conversation, text, tool};
-use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::operation::{Operation, Status, Store};
 use serde_json::json;
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::fake_api::{FakeApi, Rule, text};
-use ktr::pipeline::operation::{Operation, Status, Store};
-use ktr::pipeline::pane::Input;
+use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::pane::Input;
 
 /// How long the fake model holds back the replies around the rebuild.
 const REPLY_DELAY: Duration = Duration::from_secs(3);
@@ -474,7 +474,7 @@ impl Rig {
     fn refusal_case(&self, runs: usize) -> Result<(), String> {
         let tag = &self.tag;
         let deadline = Instant::now() + TRIAL;
-        let bound = ktr::pipeline::stages::GATED_SETTLE + ktr::pipeline::stages::HOLD_SETTLE;
+        let bound = ktr_pipeline::stages::GATED_SETTLE + ktr_pipeline::stages::HOLD_SETTLE;
         self.wait_idle(deadline)?;
         self.tmux.type_line(&format!("{tag}-ONE hello"));
         self.wait_screen(deadline, &format!("{tag}-R-ONE"))?;
@@ -484,7 +484,7 @@ impl Rig {
         self.store
             .with_lock(|tx| {
                 let mut op = tx.load(&id)?;
-                op.session_id = Some(ktr::ids::SessionId::parse(&self.source_id)?);
+                op.session_id = Some(ktr_base::ids::SessionId::parse(&self.source_id)?);
                 for to in [
                     Status::Scheduled,
                     Status::Running,
@@ -587,7 +587,7 @@ impl Rig {
             .rev()
             .find(|l| l.contains("checks passed; switching"))
             .and_then(|l| l.split_whitespace().next())
-            .and_then(ktr::time::parse_rfc3339)
+            .and_then(ktr_base::time::parse_rfc3339)
     }
 
     /// The session the pane runs: `--resume ID`, else the source.

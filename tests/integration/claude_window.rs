@@ -26,7 +26,7 @@ use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
 use crate::support::fake_api::{FakeApi, Rule, conversation, text, tool};
-use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::operation::{Operation, Status, Store};
 
 /// A turn of the CLI on a busy two-core machine.
 const TURN: Duration = Duration::from_secs(90);

@@ -16,7 +16,7 @@ use crate::support::plan::*;
 use serde_json::Value;
 
 /// Elements Claude Code injects into user text (SPEC §5).
-const INJECTED: &[&str] = ktr::engine::classify::INJECTED_TAGS;
+const INJECTED: &[&str] = ktr_engine::classify::INJECTED_TAGS;
 
 /// Remove every complete injected element anywhere in the text (simpler and
 /// greedier than the selector's edge rule; good enough for counting).

@@ -4,7 +4,7 @@ use std::fs;
 use std::path::Path;
 
 use crate::support::{Sandbox, TmuxServer};
-use ktr::admin::settings::Edit;
+use ktr_admin::settings::Edit;
 use serde_json::{Value, json};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
@@ -134,7 +134,7 @@ fn a_workdir_of_home_lists_each_hook_once() {
     let project = sb
         .home
         .join(".claude/projects")
-        .join(ktr::config::encode_project_name(&sb.home));
+        .join(ktr_base::config::encode_project_name(&sb.home));
     fs::create_dir_all(&project).unwrap();
     fs::write(project.join("s1.jsonl"), "{}\n").unwrap();
     fs::write(

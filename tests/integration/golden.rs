@@ -51,18 +51,18 @@ fn digests(group: &str, files: &[PathBuf]) -> BTreeMap<String, String> {
     let dir = files[0].parent().unwrap().display().to_string();
     let mut all = BTreeMap::new();
     for (name, extra) in CONFIGS {
-        let config = ktr::config::Config::from_toml(&format!(
+        let config = ktr_base::config::Config::from_toml(&format!(
             "project_dir = {dir:?}\nstate_dir = \"/nonexistent/ktr-golden\"\n{extra}"
         ))
         .unwrap();
         for path in files {
-            let plan = ktr::engine::plan::build(&config, path, Some(SESSION))
+            let plan = ktr_engine::plan::build(&config, path, Some(SESSION))
                 .unwrap_or_else(|e| panic!("plan of {} failed: {e}", path.display()));
             let manifest = serde_json::to_vec(&plan.candidate.manifest).unwrap();
             let digest = format!(
                 "{}.{}",
-                ktr::fsutil::sha256_hex(&plan.candidate.bytes()),
-                &ktr::fsutil::sha256_hex(&manifest)[..16]
+                ktr_base::fsutil::sha256_hex(&plan.candidate.bytes()),
+                &ktr_base::fsutil::sha256_hex(&manifest)[..16]
             );
             let file = path.file_name().unwrap().to_string_lossy();
             all.insert(format!("{group}/{name}/{file}"), digest);

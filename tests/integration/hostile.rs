@@ -10,8 +10,8 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::Sandbox;
-use ktr::ids::SessionId;
-use ktr::pipeline::operation::{CandidateFile, Stage, Status, Worker};
+use ktr_base::ids::SessionId;
+use ktr_pipeline::operation::{CandidateFile, Stage, Status, Worker};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -405,7 +405,7 @@ fn a_request_without_a_project_dir_is_refused() {
 
 #[test]
 fn a_symlinked_settings_file_is_written_through_and_stays_a_link() {
-    use ktr::admin::settings::{Change, Edit};
+    use ktr_admin::settings::{Change, Edit};
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("dotfiles");
     fs::create_dir(&repo).unwrap();

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ktr::admin::settings::{self, Change, Edit, Json, Wanted};
+use ktr_admin::settings::{self, Change, Edit, Json, Wanted};
 
 const WHAT: &str = "settings.json";
 

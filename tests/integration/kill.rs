@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use crate::support::rig::{Rig, SRC};
-use ktr::pipeline::operation::Status;
+use ktr_pipeline::operation::Status;
 
 /// Kill the stage paused at `at` and check the recovery; then prove the
 /// next request works.
@@ -26,7 +26,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     // the kernel has torn it down (longer under load), and only then can
     // the next Stop hook see it dead.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while ktr::pipeline::process::pid_alive(pid) {
+    while ktr_pipeline::process::pid_alive(pid) {
         assert!(
             std::time::Instant::now() < deadline,
             "{at}: {pid} outlived SIGKILL"

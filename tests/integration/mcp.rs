@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::Sandbox;
-use ktr::pipeline::operation::Status;
+use ktr_pipeline::operation::Status;
 use serde_json::{Value, json};
 
 const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";

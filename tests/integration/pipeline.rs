@@ -8,9 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use crate::support::rig::{Kind, Rig, SRC, UNIT};
-use ktr::engine::conserve::{Expected, check};
-use ktr::fsutil::sha256_hex;
-use ktr::pipeline::operation::{Operation, Status, manifest};
+use ktr_base::fsutil::sha256_hex;
+use ktr_engine::conserve::{Expected, check};
+use ktr_pipeline::operation::{Operation, Status, manifest};
 
 use Status::*;
 

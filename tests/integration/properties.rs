@@ -185,8 +185,8 @@ fn render(records: &[(Shape, u8, usize, bool)]) -> Vec<u8> {
     out
 }
 
-fn config(dir: &Path) -> ktr::config::Config {
-    ktr::config::Config::from_toml(&format!(
+fn config(dir: &Path) -> ktr_base::config::Config {
+    ktr_base::config::Config::from_toml(&format!(
         "project_dir = \"{}\"\non_malformed_line = \"skip\"\nmax_event_chars = 500",
         dir.display()
     ))
@@ -210,8 +210,8 @@ proptest! {
         let source = dir.join("source.jsonl");
         std::fs::write(&source, render(&records)).unwrap();
         let config = config(&dir);
-        let plan = ktr::engine::plan::build(&config, &source, Some(SESSION)).unwrap();
-        let again = ktr::engine::plan::build(&config, &source, Some(SESSION)).unwrap();
+        let plan = ktr_engine::plan::build(&config, &source, Some(SESSION)).unwrap();
+        let again = ktr_engine::plan::build(&config, &source, Some(SESSION)).unwrap();
         prop_assert_eq!(plan.candidate.bytes(), again.candidate.bytes());
         prop_assert_eq!(plan.candidate.lines.len(), plan.candidate.manifest.len());
         let mut previous = Value::Null;
@@ -222,7 +222,7 @@ proptest! {
             prop_assert_eq!(&v["uuid"], &json!(entry.uuid));
             prop_assert_eq!(&v["parentUuid"], &previous);
             prop_assert_eq!(&v["sessionId"], &json!(SESSION));
-            prop_assert!(ktr::engine::transcript::is_timestamp(v["timestamp"].as_str().unwrap()));
+            prop_assert!(ktr_engine::transcript::is_timestamp(v["timestamp"].as_str().unwrap()));
             prop_assert_eq!(&v["isSidechain"], &json!(false));
             prop_assert_eq!(&v["isMeta"], &json!(false));
             let content = &v["message"]["content"];
@@ -239,10 +239,10 @@ proptest! {
         // Independent verification accepts every candidate the selector writes.
         let candidate = dir.join(format!("{SESSION}.jsonl"));
         std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
-        let sha = ktr::fsutil::sha256_file(&candidate).unwrap();
-        let verified = ktr::engine::conserve::check(&config, &source, &candidate, &ktr::engine::conserve::Expected {
+        let sha = ktr_base::fsutil::sha256_file(&candidate).unwrap();
+        let verified = ktr_engine::conserve::check(&config, &source, &candidate, &ktr_engine::conserve::Expected {
             session_id: SESSION,
-            backup_sha256: &ktr::fsutil::sha256_file(&source).unwrap(),
+            backup_sha256: &ktr_base::fsutil::sha256_file(&source).unwrap(),
             candidate_sha256: &sha,
             manifest: &plan.candidate.manifest,
             left_out: &plan.report.left_out,

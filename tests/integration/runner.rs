@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::{Sandbox, stand_in, wait_for};
-use ktr::pipeline::operation::Status;
+use ktr_pipeline::operation::Status;
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 const KTR_PREPARE: &str = env!("CARGO_BIN_EXE_ktr-prepare");

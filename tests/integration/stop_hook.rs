@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::support::OptionOrPanic;
 use crate::support::Sandbox;
-use ktr::pipeline::operation::{CandidateFile, Operation, Status};
+use ktr_pipeline::operation::{CandidateFile, Operation, Status};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
 const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
@@ -401,9 +401,9 @@ fn activated_operation(sandbox: &Sandbox, candidate: &str) -> Operation {
         &op.id,
         &[Scheduled, Running, Verifying, Activating, Activated],
         |op| {
-            op.session_id = Some(ktr::ids::SessionId::parse(SESSION).unwrap());
+            op.session_id = Some(ktr_base::ids::SessionId::parse(SESSION).unwrap());
             op.candidate = Some(CandidateFile {
-                session_id: ktr::ids::SessionId::parse(candidate).unwrap(),
+                session_id: ktr_base::ids::SessionId::parse(candidate).unwrap(),
                 path: PathBuf::from("/nowhere"),
                 sha256: "0".repeat(64),
             });

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::rig::{Kind, Rig, SRC, UNIT};
 use crate::support::{stand_in, wait_for};
-use ktr::pipeline::operation::{Operation, Status};
+use ktr_pipeline::operation::{Operation, Status};
 
 /// The second session of the project (not in the target).
 const OTHER: &str = "b7e2c4d1-9a3f-4c5e-8d21-6f0a1b2c3d4e";
@@ -65,7 +65,7 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
     );
     assert_refused_for_the_other(&rig, &op, &expected);
     assert_eq!(rig.pane_pid(), pane, "the pane was not touched");
-    assert!(ktr::pipeline::process::pid_alive(bystander));
+    assert!(ktr_pipeline::process::pid_alive(bystander));
     assert_eq!(rig.resume_history(), [SRC, OTHER]);
 
     // The CLI refuses such a request up front: it can see what the pane runs.
@@ -88,7 +88,7 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
     let new_id = op.candidate.unwrap().session_id;
     assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()));
     assert!(
-        ktr::pipeline::process::pid_alive(bystander),
+        ktr_pipeline::process::pid_alive(bystander),
         "the other session lives on"
     );
 }

@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ktr::config::Config;
-use ktr::engine::conserve::{self, Expected};
-use ktr::engine::plan::{self, Plan};
+use ktr_base::config::Config;
+use ktr_engine::conserve::{self, Expected};
+use ktr_engine::plan::{self, Plan};
 
 use crate::support::ResultOrPanic;
 use crate::support::{Sandbox, corpus_dir, example};
@@ -36,7 +36,7 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
     Prepared {
         _sandbox: sandbox,
         config,
-        backup_sha256: ktr::fsutil::sha256_file(&backup).unwrap(),
+        backup_sha256: ktr_base::fsutil::sha256_file(&backup).unwrap(),
         backup,
         candidate,
         plan,
@@ -44,8 +44,8 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
 }
 
 impl Prepared {
-    fn verify(&self) -> Result<conserve::ConservationCounts, ktr::Error> {
-        let sha = ktr::fsutil::sha256_file(&self.candidate).unwrap();
+    fn verify(&self) -> Result<conserve::ConservationCounts, ktr_base::Error> {
+        let sha = ktr_base::fsutil::sha256_file(&self.candidate).unwrap();
         conserve::check(
             &self.config,
             &self.backup,
@@ -142,7 +142,7 @@ fn a_smuggled_tool_block_fails() {
 /// Each text with the source line of the manifest entry at its position.
 fn carried<'a>(
     texts: &'a [String],
-    manifest: &[ktr::engine::candidate::ManifestEntry],
+    manifest: &[ktr_engine::candidate::ManifestEntry],
 ) -> Vec<conserve::Carried<'a>> {
     texts
         .iter()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::stop_hook::message;
 use crate::support::{Sandbox, example};
-use ktr::pipeline::operation::Status;
+use ktr_pipeline::operation::Status;
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
 const PRECOMPACT: &str = env!("CARGO_BIN_EXE_ktr-precompact");

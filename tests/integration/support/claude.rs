@@ -63,8 +63,8 @@ impl ClaudeEnv {
     /// A ktr config whose project is the CLI's project folder (its sessions),
     /// with `extra` TOML lines.
     #[track_caller]
-    pub fn config(&self, extra: &str) -> ktr::config::Config {
-        ktr::config::Config::from_toml(&format!(
+    pub fn config(&self, extra: &str) -> ktr_base::config::Config {
+        ktr_base::config::Config::from_toml(&format!(
             "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\n{extra}",
             self.sandbox.project, self.sandbox.state, self.sandbox.work,
         ))
@@ -376,7 +376,7 @@ impl Drop for Tmux {
         let deadline = Instant::now() + Duration::from_secs(10);
         while panes
             .iter()
-            .any(|pid| ktr::pipeline::process::pid_alive(*pid))
+            .any(|pid| ktr_pipeline::process::pid_alive(*pid))
             && Instant::now() < deadline
         {
             thread::sleep(Duration::from_millis(50));

@@ -103,12 +103,12 @@ pub fn assert_in_order(haystack: &str, needles: &[&str]) {
 /// after `timeout` with `what` and `diagnosis()`.
 #[track_caller]
 pub fn wait_status(
-    store: &ktr::pipeline::operation::Store,
+    store: &ktr_pipeline::operation::Store,
     what: &str,
     timeout: Duration,
-    done: impl Fn(ktr::pipeline::operation::Status) -> bool,
+    done: impl Fn(ktr_pipeline::operation::Status) -> bool,
     diagnosis: impl Fn() -> String,
-) -> ktr::pipeline::operation::Operation {
+) -> ktr_pipeline::operation::Operation {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(op) = store.latest().unwrap().filter(|op| done(op.status)) {
@@ -155,7 +155,7 @@ pub fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
                     meta.permissions().mode(),
                     meta.len(),
                     meta.modified().ok(),
-                    ktr::fsutil::sha256_hex(&fs::read(&path).unwrap_or_default())
+                    ktr_base::fsutil::sha256_hex(&fs::read(&path).unwrap_or_default())
                 )
             };
             out.insert(path, desc);

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use ktr::config::Config;
-use ktr::fsutil::sha256_file;
-use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr_base::config::Config;
+use ktr_base::fsutil::sha256_file;
+use ktr_pipeline::operation::{Operation, Status, Store};
 
 use super::systemd::RealSystemd;
 use super::{Sandbox, TmuxServer, example, stand_in, wait_for};
@@ -314,14 +314,14 @@ impl Rig {
         let program = stand_in("fake-claude").display().to_string();
         fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let argv = ktr::pipeline::process::cmdline(pid)?;
+            let argv = ktr_pipeline::process::cmdline(pid)?;
             let runs = argv.contains(&program)
                 && argv
                     .windows(2)
                     .any(|w| w[0] == "--resume" && w[1] == session);
             let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
             let ours = environ.split(|b| *b == 0).any(|v| v == hooks.as_bytes());
-            (runs && ours && ktr::pipeline::process::pid_alive(pid)).then_some(pid)
+            (runs && ours && ktr_pipeline::process::pid_alive(pid)).then_some(pid)
         })
     }
 

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ktr::config::{Config, encode_project_name};
-use ktr::pipeline::operation::{Operation, Status, Store};
+use ktr_base::config::{Config, encode_project_name};
+use ktr_pipeline::operation::{Operation, Status, Store};
 
 use super::plan::Outcome;
 use super::{stand_in, wait_for};

@@ -135,7 +135,7 @@ impl Drop for RealSystemd {
             .status();
         // The script stops what its files name; if they were gone, the
         // manager would outlive the test: end its namespace by its pid.
-        if self.pid1 > 0 && ktr::pipeline::process::pid_alive(self.pid1) {
+        if self.pid1 > 0 && ktr_pipeline::process::pid_alive(self.pid1) {
             let _ = Command::new("kill")
                 .args(["-KILL", &self.pid1.to_string()])
                 .status();

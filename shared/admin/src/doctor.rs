@@ -1,0 +1,779 @@
+//! `doctor`: check an installation and explain each item (SPEC §14).
+//! Shared by `ktr doctor` and the MCP tool `thread_rebuild_doctor`.
+//!
+//! Claude Code's own files are read where it keeps them: hooks in
+//! `~/.claude/settings.json` and the project's `.claude/settings.json` /
+//! `.claude/settings.local.json` (all scopes count, as Claude Code merges
+//! them); the MCP server in `~/.claude.json` (`mcpServers.ktr`, user scope,
+//! or `projects.<workdir>.mcpServers.ktr`). Both must run with **this**
+//! config: the `--config` they carry is compared with it.
+//!
+//! A config that does not load is one failed check; the checks that do not
+//! need it (hooks, MCP server) still run, with the default workdir.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::settings;
+use ktr_base::config::{self, Config, home_dir};
+use ktr_pipeline::operation::Store;
+use ktr_pipeline::process;
+use ktr_pipeline::target::Target;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    /// Fine for now, but worth knowing (e.g. no transcript yet).
+    Warn,
+    Fail,
+}
+
+/// One checked item.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    /// Not a failure (`ok` or `warn`).
+    pub ok: bool,
+    pub level: Level,
+    pub detail: String,
+    /// What to do about a failure or a warning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// All checks; `ok` when none failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    /// The config did not load: only the checks that do not need it ran.
+    pub config_error: bool,
+    pub checks: Vec<Check>,
+}
+
+/// Run every check. Never fails: a broken config is itself a failed check,
+/// and the checks that can run without it still run.
+pub fn check(config_path: Option<&Path>) -> Report {
+    let path = Config::locate(config_path);
+    let this = absolute(&path);
+    let mut checks = Vec::new();
+    let config_error = match Config::load(config_path) {
+        Ok(config) => {
+            checks.push(pass("config", format!("{} is valid", path.display())));
+            check_config(&config, &this, &mut checks);
+            false
+        }
+        Err(e) => {
+            checks.push(fail(
+                "config",
+                e.message.clone(),
+                config_fix(&path, &e.message),
+            ));
+            // The default workdir (`~`): its settings are the user's.
+            checks.push(hooks(&home_dir(), &this));
+            checks.push(mcp(&home_dir(), &this));
+            true
+        }
+    };
+    Report {
+        ok: checks.iter().all(|c| c.ok),
+        config_error,
+        checks,
+    }
+}
+
+/// A concrete way out of a config error.
+fn config_fix(path: &Path, message: &str) -> String {
+    let path = path.display();
+    if message.contains("cannot read config") {
+        format!(
+            "run ./install (it writes a commented template to {path}), or create {path} with project_dir = \"~/.claude/projects/<encoded cwd>\""
+        )
+    } else if message.contains("project_dir is required") {
+        format!(
+            "add project_dir = \"~/.claude/projects/<encoded cwd>\" to {path} (`ls -lt ~/.claude/projects/` lists them, newest first)"
+        )
+    } else if message.contains("unknown key") {
+        format!("edit {path}: remove or rename that key (README, Configuration, lists every key)")
+    } else if message.contains("not valid TOML") || message.contains("UTF-8") {
+        format!("edit {path}: fix the TOML syntax where the message says")
+    } else {
+        format!(
+            "edit {path}: set the key the message names as its rule says (README, Configuration)"
+        )
+    }
+}
+
+fn check_with(name: &'static str, level: Level, detail: String, fix: Option<String>) -> Check {
+    Check {
+        name,
+        ok: level != Level::Fail,
+        level,
+        detail,
+        fix,
+    }
+}
+
+fn pass(name: &'static str, detail: String) -> Check {
+    check_with(name, Level::Ok, detail, None)
+}
+
+fn warn(name: &'static str, detail: String, fix: impl Into<String>) -> Check {
+    check_with(name, Level::Warn, detail, Some(fix.into()))
+}
+
+fn fail(name: &'static str, detail: String, fix: impl Into<String>) -> Check {
+    check_with(name, Level::Fail, detail, Some(fix.into()))
+}
+
+/// `path` made absolute (symlinks resolved when it exists), for comparing
+/// config paths.
+fn absolute(path: &Path) -> PathBuf {
+    path.canonicalize()
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
+    checks.push(project_dir(config));
+    checks.push(workdir(config));
+    checks.push(resume_binary(&config.resume_command[0]));
+    checks.push(target(config));
+    if config.activation == config::Activation::Systemd {
+        checks.extend(systemd(config));
+    }
+    checks.push(hooks(&config.claude_workdir, this));
+    checks.push(statusline(&config.claude_workdir));
+    checks.push(mcp(&config.claude_workdir, this));
+    checks.push(state_dir(config));
+    checks.push(operations(config));
+}
+
+fn project_dir(config: &Config) -> Check {
+    let dir = &config.project_dir;
+    let before_first = |what: &str| {
+        warn(
+            "project dir",
+            format!(
+                "{} {what}: Claude Code creates it with its first transcript",
+                dir.display()
+            ),
+            format!(
+                "start Claude Code in {} and say something; if it already runs, check that project_dir is ~/.claude/projects/<its encoded cwd>",
+                config.claude_workdir.display()
+            ),
+        )
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        if dir.exists() {
+            return fail(
+                "project dir",
+                format!("{} cannot be read", dir.display()),
+                format!("make {} readable by this user", dir.display()),
+            );
+        }
+        return before_first("does not exist yet");
+    };
+    let count = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .count();
+    if count == 0 {
+        return before_first("holds no *.jsonl transcript yet");
+    }
+    pass(
+        "project dir",
+        format!("{} ({count} transcripts)", dir.display()),
+    )
+}
+
+fn workdir(config: &Config) -> Check {
+    let Some(detail) = config.workdir_mismatch() else {
+        return pass(
+            "workdir ↔ project",
+            format!("{} matches project_dir", config.claude_workdir.display()),
+        );
+    };
+    if config.verify_workdir_matches_project {
+        fail(
+            "workdir ↔ project",
+            detail,
+            "set claude_workdir to the directory Claude Code runs in (the `-` vs `-root` incident)",
+        )
+    } else {
+        pass(
+            "workdir ↔ project",
+            detail + " (check disabled by verify_workdir_matches_project)",
+        )
+    }
+}
+
+fn resume_binary(program: &str) -> Check {
+    match resolve_program(program) {
+        Some(p) => pass("resume binary", format!("{program} → {}", p.display())),
+        None => fail(
+            "resume binary",
+            format!("{program} is not an executable file or on PATH"),
+            "put an absolute path to claude in resume_command",
+        ),
+    }
+}
+
+/// Resolve a program name the way `execvp` would.
+pub fn resolve_program(program: &str) -> Option<PathBuf> {
+    let is_exec = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return is_exec(&p).then(|| p.canonicalize().unwrap_or(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| is_exec(p))
+}
+
+fn state_dir(config: &Config) -> Check {
+    let dir = &config.state_dir;
+    let relative = config
+        .source
+        .as_ref()
+        .map(|src| {
+            format!(
+                "; relative paths in {} are taken from its folder",
+                src.display()
+            )
+        })
+        .unwrap_or_default();
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        return pass(
+            "state dir",
+            format!(
+                "{} will be created (0700) on first use{relative}",
+                dir.display()
+            ),
+        );
+    };
+    if let Err(e) = ktr_base::fsutil::safe_dir(dir) {
+        return fail(
+            "state dir",
+            e.message,
+            "point state_dir at a directory of your own that only you can write (e.g. the default ~/.local/state/ktr)",
+        );
+    }
+    let mode = m.permissions().mode() & 0o777;
+    if mode & 0o077 == 0 {
+        pass(
+            "state dir",
+            format!("{} (mode {mode:o}){relative}", dir.display()),
+        )
+    } else {
+        fail(
+            "state dir",
+            format!(
+                "{} is mode {mode:o}; others can read operation files",
+                dir.display()
+            ),
+            format!("chmod 700 {}", dir.display()),
+        )
+    }
+}
+
+fn target(config: &Config) -> Check {
+    let target = Target::from_config(config);
+    let running = match target.running() {
+        Ok(running) => running,
+        Err(e) => return target_unreadable(config, &target, &e.message),
+    };
+    let Some(pid) = running
+        .root
+        .filter(|_| config.activation != config::Activation::Pointer)
+    else {
+        return pass("target", format!("{target} runs {}", running.describe()));
+    };
+    if runs_claude(pid, &config.resume_command[0]) {
+        return pass("target", format!("{target} runs {}", running.describe()));
+    }
+    fail(
+        "target",
+        format!(
+            "{target}: pid {pid} runs {}, not Claude Code",
+            what_runs(pid)
+        ),
+        format!(
+            "start Claude Code there ({} …), or point the target at the Claude Code to rebuild",
+            config.resume_command[0]
+        ),
+    )
+}
+
+fn target_unreadable(config: &Config, target: &Target, message: &str) -> Check {
+    let fix = match config.activation {
+        config::Activation::Tmux
+            if message.contains("no server running") || message.contains("error connecting") =>
+        {
+            "no tmux server answers there: start Claude Code's tmux session, or set tmux_socket to its server (the NAME of `tmux -L NAME`, or the socket path: `echo $TMUX` inside it, before the first comma)".to_string()
+        }
+        config::Activation::Tmux => format!(
+            "start Claude Code in the tmux pane {} (or fix tmux_target; `tmux list-panes -a` lists them)",
+            config.tmux_target
+        ),
+        config::Activation::Systemd => {
+            "check systemd_unit: `systemctl show -p MainPID UNIT` must work for this user".into()
+        }
+        config::Activation::Pointer => {
+            "make resume_pointer_path readable (its directory must exist)".into()
+        }
+    };
+    fail(
+        "target",
+        format!("{target}: identity unreadable: {message}"),
+        fix,
+    )
+}
+
+/// The command lines of `pid` and its descendants, `a → b` (a shell and the
+/// Claude Code it started), at most three, each cut to 80 characters.
+fn what_runs(pid: u32) -> String {
+    let lines: Vec<String> = process::with_descendants(pid)
+        .into_iter()
+        .filter_map(process::cmdline)
+        .filter(|argv| !argv.is_empty())
+        .take(3)
+        .map(|argv| {
+            let line = argv.join(" ");
+            match line.char_indices().nth(80) {
+                Some((i, _)) => format!("`{}…`", &line[..i]),
+                None => format!("`{line}`"),
+            }
+        })
+        .collect();
+    if lines.is_empty() {
+        "an unreadable command line".into()
+    } else {
+        lines.join(" → ")
+    }
+}
+
+/// Whether `pid` or a descendant runs Claude Code: a word of its command
+/// line names `claude` or the program of `resume_command`.
+fn runs_claude(pid: u32, resume_program: &str) -> bool {
+    let base = |p: &str| {
+        Path::new(p)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let wanted = base(resume_program);
+    process::with_descendants(pid)
+        .into_iter()
+        .filter_map(process::cmdline)
+        .flatten()
+        .take(256)
+        .any(|word| {
+            let name = base(&word);
+            name == "claude" || (!wanted.is_empty() && name == wanted)
+        })
+}
+
+/// systemd mode: the unit exists and runs Claude, the pointer names the
+/// session `MainPID` runs, ktr may restart the unit and can start its
+/// stages with `systemd-run`.
+fn systemd(config: &Config) -> Vec<Check> {
+    let Target::Systemd(unit) = Target::from_config(config) else {
+        return Vec::new();
+    };
+    let ctl = if unit.user {
+        "systemctl --user"
+    } else {
+        "systemctl"
+    };
+    let mut checks = Vec::new();
+    let state = unit.state();
+    checks.push(match &state {
+        Err(e) => fail(
+            "systemd unit",
+            format!("{}: {}", unit.unit, e.message),
+            format!("`{ctl} show {}` must work for this user", unit.unit),
+        ),
+        Ok(s) if s.load != "loaded" => fail(
+            "systemd unit",
+            format!("{} is not installed (LoadState={})", unit.unit, s.load),
+            format!(
+                "install the unit whose start script runs `claude --resume \"$(cat {})\"`, or fix systemd_unit",
+                config.resume_pointer_path.display()
+            ),
+        ),
+        Ok(s) if s.active != "active" || s.main_pid == 0 => fail(
+            "systemd unit",
+            format!("{} is not running Claude Code ({s})", unit.unit),
+            format!("{ctl} reset-failed {0}; {ctl} start {0}", unit.unit),
+        ),
+        Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
+    });
+    checks.push(systemd_pointer(config, state.ok().map(|s| s.main_pid)));
+    checks.push(systemd_rights(unit.user));
+    checks.push(systemd_run(unit.user));
+    checks
+}
+
+/// The pointer names the session the unit's `MainPID` runs: otherwise the
+/// next ordinary restart resumes another session.
+fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
+    let path = &config.resume_pointer_path;
+    let pointer = match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().to_string(),
+        Err(e) => {
+            return fail(
+                "pointer",
+                format!("{} cannot be read: {e}", path.display()),
+                "write the session id the unit should resume into resume_pointer_path",
+            );
+        }
+    };
+    let running = main_pid.filter(|p| *p > 0).and_then(|pid| {
+        ktr_pipeline::process::with_descendants(pid)
+            .into_iter()
+            .find_map(|p| ktr_pipeline::target::session_arg(&ktr_pipeline::process::cmdline(p)?))
+    });
+    match running {
+        Some(session) if session != pointer => fail(
+            "pointer",
+            format!(
+                "{} names {pointer:?} but the unit runs session {session}: the next restart would resume another session",
+                path.display()
+            ),
+            format!(
+                "write {session} into {} (or restart the unit on purpose)",
+                path.display()
+            ),
+        ),
+        Some(session) => pass(
+            "pointer",
+            format!(
+                "{} names {session}, the session the unit runs",
+                path.display()
+            ),
+        ),
+        None => pass(
+            "pointer",
+            format!(
+                "{} names {pointer:?} (no session id on the unit's command line to compare)",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// A system unit can be restarted by root only (without a polkit rule).
+fn systemd_rights(user: bool) -> Check {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    if user || uid == 0 {
+        let which = if user { "the user's manager" } else { "root" };
+        return pass("systemd rights", format!("{which} may restart the unit"));
+    }
+    fail(
+        "systemd rights",
+        format!(
+            "running as uid {uid}: restarting a system unit and `systemd-run --scope` need root (\"Access denied\")"
+        ),
+        "run Claude Code as a user unit and set systemd_manager = \"user\" (or run ktr as root)",
+    )
+}
+
+/// ktr's stages run in their own scope (`systemd-run --scope`), so that
+/// restarting the unit cannot kill them: prove that works, harmlessly.
+fn systemd_run(user: bool) -> Check {
+    let mut argv = vec!["systemd-run".to_string()];
+    if user {
+        argv.push("--user".into());
+    }
+    argv.extend(["--scope", "--quiet", "--collect", "--", "true"].map(String::from));
+    match ktr_pipeline::process::run_checked(&argv, std::time::Duration::from_secs(10)) {
+        Ok(_) => pass("systemd-run", "`systemd-run --scope` works".into()),
+        Err(e) => fail(
+            "systemd-run",
+            e.message,
+            if user {
+                "the user's manager must run (loginctl enable-linger USER)"
+            } else {
+                "run as root, or use a user unit with systemd_manager = \"user\""
+            },
+        ),
+    }
+}
+
+/// The settings files whose hooks Claude Code runs in `workdir`, each once
+/// (with `claude_workdir = "~"` the project's settings are the user's).
+fn settings_files(workdir: &Path) -> Vec<PathBuf> {
+    let project = workdir.join(".claude");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for path in [
+        settings::default_path(),
+        project.join("settings.json"),
+        project.join("settings.local.json"),
+    ] {
+        if !files.iter().any(|f| absolute(f) == absolute(&path)) {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The config a hook or server command line names with `--config`, if any.
+fn config_arg<'a>(mut args: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    args.find(|a| *a == "--config")?;
+    args.next()
+}
+
+/// Why a `--config` (or its absence) is not `this` config, if it is not.
+fn other_config(found: Option<&str>, this: &Path) -> Option<String> {
+    match found {
+        Some(c) if absolute(Path::new(c)) == this => None,
+        Some(c) => Some(format!("--config {c}")),
+        None if absolute(&Config::locate(None)) == this => None,
+        None => Some("no --config (the default config)".into()),
+    }
+}
+
+/// What to run so hooks and MCP server use `this` config.
+fn reinstall_fix(this: &Path) -> String {
+    format!("run ./install --config {} again", this.display())
+}
+
+fn hooks(workdir: &Path, this: &Path) -> Check {
+    let mut found = Vec::new();
+    let mut problems = Vec::new();
+    for path in settings_files(workdir) {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        match settings::find_ours(&text) {
+            Ok(f) => found.extend(f),
+            Err(e) => problems.push(format!("{}: {}", path.display(), e.message)),
+        }
+    }
+    let want = [
+        ("Stop", None, "ktr-stop"),
+        ("UserPromptSubmit", None, "ktr-prompt"),
+        ("SessionStart", Some("resume"), "ktr-ack"),
+        ("PreCompact", None, "ktr-precompact"),
+    ];
+    for (event, matcher, program) in want {
+        let hook = found
+            .iter()
+            .find(|f| f.event == event && f.program == program && f.matcher.as_deref() == matcher);
+        match hook {
+            None => problems.push(format!(
+                "no {event}{} hook running {program}",
+                matcher.map(|m| format!("/{m}")).unwrap_or_default()
+            )),
+            Some(f) if resolve_program(&f.path).is_none() || !f.path.starts_with('/') => problems
+                .push(format!(
+                    "the {event} hook runs {}, which is not an executable at an absolute path",
+                    f.path
+                )),
+            Some(f) => {
+                if let Some(other) = other_config(f.config.as_deref(), this) {
+                    problems.push(format!(
+                        "the {event} hook runs {program} with {other}, not this config {}",
+                        this.display()
+                    ));
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        let mut paths: Vec<&str> = found.iter().map(|f| f.path.as_str()).collect();
+        paths.dedup();
+        pass(
+            "hooks",
+            format!(
+                "Stop, UserPromptSubmit, SessionStart/resume and PreCompact → {} (--config {})",
+                paths.join(", "),
+                this.display()
+            ),
+        )
+    } else {
+        fail("hooks", problems.join("; "), reinstall_fix(this))
+    }
+}
+
+/// The statusline is optional: it reports, never fails.
+fn statusline(workdir: &Path) -> Check {
+    let lines: Vec<String> = settings_files(workdir)
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|text| settings::statusline_command(&text))
+        .collect();
+    let detail = match lines
+        .iter()
+        .find(|c| c.contains(settings::STATUSLINE_PROGRAM))
+    {
+        Some(c) => format!("shows the window: {c}"),
+        None if !lines.is_empty() => format!(
+            "your own statusLine is set ({}); optional: embed `{} --segment` in it to see the window (./install prints how)",
+            lines[0],
+            settings::STATUSLINE_PROGRAM
+        ),
+        None => "not set (optional; ./install sets it when there is none)".into(),
+    };
+    pass("statusline", detail)
+}
+
+fn mcp(workdir: &Path, this: &Path) -> Check {
+    let path = home_dir().join(".claude.json");
+    let prefix = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("<prefix>"));
+    let fix = format!(
+        "{}, or: claude mcp remove --scope user ktr; claude mcp add --scope user ktr -- {} --config {}",
+        reinstall_fix(this),
+        prefix.join("ktr-mcp").display(),
+        this.display()
+    );
+    let doc: serde_json::Value = match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => return fail("mcp", format!("{} is not JSON: {e}", path.display()), fix),
+        },
+        Err(_) => return fail("mcp", format!("{} does not exist", path.display()), fix),
+    };
+    let workdir = workdir.to_string_lossy();
+    let server = doc.pointer("/mcpServers/ktr").or_else(|| {
+        doc.get("projects")?
+            .get(workdir.as_ref())?
+            .pointer("/mcpServers/ktr")
+    });
+    let Some(server) = server else {
+        return fail(
+            "mcp",
+            format!("no mcpServers.ktr in {}", path.display()),
+            fix,
+        );
+    };
+    let command = server.get("command").and_then(|c| c.as_str()).unwrap_or("");
+    let Some(program) = resolve_program(command) else {
+        return fail(
+            "mcp",
+            format!("mcpServers.ktr runs {command:?}, which is not an executable"),
+            fix,
+        );
+    };
+    let args = server.get("args").and_then(|a| a.as_array());
+    let args = args.into_iter().flatten().filter_map(|a| a.as_str());
+    match other_config(config_arg(args), this) {
+        None => pass(
+            "mcp",
+            format!("ktr → {} --config {}", program.display(), this.display()),
+        ),
+        Some(other) => fail(
+            "mcp",
+            format!(
+                "mcpServers.ktr runs {} with {other}, not this config {}",
+                program.display(),
+                this.display()
+            ),
+            fix,
+        ),
+    }
+}
+
+fn operations(config: &Config) -> Check {
+    let store = Store::at(&config.state_dir);
+    if let Ok(scanned) = store.scan()
+        && let Some(first) = scanned.damaged.first()
+    {
+        return fail(
+            "operations",
+            format!(
+                "{} damaged operation file(s): {}",
+                scanned.damaged.len(),
+                first.why
+            ),
+            "`ktr repair` lists them; `ktr repair --confirm REPAIR` moves them to state/damaged/ (nothing is deleted)",
+        );
+    }
+    if let Some((id, status)) = store.active() {
+        if let Ok(op) = store.load(&id)
+            && let Some(worker) = op.worker.as_ref().filter(|w| !w.alive())
+            && !status.is_terminal()
+        {
+            return fail(
+                "operations",
+                format!(
+                    "operation {id} is {status} but its worker (pid {}, {}) is gone",
+                    worker.pid, worker.stage
+                ),
+                "run `ktr status`: it marks the operation failed so the next request is not blocked",
+            );
+        }
+        if let Ok(op) = store.load(&id)
+            && let Some(check) = waiting_for_another_session(config, &op)
+        {
+            return check;
+        }
+        return pass("operations", format!("operation {id} is {status}"));
+    }
+    match store.latest() {
+        Ok(Some(op)) if op.needs_attention => fail(
+            "operations",
+            format!(
+                "the latest operation {} is {} and needs attention: {}",
+                op.id,
+                op.status,
+                op.error
+                    .as_deref()
+                    .unwrap_or("the old session could not be restored")
+            ),
+            "check what the target runs now and resume the right session by hand (HANDOFF.md, \"failed recovery\")",
+        ),
+        Ok(Some(op)) => pass(
+            "operations",
+            format!("none active; latest {} is {}", op.id, op.status),
+        ),
+        Ok(None) => pass("operations", "none yet".into()),
+        Err(e) => fail(
+            "operations",
+            e.message,
+            "check state_dir permissions (0700, owned by you)",
+        ),
+    }
+}
+
+/// A pending request bound to a session the target does not run waits for
+/// a Stop that may never come: say so, with its age (it expires after
+/// `request_ttl_hours`).
+fn waiting_for_another_session(
+    config: &Config,
+    op: &ktr_pipeline::operation::Operation,
+) -> Option<Check> {
+    let bound = op
+        .session_id
+        .as_deref()
+        .filter(|_| op.status == ktr_pipeline::operation::Status::Pending)?;
+    let runs = Target::from_config(config).running().ok()?.session?;
+    if runs == bound {
+        return None;
+    }
+    let age = crate::report::age(&op.created_at, std::time::SystemTime::now())
+        .map_or_else(|| "?".to_string(), crate::report::human_age);
+    Some(fail(
+        "operations",
+        format!(
+            "operation {} has waited {age} for session {bound}, which the target does not run (it runs {runs}); it expires {} h after the request (request_ttl_hours)",
+            op.id, config.request_ttl_hours
+        ),
+        format!(
+            "resume {bound} in the target, or `ktr cancel {} --confirm CANCEL`",
+            op.id
+        ),
+    ))
+}

@@ -1,0 +1,285 @@
+//! `ktr prune`: forget old finished operations.
+//!
+//! What may go, for a *terminal* operation whose last update is older than
+//! the limit: its operation file, its artifacts dir (backup copy of the
+//! source, snapshot, ack receipt), and — only for a failed or cancelled
+//! operation that never reached `activating` — a candidate transcript the
+//! stages left behind in `project_dir`, if it is still byte for byte what
+//! ktr wrote (no Claude Code ever resumed it), no pointer names it and no
+//! other operation used it as its source.
+//!
+//! What never goes: a non-terminal operation; the newest activated operation
+//! (the handle for rolling the running session back); a source transcript;
+//! any other file in `project_dir`; `ktr.log` and `worker.log`; anything
+//! reached through a symlink. The whole decision and the deletion happen
+//! under the coordinator lock, so no stage can start or finish half-way
+//! through. The operation file is removed last: an interrupted prune leaves
+//! an operation that a later prune still finds.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::report::age;
+use ktr_base::config::Config;
+use ktr_base::error::{Error, Result};
+use ktr_base::fsutil::sha256_file;
+use ktr_base::ids::{OperationId, SessionId};
+use ktr_pipeline::operation::{Operation, Status, Store};
+
+/// One file or directory prune deletes (or would delete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Doomed {
+    pub path: PathBuf,
+    /// `operation`, `artifacts` or `candidate`.
+    pub what: &'static str,
+    pub bytes: u64,
+}
+
+/// Something prune looked at and leaves alone, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Kept {
+    /// The operation id.
+    pub id: String,
+    pub status: Status,
+    /// A path when only one file of a pruned operation is kept.
+    pub path: Option<PathBuf>,
+    pub why: String,
+}
+
+/// One operation prune removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    pub id: String,
+    pub status: Status,
+    pub updated_at: String,
+    pub files: Vec<Doomed>,
+}
+
+/// What prune did, or would do without `--yes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub older_than_days: u64,
+    /// false: a dry run, nothing was deleted.
+    pub deleted: bool,
+    pub pruned: Vec<Pruned>,
+    pub kept: Vec<Kept>,
+    pub bytes: u64,
+}
+
+/// Decide, and delete when `delete`, under the coordinator lock.
+pub fn prune(
+    store: &Store,
+    config: &Config,
+    older_than_days: u64,
+    now: SystemTime,
+    delete: bool,
+) -> Result<Outcome> {
+    let limit = Duration::from_secs(older_than_days.saturating_mul(86_400));
+    store.with_lock(|tx| {
+        let ops = tx.store().list()?;
+        let active = tx.store().active().map(|(id, _)| id);
+        let newest_activated = ops
+            .iter()
+            .rev()
+            .find(|o| o.status == Status::Activated)
+            .map(|o| o.id.clone());
+        let mut outcome = Outcome {
+            older_than_days,
+            deleted: delete,
+            pruned: Vec::new(),
+            kept: Vec::new(),
+            bytes: 0,
+        };
+        for op in &ops {
+            let keep = |why: String| Kept {
+                id: op.id.to_string(),
+                status: op.status,
+                path: None,
+                why,
+            };
+            if !op.status.is_terminal() || active.as_deref() == Some(&*op.id) {
+                outcome.kept.push(keep("not finished".into()));
+                continue;
+            }
+            if newest_activated.as_deref() == Some(&*op.id) {
+                outcome.kept.push(keep(
+                    "newest activated operation: the handle to roll the running session back"
+                        .into(),
+                ));
+                continue;
+            }
+            match age(&op.updated_at, now) {
+                Some(a) if a >= limit => {}
+                Some(_) => {
+                    outcome
+                        .kept
+                        .push(keep(format!("younger than {older_than_days} days")));
+                    continue;
+                }
+                None => {
+                    outcome.kept.push(keep(format!(
+                        "unreadable updated_at {:?}: age unknown",
+                        op.updated_at
+                    )));
+                    continue;
+                }
+            }
+            let mut files = Vec::new();
+            match leftover_candidate(op, &ops, config) {
+                Ok(Some(doomed)) => files.push(doomed),
+                Ok(None) => {}
+                Err(why) => outcome.kept.push(Kept {
+                    path: op.candidate.as_ref().map(|c| c.path.clone()),
+                    ..keep(why)
+                }),
+            }
+            match artifacts(store, &op.id) {
+                Ok(Some(doomed)) => files.push(doomed),
+                Ok(None) => {}
+                Err(why) => outcome.kept.push(keep(why)),
+            }
+            let op_path = store.operation_path(&op.id)?;
+            files.push(Doomed {
+                bytes: fs::metadata(&op_path).map_or(0, |m| m.len()),
+                path: op_path,
+                what: "operation",
+            });
+            outcome.bytes += files.iter().map(|f| f.bytes).sum::<u64>();
+            outcome.pruned.push(Pruned {
+                id: op.id.to_string(),
+                status: op.status,
+                updated_at: op.updated_at.clone(),
+                files,
+            });
+        }
+        if delete {
+            for pruned in &outcome.pruned {
+                for doomed in &pruned.files {
+                    remove(doomed)?;
+                }
+            }
+        }
+        Ok(outcome)
+    })
+}
+
+/// The candidate transcript of `op` if it may be deleted; `Ok(None)` when
+/// there is none on disk; `Err(why)` when one exists and must stay.
+fn leftover_candidate(
+    op: &Operation,
+    ops: &[Operation],
+    config: &Config,
+) -> std::result::Result<Option<Doomed>, String> {
+    let Some(candidate) = &op.candidate else {
+        return Ok(None);
+    };
+    let sid = &candidate.session_id;
+    if SessionId::parse(sid).is_err() {
+        return Err(format!(
+            "candidate session id {sid:?} is invalid: left alone"
+        ));
+    }
+    let project = config
+        .project_dir
+        .canonicalize()
+        .unwrap_or_else(|_| config.project_dir.clone());
+    let expected = project.join(format!("{sid}.jsonl"));
+    let meta = match fs::symlink_metadata(&expected) {
+        Ok(m) => m,
+        Err(_) if fs::symlink_metadata(&candidate.path).is_err() => return Ok(None),
+        Err(_) => {
+            return Err(format!(
+                "candidate {} is not at {}: left alone",
+                candidate.path.display(),
+                expected.display()
+            ));
+        }
+    };
+    let refuse = |why: &str| Err(format!("candidate {}: {why}", expected.display()));
+    if !matches!(op.status, Status::Failed | Status::Cancelled) {
+        return refuse("the operation was activated; it is (or was) a live session");
+    }
+    let reached_target = op
+        .history
+        .iter()
+        .any(|t| matches!(t.to, Status::Activating | Status::Activated));
+    if reached_target || op.needs_attention {
+        return refuse("the operation reached the target; the session may have run");
+    }
+    let recorded_here = candidate.path.file_name() == expected.file_name()
+        && candidate
+            .path
+            .parent()
+            .and_then(|p| p.canonicalize().ok())
+            .is_some_and(|p| p == project);
+    if !recorded_here {
+        return refuse("the recorded path is not <project_dir>/<candidate id>.jsonl");
+    }
+    if !meta.is_file() {
+        return refuse("not a regular file");
+    }
+    if !sha256_file(&expected).is_ok_and(|d| d == candidate.sha256) {
+        return refuse("changed since ktr wrote it (someone resumed it)");
+    }
+    if fs::read_to_string(&config.resume_pointer_path).is_ok_and(|p| p.trim() == sid.as_str()) {
+        return refuse("the resume pointer names it");
+    }
+    if ops.iter().any(|o| o.session_id.as_deref() == Some(sid)) {
+        return refuse("another operation rebuilt from it");
+    }
+    Ok(Some(Doomed {
+        path: expected,
+        what: "candidate",
+        bytes: meta.len(),
+    }))
+}
+
+/// `artifacts/<id>/` if it is a real directory.
+fn artifacts(store: &Store, id: &str) -> std::result::Result<Option<Doomed>, String> {
+    OperationId::parse(id).map_err(|e| e.message)?;
+    let dir = store.dir().join("artifacts").join(id);
+    match fs::symlink_metadata(&dir) {
+        Err(_) => Ok(None),
+        Ok(m) if m.is_dir() => Ok(Some(Doomed {
+            bytes: dir_bytes(&dir),
+            path: dir,
+            what: "artifacts",
+        })),
+        Ok(_) => Err(format!(
+            "{} is not a directory (a symlink?): left alone",
+            dir.display()
+        )),
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn remove(doomed: &Doomed) -> Result<()> {
+    let result = if doomed.what == "artifacts" {
+        // remove_dir_all never follows symlinks inside the tree.
+        fs::remove_dir_all(&doomed.path)
+    } else {
+        fs::remove_file(&doomed.path)
+    };
+    match result {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io_at("remove", &doomed.path, &e))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,346 @@
+//! What a human (`ktr status`, `ktr ops`) or the model (`thread_rebuild_status`)
+//! is shown about operations: one serializable view per operation and one
+//! row per operation for the history table. Built from [`Operation`] only,
+//! so the CLI and the MCP server show the same facts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use ktr_base::time::parse_rfc3339;
+pub use ktr_pipeline::operation::manifest::{left_out_by_reason, left_out_summary};
+use ktr_pipeline::operation::{Operation, Status, Transition, Worker};
+
+/// Everything `status` shows about one operation. The manifest is summarised
+/// by its length (it holds one entry per carried item and can be long).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatusView {
+    pub id: String,
+    pub status: Status,
+    /// Activated, cancelled, failed or rolled back: blocks nothing.
+    pub terminal: bool,
+    /// What happens next, or what the human can do, in one sentence.
+    pub next: String,
+    pub reasons: Vec<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The source session (bound by `--session` or by the first Stop hook).
+    pub session_id: Option<String>,
+    pub transcript_path: Option<PathBuf>,
+    pub attempts: u32,
+    pub worker: Option<Worker>,
+    pub error: Option<String>,
+    pub session_conflict: bool,
+    pub needs_attention: bool,
+    pub rollback_ok: Option<bool>,
+    /// The rebuilt session's id, once prepare wrote it.
+    pub candidate_session_id: Option<String>,
+    pub candidate_path: Option<PathBuf>,
+    pub candidate_sha256: Option<String>,
+    /// The candidate file was discarded (a refused or failed switch never
+    /// ran it), so `candidate_path` no longer exists.
+    pub candidate_discarded: bool,
+    pub source_sha256: Option<String>,
+    /// The frozen 0600 copy of the source that the candidate was built from.
+    pub backup: Option<PathBuf>,
+    /// When prepare froze the source.
+    pub prepared_at: Option<String>,
+    pub manifest_items: usize,
+    /// Conversation records the plan did not carry (each with its reason).
+    pub left_out_records: usize,
+    /// The same, counted by reason.
+    pub left_out_by_reason: BTreeMap<String, usize>,
+    /// Whether ktr-verify passed (`verification.ok`), once it ran.
+    pub verified: Option<bool>,
+    pub target_before: Option<String>,
+    /// What the target ran right before the switch (the fallback and a
+    /// rollback restore it): session and command line.
+    pub target_ran: Option<String>,
+    pub target_after: Option<String>,
+    /// What the target runs now (`ktr status` and the MCP status tool fill
+    /// it in by looking; None when not looked at or unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_now: Option<String>,
+    /// ktr's estimate of the carried conversation (SPEC §6), without the
+    /// fixed overhead of a fresh window (the window account measures it).
+    pub estimated_tokens: Option<u64>,
+    /// Claude Code's own count at resume (`ktr-ack`; see `Ack::context_tokens`).
+    pub context_tokens: Option<u64>,
+    /// When Claude Code acknowledged loading the rebuilt session.
+    pub acked_at: Option<String>,
+    pub history: Vec<Transition>,
+}
+
+impl StatusView {
+    /// The view of `op`.
+    pub fn of(op: &Operation) -> StatusView {
+        StatusView {
+            id: op.id.to_string(),
+            status: op.status,
+            terminal: op.status.is_terminal(),
+            next: next_step(op),
+            reasons: op.reasons.clone(),
+            created_at: op.created_at.clone(),
+            updated_at: op.updated_at.clone(),
+            session_id: op.session_id.as_ref().map(ToString::to_string),
+            transcript_path: op.transcript_path.clone(),
+            attempts: op.attempts,
+            worker: op.worker.clone(),
+            error: op.error.clone(),
+            session_conflict: op.session_conflict,
+            needs_attention: op.needs_attention,
+            rollback_ok: op.rollback_ok,
+            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
+            candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
+            candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
+            candidate_discarded: op
+                .candidate
+                .as_ref()
+                .is_some_and(|c| !matches!(op.status, Status::Activated) && !c.path.exists()),
+            source_sha256: op.source_sha256.clone(),
+            backup: op.backup.clone(),
+            prepared_at: op.prepared_at.clone(),
+            manifest_items: op.manifest_artifact.as_ref().map_or(0, |m| m.items),
+            left_out_records: op.manifest_artifact.as_ref().map_or(0, |m| m.left_out),
+            left_out_by_reason: op
+                .manifest_artifact
+                .as_ref()
+                .map(|m| m.left_out_by_reason.clone())
+                .unwrap_or_default(),
+            verified: op.verification.as_ref().map(|v| v.ok),
+            target_before: op.target_before.clone(),
+            target_ran: op.target_ran.as_ref().map(|r| {
+                if r.argv.is_empty() {
+                    format!("session {}", r.session)
+                } else {
+                    format!("session {} ({})", r.session, r.argv.join(" "))
+                }
+            }),
+            target_after: op.target_after.clone(),
+            target_now: None,
+            estimated_tokens: op.estimated_tokens,
+            context_tokens: op.context_tokens(),
+            acked_at: op.ack.as_ref().map(|a| a.at.clone()),
+            history: op.history.clone(),
+        }
+    }
+}
+
+impl StatusView {
+    /// Look at what `target` runs now: fills `target_now` and, for a
+    /// pending request bound to a session the target does not run, says
+    /// so in `next` (it waits for a Stop that may never come).
+    #[must_use]
+    pub fn looking_at(mut self, target: &ktr_pipeline::target::Target) -> StatusView {
+        let Ok(running) = target.running() else {
+            return self;
+        };
+        self.target_now = Some(format!("{target} runs {}", running.describe()));
+        let bound = self.session_id.as_deref();
+        if let (Status::Pending, Some(bound), Some(runs)) = (self.status, bound, &running.session)
+            && bound != runs
+        {
+            self.next = format!(
+                "bound to session {bound}, which has not stopped since {}: the target runs session {runs}; resume {bound} there, or cancel with `ktr cancel {} --confirm CANCEL` (requests expire after request_ttl_hours)",
+                self.created_at, self.id
+            );
+        }
+        self
+    }
+}
+
+/// One sentence: what happens next to `op`, or what a human can do.
+pub fn next_step(op: &Operation) -> String {
+    let id = &op.id;
+    match op.status {
+        Status::Pending => match &op.deferred {
+            Some(why) => format!(
+                "not switched yet ({why}); waits for the end of the next reply (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+            None => format!(
+                "waits for the current reply to finish (Stop hook); cancel with `ktr cancel {id} --confirm CANCEL`"
+            ),
+        },
+        Status::Scheduled | Status::Running => {
+            "ktr-prepare is freezing the source and writing the candidate".into()
+        }
+        Status::Verifying => {
+            "ktr-verify is checking the candidate against the frozen source".into()
+        }
+        Status::Activating => "ktr-activate is switching the target".into(),
+        Status::Activated if op.needs_attention => {
+            "activated, but a human must look at the target (needs_attention)".into()
+        }
+        Status::Activated => format!(
+            "the target runs the rebuilt session; undo with `ktr rollback-request {id} --confirm ROLLBACK`"
+        ),
+        Status::RollbackPending => {
+            "rollback waits for the current reply to finish (Stop hook)".into()
+        }
+        Status::RollbackScheduled | Status::RollingBack => {
+            "ktr-rollback is switching back to the old session".into()
+        }
+        Status::Cancelled => "cancelled; nothing was changed".into(),
+        Status::Failed if op.needs_attention => {
+            "failed and a human must check what the target runs (target_after)".into()
+        }
+        Status::Failed if op.session_conflict => {
+            "failed: a third party changed the target; check it before requesting again".into()
+        }
+        Status::Failed => {
+            "failed; the old session is untouched; fix the error and request again".into()
+        }
+        Status::RolledBack => "the old session runs again".into(),
+        Status::Expired => {
+            "expired: the bound session never stopped within request_ttl_hours; nothing was changed; request again from the session the target runs".into()
+        }
+    }
+}
+
+/// One line of the `ops` history table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpsRow {
+    pub id: String,
+    pub status: Status,
+    pub created_at: String,
+    pub updated_at: String,
+    pub attempts: u32,
+    pub reasons: Vec<String>,
+    pub session_id: Option<String>,
+    pub candidate_session_id: Option<String>,
+    pub estimated_tokens: Option<u64>,
+    pub context_tokens: Option<u64>,
+    pub error: Option<String>,
+    pub needs_attention: bool,
+}
+
+impl OpsRow {
+    /// The row of `op`.
+    pub fn of(op: &Operation) -> OpsRow {
+        OpsRow {
+            id: op.id.to_string(),
+            status: op.status,
+            created_at: op.created_at.clone(),
+            updated_at: op.updated_at.clone(),
+            attempts: op.attempts,
+            reasons: op.reasons.clone(),
+            session_id: op.session_id.as_ref().map(ToString::to_string),
+            candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
+            estimated_tokens: op.estimated_tokens,
+            context_tokens: op.context_tokens(),
+            error: op.error.clone(),
+            needs_attention: op.needs_attention,
+        }
+    }
+}
+
+/// The history table, newest first (from [`ktr_pipeline::operation::Store::list`],
+/// which is oldest first).
+pub fn ops(list: &[Operation]) -> Vec<OpsRow> {
+    list.iter().rev().map(OpsRow::of).collect()
+}
+
+/// How long ago an RFC 3339 time was (None if unparseable or in the future).
+pub fn age(at: &str, now: SystemTime) -> Option<Duration> {
+    now.duration_since(parse_rfc3339(at)?).ok()
+}
+
+/// A short human age: `45 s`, `12 min`, `5 h`, `3 d`.
+pub fn human_age(age: Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ktr_base::ids::SessionId;
+    use ktr_pipeline::operation::{Ack, CandidateFile, Verification};
+
+    fn op(status: Status) -> Operation {
+        Operation {
+            status,
+            ..Operation::new("big", None)
+        }
+    }
+
+    #[test]
+    fn the_view_shows_estimate_and_measurement_side_by_side() {
+        let mut o = op(Status::Activated);
+        o.estimated_tokens = Some(11_800);
+        o.ack = Some(Ack {
+            at: "2026-11-29T08:00:00.000Z".into(),
+            session_id: SessionId::parse("new").unwrap(),
+            context_tokens: Some(49_100),
+        });
+        o.candidate = Some(CandidateFile {
+            session_id: SessionId::parse("new").unwrap(),
+            path: "/p/new.jsonl".into(),
+            sha256: "ab".into(),
+        });
+        o.manifest_artifact = Some(ktr_pipeline::operation::ManifestRef {
+            items: 3,
+            left_out: 2,
+            left_out_by_reason: [("local_command".to_string(), 2)].into(),
+            ..Default::default()
+        });
+        o.verification = Some(Verification::failed("x"));
+        o.verification.as_mut().unwrap().ok = true;
+        let v = StatusView::of(&o);
+        assert_eq!(
+            (v.estimated_tokens, v.context_tokens),
+            (Some(11_800), Some(49_100))
+        );
+        assert_eq!(v.candidate_session_id.as_deref(), Some("new"));
+        assert_eq!(
+            (v.manifest_items, v.left_out_records, v.verified, v.terminal),
+            (3, 2, Some(true), true)
+        );
+        assert_eq!(v.left_out_by_reason["local_command"], 2);
+        assert!(v.next.contains("ktr rollback-request"), "{}", v.next);
+        let json = serde_json::to_value(&v).unwrap();
+        assert_eq!(json["status"], "activated");
+        assert!(json.get("manifest").is_none(), "the manifest is summarised");
+    }
+
+    #[test]
+    fn every_status_has_a_next_step() {
+        for s in Status::ALL {
+            assert!(!next_step(&op(s)).is_empty(), "{s}");
+        }
+        assert!(next_step(&op(Status::Pending)).contains("ktr cancel"));
+    }
+
+    #[test]
+    fn ops_are_newest_first() {
+        let list = [
+            op(Status::Failed),
+            op(Status::Activated),
+            op(Status::Pending),
+        ];
+        let rows = ops(&list);
+        let statuses: Vec<_> = rows.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [Status::Pending, Status::Activated, Status::Failed]
+        );
+    }
+
+    #[test]
+    fn ages_read_the_stored_times() {
+        let now = parse_rfc3339("2026-11-29T12:00:00.000Z").unwrap();
+        let age = age("2026-11-27T11:00:00.000Z", now).unwrap();
+        assert_eq!(human_age(age), "2 d");
+        assert_eq!(super::age("garbage", now), None);
+        assert_eq!(super::age("2026-11-30T00:00:00Z", now), None);
+        assert_eq!(human_age(Duration::from_secs(59)), "59 s");
+        assert_eq!(human_age(Duration::from_secs(7200)), "2 h");
+    }
+}

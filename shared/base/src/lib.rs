@@ -1,0 +1,31 @@
+//! The base every ktr layer stands on: the one [`Error`], the [`config`],
+//! durable writes ([`fsutil`]), reading files ktr did not write ([`open`]),
+//! the allocator kept at what is in use ([`heap`]), typed [`ids`] and
+//! [`time`].
+//!
+//! The layers above, each its own crate so the compiler enforces the
+//! direction (`admin → pipeline → engine → base`):
+//!
+//! | crate | what |
+//! |---|---|
+//! | `ktr_engine` | read-only: stream a transcript, decide what is speech, find the conversation, build the candidate, measure residue, check conservation |
+//! | `ktr_pipeline` | acts: the operation file and its state machine, the stages and hooks, the targets that get switched |
+//! | `ktr_admin` | for humans: doctor, prune, the status view, settings.json |
+//!
+//! docs/ARCHITECTURE.md has the map; docs/SPEC.md is the contract.
+
+pub mod config;
+pub mod error;
+pub mod fsutil;
+pub mod heap;
+pub mod ids;
+pub mod open;
+pub mod time;
+
+pub use error::{Error, ErrorKind, Result};
+
+/// Large blocks spill to unlinked files once an executable names a
+/// directory ([`heap::spill_into`]); until then, and for everything small,
+/// this is the system allocator.
+#[global_allocator]
+static ALLOCATOR: heap::Allocator = heap::Allocator;

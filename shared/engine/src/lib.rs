@@ -1,0 +1,30 @@
+//! The read-only engine: everything that reads a transcript and decides
+//! what a rebuild would carry. Nothing here writes outside a path it is
+//! given, and nothing here knows about operations or targets.
+//!
+//! The facade is [`plan::build`] (with [`PlanReport`], [`ManifestEntry`],
+//! [`LeftOut`]) and [`conserve::check`]; `classify`, `transcript`, `turns`
+//! and `candidate` stay public for the rule and property tests. `chain`,
+//! `rawjson`, `scan` and `symbols` are internals.
+
+pub mod candidate;
+pub(crate) mod chain;
+pub mod classify;
+pub mod conserve;
+pub mod inline_str;
+pub mod ledger;
+pub mod left_out;
+pub mod plan;
+pub(crate) mod rawjson;
+pub mod reread;
+pub(crate) mod scan;
+pub(crate) mod symbols;
+pub mod transcript;
+pub mod turns;
+pub mod window;
+
+pub use candidate::ManifestEntry;
+pub use conserve::ConservationCounts;
+pub use ledger::LedgerReport;
+pub use plan::{LeftOut, Plan, PlanReport};
+pub use turns::{ItemKind, LeftOutReason, Role};

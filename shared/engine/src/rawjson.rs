@@ -1,0 +1,314 @@
+//! Finding one top-level key of a raw JSON object without parsing it, the
+//! elements of a raw array, and the text of a raw string.
+//!
+//! Tool results are the bulk of a transcript (often 95 % of its bytes) and
+//! ktr needs only their `type` and `is_error`. Skipping string values with
+//! `memchr` is several times faster than a full parse; the input was
+//! already validated as JSON by the line parse.
+
+use std::borrow::Cow;
+
+use memchr::{memchr, memchr2};
+
+/// The raw text of `key`'s value in the JSON object `raw`, if present.
+/// Returns `None` for anything that is not a well-formed object.
+pub fn top_level<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
+    let b = raw.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(b, i);
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(b, i)?;
+        let this_key = &raw[i + 1..key_end - 1];
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_ws(b, i + 1);
+        let value_end = value_end(b, value_start)?;
+        if this_key == key {
+            return Some(&raw[value_start..value_end]);
+        }
+        i = skip_ws(b, value_end);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            _ => return None,
+        }
+    }
+}
+
+/// A top-level string value without escapes (e.g. a block's `type`).
+pub fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
+    let v = top_level(raw, key)?;
+    let inner = v.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
+/// The elements of the JSON array `raw`, raw. `None` for anything that
+/// is not a well-formed array.
+pub fn elements(raw: &str) -> Option<Vec<&str>> {
+    let b = raw.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut out = Vec::new();
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(out);
+    }
+    loop {
+        let end = value_end(b, i)?;
+        out.push(&raw[i..end]);
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b']') => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// The text of the JSON string `raw` (quotes included; JSON that `serde_json`
+/// has validated): borrowed when it holds no escape. A huge one is decoded
+/// a MiB at a time with a [`ktr_base::heap::look`] after each, so that its
+/// raw and decoded forms are never mapped whole at once. `None` when `raw`
+/// is not a string or holds an unpaired surrogate escape (which `serde_json`
+/// refuses to decode into a string too).
+pub fn text(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let b = inner.as_bytes();
+    let Some(first) = memchr(b'\\', b) else {
+        return Some(Cow::Borrowed(inner));
+    };
+    let _texts = ktr_base::heap::texts();
+    let mut out = String::with_capacity(inner.len());
+    let mut looked = 0;
+    let mut i = 0;
+    let mut next = Some(first);
+    while let Some(at) = next {
+        // Backslashes and the escapes' letters are ASCII: `at` and the end
+        // of each escape are character boundaries.
+        ktr_base::heap::push_str(&mut out, &inner[i..at]);
+        let (ch, len) = escape(b.get(at + 1..)?)?;
+        out.push(ch);
+        i = at + 1 + len;
+        if out.len() - looked >= ktr_base::heap::LOOK_EVERY {
+            looked = out.len();
+            ktr_base::heap::look();
+        }
+        next = memchr(b'\\', &b[i..]).map(|j| i + j);
+    }
+    ktr_base::heap::push_str(&mut out, &inner[i..]);
+    Some(Cow::Owned(out))
+}
+
+/// The character an escape stands for and the bytes it takes after its
+/// backslash.
+fn escape(b: &[u8]) -> Option<(char, usize)> {
+    let plain = match b.first()? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let high = hex4(b.get(1..5)?)?;
+            return match high {
+                0xD800..=0xDBFF => {
+                    let low = match b.get(5..11)? {
+                        [b'\\', b'u', digits @ ..] => hex4(digits)?,
+                        _ => return None,
+                    };
+                    if !(0xDC00..=0xDFFF).contains(&low) {
+                        return None;
+                    }
+                    let code = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                    Some((char::from_u32(code)?, 11))
+                }
+                _ => Some((char::from_u32(high)?, 5)),
+            };
+        }
+        _ => return None,
+    };
+    Some((plain, 1))
+}
+
+fn hex4(digits: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(digits.get(..4)?).ok()?;
+    u32::from_str_radix(s, 16).ok()
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the closing quote of the string starting at `start`.
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        let at = i + memchr2(b'"', b'\\', &b[i..])?;
+        if b[at] == b'\\' {
+            i = at + 2;
+            if i > b.len() {
+                return None;
+            }
+        } else {
+            return Some(at + 1);
+        }
+    }
+}
+
+/// Index just past the value starting at `start`.
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    match b.get(start)? {
+        b'"' => string_end(b, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            while i < b.len() {
+                match b[i] {
+                    b'"' => {
+                        i = string_end(b, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let mut i = start;
+            while i < b.len() && !matches!(b[i], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            {
+                i += 1;
+            }
+            Some(i)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_keys_after_big_values() {
+        let raw = r#"{"tool_use_id":"t\"1","content":[{"type":"text","text":"a}\\\"]"}],"type":"tool_result","is_error":true}"#;
+        assert_eq!(top_level_str(raw, "type"), Some("tool_result"));
+        assert_eq!(top_level(raw, "is_error"), Some("true"));
+        assert_eq!(top_level(raw, "missing"), None);
+        assert_eq!(
+            top_level_str(r#"{ "type" : "text" }"#, "type"),
+            Some("text")
+        );
+    }
+
+    #[test]
+    fn agrees_with_serde_on_every_value() {
+        let raw = r#"{"a":1.5e3,"b":null,"c":{"d":[1,{"e":"}"}]},"f":"x"}"#;
+        let v: serde_json::Value = serde_json::from_str(raw).unwrap();
+        for key in ["a", "b", "c", "f"] {
+            let found: serde_json::Value =
+                serde_json::from_str(top_level(raw, key).unwrap()).unwrap();
+            assert_eq!(found, v[key], "{key}");
+        }
+    }
+
+    #[test]
+    fn texts_decode_as_serde_decodes_them() {
+        for raw in [
+            r#""plain""#,
+            r#""a\"b\\c\/d\b\f\n\r\t""#,
+            r#""\u00e9\u00E9 \u4e2d \ud83d\ude00 \uD83D\uDE00 end""#,
+            r#""\u0000x""#,
+            r#""""#,
+            r#""中文\n""#,
+        ] {
+            let want: String = serde_json::from_str(raw).unwrap();
+            assert_eq!(text(raw).as_deref(), Some(want.as_str()), "{raw}");
+        }
+        assert!(matches!(text(r#""no escape""#), Some(Cow::Borrowed(_))));
+        // Unpaired surrogates: serde refuses them as strings, and so does this.
+        for raw in [
+            r#""\ud83d""#,
+            r#""\ud83dx""#,
+            r#""\ude00""#,
+            r#""\ud83d\u0041""#,
+            r#""\ud83d\n""#,
+        ] {
+            assert!(serde_json::from_str::<String>(raw).is_err(), "{raw}");
+            assert_eq!(text(raw), None, "{raw}");
+        }
+        for raw in ["", "x", "1", r#""\""#, r#""\q""#, r#""\u12""#] {
+            assert_eq!(text(raw), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_huge_text_decodes_whole() {
+        assert!(ktr_base::heap::spill_into(&std::env::temp_dir()));
+        let original: String = (0..400_000)
+            .map(|i| format!("line {i} \"q\" 中\t\u{1F600}\n"))
+            .collect();
+        assert!(original.len() >= ktr_base::heap::HUGE_BLOCK);
+        let raw = serde_json::to_string(&original).unwrap();
+        assert_eq!(text(&raw).as_deref(), Some(original.as_str()));
+    }
+
+    #[test]
+    fn elements_are_the_raw_values_of_an_array() {
+        let raw = r#" [ {"type":"text","text":"a]\"}"} , "x" ,[1,[2]],null ] "#;
+        assert_eq!(
+            elements(raw),
+            Some(vec![
+                r#"{"type":"text","text":"a]\"}"}"#,
+                r#""x""#,
+                "[1,[2]]",
+                "null"
+            ])
+        );
+        assert_eq!(elements("[]"), Some(vec![]));
+        for bad in ["", "{}", "[1", "[1,", "[1 2]"] {
+            assert_eq!(elements(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for raw in [
+            "",
+            "[]",
+            "{",
+            r#"{"a""#,
+            r#"{"a":"x"#,
+            "{\"a\\",
+            r#"{"b":[1,"#,
+            r#"{"b":{"#,
+        ] {
+            assert_eq!(top_level(raw, "a"), None, "{raw}");
+        }
+        // Input is pre-validated JSON; a truncated scalar at the very end still reads.
+        assert_eq!(top_level(r#"{"a":1"#, "a"), Some("1"));
+    }
+}

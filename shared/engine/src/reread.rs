@@ -1,0 +1,236 @@
+//! The second read of a planned transcript.
+//!
+//! The scan keeps no text: each speech event remembers where its line is
+//! ([`LineRef`]) and how it was read ([`Via`]). When selection or the
+//! candidate writer needs a text, the line is read again from the same
+//! frozen bytes and read the same way, so memory holds one record at a
+//! time whatever the size of the conversation. A line that no longer reads
+//! as it did (the bytes changed between the two reads) is an error, never a
+//! silently different candidate.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use crate::classify::{self, AssistantReading, UserReading};
+use crate::scan::{self, Event, LineRef, Meta, Options, Speech, Via};
+use crate::transcript::{self, Attachment, Content, Line, Record};
+use ktr_base::error::{Error, Result};
+
+/// Bytes a plan can read again at an offset: the open transcript, or a
+/// slice (tests, fuzzing).
+pub trait Bytes {
+    /// Fill `buf` with exactly the bytes of `at`.
+    fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()>;
+}
+
+impl Bytes for File {
+    fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let len = usize::try_from(at.len).map_err(std::io::Error::other)?;
+        buf.clear();
+        if len < ktr_base::heap::WINDOWED_MIN {
+            buf.resize(len, 0);
+            return self.read_exact_at(buf, at.offset);
+        }
+        let _texts = ktr_base::heap::texts();
+        buf.reserve_exact(len);
+        // Through a small buffer, with a look every MiB: a long line's
+        // room is a windowed spill file (which `pread` cannot fault in).
+        let mut piece = vec![0; ktr_base::heap::BOUNCE.min(len)];
+        while buf.len() < len {
+            let from = buf.len();
+            let n = (len - from).min(piece.len());
+            self.read_exact_at(&mut piece[..n], at.offset + from as u64)?;
+            buf.extend_from_slice(&piece[..n]);
+            if (from + n) / ktr_base::heap::LOOK_EVERY != from / ktr_base::heap::LOOK_EVERY {
+                ktr_base::heap::look();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Bytes for &[u8] {
+    fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let range = usize::try_from(at.offset)
+            .ok()
+            .zip(usize::try_from(at.offset + at.len).ok())
+            .and_then(|(start, end)| self.get(start..end))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.clear();
+        buf.extend_from_slice(range);
+        Ok(())
+    }
+}
+
+/// The text of one speech event, read again.
+#[derive(Debug, Clone, Default)]
+pub struct Said {
+    /// The speech text (empty for [`Speech::Injected`]).
+    pub text: String,
+    /// What the manifest's `source_sha256` digests: the record's text
+    /// before any stripping, when it differs from `text`.
+    pub raw: Option<String>,
+    /// The raw startup snapshot text, when the event is one.
+    pub snapshot: Option<String>,
+    /// The `attachment` object of a `SessionStart` context, verbatim.
+    pub attachment: Option<String>,
+}
+
+/// Reads events of one planned transcript again.
+pub struct Reread<'a> {
+    bytes: &'a dyn Bytes,
+    opts: &'a Options<'a>,
+    buf: RefCell<Vec<u8>>,
+}
+
+impl<'a> Reread<'a> {
+    pub fn new(bytes: &'a dyn Bytes, opts: &'a Options<'a>) -> Reread<'a> {
+        Reread {
+            bytes,
+            opts,
+            buf: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Parse the record at `at` and hand it to `f` (which may take its
+    /// decoded text out of it).
+    fn with_record<T>(
+        &self,
+        at: LineRef,
+        f: impl FnOnce(&mut Record<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut buf = self.buf.borrow_mut();
+        self.bytes
+            .read_at(at, &mut buf)
+            .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
+        let parsed = transcript::parse_line(&buf);
+        let result = match parsed {
+            Line::Record(mut r) => f(&mut r),
+            _ => Err(changed(at, "no longer holds a record")),
+        };
+        // A huge line's bytes are not kept beside what is made of its text.
+        if buf.capacity() > transcript::LINE_BUF_KEPT {
+            *buf = Vec::new();
+        }
+        result
+    }
+
+    /// The text of `event`.
+    pub fn said(&self, event: &Event) -> Result<Said> {
+        self.with_record(event.at(), |r| self.read(event, r))
+    }
+
+    /// The text of `event` and the fields its candidate line copies.
+    pub fn said_and_meta(&self, event: &Event) -> Result<(Said, Meta)> {
+        self.with_record(event.at(), |r| {
+            Ok((self.read(event, r)?, scan::meta(event.line(), r)))
+        })
+    }
+
+    /// The timestamp of the record at `at` (a stamp's time).
+    pub fn timestamp(&self, at: LineRef) -> Result<Option<String>> {
+        self.with_record(at, |r| {
+            Ok(r.timestamp
+                .get()
+                .filter(|t| transcript::is_timestamp(t))
+                .map(ToString::to_string))
+        })
+    }
+
+    /// The uuid of the record of `event`.
+    pub fn uuid(&self, event: &Event) -> Result<Option<String>> {
+        self.with_record(event.at(), |r| Ok(r.uuid.get().map(ToString::to_string)))
+    }
+
+    /// Read `r` the way the scan read it (`event.via`).
+    fn read(&self, event: &Event, r: &mut Record<'_>) -> Result<Said> {
+        let mut said = Said::default();
+        let speech = match event.via() {
+            Via::CarriedBefore => {
+                let Content::Text(t) = &r.message.content else {
+                    return Err(changed(event.at(), "no longer holds a plain user text"));
+                };
+                said.text = t.to_string();
+                said.snapshot = event
+                    .snapshot()
+                    .then(|| t.split_once('\n').map_or("", |(_, raw)| raw).to_string());
+                Speech::User
+            }
+            Via::User => {
+                let (speech, text) = {
+                    let reading = classify::read_user(r);
+                    let (speech, text) = match reading.reading {
+                        UserReading::Speech(t) => (Speech::User, t),
+                        UserReading::Slash(t) => (Speech::Slash, Cow::Owned(t)),
+                        UserReading::CompactSummary(t) => (Speech::Summary, t),
+                        UserReading::Expansion(t) => (Speech::Expansion, t),
+                        UserReading::NotSpeech(_) => (Speech::Injected, Cow::Borrowed("")),
+                    };
+                    let raw = &reading.raw_text;
+                    said.snapshot = event.snapshot().then(|| raw.to_string());
+                    if !raw.is_empty() && *raw != text {
+                        said.raw = Some(raw.to_string());
+                    }
+                    // The record's whole plain text, unchanged: taken out of
+                    // the record below instead of copied.
+                    let whole = matches!(&r.message.content, Content::Text(t) if t.as_ptr() == text.as_ptr() && t.len() == text.len());
+                    (speech, (!whole).then(|| text.into_owned()))
+                };
+                said.text = match text {
+                    Some(text) => text,
+                    None => match &mut r.message.content {
+                        Content::Text(t) => std::mem::take(t).into_owned(),
+                        _ => String::new(),
+                    },
+                };
+                speech
+            }
+            Via::Queued => {
+                let a = r.attachment.map(Attachment::parse);
+                match a.as_ref().and_then(classify::read_queued) {
+                    Some(UserReading::Speech(t)) => said.text = t.into_owned(),
+                    _ => return Err(changed(event.at(), "no longer holds a queued message")),
+                }
+                Speech::User
+            }
+            Via::Assistant => {
+                match classify::read_assistant(r, self.opts.reply_tool) {
+                    AssistantReading::Speech(t) => said.text = t,
+                    _ => return Err(changed(event.at(), "no longer holds assistant text")),
+                }
+                Speech::Assistant
+            }
+            Via::StartupContext => {
+                let raw = r.attachment;
+                match raw
+                    .map(Attachment::parse)
+                    .as_ref()
+                    .and_then(classify::session_start_context)
+                {
+                    Some(t) => said.text = t,
+                    None => {
+                        return Err(changed(
+                            event.at(),
+                            "no longer holds a SessionStart context",
+                        ));
+                    }
+                }
+                said.attachment = raw.map(|a| a.get().to_string());
+                Speech::StartupContext
+            }
+        };
+        if speech != event.speech() || said.text.len() as u64 != event.text().bytes {
+            return Err(changed(event.at(), "reads differently now"));
+        }
+        Ok(said)
+    }
+}
+
+fn changed(at: LineRef, what: &str) -> Error {
+    Error::refused(format!(
+        "the transcript changed while it was planned: the record at byte {} {what}; plan again (ktr plans a frozen copy when it rebuilds)",
+        at.offset
+    ))
+}

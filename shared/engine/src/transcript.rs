@@ -1,0 +1,620 @@
+//! Streaming transcript reader (SPEC §3).
+//!
+//! A transcript is JSON Lines. Lines are read as bytes into one reused
+//! buffer and parsed into borrowed *views*: small typed structs that keep
+//! only what ktr looks at. Large values (tool results, tool inputs, thinking)
+//! are captured as [`RawValue`] slices — their bytes are measured, never
+//! decoded or copied. Every field is lenient: a wrong type reads as absent
+//! instead of failing the line, because new Claude Code releases reshape
+//! records every few weeks.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::BufRead;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::rawjson;
+
+/// One line of a transcript as the reader saw it.
+pub enum Line<'a> {
+    /// Empty or whitespace only: ignored, not malformed.
+    Blank,
+    /// Not valid UTF-8, not JSON, or not a JSON object.
+    Malformed(&'static str),
+    /// A JSON object.
+    Record(Box<Record<'a>>),
+}
+
+/// A line buffer bigger than this is freed after its line is used (the
+/// usual record is a few KiB; one huge message's room must not stay held).
+pub const LINE_BUF_KEPT: usize = 1 << 20;
+
+/// Read `input` line by line, calling `f(line_number, offset, raw_bytes, line)`.
+///
+/// `line_number` is 1-based; `offset` is where the line starts in `input`. A final line without `\n` is passed like any
+/// other (a parse failure there is reported as malformed; the stability
+/// wait of prepare decides whether it was still being written).
+pub fn for_each_line<R: BufRead>(
+    mut input: R,
+    mut f: impl FnMut(usize, u64, &[u8], Line<'_>),
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut number = 0usize;
+    let mut offset = 0u64;
+    loop {
+        buf.clear();
+        let read = read_line(&mut input, &mut buf)?;
+        if read == 0 {
+            return Ok(());
+        }
+        number += 1;
+        let line = trim_newline(&buf);
+        let parsed = parse_line(line);
+        f(number, offset, line, parsed);
+        ktr_base::heap::tick();
+        offset += read as u64;
+        // A huge line's room is not kept for the rest of the file.
+        if buf.capacity() > LINE_BUF_KEPT {
+            buf = Vec::with_capacity(1 << 16);
+        }
+    }
+}
+
+/// `BufRead::read_until(b'\n')`, with a [`ktr_base::heap::look`] every MiB
+/// of a long line: its room grows in a spill file, and what is written of
+/// it is not kept mapped. A huge line's block is a text's: windowed (see
+/// `heap::window`), so that the steps over it never map it whole.
+pub fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let _texts = ktr_base::heap::texts();
+    let mut read = 0;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (used, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), available.is_empty()),
+        };
+        buf.extend_from_slice(&available[..used]);
+        input.consume(used);
+        if (read + used) / ktr_base::heap::LOOK_EVERY != read / ktr_base::heap::LOOK_EVERY {
+            ktr_base::heap::look();
+        }
+        read += used;
+        if done {
+            return Ok(read);
+        }
+    }
+}
+
+fn trim_newline(buf: &[u8]) -> &[u8] {
+    let mut end = buf.len();
+    while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    &buf[..end]
+}
+
+/// `bytes` as text if they are UTF-8; a huge line is checked a MiB at a
+/// time (cut before a character's first byte) with a
+/// [`ktr_base::heap::look`] after each.
+fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.len() < ktr_base::heap::HUGE_BLOCK {
+        return simdutf8::basic::from_utf8(bytes).ok();
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(ktr_base::heap::LOOK_EVERY);
+        // Before a first byte: at most three continuation bytes back (more
+        // means the piece fails the check anyway).
+        while cut < rest.len() && cut > 1 && rest[cut] & 0xC0 == 0x80 {
+            cut -= 1;
+        }
+        simdutf8::basic::from_utf8(&rest[..cut]).ok()?;
+        rest = &rest[cut..];
+        ktr_base::heap::look();
+    }
+    // SAFETY: every piece is UTF-8 and each cut is before a character's
+    // first byte, so the pieces together are UTF-8.
+    Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+}
+
+/// Parse one line (without its newline).
+pub fn parse_line(bytes: &[u8]) -> Line<'_> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Line::Blank;
+    }
+    let Some(text) = utf8(bytes) else {
+        return Line::Malformed("not valid UTF-8");
+    };
+    if !text.trim_start().starts_with('{') {
+        return Line::Malformed("not a JSON object");
+    }
+    match serde_json::from_str::<Record<'_>>(text) {
+        Ok(record) => Line::Record(Box::new(record)),
+        Err(_) => Line::Malformed("not valid JSON"),
+    }
+}
+
+/// A string that borrows from the line when it can. Any non-string value
+/// reads as absent (see [`Lenient`]).
+pub type Str<'a> = Cow<'a, str>;
+
+/// A field that tolerates any JSON type: the expected type gives `Some`,
+/// anything else (including null) gives `None` without failing the line.
+#[derive(Debug, Default, Clone)]
+pub struct Lenient<T>(pub Option<T>);
+
+impl<T> Lenient<T> {
+    pub fn get(&self) -> Option<&T> {
+        self.0.as_ref()
+    }
+}
+
+/// Visitor methods for the lenient rule "a value of the wrong type reads as
+/// absent": `scalars` (booleans, numbers, null), `seq` and `map` give
+/// `Self::Value::default()`, skipping whatever they contain.
+macro_rules! absent_otherwise {
+    ($($kind:ident),+) => { $(absent_otherwise!(@ $kind);)+ };
+    (@ scalars) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+    };
+    (@ seq) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+    (@ map) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Taken raw and decoded here, not by serde_json: a huge text is
+        // decoded a MiB at a time (`rawjson::text`). An unpaired surrogate
+        // fails the line, as serde_json's own decoding does.
+        let raw = <&'de RawValue>::deserialize(d)?.get();
+        if !raw.starts_with('"') {
+            return Ok(Lenient(None));
+        }
+        rawjson::text(raw)
+            .map(|t| Lenient(Some(t)))
+            .ok_or_else(|| serde::de::Error::custom("unpaired surrogate in a string"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Lenient<bool> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&RawValue>::deserialize(d);
+        // Borrowed RawValue works for serde_json input; fall back to absent.
+        Ok(Lenient(match raw {
+            Ok(r) => match r.get() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            },
+            Err(_) => None,
+        }))
+    }
+}
+
+/// `parentUuid` is meaningful in three ways: missing, null, or a value.
+#[derive(Debug, Default, Clone)]
+pub enum Parent<'a> {
+    /// The record has no `parentUuid` field at all.
+    #[default]
+    Missing,
+    /// `parentUuid: null` — a root.
+    Null,
+    /// A link to another record.
+    Uuid(Str<'a>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Parent<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Lenient(value) = Lenient::<Str<'a>>::deserialize(d)?;
+        Ok(match value {
+            Some(s) => Parent::Uuid(s),
+            None => Parent::Null,
+        })
+    }
+}
+
+/// The `origin` object of modern records (`{kind: "human"|"channel"|…}`).
+#[derive(Debug, Default, Deserialize)]
+pub struct Origin<'a> {
+    #[serde(borrow, default)]
+    pub kind: Lenient<Str<'a>>,
+}
+
+/// The view of one record: only the fields ktr reads.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub subtype: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub uuid: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub parent_uuid: Parent<'a>,
+    #[serde(borrow, default)]
+    pub logical_parent_uuid: Lenient<Str<'a>>,
+    #[serde(default)]
+    pub is_sidechain: Lenient<bool>,
+    #[serde(default)]
+    pub is_meta: Lenient<bool>,
+    #[serde(default)]
+    pub is_compact_summary: Lenient<bool>,
+    /// `turnCompanion: true`: a record Claude Code sends with the user's
+    /// message (a custom command's or skill's expansion).
+    #[serde(default)]
+    pub turn_companion: Lenient<bool>,
+    #[serde(borrow, default)]
+    pub timestamp: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub cwd: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub version: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub git_branch: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub user_type: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub entrypoint: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub prompt_source: Lenient<Str<'a>>,
+    #[serde(borrow, default, deserialize_with = "lenient_origin")]
+    pub origin: Option<Origin<'a>>,
+    #[serde(borrow, default)]
+    pub message: Message<'a>,
+    #[serde(borrow, default)]
+    pub attachment: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub tool_use_result: Option<&'a RawValue>,
+}
+
+fn lenient_origin<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Origin<'a>>, D::Error> {
+    let raw = <&'de RawValue>::deserialize(d)?;
+    Ok(serde_json::from_str(raw.get()).ok())
+}
+
+impl Record<'_> {
+    /// The record's `type`, or "" when absent.
+    pub fn kind(&self) -> &str {
+        self.kind.get().map_or("", |s| s)
+    }
+    /// `isSidechain: true`.
+    pub fn sidechain(&self) -> bool {
+        self.is_sidechain.0 == Some(true)
+    }
+    /// `isMeta: true`.
+    pub fn meta(&self) -> bool {
+        self.is_meta.0 == Some(true)
+    }
+    /// `origin.kind`, if any.
+    pub fn origin_kind(&self) -> Option<&str> {
+        self.origin
+            .as_ref()?
+            .kind
+            .get()
+            .map(std::convert::AsRef::as_ref)
+    }
+}
+
+/// `message`: missing, null, a bare string, or an object.
+#[derive(Default)]
+pub struct Message<'a> {
+    pub role: Option<Str<'a>>,
+    pub id: Option<Str<'a>>,
+    pub model: Option<Str<'a>>,
+    pub content: Content<'a>,
+}
+
+/// `message.content`: a string, a list of blocks, or nothing.
+#[derive(Default)]
+pub enum Content<'a> {
+    #[default]
+    None,
+    Text(Str<'a>),
+    /// The blocks, raw.
+    Blocks(Vec<&'a str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Message<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a message")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut m = Message::default();
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match key.as_ref() {
+                        "role" => m.role = map.next_value::<Lenient<Str<'a>>>()?.0,
+                        "id" => m.id = map.next_value::<Lenient<Str<'a>>>()?.0,
+                        "model" => m.model = map.next_value::<Lenient<Str<'a>>>()?.0,
+                        "content" => m.content = map.next_value::<Content<'a>>()?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(m)
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Message {
+                    content: Content::Text(Cow::Borrowed(v)),
+                    ..Message::default()
+                })
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Message {
+                    content: Content::Text(Cow::Owned(ktr_base::heap::copied(v))),
+                    ..Message::default()
+                })
+            }
+            absent_otherwise!(scalars, seq);
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Taken raw and split or decoded here (see `Lenient<Str>`).
+        let raw = <&'de RawValue>::deserialize(d)?.get();
+        Ok(match raw.as_bytes().first() {
+            Some(b'"') => Content::Text(
+                rawjson::text(raw)
+                    .ok_or_else(|| serde::de::Error::custom("unpaired surrogate in a string"))?,
+            ),
+            Some(b'[') => Content::Blocks(rawjson::elements(raw).unwrap_or_default()),
+            _ => Content::None,
+        })
+    }
+}
+
+impl Content<'_> {
+    /// Raw bytes of the content (text length or the sum of block lengths).
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Content::None => 0,
+            Content::Text(t) => t.len(),
+            Content::Blocks(b) => b.iter().map(|r| r.len()).sum(),
+        }
+    }
+}
+
+/// One content block, parsed from its raw bytes on demand.
+#[derive(Default, Deserialize)]
+pub struct Block<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub text: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub name: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
+    #[serde(default)]
+    pub is_error: Lenient<bool>,
+}
+
+impl<'a> Block<'a> {
+    /// Parse a block; a block that is not an object reads as an empty block.
+    pub fn parse(raw: &'a str) -> Block<'a> {
+        serde_json::from_str(raw).unwrap_or_default()
+    }
+    /// The block's `type`, or "" when absent.
+    pub fn kind(&self) -> &str {
+        self.kind.get().map_or("", |s| s)
+    }
+}
+
+/// Text of a value that is either a string or a list of text blocks (tool
+/// result content, queued prompts). Non-text blocks are skipped; texts are
+/// joined by a blank line.
+pub fn text_of(raw: &RawValue) -> String {
+    text_of_str(raw.get())
+}
+
+/// [`text_of`] for raw JSON text.
+pub fn text_of_str(t: &str) -> String {
+    if t.starts_with('"') {
+        return serde_json::from_str::<String>(t).unwrap_or_default();
+    }
+    let Ok(blocks) = serde_json::from_str::<Vec<&RawValue>>(t) else {
+        return String::new();
+    };
+    let texts: Vec<String> = blocks
+        .iter()
+        .map(|b| Block::parse(b.get()))
+        .filter(|b| b.kind() == "text")
+        .filter_map(|b| b.text.0.map(Cow::into_owned))
+        .collect();
+    texts.join("\n\n")
+}
+
+/// The view of an `attachment` value.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub command_mode: Lenient<Str<'a>>,
+    #[serde(borrow, default)]
+    pub prompt: Option<&'a RawValue>,
+    /// `hookEvent` of hook attachments (`SessionStart`, `UserPromptSubmit`…).
+    #[serde(borrow, default)]
+    pub hook_event: Lenient<Str<'a>>,
+    /// `content` of hook context attachments: a string or a list of strings.
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "lenient_origin")]
+    pub origin: Option<Origin<'a>>,
+}
+
+impl<'a> Attachment<'a> {
+    /// Parse an attachment; anything unexpected reads as an empty attachment.
+    pub fn parse(raw: &'a RawValue) -> Attachment<'a> {
+        serde_json::from_str(raw.get()).unwrap_or_default()
+    }
+    /// The attachment's `type`, or "" when absent.
+    pub fn kind(&self) -> &str {
+        self.kind.get().map_or("", |s| s)
+    }
+}
+
+/// Whether `ts` looks like an ISO-8601 date-time Claude Code can parse
+/// (`YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM)`).
+pub fn is_timestamp(ts: &str) -> bool {
+    let b = ts.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    if b.len() < 20
+        || !digits(0..4)
+        || b[4] != b'-'
+        || !digits(5..7)
+        || b[7] != b'-'
+        || !digits(8..10)
+        || b[10] != b'T'
+        || !digits(11..13)
+        || b[13] != b':'
+        || !digits(14..16)
+        || b[16] != b':'
+        || !digits(17..19)
+    {
+        return false;
+    }
+    let mut rest = &ts[19..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &frac[n..];
+    }
+    match rest.as_bytes() {
+        [b'Z'] => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(line: &str) -> Box<Record<'_>> {
+        match parse_line(line.as_bytes()) {
+            Line::Record(r) => r,
+            _ => panic!("not a record: {line}"),
+        }
+    }
+
+    #[test]
+    fn malformed_lines_are_classified() {
+        assert!(matches!(parse_line(b"   "), Line::Blank));
+        assert!(matches!(
+            parse_line(b"[1,2]"),
+            Line::Malformed("not a JSON object")
+        ));
+        assert!(matches!(
+            parse_line(b"{\"a\":"),
+            Line::Malformed("not valid JSON")
+        ));
+        assert!(matches!(
+            parse_line(b"{\"a\":\"\xff\"}"),
+            Line::Malformed("not valid UTF-8")
+        ));
+    }
+
+    #[test]
+    fn message_shapes_never_fail() {
+        for line in [
+            r#"{"type":"user","message":null}"#,
+            r#"{"type":"user","message":"hello"}"#,
+            r#"{"type":"user","message":{"content":null}}"#,
+            r#"{"type":"user","message":{"content":7}}"#,
+            r#"{"type":"user","message":[1]}"#,
+            r#"{"type":7,"uuid":{"x":1},"isMeta":"yes","origin":"human"}"#,
+        ] {
+            let r = record(line);
+            assert!(r.message.role.is_none());
+        }
+        let r = record(r#"{"type":"user","message":"hello"}"#);
+        assert!(matches!(&r.message.content, Content::Text(t) if t == "hello"));
+    }
+
+    #[test]
+    fn parent_uuid_distinguishes_missing_null_and_value() {
+        assert!(matches!(
+            record(r#"{"type":"user"}"#).parent_uuid,
+            Parent::Missing
+        ));
+        assert!(matches!(
+            record(r#"{"parentUuid":null}"#).parent_uuid,
+            Parent::Null
+        ));
+        assert!(
+            matches!(record(r#"{"parentUuid":"a"}"#).parent_uuid, Parent::Uuid(ref s) if s == "a")
+        );
+    }
+
+    #[test]
+    fn blocks_keep_raw_bytes_and_decode_escapes() {
+        let r = record(
+            r#"{"message":{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"tool_result","content":"x"}]}}"#,
+        );
+        let Content::Blocks(blocks) = &r.message.content else {
+            panic!()
+        };
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(Block::parse(blocks[0]).text.get().unwrap(), "a\nb");
+        assert_eq!(blocks[1], r#"{"type":"tool_result","content":"x"}"#);
+    }
+
+    #[test]
+    fn timestamps() {
+        assert!(is_timestamp("2026-11-29T12:53:57.817Z"));
+        assert!(is_timestamp("2026-11-29T12:53:57Z"));
+        assert!(is_timestamp("2026-11-29T12:53:57+08:00"));
+        assert!(!is_timestamp("2026-11-29 12:53:57"));
+        assert!(!is_timestamp(""));
+        assert!(!is_timestamp("yesterday"));
+    }
+}

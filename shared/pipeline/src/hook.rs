@@ -1,0 +1,298 @@
+//! What every Claude Code hook shares: the command line (`--config PATH`,
+//! and the flags a hook declares), stdin read with a cap, the exact wire
+//! types of each event's stdin (unknown fields ignored), and the reply
+//! printed on stdout. The `statusLine` command is run the same way and its
+//! wire type lives here too.
+//!
+//! A hook never fails Claude Code: it always exits 0 with one JSON line on
+//! stdout. The wire types stay apart from the domain: the conversion (e.g.
+//! a session id that must validate) is where each hook's policy lives.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::process;
+use ktr_base::error::{Error, Result};
+
+/// Larger hook input than this is refused unread.
+pub const STDIN_LIMIT: usize = 1 << 20;
+
+/// The Stop hook's stdin as Claude Code 2.1.x writes it.
+#[derive(Debug, Deserialize)]
+pub struct StopInput {
+    pub session_id: String,
+    pub transcript_path: PathBuf,
+    /// The reply's text (2.1.x); the advice waits until the transcript
+    /// holds it (Claude Code starts the hook before flushing the turn).
+    #[serde(default)]
+    pub last_assistant_message: Option<String>,
+}
+
+/// The `PreCompact` hook's stdin (2.1.328).
+#[derive(Debug, Deserialize)]
+pub struct PreCompactInput {
+    pub session_id: String,
+    pub transcript_path: PathBuf,
+    /// `manual` (`/compact` typed by hand) or `auto`.
+    #[serde(default)]
+    pub trigger: Option<String>,
+}
+
+/// The `statusLine` command's stdin (2.1.328; the fields ktr reads).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StatuslineInput {
+    pub session_id: Option<String>,
+    pub transcript_path: Option<PathBuf>,
+    pub model: Option<StatuslineModel>,
+    pub context_window: Option<StatuslineWindow>,
+    pub workspace: Option<StatuslineWorkspace>,
+}
+
+/// `model` of [`StatuslineInput`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StatuslineModel {
+    pub id: Option<String>,
+    pub display_name: Option<String>,
+}
+
+/// `context_window` of [`StatuslineInput`]; `current_usage` is null
+/// before the first reply.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StatuslineWindow {
+    pub context_window_size: Option<u64>,
+    pub current_usage: Option<StatuslineUsage>,
+}
+
+/// `context_window.current_usage` (the API's field names).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+#[allow(clippy::struct_field_names)]
+pub struct StatuslineUsage {
+    pub input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    pub cache_read_input_tokens: Option<u64>,
+}
+
+/// `workspace` of [`StatuslineInput`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StatuslineWorkspace {
+    pub current_dir: Option<String>,
+}
+
+/// The `SessionStart` hook's stdin.
+#[derive(Debug, Deserialize)]
+pub struct SessionStartInput {
+    pub session_id: String,
+    /// `startup`, `resume`, `clear` or `compact`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// A number of tokens; tolerated as any JSON value.
+    #[serde(default)]
+    pub context_tokens: Option<serde_json::Value>,
+}
+
+/// The `UserPromptSubmit` hook's stdin.
+#[derive(Debug, Deserialize)]
+pub struct PromptInput {
+    pub session_id: String,
+    /// The prompt's text.
+    #[serde(default)]
+    pub prompt: Option<String>,
+}
+
+/// What a hook tells Claude Code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Nothing to show: `{"suppressOutput":true}`.
+    Quiet,
+    /// One line the human sees: `{"systemMessage":…}`.
+    Message(String),
+    /// `UserPromptSubmit`: do not send the prompt; Claude Code shows the
+    /// reason and gives the text back. `PreCompact`: do not compact.
+    /// (`{"decision":"block","reason":…}`)
+    Block(String),
+    /// The `statusLine` command: one plain line, not JSON.
+    Line(String),
+}
+
+impl Reply {
+    /// The line for stdout (JSON, except [`Reply::Line`]).
+    pub fn to_json(&self) -> String {
+        match self {
+            Reply::Quiet => serde_json::json!({"suppressOutput": true}),
+            Reply::Message(m) => serde_json::json!({"systemMessage": m}),
+            Reply::Block(reason) => serde_json::json!({"decision": "block", "reason": reason}),
+            Reply::Line(line) => return line.clone(),
+        }
+        .to_string()
+    }
+}
+
+/// A hook's invocation: its `--config`, the declared flags given, and
+/// stdin (None when over [`STDIN_LIMIT`]).
+#[derive(Debug)]
+pub struct Invocation {
+    pub config: Option<PathBuf>,
+    pub flags: Vec<&'static str>,
+    pub input: Option<Vec<u8>>,
+}
+
+impl Invocation {
+    /// Whether `--<flag>` was given.
+    pub fn has(&self, flag: &str) -> bool {
+        self.flags.contains(&flag)
+    }
+}
+
+/// How a hook was called.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `--help`: print the usage and exit 0.
+    Help,
+    /// `[--config PATH]` and the declared flags given.
+    Run {
+        config: Option<PathBuf>,
+        flags: Vec<&'static str>,
+    },
+}
+
+/// Parse `[--config PATH] [--FLAG…] | --help` for the hook `name`, whose
+/// declared flags (without `--`) are `flags`.
+pub fn parse_args(
+    name: &str,
+    flags: &[&'static str],
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<Call> {
+    use lexopt::prelude::*;
+    let mut config = None;
+    let mut given = Vec::new();
+    let mut parser = lexopt::Parser::from_iter(std::iter::once(OsString::from(name)).chain(args));
+    let usage = |e: &dyn std::fmt::Display| Error::usage(format!("{name}: {e}"));
+    while let Some(arg) = parser.next().map_err(|e| usage(&e))? {
+        match arg {
+            Long("help") | Short('h') => return Ok(Call::Help),
+            Long("config") => config = Some(PathBuf::from(parser.value().map_err(|e| usage(&e))?)),
+            Long(flag) if flags.contains(&flag) => {
+                given.extend(flags.iter().copied().filter(|f| *f == flag));
+            }
+            other => {
+                let extra: String = flags.iter().map(|f| format!(" [--{f}]")).collect();
+                return Err(usage(&format!(
+                    "unexpected {}; usage: {name} [--config PATH]{extra}",
+                    other.unexpected()
+                )));
+            }
+        }
+    }
+    Ok(Call::Run {
+        config,
+        flags: given,
+    })
+}
+
+/// Run a hook binary: parse the command line, read stdin (before anything
+/// else, so Claude Code never writes into a closed pipe), call `run`, print
+/// its reply and exit 0. `help` is printed for `--help`.
+pub fn main(name: &str, help: &str, run: impl FnOnce(Invocation) -> Reply) -> ! {
+    main_with_flags(name, help, &[], run)
+}
+
+/// [`main`] for a command that also takes the flags `flags` (without
+/// `--`), e.g. `ktr-statusline --segment`.
+pub fn main_with_flags(
+    name: &str,
+    help: &str,
+    flags: &[&'static str],
+    run: impl FnOnce(Invocation) -> Reply,
+) -> ! {
+    let reply = match parse_args(name, flags, std::env::args_os().skip(1)) {
+        Ok(Call::Help) => {
+            println!("{help}");
+            std::process::exit(0);
+        }
+        Ok(Call::Run { config, flags }) => match process::read_stdin_capped(STDIN_LIMIT) {
+            Ok(input) => run(Invocation {
+                config,
+                flags,
+                input,
+            }),
+            Err(e) => Reply::Message(format!("ktr: cannot read the {name} hook input: {e}")),
+        },
+        Err(e) => Reply::Message(format!("ktr: {e}")),
+    };
+    println!("{}", reply.to_json());
+    std::process::exit(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn hooks_take_config_or_help_and_refuse_anything_else() {
+        assert_eq!(
+            parse_args("ktr-stop", &[], args(&["--config", "/c.toml"])).unwrap(),
+            Call::Run {
+                config: Some("/c.toml".into()),
+                flags: vec![]
+            }
+        );
+        assert_eq!(
+            parse_args("ktr-stop", &[], args(&[])).unwrap(),
+            Call::Run {
+                config: None,
+                flags: vec![]
+            }
+        );
+        assert_eq!(
+            parse_args("ktr-ack", &[], args(&["--help"])).unwrap(),
+            Call::Help
+        );
+        let err = parse_args("ktr-stop", &[], args(&["--bogus"])).unwrap_err();
+        assert!(
+            err.message.contains("usage: ktr-stop [--config PATH]"),
+            "{err}"
+        );
+        // A declared flag is taken; the same flag on another hook is not.
+        assert_eq!(
+            parse_args(
+                "ktr-statusline",
+                &["segment", "color"],
+                args(&["--segment"])
+            )
+            .unwrap(),
+            Call::Run {
+                config: None,
+                flags: vec!["segment"]
+            }
+        );
+        let err = parse_args("ktr-stop", &[], args(&["--segment"])).unwrap_err();
+        assert!(err.message.contains("unexpected"), "{err}");
+        let err = parse_args("ktr-statusline", &["segment"], args(&["--x"])).unwrap_err();
+        assert!(
+            err.message
+                .contains("usage: ktr-statusline [--config PATH] [--segment]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn replies_are_one_json_line() {
+        assert_eq!(Reply::Quiet.to_json(), r#"{"suppressOutput":true}"#);
+        assert_eq!(
+            Reply::Message("a\nb".into()).to_json(),
+            r#"{"systemMessage":"a\nb"}"#
+        );
+        assert_eq!(Reply::Line("ktr 5%".into()).to_json(), "ktr 5%");
+    }
+}

@@ -1,0 +1,285 @@
+//! The operation file (`operations/<id>.json`): the typed contract the
+//! binaries hand off through. See docs/ARCHITECTURE.md for its schema.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::manifest::ManifestRef;
+use super::{Stage, Status};
+use crate::process::{self, ProcessId};
+use crate::target::Ran;
+use ktr_base::ids::{OperationId, SessionId};
+use ktr_base::time::now_rfc3339;
+use ktr_engine::{ConservationCounts, PlanReport};
+
+/// The process currently responsible for an operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worker {
+    pub pid: u32,
+    /// `/proc/<pid>/stat` field 22: tells a live worker from a reused pid.
+    pub start_time: u64,
+    /// Which stage it runs.
+    pub stage: Stage,
+}
+
+impl Worker {
+    /// Describe a live process (None if it is already gone).
+    pub fn of(pid: u32, stage: Stage) -> Option<Worker> {
+        Some(Worker {
+            pid,
+            start_time: process::start_time(pid)?,
+            stage,
+        })
+    }
+
+    /// A process this one just spawned; when it is already gone, a record
+    /// that recovery will see as dead.
+    pub fn spawned(pid: u32, stage: Stage) -> Worker {
+        Worker::of(pid, stage).unwrap_or(Worker {
+            pid,
+            start_time: 0,
+            stage,
+        })
+    }
+
+    /// The calling process.
+    pub fn current(stage: Stage) -> Worker {
+        let pid = std::process::id();
+        Worker {
+            pid,
+            start_time: process::start_time(pid).unwrap_or(0),
+            stage,
+        }
+    }
+
+    /// Whether that very process still runs.
+    pub fn alive(&self) -> bool {
+        process::same_process_alive(self.pid, self.start_time)
+    }
+}
+
+/// The rebuilt session file written by `ktr-prepare`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CandidateFile {
+    pub session_id: SessionId,
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+/// A target as seen at one moment: its identity and the session it ran
+/// (when that could be found).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenTarget {
+    pub identity: String,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+/// Claude Code's own receipt that it loaded the candidate (`ktr-ack`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    pub at: String,
+    pub session_id: SessionId,
+    /// Claude Code's `context_tokens` at resume: the last reply's usage of
+    /// the resumed transcript, else (a ktr candidate carries no usage) its
+    /// rough count of the messages, without system prompt and tools
+    /// (2.1.328). With the first reply after the switch it measures the
+    /// fixed overhead (`engine::window::overhead`).
+    pub context_tokens: Option<u64>,
+}
+
+/// One step of an operation's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub at: String,
+    pub from: Status,
+    pub to: Status,
+    pub note: String,
+}
+
+/// One rebuild request and everything learned while carrying it out
+/// (`operations/<id>.json`). Fields the stages have not reached yet are null.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Operation {
+    /// UUID v4.
+    pub id: OperationId,
+    pub status: Status,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC; refreshed by every save.
+    pub updated_at: String,
+    /// Why a rebuild was requested; repeated requests merge in.
+    pub reasons: Vec<String>,
+    /// The source session. When set, only that session's Stop hook schedules.
+    pub session_id: Option<SessionId>,
+    /// The source transcript, as the Stop hook reported it.
+    pub transcript_path: Option<PathBuf>,
+    /// How many times prepare started (source changes count).
+    pub attempts: u32,
+    pub worker: Option<Worker>,
+    /// Digest of the frozen source backup.
+    pub source_sha256: Option<String>,
+    pub candidate: Option<CandidateFile>,
+    /// The manifest artifact (`artifacts/<id>/manifest.jsonl`: one entry
+    /// per carried item (SPEC §7), the records left out, the malformed
+    /// lines): its digest, size and counts, filled by prepare. Older
+    /// operation files held the lists inline (`manifest`, `left_out`);
+    /// those fields are ignored now.
+    pub manifest_artifact: Option<ManifestRef>,
+    /// Selection statistics of the plan (its report without `left_out`,
+    /// `source_path` naming the real source, lists that grow with the
+    /// transcript cut to their first 20 entries), filled by prepare.
+    pub stats: Option<PlanReport>,
+    /// Result of ktr-verify, filled by verify.
+    pub verification: Option<Verification>,
+    /// What the target ran when the rebuild was requested: prepare refuses
+    /// when it changed since, unless the same session was resumed.
+    pub requested_target: Option<SeenTarget>,
+    /// The Claude Code process whose Stop hook scheduled the rebuild (the
+    /// hook's parent, past `sh -c`): the target must run it to be switched.
+    pub claude: Option<ProcessId>,
+    /// Target identity recorded before the switch (tmux pane pid, `MainPID`, pointer).
+    pub target_before: Option<String>,
+    /// What the target ran right before the switch (session, command line,
+    /// directory): the fallback and a rollback restore exactly this.
+    pub target_ran: Option<Ran>,
+    /// Target identity after the switch (or what it ran when a worker died).
+    pub target_after: Option<String>,
+    /// Why it failed, one line.
+    pub error: Option<String>,
+    /// A third party changed the target: never retry blindly.
+    pub session_conflict: bool,
+    /// A human must look at the target (e.g. a worker died mid-switch).
+    pub needs_attention: bool,
+    /// Whether the automatic fallback to the old session worked.
+    pub rollback_ok: Option<bool>,
+    /// Token estimate of the carried conversation (SPEC §6).
+    pub estimated_tokens: Option<u64>,
+    pub ack: Option<Ack>,
+    pub history: Vec<Transition>,
+    /// The frozen 0600 copy of the source (`artifacts/<id>/<source>.jsonl`).
+    pub backup: Option<PathBuf>,
+    /// RFC 3339 UTC: when prepare froze the source. Transcripts modified
+    /// after this are competitors at activation.
+    pub prepared_at: Option<String>,
+    /// RFC 3339 UTC: when the Stop hook that scheduled this attempt started.
+    /// A turn of the source session that began after it is never switched away.
+    pub scheduled_at: Option<String>,
+    /// The end of the reply whose Stop hook scheduled this attempt (at most
+    /// 40 characters of its last line, from `last_assistant_message`):
+    /// prepare freezes the transcript once it holds it.
+    pub scheduled_reply: Option<String>,
+    /// RFC 3339 UTC: when `ktr-prompt` first saw a prompt of the source
+    /// session after the scheduling Stop (activation then defers).
+    pub turn_started_at: Option<String>,
+    /// Why the last attempt went back to `pending` instead of switching.
+    pub deferred: Option<String>,
+    /// Prompts `ktr-prompt` refused while the target was being switched;
+    /// the new session tells the human to send them again.
+    pub blocked_prompts: Vec<BlockedPrompt>,
+}
+
+/// A prompt refused by `ktr-prompt` during a switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedPrompt {
+    pub at: String,
+    pub session_id: String,
+    /// The prompt's first 200 characters.
+    pub text: String,
+}
+
+impl Default for Operation {
+    fn default() -> Self {
+        let now = now_rfc3339();
+        Operation {
+            id: OperationId::default(),
+            status: Status::Pending,
+            created_at: now.clone(),
+            updated_at: now,
+            reasons: Vec::new(),
+            session_id: None,
+            transcript_path: None,
+            attempts: 0,
+            worker: None,
+            source_sha256: None,
+            candidate: None,
+            manifest_artifact: None,
+            stats: None,
+            verification: None,
+            requested_target: None,
+            claude: None,
+            target_before: None,
+            target_ran: None,
+            target_after: None,
+            error: None,
+            session_conflict: false,
+            needs_attention: false,
+            rollback_ok: None,
+            estimated_tokens: None,
+            ack: None,
+            history: Vec::new(),
+            backup: None,
+            prepared_at: None,
+            scheduled_at: None,
+            scheduled_reply: None,
+            turn_started_at: None,
+            deferred: None,
+            blocked_prompts: Vec::new(),
+        }
+    }
+}
+
+impl Operation {
+    /// A new pending operation with a fresh UUID v4.
+    pub fn new(reason: &str, session_id: Option<SessionId>) -> Operation {
+        Operation {
+            id: OperationId::new_random(),
+            reasons: vec![reason.to_string()],
+            session_id,
+            ..Operation::default()
+        }
+    }
+
+    /// The measured size of the new window, if Claude Code acknowledged it.
+    pub fn context_tokens(&self) -> Option<u64> {
+        self.ack.as_ref().and_then(|a| a.context_tokens)
+    }
+}
+
+/// What `ktr-verify` concluded. The activation gate reads `ok`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verification {
+    pub ok: bool,
+    /// RFC 3339 UTC.
+    pub at: String,
+    /// Why it failed (when `ok` is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What was checked (when `ok` is true).
+    #[serde(flatten)]
+    pub counts: Option<ConservationCounts>,
+}
+
+impl Verification {
+    /// A passed verification with what it checked.
+    pub fn passed(counts: ConservationCounts) -> Verification {
+        Verification {
+            ok: true,
+            at: now_rfc3339(),
+            error: None,
+            counts: Some(counts),
+        }
+    }
+
+    /// A failed verification and why.
+    pub fn failed(error: &str) -> Verification {
+        Verification {
+            ok: false,
+            at: now_rfc3339(),
+            error: Some(error.to_string()),
+            counts: None,
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Recovery: an operation whose worker died is failed by the next command,
+//! and a candidate that never ran is discarded (SPEC §9, incident 6).
+
+use std::fs;
+use std::io::ErrorKind as IoKind;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{Operation, Status, Store};
+use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
+use ktr_base::time::parse_rfc3339;
+
+impl Store {
+    /// Fail every non-terminal operation whose recorded worker is gone (dead
+    /// or pid reused) and that has not been updated within the grace period:
+    /// `error: "worker died during <status>"`. If it died while activating,
+    /// what the target runs now is recorded and `needs_attention` is set.
+    /// Returns the operations it failed.
+    pub fn recover_stale(&self) -> Result<Vec<Operation>> {
+        let Some((id, status)) = self.active() else {
+            return Ok(Vec::new());
+        };
+        if status == Status::Pending {
+            return self.expire_stale_request();
+        }
+        if !self.load(&id).is_ok_and(|op| self.is_stale(&op)) {
+            return Ok(Vec::new());
+        }
+        self.with_lock(|tx| {
+            let Some(mut op) = tx.active_operation()? else {
+                return Ok(Vec::new());
+            };
+            if !self.is_stale(&op) {
+                return Ok(Vec::new());
+            }
+            let died_in = op.status;
+            op.error = Some(format!("worker died during {died_in}"));
+            if matches!(died_in, Status::Activating | Status::RollingBack) {
+                op.needs_attention = true;
+                op.target_after = Some(match &self.target {
+                    Some(t) => {
+                        // It may have died holding the pane's keyboard.
+                        t.release_input();
+                        t.identity()
+                            .unwrap_or_else(|e| format!("unknown: {}", e.message))
+                    }
+                    None => "unknown: no target configured for this command".into(),
+                });
+            }
+            let pid = op.worker.as_ref().map_or(0, |w| w.pid);
+            let mut note = format!("worker {pid} died during {died_in}");
+            // A candidate that never ran is discarded; a failure to do so
+            // is noted but never keeps the operation alive.
+            let discarded = if died_in.before_switch() {
+                discard_candidate(&op, self.project.as_deref())
+            } else {
+                Ok(None)
+            };
+            match discarded {
+                Ok(Some(path)) => {
+                    note.push_str(&format!("; candidate {} discarded", path.display()));
+                }
+                Ok(None) => {}
+                Err(e) => note.push_str(&format!("; {e}")),
+            }
+            tx.transition(&mut op, Status::Failed, &note)?;
+            Ok(vec![op])
+        })
+    }
+
+    /// Expire the pending request when it is older than `request_ttl_hours`
+    /// (a store opened with [`Store::for_config`]); returns it then.
+    pub fn expire_stale_request(&self) -> Result<Vec<Operation>> {
+        let Some(ttl) = self.ttl else {
+            return Ok(Vec::new());
+        };
+        self.with_lock(|tx| {
+            let Some(mut op) = tx.active_operation()? else {
+                return Ok(Vec::new());
+            };
+            if !tx.expire_if_old(&mut op, ttl)? {
+                return Ok(Vec::new());
+            }
+            Ok(vec![op])
+        })
+    }
+
+    fn is_stale(&self, op: &Operation) -> bool {
+        let Some(worker) = &op.worker else {
+            return false;
+        };
+        if op.status.is_terminal() || worker.alive() {
+            return false;
+        }
+        let updated = parse_rfc3339(&op.updated_at).unwrap_or(UNIX_EPOCH);
+        SystemTime::now()
+            .duration_since(updated)
+            .is_ok_and(|age| age >= self.grace)
+    }
+}
+
+/// Delete the never-activated candidate of `op` (SPEC §9: a failed stage
+/// discards it). Only a file named `<candidate session id>.jsonl`, directly
+/// inside `project` (`project_dir`; `None`: nothing is deleted), that is
+/// not the source is removed — the path comes from an operation file,
+/// which may have been edited. Returns the removed path, if there was one.
+pub fn discard_candidate(op: &Operation, project: Option<&Path>) -> Result<Option<PathBuf>> {
+    let Some(c) = &op.candidate else {
+        return Ok(None);
+    };
+    SessionId::parse(&c.session_id)?;
+    let in_project = project
+        .and_then(|p| p.canonicalize().ok())
+        .is_some_and(|p| c.path.parent().and_then(|d| d.canonicalize().ok()) == Some(p));
+    let named_for_it = in_project
+        && c.path
+            .file_name()
+            .is_some_and(|n| *n == *format!("{}.jsonl", c.session_id));
+    let is_source = op.transcript_path.as_ref().is_some_and(|t| {
+        *t == c.path
+            || matches!((t.canonicalize(), c.path.canonicalize()), (Ok(a), Ok(b)) if a == b)
+    });
+    if !named_for_it || is_source {
+        return Err(Error::refused(format!(
+            "operation {}: recorded candidate {} is not a candidate file directly inside project_dir; not deleting it",
+            op.id,
+            c.path.display()
+        )));
+    }
+    match fs::remove_file(&c.path) {
+        Ok(()) => Ok(Some(c.path.clone())),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io_at("remove candidate", &c.path, &e)),
+    }
+}
+
+impl super::Locked<'_> {
+    /// Move a pending `op` older than `ttl` to `expired` (error: how long
+    /// it waited and for which session). Returns whether it expired.
+    pub fn expire_if_old(&mut self, op: &mut Operation, ttl: std::time::Duration) -> Result<bool> {
+        let created = parse_rfc3339(&op.created_at).unwrap_or(UNIX_EPOCH);
+        let age = SystemTime::now()
+            .duration_since(created)
+            .unwrap_or_default();
+        if op.status != Status::Pending || age < ttl {
+            return Ok(false);
+        }
+        let why = format!(
+            "request expired after {:.1} h (request_ttl_hours = {}): {} never stopped since it was requested",
+            age.as_secs_f64() / 3600.0,
+            ttl.as_secs_f64() / 3600.0,
+            op.session_id.as_deref().map_or_else(
+                || "no session in project_dir".to_string(),
+                |s| format!("session {s}")
+            )
+        );
+        op.error = Some(why.clone());
+        self.transition(op, Status::Expired, &why)?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,178 @@
+//! What a human or a stage asks of the store: request, cancel, rollback,
+//! and a stage claiming its operation. Each is one locked read-modify-write.
+
+use super::{Operation, Stage, Status, Store, Worker};
+use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
+
+impl Store {
+    /// What the configured target runs now (None without a target, or
+    /// when it cannot be read).
+    pub fn seen_target(&self) -> Option<super::SeenTarget> {
+        let running = self.target.as_ref()?.running().ok()?;
+        Some(super::SeenTarget {
+            identity: running.identity,
+            session: running.session,
+        })
+    }
+
+    /// Request a rebuild (`REBUILD`): create a pending operation or merge the
+    /// reason into the pending one. Any other non-terminal operation refuses.
+    pub fn request(
+        &self,
+        reason: &str,
+        confirmation: &str,
+        session: Option<&str>,
+    ) -> Result<Operation> {
+        confirm(confirmation, "REBUILD")?;
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(Error::usage(
+                "a reason is required: say why the session should be rebuilt",
+            ));
+        }
+        let session = session.map(SessionId::parse).transpose()?;
+        if let Some(project) = self.project.as_ref().filter(|p| !p.is_dir()) {
+            return Err(Error::config(format!(
+                "project_dir {} is not a directory, so no Stop hook could ever schedule this request; set project_dir to the Claude Code project folder (`ktr doctor`)",
+                project.display()
+            )));
+        }
+        self.recover_stale()?;
+        let seen = self.seen_target();
+        if let (Some(asked), Some(running)) =
+            (&session, seen.as_ref().and_then(|s| s.session.as_ref()))
+            && asked.as_str() != running
+        {
+            return Err(Error::refused(format!(
+                "{} runs session {running}, not {asked}: a rebuild of {asked} would replace another conversation; ask from the session the target runs",
+                self.target
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string)
+            )));
+        }
+        // Unbound: the session the target runs now, when it lives in project_dir.
+        let session = session.or_else(|| {
+            let running = seen.as_ref()?.session.clone()?;
+            let project = self.project.as_ref()?;
+            project
+                .join(format!("{running}.jsonl"))
+                .is_file()
+                .then(|| SessionId::parse(&running).ok())
+                .flatten()
+        });
+        self.with_lock(|tx| {
+            if let Some(mut op) = tx.active_operation()? {
+                if op.status != Status::Pending {
+                    return Err(Error::refused(format!(
+                        "operation {} is {}; wait for it to finish (or cancel/rollback it) before requesting another",
+                        op.id, op.status
+                    )));
+                }
+                if session.is_some() && op.session_id.is_some() && op.session_id != session {
+                    return Err(Error::refused(format!(
+                        "operation {} is pending for session {}; cancel it before requesting one for another session",
+                        op.id,
+                        op.session_id.as_deref().unwrap_or("")
+                    )));
+                }
+                if !op.reasons.iter().any(|r| r == reason) {
+                    op.reasons.push(reason.to_string());
+                }
+                if op.session_id.is_none() {
+                    op.session_id = session;
+                }
+                tx.save(&mut op)?;
+                tx.log(&op.id, op.status, op.status, &format!("reason merged: {reason}"))?;
+                return Ok(op);
+            }
+            // `active` first: an operation file nobody points at would be
+            // invisible; an `active` naming a missing file reads as none.
+            let mut op = Operation::new(reason, session);
+            op.requested_target = seen;
+            tx.set_active(&op)?;
+            tx.save(&mut op)?;
+            tx.log(&op.id, Status::Pending, Status::Pending, "requested")?;
+            Ok(op)
+        })
+    }
+
+    /// Cancel a pending operation (`CANCEL`).
+    pub fn cancel(&self, id: &str, confirmation: &str) -> Result<Operation> {
+        confirm(confirmation, "CANCEL")?;
+        self.with_lock(|tx| {
+            let mut op = tx.load_in(id, Status::Pending, "a pending operation can be cancelled")?;
+            tx.transition(&mut op, Status::Cancelled, "cancelled by request")?;
+            Ok(op)
+        })
+    }
+
+    /// Ask to switch an activated operation back to the old session (`ROLLBACK`).
+    pub fn rollback_request(&self, id: &str, confirmation: &str) -> Result<Operation> {
+        confirm(confirmation, "ROLLBACK")?;
+        self.recover_stale()?;
+        self.with_lock(|tx| {
+            let mut op = tx.load_in(
+                id,
+                Status::Activated,
+                "an activated operation can be rolled back",
+            )?;
+            if let Some(other) = tx.active_operation()? {
+                return Err(Error::refused(format!(
+                    "operation {} is {}; wait for it to finish first",
+                    other.id, other.status
+                )));
+            }
+            tx.transition(&mut op, Status::RollbackPending, "rollback requested")?;
+            Ok(op)
+        })
+    }
+
+    /// For a stage starting up: under the lock, require the status `stage`
+    /// expects ([`Stage::expects`]), record the calling process as the
+    /// worker for `stage`, and move to `to` (`to == stage.expects()` only
+    /// records the worker). Refused while another live process is the
+    /// recorded worker.
+    pub fn claim(&self, id: &str, stage: Stage, to: Status) -> Result<Operation> {
+        let expected = stage.expects();
+        let stage_name = stage.name();
+        self.with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            if op.status != expected {
+                return Err(Error::refused(format!(
+                    "operation {id} is {}, not {expected}; ktr-{stage_name} has nothing to do",
+                    op.status
+                )));
+            }
+            if let Some(w) = op
+                .worker
+                .as_ref()
+                .filter(|w| w.pid != std::process::id() && w.alive())
+            {
+                return Err(Error::refused(format!(
+                    "operation {id} is being worked on by ktr-{} (pid {}); wait for it",
+                    w.stage.name(),
+                    w.pid
+                )));
+            }
+            op.worker = Some(Worker::current(stage));
+            if to == expected {
+                tx.save(&mut op)?;
+            } else {
+                tx.transition(&mut op, to, &format!("ktr-{stage_name} started"))?;
+            }
+            Ok(op)
+        })
+    }
+}
+
+/// Confirmation words are exact and case-sensitive.
+pub fn confirm(given: &str, word: &str) -> Result<()> {
+    if given == word {
+        Ok(())
+    } else {
+        Err(Error::refused(format!(
+            "confirmation must be exactly {word}"
+        )))
+    }
+}

@@ -1,0 +1,528 @@
+//! The operation store over one state dir: loading, listing, the
+//! coordinator lock, and the locked writes ([`Locked`]).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind as IoKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::{Operation, Status, Transition};
+use crate::target::Target;
+use ktr_base::config::{Config, expand_home, home_dir};
+use ktr_base::error::{Error, Result};
+use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
+use ktr_base::ids::OperationId;
+use ktr_base::open::{Links, append_private, cap, read_capped};
+use ktr_base::time::now_rfc3339;
+
+/// Default state dir when no config says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "~/.local/state/ktr";
+
+/// How long a dead worker is tolerated after the operation's last update
+/// before the operation is failed (covers the hand-off between stages).
+pub const DEFAULT_WORKER_GRACE: Duration = Duration::from_secs(10);
+
+/// The grace period: `$KTR_WORKER_GRACE_SECONDS` when it is a non-negative
+/// number (tests shorten it), else [`DEFAULT_WORKER_GRACE`]. Stages record
+/// the next stage as the worker when they hand over, so the grace only
+/// covers a stage's own start-up.
+pub fn worker_grace() -> Duration {
+    std::env::var("KTR_WORKER_GRACE_SECONDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(DEFAULT_WORKER_GRACE)
+}
+
+/// How long to wait for the coordinator lock before giving up.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Find the state dir cheaply, for hooks that must start in a millisecond:
+/// the `state_dir` key of the config file found by [`Config::locate`], read
+/// as plain TOML without validating the rest ([`Config::load`] resolves the
+/// key the same way), else [`DEFAULT_STATE_DIR`] when there is no config
+/// file. A config file that is not TOML, or whose `state_dir` is not a
+/// string, is an error: nothing could be scheduled with it.
+pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
+    let path = Config::locate(config);
+    let configured = match ktr_base::config::read_config_file(&path)? {
+        Some(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Error::config(format!("config {} is not valid UTF-8", path.display()))
+            })?;
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                Error::config(format!(
+                    "config {} is not valid TOML: {}",
+                    path.display(),
+                    e.message()
+                ))
+            })?;
+            match table.get("state_dir") {
+                None => None,
+                Some(toml::Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                Some(_) => {
+                    return Err(Error::config(format!(
+                        "config {}: state_dir must be a non-empty string",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        None => None,
+    };
+    let dir = expand_home(
+        configured.as_deref().unwrap_or(DEFAULT_STATE_DIR),
+        &home_dir(),
+    );
+    // Relative to the config file, as Config::load resolves it.
+    Ok(if dir.is_relative() {
+        ktr_base::config::config_folder(&path).join(dir)
+    } else {
+        dir
+    })
+}
+
+/// The operation store over one state dir.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    pub(super) target: Option<Target>,
+    /// `project_dir` (configured stores): the only place a candidate may be
+    /// discarded from, and where requests bind to a session.
+    pub(super) project: Option<PathBuf>,
+    /// `request_ttl_hours`: a pending request older than this expires.
+    pub(super) ttl: Option<Duration>,
+    pub(super) grace: Duration,
+}
+
+/// A held coordinator lock; every mutation goes through it.
+pub struct Locked<'a> {
+    store: &'a Store,
+    _lock: File,
+}
+
+impl Store {
+    /// Open (and create, 0700) the state dir.
+    pub fn open(dir: &Path) -> Result<Store> {
+        ensure_private_dir(dir, 0o700)?;
+        ensure_private_dir(&dir.join("operations"), 0o700)?;
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            target: None,
+            project: None,
+            ttl: None,
+            grace: worker_grace(),
+        })
+    }
+
+    /// Open the configured state dir, with the configured target so that
+    /// stale-worker recovery can record what the target runs.
+    pub fn for_config(config: &Config) -> Result<Store> {
+        let mut store = Store::open(&config.state_dir)?.with_config(config);
+        store.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
+        Ok(store)
+    }
+
+    /// Read-only look at a state dir (creates nothing; for hooks and status).
+    pub fn at(dir: &Path) -> Store {
+        Store {
+            dir: dir.to_path_buf(),
+            target: None,
+            project: None,
+            ttl: None,
+            grace: worker_grace(),
+        }
+    }
+
+    /// Use the configured target and `project_dir` (what recovery records
+    /// and the only folder a never-run candidate is discarded from).
+    pub fn with_config(mut self, config: &Config) -> Store {
+        self.target = Some(Target::from_config(config));
+        self.project = Some(config.project_dir.clone());
+        self
+    }
+
+    /// The configured `project_dir`, if this store was opened with a config.
+    pub fn project(&self) -> Option<&Path> {
+        self.project.as_deref()
+    }
+
+    /// Change the dead-worker grace period.
+    pub fn with_grace(mut self, grace: Duration) -> Store {
+        self.grace = grace;
+        self
+    }
+
+    /// Use `target` when recording what a dead activation left behind.
+    pub fn with_target(mut self, target: Target) -> Store {
+        self.target = Some(target);
+        self
+    }
+
+    /// The state dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of an operation file (the id is validated).
+    pub fn operation_path(&self, id: &str) -> Result<PathBuf> {
+        OperationId::parse(id)?;
+        Ok(self.dir.join("operations").join(format!("{id}.json")))
+    }
+
+    /// `artifacts/<id>/`, created 0700.
+    pub fn artifacts_dir(&self, id: &str) -> Result<PathBuf> {
+        OperationId::parse(id)?;
+        let dir = self.dir.join("artifacts").join(id);
+        ensure_private_dir(&self.dir.join("artifacts"), 0o700)?;
+        ensure_private_dir(&dir, 0o700)?;
+        Ok(dir)
+    }
+
+    /// Where detached stages write their output.
+    pub fn worker_log(&self) -> PathBuf {
+        self.dir.join("worker.log")
+    }
+
+    /// The `active` file: `(id, status)` of the non-terminal operation, if
+    /// any. Cheap (one small read, no lock): this is the Stop hook's fast path.
+    pub fn active(&self) -> Option<(OperationId, Status)> {
+        let bytes = read_capped(&self.dir.join("active"), cap::ACTIVE, Links::Refuse).ok()??;
+        let text = String::from_utf8(bytes).ok()?;
+        let mut words = text.split_whitespace();
+        let id = OperationId::parse(words.next()?).ok()?;
+        let status = Status::parse(words.next()?)?;
+        Some((id, status))
+    }
+
+    /// Load one operation; a missing one is [`ktr_base::ErrorKind::NotFound`].
+    pub fn load(&self, id: &str) -> Result<Operation> {
+        self.try_load(id)?
+            .ok_or_else(|| Error::not_found(format!("no operation {id}; `ktr ops` lists them")))
+    }
+
+    /// Load one operation, `None` when there is no such file.
+    pub fn try_load(&self, id: &str) -> Result<Option<Operation>> {
+        self.read_as(id, |op: &Operation| &op.id)
+    }
+
+    /// Read operation file `id` as `T` (the whole [`Operation`], or just
+    /// its [`Header`]); `id_of` names the id the file claims, which must be
+    /// its file name.
+    fn read_as<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        id_of: fn(&T) -> &OperationId,
+    ) -> Result<Option<T>> {
+        let path = self.operation_path(id)?;
+        let Some(bytes) = read_capped(&path, cap::OPERATION, Links::Refuse)
+            .map_err(|e| damaged(&path, &e.message))?
+        else {
+            return Ok(None);
+        };
+        let read: T = serde_json::from_slice(&bytes).map_err(|e| damaged(&path, &e.to_string()))?;
+        let named = id_of(&read);
+        if **named != *id {
+            return Err(damaged(
+                &path,
+                &format!("it names operation {:?}", named.to_string()),
+            ));
+        }
+        Ok(Some(read))
+    }
+
+    /// Every readable operation, oldest first ([`Store::scan`] also
+    /// names the damaged files).
+    pub fn list(&self) -> Result<Vec<Operation>> {
+        Ok(self.scan()?.operations)
+    }
+
+    /// Every file in `operations/`: the operations, oldest first, and the
+    /// files that are not one (unreadable, not JSON, an unknown status, a
+    /// FIFO…), each with why. Temp files of atomic writes are skipped.
+    pub fn scan(&self) -> Result<Scanned> {
+        let (mut operations, damaged) = self.scan_as(|op: &Operation| &op.id)?;
+        operations.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(Scanned {
+            operations,
+            damaged,
+        })
+    }
+
+    /// Read every file in `operations/` as `T`; the ones that cannot be
+    /// read as `T` are damaged (sorted by path).
+    fn scan_as<T: DeserializeOwned>(
+        &self,
+        id_of: fn(&T) -> &OperationId,
+    ) -> Result<(Vec<T>, Vec<Damaged>)> {
+        let dir = self.dir.join("operations");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok((Vec::new(), Vec::new())),
+            Err(e) => return Err(Error::io_at("list", &dir, &e)),
+        };
+        let (mut read, mut damaged) = (Vec::new(), Vec::new());
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                continue;
+            }
+            let loaded = match name.strip_suffix(".json") {
+                Some(id) => self.read_as(id, id_of).and_then(|r| {
+                    r.ok_or_else(|| Error::io(format!("{} vanished", entry.path().display())))
+                }),
+                None => Err(Error::io("not named <operation id>.json")),
+            };
+            match loaded {
+                Ok(r) => read.push(r),
+                Err(e) => damaged.push(Damaged {
+                    path: entry.path(),
+                    why: e.message,
+                }),
+            }
+        }
+        damaged.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((read, damaged))
+    }
+
+    /// The most recently created operation.
+    pub fn latest(&self) -> Result<Option<Operation>> {
+        Ok(self.list()?.pop())
+    }
+
+    /// Run `f` holding the coordinator lock. Waits at most 10 s for it.
+    pub fn with_lock<T>(&self, f: impl FnOnce(&mut Locked) -> Result<T>) -> Result<T> {
+        self.with_lock_within(LOCK_TIMEOUT, f)
+    }
+
+    /// [`Store::with_lock`], waiting at most `timeout` (the Stop hook waits
+    /// briefly and retries at the next Stop rather than delay Claude Code);
+    /// a lock still held then is [`ktr_base::ErrorKind::Busy`].
+    pub fn with_lock_within<T>(
+        &self,
+        timeout: Duration,
+        f: impl FnOnce(&mut Locked) -> Result<T>,
+    ) -> Result<T> {
+        ensure_private_dir(&self.dir, 0o700)?;
+        ensure_private_dir(&self.dir.join("operations"), 0o700)?;
+        let path = self.dir.join("coordinator.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| Error::io_at("open lock", &path, &e))?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(Error::io(format!(
+                "{} is not a regular file; move it aside",
+                path.display()
+            )));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(2));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(Error::busy(format!(
+                        "{} is held by another ktr process for more than {} s; see `ktr status`",
+                        path.display(),
+                        timeout.as_secs_f64()
+                    )));
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(Error::io_at("lock", &path, &e)),
+            }
+        }
+        let mut tx = Locked {
+            store: self,
+            _lock: file,
+        };
+        f(&mut tx)
+        // The lock is released when `tx` (and its file) drops.
+    }
+}
+
+impl Locked<'_> {
+    /// Load one operation (under the lock).
+    pub fn load(&self, id: &str) -> Result<Operation> {
+        self.store.load(id)
+    }
+
+    /// Load `id` and require it to be in `status`; otherwise refuse with
+    /// "operation ID is S; only <rule>".
+    pub fn load_in(&self, id: &str, status: Status, rule: &str) -> Result<Operation> {
+        let op = self.load(id)?;
+        if op.status != status {
+            return Err(Error::refused(format!(
+                "operation {id} is {}; only {rule}",
+                op.status
+            )));
+        }
+        Ok(op)
+    }
+
+    /// The one non-terminal operation, derived from the operation files
+    /// themselves (not from `active` alone: a deleted or stale `active`
+    /// must not let a second operation start). `active` is rewritten when
+    /// it is missing or disagrees. A damaged operation file refuses: it
+    /// could be the operation in flight (`ktr repair` sets it aside).
+    pub fn active_operation(&mut self) -> Result<Option<Operation>> {
+        // Every hook and stage comes through here under the lock: read only
+        // each file's id and status (a finished operation's manifest can be
+        // megabytes), then load the one in flight.
+        let (headers, damaged) = self.store.scan_as(|h: &Header| &h.id)?;
+        if let Some(d) = damaged.first() {
+            let more = match damaged.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more damaged files)"),
+            };
+            return Err(Error::refused(format!(
+                "{}{more}; `ktr repair` sets damaged files aside (nothing is deleted)",
+                d.why
+            )));
+        }
+        let mut live = headers.into_iter().filter(|h| !h.status.is_terminal());
+        let first = live.next();
+        if let Some(other) = live.next() {
+            return Err(Error::refused(format!(
+                "operations {} and {} are both in flight; set one aside with `ktr repair`",
+                first.as_ref().map_or(String::new(), |h| h.id.to_string()),
+                other.id
+            )));
+        }
+        let op = match first {
+            Some(h) => self.store.try_load(&h.id)?,
+            None => None,
+        };
+        let recorded = self.store.active();
+        let agrees = match (&op, &recorded) {
+            (Some(op), Some((id, status))) => *id == *op.id && *status == op.status,
+            (None, None) => true,
+            _ => false,
+        };
+        if !agrees {
+            match &op {
+                Some(op) => self.set_active(op)?,
+                None => remove_if_present(&self.store.dir.join("active"))?,
+            }
+        }
+        Ok(op)
+    }
+
+    /// Write `op` atomically (0600) and refresh `updated_at`.
+    pub fn save(&mut self, op: &mut Operation) -> Result<()> {
+        op.updated_at = now_rfc3339();
+        let path = self.store.operation_path(&op.id)?;
+        let mut bytes = serde_json::to_vec_pretty(op)
+            .map_err(|e| Error::io(format!("cannot encode operation {}: {e}", op.id)))?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes, 0o600, Existing::Replace)
+    }
+
+    /// Move `op` to `to` if the state machine allows it: record the step in
+    /// its history, save it, update `active` and append to `ktr.log`.
+    pub fn transition(&mut self, op: &mut Operation, to: Status, note: &str) -> Result<()> {
+        let from = op.status;
+        if !from.can_become(to) {
+            return Err(Error::refused(format!(
+                "operation {} cannot go from {from} to {to}",
+                op.id
+            )));
+        }
+        op.status = to;
+        op.history.push(Transition {
+            at: now_rfc3339(),
+            from,
+            to,
+            note: note.to_string(),
+        });
+        if to.is_terminal() {
+            op.worker = None;
+        }
+        self.save(op)?;
+        self.set_active(op)?;
+        self.log(&op.id, from, to, note)
+    }
+
+    /// Point `active` at `op`, or clear it when `op` is terminal (only if
+    /// it still names `op`).
+    pub(super) fn set_active(&mut self, op: &Operation) -> Result<()> {
+        let path = self.store.dir.join("active");
+        if !op.status.is_terminal() {
+            let line = format!("{} {}\n", op.id, op.status);
+            return write_atomic(&path, line.as_bytes(), 0o600, Existing::Replace);
+        }
+        if self.store.active().is_some_and(|(id, _)| id != *op.id) {
+            return Ok(());
+        }
+        remove_if_present(&path)
+    }
+
+    /// Append one line to `ktr.log`.
+    pub(super) fn log(&self, id: &str, from: Status, to: Status, note: &str) -> Result<()> {
+        let path = self.store.dir.join("ktr.log");
+        let line = serde_json::json!({"ts": now_rfc3339(), "op": id, "from": from, "to": to, "note": note});
+        let mut file = append_private(&path)?;
+        file.write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| Error::io_at("append to", &path, &e))
+    }
+
+    /// The store this lock belongs to.
+    pub fn store(&self) -> &Store {
+        self.store
+    }
+}
+
+/// An operation file that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// The two fields of an operation file the one-operation rule needs; serde
+/// skips the rest without building it.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    id: OperationId,
+    #[serde(default = "Header::pending")]
+    status: Status,
+}
+
+impl Header {
+    /// What [`Operation`]'s default status is for a file without one.
+    fn pending() -> Status {
+        Status::Pending
+    }
+}
+
+/// What [`Store::scan`] found in `operations/`.
+#[derive(Debug, Clone, Default)]
+pub struct Scanned {
+    pub operations: Vec<Operation>,
+    pub damaged: Vec<Damaged>,
+}
+
+fn damaged(path: &Path, why: &str) -> Error {
+    Error::io(format!(
+        "operation file {} is damaged: {why}",
+        path.display()
+    ))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != IoKind::NotFound => Err(Error::io_at("remove", path, &e)),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,676 @@
+//! Unit tests of the store and the state machine.
+
+use super::*;
+use std::fs;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::target::Target;
+
+use ktr_base::ids::OperationId;
+use ktr_base::time::parse_rfc3339;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+fn store() -> (tempfile::TempDir, Store) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(&tmp.path().join("state")).unwrap();
+    (tmp, store)
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// A fresh pending operation in `store`.
+fn requested(store: &Store) -> Operation {
+    store.request("x", "REBUILD", None).unwrap()
+}
+
+/// `result` is an error whose message contains `needle`.
+fn assert_refused<T: std::fmt::Debug>(result: ktr_base::Result<T>, needle: &str) {
+    let err = result.unwrap_err();
+    assert!(err.message.contains(needle), "{err}");
+}
+
+/// Drive `id` along `path` of statuses.
+fn walk(store: &Store, id: &str, path: &[Status]) -> Operation {
+    store
+        .with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            for to in path {
+                tx.transition(&mut op, *to, "test")?;
+            }
+            Ok(op)
+        })
+        .unwrap()
+}
+
+fn dead_worker(stage: Stage) -> Worker {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    Worker {
+        pid,
+        start_time: 1,
+        stage,
+    }
+}
+
+fn set_worker(store: &Store, id: &str, worker: Worker) {
+    store
+        .with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            op.worker = Some(worker);
+            tx.save(&mut op)
+        })
+        .unwrap();
+}
+
+#[test]
+fn the_state_machine_has_exactly_the_documented_edges() {
+    use Status::*;
+    let allowed = [
+        (Pending, Scheduled),
+        (Pending, Cancelled),
+        (Pending, Expired),
+        (Scheduled, Running),
+        (Scheduled, Pending),
+        (Running, Verifying),
+        (Verifying, Activating),
+        (Verifying, Pending),
+        (Activating, Activated),
+        (Activating, Pending),
+        (Activating, RolledBack),
+        (Activated, RollbackPending),
+        (RollbackPending, RollbackScheduled),
+        (RollbackScheduled, RollingBack),
+        (RollbackScheduled, RollbackPending),
+        (RollbackScheduled, RolledBack),
+        (RollingBack, RolledBack),
+    ];
+    for from in Status::ALL {
+        for to in Status::ALL {
+            let expected = allowed.contains(&(from, to)) || (to == Failed && !from.is_terminal());
+            assert_eq!(from.can_become(to), expected, "{from} -> {to}");
+        }
+    }
+    let terminal: Vec<_> = Status::ALL
+        .into_iter()
+        .filter(|s| s.is_terminal())
+        .collect();
+    assert_eq!(
+        terminal,
+        [Activated, Cancelled, Failed, RolledBack, Expired]
+    );
+    for s in Status::ALL {
+        assert_eq!(Status::parse(s.as_str()), Some(s));
+        assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+    }
+}
+
+#[test]
+fn a_forbidden_transition_is_refused_and_changes_nothing() {
+    let (_t, store) = store();
+    let op = store.request("big", "REBUILD", None).unwrap();
+    let err = store
+        .with_lock(|tx| {
+            let mut op = tx.load(&op.id)?;
+            tx.transition(&mut op, Status::Activated, "skip ahead")
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        format!("operation {} cannot go from pending to activated", op.id)
+    );
+    assert_eq!(store.load(&op.id).unwrap().status, Status::Pending);
+    assert_eq!(store.active(), Some((op.id.clone(), Status::Pending)));
+}
+
+#[test]
+fn a_full_life_is_logged_and_active_follows_it() {
+    let (_t, store) = store();
+    let op = store.request("big", "REBUILD", Some("sess-1")).unwrap();
+    use Status::*;
+    let op = walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
+    assert_eq!(store.active(), Some((op.id.clone(), Activating)));
+    let op = walk(&store, &op.id, &[Activated]);
+    assert_eq!(store.active(), None, "a terminal operation is not active");
+    assert_eq!(op.history.len(), 5);
+    assert_eq!((op.history[0].from, op.history[4].to), (Pending, Activated));
+    let log = fs::read_to_string(store.dir().join("ktr.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 6, "request + five transitions");
+    assert_eq!(lines[5]["op"], op.id.as_str());
+    assert_eq!(
+        (lines[5]["from"].as_str(), lines[5]["to"].as_str()),
+        (Some("activating"), Some("activated"))
+    );
+    assert!(parse_rfc3339(lines[5]["ts"].as_str().unwrap()).is_some());
+    assert_eq!(store.latest().unwrap().unwrap(), op);
+}
+
+#[test]
+fn files_and_dirs_are_private() {
+    let (_t, store) = store();
+    let op = store.request("big", "REBUILD", None).unwrap();
+    let art = store.artifacts_dir(&op.id).unwrap();
+    assert_eq!(mode(store.dir()), 0o700);
+    assert_eq!(mode(&store.dir().join("operations")), 0o700);
+    assert_eq!(mode(&art), 0o700);
+    assert_eq!(mode(&store.dir().join("artifacts")), 0o700);
+    for f in ["active", "ktr.log", "coordinator.lock"] {
+        assert_eq!(mode(&store.dir().join(f)), 0o600, "{f}");
+    }
+    assert_eq!(mode(&store.operation_path(&op.id).unwrap()), 0o600);
+    // Atomic writes leave no temp files behind.
+    let names: Vec<_> = fs::read_dir(store.dir().join("operations"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, [std::ffi::OsString::from(format!("{}.json", op.id))]);
+}
+
+#[test]
+fn bad_ids_never_reach_a_path() {
+    let (_t, store) = store();
+    for bad in [
+        "",
+        "../../etc/passwd",
+        "ABC",
+        "a/b",
+        "0123 ",
+        &"a".repeat(65),
+        "a\0b",
+    ] {
+        let err = store.load(bad).unwrap_err();
+        assert!(
+            err.message.starts_with("invalid operation id"),
+            "{bad:?}: {err}"
+        );
+        assert!(store.artifacts_dir(bad).is_err());
+        assert!(store.cancel(bad, "CANCEL").is_err());
+    }
+    assert!(OperationId::parse(&uuid::Uuid::new_v4().to_string()).is_ok());
+    let missing = store.load("0123-abcd").unwrap_err();
+    assert!(
+        missing.message.contains("no operation 0123-abcd"),
+        "{missing}"
+    );
+    // A garbage `active` file reads as nothing active.
+    fs::write(store.dir().join("active"), "../x pending\n").unwrap();
+    assert_eq!(store.active(), None);
+}
+
+#[test]
+fn confirmation_words_are_exact() {
+    let (_t, store) = store();
+    for bad in ["rebuild", "REBUILD ", "Rebuild", ""] {
+        let err = store.request("x", bad, None).unwrap_err();
+        assert_eq!(err.message, "confirmation must be exactly REBUILD");
+    }
+    assert!(store.list().unwrap().is_empty(), "nothing was created");
+    let op = requested(&store);
+    assert_eq!(
+        store.cancel(&op.id, "cancel").unwrap_err().message,
+        "confirmation must be exactly CANCEL"
+    );
+    assert_eq!(
+        store.rollback_request(&op.id, "YES").unwrap_err().message,
+        "confirmation must be exactly ROLLBACK"
+    );
+    assert_eq!(store.load(&op.id).unwrap().status, Status::Pending);
+}
+
+#[test]
+fn repeated_requests_merge_into_the_pending_operation() {
+    let (_t, store) = store();
+    let a = store
+        .request("dirty ledger over budget", "REBUILD", None)
+        .unwrap();
+    let b = store
+        .request("image viewed", "REBUILD", Some("s1"))
+        .unwrap();
+    let c = store
+        .request("dirty ledger over budget", "REBUILD", None)
+        .unwrap();
+    assert_eq!(
+        (a.id.as_str(), b.id.as_str()),
+        (c.id.as_str(), c.id.as_str())
+    );
+    assert_eq!(c.reasons, ["dirty ledger over budget", "image viewed"]);
+    assert_eq!(
+        c.session_id.as_deref(),
+        Some("s1"),
+        "an unbound request binds when a session is given"
+    );
+    assert_refused(
+        store.request("x", "REBUILD", Some("s2")),
+        "pending for session s1",
+    );
+    assert_eq!(store.list().unwrap().len(), 1);
+    assert_refused(store.request("   ", "REBUILD", None), "reason");
+}
+
+#[test]
+fn a_busy_operation_refuses_new_requests_by_name() {
+    let (_t, store) = store();
+    let op = requested(&store);
+    walk(&store, &op.id, &[Status::Scheduled]);
+    let err = store.request("y", "REBUILD", None).unwrap_err();
+    assert_eq!(err.exit_code(), 1);
+    assert!(
+        err.message.contains(op.id.as_str()) && err.message.contains("is scheduled"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cancel_only_pending_and_it_frees_the_next_request() {
+    let (_t, store) = store();
+    let op = requested(&store);
+    let cancelled = store.cancel(&op.id, "CANCEL").unwrap();
+    assert_eq!(cancelled.status, Status::Cancelled);
+    assert_eq!(store.active(), None);
+    assert_refused(
+        store.cancel(&op.id, "CANCEL"),
+        "is cancelled; only a pending",
+    );
+    let next = store.request("again", "REBUILD", None).unwrap();
+    assert_ne!(next.id, op.id);
+    walk(&store, &next.id, &[Status::Scheduled]);
+    assert_refused(store.cancel(&next.id, "CANCEL"), "is scheduled");
+}
+
+#[test]
+fn rollback_request_only_for_activated() {
+    use Status::*;
+    let (_t, store) = store();
+    let op = requested(&store);
+    assert_refused(
+        store.rollback_request(&op.id, "ROLLBACK"),
+        "is pending; only an activated",
+    );
+    walk(
+        &store,
+        &op.id,
+        &[Scheduled, Running, Verifying, Activating, Activated],
+    );
+    let op = store.rollback_request(&op.id, "ROLLBACK").unwrap();
+    assert_eq!(op.status, RollbackPending);
+    assert_eq!(store.active(), Some((op.id.clone(), RollbackPending)));
+    assert_refused(store.request("y", "REBUILD", None), "is rollback_pending");
+}
+
+#[test]
+fn the_lock_serialises_read_modify_write() {
+    let (_t, store) = store();
+    let id = requested(&store).id;
+    let store = Arc::new(store);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, id) = (Arc::clone(&store), id.clone());
+            thread::spawn(move || {
+                for _ in 0..15 {
+                    store
+                        .with_lock(|tx| {
+                            let mut op = tx.load(&id)?;
+                            op.attempts += 1;
+                            tx.save(&mut op)
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(store.load(&id).unwrap().attempts, 120, "no update was lost");
+}
+
+#[test]
+fn the_lock_is_held_for_the_whole_closure() {
+    let (_t, store) = store();
+    let store = Arc::new(store);
+    let (tx_in, rx_in) = std::sync::mpsc::channel();
+    let held = {
+        let store = Arc::clone(&store);
+        thread::spawn(move || {
+            store
+                .with_lock(|_| {
+                    tx_in.send(()).unwrap();
+                    thread::sleep(Duration::from_millis(300));
+                    Ok(())
+                })
+                .unwrap();
+        })
+    };
+    rx_in.recv().unwrap();
+    let start = Instant::now();
+    store.with_lock(|_| Ok(())).unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_millis(200),
+        "second holder waited"
+    );
+    held.join().unwrap();
+}
+
+#[test]
+fn a_stage_claims_only_the_status_it_expects() {
+    use Status::*;
+    let (_t, store) = store();
+    let op = requested(&store);
+    let err = store.claim(&op.id, Stage::Prepare, Running).unwrap_err();
+    assert_eq!(
+        err.message,
+        format!(
+            "operation {} is pending, not scheduled; ktr-prepare has nothing to do",
+            op.id
+        )
+    );
+    walk(&store, &op.id, &[Scheduled]);
+    let op = store.claim(&op.id, Stage::Prepare, Running).unwrap();
+    assert_eq!(op.status, Running);
+    assert_eq!(op.worker, Some(Worker::current(Stage::Prepare)));
+    assert!(op.worker.as_ref().unwrap().alive());
+    walk(&store, &op.id, &[Verifying]);
+    let op = store.claim(&op.id, Stage::Verify, Verifying).unwrap();
+    assert_eq!((op.status, op.history.len()), (Verifying, 3));
+}
+
+#[test]
+fn a_claim_is_refused_while_another_live_worker_holds_the_operation() {
+    use Status::*;
+    let (_t, store) = store();
+    let op = requested(&store);
+    walk(&store, &op.id, &[Scheduled]);
+    let mut other = std::process::Command::new("sleep")
+        .arg("5")
+        .spawn()
+        .unwrap();
+    set_worker(
+        &store,
+        &op.id,
+        Worker::of(other.id(), Stage::Prepare).unwrap(),
+    );
+    let err = store.claim(&op.id, Stage::Prepare, Running).unwrap_err();
+    assert_eq!(
+        err.message,
+        format!(
+            "operation {} is being worked on by ktr-prepare (pid {}); wait for it",
+            op.id,
+            other.id()
+        )
+    );
+    other.kill().unwrap();
+    other.wait().unwrap();
+    let op = store.claim(&op.id, Stage::Prepare, Running).unwrap();
+    assert_eq!(op.worker, Some(Worker::current(Stage::Prepare)));
+}
+
+#[test]
+fn a_dead_worker_fails_the_operation_and_frees_the_next_request() {
+    use Status::*;
+    let (_t, store) = store();
+    let store = store.with_grace(Duration::ZERO);
+    let op = requested(&store);
+    walk(&store, &op.id, &[Scheduled, Running]);
+    set_worker(&store, &op.id, dead_worker(Stage::Prepare));
+    let next = store.request("again", "REBUILD", None).unwrap();
+    assert_ne!(next.id, op.id);
+    let failed = store.load(&op.id).unwrap();
+    assert_eq!(failed.status, Failed);
+    assert_eq!(failed.error.as_deref(), Some("worker died during running"));
+    assert!(!failed.needs_attention);
+}
+
+#[test]
+fn a_live_worker_or_a_recent_death_is_left_alone() {
+    use Status::*;
+    let (_t, store) = store();
+    let op = requested(&store);
+    walk(&store, &op.id, &[Scheduled, Running]);
+    set_worker(&store, &op.id, Worker::current(Stage::Prepare));
+    let store = store.with_grace(Duration::ZERO);
+    assert!(store.recover_stale().unwrap().is_empty());
+    set_worker(&store, &op.id, dead_worker(Stage::Prepare));
+    let store = store.with_grace(Duration::from_secs(3600));
+    assert!(
+        store.recover_stale().unwrap().is_empty(),
+        "within the grace period"
+    );
+    assert_eq!(store.load(&op.id).unwrap().status, Running);
+}
+
+#[test]
+fn a_reused_pid_counts_as_dead() {
+    use Status::*;
+    let (_t, store) = store();
+    let store = store.with_grace(Duration::ZERO);
+    let op = requested(&store);
+    walk(&store, &op.id, &[Scheduled, Running, Verifying]);
+    let mut me = Worker::current(Stage::Verify);
+    me.start_time += 1;
+    set_worker(&store, &op.id, me);
+    let failed = store.recover_stale().unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        failed[0].error.as_deref(),
+        Some("worker died during verifying")
+    );
+}
+
+#[test]
+fn a_death_while_activating_records_the_target_and_needs_attention() {
+    use Status::*;
+    let (t, store) = store();
+    let pointer = t.path().join("pointer");
+    fs::write(&pointer, "new-session\n").unwrap();
+    let store = store
+        .with_grace(Duration::ZERO)
+        .with_target(Target::Pointer(crate::target::Pointer { path: pointer }));
+    let op = requested(&store);
+    walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
+    set_worker(&store, &op.id, dead_worker(Stage::Activate));
+    let failed = store.recover_stale().unwrap().pop().unwrap();
+    assert_eq!(failed.status, Failed);
+    assert_eq!(
+        failed.error.as_deref(),
+        Some("worker died during activating")
+    );
+    assert!(failed.needs_attention);
+    assert_eq!(failed.target_after.as_deref(), Some("new-session"));
+    assert_eq!(store.active(), None);
+}
+
+#[test]
+fn operation_files_tolerate_missing_and_unknown_fields() {
+    let (_t, store) = store();
+    let id = "0000-1111";
+    fs::write(
+        store.operation_path(id).unwrap(),
+        format!(r#"{{"id":"{id}","status":"rollback_scheduled","from_the_future":1}}"#),
+    )
+    .unwrap();
+    let op = store.load(id).unwrap();
+    assert_eq!(
+        (op.status, op.attempts, op.manifest_artifact),
+        (Status::RollbackScheduled, 0, None)
+    );
+    fs::write(store.operation_path(id).unwrap(), "{").unwrap();
+    assert_refused(store.load(id), "is damaged");
+    assert_eq!(
+        store.list().unwrap().len(),
+        0,
+        "damaged files are skipped in listings"
+    );
+}
+
+#[test]
+fn an_operation_file_written_by_the_untyped_release_still_loads() {
+    // Written by `ktr demo` of the release before the operation file was
+    // typed (manifest, stats and verification were free-form JSON then).
+    // Its inline `manifest` and `left_out` lists (now in the manifest
+    // artifact) are ignored.
+    let text = include_str!("../../../../tests/fixtures/operation-v1.json");
+    assert!(text.contains(r#""manifest": ["#) && text.contains(r#""left_out": ["#));
+    let op: Operation = serde_json::from_str(text).unwrap();
+    assert_eq!(op.status, Status::Activated);
+    assert_eq!(op.manifest_artifact, None);
+    let verification = op.verification.as_ref().unwrap();
+    assert!(verification.ok);
+    assert_eq!(verification.counts.as_ref().unwrap().candidate_lines, 17);
+    let stats = op.stats.as_ref().unwrap();
+    assert_eq!(stats.selected_turns, 8);
+    assert_eq!(stats.history_mode, ktr_base::config::HistoryMode::Chain);
+    // And it round-trips through the typed record unchanged.
+    let again: Operation = serde_json::from_str(&serde_json::to_string(&op).unwrap()).unwrap();
+    assert_eq!(again, op);
+}
+
+/// A manifest entry whose fields say which one it is.
+fn manifest_entry(position: usize) -> ktr_engine::ManifestEntry {
+    serde_json::from_value(serde_json::json!({
+        "position": position, "role": "user", "kind": "speech", "source_uuid": null,
+        "source_line": position + 1, "source_timestamp": null, "source_sha256": "a",
+        "carried_sha256": "b", "uuid": format!("u{position}")
+    }))
+    .unwrap()
+}
+
+/// Write an artifact of `items` entries, two records left out and three
+/// malformed lines for operation `id`.
+fn write_manifest(store: &Store, id: &str, items: usize) -> ManifestRef {
+    use ktr_engine::plan::LeftOut;
+    use ktr_engine::turns::LeftOutReason;
+    let mut writer = ManifestWriter::create(store, id).unwrap();
+    for i in 0..items {
+        writer.push_item(&manifest_entry(i)).unwrap();
+    }
+    for line in [7, 9] {
+        let left_out = LeftOut {
+            line,
+            uuid: None,
+            reason: LeftOutReason::LocalCommand,
+        };
+        writer.push_left_out(&left_out).unwrap();
+    }
+    for line in [2, 3, 4] {
+        writer.push_malformed_line(line).unwrap();
+    }
+    writer.finish().unwrap()
+}
+
+#[test]
+fn the_manifest_artifact_streams_back_what_was_written() {
+    let (_t, store) = store();
+    let id = requested(&store).id;
+    let recorded = write_manifest(&store, &id, 5000);
+    let path = manifest::path(&store, &id).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(recorded.bytes, fs::metadata(&path).unwrap().len());
+    assert_eq!(
+        recorded.sha256,
+        ktr_base::fsutil::sha256_file(&path).unwrap()
+    );
+    assert_eq!(
+        (recorded.items, recorded.left_out, recorded.malformed_lines),
+        (5000, 2, 3)
+    );
+    assert_eq!(recorded.left_out_by_reason["local_command"], 2);
+    let text = fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 5005, "one JSON object per line");
+    assert!(
+        text.starts_with(r#"{"item":{"position":0,"#),
+        "{}",
+        &text[..80]
+    );
+    let back = manifest::read(&store, &id, &recorded).unwrap();
+    assert_eq!(
+        back.items,
+        (0..5000).map(manifest_entry).collect::<Vec<_>>()
+    );
+    assert_eq!(back.malformed_line_numbers, [2, 3, 4]);
+    assert_eq!(
+        back.left_out.iter().map(|l| l.line).collect::<Vec<_>>(),
+        [7, 9]
+    );
+    // A second attempt replaces it; no temp file is left behind.
+    let again = write_manifest(&store, &id, 1);
+    assert_eq!(again.items, 1);
+    let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [std::ffi::OsString::from(manifest::FILE)]);
+}
+
+#[test]
+fn a_changed_missing_or_planted_manifest_artifact_is_one_line_of_error() {
+    let (_t, store) = store();
+    let id = requested(&store).id;
+    let recorded = write_manifest(&store, &id, 40);
+    let path = manifest::path(&store, &id).unwrap();
+    let original = fs::read_to_string(&path).unwrap();
+    let read = || manifest::read(&store, &id, &recorded);
+    let edits = [
+        // Same length, still valid JSON: only the digest tells.
+        original.replacen(r#""uuid":"u3""#, r#""uuid":"u4""#, 1),
+        // One line more, one line less, a line that is not a manifest line.
+        format!("{original}{{\"malformed_line\":1}}\n"),
+        original.lines().skip(1).map(|l| format!("{l}\n")).collect(),
+        original.replacen(r#"{"item""#, r#"{"nothing""#, 1),
+    ];
+    for edited in edits {
+        fs::write(&path, &edited).unwrap();
+        let err = read().unwrap_err();
+        assert!(err.message.contains("changed after prepare"), "{err}");
+        assert!(!err.message.contains('\n'), "{err}");
+    }
+    fs::remove_file(&path).unwrap();
+    assert_refused(read(), "is missing");
+    // A symlink planted at the artifact path is neither read nor written through.
+    let elsewhere = store.dir().join("elsewhere.jsonl");
+    fs::write(&elsewhere, &original).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    assert_refused(read(), "symlink");
+    assert_refused(
+        ManifestWriter::create(&store, &id).map(|_| ()),
+        "not a regular file",
+    );
+    assert_eq!(fs::read_to_string(&elsewhere).unwrap(), original);
+    // The discarded attempt's artifact goes (the link itself, not its target).
+    manifest::remove(&store, &id);
+    assert!(path.symlink_metadata().is_err() && elsewhere.exists());
+}
+
+#[test]
+fn the_stats_an_operation_keeps_are_bounded() {
+    use ktr_engine::plan::PlanReport;
+    let v1: serde_json::Value =
+        serde_json::from_str(include_str!("../../../../tests/fixtures/operation-v1.json")).unwrap();
+    let mut report: PlanReport = serde_json::from_value(v1["stats"].clone()).unwrap();
+    report.malformed_lines = 1000;
+    report.malformed_line_numbers = (1..=1000).collect();
+    report.versions_seen = (0..100)
+        .map(|i| format!("{i}{}", "v".repeat(1000)))
+        .collect();
+    report.unknown_record_types = (0..100)
+        .map(|i| (format!("{i:03}{}", "t".repeat(5000)), 2))
+        .collect();
+    let kept = manifest::bounded_stats(&report, Path::new("/p/source.jsonl"));
+    assert_eq!(kept.malformed_lines, 1000, "the count stays");
+    assert_eq!(kept.malformed_line_numbers, (1..=20).collect::<Vec<_>>());
+    assert_eq!(kept.versions_seen.len(), 20);
+    assert!(kept.versions_seen.iter().all(|v| v.chars().count() == 80));
+    assert_eq!(kept.unknown_record_types.len(), 21);
+    assert_eq!(kept.unknown_record_types["(other)"], 160);
+    assert_eq!(kept.source_path, "/p/source.jsonl");
+    assert!(serde_json::to_vec(&kept).unwrap().len() < 16 << 10);
+}

@@ -1,0 +1,145 @@
+//! The `SessionStart` hook, `ktr-ack` (matcher `resume`, SPEC §12).
+//!
+//! When Claude Code resumes the candidate session of an activating or
+//! activated operation, this records Claude Code's own receipt (with the
+//! measured `context_tokens` of the new window) in the operation and in
+//! `artifacts/<id>/ack.json`. It always exits 0 and prints
+//! `{"suppressOutput":true}`; problems go to stderr.
+
+use std::path::Path;
+
+use crate::gate::resend_notice;
+use crate::hook::{Invocation, Reply, SessionStartInput};
+use crate::operation::{Ack, Operation, Status, Store, locate_state_dir};
+use ktr_base::error::{Error, Result};
+use ktr_base::fsutil::{Existing, write_atomic};
+use ktr_base::ids::SessionId;
+use ktr_base::time::now_rfc3339;
+use ktr_engine::window::overhead;
+
+/// `ktr-ack --help`.
+pub const HELP: &str = "ktr-ack: the Claude Code SessionStart (resume) hook of ktr.
+Usage: ktr-ack [--config PATH]   (the hook JSON on stdin; always exits 0)
+Records Claude Code's receipt that it resumed a rebuilt session, with its context_tokens.";
+
+/// The `SessionStart` hook: record the receipt, report on stderr, stay quiet.
+pub fn ack(call: Invocation) -> Reply {
+    match run(call.config.as_deref(), call.input) {
+        Ok(Some(op)) => {
+            eprintln!("ktr-ack: recorded the resume of operation {}", op.id);
+            resend_notice(&op).map_or(Reply::Quiet, Reply::Message)
+        }
+        Ok(None) => Reply::Quiet,
+        Err(e) => {
+            eprintln!("ktr-ack: {e}");
+            Reply::Quiet
+        }
+    }
+}
+
+/// Returns the id of the acknowledged operation, if any.
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Operation>> {
+    let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB; ignored"))?;
+    let hook: SessionStartInput = serde_json::from_slice(&input)
+        .map_err(|e| Error::usage(format!("cannot parse the SessionStart hook input: {e}")))?;
+    if hook.source.as_deref() != Some("resume") {
+        return Ok(None);
+    }
+    let store = Store::at(&locate_state_dir(config_arg)?);
+    let Some(op) = find_operation(&store, &hook.session_id) else {
+        return Ok(None);
+    };
+    let ack = Ack {
+        at: now_rfc3339(),
+        session_id: SessionId::parse(&hook.session_id)?,
+        context_tokens: hook.context_tokens.as_ref().and_then(as_tokens),
+    };
+    store.with_lock(|tx| {
+        let mut op = tx.load(&op.id)?;
+        if !awaits_ack(&op, &hook.session_id) {
+            return Ok(None);
+        }
+        let artifacts = store.artifacts_dir(&op.id)?;
+        if op.ack.is_some() {
+            // The first receipt is the activation's measurement; a later
+            // resume of the same session is its own event, kept beside it.
+            append_line(&artifacts.join("resumes.jsonl"), &ack)?;
+            return Ok(Some(op));
+        }
+        let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
+        bytes.push(b'\n');
+        write_atomic(
+            &artifacts.join("ack.json"),
+            &bytes,
+            0o600,
+            Existing::Replace,
+        )?;
+        op.ack = Some(ack.clone());
+        tx.save(&mut op)?;
+        remember_receipt(&store, &op, &ack);
+        Ok(Some(op))
+    })
+}
+
+/// Keep the receipt for the window account: with the first reply of the
+/// rebuilt session it measures the fixed overhead
+/// (`engine::window::overhead`). A cache: failing to write it is reported
+/// and costs only that measurement.
+fn remember_receipt(store: &Store, op: &Operation, ack: &Ack) {
+    let (Some(context_tokens), Some(candidate)) = (ack.context_tokens, op.candidate.as_ref())
+    else {
+        return;
+    };
+    // The rebuilt session is the candidate's file, resumed in place.
+    let Ok(meta) = std::fs::metadata(&candidate.path) else {
+        return;
+    };
+    let receipt = overhead::Receipt {
+        operation: op.id.to_string(),
+        context_tokens,
+        carried_estimate: op.estimated_tokens,
+        offset: meta.len(),
+        at: ack.at.clone(),
+    };
+    if let Err(e) = overhead::remember_receipt(store.dir(), ack.session_id.as_str(), &receipt) {
+        eprintln!("ktr-ack: the window account will not measure the overhead of this rebuild: {e}");
+    }
+}
+
+/// Append `ack` as one JSON line to `path` (created 0600, never through a link).
+fn append_line(path: &Path, ack: &Ack) -> Result<()> {
+    let line = serde_json::to_string(ack).map_err(|e| Error::io(e.to_string()))? + "\n";
+    super::append_log(path, &line)
+}
+
+/// The operation whose candidate is `session_id`: the active one first,
+/// else the newest activating/activated one.
+fn find_operation(store: &Store, session_id: &str) -> Option<Operation> {
+    let active = store.active().and_then(|(id, _)| store.load(&id).ok());
+    if let Some(op) = active.filter(|op| awaits_ack(op, session_id)) {
+        return Some(op);
+    }
+    store
+        .list()
+        .ok()?
+        .into_iter()
+        .rev()
+        .find(|op| awaits_ack(op, session_id))
+}
+
+fn awaits_ack(op: &Operation, session_id: &str) -> bool {
+    matches!(op.status, Status::Activating | Status::Activated)
+        && op
+            .candidate
+            .as_ref()
+            .is_some_and(|c| c.session_id == session_id)
+}
+
+/// Token counts arrive as JSON numbers (integer or float).
+fn as_tokens(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| f.round() as u64)
+    })
+}

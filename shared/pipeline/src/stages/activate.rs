@@ -1,0 +1,825 @@
+//! Stage 3, `ktr-activate` (SPEC §10, §12): compare-and-swap checks,
+//! switch the target, health check, automatic fallback.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{
+    Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
+};
+use crate::gate::turn_since_stop;
+use crate::operation::{Locked, Operation, Status, Store, discard_candidate, manifest};
+use crate::pane::Input;
+use crate::process;
+use crate::stages::prompt::PROBE;
+use crate::target::{Receipt, Target};
+use ktr_base::config::{Activation, Config, home_dir};
+use ktr_base::error::{Error, Result};
+use ktr_base::fsutil::{sha256_file, sha256_prefix};
+use ktr_base::open::{Links, open_regular};
+use ktr_base::time::parse_rfc3339;
+
+/// How often the operation file is read while waiting for `ktr-ack`.
+const ACK_POLL: Duration = Duration::from_millis(100);
+/// How long activation waits with the gate up before its last look when
+/// `ktr-prompt` is not installed: a prompt's user record reaches the
+/// transcript 100–300 ms after the submit (measured, Claude Code 2.1.328 on
+/// a loaded machine) and a queued prompt's soon after the Stop.
+const SETTLE: Duration = Duration::from_millis(600);
+/// The same wait with `ktr-prompt` installed. Every Enter is then decided
+/// under the lock: marked before the gate went up (the compare-and-swap
+/// defers) or refused after it, and the last look defers on a refusal
+/// recorded since. Until the refusal is recorded Claude Code shows the text
+/// in the input line or a running turn, never an idle box, and gives the
+/// text back after it. What this wait is for: a prompt whose Enter landed
+/// as the gate went up is refused (Enter → refusal recorded: 0.02–0.15 s
+/// measured, Claude Code 2.1.328, load average 2.3) and so defers the
+/// switch instead of meeting the keyboard hold.
+pub const GATED_SETTLE: Duration = Duration::from_millis(200);
+/// How long activation waits after turning a tmux pane's keyboard off
+/// before its last look: an Enter that reached the old Claude Code just
+/// before runs its `UserPromptSubmit` hook (refused: the text goes back to
+/// the input line, where the last look sees a draft) or writes its record.
+pub const HOLD_SETTLE: Duration = Duration::from_millis(300);
+/// The least time pointer mode's health probe may take.
+const PROBE_MIN: Duration = Duration::from_secs(60);
+
+/// Activate operation `id` (status `verifying`, verification passed).
+///
+/// Under the lock: the source is unchanged up to records in which nobody
+/// speaks (else back to `pending` for a fresh prepare at the next Stop, at
+/// most `source_change_retries` times), the candidate digest is unchanged,
+/// the target identity is the one recorded at prepare and no other
+/// transcript in `project_dir` was modified since (else `failed` +
+/// `session_conflict`, target untouched); then `activating`. Switch, then
+/// health ([`healthy`]): with `ktr-ack` installed (tmux), Claude Code's
+/// receipt and `healthcheck_min_seconds` of life after it; otherwise the
+/// target runs the new session for `healthcheck_seconds`.
+/// Healthy → `activated`. Unhealthy → the old session is resumed the same
+/// way: `rolled_back` if that is healthy, else `failed` with
+/// `rollback_ok: false` and `needs_attention`.
+pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
+    store.claim(id, Stage::Activate, Status::Verifying)?;
+    guarded(store, id, steps, |steps| {
+        pause_point(Stage::Activate, "start");
+        let target = Target::from_config(config);
+        let op = store.with_lock(|tx| compare_and_swap(tx, config, &target, id))?;
+        if op.status != Status::Activating {
+            steps.say(format!(
+                "not switching: operation is {} ({})",
+                op.status,
+                op.deferred
+                    .as_deref()
+                    .or(op.error.as_deref())
+                    .unwrap_or("source changed after prepare")
+            ));
+            return Ok(Outcome::done(op));
+        }
+        let new_id = op
+            .candidate
+            .as_ref()
+            .map(|c| c.session_id.to_string())
+            .unwrap_or_default();
+        pause_point(Stage::Activate, "checked");
+        // The gate is up (`activating`): ktr-prompt refuses new prompts of
+        // the source. Let a turn that began just before it show itself.
+        thread::sleep(if prompt_hook_installed(config) {
+            GATED_SETTLE
+        } else {
+            SETTLE
+        });
+        // From here until the new Claude Code reads its keyboard, keys
+        // stay away from the pane; one that arrived just before lands first.
+        let hold = target.hold_input();
+        if hold.is_some() {
+            thread::sleep(HOLD_SETTLE);
+        }
+        let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
+        if op.status != Status::Activating {
+            steps.say(format!(
+                "not switching: operation is {} ({})",
+                op.status,
+                op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
+            ));
+            return Ok(Outcome::done(op));
+        }
+        steps.say(format!("checks passed; switching {target} to {new_id}"));
+        if let Err(e) = target.switch(&new_id, config) {
+            let now = target.identity().ok();
+            if now.is_some() && now == op.target_before {
+                steps.say(format!("switch failed, target untouched: {e}"));
+                return super::abandon(
+                    store,
+                    id,
+                    &format!("switch failed, old session untouched: {e}"),
+                    |_| {},
+                )
+                .map(Outcome::done);
+            }
+            return fall_back(
+                config,
+                store,
+                &op,
+                &target,
+                &format!("switch failed: {e}"),
+                steps,
+            );
+        }
+        pause_point(Stage::Activate, "switched");
+        // The keyboard comes back as soon as the new Claude Code shows its
+        // input box, while the health check goes on.
+        let switched = Instant::now();
+        let (health, held) = thread::scope(|scope| {
+            let released = hold.map(|hold| {
+                let target = &target;
+                scope.spawn(move || {
+                    let shown = wait_for_input_box(target, seconds(config.healthcheck_seconds));
+                    drop(hold);
+                    (switched.elapsed(), shown)
+                })
+            });
+            let health = healthy(config, store, &target, id, &new_id);
+            (health, released.and_then(|r| r.join().ok()))
+        });
+        if let Some((after, shown)) = held {
+            steps.say(format!(
+                "keyboard back {:.1} s after the switch ({})",
+                after.as_secs_f64(),
+                if shown {
+                    "the input box is shown"
+                } else {
+                    "no input box seen"
+                }
+            ));
+        }
+        match health {
+            Ok(identity) => {
+                pause_point(Stage::Activate, "healthy");
+                let op = store.with_lock(|tx| {
+                    let mut op = tx.load(id)?;
+                    op.target_after = Some(identity.clone());
+                    let tokens = op.context_tokens().map_or(String::new(), |t| {
+                        format!(", Claude Code reports {t} context tokens")
+                    });
+                    let note = format!("{target} runs {new_id} (identity {identity}){tokens}");
+                    tx.transition(&mut op, Status::Activated, &note)?;
+                    Ok(op)
+                })?;
+                steps.say(format!("activated: {target} runs {new_id}"));
+                Ok(Outcome::done(op))
+            }
+            Err(e) => fall_back(
+                config,
+                store,
+                &op,
+                &target,
+                &format!("new session {new_id} unhealthy: {e}"),
+                steps,
+            ),
+        }
+    })
+}
+
+/// The checks of SPEC §10 under one lock; returns the operation, moved to
+/// `activating`, or to `pending`/`failed` when a check failed.
+fn compare_and_swap(
+    tx: &mut Locked,
+    config: &Config,
+    target: &Target,
+    id: &str,
+) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Verifying)?;
+    let passed = op.verification.as_ref().is_some_and(|v| v.ok);
+    if !passed {
+        fail_in(
+            tx,
+            &mut op,
+            "not verified; ktr-verify must pass first",
+            |_| {},
+        )?;
+        return Ok(op);
+    }
+    let missing = |what: &str| Error::refused(format!("operation {id} has no {what} recorded"));
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| missing("transcript"))?;
+    let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
+
+    if let Some(change) = settled_source_change(&op, &source, config) {
+        source_changed(tx, config, &mut op, &change)?;
+        return Ok(op);
+    }
+    if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
+        let why = format!(
+            "candidate {} changed or vanished after verification",
+            candidate.path.display()
+        );
+        fail_in(tx, &mut op, &why, |_| {})?;
+        return Ok(op);
+    }
+    let conflict = |why: String| (why, true);
+    let problem = match target.identity() {
+        Err(e) => Some((format!("cannot read the target's identity: {}", e.message), false)),
+        Ok(now) if Some(&now) != op.target_before.as_ref() => Some(conflict(format!(
+            "{target} changed since prepare (identity {:?}, now {now:?}); not switching",
+            op.target_before.as_deref().unwrap_or("")
+        ))),
+        Ok(_) => newer_transcript(config, &op, &source, &candidate.path)?.map(|path| {
+            conflict(format!(
+                "transcript {} was modified after prepare: another session is active in this project; not switching",
+                path.display()
+            ))
+        }),
+    };
+    let running = match problem {
+        Some(problem) => Err(problem),
+        None => source_session(&op)
+            .and_then(|old| {
+                let running = target_guard::runs_source(target, &op, &old)?;
+                Ok(running.ran(&old))
+            })
+            .map_err(|e| conflict(e.message)),
+    };
+    let ran = match running {
+        Ok(ran) => ran,
+        Err((why, session_conflict)) => {
+            fail_in(tx, &mut op, &why, |op| {
+                op.session_conflict = session_conflict;
+            })?;
+            return Ok(op);
+        }
+    };
+    if let Some(why) = turn_since_stop(&op, &source)? {
+        defer(tx, config, &mut op, &why)?;
+        return Ok(op);
+    }
+    op.target_ran = Some(ran);
+    tx.transition(
+        &mut op,
+        Status::Activating,
+        "compare-and-swap checks passed",
+    )?;
+    Ok(op)
+}
+
+/// The last look before the switch, with the gate up (`activating`): the
+/// source is still the frozen one, no turn began since the scheduling Stop,
+/// `ktr-prompt` refused no prompt since the gate went up (its text is on
+/// its way back to the input line), and the pane shows neither a draft nor
+/// a running turn. Else back to `pending` (the target untouched).
+fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Activating)?;
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
+    if let Some(change) = settled_source_change(&op, &source, config) {
+        source_changed(tx, config, &mut op, &change)?;
+        return Ok(op);
+    }
+    let why = match turn_since_stop(&op, &source)? {
+        Some(why) => Some(why),
+        None if !op.blocked_prompts.is_empty() => Some(format!(
+            "a prompt was sent while the gate was up ({} refused by ktr-prompt; Claude Code gives the text back to the input line)",
+            op.blocked_prompts.len()
+        )),
+        None => pane_busy(target),
+    };
+    if let Some(why) = why {
+        defer(tx, config, &mut op, &why)?;
+    }
+    Ok(op)
+}
+
+/// Why the pane must not be respawned now: the input line holds a draft,
+/// or a turn is running. None for an idle pane, a screen that is not
+/// Claude Code's input box (another program, a dialog: the turn checks
+/// still apply) and targets without a screen.
+fn pane_busy(target: &Target) -> Option<String> {
+    match target.input() {
+        Ok(None | Some(Input::Idle | Input::Unknown)) => None,
+        Ok(Some(Input::Draft(text))) => Some(format!(
+            "the input line holds a draft that was not sent ({} characters); it would be thrown away",
+            text.chars().count()
+        )),
+        Ok(Some(Input::Running)) => Some("the pane shows a running turn".into()),
+        Err(e) => Some(format!("cannot read the pane: {}", e.message)),
+    }
+}
+
+/// Not now: discard the candidate (it never ran) and go back to `pending`
+/// with the reason; the next Stop of the source prepares again. Unlike a
+/// changed source this never fails the operation: each retry needs a new
+/// turn, so it cannot loop on its own.
+fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Result<()> {
+    let discarded = reset_attempt(tx, op, config)?;
+    op.deferred = Some(why.to_string());
+    let note = format!(
+        "not switched: {why}; candidate {} discarded; the next Stop prepares again",
+        discarded.map_or(String::new(), |p| p.display().to_string())
+    );
+    tx.transition(op, Status::Pending, &note)
+}
+
+/// Forget everything the discarded attempt produced.
+/// The backup and the manifest artifact go together.
+fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
+    let discarded = discard_candidate(op, Some(&config.project_dir))?;
+    if let Some(backup) = op.backup.take() {
+        let _ = std::fs::remove_file(backup);
+    }
+    if op.manifest_artifact.take().is_some() {
+        manifest::remove(tx.store(), &op.id);
+    }
+    op.candidate = None;
+    op.verification = None;
+    op.stats = None;
+    op.source_sha256 = None;
+    op.prepared_at = None;
+    op.worker = None;
+    Ok(discarded)
+}
+
+/// At most this much appended after the freeze is looked at; more is a change.
+const APPENDED_CAP: u64 = 1 << 20;
+
+/// How the source changed since prepare froze it, for the history; `writing`
+/// when it may only be a line still being written.
+struct Change {
+    why: String,
+    writing: bool,
+}
+
+impl Change {
+    fn new(why: impl Into<String>) -> Change {
+        Change {
+            why: why.into(),
+            writing: false,
+        }
+    }
+}
+
+/// [`source_change`], with a line still being written given until
+/// `stable_file_seconds` to end: Claude Code appends a turn's closing
+/// records after the Stop hook, and a look at that instant sees half of one.
+fn settled_source_change(op: &Operation, source: &Path, config: &Config) -> Option<String> {
+    settled(Duration::from_secs_f64(config.stable_file_seconds), || {
+        source_change(op, source)
+    })
+}
+
+/// Look until the answer is not a line being written or `limit` passed.
+fn settled(limit: Duration, mut look: impl FnMut() -> Option<Change>) -> Option<String> {
+    let until = Instant::now() + limit;
+    loop {
+        match look() {
+            Some(c) if c.writing && Instant::now() < until => {
+                thread::sleep(Duration::from_millis(20));
+            }
+            change => return change.map(|c| c.why),
+        }
+    }
+}
+
+/// How the source changed since prepare froze it, or `None` when it is
+/// still what was frozen: the same bytes, or those bytes followed only by
+/// whole records in which nobody speaks (Claude Code writes a turn's
+/// `stop_hook_summary` and `turn_duration` after the Stop hook and may
+/// flush them after the freeze), so the candidate misses nothing that was
+/// said. The answer names what changed, for the operation's history.
+fn source_change(op: &Operation, source: &Path) -> Option<Change> {
+    use std::os::unix::fs::FileExt;
+    let (Some(frozen), Some(frozen_len)) = (
+        op.source_sha256.as_ref(),
+        op.stats.as_ref().map(|s| s.source_bytes),
+    ) else {
+        return Some(Change::new("no frozen digest recorded"));
+    };
+    let Ok(file) = open_regular(source, Links::Refuse) else {
+        return Some(Change::new("the source cannot be opened"));
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return Some(Change::new("the source cannot be measured"));
+    };
+    if len < frozen_len {
+        return Some(Change::new(format!(
+            "the source is shorter ({len} < {frozen_len} bytes)"
+        )));
+    }
+    if len - frozen_len > APPENDED_CAP {
+        return Some(Change::new(format!("{} bytes appended", len - frozen_len)));
+    }
+    if !sha256_prefix(&file, frozen_len).is_ok_and(|(d, n)| n == frozen_len && d == *frozen) {
+        return Some(Change::new("the frozen part was rewritten"));
+    }
+    let mut appended = vec![0; usize::try_from(len - frozen_len).unwrap_or(0)];
+    if file.read_exact_at(&mut appended, frozen_len).is_err() {
+        return Some(Change::new("the appended bytes cannot be read"));
+    }
+    first_spoken(&appended)
+}
+
+/// The first thing in `appended` that may hold words, described; `None`
+/// when it is whole JSON lines, none of them a conversation record
+/// (`user`, `assistant`, `attachment`, or anything with a `message`).
+fn first_spoken(appended: &[u8]) -> Option<Change> {
+    if appended.is_empty() {
+        return None;
+    }
+    if !appended.ends_with(b"\n") {
+        return Some(Change {
+            why: format!(
+                "{} bytes appended, the last line not yet complete",
+                appended.len()
+            ),
+            writing: true,
+        });
+    }
+    appended
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .find_map(|line| {
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+                return Some(Change::new("a line that is not JSON appended"));
+            };
+            let kind = v["type"].as_str();
+            let quiet = v.get("message").is_none()
+                && kind.is_some_and(|t| !matches!(t, "user" | "assistant" | "attachment"));
+            (!quiet).then(|| {
+                let sub = v["attachment"]["type"]
+                    .as_str()
+                    .or(v["subtype"].as_str())
+                    .map_or(String::new(), |s| format!(" ({s})"));
+                Change::new(format!(
+                    "a record of type {} appended{sub}",
+                    kind.unwrap_or("(none)")
+                ))
+            })
+        })
+}
+
+/// New messages arrived after prepare: discard this candidate and go back
+/// to `pending` so the next Stop prepares again, or fail once
+/// `source_change_retries` retries are used up.
+fn source_changed(
+    tx: &mut Locked,
+    config: &Config,
+    op: &mut Operation,
+    change: &str,
+) -> Result<()> {
+    if u64::from(op.attempts) > config.source_change_retries {
+        let why = format!(
+            "the source changed after prepare on every one of {} attempts (source_change_retries = {}; last: {change}); request again when the conversation is quiet",
+            op.attempts, config.source_change_retries
+        );
+        return fail_in(tx, op, &why, |_| {});
+    }
+    let discarded = reset_attempt(tx, op, config)?;
+    let note = format!(
+        "source changed after prepare (attempt {}: {change}); candidate {} discarded; the next Stop prepares again",
+        op.attempts,
+        discarded.map_or(String::new(), |p| p.display().to_string())
+    );
+    tx.transition(op, Status::Pending, &note)
+}
+
+/// A `*.jsonl` in `project_dir`, other than the source and this candidate,
+/// modified after prepare froze the source.
+fn newer_transcript(
+    config: &Config,
+    op: &Operation,
+    source: &Path,
+    candidate: &Path,
+) -> Result<Option<PathBuf>> {
+    let since = op
+        .prepared_at
+        .as_deref()
+        .and_then(parse_rfc3339)
+        .ok_or_else(|| Error::refused(format!("operation {} has no prepare time", op.id)))?;
+    let dir = &config.project_dir;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io_at("list", dir, &e))?;
+    let ours = [source.canonicalize().ok(), candidate.canonicalize().ok()];
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".jsonl") || name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        if ours.contains(&path.canonicalize().ok()) {
+            continue;
+        }
+        let modified = entry.metadata().and_then(|m| m.modified());
+        if modified.is_ok_and(|m| m > since) {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// The target runs `new_id` healthily. With `ktr-ack` installed (tmux),
+/// healthy is Claude Code's own receipt: the process runs `new_id`,
+/// `ktr-ack` recorded `SessionStart` (resume) for it, and the process lived
+/// `healthcheck_min_seconds` after that, all within `healthcheck_seconds`.
+/// Without it (and for systemd), the process must run `new_id` for the
+/// whole `healthcheck_seconds`. Pointer mode: the pointer names `new_id`
+/// and, after the probe, the receipt is in. Returns the identity seen.
+fn healthy(
+    config: &Config,
+    store: &Store,
+    target: &Target,
+    id: &str,
+    new_id: &str,
+) -> Result<String> {
+    let wait = seconds(config.healthcheck_seconds);
+    // When ktr-ack recorded the receipt for `new_id` (its own clock; an
+    // unreadable time counts from now).
+    let received = || -> Result<Option<std::time::SystemTime>> {
+        let op = store.load(id)?;
+        Ok(op
+            .ack
+            .as_ref()
+            .filter(|a| a.session_id == new_id)
+            .map(|a| parse_rfc3339(&a.at).unwrap_or_else(std::time::SystemTime::now)))
+    };
+    if config.activation == Activation::Tmux && ack_installed(config) {
+        let mut received = received;
+        return target.health_until(
+            new_id,
+            wait,
+            Some(Receipt {
+                received: &mut received,
+                min_life: seconds(config.healthcheck_min_seconds),
+            }),
+        );
+    }
+    let identity = target.health(new_id, wait)?;
+    // Pointer mode has no process to watch: Claude Code loads the session
+    // once, and its receipt is the proof.
+    if probe_wanted(config) {
+        probe(config, new_id)?;
+        let deadline = Instant::now() + wait;
+        while received()?.is_none() {
+            if Instant::now() >= deadline {
+                return Err(Error::refused(format!(
+                    "Claude Code did not report SessionStart (resume) for {new_id} within {} s although ktr-ack is installed",
+                    config.healthcheck_seconds
+                )));
+            }
+            thread::sleep(ACK_POLL);
+        }
+    }
+    Ok(identity)
+}
+
+/// Wait until the pane shows Claude Code's input box (it reads its
+/// keyboard by then), at most `wait`; a screen that never shows it (another
+/// program) just takes the whole wait. Whether the box was seen.
+fn wait_for_input_box(target: &Target, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Ok(Some(Input::Idle | Input::Draft(_))) = target.input() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// Pointer mode's health probe is wanted when nothing else would ever see
+/// the new session load before the runner's next turn: pointer target, and
+/// both `ktr-ack` (the receipt) and `ktr-prompt` (which refuses the probe's
+/// prompt) installed.
+fn probe_wanted(config: &Config) -> bool {
+    config.activation == Activation::Pointer
+        && config.pointer_health_probe
+        && ack_installed(config)
+        && prompt_hook_installed(config)
+}
+
+/// Resume `new_id` once the way `resume_command` does (with `-p` added when
+/// missing) in `claude_workdir` with `resume_env`, sending [`PROBE`]:
+/// ktr-prompt refuses it, so Claude Code loads the session, reports the
+/// resume (`ktr-ack`) and exits without calling the model. An error when it
+/// cannot load the session or takes longer than the health window allows.
+fn probe(config: &Config, new_id: &str) -> Result<()> {
+    let mut argv = vec![
+        "env".to_string(),
+        "-C".to_string(),
+        config.claude_workdir.to_string_lossy().into_owned(),
+    ];
+    argv.extend(config.resume_env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.push("--".into());
+    let mut resume = config.resume_argv(new_id);
+    if !resume.iter().any(|a| a == "-p" || a == "--print") {
+        resume.insert(1, "-p".into());
+    }
+    argv.extend(resume);
+    argv.push(PROBE.into());
+    // A CLI start takes 1.5–2 s of CPU, far more wall time on a busy machine.
+    let out = process::run_with_timeout(&argv, seconds(config.healthcheck_seconds).max(PROBE_MIN))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(Error::refused(format!(
+        "resuming it failed ({}): {}",
+        out.status,
+        stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message")
+    )))
+}
+
+/// Whether Claude Code will acknowledge resumes: a `SessionStart` hook
+/// running `ktr-ack` in `~/.claude/settings.json` or in the workdir's
+/// `.claude/settings.json` / `.claude/settings.local.json`.
+pub fn ack_installed(config: &Config) -> bool {
+    hook_installed(config, "SessionStart", "ktr-ack")
+}
+
+/// Whether Claude Code runs `ktr-prompt` (the turn gate) before each prompt.
+fn prompt_hook_installed(config: &Config) -> bool {
+    hook_installed(config, "UserPromptSubmit", "ktr-prompt")
+}
+
+/// Whether a hook of `event` running `program` is in `~/.claude/settings.json`
+/// or the workdir's `.claude/settings.json` / `.claude/settings.local.json`.
+fn hook_installed(config: &Config, event: &str, program: &str) -> bool {
+    let workdir = config.claude_workdir.join(".claude");
+    [
+        home_dir().join(".claude/settings.json"),
+        workdir.join("settings.json"),
+        workdir.join("settings.local.json"),
+    ]
+    .iter()
+    .any(|path| {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return false;
+        };
+        let Ok(settings) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return false;
+        };
+        settings["hooks"][event]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|group| group["hooks"].as_array().into_iter().flatten())
+            .filter_map(|hook| hook["command"].as_str())
+            .any(|command| command.contains(program))
+    })
+}
+
+/// Resume the old session after a failed switch: `rolled_back` when it is
+/// healthy again, else `failed` with `needs_attention`.
+fn fall_back(
+    config: &Config,
+    store: &Store,
+    op: &Operation,
+    target: &Target,
+    reason: &str,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    steps.say(format!(
+        "{reason}; resuming the old session (what the target ran)"
+    ));
+    let back = restore(config, op, target, || {});
+    let op = store.with_lock(|tx| {
+        let mut op = tx.load(&op.id)?;
+        match &back {
+            Ok((identity, what)) => {
+                op.error = Some(reason.to_string());
+                op.rollback_ok = Some(true);
+                op.target_after = Some(identity.clone());
+                let note = format!("{reason}; old session resumed: {what} (identity {identity})");
+                tx.transition(&mut op, Status::RolledBack, &note)?;
+            }
+            Err(e) => {
+                let why = format!("{reason}; resuming the old session failed too: {e}");
+                let now = target
+                    .identity()
+                    .unwrap_or_else(|e| format!("unknown: {e}"));
+                fail_in(tx, &mut op, &why, |op| {
+                    op.rollback_ok = Some(false);
+                    op.needs_attention = true;
+                    op.target_after = Some(now);
+                })?;
+            }
+        }
+        Ok(op)
+    })?;
+    steps.say(format!("operation is {}", op.status));
+    Ok(Outcome::done(op))
+}
+
+/// Put back what the target ran before the switch (`target_ran`, recorded
+/// by the compare-and-swap checks; the source session for operations
+/// recorded before it existed) and check it is healthy. Returns the
+/// identity and a description of what runs again.
+pub(super) fn restore(
+    config: &Config,
+    op: &Operation,
+    target: &Target,
+    switched: impl FnOnce(),
+) -> Result<(String, String)> {
+    let ran = match &op.target_ran {
+        Some(ran) => ran.clone(),
+        None => crate::target::Ran {
+            session: source_session(op)?,
+            argv: Vec::new(),
+            cwd: None,
+        },
+    };
+    target.restore(&ran, config)?;
+    switched();
+    let identity = target.health(&ran.session, seconds(config.healthcheck_seconds))?;
+    let what = if ran.argv.is_empty() {
+        format!("session {}", ran.session)
+    } else {
+        format!("session {} ({})", ran.session, ran.argv.join(" "))
+    };
+    Ok((identity, what))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Change, first_spoken, settled};
+
+    fn why(appended: &[u8]) -> Option<String> {
+        first_spoken(appended).map(|c| c.why)
+    }
+
+    fn nobody_speaks(appended: &[u8]) -> bool {
+        first_spoken(appended).is_none()
+    }
+
+    #[test]
+    fn records_in_which_nobody_speaks_are_told_from_conversation() {
+        let summary = b"{\"type\":\"system\",\"subtype\":\"stop_hook_summary\"}\n";
+        let duration = b"{\"type\":\"system\",\"subtype\":\"turn_duration\",\"durationMs\":5}\n";
+        assert!(nobody_speaks(b""));
+        assert!(nobody_speaks(summary));
+        assert!(nobody_speaks(&[&summary[..], &duration[..]].concat()));
+        // What changed is named, for the operation's history.
+        let hook = b"{\"type\":\"attachment\",\"attachment\":{\"type\":\"hook_success\"}}\n";
+        assert_eq!(
+            why(&[&summary[..], &hook[..]].concat()).as_deref(),
+            Some("a record of type attachment appended (hook_success)")
+        );
+        assert_eq!(
+            why(b"{\"type\":\"sys").as_deref(),
+            Some("12 bytes appended, the last line not yet complete")
+        );
+        for spoken in [
+            &b"{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n"[..],
+            b"{\"type\":\"assistant\"}\n",
+            b"{\"type\":\"attachment\"}\n",
+            b"{\"type\":\"system\",\"message\":{}}\n",
+            b"{\"subtype\":\"no type\"}\n",
+            b"{\"type\":\"system\"}",
+            b"not json\n",
+            b"\"type\":\"system\"}\n",
+        ] {
+            assert!(
+                !nobody_speaks(spoken),
+                "{}",
+                String::from_utf8_lossy(spoken)
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_being_written_is_given_until_the_limit_to_end() {
+        let writing = || {
+            Some(Change {
+                why: "half a line".into(),
+                writing: true,
+            })
+        };
+        // It ends on the third look: then what it is decides.
+        let mut looks = 0;
+        let answer = settled(Duration::from_secs(5), || {
+            looks += 1;
+            if looks < 3 { writing() } else { None }
+        });
+        assert_eq!((answer, looks), (None, 3));
+        // It never ends: the limit passes and the change stands.
+        let started = Instant::now();
+        let answer = settled(Duration::from_millis(100), writing);
+        assert_eq!(answer.as_deref(), Some("half a line"));
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        // Any other change is not waited for.
+        let started = Instant::now();
+        let answer = settled(Duration::from_secs(5), || {
+            Some(Change::new("the frozen part was rewritten"))
+        });
+        assert_eq!(answer.as_deref(), Some("the frozen part was rewritten"));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}

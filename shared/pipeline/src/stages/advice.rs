@@ -1,0 +1,217 @@
+//! Advice at the right time (issue 8 §2): what the Stop hook says about
+//! the window when nothing is pending. It never requests anything.
+//!
+//! Also the hand-over of lines other hooks could not show: Claude Code
+//! 2.1.328 does not display a `PreCompact` hook's message, so
+//! `ktr-precompact` leaves it in `<state_dir>/window/<session>.notice` and
+//! the next Stop hook of that session shows it once.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::hook::StopInput;
+use crate::operation::Store;
+use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
+use ktr_engine::window;
+use ktr_engine::window::usage::Tail;
+
+/// How long the advice waits for Claude Code to flush the turn, at most.
+const FLUSH_WAIT: Duration = Duration::from_millis(1500);
+/// How often it looks.
+const FLUSH_POLL: Duration = Duration::from_millis(25);
+/// A reading this many points below `advise_at_percent` is not waited on:
+/// one turn does not add a fifth of the window (if it does, the next Stop
+/// advises).
+const FAR_BELOW: f64 = 20.0;
+
+fn window_file(state_dir: &Path, session: &SessionId, suffix: &str) -> PathBuf {
+    state_dir.join("window").join(format!("{session}.{suffix}"))
+}
+
+/// Write a small state file under `<state_dir>/window/` (best effort: a
+/// lost marker only means a line is shown again, or not at all).
+fn put(path: &Path, text: &str) -> bool {
+    window::write_cache(path, text.as_bytes()).is_ok()
+}
+
+/// Leave `line` for the next Stop hook of `session` (best effort).
+pub fn leave_notice(state_dir: &Path, session: &SessionId, line: &str) {
+    put(&window_file(state_dir, session, "notice"), line);
+}
+
+/// The line left for this session, taken (shown once).
+pub fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
+    let path = window_file(state_dir, session, "notice");
+    let line = std::fs::read_to_string(&path).ok()?;
+    std::fs::remove_file(&path).ok()?;
+    Some(line.chars().take(2000).collect())
+}
+
+/// What the Stop hook says when nothing is pending: a line another hook
+/// left for this session, else the window advice, else nothing.
+pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) -> Option<String> {
+    let session = SessionId::parse(&hook.session_id).ok()?;
+    take_notice(state_dir, &session).or_else(|| {
+        advice(
+            config_arg,
+            &session,
+            &hook.transcript_path,
+            hook.last_assistant_message.as_deref(),
+        )
+    })
+}
+
+/// The advice line for a finished reply (issue 8 §2), or None. Reads only
+/// the transcript's tail and the bytes appended since the last call; never
+/// requests anything. One line per band per session: the band shown is kept
+/// in `<state_dir>/window/<session>.advised`, lowered again when the window
+/// shrinks (Claude Code compacted it), so a refill advises again.
+pub fn advice(
+    config_arg: Option<&Path>,
+    session: &SessionId,
+    transcript: &Path,
+    last_message: Option<&str>,
+) -> Option<String> {
+    let config = Config::load(config_arg).ok()?;
+    if config.advise_at_percent == 0 {
+        return None;
+    }
+    let advise = window::advise_of(&config);
+    let percent_of = |tail: &Tail| {
+        let used = tail.usage.as_ref()?.tokens;
+        let size = window::size_for(&config, session.as_str(), None, tail.model.as_deref());
+        Some(window::percent(used, size.tokens))
+    };
+    // A reading far below the first band cannot cross it in one turn.
+    let far =
+        |tail: &Tail| percent_of(tail).is_none_or(|p| p + FAR_BELOW < f64::from(advise.at_percent));
+    let tail = wait_for_reply(transcript, last_message, far)?;
+    // Only the API's own count advises (an estimate errs high).
+    let used_percent = percent_of(&tail)?;
+    // The state dir is created as the store creates it.
+    Store::open(&config.state_dir).ok()?;
+    let marker = window_file(&config.state_dir, session, "advised");
+    let shown: u8 = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    // Cheap first: the band from the usage and the size alone.
+    let level = advise.band(used_percent).unwrap_or(0);
+    if level < shown {
+        put(&marker, &level.to_string());
+    }
+    if level <= shown {
+        // Nothing new to say; keep the running account current (cheap:
+        // only the bytes appended since the last call).
+        let _ = window::running::advance(
+            &config,
+            session.as_str(),
+            transcript,
+            window::running::STEP_BYTES,
+        );
+        return None;
+    }
+    let w = window::for_hook(&config, session.as_str(), transcript, None, Some(tail)).ok()??;
+    let band = w.band(advise).filter(|b| *b > shown)?;
+    put(&marker, &band.to_string()).then(|| advice_line(&w))
+}
+
+/// `ktr: window 78 % full (780k/1M); a lossless rebuild would bring it to ≈ 41k — …`.
+pub fn advice_line(w: &window::Window) -> String {
+    format!(
+        "ktr: window {:.0} % full ({}/{}); a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
+        w.used_percent,
+        window::short(w.used_tokens),
+        window::short(w.size_tokens),
+        window::short(w.after_rebuild_tokens),
+    )
+}
+
+/// Claude Code 2.1.328 starts the Stop hook before it has flushed the
+/// turn to the transcript (measured: the prompt and the reply can both be
+/// missing when the hook starts, and arrive within a second). Wait (at
+/// most [`FLUSH_WAIT`]) until the end of the file holds the reply the hook
+/// input names (`last_assistant_message`), or, when it names none, until no
+/// user record is newer than the newest reply; returns the tail then read.
+/// A transcript whose tail holds no reply at all (a session's first turn,
+/// an old Claude Code), or whose reading is `far` below advice, has nothing
+/// to wait for.
+fn wait_for_reply(
+    transcript: &Path,
+    last_message: Option<&str>,
+    far: impl Fn(&Tail) -> bool,
+) -> Option<Tail> {
+    // The end of the reply's last line (within one text block: Claude Code
+    // writes each block as its own record), as JSON writes it: UTF-8 as
+    // is, or with every non-ASCII character escaped.
+    let needles = last_message
+        .map(|m| reply_needles(&reply_end(m)))
+        .unwrap_or_default();
+    let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
+    let deadline = std::time::Instant::now() + FLUSH_WAIT;
+    loop {
+        let (tail, found) = window::usage::read_tail_seeking(transcript, &needles).ok()?;
+        let arrived = if needles.is_empty() {
+            !tail.reply_pending
+        } else {
+            found
+        };
+        if arrived || tail.model.is_none() || far(&tail) || std::time::Instant::now() >= deadline {
+            return Some(tail);
+        }
+        std::thread::sleep(FLUSH_POLL);
+    }
+}
+
+/// The end of a reply as the transcript shows it once flushed: the last
+/// (at most) 40 characters of its last line (within one text block: Claude
+/// Code writes each block as its own record).
+pub(crate) fn reply_end(message: &str) -> String {
+    let last_line = message.trim_end().rsplit('\n').next().unwrap_or_default();
+    let chars: Vec<char> = last_line.chars().collect();
+    chars[chars.len().saturating_sub(40)..].iter().collect()
+}
+
+/// `end` as JSON writes it: UTF-8 as is, or with every non-ASCII character
+/// escaped (both when they differ; none for an empty end).
+pub(crate) fn reply_needles(end: &str) -> Vec<String> {
+    let quoted = serde_json::to_string(end).unwrap_or_default();
+    let raw = quoted.trim_matches('"').to_string();
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let ascii = ascii_escaped(&raw);
+    if ascii == raw {
+        vec![raw]
+    } else {
+        vec![raw, ascii]
+    }
+}
+
+/// `text` with every non-ASCII character as a JSON `\uXXXX` escape
+/// (surrogate pairs above U+FFFF), as JSON writers that escape them do.
+fn ascii_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_ascii_is_escaped_as_json_writers_do() {
+        assert_eq!(ascii_escaped("ok 好 🌙"), "ok \\u597d \\ud83c\\udf19");
+    }
+}

@@ -1,0 +1,193 @@
+//! The command line shared by the four stage executables:
+//!
+//! ```text
+//! ktr-prepare  --config C --operation ID [--transcript P]
+//! ktr-prepare  --config C --transcript P [--confirm REBUILD] [--reason R]   (pointer mode)
+//! ktr-verify   --config C --operation ID
+//! ktr-activate --config C --operation ID
+//! ktr-rollback --config C --operation ID
+//! ```
+//!
+//! Steps go to stderr (`worker.log` when started detached), one final
+//! summary line to stdout. Exit 0 when the stage did its step and the
+//! operation did not fail, 1 when it failed or was refused, 2 on usage or
+//! config errors. With `--operation` the next stage starts detached; in
+//! pointer mode (no `--operation`) the whole pipeline runs in this process
+//! and returns when the operation stops moving, so a runner can start the
+//! next `claude -p --resume "$(cat POINTER)"` right after.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use super::{Outcome, Stage, Steps, hand_off, run, run_chain, schedule_by_hand};
+use crate::operation::{Status, Store};
+use ktr_base::config::Config;
+use ktr_base::error::{Error, Result};
+use ktr_base::ids::OperationId;
+
+/// Parsed arguments of a stage executable.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Args {
+    pub config: Option<PathBuf>,
+    pub operation: Option<String>,
+    pub transcript: Option<PathBuf>,
+    pub confirm: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl Args {
+    /// Parse `args` (without the program name) for `stage`.
+    pub fn parse(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result<Args> {
+        use lexopt::prelude::*;
+        let bad = |what: String| Error::usage(format!("{stage}: {what}; usage: {}", usage(stage)));
+        let mut out = Args::default();
+        let mut parser = lexopt::Parser::from_args(args);
+        while let Some(arg) = parser.next().map_err(|e| bad(e.to_string()))? {
+            let flag = match arg {
+                Long("help") | Short('h') => {
+                    return Err(Error::usage(format!("usage: {}", usage(stage))));
+                }
+                Long(name @ ("config" | "operation")) => name.to_string(),
+                Long(name @ ("transcript" | "confirm" | "reason")) if stage == Stage::Prepare => {
+                    name.to_string()
+                }
+                other => return Err(bad(other.unexpected().to_string())),
+            };
+            let value = parser
+                .value()
+                .map_err(|e| bad(e.to_string()))?
+                .into_string()
+                .map_err(|_| bad("arguments must be valid UTF-8".into()))?;
+            match flag.as_str() {
+                "config" => out.config = Some(PathBuf::from(value)),
+                "operation" => out.operation = Some(value),
+                "transcript" => out.transcript = Some(PathBuf::from(value)),
+                "confirm" => out.confirm = Some(value),
+                _ => out.reason = Some(value),
+            }
+        }
+        if let Some(id) = &out.operation {
+            OperationId::parse(id)?;
+        } else if stage != Stage::Prepare {
+            return Err(bad("--operation ID is required".into()));
+        }
+        Ok(out)
+    }
+}
+
+fn usage(stage: Stage) -> String {
+    match stage {
+        Stage::Prepare => "ktr-prepare --config PATH --operation ID [--transcript PATH] | ktr-prepare --config PATH --transcript PATH [--confirm REBUILD] [--reason TEXT] (pointer mode)".into(),
+        other => format!("{other} --config PATH --operation ID"),
+    }
+}
+
+/// The whole life of a stage executable; never returns.
+pub fn main(stage: Stage) -> ! {
+    ktr_base::heap::setup();
+    let code = match execute(stage, std::env::args_os().skip(1)) {
+        Ok(outcome) => {
+            println!("{}", outcome.summary());
+            i32::from(outcome.operation.status == Status::Failed)
+        }
+        Err(e) => {
+            eprintln!("{stage}: {e}");
+            e.exit_code()
+        }
+    };
+    std::process::exit(code)
+}
+
+/// Parse, load the config, recover stale operations, run the stage, and
+/// hand over to the next stage (detached, or in this process in pointer
+/// mode).
+pub fn execute(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result<Outcome> {
+    let args = Args::parse(stage, args)?;
+    let config = Config::load(args.config.as_deref())?;
+    let store = Store::for_config(&config)?;
+    // Large tables of a long transcript live in unlinked files beside the
+    // operations (issue 12: flat memory).
+    ktr_base::heap::spill_into(store.dir());
+    store.recover_stale()?;
+    let (id, by_hand) = if let Some(id) = &args.operation {
+        (id.clone(), false)
+    } else {
+        let op = schedule_by_hand(
+            &config,
+            &store,
+            args.transcript.as_deref(),
+            args.confirm.as_deref(),
+            args.reason.as_deref(),
+        )?;
+        (op.id.into(), true)
+    };
+    let mut steps = Steps::new(stage, &id);
+    let outcome = run(
+        stage,
+        &config,
+        &store,
+        &id,
+        args.transcript.as_deref(),
+        &mut steps,
+    )?;
+    match outcome.next {
+        Some(_) if by_hand => run_chain(&config, &store, outcome, &mut steps),
+        Some(next) => {
+            let operation = hand_off(&config, &store, &id, next, &mut steps)?;
+            let next = (!operation.status.is_terminal()).then_some(next);
+            Ok(Outcome { operation, next })
+        }
+        None => Ok(outcome),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(stage: Stage, words: &[&str]) -> Result<Args> {
+        Args::parse(stage, words.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn each_stage_takes_its_own_flags() {
+        let id = "0123-abcd";
+        let a = parse(
+            Stage::Prepare,
+            &[
+                "--config",
+                "c.toml",
+                "--operation",
+                id,
+                "--transcript",
+                "t.jsonl",
+            ],
+        )
+        .unwrap();
+        assert_eq!(a.operation.as_deref(), Some(id));
+        assert_eq!(a.transcript, Some(PathBuf::from("t.jsonl")));
+        let pointer = parse(
+            Stage::Prepare,
+            &["--transcript", "t.jsonl", "--confirm", "REBUILD"],
+        )
+        .unwrap();
+        assert_eq!(
+            (pointer.operation, pointer.confirm.as_deref()),
+            (None, Some("REBUILD"))
+        );
+        let err = parse(
+            Stage::Verify,
+            &["--operation", id, "--transcript", "t.jsonl"],
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains("invalid option '--transcript'"),
+            "{err}"
+        );
+        assert_eq!(err.exit_code(), 2);
+        let err = parse(Stage::Activate, &["--config", "c"]).unwrap_err();
+        assert!(err.message.contains("--operation ID is required"), "{err}");
+        let err = parse(Stage::Rollback, &["--operation", "../../etc"]).unwrap_err();
+        assert!(err.message.starts_with("invalid operation id"), "{err}");
+    }
+}

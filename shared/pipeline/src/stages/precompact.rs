@@ -1,0 +1,188 @@
+//! The compaction guard, `ktr-precompact`: Claude Code's `PreCompact` hook
+//! (issue 8 §3).
+//!
+//! Claude Code compacts a full window lossily. When it is about to do so on
+//! its own (`trigger: "auto"`) and a rebuild is pending for this session, or
+//! the human gave the standing approval `on_auto_compaction = "rebuild"`,
+//! this blocks the compaction and starts the rebuild at once (the reply has
+//! finished and Claude Code now waits), so the running Claude Code is
+//! switched to the rebuilt session instead of being compacted. The rebuild
+//! is started by the Stop hook's own scheduling ([`stop::schedule`]).
+//!
+//! It never blocks `/compact` typed by hand, and never blocks when a
+//! rebuild cannot help (its plan is refused, e.g. the carried conversation
+//! would not fit; another operation is running): it lets Claude Code
+//! compact and says why. Claude Code 2.1.328 does not show a `PreCompact`
+//! hook's message, so every such line is also left for the session's next
+//! Stop hook ([`advice::leave_notice`]).
+//!
+//! The human's prompt: Claude Code writes the prompt whose sending
+//! triggered the compaction into the transcript before asking this hook,
+//! so the rebuild carries it (the open tail); after the switch the new
+//! session shows it as its last, unanswered turn, and ↑ then Enter sends it
+//! again (Claude Code's prompt history).
+
+use std::path::Path;
+
+use crate::hook::{Invocation, PreCompactInput, Reply};
+use crate::operation::{Status, Store};
+use crate::stages::advice;
+use crate::stages::stop::{self, By, Scheduled};
+use ktr_base::config::{Config, OnAutoCompaction};
+use ktr_base::error::Result;
+use ktr_base::ids::SessionId;
+use ktr_base::time::now_rfc3339;
+use ktr_engine::{plan, window};
+
+/// `ktr-precompact --help`.
+pub const HELP: &str =
+    "ktr-precompact: the Claude Code PreCompact hook of ktr (the compaction guard).
+Usage: ktr-precompact [--config PATH]   (the hook JSON on stdin; always exits 0)
+Before Claude Code auto-compacts a session with a rebuild pending (or with
+on_auto_compaction = \"rebuild\"), it blocks the compaction and starts the lossless rebuild
+instead, when the rebuild's plan passes. /compact typed by hand is never blocked.";
+
+/// What the guard decided, before it is said to Claude Code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let Claude Code compact, nothing to say.
+    Quiet,
+    /// Let Claude Code compact; the line for the human.
+    Allow(String),
+    /// Block the compaction: the reason Claude Code records.
+    Block(String),
+}
+
+/// The `PreCompact` hook: what it tells Claude Code for this invocation.
+pub fn precompact(call: Invocation) -> Reply {
+    let Some(input) = call.input else {
+        return Reply::Message(
+            "ktr: PreCompact input is larger than 1 MiB; not guarding this compaction".into(),
+        );
+    };
+    let hook: PreCompactInput = match serde_json::from_slice(&input) {
+        Ok(h) => h,
+        Err(e) => {
+            return Reply::Message(format!(
+                "ktr: cannot parse the PreCompact input ({e}); not guarding this compaction"
+            ));
+        }
+    };
+    let verdict = decide(call.config.as_deref(), &hook);
+    match verdict {
+        Verdict::Quiet => Reply::Quiet,
+        Verdict::Block(reason) => Reply::Block(reason),
+        Verdict::Allow(line) => {
+            // Claude Code does not show it now: the next Stop hook will.
+            if let (Ok(session), Ok(state_dir)) = (
+                SessionId::parse(&hook.session_id),
+                crate::operation::locate_state_dir(call.config.as_deref()),
+            ) {
+                advice::leave_notice(&state_dir, &session, &line);
+            }
+            Reply::Message(line)
+        }
+    }
+}
+
+/// Decide for one `PreCompact` input.
+pub fn decide(config_arg: Option<&Path>, hook: &PreCompactInput) -> Verdict {
+    if hook.trigger.as_deref() != Some("auto") {
+        // `/compact` typed by hand is the human's decision.
+        return Verdict::Quiet;
+    }
+    guard(config_arg, hook).unwrap_or_else(|e| {
+        Verdict::Allow(format!(
+            "ktr: {e}; Claude Code compacted this window (lossy) instead"
+        ))
+    })
+}
+
+fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
+    let session = SessionId::parse(&hook.session_id)?;
+    let config = Config::load(config_arg)?;
+    let store = Store::for_config(&config)?;
+    store.recover_stale()?;
+    let active = store
+        .active()
+        .map(|(id, _)| store.load(id.as_str()))
+        .transpose()?;
+    let pending = match active {
+        Some(op) if op.status == Status::Pending => {
+            if op.session_id.as_ref().is_some_and(|s| *s != session) {
+                return Ok(Verdict::Allow(format!(
+                    "ktr: the pending rebuild {} is for another session; Claude Code compacted this window (lossy) instead",
+                    op.id
+                )));
+            }
+            true
+        }
+        Some(op) => {
+            return Ok(Verdict::Allow(format!(
+                "ktr: operation {} is {}; a rebuild cannot start now; Claude Code compacted this window (lossy) instead",
+                op.id, op.status
+            )));
+        }
+        None => false,
+    };
+    if !pending && config.on_auto_compaction == OnAutoCompaction::Advise {
+        return Ok(Verdict::Allow(compacted_line(&config, hook)));
+    }
+    // A rebuild helps only if its plan passes (e.g. it fits the window).
+    // The plan of a long session keeps its tables in unnamed files beside
+    // the operations, as prepare does (issue 12: flat memory).
+    ktr_base::heap::setup();
+    ktr_base::heap::spill_into(store.dir());
+    let path = plan::resolve_transcript(&config, Some(&hook.transcript_path))?;
+    let planned = plan::assess(&config, &path)?;
+    if let Some(why) = &planned.report.blocked_reason {
+        return Ok(Verdict::Allow(format!(
+            "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
+        )));
+    }
+    if !pending {
+        store.request(
+            "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
+            "REBUILD",
+            Some(session.as_str()),
+        )?;
+    }
+    let by = By {
+        hook: "PreCompact hook",
+        session: &session,
+        transcript: &hook.transcript_path,
+        at: now_rfc3339(),
+        statuses: &[Status::Pending],
+        why: " instead of Claude Code's auto-compaction",
+        reply: None,
+    };
+    Ok(match stop::schedule(&config, &store, &by)? {
+        Scheduled::Started { id, .. } => Verdict::Block(format!(
+            "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds, with your last prompt as its last turn: press ↑ then Enter to send it again"
+        )),
+        Scheduled::Expired(line) => Verdict::Allow(format!(
+            "{line}; Claude Code compacted this window (lossy) instead"
+        )),
+        Scheduled::Nothing => Verdict::Allow(
+            "ktr: no rebuild could be started for this session; Claude Code compacted this window (lossy) instead".into(),
+        ),
+    })
+}
+
+/// The line shown when Claude Code compacts with `on_auto_compaction = "advise"`.
+fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {
+    let after = window::for_hook(config, &hook.session_id, &hook.transcript_path, None, None)
+        .ok()
+        .flatten()
+        .filter(window::Window::fits)
+        .map(|w| {
+            format!(
+                "; a lossless rebuild would have brought it to ≈ {}",
+                window::short(w.after_rebuild_tokens)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "ktr: Claude Code compacted this window (lossy) before this reply{after}. Next time say REBUILD before it fills up, or set on_auto_compaction = \"rebuild\" in ktr's config."
+    )
+}

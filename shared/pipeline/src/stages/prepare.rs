@@ -1,0 +1,650 @@
+//! Stage 1, `ktr-prepare` (SPEC §10): wait for the transcript to settle,
+//! freeze a backup, build and write the candidate session.
+
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use sha2::Digest as _;
+
+use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
+use crate::operation::manifest::{self, ManifestRef, ManifestWriter};
+use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
+use crate::target::Target;
+use ktr_base::config::{Activation, Config};
+use ktr_base::error::{Error, Result};
+use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
+use ktr_base::ids::SessionId;
+use ktr_base::open::{Links, open_regular};
+use ktr_base::time::rfc3339;
+use ktr_engine::candidate::{ManifestEntry, Sink};
+use ktr_engine::plan::{self, LeftOut, PlanReport};
+use ktr_engine::window::usage::read_tail_seeking;
+
+/// Prepare operation `id` (status `scheduled`): sleep
+/// `activation_delay_seconds`; resolve the transcript (`transcript`, else
+/// the one the Stop hook recorded) inside `project_dir`; → `running`;
+/// refuse a workdir that does not encode to `project_dir`'s name before
+/// writing anything; wait until the file is stable; freeze it into
+/// `artifacts/<id>/` and from then on read only that copy; build the plan
+/// (blocked plans fail the operation with their reason); write the startup
+/// snapshot and the candidate; record everything; → `verifying`.
+pub fn prepare(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    transcript: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    let op = store.claim(id, Stage::Prepare, Status::Scheduled)?;
+    guarded(store, id, steps, |steps| {
+        pause_point(Stage::Prepare, "delay");
+        if config.activation_delay_seconds > 0.0 {
+            steps.say(format!(
+                "waiting {} s (activation_delay_seconds)",
+                config.activation_delay_seconds
+            ));
+            thread::sleep(seconds(config.activation_delay_seconds));
+        }
+        if let Some(refusal) = target_refusal(config, &op) {
+            steps.say(&refusal);
+            let op = super::abandon(store, id, &refusal, |op| op.session_conflict = true)?;
+            return Ok(Outcome::done(op));
+        }
+        let given = transcript
+            .or(op.transcript_path.as_deref())
+            .ok_or_else(|| {
+                Error::usage("no transcript recorded for this operation; pass --transcript PATH")
+            })?;
+        let source = plan::resolve_transcript(config, Some(given))?;
+        let op = update(
+            store,
+            id,
+            Status::Scheduled,
+            Some((Status::Running, "ktr-prepare started")),
+            |op| {
+                op.attempts += 1;
+                op.transcript_path = Some(source.clone());
+            },
+        )?;
+        steps.say(format!(
+            "running (attempt {}) on {}",
+            op.attempts,
+            source.display()
+        ));
+        check_workdir(config)?;
+        pause_point(Stage::Prepare, "running");
+
+        let frozen = freeze(
+            config,
+            store,
+            id,
+            &source,
+            op.scheduled_reply.as_deref(),
+            steps,
+        )?;
+        pause_point(Stage::Prepare, "frozen");
+
+        let new_id = SessionId::new_random();
+        let artifacts = store.artifacts_dir(id)?;
+        // The candidate is written as it is planned, into the operation's
+        // artifacts first (its digest is known only at the end), then put
+        // in place once the operation records it; its manifest goes beside
+        // the backup as it is written, and the operation keeps the
+        // manifest's digest and counts (a blocked plan's too: it lists the
+        // malformed lines).
+        let part = artifacts.join("candidate.jsonl.part");
+        let _ = std::fs::remove_file(&part); // a killed earlier attempt's
+        let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
+        let plan = plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out)?;
+        let written = out.finish(&plan.report).inspect_err(|_| {
+            let _ = std::fs::remove_file(&part);
+        })?;
+        let manifest_ref = written.manifest.clone();
+        let mut stats = manifest::bounded_stats(&plan.report, &source);
+        stats.source_sha256.clone_from(&frozen.sha256); // the backup's, checked by the freeze
+        if let Some(reason) = &plan.report.blocked_reason {
+            let _ = std::fs::remove_file(&part);
+            steps.say(format!("blocked: {reason}"));
+            let op = super::abandon(store, id, reason, |op| {
+                op.stats = Some(stats);
+                op.manifest_artifact = Some(manifest_ref);
+                op.source_sha256 = Some(frozen.sha256.clone());
+                op.backup = Some(frozen.backup.clone());
+            })?;
+            return Ok(Outcome::done(op));
+        }
+        steps.say(format!(
+            "planned {} turns, {} items, ~{} tokens",
+            plan.report.selected_turns, plan.report.carried_items, plan.report.estimated_tokens
+        ));
+        if let Some(snapshot) = &plan.startup_text {
+            let path = artifacts.join("startup_snapshot.txt");
+            write_atomic(&path, snapshot.as_bytes(), 0o600, Existing::Replace)?;
+            steps.say(format!("startup snapshot frozen to {}", path.display()));
+        }
+        let target_before = Target::from_config(config).identity().map_err(|e| {
+            Error::refused(format!("cannot read the target's identity: {}", e.message))
+        })?;
+        let project = config
+            .project_dir
+            .canonicalize()
+            .map_err(|e| Error::io_at("resolve", &config.project_dir, &e))?;
+        let candidate = CandidateFile {
+            session_id: new_id.clone(),
+            path: project.join(format!("{new_id}.jsonl")),
+            sha256: written.sha256.clone(),
+        };
+        // Record first, then put in place: a stage killed in between leaves
+        // a candidate on record that recovery can discard.
+        update(store, id, Status::Running, None, |op| {
+            op.source_sha256 = Some(frozen.sha256.clone());
+            op.backup = Some(frozen.backup.clone());
+            op.prepared_at = Some(rfc3339(frozen.at));
+            op.candidate = Some(candidate.clone());
+            op.manifest_artifact = Some(manifest_ref.clone());
+            op.stats = Some(stats);
+            op.estimated_tokens = Some(plan.report.estimated_tokens);
+            op.target_before = Some(target_before.clone());
+            op.verification = None;
+        })?;
+        put_in_place(&part, &candidate)?;
+        steps.say(format!(
+            "candidate {} written ({} lines, {} bytes); target identity {target_before:?}",
+            candidate.path.display(),
+            plan.lines,
+            written.bytes
+        ));
+        pause_point(Stage::Prepare, "written");
+        let op = update(
+            store,
+            id,
+            Status::Running,
+            Some((Status::Verifying, "candidate written")),
+            |_| {},
+        )?;
+        Ok(Outcome {
+            operation: op,
+            next: Some(Stage::Verify),
+        })
+    })
+}
+
+/// Pointer mode without a Stop hook: the runner calls `ktr-prepare
+/// --transcript P` between `claude -p` runs. Schedules the pending
+/// operation for that transcript; when nothing is pending, requests one
+/// itself, but only with `confirm == "REBUILD"`. Returns the operation,
+/// scheduled with this process as its worker.
+pub fn schedule_by_hand(
+    config: &Config,
+    store: &Store,
+    transcript: Option<&Path>,
+    confirmation: Option<&str>,
+    reason: Option<&str>,
+) -> Result<Operation> {
+    if config.activation != Activation::Pointer {
+        return Err(Error::usage(
+            "--operation ID is required (the Stop hook passes it); only activation = \"pointer\" runs ktr-prepare without one",
+        ));
+    }
+    let transcript = transcript.ok_or_else(|| {
+        Error::usage("pointer mode needs --transcript PATH (the session the runner resumes)")
+    })?;
+    let source = plan::resolve_transcript(config, Some(transcript))?;
+    let session = SessionId::parse(
+        &source
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )?;
+    store.recover_stale()?;
+    match store.active() {
+        None => {
+            let Some(word) = confirmation else {
+                return Err(Error::refused(
+                    "no pending operation; pass --confirm REBUILD to request one for this transcript",
+                ));
+            };
+            store.request(
+                reason.unwrap_or("pointer-mode rebuild"),
+                word,
+                Some(session.as_str()),
+            )?;
+        }
+        Some((_, Status::Pending)) => {}
+        Some((other, status)) => {
+            return Err(Error::refused(format!(
+                "operation {other} is {status}; wait for it to finish (or cancel/rollback it) before requesting another"
+            )));
+        }
+    }
+    store.with_lock(|tx| {
+        let mut op = tx
+            .active_operation()?
+            .ok_or_else(|| Error::refused("the pending operation disappeared; request again"))?;
+        if op.status != Status::Pending {
+            return Err(Error::refused(format!(
+                "operation {} is {}; wait for it to finish first",
+                op.id, op.status
+            )));
+        }
+        if op.session_id.as_ref().is_some_and(|s| **s != *session) {
+            return Err(Error::refused(format!(
+                "operation {} is pending for session {}, not {session}",
+                op.id,
+                op.session_id.as_deref().unwrap_or("")
+            )));
+        }
+        op.session_id = Some(session.clone());
+        op.transcript_path = Some(source.clone());
+        op.worker = Some(Worker::current(Stage::Prepare));
+        tx.transition(
+            &mut op,
+            Status::Scheduled,
+            "scheduled by ktr-prepare (pointer mode)",
+        )?;
+        Ok(op)
+    })
+}
+
+/// Why the target must not be switched for this operation, if it must
+/// not: it does not run the source session, or it changed since the
+/// request. Checked before anything is frozen or written.
+fn target_refusal(config: &Config, op: &Operation) -> Option<String> {
+    let target = Target::from_config(config);
+    let source = super::source_session(op).ok()?;
+    let checked = target_guard::runs_source(&target, op, &source)
+        .and_then(|running| target_guard::unchanged_since_request(&target, op, &running));
+    checked.err().map(|e| e.message)
+}
+
+/// `claude_workdir` must encode to `project_dir`'s name, or `--resume`
+/// would look in another folder after the old process is gone (INCIDENTS 4).
+fn check_workdir(config: &Config) -> Result<()> {
+    match config.workdir_mismatch() {
+        Some(why) if config.verify_workdir_matches_project => Err(Error::refused(format!(
+            "{why}; set claude_workdir to the directory Claude Code runs in (or verify_workdir_matches_project = false)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// How long prepare waits for the reply of the scheduling Stop to reach the
+/// transcript (Claude Code 2.1.328 flushes a turn up to ~1 s after its Stop
+/// hook starts) before it falls back to the plain stable window.
+const REPLY_WAIT: Duration = Duration::from_secs(3);
+/// How often the transcript's tail is read meanwhile.
+const REPLY_POLL: Duration = Duration::from_millis(25);
+/// Once that reply is in, the file must stay unchanged this long (or
+/// `stable_file_seconds`, when shorter) — unless the turn's closing record
+/// shows up first ([`turn_closed`]). Records Claude Code appends later
+/// without anyone speaking (`turn_duration`, …) are not a change at
+/// activation.
+const SETTLE: Duration = Duration::from_millis(200);
+/// How much of the transcript's end [`turn_closed`] reads.
+const CLOSE_TAIL: u64 = 256 * 1024;
+
+/// A stable, verified copy of the source.
+struct Frozen {
+    backup: PathBuf,
+    sha256: String,
+    /// When the stable window began: transcripts modified later compete.
+    at: SystemTime,
+}
+
+/// Wait until the transcript holds the reply whose Stop hook scheduled this
+/// attempt (`reply`, its end; at most [`REPLY_WAIT`]), then until two
+/// digests [`SETTLE`] apart are equal or, sooner, the turn's closing
+/// `stop_hook_summary` follows that reply ([`turn_closed`]: Claude Code
+/// writes it once the Stop hooks are done, after everything said in the
+/// turn) — or, when no reply is known or it never came, until two digests
+/// `stable_file_seconds` apart are equal (within
+/// `stable_file_timeout_seconds`); copy the file to the backup and check
+/// that the copy has that digest; if the file moved on meanwhile, wait
+/// again.
+fn freeze(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    source: &Path,
+    reply: Option<&str>,
+    steps: &mut Steps,
+) -> Result<Frozen> {
+    let name = source
+        .file_name()
+        .ok_or_else(|| Error::refused(format!("{} has no file name", source.display())))?;
+    let backup = store.artifacts_dir(id)?.join(name);
+    let waited = Instant::now();
+    let (interval, end) = match reply.filter(|end| reply_arrived(source, end)) {
+        Some(end) => {
+            steps.say(format!(
+                "the reply of the scheduling Stop is in the transcript after {:.2} s",
+                waited.elapsed().as_secs_f64()
+            ));
+            (SETTLE.min(seconds(config.stable_file_seconds)), Some(end))
+        }
+        None => (seconds(config.stable_file_seconds), None),
+    };
+    let timeout = seconds(config.stable_file_timeout_seconds);
+    let started = Instant::now();
+    let mut at = SystemTime::now();
+    let mut previous = sha256_file(source)?;
+    let mut said_closed = false;
+    loop {
+        if started.elapsed() >= timeout {
+            return Err(Error::refused(format!(
+                "transcript {} kept changing for {} s (stable_file_timeout_seconds); the session is busy, request again later",
+                source.display(),
+                config.stable_file_timeout_seconds
+            )));
+        }
+        let closed = if let Some(end) = end {
+            wait_for_close(source, end, interval)
+        } else {
+            thread::sleep(interval);
+            false
+        };
+        if closed && !said_closed {
+            said_closed = true;
+            steps.say(format!(
+                "the turn's stop_hook_summary is in after {:.2} s",
+                waited.elapsed().as_secs_f64()
+            ));
+        }
+        let (now, digest) = (SystemTime::now(), sha256_file(source)?);
+        if digest != previous {
+            (at, previous) = (now, digest.clone());
+            if !closed {
+                continue;
+            }
+        }
+        // A backup left by an earlier attempt of this operation is replaced.
+        let copied = copy_atomic(source, &backup, 0o600, Existing::Replace)?;
+        let on_disk = sha256_file(&backup)?;
+        if copied == digest && on_disk == digest {
+            steps.say(format!(
+                "source stable (sha256 {}); frozen to {}",
+                &digest[..12],
+                backup.display()
+            ));
+            return Ok(Frozen {
+                backup,
+                sha256: digest,
+                at,
+            });
+        }
+        steps.say("source changed while it was copied; waiting again");
+        (at, previous) = (now, copied);
+    }
+}
+
+/// Wait (at most [`REPLY_WAIT`]) until the transcript's tail holds the
+/// reply ending in `end`, as JSON writes it; whether it came.
+fn reply_arrived(source: &Path, end: &str) -> bool {
+    let needles = super::advice::reply_needles(end);
+    let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
+    if needles.is_empty() {
+        return false;
+    }
+    let deadline = Instant::now() + REPLY_WAIT;
+    loop {
+        if read_tail_seeking(source, &needles).is_ok_and(|(_, found)| found) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(REPLY_POLL);
+    }
+}
+
+/// Sleep `interval`, or less when the turn ending in `end` is closed
+/// ([`turn_closed`], read every [`REPLY_POLL`]); whether it is.
+fn wait_for_close(source: &Path, end: &str, interval: Duration) -> bool {
+    let deadline = Instant::now() + interval;
+    loop {
+        if turn_closed(source, end) {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        thread::sleep(REPLY_POLL.min(left));
+    }
+}
+
+/// Whether the last [`CLOSE_TAIL`] bytes of `source` hold the reply ending
+/// in `end` followed by a whole `system`/`stop_hook_summary` record, and
+/// end with a newline (no record half written). Claude Code 2.1.328 writes
+/// the turn's hook attachments and then that summary once its Stop hooks
+/// are done; nothing said in the turn comes after it.
+fn turn_closed(source: &Path, end: &str) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(file) = open_regular(source, Links::Refuse) else {
+        return false;
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let start = len.saturating_sub(CLOSE_TAIL);
+    let mut tail = vec![0; usize::try_from(len - start).unwrap_or(0)];
+    if file.read_exact_at(&mut tail, start).is_err() || !tail.ends_with(b"\n") {
+        return false;
+    }
+    let reply = super::advice::reply_needles(end)
+        .iter()
+        .filter_map(|n| memchr::memmem::rfind(&tail, n.as_bytes()))
+        .max();
+    let Some(reply) = reply else {
+        return false;
+    };
+    let after = memchr::memchr(b'\n', &tail[reply..]).map_or(tail.len(), |i| reply + i + 1);
+    tail[after..]
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .any(|line| {
+            serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|v| v["type"] == "system" && v["subtype"] == "stop_hook_summary")
+        })
+}
+
+/// Put the written candidate at its path: a hard link (no copy; refused if
+/// the path exists, like every candidate write), or a checked copy when the
+/// state dir is on another file system. The `.part` file goes either way.
+fn put_in_place(part: &Path, candidate: &CandidateFile) -> Result<()> {
+    let placed = match std::fs::hard_link(part, &candidate.path) {
+        Ok(()) => ktr_base::fsutil::sync_dir(&ktr_base::fsutil::parent_of(&candidate.path))
+            .map_err(|e| Error::io_at("write", &candidate.path, &e)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::refused(format!(
+            "{} already exists; refusing to overwrite it",
+            candidate.path.display()
+        ))),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_atomic(part, &candidate.path, 0o600, Existing::Refuse).and_then(|copied| {
+                if copied == candidate.sha256 {
+                    Ok(())
+                } else {
+                    Err(Error::refused(format!(
+                        "candidate {} changed while it was put in place (digest {copied}, written {}); prepare again",
+                        candidate.path.display(),
+                        candidate.sha256
+                    )))
+                }
+            })
+        }
+        Err(e) => Err(Error::io_at("write", &candidate.path, &e)),
+    };
+    let _ = std::fs::remove_file(part);
+    placed
+}
+
+/// The candidate as it is planned: each line into the `.part` file and its
+/// digest, each manifest entry into the manifest artifact. Nothing of it is
+/// held in memory.
+struct Streamed {
+    out: std::io::BufWriter<std::fs::File>,
+    hasher: sha2::Sha256,
+    bytes: u64,
+    manifest: ManifestWriter,
+    corruption: Option<Corruption>,
+}
+
+/// What [`Streamed`] wrote.
+struct Written {
+    sha256: String,
+    bytes: u64,
+    manifest: ManifestRef,
+}
+
+impl Streamed {
+    fn new(
+        path: &Path,
+        manifest: ManifestWriter,
+        corruption: Option<Corruption>,
+    ) -> Result<Streamed> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| Error::io_at("create", path, &e))?;
+        Ok(Streamed {
+            out: std::io::BufWriter::with_capacity(1 << 16, file),
+            hasher: sha2::Sha256::new(),
+            bytes: 0,
+            manifest,
+            corruption,
+        })
+    }
+
+    /// Make the candidate durable and put the manifest in place, with the
+    /// plan's malformed lines after the items and the records left out.
+    fn finish(mut self, report: &PlanReport) -> Result<Written> {
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| Error::io(format!("cannot write the candidate: {}", e.error())))?;
+        file.sync_all()
+            .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
+        for line in &report.malformed_line_numbers {
+            self.manifest.push_malformed_line(*line)?;
+        }
+        Ok(Written {
+            sha256: ktr_base::fsutil::hex(&self.hasher.finalize()),
+            bytes: self.bytes,
+            manifest: self.manifest.finish()?,
+        })
+    }
+}
+
+impl Sink for Streamed {
+    fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()> {
+        let line = match self.corruption {
+            Some(c) => c.apply(json),
+            None => json.to_string(),
+        };
+        for part in [line.as_bytes(), b"\n"] {
+            ktr_base::heap::write_all(&mut self.out, part)
+                .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
+            self.hasher.update(part);
+            self.bytes += part.len() as u64;
+        }
+        self.manifest.push_item(&entry)
+    }
+
+    fn left_out(&mut self, entry: LeftOut) -> Result<Option<LeftOut>> {
+        self.manifest.push_left_out(&entry)?;
+        Ok(None)
+    }
+}
+
+/// A test hook's damage to every candidate line (debug builds only).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
+enum Corruption {
+    StripTimestamps,
+}
+
+impl Corruption {
+    fn apply(self, json: &str) -> String {
+        match self {
+            Corruption::StripTimestamps => match serde_json::from_str::<serde_json::Value>(json) {
+                Ok(mut record) => {
+                    if let Some(map) = record.as_object_mut() {
+                        map.remove("timestamp");
+                    }
+                    record.to_string()
+                }
+                Err(_) => json.to_string(),
+            },
+        }
+    }
+}
+
+/// Debug builds only: `KTR_TEST_CORRUPT_CANDIDATE=strip-timestamps` removes
+/// the `timestamp` of every candidate line as it is written, so that the
+/// recorded digests describe the corrupted bytes (the manifest's texts are
+/// unchanged) but Claude Code cannot load the session. The end-to-end tests
+/// use it to prove that such a candidate is refused and the old session
+/// keeps running. Release builds ignore the variable.
+#[cfg(debug_assertions)]
+fn corruption(steps: &mut Steps) -> Option<Corruption> {
+    match std::env::var("KTR_TEST_CORRUPT_CANDIDATE").as_deref() {
+        Ok("strip-timestamps") => {
+            steps.say(
+                "test hook: stripped every timestamp from the candidate (KTR_TEST_CORRUPT_CANDIDATE)",
+            );
+            Some(Corruption::StripTimestamps)
+        }
+        Ok(other) => {
+            steps.say(format!(
+                "KTR_TEST_CORRUPT_CANDIDATE={other:?} is not a known corruption; ignored"
+            ));
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Release builds: the candidate is written as built.
+#[cfg(not(debug_assertions))]
+fn corruption(_steps: &mut Steps) -> Option<Corruption> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_closed;
+
+    const REPLY: &str =
+        r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Done — rebuilt."}]}}"#;
+    const HOOKS: &str = r#"{"type":"attachment","attachment":{"type":"hook_success"}}"#;
+    const SUMMARY: &str = r#"{"type":"system","subtype":"stop_hook_summary","hookCount":1}"#;
+    const DURATION: &str = r#"{"type":"system","subtype":"turn_duration","durationMs":5}"#;
+
+    fn closed(lines: &[&str], tail: &str) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, lines.join("\n") + tail).unwrap();
+        turn_closed(&path, "Done — rebuilt.")
+    }
+
+    #[test]
+    fn a_turn_is_closed_by_the_stop_hook_summary_after_its_reply() {
+        assert!(closed(&[REPLY, HOOKS, SUMMARY], "\n"));
+        assert!(closed(&[REPLY, HOOKS, SUMMARY, DURATION], "\n"));
+        // The reply is in but the Stop hooks are not done.
+        assert!(!closed(&[REPLY, HOOKS], "\n"));
+        assert!(!closed(&[REPLY, DURATION], "\n"));
+        // A summary of an earlier turn does not close this one.
+        assert!(!closed(&[SUMMARY, REPLY, HOOKS], "\n"));
+        // A record still being written.
+        assert!(!closed(&[REPLY, HOOKS, SUMMARY], ""));
+        assert!(!closed(&[REPLY, HOOKS, SUMMARY, r#"{"type":"sys"#], ""));
+        // Another reply.
+        let other = REPLY.replace("rebuilt", "built");
+        assert!(!closed(&[&other, HOOKS, SUMMARY], "\n"));
+    }
+}

@@ -1,0 +1,90 @@
+//! The `UserPromptSubmit` hook, `ktr-prompt` (SPEC §10, the turn gate; see
+//! [`crate::gate`]).
+//!
+//! Claude Code runs it synchronously before it sends a prompt (also in `-p`
+//! mode). With nothing between the scheduling Stop and the end of a switch
+//! it reads one small file (`<state_dir>/active`) and lets the prompt
+//! through. A prompt of the source session while a rebuild is scheduled,
+//! prepared or verified is marked (`turn_started_at`, under the lock) and
+//! let through: activation then goes back to `pending`. A prompt of the
+//! session being switched away from (`activating`, `rolling_back`) is
+//! refused with a one-line reason and recorded (`blocked_prompts`). Always
+//! exits 0; an error lets the prompt through and goes to stderr.
+
+use std::path::Path;
+
+use crate::gate::{gated_session, switching, watched};
+use crate::hook::{Invocation, PromptInput, Reply};
+use crate::operation::{BlockedPrompt, Store, locate_state_dir};
+use ktr_base::error::{Error, Result};
+use ktr_base::time::now_rfc3339;
+
+/// `ktr-prompt --help`.
+pub const HELP: &str = "ktr-prompt: the Claude Code UserPromptSubmit hook of ktr.
+Usage: ktr-prompt [--config PATH]   (the hook JSON on stdin; always exits 0)
+Marks a turn that starts while a rebuild is on its way (the switch then waits for the next Stop)
+and refuses a prompt sent while the session is being switched, with a one-line reason.";
+
+/// What Claude Code shows above the input line it gives back.
+pub const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
+
+/// The prompt of pointer mode's health probe (`ktr-activate` resumes the new
+/// session once with it): always refused here, so Claude Code loads the
+/// session — its `SessionStart` hook reports the resume to `ktr-ack` — and
+/// never calls the model.
+pub const PROBE: &str = "ktr health probe: refused by ktr-prompt, never sent to the model";
+
+/// What the probe's refusal says.
+const PROBE_REFUSED: &str = "ktr health probe: the session loaded; nothing was sent";
+
+/// How many characters of a refused prompt are kept.
+const KEPT_CHARS: usize = 200;
+
+/// The `UserPromptSubmit` hook: pass, or block with the reason.
+pub fn prompt(call: Invocation) -> Reply {
+    run(call.config.as_deref(), call.input).unwrap_or_else(|e| {
+        eprintln!("ktr-prompt: {e}");
+        Reply::Quiet
+    })
+}
+
+/// Decide about one prompt. Fast path: one small read of `active`.
+pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+    let store = Store::at(&locate_state_dir(config_arg)?);
+    let Some((_, status)) = store.active() else {
+        return Ok(Reply::Quiet);
+    };
+    if !watched(status) {
+        return Ok(Reply::Quiet);
+    }
+    let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB"))?;
+    let hook: PromptInput = serde_json::from_slice(&input)
+        .map_err(|e| Error::usage(format!("cannot parse the UserPromptSubmit input: {e}")))?;
+    if hook.prompt.as_deref() == Some(PROBE) {
+        return Ok(Reply::Block(PROBE_REFUSED.into()));
+    }
+    let store = Store::open(store.dir())?;
+    store.with_lock(|tx| {
+        let Some(mut op) = tx.active_operation()? else {
+            return Ok(Reply::Quiet);
+        };
+        if gated_session(&op) != Some(hook.session_id.as_str()) {
+            return Ok(Reply::Quiet);
+        }
+        if switching(op.status) {
+            let text = hook.prompt.as_deref().unwrap_or_default();
+            op.blocked_prompts.push(BlockedPrompt {
+                at: now_rfc3339(),
+                session_id: hook.session_id.clone(),
+                text: text.chars().take(KEPT_CHARS).collect(),
+            });
+            tx.save(&mut op)?;
+            return Ok(Reply::Block(SWITCHING.into()));
+        }
+        if op.turn_started_at.is_none() {
+            op.turn_started_at = Some(now_rfc3339());
+            tx.save(&mut op)?;
+        }
+        Ok(Reply::Quiet)
+    })
+}

@@ -1,0 +1,202 @@
+//! `ktr-statusline`: a Claude Code `statusLine` command (issue 8 §4).
+//!
+//! Claude Code pipes it a JSON object after every change (at most every
+//! 300 ms) and shows its first line. It prints one short segment such as
+//! `ktr 78% · rebuild→4%` (how full the window is, and where a rebuild
+//! would bring it), and remembers the session's `context_window_size` in
+//! the state dir for the ledger. Fast: what Claude Code reports, the
+//! running account (bytes appended since the last call) and small caches;
+//! never the whole transcript. Never fails: a problem shows as `ktr ?`.
+
+use std::path::Path;
+
+use crate::hook::{Invocation, Reply, StatuslineInput};
+use crate::operation::{Status, Store, locate_state_dir};
+use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
+use ktr_base::time::now_rfc3339;
+use ktr_engine::window::{self, Reported, size, usage::Usage};
+
+/// `ktr-statusline --help`.
+pub const HELP: &str = "ktr-statusline: Claude Code's statusLine command for ktr.
+Usage: ktr-statusline [--config PATH] [--segment] [--color]   (Claude Code's JSON on stdin)
+Prints the model, the folder and ktr's segment, e.g. `Opus · work · ktr 78% · rebuild→4%`.
+--segment prints only ktr's part (to embed in a statusline you already have);
+--color colors it (never when NO_COLOR is set).";
+
+/// The flags `ktr-statusline` takes (besides `--config`).
+pub const FLAGS: &[&str] = &["segment", "color"];
+
+/// How to print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Only ktr's segment (to embed in an existing statusline).
+    pub segment_only: bool,
+    /// ANSI colors (asked for with `--color`, and `NO_COLOR` unset).
+    pub color: bool,
+}
+
+/// The statusline command: the line for this invocation.
+pub fn statusline(call: Invocation) -> Reply {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let style = Style {
+        segment_only: call.has("segment"),
+        color: call.has("color") && !no_color,
+    };
+    Reply::Line(match call.input {
+        Some(input) => line(call.config.as_deref(), &input, style),
+        None => "ktr ? (input over 1 MiB)".into(),
+    })
+}
+
+/// The line to print for Claude Code's JSON `input`.
+pub fn line(config_arg: Option<&Path>, input: &[u8], style: Style) -> String {
+    let Ok(inp) = serde_json::from_slice::<StatuslineInput>(input) else {
+        return "ktr ?".into();
+    };
+    let (segment, level) = segment(config_arg, &inp);
+    let segment = paint(&segment, level, style.color);
+    if style.segment_only {
+        return segment;
+    }
+    let mut parts = Vec::new();
+    if let Some(name) = inp.model.as_ref().and_then(|m| m.display_name.clone()) {
+        parts.push(name);
+    }
+    if let Some(dir) = inp
+        .workspace
+        .as_ref()
+        .and_then(|w| w.current_dir.as_deref())
+    {
+        let base = Path::new(dir)
+            .file_name()
+            .map_or(dir.into(), |n| n.to_string_lossy());
+        parts.push(base.into_owned());
+    }
+    parts.push(segment);
+    parts.join(" · ")
+}
+
+/// How urgent the segment is (its color).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Calm,
+    Advise,
+    Urgent,
+}
+
+fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) {
+    let window = inp.context_window.as_ref();
+    let size = window
+        .and_then(|w| w.context_window_size)
+        .filter(|s| *s > 0);
+    let used = window.and_then(|w| w.current_usage.as_ref()).and_then(|u| {
+        Some(
+            u.input_tokens?
+                + u.cache_creation_input_tokens.unwrap_or(0)
+                + u.cache_read_input_tokens.unwrap_or(0),
+        )
+    });
+    let session = inp
+        .session_id
+        .as_deref()
+        .and_then(|s| SessionId::parse(s).ok());
+    let model = inp.model.as_ref().and_then(|m| m.id.clone());
+    let state_dir = locate_state_dir(config_arg).ok();
+    if let (Some(dir), Some(sid), Some(tokens)) = (&state_dir, &session, size)
+        && Store::open(dir).is_ok()
+    {
+        remember(dir, sid, tokens, model.as_deref());
+    }
+    let Some(used) = used else {
+        return ("ktr –".into(), Level::Calm);
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let percent = size.map_or(0.0, |s| used as f64 * 100.0 / s as f64);
+    let mut text = format!("ktr {percent:.0}%");
+    let level = match percent {
+        p if p >= 90.0 => Level::Urgent,
+        p if p >= 70.0 => Level::Advise,
+        _ => Level::Calm,
+    };
+    if let Some((_, status)) = state_dir.as_ref().and_then(|d| Store::at(d).active()) {
+        text.push_str(match status {
+            Status::Pending => " · rebuild pending",
+            Status::RollbackPending => " · rollback pending",
+            _ => " · rebuilding",
+        });
+        return (text, level);
+    }
+    let (Some(sid), Some(transcript)) = (&session, inp.transcript_path.as_deref()) else {
+        return (text, level);
+    };
+    let Ok(config) = Config::load(config_arg) else {
+        return (text, level);
+    };
+    let reported = Reported {
+        usage: Some(Usage {
+            tokens: used,
+            at: None,
+            model: model.clone(),
+        }),
+        size,
+        model,
+    };
+    match window::for_hook(&config, sid.as_str(), transcript, Some(reported), None) {
+        Ok(Some(w)) if w.fits() => {
+            text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
+        }
+        Ok(Some(_)) => text.push_str(" · rebuild won't fit"),
+        Ok(None) => text.push_str(" · measuring…"),
+        Err(_) => {}
+    }
+    (text, level)
+}
+
+/// Keep the reported window size for the ledger (written only when it changed).
+fn remember(state_dir: &Path, session: &SessionId, tokens: u64, model: Option<&str>) {
+    let sid = session.as_str();
+    if size::remembered(state_dir, sid).is_some_and(|r| r.context_window_size == tokens) {
+        return;
+    }
+    let r = size::Remembered {
+        context_window_size: tokens,
+        model_id: model.map(str::to_string),
+        at: now_rfc3339(),
+    };
+    if let Ok(bytes) = serde_json::to_vec(&r) {
+        // A cache: a failed write only means the model heuristics are used.
+        let _ = window::write_cache(&size::remembered_path(state_dir, sid), &bytes);
+    }
+}
+
+fn paint(text: &str, level: Level, color: bool) -> String {
+    if !color {
+        return text.to_string();
+    }
+    let code = match level {
+        Level::Calm => "32",
+        Level::Advise => "33",
+        Level::Urgent => "31",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn before_the_first_reply_the_segment_says_so_and_colors_only_when_asked() {
+        let input = br#"{"session_id":"x","model":{"display_name":"Opus"},"workspace":{"current_dir":"/w/proj"},"context_window":{"context_window_size":1000000,"current_usage":null}}"#;
+        let plain = Style::default();
+        let cfg = Path::new("/nonexistent/ktr-statusline-test.toml");
+        assert_eq!(line(Some(cfg), input, plain), "Opus · proj · ktr –");
+        let seg = Style {
+            segment_only: true,
+            color: true,
+        };
+        assert_eq!(line(Some(cfg), input, seg), "\x1b[32mktr –\x1b[0m");
+        assert_eq!(line(Some(cfg), b"not json", plain), "ktr ?");
+    }
+}

@@ -1,0 +1,283 @@
+//! The Stop hook, `ktr-stop` (SPEC §10).
+//!
+//! Runs after every finished reply, so it must be fast and must never fail
+//! Claude: it always exits 0. With nothing pending it reads one small file
+//! (`<state_dir>/active`) and then says what [`advice::idle_line`] has to
+//! say (a line `ktr-precompact` left, or the window advice), else prints
+//! `{"suppressOutput":true}`. With a
+//! pending operation it binds it to this session, marks it `scheduled` and
+//! starts `ktr-prepare` detached (`ktr-rollback` for `rollback_pending`).
+//! An operation whose worker died is failed here ([`Store::recover_stale`]),
+//! so a killed stage never blocks the next request.
+//!
+//! Stage executables are looked up beside `ktr-stop`, or in `$KTR_BIN_DIR`.
+//! [`schedule`] is also how `ktr-precompact` starts a pending rebuild.
+
+use std::path::Path;
+
+use crate::hook::{Invocation, Reply, StopInput};
+use crate::operation::{Operation, Stage, Status, Store, Worker, locate_state_dir};
+use crate::stages::{self, advice};
+use ktr_base::config::Config;
+use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
+use ktr_base::time::now_rfc3339;
+
+/// `ktr-stop --help`.
+pub const HELP: &str = "ktr-stop: the Claude Code Stop hook of ktr.
+Usage: ktr-stop [--config PATH]   (the hook JSON on stdin; always exits 0)
+With a pending rebuild or rollback for this session it starts it detached after the reply;
+otherwise it may show one line about the window (advise_at_percent), never requesting anything,
+or prints {\"suppressOutput\":true}.";
+
+/// How long the Stop hook waits for the coordinator lock: far below the
+/// hook's own timeout, so Claude Code never waits on ktr; a busy lock means
+/// "try again at the next Stop".
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The Stop hook: what it tells Claude Code for this invocation.
+pub fn stop(call: Invocation) -> Reply {
+    run(call.config.as_deref(), call.input).unwrap_or_else(|e| Reply::Message(format!("ktr: {e}")))
+}
+
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+    // A turn whose user record is newer than this began after this Stop.
+    let stopped_at = now_rfc3339();
+    // Fast path: one small file, no config validation, no lock.
+    let state_dir = locate_state_dir(config_arg)?;
+    let Some((id, status)) = Store::at(&state_dir).active() else {
+        let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(&i).ok());
+        let line = hook.and_then(|h| advice::idle_line(config_arg, &state_dir, &h));
+        return Ok(line.map_or(Reply::Quiet, Reply::Message));
+    };
+    if !matches!(status, Status::Pending | Status::RollbackPending) {
+        return recover(config_arg);
+    }
+    let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
+
+    let Some(input) = input else {
+        return Ok(stays("Stop hook input is larger than 1 MiB".into()));
+    };
+    let hook: StopInput = match serde_json::from_slice(&input) {
+        Ok(h) => h,
+        Err(e) => return Ok(stays(format!("cannot parse the Stop hook input ({e})"))),
+    };
+    let session = match SessionId::parse(&hook.session_id) {
+        Ok(s) => s,
+        Err(e) => return Ok(stays(e.message)),
+    };
+    let config = match Config::load(config_arg) {
+        Ok(c) => c,
+        Err(e) => return Ok(stays(e.message)),
+    };
+    if config.state_dir != state_dir {
+        return Ok(stays(format!(
+            "config state_dir {} differs from {}",
+            config.state_dir.display(),
+            state_dir.display()
+        )));
+    }
+    let store = Store::open(&config.state_dir)?;
+    let scheduled = schedule(
+        &config,
+        &store,
+        &By {
+            hook: "Stop hook",
+            session: &session,
+            transcript: &hook.transcript_path,
+            at: stopped_at,
+            statuses: &[Status::Pending, Status::RollbackPending],
+            why: "",
+            reply: hook.last_assistant_message.as_deref(),
+        },
+    );
+    let reply = scheduled.map(|s| match s {
+        Scheduled::Nothing => Reply::Quiet,
+        Scheduled::Expired(line) => Reply::Message(line),
+        Scheduled::Started { id, what } => Reply::Message(format!(
+            "ktr: {what} scheduled (operation {id}); it runs after this reply"
+        )),
+    });
+    // A lock or write failure leaves the operation as it was.
+    reply.or_else(|e| {
+        Ok(stays(if e.kind == ktr_base::ErrorKind::Busy {
+            "busy (another ktr process holds the lock), will retry at the next Stop".into()
+        } else {
+            e.message
+        }))
+    })
+}
+
+/// Which hook schedules, for which session, and what it may start.
+pub(crate) struct By<'a> {
+    /// "Stop hook", "`PreCompact` hook" (for the operation's history).
+    pub hook: &'static str,
+    pub session: &'a SessionId,
+    pub transcript: &'a Path,
+    /// When the hook started (`scheduled_at`).
+    pub at: String,
+    /// The statuses this hook may act on.
+    pub statuses: &'a [Status],
+    /// Appended to the history note.
+    pub why: &'a str,
+    /// The reply that just ended (the Stop hook's `last_assistant_message`).
+    pub reply: Option<&'a str>,
+}
+
+/// What [`schedule`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Scheduled {
+    /// Nothing is this session's business (or this hook's).
+    Nothing,
+    /// The active operation expired instead; the line says so.
+    Expired(String),
+    /// `what` ("rebuild" or "rollback") was started for operation `id`.
+    Started { id: String, what: &'static str },
+}
+
+/// Under the lock: expire an operation pending too long, else start the
+/// stage this session's hook starts for the active operation (detached),
+/// bind a pending one to the session, its transcript and the Claude Code
+/// process that ran the hook, and record who started it. A stage that
+/// cannot be started leaves the operation as it was (the error says why).
+pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Scheduled> {
+    store.with_lock_within(LOCK_WAIT, |tx| {
+        let Some(mut op) = tx.active_operation()? else {
+            return Ok(Scheduled::Nothing);
+        };
+        let ttl = std::time::Duration::from_secs_f64(config.request_ttl_hours * 3600.0);
+        if tx.expire_if_old(&mut op, ttl)? {
+            return Ok(Scheduled::Expired(format!(
+                "ktr: operation {} expired: {}",
+                op.id,
+                op.error.as_deref().unwrap_or("")
+            )));
+        }
+        if !by.statuses.contains(&op.status) {
+            return Ok(Scheduled::Nothing);
+        }
+        let Some(step) = next_step(&op, by.session, by.transcript, config)? else {
+            return Ok(Scheduled::Nothing);
+        };
+        let transcript = (op.status == Status::Pending).then_some(by.transcript);
+        // Nothing was changed yet when this fails: the operation keeps its status.
+        let pid = stages::spawn(config, store, step.stage, &op.id, transcript)?;
+        let name = step.stage.name();
+        op.worker = Some(Worker::spawned(pid, step.stage));
+        if op.status == Status::Pending {
+            op.session_id = Some(by.session.clone());
+            op.transcript_path = Some(by.transcript.to_path_buf());
+            // The Claude Code process that ran this hook: the target must run it.
+            op.claude = crate::process::runner_of(std::process::id());
+        }
+        op.scheduled_at = Some(by.at.clone());
+        op.scheduled_reply = by.reply.map(super::advice::reply_end);
+        op.turn_started_at = None;
+        op.blocked_prompts.clear();
+        let note = format!(
+            "{} of session {} started {name} (pid {pid}){}",
+            by.hook, by.session, by.why
+        );
+        tx.transition(&mut op, step.status, &note)?;
+        Ok(Scheduled::Started {
+            id: op.id.to_string(),
+            what: step.what,
+        })
+    })
+}
+
+/// The stage a Stop hook starts for an operation, and the status it sets.
+struct Step {
+    stage: Stage,
+    status: Status,
+    what: &'static str,
+}
+
+/// Which stage this session's hook starts, or None when the operation is
+/// not this session's business.
+fn next_step(
+    op: &Operation,
+    session: &SessionId,
+    transcript: &Path,
+    config: &Config,
+) -> Result<Option<Step>> {
+    match op.status {
+        Status::Pending => {
+            let bound_elsewhere = op.session_id.as_ref().is_some_and(|s| s != session);
+            if bound_elsewhere {
+                return Ok(None);
+            }
+            if !inside_project(transcript, &config.project_dir) {
+                if op.session_id.is_none() {
+                    // Another project's session: it does not bind this operation.
+                    return Ok(None);
+                }
+                return Err(Error::refused(format!(
+                    "transcript {} is not a .jsonl directly inside project_dir {}",
+                    transcript.display(),
+                    config.project_dir.display()
+                )));
+            }
+            Ok(Some(Step {
+                stage: Stage::Prepare,
+                status: Status::Scheduled,
+                what: "rebuild",
+            }))
+        }
+        Status::RollbackPending => {
+            // Only the session the rollback switches away from may trigger it.
+            let running = op.candidate.as_ref().map(|c| c.session_id.as_str());
+            if running != Some(session.as_str()) {
+                return Ok(None);
+            }
+            Ok(Some(Step {
+                stage: Stage::Rollback,
+                status: Status::RollbackScheduled,
+                what: "rollback",
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// An operation is being worked on: if its worker died, fail it now and
+/// tell the human (SPEC §9: a dead worker never blocks the next request).
+fn recover(config_arg: Option<&Path>) -> Result<Reply> {
+    let config = Config::load(config_arg)?;
+    let failed = Store::for_config(&config)?.recover_stale()?;
+    Ok(match failed.first() {
+        Some(op) => Reply::Message(format!(
+            "ktr: operation {} failed: {}{}",
+            op.id,
+            op.error.as_deref().unwrap_or("worker died"),
+            if op.needs_attention {
+                "; check what the target runs (`ktr status`)"
+            } else {
+                ""
+            }
+        )),
+        None => Reply::Quiet,
+    })
+}
+
+/// A `*.jsonl` directly inside `project_dir` (symlinks resolved) that is a
+/// regular file. Claude Code writes the transcript asynchronously: at a
+/// session's first Stop the file may not exist yet, and then the directory
+/// it will be written to decides (ktr-prepare waits for the file to be
+/// there and stable, and opens only a regular file).
+fn inside_project(transcript: &Path, project_dir: &Path) -> bool {
+    let resolve = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let file = if transcript.symlink_metadata().is_ok() {
+        match transcript.canonicalize() {
+            Ok(file) if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) => file,
+            _ => return false,
+        }
+    } else {
+        match (transcript.parent(), transcript.file_name()) {
+            (Some(parent), Some(name)) if transcript.is_absolute() => resolve(parent).join(name),
+            _ => return false,
+        }
+    };
+    file.parent() == Some(resolve(project_dir).as_path())
+        && file.extension().is_some_and(|e| e == "jsonl")
+}

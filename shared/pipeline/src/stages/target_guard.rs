@@ -1,0 +1,37 @@
+//! The pre-switch checks about the target itself (SPEC §10, §12), each a
+//! small function the stages call: the target runs the session being
+//! rebuilt, and it is still what it was when the rebuild was requested.
+
+use crate::operation::Operation;
+use crate::target::{Running, Target};
+use ktr_base::error::{Error, Result};
+
+/// The target runs the session being rebuilt: for tmux and systemd the
+/// Claude Code process whose Stop hook scheduled the rebuild
+/// (`op.claude`) is the pane's process / the unit's `MainPID` or one of its
+/// descendants; for a pointer, the pointer names `source`. Returns what the
+/// target runs. The refusal names both sides; nothing is touched.
+pub fn runs_source(target: &Target, op: &Operation, source: &str) -> Result<Running> {
+    target.check_runs(op.claude, source)
+}
+
+/// The target is what it was when the rebuild was requested, or it was
+/// restarted on the same session (a resume by hand is fine). A Claude
+/// restarted on another session must not become the baseline of a switch
+/// the human asked for while the old one ran.
+pub fn unchanged_since_request(target: &Target, op: &Operation, now: &Running) -> Result<()> {
+    let Some(seen) = &op.requested_target else {
+        return Ok(());
+    };
+    if seen.identity == now.identity || (seen.session.is_some() && seen.session == now.session) {
+        return Ok(());
+    }
+    let session = |s: &Option<String>| s.clone().unwrap_or_else(|| "unknown".into());
+    Err(Error::refused(format!(
+        "{target} changed since the rebuild was requested (identity {:?} → {:?}, session {} → {}); not switching: request again if the rebuild is still wanted",
+        seen.identity,
+        now.identity,
+        session(&seen.session),
+        session(&now.session)
+    )))
+}
