@@ -94,6 +94,7 @@ impl Activated for Rig {
 }
 
 #[test]
+#[ignore = "slow: kills ktr-prepare at each of its steps (~15 s)"]
 fn killing_ktr_prepare_at_every_step() {
     let mut rig = Rig::tmux();
     for (step, status) in [
@@ -115,6 +116,7 @@ fn killing_ktr_verify_at_every_step() {
 }
 
 #[test]
+#[ignore = "slow: kills ktr-activate at each of its steps (~20 s)"]
 fn killing_ktr_activate_at_every_step() {
     let mut rig = Rig::tmux();
     for (step, status) in [

@@ -5,7 +5,12 @@
 //! with the reason (run them with `cargo test -- --include-ignored`; then a
 //! missing requirement fails the test with what to set):
 //! - the corpus of real transcripts: `KTR_CORPUS` (default `../shared/corpus`);
-//! - the real Claude Code CLI: `KTR_CLAUDE_BIN` (`.ci/run` installs it).
+//! - the real Claude Code CLI: `KTR_CLAUDE_BIN` (`.ci/run` installs it);
+//! - a real systemd (root, cgroup2).
+//!
+//! Tests that take longer than ~10 s are `#[ignore = "slow: …"]`, so a plain
+//! `cargo test` stays a fast loop; `--include-ignored` (and `.ci/run`) runs
+//! them too.
 
 mod support;
 

@@ -204,6 +204,7 @@ proptest! {
     })]
 
     #[test]
+    #[ignore = "slow: 200 generated transcripts through plan and verify (~30 s)"]
     fn candidate_invariants_hold(records in transcript()) {
         let dir = std::env::temp_dir().join(format!("ktr-prop-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
