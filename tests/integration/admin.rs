@@ -223,7 +223,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
             .unwrap(),
         );
         op.ack = Some(Ack {
-            at: "2026-11-29T08:00:00.000Z".into(),
+            at: stamp("2026-11-29T08:00:00.000Z"),
             session_id: ktr_base::ids::SessionId::parse("new-session").unwrap(),
             context_tokens: Some(49_100),
         });
@@ -344,7 +344,7 @@ fn a_dead_worker_is_failed_by_any_command_and_never_blocks() {
         start_time: 1,
         stage: ktr_pipeline::operation::Stage::Prepare,
     });
-    stored.updated_at = "2020-01-01T00:00:00.000Z".into();
+    stored.updated_at = stamp("2020-01-01T00:00:00.000Z");
     fs::write(&path, serde_json::to_vec(&stored).unwrap()).unwrap();
 
     Ktr::new(&sb)
@@ -502,7 +502,7 @@ fn finished(sb: &Sandbox, through: &[Status], updated_at: &str) -> Operation {
     let mut from = Status::Pending;
     for to in through {
         op.history.push(Transition {
-            at: updated_at.into(),
+            at: stamp(updated_at),
             from,
             to: *to,
             note: "test".into(),
@@ -510,8 +510,8 @@ fn finished(sb: &Sandbox, through: &[Status], updated_at: &str) -> Operation {
         from = *to;
     }
     op.status = from;
-    op.created_at = updated_at.into();
-    op.updated_at = updated_at.into();
+    op.created_at = stamp(updated_at);
+    op.updated_at = stamp(updated_at);
     let art = sb.state.join("artifacts").join(&op.id);
     fs::create_dir_all(&art).unwrap();
     fs::write(art.join("source-session.jsonl"), "backup\n").unwrap();
@@ -576,8 +576,8 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     // Old but still pending: never.
     let pending = sb.store().request("now", "REBUILD", None).unwrap();
     let mut p = sb.store().load(&pending.id).unwrap();
-    p.updated_at = OLD.into();
-    p.created_at = "2020-03-01T00:00:00.000Z".into();
+    p.updated_at = stamp(OLD);
+    p.created_at = stamp("2020-03-01T00:00:00.000Z");
     put(&sb, &p);
 
     let before = tree(sb.root());
@@ -903,4 +903,10 @@ fn session_names_the_transcript_to_read_and_new_session_must_be_a_uuid() {
         .code(0);
     assert!(one.stdout.contains(fixed));
     assert_eq!(one.stdout, two.stdout);
+}
+
+/// A timestamp written like ktr writes one.
+#[track_caller]
+fn stamp(at: &str) -> ktr_base::time::Timestamp {
+    ktr_base::time::Timestamp::parse(at).unwrap()
 }

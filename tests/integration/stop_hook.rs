@@ -404,7 +404,7 @@ fn activated_operation(sandbox: &Sandbox, candidate: &str) -> Operation {
             op.session_id = Some(ktr_base::ids::SessionId::parse(SESSION).unwrap());
             op.candidate = Some(CandidateFile {
                 session_id: ktr_base::ids::SessionId::parse(candidate).unwrap(),
-                path: PathBuf::from("/nowhere"),
+                path: PathBuf::from(format!("/nowhere/{candidate}.jsonl")),
                 sha256: "0".repeat(64),
             });
         },

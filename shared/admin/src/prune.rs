@@ -151,7 +151,7 @@ pub fn prune(
             outcome.pruned.push(Pruned {
                 id: op.id.to_string(),
                 status: op.status,
-                updated_at: op.updated_at.clone(),
+                updated_at: op.updated_at.to_string(),
                 files,
             });
         }

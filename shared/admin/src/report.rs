@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use ktr_base::time::parse_rfc3339;
+use ktr_base::time::{Timestamp, parse_rfc3339};
 pub use ktr_pipeline::operation::manifest::{left_out_by_reason, left_out_summary};
 use ktr_pipeline::operation::{Operation, Status, Transition, Worker};
 
@@ -24,8 +24,8 @@ pub struct StatusView {
     /// What happens next, or what the human can do, in one sentence.
     pub next: String,
     pub reasons: Vec<String>,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
     /// The source session (bound by `--session` or by the first Stop hook).
     pub session_id: Option<String>,
     pub transcript_path: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct StatusView {
     /// The frozen 0600 copy of the source that the candidate was built from.
     pub backup: Option<PathBuf>,
     /// When prepare froze the source.
-    pub prepared_at: Option<String>,
+    pub prepared_at: Option<Timestamp>,
     pub manifest_items: usize,
     /// Conversation records the plan did not carry (each with its reason).
     pub left_out_records: usize,
@@ -122,7 +122,7 @@ impl StatusView {
             target_now: None,
             estimated_tokens: op.estimated_tokens,
             context_tokens: op.context_tokens(),
-            acked_at: op.ack.as_ref().map(|a| a.at.clone()),
+            acked_at: op.ack.as_ref().map(|a| a.at.to_string()),
             history: op.history.clone(),
         }
     }
@@ -204,8 +204,8 @@ pub fn next_step(op: &Operation) -> String {
 pub struct OpsRow {
     pub id: String,
     pub status: Status,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
     pub attempts: u32,
     pub reasons: Vec<String>,
     pub session_id: Option<String>,
@@ -276,7 +276,7 @@ mod tests {
         let mut o = op(Status::Activated);
         o.estimated_tokens = Some(11_800);
         o.ack = Some(Ack {
-            at: "2026-11-29T08:00:00.000Z".into(),
+            at: Timestamp::parse("2026-11-29T08:00:00.000Z").unwrap(),
             session_id: SessionId::parse("new").unwrap(),
             context_tokens: Some(49_100),
         });

@@ -34,9 +34,9 @@ pub mod cap {
     pub const CONFIG: u64 = 1 << 20;
     /// The `active` file: one line.
     pub const ACTIVE: u64 = 4 << 10;
-    /// One operation file (small since the manifest is an artifact; files of
-    /// older releases held it inline and can be large).
-    pub const OPERATION: u64 = 256 << 20;
+    /// One operation file: a few KiB by design (the manifest is an
+    /// artifact, growing lists are capped when saved); larger is damaged.
+    pub const OPERATION: u64 = 1 << 20;
     /// Claude Code's `settings.json`.
     pub const SETTINGS: u64 = 16 << 20;
 }

@@ -1,7 +1,75 @@
 //! RFC 3339 UTC timestamps (`2026-11-29T08:15:02.113Z`), written and parsed
 //! without a calendar crate.
 
+use std::fmt;
+use std::ops::Deref;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A point in time as ktr writes it: RFC 3339 UTC (`2026-11-29T08:15:02.113Z`).
+/// Validated when parsed *and* when deserialized, so an edited operation
+/// file cannot make an unparseable time read as 1970.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Timestamp(String);
+
+impl Timestamp {
+    /// Now, with milliseconds.
+    pub fn now() -> Timestamp {
+        Timestamp(now_rfc3339())
+    }
+
+    /// `t`, with milliseconds.
+    pub fn at(t: SystemTime) -> Timestamp {
+        Timestamp(rfc3339(t))
+    }
+
+    /// A timestamp ktr could have written, else a usage error saying what
+    /// was expected.
+    pub fn parse(s: &str) -> Result<Timestamp> {
+        match parse_rfc3339(s) {
+            Some(_) => Ok(Timestamp(s.to_string())),
+            None => Err(Error::usage(format!(
+                "invalid timestamp {:?}: expected RFC 3339 UTC like 2026-11-29T08:15:02.113Z",
+                s.chars().take(40).collect::<String>()
+            ))),
+        }
+    }
+
+    /// The time it names.
+    pub fn time(&self) -> SystemTime {
+        parse_rfc3339(&self.0).expect("a Timestamp is validated when made")
+    }
+}
+
+impl Default for Timestamp {
+    fn default() -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+impl Deref for Timestamp {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Timestamp, D::Error> {
+        let s = String::deserialize(d)?;
+        Timestamp::parse(&s).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-29T08:15:02.113Z`.
 pub fn now_rfc3339() -> String {
@@ -106,6 +174,18 @@ mod tests {
             "2023-11-14T22:13:20+01:00",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
+            assert!(Timestamp::parse(bad).is_err(), "{bad}");
+            assert!(serde_json::from_value::<Timestamp>(bad.into()).is_err());
         }
+    }
+
+    #[test]
+    fn a_timestamp_reads_back_as_the_time_it_names() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let stamp = Timestamp::at(t);
+        assert_eq!(stamp.time(), t);
+        let json = serde_json::to_string(&stamp).unwrap();
+        assert_eq!(json, r#""2023-11-14T22:13:20.123Z""#);
+        assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), stamp);
     }
 }

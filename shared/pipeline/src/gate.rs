@@ -225,14 +225,16 @@ mod tests {
         ]);
         let mut op = Operation::default();
         assert_eq!(turn_since_stop(&op, &path).unwrap(), None);
-        op.scheduled_at = Some("2026-11-30T03:41:31.265Z".into());
+        op.scheduled_at =
+            Some(ktr_base::time::Timestamp::parse("2026-11-30T03:41:31.265Z").unwrap());
         assert!(
             turn_since_stop(&op, &path)
                 .unwrap()
                 .unwrap()
                 .contains("newer than the Stop")
         );
-        op.turn_started_at = Some("2026-11-30T03:41:31.300Z".into());
+        op.turn_started_at =
+            Some(ktr_base::time::Timestamp::parse("2026-11-30T03:41:31.300Z").unwrap());
         assert!(
             turn_since_stop(&op, &path)
                 .unwrap()

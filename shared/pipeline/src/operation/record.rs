@@ -1,7 +1,8 @@
 //! The operation file (`operations/<id>.json`): the typed contract the
 //! binaries hand off through. See docs/ARCHITECTURE.md for its schema.
 
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -10,8 +11,42 @@ use super::{Stage, Status};
 use crate::process::{self, ProcessId};
 use crate::target::Ran;
 use ktr_base::ids::{OperationId, SessionId};
-use ktr_base::time::now_rfc3339;
+use ktr_base::time::Timestamp;
 use ktr_engine::{ConservationCounts, PlanReport};
+
+/// The operation file format this ktr writes. 1: every release before the
+/// field existed (untyped timestamps); 2: the `schema` field, timestamps
+/// validated at load.
+pub const SCHEMA: u32 = 2;
+
+pub(super) fn schema_before_the_field() -> u32 {
+    1
+}
+
+/// `history` keeps its first [`HISTORY_FIRST`] steps and the newest, up to
+/// [`HISTORY_KEPT`] in all; notes are cut to [`NOTE_CHARS`] characters.
+pub const HISTORY_KEPT: usize = 100;
+const HISTORY_FIRST: usize = 10;
+const NOTE_CHARS: usize = 1000;
+/// `reasons` and `blocked_prompts` keep their newest entries.
+pub const LIST_KEPT: usize = 20;
+
+fn keep_newest<T>(list: &mut Vec<T>, kept: usize) {
+    if list.len() > kept {
+        list.drain(..list.len() - kept);
+    }
+}
+
+fn cut_chars(text: &mut String, max: usize) {
+    if let Some((at, _)) = text.char_indices().nth(max) {
+        text.truncate(at);
+        text.push('…');
+    }
+}
+
+/// How far in the future a time in an operation file may lie (clocks
+/// that disagree a little): further, the file was edited or damaged.
+const FUTURE_SLACK: Duration = Duration::from_secs(24 * 3600);
 
 /// The process currently responsible for an operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +114,7 @@ pub struct SeenTarget {
 /// Claude Code's own receipt that it loaded the candidate (`ktr-ack`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
-    pub at: String,
+    pub at: Timestamp,
     pub session_id: SessionId,
     /// Claude Code's `context_tokens` at resume: the last reply's usage of
     /// the resumed transcript, else (a ktr candidate carries no usage) its
@@ -92,7 +127,7 @@ pub struct Ack {
 /// One step of an operation's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
-    pub at: String,
+    pub at: Timestamp,
     pub from: Status,
     pub to: Status,
     pub note: String,
@@ -103,13 +138,17 @@ pub struct Transition {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Operation {
+    /// The file's format ([`SCHEMA`]); files written before the field
+    /// existed read as 1. A file newer than this ktr reads is refused.
+    #[serde(default = "schema_before_the_field")]
+    pub schema: u32,
     /// UUID v4.
     pub id: OperationId,
     pub status: Status,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub created_at: Timestamp,
     /// RFC 3339 UTC; refreshed by every save.
-    pub updated_at: String,
+    pub updated_at: Timestamp,
     /// Why a rebuild was requested; repeated requests merge in.
     pub reasons: Vec<String>,
     /// The source session. When set, only that session's Stop hook schedules.
@@ -163,17 +202,17 @@ pub struct Operation {
     pub backup: Option<PathBuf>,
     /// RFC 3339 UTC: when prepare froze the source. Transcripts modified
     /// after this are competitors at activation.
-    pub prepared_at: Option<String>,
+    pub prepared_at: Option<Timestamp>,
     /// RFC 3339 UTC: when the Stop hook that scheduled this attempt started.
     /// A turn of the source session that began after it is never switched away.
-    pub scheduled_at: Option<String>,
+    pub scheduled_at: Option<Timestamp>,
     /// The end of the reply whose Stop hook scheduled this attempt (at most
     /// 40 characters of its last line, from `last_assistant_message`):
     /// prepare freezes the transcript once it holds it.
     pub scheduled_reply: Option<String>,
     /// RFC 3339 UTC: when `ktr-prompt` first saw a prompt of the source
     /// session after the scheduling Stop (activation then defers).
-    pub turn_started_at: Option<String>,
+    pub turn_started_at: Option<Timestamp>,
     /// Why the last attempt went back to `pending` instead of switching.
     pub deferred: Option<String>,
     /// Prompts `ktr-prompt` refused while the target was being switched;
@@ -184,7 +223,7 @@ pub struct Operation {
 /// A prompt refused by `ktr-prompt` during a switch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockedPrompt {
-    pub at: String,
+    pub at: Timestamp,
     pub session_id: String,
     /// The prompt's first 200 characters.
     pub text: String,
@@ -192,8 +231,9 @@ pub struct BlockedPrompt {
 
 impl Default for Operation {
     fn default() -> Self {
-        let now = now_rfc3339();
+        let now = Timestamp::now();
         Operation {
+            schema: SCHEMA,
             id: OperationId::default(),
             status: Status::Pending,
             created_at: now.clone(),
@@ -242,6 +282,69 @@ impl Operation {
         }
     }
 
+    /// Why this operation, as read from the state dir `dir`, cannot be one
+    /// ktr wrote: a time far in the future, or a path that is not where
+    /// ktr puts that file (the backup outside `artifacts/<id>/`, a
+    /// candidate not named after its session, a relative or `..` path).
+    /// Every value a stage would act on is checked here, once, at load.
+    pub fn implausible(&self, dir: &Path) -> Option<String> {
+        let latest = SystemTime::now() + FUTURE_SLACK;
+        for (name, at) in [
+            ("created_at", &self.created_at),
+            ("updated_at", &self.updated_at),
+        ] {
+            if at.time() > latest {
+                return Some(format!("{name} {at} lies in the future"));
+            }
+        }
+        if let Some(backup) = &self.backup {
+            let artifacts = dir.join("artifacts").join(self.id.as_str());
+            let inside = backup.parent() == Some(artifacts.as_path())
+                && backup
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().ends_with(".jsonl"));
+            if !inside {
+                return Some(format!(
+                    "backup {backup:?} is not a transcript in {artifacts:?}"
+                ));
+            }
+        }
+        if let Some(candidate) = &self.candidate {
+            let name = format!("{}.jsonl", candidate.session_id);
+            if !plain_absolute(&candidate.path)
+                || candidate.path.file_name() != Some(std::ffi::OsStr::new(&name))
+            {
+                return Some(format!(
+                    "candidate path {:?} is not an absolute path to {name}",
+                    candidate.path
+                ));
+            }
+        }
+        if let Some(path) = &self.transcript_path
+            && !plain_absolute(path)
+        {
+            return Some(format!(
+                "transcript_path {path:?} is not a plain absolute path"
+            ));
+        }
+        None
+    }
+
+    /// Keep the lists that grow with an operation's life bounded, so the
+    /// file every hook reads stays a few KiB: the first and the newest
+    /// steps of `history`, the newest `reasons` and `blocked_prompts`.
+    pub fn cap_lists(&mut self) {
+        if self.history.len() > HISTORY_KEPT {
+            let first = self.history.len() - (HISTORY_KEPT - HISTORY_FIRST);
+            self.history.drain(HISTORY_FIRST..first);
+        }
+        for t in &mut self.history {
+            cut_chars(&mut t.note, NOTE_CHARS);
+        }
+        keep_newest(&mut self.reasons, LIST_KEPT);
+        keep_newest(&mut self.blocked_prompts, LIST_KEPT);
+    }
+
     /// The measured size of the new window, if Claude Code acknowledged it.
     pub fn context_tokens(&self) -> Option<u64> {
         self.ack.as_ref().and_then(|a| a.context_tokens)
@@ -252,8 +355,7 @@ impl Operation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verification {
     pub ok: bool,
-    /// RFC 3339 UTC.
-    pub at: String,
+    pub at: Timestamp,
     /// Why it failed (when `ok` is false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -267,7 +369,7 @@ impl Verification {
     pub fn passed(counts: ConservationCounts) -> Verification {
         Verification {
             ok: true,
-            at: now_rfc3339(),
+            at: Timestamp::now(),
             error: None,
             counts: Some(counts),
         }
@@ -277,9 +379,17 @@ impl Verification {
     pub fn failed(error: &str) -> Verification {
         Verification {
             ok: false,
-            at: now_rfc3339(),
+            at: Timestamp::now(),
             error: Some(error.to_string()),
             counts: None,
         }
     }
+}
+
+/// Absolute, with no `.` or `..` component.
+fn plain_absolute(path: &Path) -> bool {
+    path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }

@@ -4,12 +4,11 @@
 use std::fs;
 use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use super::{Operation, Status, Store};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
-use ktr_base::time::parse_rfc3339;
 
 impl Store {
     /// Fail every non-terminal operation whose recorded worker is gone (dead
@@ -93,7 +92,7 @@ impl Store {
         if op.status.is_terminal() || worker.alive() {
             return false;
         }
-        let updated = parse_rfc3339(&op.updated_at).unwrap_or(UNIX_EPOCH);
+        let updated = op.updated_at.time();
         SystemTime::now()
             .duration_since(updated)
             .is_ok_and(|age| age >= self.grace)
@@ -139,7 +138,7 @@ impl super::Locked<'_> {
     /// Move a pending `op` older than `ttl` to `expired` (error: how long
     /// it waited and for which session). Returns whether it expired.
     pub fn expire_if_old(&mut self, op: &mut Operation, ttl: std::time::Duration) -> Result<bool> {
-        let created = parse_rfc3339(&op.created_at).unwrap_or(UNIX_EPOCH);
+        let created = op.created_at.time();
         let age = SystemTime::now()
             .duration_since(created)
             .unwrap_or_default();

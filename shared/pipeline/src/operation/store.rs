@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::record::SCHEMA;
 use super::{Operation, Status, Transition};
 use crate::target::Target;
 use ktr_base::config::{Config, expand_home, home_dir};
@@ -18,7 +19,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
 use ktr_base::ids::OperationId;
 use ktr_base::open::{Links, append_private, cap, read_capped};
-use ktr_base::time::now_rfc3339;
+use ktr_base::time::{Timestamp, now_rfc3339};
 
 /// Default state dir when no config says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "~/.local/state/ktr";
@@ -208,30 +209,41 @@ impl Store {
 
     /// Load one operation, `None` when there is no such file.
     pub fn try_load(&self, id: &str) -> Result<Option<Operation>> {
-        self.read_as(id, |op: &Operation| &op.id)
+        self.read_as(id)
     }
 
     /// Read operation file `id` as `T` (the whole [`Operation`], or just
     /// its [`Header`]); `id_of` names the id the file claims, which must be
     /// its file name.
-    fn read_as<T: DeserializeOwned>(
-        &self,
-        id: &str,
-        id_of: fn(&T) -> &OperationId,
-    ) -> Result<Option<T>> {
+    fn read_as<T: Loaded>(&self, id: &str) -> Result<Option<T>> {
         let path = self.operation_path(id)?;
         let Some(bytes) = read_capped(&path, cap::OPERATION, Links::Refuse)
             .map_err(|e| damaged(&path, &e.message))?
         else {
             return Ok(None);
         };
-        let read: T = serde_json::from_slice(&bytes).map_err(|e| damaged(&path, &e.to_string()))?;
-        let named = id_of(&read);
+        let read: T =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes))
+                .map_err(|e| match e.path().to_string().as_str() {
+                    "." => damaged(&path, &e.inner().to_string()),
+                    field => damaged(&path, &format!("{field}: {}", e.inner())),
+                })?;
+        if read.schema() > SCHEMA {
+            return Err(Error::refused(format!(
+                "operation file {} was written by a newer ktr (schema {}; this ktr reads up to {SCHEMA}): upgrade ktr, or move the file aside with `ktr repair`",
+                path.display(),
+                read.schema()
+            )));
+        }
+        let named = read.id();
         if **named != *id {
             return Err(damaged(
                 &path,
                 &format!("it names operation {:?}", named.to_string()),
             ));
+        }
+        if let Some(why) = read.implausible(&self.dir) {
+            return Err(damaged(&path, &why));
         }
         Ok(Some(read))
     }
@@ -246,7 +258,7 @@ impl Store {
     /// files that are not one (unreadable, not JSON, an unknown status, a
     /// FIFO…), each with why. Temp files of atomic writes are skipped.
     pub fn scan(&self) -> Result<Scanned> {
-        let (mut operations, damaged) = self.scan_as(|op: &Operation| &op.id)?;
+        let (mut operations, damaged) = self.scan_as::<Operation>()?;
         operations.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         Ok(Scanned {
             operations,
@@ -256,10 +268,7 @@ impl Store {
 
     /// Read every file in `operations/` as `T`; the ones that cannot be
     /// read as `T` are damaged (sorted by path).
-    fn scan_as<T: DeserializeOwned>(
-        &self,
-        id_of: fn(&T) -> &OperationId,
-    ) -> Result<(Vec<T>, Vec<Damaged>)> {
+    fn scan_as<T: Loaded>(&self) -> Result<(Vec<T>, Vec<Damaged>)> {
         let dir = self.dir.join("operations");
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -273,7 +282,7 @@ impl Store {
                 continue;
             }
             let loaded = match name.strip_suffix(".json") {
-                Some(id) => self.read_as(id, id_of).and_then(|r| {
+                Some(id) => self.read_as(id).and_then(|r| {
                     r.ok_or_else(|| Error::io(format!("{} vanished", entry.path().display())))
                 }),
                 None => Err(Error::io("not named <operation id>.json")),
@@ -379,7 +388,7 @@ impl Locked<'_> {
         // Every hook and stage comes through here under the lock: read only
         // each file's id and status (a finished operation's manifest can be
         // megabytes), then load the one in flight.
-        let (headers, damaged) = self.store.scan_as(|h: &Header| &h.id)?;
+        let (headers, damaged) = self.store.scan_as::<Header>()?;
         if let Some(d) = damaged.first() {
             let more = match damaged.len() - 1 {
                 0 => String::new(),
@@ -420,7 +429,9 @@ impl Locked<'_> {
 
     /// Write `op` atomically (0600) and refresh `updated_at`.
     pub fn save(&mut self, op: &mut Operation) -> Result<()> {
-        op.updated_at = now_rfc3339();
+        op.updated_at = Timestamp::now();
+        op.schema = SCHEMA;
+        op.cap_lists();
         let path = self.store.operation_path(&op.id)?;
         let mut bytes = serde_json::to_vec_pretty(op)
             .map_err(|e| Error::io(format!("cannot encode operation {}: {e}", op.id)))?;
@@ -440,7 +451,7 @@ impl Locked<'_> {
         }
         op.status = to;
         op.history.push(Transition {
-            at: now_rfc3339(),
+            at: Timestamp::now(),
             from,
             to,
             note: note.to_string(),
@@ -493,6 +504,8 @@ pub struct Damaged {
 /// skips the rest without building it.
 #[derive(Deserialize)]
 struct Header {
+    #[serde(default = "super::record::schema_before_the_field")]
+    schema: u32,
     #[serde(default)]
     id: OperationId,
     #[serde(default = "Header::pending")]
@@ -503,6 +516,38 @@ impl Header {
     /// What [`Operation`]'s default status is for a file without one.
     fn pending() -> Status {
         Status::Pending
+    }
+}
+
+/// What a file read from `operations/` is checked for beyond its JSON shape.
+trait Loaded: DeserializeOwned {
+    fn id(&self) -> &OperationId;
+    fn schema(&self) -> u32;
+    /// Why its values cannot be an operation of the state dir `dir`.
+    fn implausible(&self, dir: &Path) -> Option<String>;
+}
+
+impl Loaded for Header {
+    fn id(&self) -> &OperationId {
+        &self.id
+    }
+    fn schema(&self) -> u32 {
+        self.schema
+    }
+    fn implausible(&self, _dir: &Path) -> Option<String> {
+        None
+    }
+}
+
+impl Loaded for Operation {
+    fn id(&self) -> &OperationId {
+        &self.id
+    }
+    fn schema(&self) -> u32 {
+        self.schema
+    }
+    fn implausible(&self, dir: &Path) -> Option<String> {
+        self.implausible(dir)
     }
 }
 

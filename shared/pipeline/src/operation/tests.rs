@@ -521,6 +521,7 @@ fn an_operation_file_written_by_the_untyped_release_still_loads() {
     let text = include_str!("../../../../tests/fixtures/operation-v1.json");
     assert!(text.contains(r#""manifest": ["#) && text.contains(r#""left_out": ["#));
     let op: Operation = serde_json::from_str(text).unwrap();
+    assert_eq!(op.schema, 1, "a file without the field is schema 1");
     assert_eq!(op.status, Status::Activated);
     assert_eq!(op.manifest_artifact, None);
     let verification = op.verification.as_ref().unwrap();
@@ -673,4 +674,159 @@ fn the_stats_an_operation_keeps_are_bounded() {
     assert_eq!(kept.unknown_record_types["(other)"], 160);
     assert_eq!(kept.source_path, "/p/source.jsonl");
     assert!(serde_json::to_vec(&kept).unwrap().len() < 16 << 10);
+}
+
+/// Operation `id` of `store` with `edit` applied to its JSON, written as a
+/// hostile editor would.
+fn edited(store: &Store, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let op = requested(store);
+    let path = store.operation_path(&op.id).unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    edit(&mut json);
+    fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    op.id.to_string()
+}
+
+/// Loading `id` fails naming `needle`, and listings count it as damaged.
+#[track_caller]
+fn assert_damaged(store: &Store, id: &str, needle: &str) {
+    assert_refused(store.load(id), needle);
+    let scanned = store.scan().unwrap();
+    assert!(scanned.operations.is_empty(), "loaded anyway");
+    assert!(
+        scanned.damaged.iter().any(|d| d.why.contains(needle)),
+        "{:?}",
+        scanned.damaged
+    );
+}
+
+#[test]
+fn a_written_operation_names_its_schema() {
+    let (_t, store) = store();
+    let op = requested(&store);
+    let json: serde_json::Value =
+        serde_json::from_slice(&fs::read(store.operation_path(&op.id).unwrap()).unwrap()).unwrap();
+    assert_eq!(json["schema"], SCHEMA);
+}
+
+#[test]
+fn an_operation_file_from_a_newer_ktr_is_refused_with_what_to_do() {
+    let (_t, store) = store();
+    let id = edited(&store, |j| j["schema"] = (SCHEMA + 1).into());
+    assert_damaged(&store, &id, "written by a newer ktr");
+    assert_refused(store.load(&id), "upgrade ktr");
+}
+
+#[test]
+fn an_unreadable_time_is_damage_that_names_its_field() {
+    let (_t, store) = store();
+    for (field, value) in [
+        ("created_at", "yesterday"),
+        ("updated_at", "2026-13-01T00:00:00Z"),
+        ("prepared_at", "1970"),
+    ] {
+        let id = edited(&store, |j| j[field] = value.into());
+        assert_damaged(&store, &id, field);
+        fs::remove_file(store.operation_path(&id).unwrap()).unwrap();
+    }
+    let id = edited(&store, |j| {
+        j["history"] = serde_json::json!([{"at": "not a time", "from": "pending", "to": "cancelled", "note": ""}]);
+    });
+    assert_damaged(&store, &id, "history[0].at");
+}
+
+#[test]
+fn a_time_far_in_the_future_is_damage_not_an_operation_that_never_expires() {
+    let (_t, store) = store();
+    let id = edited(&store, |j| {
+        j["created_at"] = "2999-01-01T00:00:00.000Z".into();
+    });
+    assert_damaged(
+        &store,
+        &id,
+        "created_at 2999-01-01T00:00:00.000Z lies in the future",
+    );
+}
+
+#[test]
+fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
+    let (_t, store) = store();
+    let elsewhere = store.dir().join("artifacts").join("other").join("s.jsonl");
+    for (field, value, needle) in [
+        ("backup", serde_json::json!("/etc/shadow"), "backup"),
+        ("backup", serde_json::json!(elsewhere), "backup"),
+        (
+            "candidate",
+            serde_json::json!({"session_id": "abc", "path": "/p/../../etc/abc.jsonl", "sha256": "x"}),
+            "candidate path",
+        ),
+        (
+            "candidate",
+            serde_json::json!({"session_id": "abc", "path": "/p/other.jsonl", "sha256": "x"}),
+            "candidate path",
+        ),
+        (
+            "transcript_path",
+            serde_json::json!("relative/s.jsonl"),
+            "transcript_path",
+        ),
+    ] {
+        let id = edited(&store, |j| j[field] = value.clone());
+        assert_damaged(&store, &id, needle);
+        fs::remove_file(store.operation_path(&id).unwrap()).unwrap();
+    }
+    // Where ktr puts them, they load.
+    let id = edited(&store, |_| {});
+    let backup = store.dir().join("artifacts").join(&id).join("s.jsonl");
+    let path = store.operation_path(&id).unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    json["backup"] = serde_json::json!(backup);
+    json["candidate"] =
+        serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": "x"});
+    fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    assert_eq!(store.load(&id).unwrap().backup, Some(backup));
+}
+
+#[test]
+fn an_operation_file_over_a_mebibyte_is_damaged_and_costs_nothing_to_refuse() {
+    let (_t, store) = store();
+    let id = edited(&store, |j| j["reasons"] = vec!["x".repeat(1 << 20)].into());
+    assert_damaged(&store, &id, "is damaged");
+}
+
+#[test]
+fn lists_that_grow_with_an_operations_life_are_capped_when_saved() {
+    let (_t, store) = store();
+    let op = requested(&store);
+    store
+        .with_lock(|tx| {
+            let mut op = tx.load(&op.id)?;
+            for n in 0..500 {
+                op.history.push(Transition {
+                    at: ktr_base::time::Timestamp::now(),
+                    from: Status::Pending,
+                    to: Status::Pending,
+                    note: format!("step {n} {}", "n".repeat(5000)),
+                });
+                op.reasons.push(format!("reason {n}"));
+            }
+            tx.save(&mut op)
+        })
+        .unwrap();
+    let saved = store.load(&op.id).unwrap();
+    assert_eq!(saved.history.len(), record::HISTORY_KEPT);
+    assert!(
+        saved.history[0].note.starts_with("step 0 "),
+        "the first steps stay"
+    );
+    assert!(saved.history.last().unwrap().note.starts_with("step 499 "));
+    assert!(saved.history.iter().all(|t| t.note.chars().count() <= 1001));
+    assert_eq!(saved.reasons.len(), record::LIST_KEPT);
+    assert_eq!(saved.reasons.last().unwrap(), "reason 499");
+    assert!(
+        fs::metadata(store.operation_path(&op.id).unwrap())
+            .unwrap()
+            .len()
+            < 256 << 10
+    );
 }

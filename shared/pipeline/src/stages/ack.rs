@@ -14,7 +14,7 @@ use crate::operation::{Ack, Operation, Status, Store, locate_state_dir};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, write_atomic};
 use ktr_base::ids::SessionId;
-use ktr_base::time::now_rfc3339;
+use ktr_base::time::Timestamp;
 use ktr_engine::window::overhead;
 
 /// `ktr-ack --help`.
@@ -50,7 +50,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Opera
         return Ok(None);
     };
     let ack = Ack {
-        at: now_rfc3339(),
+        at: Timestamp::now(),
         session_id: SessionId::parse(&hook.session_id)?,
         context_tokens: hook.context_tokens.as_ref().and_then(as_tokens),
     };
@@ -99,7 +99,7 @@ fn remember_receipt(store: &Store, op: &Operation, ack: &Ack) {
         context_tokens,
         carried_estimate: op.estimated_tokens,
         offset: meta.len(),
-        at: ack.at.clone(),
+        at: ack.at.to_string(),
     };
     if let Err(e) = overhead::remember_receipt(store.dir(), ack.session_id.as_str(), &receipt) {
         eprintln!("ktr-ack: the window account will not measure the overhead of this rebuild: {e}");

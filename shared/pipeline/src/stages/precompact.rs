@@ -31,7 +31,7 @@ use crate::stages::stop::{self, By, Scheduled};
 use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::error::Result;
 use ktr_base::ids::SessionId;
-use ktr_base::time::now_rfc3339;
+use ktr_base::time::Timestamp;
 use ktr_engine::{plan, window};
 
 /// `ktr-precompact --help`.
@@ -151,7 +151,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         hook: "PreCompact hook",
         session: &session,
         transcript: &hook.transcript_path,
-        at: now_rfc3339(),
+        at: Timestamp::now(),
         statuses: &[Status::Pending],
         why: " instead of Claude Code's auto-compaction",
         reply: None,

@@ -17,7 +17,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, open_regular};
-use ktr_base::time::rfc3339;
+use ktr_base::time::Timestamp;
 use ktr_engine::candidate::{ManifestEntry, Sink};
 use ktr_engine::plan::{self, LeftOut, PlanReport};
 use ktr_engine::window::usage::read_tail_seeking;
@@ -141,7 +141,7 @@ pub fn prepare(
         update(store, id, Status::Running, None, |op| {
             op.source_sha256 = Some(frozen.sha256.clone());
             op.backup = Some(frozen.backup.clone());
-            op.prepared_at = Some(rfc3339(frozen.at));
+            op.prepared_at = Some(Timestamp::at(frozen.at));
             op.candidate = Some(candidate.clone());
             op.manifest_artifact = Some(manifest_ref.clone());
             op.stats = Some(stats);

@@ -17,7 +17,7 @@ use crate::gate::{gated_session, switching, watched};
 use crate::hook::{Invocation, PromptInput, Reply};
 use crate::operation::{BlockedPrompt, Store, locate_state_dir};
 use ktr_base::error::{Error, Result};
-use ktr_base::time::now_rfc3339;
+use ktr_base::time::Timestamp;
 
 /// `ktr-prompt --help`.
 pub const HELP: &str = "ktr-prompt: the Claude Code UserPromptSubmit hook of ktr.
@@ -74,7 +74,7 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         if switching(op.status) {
             let text = hook.prompt.as_deref().unwrap_or_default();
             op.blocked_prompts.push(BlockedPrompt {
-                at: now_rfc3339(),
+                at: Timestamp::now(),
                 session_id: hook.session_id.clone(),
                 text: text.chars().take(KEPT_CHARS).collect(),
             });
@@ -82,7 +82,7 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             return Ok(Reply::Block(SWITCHING.into()));
         }
         if op.turn_started_at.is_none() {
-            op.turn_started_at = Some(now_rfc3339());
+            op.turn_started_at = Some(Timestamp::now());
             tx.save(&mut op)?;
         }
         Ok(Reply::Quiet)

@@ -21,7 +21,7 @@ use crate::stages::{self, advice};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
-use ktr_base::time::now_rfc3339;
+use ktr_base::time::Timestamp;
 
 /// `ktr-stop --help`.
 pub const HELP: &str = "ktr-stop: the Claude Code Stop hook of ktr.
@@ -42,7 +42,7 @@ pub fn stop(call: Invocation) -> Reply {
 
 fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     // A turn whose user record is newer than this began after this Stop.
-    let stopped_at = now_rfc3339();
+    let stopped_at = Timestamp::now();
     // Fast path: one small file, no config validation, no lock.
     let state_dir = locate_state_dir(config_arg)?;
     let Some((id, status)) = Store::at(&state_dir).active() else {
@@ -115,7 +115,7 @@ pub(crate) struct By<'a> {
     pub session: &'a SessionId,
     pub transcript: &'a Path,
     /// When the hook started (`scheduled_at`).
-    pub at: String,
+    pub at: Timestamp,
     /// The statuses this hook may act on.
     pub statuses: &'a [Status],
     /// Appended to the history note.
