@@ -510,3 +510,43 @@ fn the_mcp_server_answers_every_malformed_message_with_its_id_and_keeps_running(
     assert_eq!(by_id(1.into()), [0], "initialize still works");
     assert_eq!(by_id(2.into()), [0], "and so does what follows");
 }
+
+/// Issue 30 item 9: a hook given a config that is not there acts on no
+/// state dir at all — never the default one in `HOME`, which on an
+/// operator's machine is the live installation.
+#[test]
+fn a_config_that_does_not_exist_never_falls_back_to_the_default_state_dir() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.transcript(SESSION);
+    fs::remove_file(&sandbox.config).unwrap();
+    let stop = sandbox.stop_input(SESSION, &transcript);
+    let statusline = serde_json::json!({
+        "session_id": SESSION, "transcript_path": transcript,
+        "model": {"id": "claude-opus-5-5"},
+        "context_window": {"context_window_size": 200_000, "current_usage": {"input_tokens": 5}},
+    })
+    .to_string();
+    let precompact = serde_json::json!({
+        "session_id": SESSION, "transcript_path": transcript, "trigger": "auto",
+        "hook_event_name": "PreCompact",
+    })
+    .to_string();
+    let prompt = serde_json::json!({
+        "session_id": SESSION, "transcript_path": transcript, "prompt": "hi",
+        "hook_event_name": "UserPromptSubmit",
+    })
+    .to_string();
+    let ack = serde_json::json!({"session_id": SESSION, "source": "resume"}).to_string();
+    for (bin, input) in [
+        (STOP, &stop),
+        (env!("CARGO_BIN_EXE_ktr-statusline"), &statusline),
+        (env!("CARGO_BIN_EXE_ktr-precompact"), &precompact),
+        (env!("CARGO_BIN_EXE_ktr-prompt"), &prompt),
+        (ACK, &ack),
+    ] {
+        let (_, code) = sandbox.hook(bin, input);
+        assert_eq!(code, 0, "{bin}");
+        let default = sandbox.home.join(".local/state/ktr");
+        assert!(!default.exists(), "{bin} created {default:?}");
+    }
+}

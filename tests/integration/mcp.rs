@@ -552,7 +552,7 @@ fn closed_stdin_exits_cleanly_before_and_after_initialize() {
 
 #[test]
 fn bad_arguments_are_a_usage_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ktr-mcp"))
+    let out = crate::support::isolated(&mut Command::new(env!("CARGO_BIN_EXE_ktr-mcp")))
         .args(["--session", "../x"])
         .stdin(Stdio::null())
         .output()

@@ -857,10 +857,12 @@ fn stages_refuse_an_operation_in_the_wrong_status() {
         Pending,
         "untouched"
     );
-    let out = Command::new(crate::support::rig::stage_binary("ktr-verify"))
-        .args(["--operation", "../x"])
-        .output()
-        .unwrap();
+    let out = crate::support::isolated(&mut Command::new(crate::support::rig::stage_binary(
+        "ktr-verify",
+    )))
+    .args(["--operation", "../x"])
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 

@@ -60,6 +60,24 @@ impl<T, E> ResultOrPanic<T, E> for Result<T, E> {
 }
 
 /// A file of this repository, by its path from the root.
+/// `cmd` with nothing of the caller's installation: `HOME` and `XDG_*`
+/// name a folder that does not exist, and no `KTR_*` variable is passed.
+/// For the few commands a test runs without a [`Sandbox`] (which sets its
+/// own); a ktr that still looked for the default state dir would fail
+/// instead of touching the operator's `~/.local/state/ktr`.
+pub fn isolated(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    let nowhere = std::env::temp_dir().join(format!("ktr-test-no-home-{}", std::process::id()));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("KTR_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("HOME", &nowhere)
+        .env("XDG_CONFIG_HOME", nowhere.join(".config"))
+        .env("XDG_STATE_HOME", nowhere.join(".local/state"))
+        .env("XDG_CACHE_HOME", nowhere.join(".cache"))
+}
+
 pub fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }

@@ -46,9 +46,11 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Find the state dir cheaply, for hooks that must start in a millisecond:
 /// the `state_dir` key of the config file found by [`Config::locate`], read
 /// as plain TOML without validating the rest ([`Config::load`] resolves the
-/// key the same way), else [`DEFAULT_STATE_DIR`] when there is no config
-/// file. A config file that is not TOML, or whose `state_dir` is not a
-/// string, is an error: nothing could be scheduled with it.
+/// key the same way), else [`DEFAULT_STATE_DIR`] when the config names
+/// none. A missing config file is an error, never the default state dir
+/// (a hook started with a config that is not there must not act on an
+/// installation it was not pointed at); so is a config file that is not
+/// TOML, or whose `state_dir` is not a string.
 pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
     let path = Config::locate(config);
     let configured = match ktr_base::config::read_config_file(&path)? {
@@ -74,7 +76,12 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
                 }
             }
         }
-        None => None,
+        None => {
+            return Err(Error::config(format!(
+                "config {} does not exist: create it (see README, Configuration) or pass --config PATH",
+                path.display()
+            )));
+        }
     };
     let dir = expand_home(
         configured.as_deref().unwrap_or(DEFAULT_STATE_DIR),
