@@ -550,3 +550,118 @@ fn a_config_that_does_not_exist_never_falls_back_to_the_default_state_dir() {
         assert!(!default.exists(), "{bin} created {default:?}");
     }
 }
+
+/// `bin` run as a hook of `sandbox` under `strace` (opens only) with at
+/// most 8 s to finish; returns its exit code and every path it opened.
+fn traced_hook(sandbox: &Sandbox, bin: &str, stdin: &str) -> (i32, String) {
+    let log = sandbox
+        .home
+        .join(format!("strace-{}.log", uuid::Uuid::new_v4()));
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.args([
+        "8",
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        "trace=open,openat,openat2",
+        "-o",
+    ])
+    .arg(&log)
+    .arg(bin);
+    let (_, code) = Sandbox::run_hook(sandbox.command_via(cmd), stdin, &[]);
+    (code, fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// Issue 30 item 1: the statusline and the compaction guard take Claude
+/// Code's `transcript_path` only by the one path rule — a FIFO no longer
+/// hangs them, and a device, a file outside the project or a symlink out
+/// of it is never opened.
+#[test]
+fn the_statusline_and_the_guard_open_no_transcript_outside_the_rule() {
+    let sandbox = Sandbox::new();
+    let fifo = sandbox.project.join("f.jsonl");
+    mkfifo(&fifo);
+    let outside = sandbox.home.join("secret.jsonl");
+    fs::write(&outside, "{\"type\":\"user\"}\n").unwrap();
+    let link = sandbox.project.join("link.jsonl");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    for path in [&fifo, Path::new("/dev/zero"), &outside, &link] {
+        let statusline = serde_json::json!({
+            "session_id": "s1", "transcript_path": path, "model": {"id": "x"},
+            "context_window": {"context_window_size": 200_000, "current_usage": {"input_tokens": 5}},
+        });
+        let precompact = serde_json::json!({
+            "session_id": "s1", "transcript_path": path, "trigger": "auto",
+            "hook_event_name": "PreCompact",
+        });
+        for (bin, input) in [
+            (env!("CARGO_BIN_EXE_ktr-statusline"), statusline),
+            (env!("CARGO_BIN_EXE_ktr-precompact"), precompact),
+        ] {
+            let (code, opened) = traced_hook(&sandbox, bin, &input.to_string());
+            assert_eq!(code, 0, "{bin} on {path:?} (124: it hung)");
+            let name = path.file_name().unwrap().to_string_lossy();
+            assert!(
+                !opened.contains(&*name) && !opened.contains("secret.jsonl"),
+                "{bin} opened {path:?}:\n{opened}"
+            );
+        }
+    }
+}
+
+/// Issue 30 item 2: a FIFO planted at any of the window caches in the
+/// state dir hangs neither a hook, `ktr dirty`, `ktr plan` nor prepare's
+/// plan: the caches are read non-blocking, as regular files only.
+#[test]
+fn fifos_planted_at_the_window_caches_hang_nothing() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.add_transcript(SESSION, &fs::read(crate::support::example()).unwrap());
+    let window = sandbox.state.join("window");
+    fs::create_dir_all(&window).unwrap();
+    for name in [
+        "json",
+        "overhead.json",
+        "running.json",
+        "receipt.json",
+        "notice",
+        "advised",
+    ] {
+        mkfifo(&window.join(format!("{SESSION}.{name}")));
+    }
+    mkfifo(&window.join("overhead.json"));
+    let statusline = serde_json::json!({
+        "session_id": SESSION, "transcript_path": transcript, "model": {"id": "x"},
+        "context_window": {"context_window_size": 200_000, "current_usage": {"input_tokens": 5}},
+    });
+    let (code, _) = traced_hook(
+        &sandbox,
+        env!("CARGO_BIN_EXE_ktr-statusline"),
+        &statusline.to_string(),
+    );
+    assert_eq!(code, 0, "the statusline hung on a FIFO cache");
+    let (code, _) = traced_hook(&sandbox, STOP, &sandbox.stop_input(SESSION, &transcript));
+    assert_eq!(code, 0, "the Stop hook hung on a FIFO cache");
+    for args in [["dirty"], ["plan"]] {
+        let out = std::process::Command::new("timeout")
+            .arg("20")
+            .arg(KTR)
+            .args(args)
+            .arg("--config")
+            .arg(&sandbox.config)
+            .env("HOME", &sandbox.home)
+            .output()
+            .unwrap();
+        assert_ne!(
+            out.status.code(),
+            Some(124),
+            "ktr {args:?} hung on a FIFO cache"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "ktr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

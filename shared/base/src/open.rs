@@ -39,6 +39,8 @@ pub mod cap {
     pub const OPERATION: u64 = 1 << 20;
     /// Claude Code's `settings.json`.
     pub const SETTINGS: u64 = 16 << 20;
+    /// A cache file under `<state_dir>/window/` (a few hundred bytes).
+    pub const CACHE: u64 = 64 << 10;
 }
 
 /// Open `path` read-only as a regular file. The open itself never blocks
@@ -79,6 +81,57 @@ pub fn open_regular(path: &Path, links: Links) -> io::Result<File> {
         io::ErrorKind::InvalidInput,
         format!("it is {what}, not a regular file"),
     ))
+}
+
+/// Whether a confined path must name a file that is already there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exists {
+    /// The file must exist (it is about to be read).
+    Must,
+    /// It may not exist yet (Claude Code writes a transcript after the first
+    /// hook of a session): then the folder it would be written to decides.
+    May,
+}
+
+/// The one rule for a path ktr receives from outside — hook stdin, MCP
+/// arguments, an operation file, the config: `path` and the folder `dir`
+/// it belongs to are canonicalised (a symlinked `~/.claude` keeps
+/// working), then `path` must lie directly inside `dir`, and not be a
+/// symlink itself; if it exists, it must be a regular file. Returns the
+/// canonical path, to be opened with [`open_regular`] and
+/// [`Links::Refuse`] (non-blocking, no final symlink). Otherwise one line
+/// naming `what` it is, and nothing is read.
+pub fn confine(path: &Path, dir: &Path, what: &str, exists: Exists) -> Result<PathBuf> {
+    let refuse = |why: &str| {
+        Error::refused(format!(
+            "{what} {} {why}; ktr reads only regular files directly inside {}",
+            path.display(),
+            dir.display()
+        ))
+    };
+    let dir_real = dir
+        .canonicalize()
+        .map_err(|e| Error::config(format!("{} is not usable: {e}", dir.display())))?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(refuse("names no file"));
+    };
+    if !path.is_absolute() {
+        return Err(refuse("is not an absolute path"));
+    }
+    let real = parent
+        .canonicalize()
+        .map_err(|e| refuse(&format!("cannot be resolved ({e})")))?
+        .join(name);
+    if real.parent() != Some(dir_real.as_path()) {
+        return Err(refuse("is not inside it (symlinks resolved)"));
+    }
+    match std::fs::symlink_metadata(&real) {
+        Ok(m) if m.file_type().is_symlink() => Err(refuse("is a symlink")),
+        Ok(m) if !m.is_file() => Err(refuse("is not a regular file")),
+        Ok(_) => Ok(real),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && exists == Exists::May => Ok(real),
+        Err(e) => Err(refuse(&format!("cannot be read ({e})"))),
+    }
 }
 
 /// Read a whole regular file of at most `cap` bytes (see [`open_regular`]).
@@ -211,5 +264,48 @@ mod tests {
             &real,
             &open_regular(&link, Links::Follow).unwrap()
         ));
+    }
+
+    #[test]
+    fn the_one_path_rule_takes_only_regular_files_directly_inside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("project");
+        std::fs::create_dir(&dir).unwrap();
+        let link_to_dir = tmp.path().join("linked");
+        std::os::unix::fs::symlink(&dir, &link_to_dir).unwrap();
+        let file = dir.join("s.jsonl");
+        std::fs::write(&file, "x").unwrap();
+        let real = dir.canonicalize().unwrap().join("s.jsonl");
+        // A symlinked folder on either side keeps working.
+        assert_eq!(
+            confine(&file, &link_to_dir, "t", Exists::Must).unwrap(),
+            real
+        );
+        assert_eq!(
+            confine(&link_to_dir.join("s.jsonl"), &dir, "t", Exists::Must).unwrap(),
+            real
+        );
+        // Not there yet: only when it may be missing.
+        let later = dir.join("later.jsonl");
+        assert!(confine(&later, &dir, "t", Exists::May).is_ok());
+        assert!(confine(&later, &dir, "t", Exists::Must).is_err());
+        let outside = tmp.path().join("secret.jsonl");
+        std::fs::write(&outside, "x").unwrap();
+        let link = dir.join("link.jsonl");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        let sub = dir.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        for (path, why) in [
+            (outside.as_path(), "is not inside it"),
+            (link.as_path(), "is a symlink"),
+            (sub.as_path(), "is not a regular file"),
+            (Path::new("/dev/zero"), "is not inside it"),
+            (Path::new("relative.jsonl"), "is not an absolute path"),
+        ] {
+            let err = confine(path, &dir, "transcript", Exists::May).unwrap_err();
+            assert!(err.message.contains(why), "{path:?}: {err}");
+            assert!(err.message.starts_with("transcript "), "{err}");
+            assert_eq!(err.message.lines().count(), 1);
+        }
     }
 }

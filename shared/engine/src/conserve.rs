@@ -8,7 +8,6 @@
 //! piece of real user/assistant text is found in the candidate, unless the
 //! plan said it left that record out.
 
-use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
@@ -23,6 +22,7 @@ use crate::transcript::is_timestamp;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{sha256_file, sha256_file_with, sha256_hex};
+use ktr_base::open::{Links, open_regular};
 
 /// What the operation recorded at prepare time. The manifest is read as a
 /// stream (a long session's manifest does not fit the memory budget).
@@ -219,7 +219,8 @@ impl CandidateFile<'_> {
     /// returns the number of lines. A candidate longer or shorter than its
     /// manifest is an error.
     fn each(&self, mut f: impl FnMut(usize, &str, &ManifestEntry) -> Result<()>) -> Result<usize> {
-        let file = File::open(self.path).map_err(|e| Error::io_at("open", self.path, &e))?;
+        let file = open_regular(self.path, Links::Refuse)
+            .map_err(|e| Error::io_at("open", self.path, &e))?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
         let mut buf = Vec::new();
         let mut read_line = |buf: &mut Vec<u8>| {
@@ -457,7 +458,7 @@ pub fn conserve(
         Ok(())
     })?;
     let elided = elided.sorted();
-    let file = File::open(backup).map_err(|e| Error::io_at("open", backup, &e))?;
+    let file = open_regular(backup, Links::Refuse).map_err(|e| Error::io_at("open", backup, &e))?;
     let mut result = Conservation {
         checked: 0,
         left_out: 0,

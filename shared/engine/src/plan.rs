@@ -19,7 +19,7 @@ use crate::scan::{Markers, NotSpeechCounts, Options, Scan};
 use crate::turns::{self, LeftOutReason, Role, Selection};
 use ktr_base::config::{Config, HistoryMode, OnMalformed};
 use ktr_base::error::{Error, Result};
-use ktr_base::open::{Links, open_regular};
+use ktr_base::open::{Exists, Links, confine, open_regular};
 
 /// How much of the first/last carried text the report shows.
 const PREVIEW_CHARS: usize = 300;
@@ -153,17 +153,8 @@ pub fn resolve_transcript(config: &Config, given: Option<&Path>) -> Result<PathB
     let Some(given) = given else {
         return newest_transcript(&project);
     };
-    let real = given
-        .canonicalize()
-        .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", given.display())))?;
-    if real.parent() != Some(project.as_path()) {
-        return Err(Error::refused(format!(
-            "transcript {} is not inside project_dir {} (symlinks resolved); ktr only reads *.jsonl files directly inside project_dir",
-            given.display(),
-            project.display()
-        )));
-    }
-    if real.extension().and_then(|e| e.to_str()) != Some("jsonl") || !real.is_file() {
+    let real = confine(given, &project, "transcript", Exists::Must)?;
+    if real.extension().and_then(|e| e.to_str()) != Some("jsonl") {
         return Err(Error::refused(format!(
             "transcript {} is not a .jsonl file",
             given.display()

@@ -16,7 +16,6 @@
 //! record is newer than the scheduling Stop. [`turn_since_stop`] therefore
 //! also reads the tail of the live transcript.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::SystemTime;
@@ -103,7 +102,8 @@ pub fn turn_since_stop(op: &Operation, source: &Path) -> Result<Option<String>> 
 /// The timestamp of a `user` record (or a queued prompt) in the last
 /// [`TAIL_BYTES`] of `path` that is newer than `since`.
 pub fn newer_prompt(path: &Path, since: SystemTime) -> Result<Option<String>> {
-    let mut file = File::open(path).map_err(|e| Error::io_at("open", path, &e))?;
+    let mut file = ktr_base::open::open_regular(path, ktr_base::open::Links::Refuse)
+        .map_err(|e| Error::io_at("open", path, &e))?;
     let len = file
         .metadata()
         .map_err(|e| Error::io_at("stat", path, &e))?

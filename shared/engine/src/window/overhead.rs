@@ -27,6 +27,7 @@ use super::account::{DEFAULT_OVERHEAD, Sourced};
 use super::usage;
 use crate::turns::estimate_tokens;
 use ktr_base::error::Result;
+use ktr_base::open::{Links, cap, read_capped};
 
 /// Below this the numbers are not what the measurement assumes (13,770
 /// measured with no MCP servers and no CLAUDE.md): not used.
@@ -93,7 +94,7 @@ fn receipt_path(state_dir: &Path, session_id: &str) -> PathBuf {
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    serde_json::from_slice(&read_capped(path, cap::CACHE, Links::Refuse).ok()??).ok()
 }
 
 fn write(path: &Path, m: &Measured) {

@@ -8,7 +8,6 @@
 //!
 //! Kept in `<state_dir>/window/<session>.running.json`.
 
-use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -17,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::scan::{Markers, Options, Scan, Speech};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::open::{Links, cap, open_regular, read_capped};
 
 /// The most a hook reads per call while catching up.
 pub const STEP_BYTES: u64 = 8 * 1024 * 1024;
@@ -54,15 +54,17 @@ pub fn advance(
     step: u64,
 ) -> Result<(Running, bool)> {
     let file_path = path(&config.state_dir, session_id);
-    let mut running = std::fs::read(&file_path)
+    let mut running = read_capped(&file_path, cap::CACHE, Links::Refuse)
         .ok()
+        .flatten()
         .and_then(|b| serde_json::from_slice::<Running>(&b).ok())
         .filter(|r| r.transcript == transcript)
         .unwrap_or_else(|| Running {
             transcript: transcript.to_path_buf(),
             ..Running::default()
         });
-    let mut file = File::open(transcript).map_err(|e| Error::io_at("open", transcript, &e))?;
+    let mut file = open_regular(transcript, Links::Refuse)
+        .map_err(|e| Error::io_at("open", transcript, &e))?;
     let len = file
         .metadata()
         .map_err(|e| Error::io_at("stat", transcript, &e))?

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use ktr_base::open::{Links, cap, read_capped};
+
 /// The default window of models not known to have a larger one.
 pub const DEFAULT_TOKENS: u64 = 200_000;
 /// The 1M window (`[1m]` models, the models below).
@@ -58,7 +60,12 @@ pub fn remembered_path(state_dir: &Path, session_id: &str) -> PathBuf {
 
 /// The remembered report, if any (unreadable or foreign content reads as none).
 pub fn remembered(state_dir: &Path, session_id: &str) -> Option<Remembered> {
-    let bytes = std::fs::read(remembered_path(state_dir, session_id)).ok()?;
+    let bytes = read_capped(
+        &remembered_path(state_dir, session_id),
+        cap::CACHE,
+        Links::Refuse,
+    )
+    .ok()??;
     serde_json::from_slice::<Remembered>(&bytes)
         .ok()
         .filter(|r| r.context_window_size > 0)

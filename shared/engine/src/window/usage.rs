@@ -16,6 +16,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use ktr_base::open::{Links, open_regular};
+
 /// How much of the end of a transcript is read: enough for hundreds of
 /// records, bounded however long the file is.
 pub const TAIL_BYTES: u64 = 512 * 1024;
@@ -66,7 +68,7 @@ pub fn read_tail(path: &Path) -> io::Result<Tail> {
 /// When the file cannot be opened or read.
 pub fn read_tail_seeking(path: &Path, needles: &[&[u8]]) -> io::Result<(Tail, bool)> {
     // Never blocks in open(2) (a FIFO swapped in for the transcript).
-    let mut file = ktr_base::open::open_regular(path, ktr_base::open::Links::Follow)?;
+    let mut file = open_regular(path, Links::Refuse)?;
     let near = last_lines(&mut file, FIRST_TRY_BYTES)?;
     let found = needles.is_empty()
         || needles
@@ -84,7 +86,10 @@ pub fn read_tail_seeking(path: &Path, needles: &[&[u8]]) -> io::Result<(Tail, bo
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_tail_bounded(path: &Path, limit: u64) -> io::Result<Tail> {
-    Ok(from_tail(&last_lines(&mut File::open(path)?, limit)?))
+    Ok(from_tail(&last_lines(
+        &mut open_regular(path, Links::Refuse)?,
+        limit,
+    )?))
 }
 
 /// The whole lines within the last `limit` bytes of `file`.
@@ -170,7 +175,9 @@ pub struct Head {
 /// When the file cannot be opened or read.
 pub fn read_head(path: &Path) -> io::Result<Head> {
     let mut buf = Vec::new();
-    File::open(path)?.take(TAIL_BYTES).read_to_end(&mut buf)?;
+    open_regular(path, Links::Refuse)?
+        .take(TAIL_BYTES)
+        .read_to_end(&mut buf)?;
     Ok(Head {
         replied: memchr::memmem::find(&buf, b"\"assistant\"").is_some(),
         first: first_reply(&buf),
@@ -186,7 +193,7 @@ pub fn read_head(path: &Path) -> io::Result<Head> {
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_reply_after(path: &Path, offset: u64) -> io::Result<Option<FirstReply>> {
-    let mut file = File::open(path)?;
+    let mut file = open_regular(path, Links::Refuse)?;
     // One byte before the offset: when it is not a newline, the offset is
     // inside a line, and that line is not a record of its own.
     let start = offset.saturating_sub(1);

@@ -13,6 +13,7 @@ use crate::hook::StopInput;
 use crate::operation::Store;
 use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
+use ktr_base::open::{Links, cap, read_capped};
 use ktr_engine::window;
 use ktr_engine::window::usage::Tail;
 
@@ -43,8 +44,9 @@ pub fn leave_notice(state_dir: &Path, session: &SessionId, line: &str) {
 /// The line left for this session, taken (shown once).
 pub fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
     let path = window_file(state_dir, session, "notice");
-    let line = std::fs::read_to_string(&path).ok()?;
+    let bytes = read_capped(&path, cap::CACHE, Links::Refuse).ok()??;
     std::fs::remove_file(&path).ok()?;
+    let line = String::from_utf8_lossy(&bytes);
     Some(line.chars().take(2000).collect())
 }
 
@@ -92,9 +94,10 @@ pub fn advice(
     // The state dir is created as the store creates it.
     Store::open(&config.state_dir).ok()?;
     let marker = window_file(&config.state_dir, session, "advised");
-    let shown: u8 = std::fs::read_to_string(&marker)
+    let shown: u8 = read_capped(&marker, cap::CACHE, Links::Refuse)
         .ok()
-        .and_then(|s| s.trim().parse().ok())
+        .flatten()
+        .and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok())
         .unwrap_or(0);
     // Cheap first: the band from the usage and the size alone.
     let level = advise.band(used_percent).unwrap_or(0);

@@ -272,7 +272,7 @@ pub(crate) fn append_log(path: &Path, line: &str) -> Result<()> {
 /// The last non-empty line of `path`'s last 4 KiB.
 fn last_line(path: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).ok()?;
+    let mut file = ktr_base::open::open_regular(path, ktr_base::open::Links::Refuse).ok()?;
     let len = file.metadata().ok()?.len();
     file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
     let mut bytes = Vec::new();

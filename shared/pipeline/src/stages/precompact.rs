@@ -31,6 +31,7 @@ use crate::stages::stop::{self, By, Scheduled};
 use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::error::Result;
 use ktr_base::ids::SessionId;
+use ktr_base::open::{Exists, confine};
 use ktr_base::time::Timestamp;
 use ktr_engine::{plan, window};
 
@@ -150,7 +151,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     let by = By {
         hook: "PreCompact hook",
         session: &session,
-        transcript: &hook.transcript_path,
+        transcript: &path,
         at: Timestamp::now(),
         statuses: &[Status::Pending],
         why: " instead of Claude Code's auto-compaction",
@@ -171,17 +172,23 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
 
 /// The line shown when Claude Code compacts with `on_auto_compaction = "advise"`.
 fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {
-    let after = window::for_hook(config, &hook.session_id, &hook.transcript_path, None, None)
-        .ok()
-        .flatten()
-        .filter(window::Window::fits)
-        .map(|w| {
-            format!(
-                "; a lossless rebuild would have brought it to ≈ {}",
-                window::short(w.after_rebuild_tokens)
-            )
-        })
-        .unwrap_or_default();
+    let after = confine(
+        &hook.transcript_path,
+        &config.project_dir,
+        "transcript",
+        Exists::Must,
+    )
+    .ok()
+    .and_then(|path| window::for_hook(config, &hook.session_id, &path, None, None).ok())
+    .flatten()
+    .filter(window::Window::fits)
+    .map(|w| {
+        format!(
+            "; a lossless rebuild would have brought it to ≈ {}",
+            window::short(w.after_rebuild_tokens)
+        )
+    })
+    .unwrap_or_default();
     format!(
         "ktr: Claude Code compacted this window (lossy) before this reply{after}. Next time say REBUILD before it fills up, or set on_auto_compaction = \"rebuild\" in ktr's config."
     )

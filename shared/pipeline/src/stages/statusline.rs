@@ -14,6 +14,7 @@ use crate::hook::{Invocation, Reply, StatuslineInput};
 use crate::operation::{Status, Store, locate_state_dir};
 use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
+use ktr_base::open::{Exists, confine};
 use ktr_base::time::now_rfc3339;
 use ktr_engine::window::{self, Reported, size, usage::Usage};
 
@@ -133,6 +134,12 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     let Ok(config) = Config::load(config_arg) else {
         return (text, level);
     };
+    // Claude Code's word for the transcript is taken only by the one path
+    // rule: a FIFO, a device or a file outside the project is never opened.
+    let Ok(transcript) = confine(transcript, &config.project_dir, "transcript", Exists::Must)
+    else {
+        return (text, level);
+    };
     let reported = Reported {
         usage: Some(Usage {
             tokens: used,
@@ -142,7 +149,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
-    match window::for_hook(&config, sid.as_str(), transcript, Some(reported), None) {
+    match window::for_hook(&config, sid.as_str(), &transcript, Some(reported), None) {
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }

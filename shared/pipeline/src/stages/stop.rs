@@ -21,6 +21,7 @@ use crate::stages::{self, advice};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
+use ktr_base::open::{Exists, confine};
 use ktr_base::time::Timestamp;
 
 /// `ktr-stop --help`.
@@ -260,24 +261,12 @@ fn recover(config_arg: Option<&Path>) -> Result<Reply> {
     })
 }
 
-/// A `*.jsonl` directly inside `project_dir` (symlinks resolved) that is a
-/// regular file. Claude Code writes the transcript asynchronously: at a
+/// A `*.jsonl` directly inside `project_dir` by the one path rule
+/// ([`confine`]). Claude Code writes the transcript asynchronously: at a
 /// session's first Stop the file may not exist yet, and then the directory
 /// it will be written to decides (ktr-prepare waits for the file to be
 /// there and stable, and opens only a regular file).
 fn inside_project(transcript: &Path, project_dir: &Path) -> bool {
-    let resolve = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let file = if transcript.symlink_metadata().is_ok() {
-        match transcript.canonicalize() {
-            Ok(file) if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) => file,
-            _ => return false,
-        }
-    } else {
-        match (transcript.parent(), transcript.file_name()) {
-            (Some(parent), Some(name)) if transcript.is_absolute() => resolve(parent).join(name),
-            _ => return false,
-        }
-    };
-    file.parent() == Some(resolve(project_dir).as_path())
-        && file.extension().is_some_and(|e| e == "jsonl")
+    confine(transcript, project_dir, "transcript", Exists::May)
+        .is_ok_and(|file| file.extension().is_some_and(|e| e == "jsonl"))
 }
