@@ -211,3 +211,25 @@ fn the_target_check_says_what_runs_in_the_pane_on_the_configured_socket() {
     );
     server.kill();
 }
+
+/// Issue 30 item 3: a lost `active` with a request pending is repaired by
+/// doctor, which says what it repaired (it used to say ok).
+#[test]
+fn a_lost_active_is_repaired_and_doctor_says_so() {
+    let sb = Sandbox::new();
+    let op = sb.store().request("big", "REBUILD", None).unwrap();
+    std::fs::remove_file(sb.state.join("active")).unwrap();
+    let ops = report(&sb);
+    let check = check(&ops, "operations");
+    assert_eq!(check["level"], "warn", "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("repaired: the state file `active` was missing")
+            && detail.contains(&format!("operation {} is pending", op.id)),
+        "{detail}"
+    );
+    assert_eq!(
+        sb.store().active(),
+        Some((op.id, ktr_pipeline::operation::Status::Pending))
+    );
+}

@@ -486,3 +486,44 @@ fn ack_records_the_measured_context_of_the_resumed_candidate() {
     );
     assert_eq!(op.status, Status::Activated, "an ack changes no status");
 }
+
+/// Issue 30 item 3: `active` is only the fast path's cache. Deleted,
+/// garbage, a FIFO or 50 MB, it is rebuilt from the operation files and
+/// the pending request is scheduled as if nothing had happened.
+#[test]
+fn a_lost_or_damaged_active_never_kills_a_pending_request() {
+    type Damage = fn(&std::path::Path);
+    let cases: [(&str, Damage); 4] = [
+        ("deleted", |p| fs::remove_file(p).unwrap()),
+        ("garbage", |p| {
+            fs::write(p, "\u{0}\u{1} not an id\n").unwrap();
+        }),
+        ("a FIFO", |p| {
+            fs::remove_file(p).unwrap();
+            let made = std::process::Command::new("mkfifo")
+                .arg(p)
+                .status()
+                .unwrap();
+            assert!(made.success());
+        }),
+        ("50 MB", |p| fs::write(p, vec![b'x'; 50 << 20]).unwrap()),
+    ];
+    for (what, damage) in cases {
+        let sandbox = Sandbox::new();
+        let transcript = sandbox.transcript(SESSION);
+        let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+        damage(&sandbox.state.join("active"));
+        let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+        assert_eq!(code, 0, "{what}");
+        assert!(
+            message(&out).contains("scheduled"),
+            "{what}: the Stop hook said {out}"
+        );
+        assert_eq!(sandbox.wait_records("ktr-prepare", 1).len(), 1, "{what}");
+        assert_eq!(
+            sandbox.store().active(),
+            Some((op.id.clone(), Status::Scheduled)),
+            "{what}: active rebuilt"
+        );
+    }
+}

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::settings;
 use ktr_base::config::{self, Config, home_dir};
-use ktr_pipeline::operation::Store;
+use ktr_pipeline::operation::{Active, Store};
 use ktr_pipeline::process;
 use ktr_pipeline::target::Target;
 
@@ -688,6 +688,30 @@ fn mcp(workdir: &Path, this: &Path) -> Check {
 
 fn operations(config: &Config) -> Check {
     let store = Store::at(&config.state_dir);
+    if let Active::Unknown(why) = store.active_state()
+        && (config.state_dir.join("operations").exists() || why != "missing")
+    {
+        // The Stop hook would rebuild it at the next reply; doctor does it
+        // now and says so.
+        return match store.rebuild_active(ktr_pipeline::operation::LOCK_TIMEOUT) {
+            Ok(op) => warn(
+                "operations",
+                format!(
+                    "repaired: the state file `active` was {why}; rebuilt from the operation files: {}",
+                    op.map_or("none in flight".into(), |op| format!(
+                        "operation {} is {}",
+                        op.id, op.status
+                    ))
+                ),
+                "nothing more to do; if it happens again, check what else writes into state_dir",
+            ),
+            Err(e) => fail(
+                "operations",
+                format!("the state file `active` is {why} and cannot be rebuilt: {e}"),
+                "`ktr repair` lists damaged operation files; fix or set them aside, then run `ktr doctor` again",
+            ),
+        };
+    }
     if let Ok(scanned) = store.scan()
         && let Some(first) = scanned.damaged.first()
     {

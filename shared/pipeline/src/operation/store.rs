@@ -198,14 +198,44 @@ impl Store {
     }
 
     /// The `active` file: `(id, status)` of the non-terminal operation, if
-    /// any. Cheap (one small read, no lock): this is the Stop hook's fast path.
+    /// it names one. Cheap (one small read, no lock): this is the Stop
+    /// hook's fast path. See [`Store::active_state`] for why it may not.
     pub fn active(&self) -> Option<(OperationId, Status)> {
-        let bytes = read_capped(&self.dir.join("active"), cap::ACTIVE, Links::Refuse).ok()??;
-        let text = String::from_utf8(bytes).ok()?;
+        match self.active_state() {
+            Active::Busy(id, status) => Some((id, status)),
+            Active::Idle | Active::Unknown(_) => None,
+        }
+    }
+
+    /// What the `active` file says: an operation in flight, `idle`, or —
+    /// missing, unreadable, a FIFO, too large, garbage — unknown, to be
+    /// rebuilt from the operation files ([`Locked::active_operation`]).
+    pub fn active_state(&self) -> Active {
+        let text = match read_capped(&self.dir.join("active"), cap::ACTIVE, Links::Refuse) {
+            Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(None) => return Active::Unknown("missing".into()),
+            Err(e) => return Active::Unknown(e.message),
+        };
         let mut words = text.split_whitespace();
-        let id = OperationId::parse(words.next()?).ok()?;
-        let status = Status::parse(words.next()?)?;
-        Some((id, status))
+        match (words.next(), words.next(), words.next()) {
+            (Some(IDLE), None, None) => Active::Idle,
+            (Some(id), Some(status), None) => match (OperationId::parse(id), Status::parse(status))
+            {
+                (Ok(id), Some(status)) => Active::Busy(id, status),
+                _ => Active::Unknown("not what ktr writes there".into()),
+            },
+            _ => Active::Unknown("not what ktr writes there".into()),
+        }
+    }
+
+    /// Rebuild a lost or damaged `active` from the operation files
+    /// ([`Locked::active_operation`]), waiting at most `timeout` for the
+    /// lock; the operation in flight, if any.
+    pub fn rebuild_active(&self, timeout: Duration) -> Result<Option<Operation>> {
+        // The method path does not satisfy the closure's higher-ranked
+        // lifetime (`Locked<'_>`), which clippy's suggestion overlooks.
+        #[allow(clippy::redundant_closure_for_method_calls)]
+        self.with_lock_within(timeout, |tx| tx.active_operation())
     }
 
     /// Load one operation; a missing one is [`ktr_base::ErrorKind::NotFound`].
@@ -406,18 +436,14 @@ impl Locked<'_> {
                 d.why
             )));
         }
-        let mut live = headers.into_iter().filter(|h| !h.status.is_terminal());
-        let first = live.next();
-        if let Some(other) = live.next() {
-            return Err(Error::refused(format!(
-                "operations {} and {} are both in flight; set one aside with `ktr repair`",
-                first.as_ref().map_or(String::new(), |h| h.id.to_string()),
-                other.id
-            )));
-        }
-        let op = match first {
-            Some(h) => self.store.try_load(&h.id)?,
-            None => None,
+        let live: Vec<Header> = headers
+            .into_iter()
+            .filter(|h| !h.status.is_terminal())
+            .collect();
+        let op = match live.as_slice() {
+            [] => None,
+            [one] => self.store.try_load(&one.id)?,
+            _ => self.one_in_flight(&live)?,
         };
         let recorded = self.store.active();
         let agrees = match (&op, &recorded) {
@@ -428,10 +454,36 @@ impl Locked<'_> {
         if !agrees {
             match &op {
                 Some(op) => self.set_active(op)?,
-                None => remove_if_present(&self.store.dir.join("active"))?,
+                None => self.set_idle()?,
             }
         }
         Ok(op)
+    }
+
+    /// More than one operation in flight (only a lost `active` lets that
+    /// happen): the newest whose worker is alive or that no stage has
+    /// started yet is the one; every other ends `failed`, saying why.
+    fn one_in_flight(&mut self, live: &[Header]) -> Result<Option<Operation>> {
+        let mut ops = Vec::new();
+        for h in live {
+            ops.extend(self.store.try_load(&h.id)?);
+        }
+        ops.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        let keep = ops
+            .iter()
+            .rposition(|op| op.worker.as_ref().is_none_or(super::Worker::alive))
+            .unwrap_or(ops.len() - 1);
+        let kept = ops[keep].id.clone();
+        for (i, op) in ops.iter_mut().enumerate() {
+            if i != keep {
+                let why = format!(
+                    "operation {kept} is in flight too (only a lost `active` file lets two run); this one ends here"
+                );
+                op.error = Some(why.clone());
+                self.transition(op, Status::Failed, &why)?;
+            }
+        }
+        Ok(Some(ops.swap_remove(keep)))
     }
 
     /// Write `op` atomically (0600) and refresh `updated_at`.
@@ -482,7 +534,18 @@ impl Locked<'_> {
         if self.store.active().is_some_and(|(id, _)| id != *op.id) {
             return Ok(());
         }
-        remove_if_present(&path)
+        self.set_idle()
+    }
+
+    /// `active` says no operation is in flight.
+    fn set_idle(&mut self) -> Result<()> {
+        let line = format!("{IDLE}\n");
+        write_atomic(
+            &self.store.dir.join("active"),
+            line.as_bytes(),
+            0o600,
+            Existing::Replace,
+        )
     }
 
     /// Append one line to `ktr.log`.
@@ -505,6 +568,21 @@ impl Locked<'_> {
 pub struct Damaged {
     pub path: PathBuf,
     pub why: String,
+}
+
+/// What `active` holds when no operation is in flight.
+const IDLE: &str = "idle";
+
+/// What the `active` file says ([`Store::active_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Active {
+    /// No operation is in flight.
+    Idle,
+    /// This operation is, in this status.
+    Busy(OperationId, Status),
+    /// The file is missing or damaged (why): rebuild it from the operation
+    /// files ([`Locked::active_operation`]).
+    Unknown(String),
 }
 
 /// The two fields of an operation file the one-operation rule needs; serde
@@ -570,11 +648,4 @@ fn damaged(path: &Path, why: &str) -> Error {
         "operation file {} is damaged: {why}",
         path.display()
     ))
-}
-
-fn remove_if_present(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != IoKind::NotFound => Err(Error::io_at("remove", path, &e)),
-        _ => Ok(()),
-    }
 }

@@ -830,3 +830,47 @@ fn lists_that_grow_with_an_operations_life_are_capped_when_saved() {
             < 256 << 10
     );
 }
+
+#[test]
+fn two_operations_in_flight_keep_the_newest_live_one_and_fail_the_other() {
+    let (_t, store) = store();
+    let older = requested(&store);
+    // Only a lost `active` lets a second one be written: plant it.
+    let newer_id = OperationId::new_random();
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&fs::read(store.operation_path(&older.id).unwrap()).unwrap())
+            .unwrap();
+    json["id"] = newer_id.to_string().into();
+    json["created_at"] =
+        ktr_base::time::Timestamp::at(older.created_at.time() + Duration::from_secs(5))
+            .to_string()
+            .into();
+    fs::write(
+        store.operation_path(&newer_id).unwrap(),
+        serde_json::to_vec(&json).unwrap(),
+    )
+    .unwrap();
+    fs::remove_file(store.dir().join("active")).unwrap();
+    let kept = store.rebuild_active(LOCK_TIMEOUT).unwrap().unwrap();
+    assert_eq!(kept.id, newer_id);
+    assert_eq!(store.active(), Some((newer_id.clone(), Status::Pending)));
+    let failed = store.load(&older.id).unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert!(
+        failed.error.as_deref().unwrap().contains(&*newer_id),
+        "{:?}",
+        failed.error
+    );
+}
+
+#[test]
+fn active_says_idle_when_nothing_is_in_flight_and_unknown_when_lost() {
+    let (_t, store) = store();
+    let op = requested(&store);
+    store.cancel(&op.id, "CANCEL").unwrap();
+    assert_eq!(store.active_state(), Active::Idle);
+    fs::remove_file(store.dir().join("active")).unwrap();
+    assert_eq!(store.active_state(), Active::Unknown("missing".into()));
+    fs::write(store.dir().join("active"), "what\n").unwrap();
+    assert!(matches!(store.active_state(), Active::Unknown(_)));
+}

@@ -16,7 +16,7 @@
 use std::path::Path;
 
 use crate::hook::{Invocation, Reply, StopInput};
-use crate::operation::{Operation, Stage, Status, Store, Worker, locate_state_dir};
+use crate::operation::{Active, Operation, Stage, Status, Store, Worker, locate_state_dir};
 use crate::stages::{self, advice};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
@@ -46,7 +46,23 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     let stopped_at = Timestamp::now();
     // Fast path: one small file, no config validation, no lock.
     let state_dir = locate_state_dir(config_arg)?;
-    let Some((id, status)) = Store::at(&state_dir).active() else {
+    let in_flight = match Store::at(&state_dir).active_state() {
+        Active::Busy(id, status) => Some((id, status)),
+        Active::Idle => None,
+        // Nothing was ever requested here.
+        Active::Unknown(_) if !state_dir.join("operations").is_dir() => None,
+        // Missing or damaged: the operation files decide, under the lock,
+        // and `active` is written again — a pending request is never lost.
+        Active::Unknown(why) => Store::at(&state_dir)
+            .rebuild_active(LOCK_WAIT)
+            .map_err(|e| {
+                Error::io(format!(
+                    "the state file `active` is {why} and could not be rebuilt from the operation files ({e}); `ktr doctor` says more"
+                ))
+            })?
+            .map(|op| (op.id, op.status)),
+    };
+    let Some((id, status)) = in_flight else {
         let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(&i).ok());
         let line = hook.and_then(|h| advice::idle_line(config_arg, &state_dir, &h));
         return Ok(line.map_or(Reply::Quiet, Reply::Message));
