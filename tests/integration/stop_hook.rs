@@ -527,3 +527,29 @@ fn a_lost_or_damaged_active_never_kills_a_pending_request() {
         );
     }
 }
+
+/// Issue 30 item 4: a `ktr.log` that cannot be opened (a planted symlink)
+/// no longer makes the Stop hook say the request "stays pending" while it
+/// was in fact scheduled: the log is a convenience, the operation file is
+/// the record.
+#[test]
+fn a_log_that_cannot_be_written_never_misreports_the_operation() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.transcript(SESSION);
+    let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+    let target = sandbox.root().join("elsewhere.log");
+    fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
+    std::os::unix::fs::symlink(&target, sandbox.state.join("ktr.log")).unwrap();
+    let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    assert_eq!(code, 0);
+    let m = message(&out);
+    assert!(
+        m.contains(&format!("rebuild scheduled (operation {})", op.id)) && !m.contains("stays"),
+        "{m}"
+    );
+    assert_eq!(
+        sandbox.store().load(&op.id).unwrap().status,
+        Status::Scheduled
+    );
+    assert!(!target.exists(), "the log was written through the link");
+}

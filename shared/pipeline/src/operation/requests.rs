@@ -83,7 +83,7 @@ impl Store {
                     op.session_id = session;
                 }
                 tx.save(&mut op)?;
-                tx.log(&op.id, op.status, op.status, &format!("reason merged: {reason}"))?;
+                tx.log(&op.id, op.status, op.status, &format!("reason merged: {reason}"));
                 return Ok(op);
             }
             // `active` first: an operation file nobody points at would be
@@ -92,7 +92,7 @@ impl Store {
             op.requested_target = seen;
             tx.set_active(&op)?;
             tx.save(&mut op)?;
-            tx.log(&op.id, Status::Pending, Status::Pending, "requested")?;
+            tx.log(&op.id, Status::Pending, Status::Pending, "requested");
             Ok(op)
         })
     }

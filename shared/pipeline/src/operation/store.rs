@@ -520,7 +520,8 @@ impl Locked<'_> {
         }
         self.save(op)?;
         self.set_active(op)?;
-        self.log(&op.id, from, to, note)
+        self.log(&op.id, from, to, note);
+        Ok(())
     }
 
     /// Point `active` at `op`, or clear it when `op` is terminal (only if
@@ -549,12 +550,20 @@ impl Locked<'_> {
     }
 
     /// Append one line to `ktr.log`.
-    pub(super) fn log(&self, id: &str, from: Status, to: Status, note: &str) -> Result<()> {
+    /// The log is a convenience beside the operation files (which keep
+    /// each operation's history): a log that cannot be written — a planted
+    /// symlink, a full disk — is said on stderr and never undoes or hides a
+    /// transition that was saved.
+    pub(super) fn log(&self, id: &str, from: Status, to: Status, note: &str) {
         let path = self.store.dir.join("ktr.log");
         let line = serde_json::json!({"ts": now_rfc3339(), "op": id, "from": from, "to": to, "note": note});
-        let mut file = append_private(&path)?;
-        file.write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| Error::io_at("append to", &path, &e))
+        let written = append_private(&path).and_then(|mut file| {
+            file.write_all(format!("{line}\n").as_bytes())
+                .map_err(|e| Error::io_at("append to", &path, &e))
+        });
+        if let Err(e) = written {
+            eprintln!("ktr: {e}; the operation file keeps the history ({id}: {from} → {to})");
+        }
     }
 
     /// The store this lock belongs to.
