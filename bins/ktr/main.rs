@@ -53,7 +53,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("ktr: {e}");
+            eprintln!("ktr: {}", ktr_base::text::printable(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }

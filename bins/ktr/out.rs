@@ -2,12 +2,14 @@
 
 use std::io::Write;
 
-/// Print text; exit quietly with 0 if stdout is a closed pipe.
+/// Print text for a person (control characters and bidirectional
+/// overrides shown as `?`: a model name or a reason cannot drive the
+/// terminal); exit quietly with 0 if stdout is a closed pipe.
 pub fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
     written(
         stdout
-            .write_all(text.as_bytes())
+            .write_all(ktr_base::text::printable(text).as_bytes())
             .and_then(|()| stdout.flush()),
     );
 }

@@ -665,3 +665,28 @@ fn fifos_planted_at_the_window_caches_hang_nothing() {
         );
     }
 }
+
+/// Issue 30 item 6: what a person reads from `ktr` never carries a
+/// terminal escape sequence from data (a reason the model or a person
+/// typed), neither on stdout nor in a hook's message.
+#[test]
+fn human_output_carries_no_escape_sequences_from_data() {
+    let sandbox = Sandbox::new();
+    let evil = "window full\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    sandbox.store().request(evil, "REBUILD", None).unwrap();
+    for args in [&["status"][..], &["ops"]] {
+        let out = run(&sandbox, KTR, args, "");
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{args:?}: {text:?}"
+        );
+    }
+    let line = ktr_pipeline::hook::Reply::Message(format!("ktr: {evil}")).to_json();
+    let shown: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        shown["systemMessage"], "ktr: window full?]0;pwned??[2J",
+        "Claude Code shows this decoded"
+    );
+}

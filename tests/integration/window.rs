@@ -382,3 +382,19 @@ fn check_statusline_size(s: &Session) {
         serde_json::from_str(&s.sandbox.run("dirty", Some(path), &["--json"]).stdout).unwrap();
     assert_eq!(v["window"]["size_tokens"], 1_000_000, "{}", v["window"]);
 }
+
+/// Issue 30 item 6: a model name or a folder name with terminal escape
+/// sequences is printed with them made harmless.
+#[test]
+fn the_statusline_never_prints_escape_sequences_from_its_input() {
+    let sandbox = Sandbox::new();
+    let input = serde_json::json!({
+        "session_id": "s1",
+        "model": {"id": "x", "display_name": "Opus\u{1b}]0;pwned\u{7}\u{1b}[2J"},
+        "workspace": {"current_dir": "/w/proj\u{1b}[31m\u{9b}1m"},
+        "context_window": {"context_window_size": 200_000, "current_usage": null},
+    });
+    let (out, code) = sandbox.hook(env!("CARGO_BIN_EXE_ktr-statusline"), &input.to_string());
+    assert_eq!(code, 0);
+    assert_eq!(out, "Opus?]0;pwned??[2J · proj?[31m?1m · ktr –\n");
+}

@@ -1,7 +1,7 @@
 //! The base every ktr layer stands on: the one [`Error`], the [`config`],
 //! durable writes ([`fsutil`]), reading files ktr did not write ([`open`]),
 //! the allocator kept at what is in use ([`heap`]), typed [`ids`] and
-//! [`time`].
+//! [`time`], and [`text::printable`] for what a person reads.
 //!
 //! The layers above, each its own crate so the compiler enforces the
 //! direction (`admin → pipeline → engine → base`):
@@ -20,6 +20,7 @@ pub mod fsutil;
 pub mod heap;
 pub mod ids;
 pub mod open;
+pub mod text;
 pub mod time;
 
 pub use error::{Error, ErrorKind, Result};

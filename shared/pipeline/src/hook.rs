@@ -121,13 +121,18 @@ pub enum Reply {
     Line(String),
 }
 
+use ktr_base::text::printable;
+
 impl Reply {
     /// The line for stdout (JSON, except [`Reply::Line`]).
     pub fn to_json(&self) -> String {
         match self {
             Reply::Quiet => serde_json::json!({"suppressOutput": true}),
-            Reply::Message(m) => serde_json::json!({"systemMessage": m}),
-            Reply::Block(reason) => serde_json::json!({"decision": "block", "reason": reason}),
+            // Claude Code shows these on the person's terminal.
+            Reply::Message(m) => serde_json::json!({"systemMessage": printable(m)}),
+            Reply::Block(reason) => {
+                serde_json::json!({"decision": "block", "reason": printable(reason)})
+            }
             Reply::Line(line) => return line.clone(),
         }
         .to_string()

@@ -15,6 +15,7 @@ use crate::operation::{Status, Store, locate_state_dir};
 use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
+use ktr_base::text::printable;
 use ktr_base::time::now_rfc3339;
 use ktr_engine::window::{self, Reported, size, usage::Usage};
 
@@ -75,6 +76,12 @@ pub fn line(config_arg: Option<&Path>, input: &[u8], style: Style) -> String {
         parts.push(base.into_owned());
     }
     parts.push(segment);
+    // The model name and the folder come from outside: never an escape
+    // sequence on the person's screen (the segment's own colors stay).
+    let last = parts.len() - 1;
+    for part in &mut parts[..last] {
+        *part = printable(part).into_owned();
+    }
     parts.join(" · ")
 }
 
