@@ -233,3 +233,26 @@ fn a_lost_active_is_repaired_and_doctor_says_so() {
         Some((op.id, ktr_pipeline::operation::Status::Pending))
     );
 }
+
+/// Issue 30 item 7: only regular `*.jsonl` files count as transcripts.
+#[test]
+fn fifos_folders_and_symlinks_are_not_counted_as_transcripts() {
+    let sb = Sandbox::new();
+    sb.transcript("11111111-2222-4333-8444-555555555555");
+    let made = std::process::Command::new("mkfifo")
+        .arg(sb.project.join("fifo.jsonl"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    fs::create_dir(sb.project.join("folder.jsonl")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", sb.project.join("link.jsonl")).unwrap();
+    let report = report(&sb);
+    let detail = check(&report, "project dir")["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        detail.contains("(1 transcripts; 3 *.jsonl entries that are not regular files"),
+        "{detail}"
+    );
+}

@@ -177,16 +177,32 @@ fn project_dir(config: &Config) -> Check {
         }
         return before_first("does not exist yet");
     };
-    let count = entries
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
-        .count();
+    // A transcript is a regular *.jsonl file (the entry's own type, not
+    // followed): a FIFO, a folder or a symlink named so is not one.
+    let (mut count, mut other) = (0, 0);
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().ends_with(".jsonl") {
+            continue;
+        }
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            count += 1;
+        } else {
+            other += 1;
+        }
+    }
+    let others = match other {
+        0 => String::new(),
+        n => format!(
+            "; {n} *.jsonl entr{} that are not regular files (FIFO, folder, symlink) ignored",
+            if n == 1 { "y" } else { "ies" }
+        ),
+    };
     if count == 0 {
-        return before_first("holds no *.jsonl transcript yet");
+        return before_first(&format!("holds no *.jsonl transcript yet{others}"));
     }
     pass(
         "project dir",
-        format!("{} ({count} transcripts)", dir.display()),
+        format!("{} ({count} transcripts{others})", dir.display()),
     )
 }
 
