@@ -690,3 +690,45 @@ fn human_output_carries_no_escape_sequences_from_data() {
         "Claude Code shows this decoded"
     );
 }
+
+/// Issue 30 item 8, the hooks' one lock rule: a prompt waits at most a
+/// second for a held lock (it waited 10 s), then loses nothing and says
+/// so — through, marked as unmarked, outside a switch; refused (Claude
+/// Code gives the text back) while one may be under way.
+#[test]
+fn under_lock_contention_a_prompt_answers_within_a_second_or_so_and_says_what_happened() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.transcript(SESSION);
+    let op = sandbox.store().request("big", "REBUILD", None).unwrap();
+    let prompt = serde_json::json!({
+        "session_id": SESSION, "transcript_path": transcript, "prompt": "hello",
+        "hook_event_name": "UserPromptSubmit",
+    })
+    .to_string();
+    for (statuses, expect) in [
+        (&[Status::Scheduled][..], "went through unmarked"),
+        (
+            &[Status::Running, Status::Verifying, Status::Activating],
+            "switching this session over right now",
+        ),
+    ] {
+        sandbox.walk(&op.id, statuses, |_| {});
+        let lock = fs::OpenOptions::new()
+            .write(true)
+            .open(sandbox.state.join("coordinator.lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        let start = Instant::now();
+        let out = run(&sandbox, env!("CARGO_BIN_EXE_ktr-prompt"), &[], &prompt);
+        let took = start.elapsed();
+        drop(lock);
+        assert_eq!(out.status.code(), Some(0));
+        let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let said = reply["systemMessage"]
+            .as_str()
+            .or(reply["reason"].as_str())
+            .unwrap_or_default();
+        assert!(said.contains(expect), "{reply}");
+        assert!(took < Duration::from_secs(4), "took {took:?}");
+    }
+}

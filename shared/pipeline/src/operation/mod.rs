@@ -39,7 +39,8 @@ pub use requests::confirm;
 pub use stage::Stage;
 pub use status::Status;
 pub use store::{
-    Active, DEFAULT_STATE_DIR, Damaged, LOCK_TIMEOUT, Locked, Scanned, Store, locate_state_dir,
+    Active, DEFAULT_STATE_DIR, Damaged, HOOK_LOCK_WAIT, LOCK_TIMEOUT, Locked, Scanned, Store,
+    locate_state_dir,
 };
 
 #[cfg(test)]

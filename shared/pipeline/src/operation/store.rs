@@ -43,6 +43,16 @@ pub fn worker_grace() -> Duration {
 /// How long to wait for the coordinator lock before giving up.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The one rule for hooks a person waits on (Stop, UserPromptSubmit): at
+/// most this long for the lock, then each does what loses nothing and
+/// says so — the Stop hook leaves the operation as it is and retries at
+/// the next Stop; a prompt during a switch is refused (Claude Code gives
+/// the text back), any other goes through with a line saying it was not
+/// marked. (`ktr-ack`, whose receipt decides a switch's health and which
+/// runs while Claude Code loads a session, before any prompt, waits
+/// [`LOCK_TIMEOUT`].)
+pub const HOOK_LOCK_WAIT: Duration = Duration::from_secs(1);
+
 /// Find the state dir cheaply, for hooks that must start in a millisecond:
 /// the `state_dir` key of the config file found by [`Config::locate`], read
 /// as plain TOML without validating the rest ([`Config::load`] resolves the

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use crate::gate::{gated_session, switching, watched};
 use crate::hook::{Invocation, PromptInput, Reply};
-use crate::operation::{BlockedPrompt, Store, locate_state_dir};
+use crate::operation::{BlockedPrompt, HOOK_LOCK_WAIT, Store, locate_state_dir};
 use ktr_base::error::{Error, Result};
 use ktr_base::time::Timestamp;
 
@@ -48,6 +48,10 @@ pub fn prompt(call: Invocation) -> Reply {
     })
 }
 
+/// What the person sees when the lock was held past [`HOOK_LOCK_WAIT`]
+/// and the prompt went through without being marked.
+pub const UNMARKED: &str = "ktr: busy (another ktr process held the lock for over a second); this prompt went through unmarked — the switch still checks the transcript for it before it runs";
+
 /// Decide about one prompt. Fast path: one small read of `active`.
 pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     let store = Store::at(&locate_state_dir(config_arg)?);
@@ -64,7 +68,7 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         return Ok(Reply::Block(PROBE_REFUSED.into()));
     }
     let store = Store::open(store.dir())?;
-    store.with_lock(|tx| {
+    let decided = store.with_lock_within(HOOK_LOCK_WAIT, |tx| {
         let Some(mut op) = tx.active_operation()? else {
             return Ok(Reply::Quiet);
         };
@@ -86,5 +90,15 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             tx.save(&mut op)?;
         }
         Ok(Reply::Quiet)
-    })
+    });
+    match decided {
+        // The lock is busy: refuse only while a switch may be under way
+        // (the text comes back to the input line), else let it through
+        // and say so.
+        Err(e) if e.kind == ktr_base::ErrorKind::Busy => Ok(match store.active() {
+            Some((_, status)) if switching(status) => Reply::Block(SWITCHING.into()),
+            _ => Reply::Message(UNMARKED.into()),
+        }),
+        other => other,
+    }
 }

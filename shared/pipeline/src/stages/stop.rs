@@ -31,10 +31,10 @@ With a pending rebuild or rollback for this session it starts it detached after 
 otherwise it may show one line about the window (advise_at_percent), never requesting anything,
 or prints {\"suppressOutput\":true}.";
 
-/// How long the Stop hook waits for the coordinator lock: far below the
-/// hook's own timeout, so Claude Code never waits on ktr; a busy lock means
-/// "try again at the next Stop".
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long the Stop hook waits for the coordinator lock (the hooks' one
+/// rule): far below the hook's own timeout, so Claude Code never waits on
+/// ktr; a busy lock means "try again at the next Stop".
+const LOCK_WAIT: std::time::Duration = crate::operation::HOOK_LOCK_WAIT;
 
 /// The Stop hook: what it tells Claude Code for this invocation.
 pub fn stop(call: Invocation) -> Reply {
