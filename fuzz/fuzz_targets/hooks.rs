@@ -4,43 +4,14 @@
 //! fuzzer does not name, and no stage executable can be found).
 #![no_main]
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+#[path = "sandbox.rs"]
+mod sandbox;
 
 use ktr_pipeline::hook::{Invocation, Reply};
 use ktr_pipeline::operation::{Status, Store};
 use ktr_pipeline::stages::{ack, stop};
 use libfuzzer_sys::fuzz_target;
-
-/// A sandbox (temp dir kept for the run) with a config and one pending
-/// operation bound to session `bound-elsewhere`.
-fn sandbox() -> &'static (PathBuf, PathBuf, String) {
-    static SANDBOX: OnceLock<(PathBuf, PathBuf, String)> = OnceLock::new();
-    SANDBOX.get_or_init(|| {
-        let root = std::env::temp_dir().join(format!("ktr-fuzz-hooks-{}", std::process::id()));
-        let (project, state) = (root.join("project"), root.join("state"));
-        std::fs::create_dir_all(&project).unwrap();
-        std::fs::write(project.join("s.jsonl"), "{}\n").unwrap();
-        let config = root.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "project_dir = {:?}\nstate_dir = {:?}\nactivation = \"pointer\"\nresume_pointer_path = {:?}\n",
-                project.display().to_string(),
-                state.display().to_string(),
-                root.join("pointer").display().to_string()
-            ),
-        )
-        .unwrap();
-        // SAFETY: set once, before any hook runs, on the fuzzer's only thread.
-        unsafe { std::env::set_var("KTR_BIN_DIR", root.join("no-stages")) };
-        let store = Store::open(&state).unwrap();
-        let op = store
-            .request("fuzz", "REBUILD", Some("bound-elsewhere"))
-            .unwrap();
-        (config, state, op.id.to_string())
-    })
-}
+use sandbox::sandbox;
 
 fuzz_target!(|data: &[u8]| {
     let (config, state, id) = sandbox();
