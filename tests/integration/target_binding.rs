@@ -431,6 +431,11 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
         !ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"),
         "{detail}"
     );
+    // …and nothing is said "ok" about a unit that is not there (issue 29).
+    let said: Vec<String> = doctor(&rig).into_iter().map(|(name, _, _)| name).collect();
+    for name in ["target", "pointer", "systemd rights", "systemd-run"] {
+        assert!(!said.iter().any(|n| n == name), "{name} checked: {said:?}");
+    }
 }
 
 /// `ktr request --confirm REBUILD` as a human types it (unbound): the CLI

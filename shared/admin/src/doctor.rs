@@ -141,9 +141,10 @@ fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
     checks.push(project_dir(config));
     checks.push(workdir(config));
     checks.push(resume_binary(&config.resume_command[0]));
-    checks.push(target(config));
     if config.activation == config::Activation::Systemd {
         checks.extend(systemd(config));
+    } else {
+        checks.push(target(config));
     }
     checks.push(hooks(&config.claude_workdir, this));
     checks.push(statusline(&config.claude_workdir));
@@ -399,7 +400,8 @@ fn runs_claude(pid: u32, resume_program: &str) -> bool {
 
 /// systemd mode: the unit exists and runs Claude, the pointer names the
 /// session `MainPID` runs, ktr may restart the unit and can start its
-/// stages with `systemd-run`.
+/// stages with `systemd-run`. A unit that cannot be read or is not
+/// installed is the one finding: nothing is said "ok" about it.
 fn systemd(config: &Config) -> Vec<Check> {
     let Target::Systemd(unit) = Target::from_config(config) else {
         return Vec::new();
@@ -432,7 +434,15 @@ fn systemd(config: &Config) -> Vec<Check> {
         ),
         Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
     });
-    checks.push(systemd_pointer(config, state.ok().map(|s| s.main_pid)));
+    let Some(main_pid) = state
+        .ok()
+        .filter(|s| s.load == "loaded")
+        .map(|s| s.main_pid)
+    else {
+        return checks;
+    };
+    checks.push(target(config));
+    checks.push(systemd_pointer(config, Some(main_pid)));
     checks.push(systemd_rights(unit.user));
     checks.push(systemd_run(unit.user));
     checks
