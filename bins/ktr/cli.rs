@@ -34,6 +34,9 @@ Operations:
                                         forget old finished operations (dry run without --yes)
   repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
                                         (lists them without --confirm; never deletes)
+  purge [--confirm PURGE] [--json]      remove ktr's state dir and the candidates never activated
+                                        (lists them without --confirm; never a source transcript
+                                        or the transcript of a session that ran)
 
 Try it:
   demo [--keep]                         a complete rebuild drill in a throwaway sandbox
@@ -140,7 +143,7 @@ pub struct PruneArgs {
     pub yes: bool,
 }
 
-/// `ktr repair`.
+/// `ktr repair` and `ktr purge`.
 #[derive(Debug, Default)]
 pub struct RepairArgs {
     pub common: Common,
@@ -183,6 +186,7 @@ pub enum Command {
     Ops(OpsArgs),
     Prune(PruneArgs),
     Repair(RepairArgs),
+    Purge(RepairArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
     Config(ConfigArgs),
@@ -322,7 +326,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "doctor" | "ops" | "status" => &["--json"],
         "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
-        "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
+        "cancel" | "rollback-request" | "repair" | "purge" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
@@ -390,6 +394,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             key: required(operand, "config", "a key")?,
         }),
         "repair" => Command::Repair(RepairArgs {
+            common,
+            confirm: raw.confirm,
+        }),
+        "purge" => Command::Purge(RepairArgs {
             common,
             confirm: raw.confirm,
         }),

@@ -910,3 +910,74 @@ fn session_names_the_transcript_to_read_and_new_session_must_be_a_uuid() {
 fn stamp(at: &str) -> ktr_base::time::Timestamp {
     ktr_base::time::Timestamp::parse(at).unwrap()
 }
+
+/// Issue 29 operator item 1: purge removes ktr's own copies of the
+/// conversation — the state dir's files and the candidates never
+/// activated — and never a source transcript, the transcript of a session
+/// that ran, or anything else in the state dir; without the word it only
+/// lists; it refuses while an operation is in flight.
+#[test]
+fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
+    use Status::*;
+    let sb = Sandbox::new();
+    let source = sb.project.join("source-session.jsonl");
+    fs::write(&source, "{\"type\":\"user\"}\n").unwrap();
+    let mut failed = finished(&sb, &[Scheduled, Running, Failed], OLD);
+    let never_ran = with_candidate(&sb, &mut failed, 1);
+    let mut activated = finished(
+        &sb,
+        &[Scheduled, Running, Verifying, Activating, Activated],
+        OLD,
+    );
+    let ran = with_candidate(&sb, &mut activated, 2);
+    let theirs = sb.state.join("notes-of-the-operator.txt");
+    fs::write(&theirs, "mine").unwrap();
+
+    Ktr::new(&sb)
+        .args(["purge"])
+        .run()
+        .code(0)
+        .stdout_contains("would remove candidate")
+        .stdout_contains("nothing removed: run again with --confirm PURGE");
+    // (The first look made the lock file; a second changes nothing.)
+    let before = tree(sb.root());
+    Ktr::new(&sb).args(["purge", "--json"]).run().code(0);
+    assert_eq!(tree(sb.root()), before, "a dry run removes nothing");
+    Ktr::new(&sb)
+        .args(["purge", "--confirm", "purge"])
+        .run()
+        .code(1)
+        .stderr_contains("confirmation must be exactly PURGE");
+    assert_eq!(tree(sb.root()), before);
+
+    Ktr::new(&sb)
+        .args(["purge", "--confirm", "PURGE"])
+        .run()
+        .code(0)
+        .stdout_contains("ktr's copies of the conversation are gone")
+        .stdout_contains("not empty: it holds files ktr did not make");
+    assert!(!never_ran.exists(), "the never-activated candidate is gone");
+    for kept in [&source, &ran, &theirs] {
+        assert!(kept.exists(), "{} was kept", kept.display());
+    }
+    for gone in [
+        "operations",
+        "artifacts",
+        "active",
+        "ktr.log",
+        "coordinator.lock",
+    ] {
+        assert!(!sb.state.join(gone).exists(), "{gone} left behind");
+    }
+
+    // In flight: refused, nothing removed.
+    let sb = Sandbox::new();
+    let op = sb.store().request("x", "REBUILD", None).unwrap();
+    let before = tree(sb.root());
+    Ktr::new(&sb)
+        .args(["purge", "--confirm", "PURGE"])
+        .run()
+        .code(1)
+        .stderr_contains(&format!("operation {} is pending", op.id));
+    assert_eq!(tree(sb.root()), before);
+}
