@@ -140,8 +140,11 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     let victim = sandbox.root().join("victim.log");
     fs::write(&victim, "untouched\n").unwrap();
     std::os::unix::fs::symlink(&victim, sandbox.state.join("ktr.log")).unwrap();
+    // The request is recorded (the operation file is the record) and the
+    // log it cannot write through the link is said, not followed.
     let out = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
-    assert!(fails(&out, 1).contains("ktr.log"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ktr.log"));
     assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
     fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
     let op = store.latest().unwrap().unwrap();
