@@ -29,8 +29,20 @@ struct Session {
 }
 
 impl Session {
+    /// A session whose target runs it (a pointer naming it), so that the
+    /// compaction guard may block for it.
     fn new(extra_config: &str) -> Session {
         let sandbox = Sandbox::new();
+        let pointer = sandbox.root().join("pointer");
+        fs::write(&pointer, format!("{SESSION}\n")).unwrap();
+        Session::with_config(
+            sandbox,
+            &format!("activation = \"pointer\"\nresume_pointer_path = {pointer:?}\n{extra_config}"),
+        )
+    }
+
+    /// A session with the sandbox's own target (a tmux pane on no server).
+    fn with_config(sandbox: Sandbox, extra_config: &str) -> Session {
         sandbox.write_config(extra_config);
         let transcript = sandbox.add_transcript(SESSION, &fs::read(example()).unwrap());
         Session {
@@ -397,4 +409,73 @@ fn the_statusline_never_prints_escape_sequences_from_its_input() {
     let (out, code) = sandbox.hook(env!("CARGO_BIN_EXE_ktr-statusline"), &input.to_string());
     assert_eq!(code, 0);
     assert_eq!(out, "Opus?]0;pwned??[2J · proj?[31m?1m · ktr –\n");
+}
+
+/// Issue 27 item 1: the guard blocks only when a rebuild can really
+/// replace the compaction — the target runs this session, the rebuild it
+/// started last time did not fail — else it lets Claude Code compact and
+/// says why, and nothing is started (it used to block every prompt).
+#[test]
+fn the_guard_never_strands_a_session_the_target_does_not_run() {
+    // The target is a tmux pane on no server (the sandbox's own config).
+    let mut s = Session::with_config(Sandbox::new(), "");
+    s.turn("FULL", 999_000);
+    let op = s.sandbox.store().request("full", "REBUILD", None).unwrap();
+    for _ in 0..2 {
+        let out = s.precompact("auto");
+        assert!(out.get("decision").is_none(), "{out}");
+        let line = out["systemMessage"].as_str().unwrap();
+        assert!(
+            line.contains("the target does not run this session")
+                && line.ends_with("Claude Code compacted this window (lossy) instead"),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        s.sandbox.store().load(&op.id).unwrap().status,
+        Status::Pending
+    );
+    assert!(s.sandbox.records("ktr-prepare").is_empty());
+
+    // The target runs another session (the pointer names it).
+    let sandbox = Sandbox::new();
+    let pointer = sandbox.root().join("pointer");
+    fs::write(&pointer, "someone-else\n").unwrap();
+    let mut s = Session::with_config(
+        sandbox,
+        &format!(
+            "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\non_auto_compaction = \"rebuild\""
+        ),
+    );
+    s.turn("FULL", 999_000);
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    assert!(
+        s.sandbox.store().latest().unwrap().is_none(),
+        "nothing requested"
+    );
+}
+
+#[test]
+fn the_guard_never_blocks_twice_for_the_same_failure() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    // Its prepare failed (e.g. the target went away before the switch).
+    s.sandbox
+        .walk(&op.id, &[Status::Running, Status::Failed], |op| {
+            op.error = Some("target went away".into());
+        });
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    let line = out["systemMessage"].as_str().unwrap();
+    assert!(
+        line.contains(&format!(
+            "the rebuild it started instead of the last compaction ({})",
+            op.id
+        )) && line.contains("target went away"),
+        "{line}"
+    );
+    assert_eq!(s.sandbox.store().list().unwrap().len(), 1, "no new request");
 }
