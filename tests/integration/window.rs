@@ -55,6 +55,12 @@ impl Session {
     /// The records of one turn: `SAY-<tag>` answered by `REPLY-<tag>`,
     /// the reply's usage reporting `tokens` input tokens.
     fn turn_lines(&mut self, tag: &str, tokens: u64) -> String {
+        self.turn_said(tag, tokens, &format!("REPLY-{tag}"))
+    }
+
+    /// A turn answered by `reply`; its prompt's records carry
+    /// `promptId = prompt-<tag>`, as Claude Code 2.1.x writes them.
+    fn turn_said(&mut self, tag: &str, tokens: u64, reply_text: &str) -> String {
         let user = uuid::Uuid::new_v4().to_string();
         let reply = uuid::Uuid::new_v4().to_string();
         let common = |kind: &str, uuid: &str, parent: &str| {
@@ -66,11 +72,12 @@ impl Session {
         };
         let mut u = common("user", &user, &self.parent);
         u["message"] = serde_json::json!({"role": "user", "content": format!("SAY-{tag}")});
+        u["promptId"] = format!("prompt-{tag}").into();
         let mut a = common("assistant", &reply, &user);
         a["message"] = serde_json::json!({
             "id": format!("msg_{tag}"), "type": "message", "role": "assistant",
             "model": "claude-opus-5-5",
-            "content": [{"type": "text", "text": format!("REPLY-{tag}")}],
+            "content": [{"type": "text", "text": reply_text}],
             "stop_reason": "end_turn",
             "usage": {"input_tokens": tokens, "cache_creation_input_tokens": 0,
                       "cache_read_input_tokens": 0, "output_tokens": 10},
@@ -478,4 +485,58 @@ fn the_guard_never_blocks_twice_for_the_same_failure() {
         "{line}"
     );
     assert_eq!(s.sandbox.store().list().unwrap().len(), 1, "no new request");
+}
+
+/// Issue 27 item 2: the advice is about the reply that just ended,
+/// provably (its prompt's `promptId`), never an earlier one whose text
+/// looks the same. Each Stop hook starts before its turn is in the file
+/// (as Claude Code 2.1.328 does), every reply says "Noted.", and the usage
+/// jumps, into a band and across several at once.
+#[test]
+fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
+    let mut s = Session::new("");
+    // (usage in thousands of a 1M window, the band line it must bring)
+    let turns: [(u64, Option<&str>); 10] = [
+        (120, None),
+        (400, None),
+        (710, Some("window 71 % full")),
+        (715, None),
+        (120, None),
+        (990, Some("window 99 % full")),
+        (990, None),
+        (300, None),
+        (810, Some("window 81 % full")),
+        (820, None),
+    ];
+    for (i, (thousands, expect)) in turns.into_iter().enumerate() {
+        let tag = format!("T{i}");
+        let lines = s.turn_said(&tag, thousands * 1000, "Noted.");
+        let input = serde_json::json!({
+            "session_id": SESSION, "transcript_path": s.transcript,
+            "hook_event_name": "Stop", "stop_hook_active": false,
+            "prompt_id": format!("prompt-{tag}"),
+            "last_assistant_message": "Noted.",
+        })
+        .to_string();
+        let out = std::thread::scope(|scope| {
+            let hook = scope.spawn(|| s.sandbox.hook(STOP, &input));
+            // The turn reaches the file while the hook already runs.
+            std::thread::sleep(Duration::from_millis(300));
+            fs::OpenOptions::new()
+                .append(true)
+                .open(&s.transcript)
+                .unwrap()
+                .write_all(lines.as_bytes())
+                .unwrap();
+            hook.join().unwrap()
+        });
+        assert_eq!(out.1, 0);
+        match expect {
+            Some(text) => {
+                let line = message(&out.0);
+                assert!(line.contains(text), "turn {i} ({thousands}k): {line}");
+            }
+            None => assert_eq!(out.0, QUIET, "turn {i} ({thousands}k)"),
+        }
+    }
 }

@@ -28,6 +28,11 @@ pub struct StopInput {
     /// holds it (Claude Code starts the hook before flushing the turn).
     #[serde(default)]
     pub last_assistant_message: Option<String>,
+    /// The prompt this reply answered (2.1.x; Claude Code writes it on the
+    /// prompt's user records as `promptId`): ties the advice to this very
+    /// reply.
+    #[serde(default)]
+    pub prompt_id: Option<String>,
 }
 
 /// The `PreCompact` hook's stdin (2.1.328).

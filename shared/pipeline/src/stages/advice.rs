@@ -59,7 +59,10 @@ pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) 
             config_arg,
             &session,
             &hook.transcript_path,
-            hook.last_assistant_message.as_deref(),
+            &Reply {
+                prompt_id: hook.prompt_id.as_deref(),
+                last_message: hook.last_assistant_message.as_deref(),
+            },
         )
     })
 }
@@ -73,7 +76,7 @@ pub fn advice(
     config_arg: Option<&Path>,
     session: &SessionId,
     transcript: &Path,
-    last_message: Option<&str>,
+    reply: &Reply<'_>,
 ) -> Option<String> {
     let config = Config::load(config_arg).ok()?;
     if config.advise_at_percent == 0 {
@@ -88,7 +91,7 @@ pub fn advice(
     // A reading far below the first band cannot cross it in one turn.
     let far =
         |tail: &Tail| percent_of(tail).is_none_or(|p| p + FAR_BELOW < f64::from(advise.at_percent));
-    let tail = wait_for_reply(transcript, last_message, far)?;
+    let tail = wait_for_reply(transcript, reply, far)?;
     // Only the API's own count advises (an estimate errs high).
     let used_percent = percent_of(&tail)?;
     // The state dir is created as the store creates it.
@@ -131,20 +134,45 @@ pub fn advice_line(w: &window::Window) -> String {
     )
 }
 
+/// The reply a Stop hook is about, as its input names it.
+pub struct Reply<'a> {
+    /// The prompt it answered (`prompt_id`): the proof.
+    pub prompt_id: Option<&'a str>,
+    /// Its text (`last_assistant_message`): only when there is no id.
+    pub last_message: Option<&'a str>,
+}
+
 /// Claude Code 2.1.328 starts the Stop hook before it has flushed the
 /// turn to the transcript (measured: the prompt and the reply can both be
 /// missing when the hook starts, and arrive within a second). Wait (at
-/// most [`FLUSH_WAIT`]) until the end of the file holds the reply the hook
-/// input names (`last_assistant_message`), or, when it names none, until no
-/// user record is newer than the newest reply; returns the tail then read.
-/// A transcript whose tail holds no reply at all (a session's first turn,
-/// an old Claude Code), or whose reading is `far` below advice, has nothing
-/// to wait for.
+/// most [`FLUSH_WAIT`]) until the file holds the reply to the prompt the
+/// hook names (`prompt_id`, see [`window::usage::read_reply_to`]); if it
+/// does not arrive in time, say nothing this time (the next Stop will)
+/// rather than read an earlier reply. Without a `prompt_id` (an older
+/// Claude Code): until the end of the file holds the reply's text, or,
+/// when it names none, until no user record is newer than the newest
+/// reply; there, a transcript whose tail holds no reply at all, or whose
+/// reading is `far` below advice, has nothing to wait for.
 fn wait_for_reply(
     transcript: &Path,
-    last_message: Option<&str>,
+    reply: &Reply<'_>,
     far: impl Fn(&Tail) -> bool,
 ) -> Option<Tail> {
+    let deadline = std::time::Instant::now() + FLUSH_WAIT;
+    if let Some(id) = reply.prompt_id {
+        loop {
+            // No shortcut on an earlier reading here: a jump from far below
+            // into a band is exactly what must not be missed.
+            if let Some(tail) = window::usage::read_reply_to(transcript, id).ok()? {
+                return Some(tail);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(FLUSH_POLL);
+        }
+    }
+    let last_message = reply.last_message;
     // The end of the reply's last line (within one text block: Claude Code
     // writes each block as its own record), as JSON writes it: UTF-8 as
     // is, or with every non-ASCII character escaped.
@@ -152,7 +180,6 @@ fn wait_for_reply(
         .map(|m| reply_needles(&reply_end(m)))
         .unwrap_or_default();
     let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
-    let deadline = std::time::Instant::now() + FLUSH_WAIT;
     loop {
         let (tail, found) = window::usage::read_tail_seeking(transcript, &needles).ok()?;
         let arrived = if needles.is_empty() {
