@@ -146,20 +146,28 @@ impl Session {
 fn the_stop_hook_advises_once_per_band_and_never_requests() {
     let mut s = Session::new("");
     s.turn("60", 600_000);
-    assert_eq!(s.stop("60"), QUIET, "60 % is below advise_at_percent");
+    assert_eq!(
+        s.stop("60"),
+        QUIET,
+        "62 % of the compaction point is below the first band"
+    );
     s.turn("72", 720_000);
     let line = message(&s.stop("72"));
     assert!(
         line.starts_with(
-            "ktr: window 72 % full (720k/1M); a lossless rebuild would bring it to ≈ "
+            "ktr: ≈ 247k tokens until Claude Code compacts (720k of 967k); a lossless rebuild would bring it to ≈ "
         ) && line.ends_with("say REBUILD to ask for it"),
         "{line}"
     );
     assert_eq!(s.stop("72"), QUIET, "the same band twice");
     s.turn("73", 730_000);
-    assert_eq!(s.stop("73"), QUIET, "73 % is still the 70 band");
+    assert_eq!(
+        s.stop("73"),
+        QUIET,
+        "75 % of the point is still the 70 band"
+    );
     s.turn("81", 810_000);
-    assert!(message(&s.stop("81")).contains("window 81 % full"));
+    assert!(message(&s.stop("81")).contains("(810k of 967k)"));
     assert!(
         s.sandbox.store().latest().unwrap().is_none(),
         "advice must never request anything"
@@ -168,7 +176,7 @@ fn the_stop_hook_advises_once_per_band_and_never_requests() {
     s.turn("20", 200_000);
     assert_eq!(s.stop("20"), QUIET);
     s.turn("75", 750_000);
-    assert!(message(&s.stop("75")).contains("window 75 % full"));
+    assert!(message(&s.stop("75")).contains("(750k of 967k)"));
     // advise_at_percent = 0 turns it off.
     s.sandbox.write_config("advise_at_percent = 0");
     s.turn("95", 950_000);
@@ -189,7 +197,7 @@ fn the_stop_hook_waits_for_claude_code_to_flush_the_reply() {
     });
     let out = s.stop("LATE");
     writer.join().unwrap();
-    assert!(message(&out).contains("window 78 % full"), "{out}");
+    assert!(message(&out).contains("(780k of 967k)"), "{out}");
 }
 
 #[test]
@@ -499,13 +507,16 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
     let turns: [(u64, Option<&str>); 10] = [
         (120, None),
         (400, None),
-        (710, Some("window 71 % full")),
+        (710, Some("(710k of 967k)")),
         (715, None),
         (120, None),
-        (990, Some("window 99 % full")),
+        (
+            990,
+            Some("past the point where Claude Code compacts (990k of 967k)"),
+        ),
         (990, None),
         (300, None),
-        (810, Some("window 81 % full")),
+        (810, Some("(810k of 967k)")),
         (820, None),
     ];
     for (i, (thousands, expect)) in turns.into_iter().enumerate() {
@@ -539,4 +550,34 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
             None => assert_eq!(out.0, QUIET, "turn {i} ({thousands}k)"),
         }
     }
+}
+
+/// Issue 27 item 3: on a 200k window Claude Code compacts at ≈ 167k, so
+/// the bands are measured against that point and the last one leaves
+/// room for one long reply; a model ktr does not know is taken as 200k,
+/// and the line says so.
+#[test]
+fn the_bands_are_measured_against_the_compaction_point_of_a_200k_window() {
+    let mut s = Session::new("");
+    // claude-opus-5-5 (the turns' model) has 1M; this session says 200k.
+    s.sandbox
+        .write_config(&format!("{}\ncontext_window_tokens = 200000", {
+            let pointer = s.sandbox.root().join("pointer");
+            format!("activation = \"pointer\"\nresume_pointer_path = {pointer:?}")
+        }));
+    s.turn("A", 100_000);
+    assert_eq!(s.stop("A"), QUIET, "60 % of 167k");
+    s.turn("B", 120_000);
+    let line = message(&s.stop("B"));
+    assert!(
+        line.starts_with("ktr: ≈ 47k tokens until Claude Code compacts (120k of 167k)"),
+        "{line}"
+    );
+    s.turn("C", 140_000);
+    assert!(message(&s.stop("C")).contains("(140k of 167k)"), "80 band");
+    // The last band: 88 % of 167k, still 20k before the point.
+    s.turn("D", 146_000);
+    assert_eq!(s.stop("D"), QUIET, "87 %: still the 80 band");
+    s.turn("E", 147_000);
+    assert!(message(&s.stop("E")).contains("≈ 20k tokens until Claude Code compacts"));
 }

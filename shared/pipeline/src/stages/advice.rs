@@ -83,17 +83,20 @@ pub fn advice(
         return None;
     }
     let advise = window::advise_of(&config);
+    // Bands are measured against where Claude Code compacts.
     let percent_of = |tail: &Tail| {
         let used = tail.usage.as_ref()?.tokens;
         let size = window::size_for(&config, session.as_str(), None, tail.model.as_deref());
-        Some(window::percent(used, size.tokens))
+        let point = window::compaction_point(size.tokens).max(1);
+        Some((window::percent(used, point), point))
     };
     // A reading far below the first band cannot cross it in one turn.
-    let far =
-        |tail: &Tail| percent_of(tail).is_none_or(|p| p + FAR_BELOW < f64::from(advise.at_percent));
+    let far = |tail: &Tail| {
+        percent_of(tail).is_none_or(|(p, _)| p + FAR_BELOW < f64::from(advise.at_percent))
+    };
     let tail = wait_for_reply(transcript, reply, far)?;
     // Only the API's own count advises (an estimate errs high).
-    let used_percent = percent_of(&tail)?;
+    let (percent, point) = percent_of(&tail)?;
     // The state dir is created as the store creates it.
     Store::open(&config.state_dir).ok()?;
     let marker = window_file(&config.state_dir, session, "advised");
@@ -103,7 +106,7 @@ pub fn advice(
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok())
         .unwrap_or(0);
     // Cheap first: the band from the usage and the size alone.
-    let level = advise.band(used_percent).unwrap_or(0);
+    let level = advise.band(percent, point).unwrap_or(0);
     if level < shown {
         put(&marker, &level.to_string());
     }
@@ -123,13 +126,31 @@ pub fn advice(
     put(&marker, &band.to_string()).then(|| advice_line(&w))
 }
 
-/// `ktr: window 78 % full (780k/1M); a lossless rebuild would bring it to ≈ 41k — …`.
+/// `ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); a
+/// lossless rebuild would bring it to ≈ 24k — say REBUILD to ask for it`,
+/// with the window size's source when it was assumed.
 pub fn advice_line(w: &window::Window) -> String {
+    let point = w.compaction_point_tokens;
+    let distance = match point.checked_sub(w.used_tokens) {
+        Some(left) => format!(
+            "≈ {} tokens until Claude Code compacts ({} of {})",
+            window::short(left),
+            window::short(w.used_tokens),
+            window::short(point)
+        ),
+        None => format!(
+            "past the point where Claude Code compacts ({} of {}): the next prompt may compact this window",
+            window::short(w.used_tokens),
+            window::short(point)
+        ),
+    };
+    let assumed = if w.size_source.contains("assumed") {
+        format!(" (window size: {})", w.size_source)
+    } else {
+        String::new()
+    };
     format!(
-        "ktr: window {:.0} % full ({}/{}); a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
-        w.used_percent,
-        window::short(w.used_tokens),
-        window::short(w.size_tokens),
+        "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
         window::short(w.after_rebuild_tokens),
     )
 }
@@ -239,6 +260,43 @@ fn ascii_escaped(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_advice_line_says_how_far_the_compaction_point_is_and_an_assumed_size() {
+        let inputs = |used: u64, source: &str| window::Inputs {
+            used: Some(window::usage::Usage {
+                tokens: used,
+                at: None,
+                model: None,
+            }),
+            missing: None,
+            window_estimate: used,
+            carried_estimate: 10_000,
+            size: window::size::from_model(Some(source)),
+            overhead: window::Sourced {
+                tokens: 14_000,
+                source: "test".into(),
+            },
+            advise: window::Advise {
+                at_percent: 70,
+                min_free_percent: 50,
+            },
+        };
+        let line = advice_line(&window::derive(&inputs(155_000, "claude-new-9")));
+        assert!(
+            line.starts_with(
+                "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k) (window size: model claude-new-9 (not known to have 1M; assumed 200k)); a lossless rebuild would bring it to ≈ "
+            ),
+            "{line}"
+        );
+        let line = advice_line(&window::derive(&inputs(990_000, "claude-opus-5-5")));
+        assert!(
+            line.starts_with(
+                "ktr: past the point where Claude Code compacts (990k of 967k): the next prompt may compact this window; a lossless"
+            ),
+            "{line}"
+        );
+    }
 
     #[test]
     fn non_ascii_is_escaped_as_json_writers_do() {
