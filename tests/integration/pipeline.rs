@@ -353,31 +353,79 @@ fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
 }
 
 /// Claude Code writes a turn's `stop_hook_summary` and `turn_duration`
-/// after the Stop hook, possibly after the freeze: records in which nobody
-/// speaks are no change of the source (issue 12 item 4).
+/// after the Stop hook, possibly after the freeze, and the attachments that
+/// record the hooks' output — ktr's own Stop-hook line among them
+/// (`hook_success`, `hook_system_message` "ktr: rebuild scheduled …"):
+/// records the rebuild would not carry are no change of the source (issue
+/// 24 item 4: 9 of ~75 rebuilds went back to `pending` on them), and the
+/// history names them.
 #[test]
-fn records_appended_after_prepare_in_which_nobody_speaks_are_no_change() {
+fn records_appended_after_prepare_that_no_rebuild_carries_are_no_change() {
     let mut rig = Rig::tmux();
     let op = rig.rebuild_paused_at("activate:start");
-    let mut source = fs::OpenOptions::new()
-        .append(true)
-        .open(&rig.source)
-        .unwrap();
-    for line in [
-        format!(
-            r#"{{"type":"system","subtype":"stop_hook_summary","sessionId":"{SRC}","hookCount":1}}"#
-        ),
-        format!(
-            r#"{{"type":"system","subtype":"turn_duration","sessionId":"{SRC}","durationMs":8123}}"#
-        ),
-    ] {
-        std::io::Write::write_all(&mut source, format!("{line}\n").as_bytes()).unwrap();
-    }
-    drop(source);
+    append_lines(
+        &rig.source,
+        &[
+            format!(
+                r#"{{"type":"system","subtype":"stop_hook_summary","sessionId":"{SRC}","hookCount":1}}"#
+            ),
+            format!(
+                r#"{{"type":"attachment","sessionId":"{SRC}","attachment":{{"type":"hook_success","hookName":"Stop","content":"","stdout":"{{\"systemMessage\":\"ktr: rebuild scheduled\"}}"}}}}"#
+            ),
+            format!(
+                r#"{{"type":"attachment","sessionId":"{SRC}","attachment":{{"type":"hook_system_message","content":"ktr: rebuild scheduled (operation x); it runs after this reply"}}}}"#
+            ),
+            format!(
+                r#"{{"type":"system","subtype":"turn_duration","sessionId":"{SRC}","durationMs":8123}}"#
+            ),
+        ],
+    );
     rig.unpause();
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Activated, "{:?}", op.error);
     assert_eq!(op.attempts, 1);
+    let checked = op
+        .history
+        .iter()
+        .find(|t| t.to == Activating)
+        .expect("activating");
+    assert!(
+        checked.note.contains(
+            "appended after prepare, carried by no rebuild: system stop_hook_summary, attachment hook_success, attachment hook_system_message, system turn_duration"
+        ),
+        "the history names what was appended: {}",
+        checked.note
+    );
+}
+
+/// A tool call appended after the freeze is a turn running: the switch
+/// waits (back to `pending`), as for speech.
+#[test]
+fn a_tool_call_appended_after_prepare_means_a_turn_is_running() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:start");
+    append_lines(
+        &rig.source,
+        &[format!(
+            r#"{{"type":"assistant","sessionId":"{SRC}","message":{{"role":"assistant","content":[{{"type":"tool_use","id":"t1","name":"Bash","input":{{}}}}]}}}}"#
+        )],
+    );
+    rig.unpause();
+    let op = rig.wait_until(&op.id, |op| op.status == Pending);
+    let note = &op.history.last().unwrap().note;
+    assert!(
+        note.contains("a record of type assistant (tool_use) appended: a turn is running"),
+        "{note}"
+    );
+    assert_eq!(rig.resume_history(), [SRC], "nothing was switched");
+}
+
+/// Append whole lines to a transcript, as Claude Code does.
+fn append_lines(path: &std::path::Path, lines: &[String]) {
+    let mut file = fs::OpenOptions::new().append(true).open(path).unwrap();
+    for line in lines {
+        std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();
+    }
 }
 
 /// The Stop hook starts before Claude Code flushed the turn: prepare waits

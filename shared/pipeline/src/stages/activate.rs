@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::appended::settled_source_change;
 use super::{
     Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
 };
@@ -16,8 +17,7 @@ use crate::stages::prompt::PROBE;
 use crate::target::{Receipt, Target};
 use ktr_base::config::{Activation, Config, home_dir};
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{sha256_file, sha256_prefix};
-use ktr_base::open::{Links, open_regular};
+use ktr_base::fsutil::sha256_file;
 use ktr_base::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
@@ -208,10 +208,13 @@ fn compare_and_swap(
         .ok_or_else(|| missing("transcript"))?;
     let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
 
-    if let Some(change) = settled_source_change(&op, &source, config) {
-        source_changed(tx, config, &mut op, &change)?;
-        return Ok(op);
-    }
+    let residue = match settled_source_change(&op, &source, config) {
+        Ok(residue) => residue,
+        Err(change) => {
+            source_changed(tx, config, &mut op, &change)?;
+            return Ok(op);
+        }
+    };
     if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
         let why = format!(
             "candidate {} changed or vanished after verification",
@@ -257,11 +260,8 @@ fn compare_and_swap(
         return Ok(op);
     }
     op.target_ran = Some(ran);
-    tx.transition(
-        &mut op,
-        Status::Activating,
-        "compare-and-swap checks passed",
-    )?;
+    let note = format!("compare-and-swap checks passed{}", residue.note());
+    tx.transition(&mut op, Status::Activating, &note)?;
     Ok(op)
 }
 
@@ -277,7 +277,7 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
         .transcript_path
         .clone()
         .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
-    if let Some(change) = settled_source_change(&op, &source, config) {
+    if let Err(change) = settled_source_change(&op, &source, config) {
         source_changed(tx, config, &mut op, &change)?;
         return Ok(op);
     }
@@ -342,124 +342,6 @@ fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Opt
     op.prepared_at = None;
     op.worker = None;
     Ok(discarded)
-}
-
-/// At most this much appended after the freeze is looked at; more is a change.
-const APPENDED_CAP: u64 = 1 << 20;
-
-/// How the source changed since prepare froze it, for the history; `writing`
-/// when it may only be a line still being written.
-struct Change {
-    why: String,
-    writing: bool,
-}
-
-impl Change {
-    fn new(why: impl Into<String>) -> Change {
-        Change {
-            why: why.into(),
-            writing: false,
-        }
-    }
-}
-
-/// [`source_change`], with a line still being written given until
-/// `stable_file_seconds` to end: Claude Code appends a turn's closing
-/// records after the Stop hook, and a look at that instant sees half of one.
-fn settled_source_change(op: &Operation, source: &Path, config: &Config) -> Option<String> {
-    settled(Duration::from_secs_f64(config.stable_file_seconds), || {
-        source_change(op, source)
-    })
-}
-
-/// Look until the answer is not a line being written or `limit` passed.
-fn settled(limit: Duration, mut look: impl FnMut() -> Option<Change>) -> Option<String> {
-    let until = Instant::now() + limit;
-    loop {
-        match look() {
-            Some(c) if c.writing && Instant::now() < until => {
-                thread::sleep(Duration::from_millis(20));
-            }
-            change => return change.map(|c| c.why),
-        }
-    }
-}
-
-/// How the source changed since prepare froze it, or `None` when it is
-/// still what was frozen: the same bytes, or those bytes followed only by
-/// whole records in which nobody speaks (Claude Code writes a turn's
-/// `stop_hook_summary` and `turn_duration` after the Stop hook and may
-/// flush them after the freeze), so the candidate misses nothing that was
-/// said. The answer names what changed, for the operation's history.
-fn source_change(op: &Operation, source: &Path) -> Option<Change> {
-    use std::os::unix::fs::FileExt;
-    let (Some(frozen), Some(frozen_len)) = (
-        op.source_sha256.as_ref(),
-        op.stats.as_ref().map(|s| s.source_bytes),
-    ) else {
-        return Some(Change::new("no frozen digest recorded"));
-    };
-    let Ok(file) = open_regular(source, Links::Refuse) else {
-        return Some(Change::new("the source cannot be opened"));
-    };
-    let Ok(len) = file.metadata().map(|m| m.len()) else {
-        return Some(Change::new("the source cannot be measured"));
-    };
-    if len < frozen_len {
-        return Some(Change::new(format!(
-            "the source is shorter ({len} < {frozen_len} bytes)"
-        )));
-    }
-    if len - frozen_len > APPENDED_CAP {
-        return Some(Change::new(format!("{} bytes appended", len - frozen_len)));
-    }
-    if !sha256_prefix(&file, frozen_len).is_ok_and(|(d, n)| n == frozen_len && d == *frozen) {
-        return Some(Change::new("the frozen part was rewritten"));
-    }
-    let mut appended = vec![0; usize::try_from(len - frozen_len).unwrap_or(0)];
-    if file.read_exact_at(&mut appended, frozen_len).is_err() {
-        return Some(Change::new("the appended bytes cannot be read"));
-    }
-    first_spoken(&appended)
-}
-
-/// The first thing in `appended` that may hold words, described; `None`
-/// when it is whole JSON lines, none of them a conversation record
-/// (`user`, `assistant`, `attachment`, or anything with a `message`).
-fn first_spoken(appended: &[u8]) -> Option<Change> {
-    if appended.is_empty() {
-        return None;
-    }
-    if !appended.ends_with(b"\n") {
-        return Some(Change {
-            why: format!(
-                "{} bytes appended, the last line not yet complete",
-                appended.len()
-            ),
-            writing: true,
-        });
-    }
-    appended
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .find_map(|line| {
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-                return Some(Change::new("a line that is not JSON appended"));
-            };
-            let kind = v["type"].as_str();
-            let quiet = v.get("message").is_none()
-                && kind.is_some_and(|t| !matches!(t, "user" | "assistant" | "attachment"));
-            (!quiet).then(|| {
-                let sub = v["attachment"]["type"]
-                    .as_str()
-                    .or(v["subtype"].as_str())
-                    .map_or(String::new(), |s| format!(" ({s})"));
-                Change::new(format!(
-                    "a record of type {} appended{sub}",
-                    kind.unwrap_or("(none)")
-                ))
-            })
-        })
 }
 
 /// New messages arrived after prepare: discard this candidate and go back
@@ -743,83 +625,4 @@ pub(super) fn restore(
         format!("session {} ({})", ran.session, ran.argv.join(" "))
     };
     Ok((identity, what))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::{Change, first_spoken, settled};
-
-    fn why(appended: &[u8]) -> Option<String> {
-        first_spoken(appended).map(|c| c.why)
-    }
-
-    fn nobody_speaks(appended: &[u8]) -> bool {
-        first_spoken(appended).is_none()
-    }
-
-    #[test]
-    fn records_in_which_nobody_speaks_are_told_from_conversation() {
-        let summary = b"{\"type\":\"system\",\"subtype\":\"stop_hook_summary\"}\n";
-        let duration = b"{\"type\":\"system\",\"subtype\":\"turn_duration\",\"durationMs\":5}\n";
-        assert!(nobody_speaks(b""));
-        assert!(nobody_speaks(summary));
-        assert!(nobody_speaks(&[&summary[..], &duration[..]].concat()));
-        // What changed is named, for the operation's history.
-        let hook = b"{\"type\":\"attachment\",\"attachment\":{\"type\":\"hook_success\"}}\n";
-        assert_eq!(
-            why(&[&summary[..], &hook[..]].concat()).as_deref(),
-            Some("a record of type attachment appended (hook_success)")
-        );
-        assert_eq!(
-            why(b"{\"type\":\"sys").as_deref(),
-            Some("12 bytes appended, the last line not yet complete")
-        );
-        for spoken in [
-            &b"{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n"[..],
-            b"{\"type\":\"assistant\"}\n",
-            b"{\"type\":\"attachment\"}\n",
-            b"{\"type\":\"system\",\"message\":{}}\n",
-            b"{\"subtype\":\"no type\"}\n",
-            b"{\"type\":\"system\"}",
-            b"not json\n",
-            b"\"type\":\"system\"}\n",
-        ] {
-            assert!(
-                !nobody_speaks(spoken),
-                "{}",
-                String::from_utf8_lossy(spoken)
-            );
-        }
-    }
-
-    #[test]
-    fn a_line_being_written_is_given_until_the_limit_to_end() {
-        let writing = || {
-            Some(Change {
-                why: "half a line".into(),
-                writing: true,
-            })
-        };
-        // It ends on the third look: then what it is decides.
-        let mut looks = 0;
-        let answer = settled(Duration::from_secs(5), || {
-            looks += 1;
-            if looks < 3 { writing() } else { None }
-        });
-        assert_eq!((answer, looks), (None, 3));
-        // It never ends: the limit passes and the change stands.
-        let started = Instant::now();
-        let answer = settled(Duration::from_millis(100), writing);
-        assert_eq!(answer.as_deref(), Some("half a line"));
-        assert!(started.elapsed() >= Duration::from_millis(100));
-        // Any other change is not waited for.
-        let started = Instant::now();
-        let answer = settled(Duration::from_secs(5), || {
-            Some(Change::new("the frozen part was rewritten"))
-        });
-        assert_eq!(answer.as_deref(), Some("the frozen part was rewritten"));
-        assert!(started.elapsed() < Duration::from_secs(1));
-    }
 }

@@ -20,6 +20,7 @@
 
 pub mod ack;
 mod activate;
+mod appended;
 pub mod advice;
 pub mod cli;
 pub mod precompact;
