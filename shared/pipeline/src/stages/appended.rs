@@ -264,12 +264,18 @@ mod tests {
     use super::*;
 
     fn lines(records: &[Value]) -> Vec<u8> {
-        records.iter().map(|r| format!("{r}\n")).collect::<String>().into_bytes()
+        records
+            .iter()
+            .map(|r| format!("{r}\n"))
+            .collect::<String>()
+            .into_bytes()
     }
 
     #[track_caller]
     fn residue(records: &[Value]) -> Vec<String> {
-        residue_only(&lines(records)).unwrap_or_else(|c| panic!("a change: {}", c.why)).0
+        residue_only(&lines(records))
+            .unwrap_or_else(|c| panic!("a change: {}", c.why))
+            .0
     }
 
     #[track_caller]
@@ -331,7 +337,8 @@ mod tests {
 
     #[test]
     fn appended_speech_is_a_change() {
-        let typed = serde_json::json!({"type": "user", "message": {"role": "user", "content": "hi"}});
+        let typed =
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": "hi"}});
         assert_eq!(change(&[typed]), "a record of type user appended");
         let channel = serde_json::json!({"type": "user", "isMeta": true,
             "origin": {"kind": "channel"}, "message": {"role": "user",
@@ -366,13 +373,27 @@ mod tests {
     #[test]
     fn what_cannot_be_known_to_carry_no_words_is_a_change() {
         for (line, why) in [
-            (&b"{\"type\":\"system\",\"message\":{}}\n"[..], "a record of type system appended"),
-            (b"{\"subtype\":\"no type\"}\n", "a record of type (none) (no type) appended"),
-            (b"{\"type\":\"attachment\"}\n", "a record of type attachment appended"),
+            (
+                &b"{\"type\":\"system\",\"message\":{}}\n"[..],
+                "a record of type system appended",
+            ),
+            (
+                b"{\"subtype\":\"no type\"}\n",
+                "a record of type (none) (no type) appended",
+            ),
+            (
+                b"{\"type\":\"attachment\"}\n",
+                "a record of type attachment appended",
+            ),
             (b"not json\n", "a line that is not a JSON object appended"),
             (b"[1]\n", "a line that is not a JSON object appended"),
         ] {
-            assert_eq!(residue_only(line).unwrap_err().why, why, "{}", String::from_utf8_lossy(line));
+            assert_eq!(
+                residue_only(line).unwrap_err().why,
+                why,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
         }
         let half = residue_only(b"{\"type\":\"sys").unwrap_err();
         assert_eq!(
@@ -393,7 +414,11 @@ mod tests {
         let mut looks = 0;
         let answer = settled(Duration::from_secs(5), || {
             looks += 1;
-            if looks < 3 { writing() } else { Ok(Residue::default()) }
+            if looks < 3 {
+                writing()
+            } else {
+                Ok(Residue::default())
+            }
         });
         assert_eq!((answer, looks), (Ok(Residue::default()), 3));
         // It never ends: the limit passes and the change stands.

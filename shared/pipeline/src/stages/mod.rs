@@ -20,8 +20,8 @@
 
 pub mod ack;
 mod activate;
-mod appended;
 pub mod advice;
+mod appended;
 pub mod cli;
 pub mod precompact;
 mod prepare;
