@@ -278,14 +278,16 @@ impl Loop {
         format!("operation: {op}\nworker.log:\n{log}\nscreen:\n{screen}")
     }
 
-    /// The process in the pane runs `claude … --resume <session>`.
+    /// The Claude Code process in the pane serves `session`: ktr-ack's
+    /// record of its last resume ([`ktr_pipeline::binding`]).
     #[track_caller]
-    fn assert_pane_resumes(&self, session: &str) {
-        let argv = self.tmux.pane_argv();
-        assert!(
-            argv.windows(2)
-                .any(|w| w[0] == "--resume" && w[1] == session),
-            "the pane runs {argv:?}, not --resume {session}\n{}",
+    fn assert_pane_serves(&self, session: &str) {
+        let bindings = ktr_pipeline::binding::dir(self.store.dir());
+        let bound = ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid());
+        assert_eq!(
+            bound.map(|b| b.session_id).as_deref(),
+            Some(session),
+            "the pane's Claude Code does not serve {session}\n{}",
             self.diagnosis()
         );
     }
@@ -408,11 +410,19 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let candidate = op.candidate.clone().expect("a candidate");
     let new_id = candidate.session_id.clone();
     assert_ne!(new_id, lp.source_id);
-    lp.assert_pane_resumes(&new_id);
-    assert_ne!(
+    // Switched in place: the same Claude Code process now serves the
+    // rebuilt session (its receipt says so), nothing was respawned.
+    assert_eq!(
         lp.tmux.pane_pid(),
         pane_before,
-        "the pane was not respawned"
+        "the pane was respawned instead of switched in place\n{}",
+        notes(&op)
+    );
+    lp.assert_pane_serves(&new_id);
+    assert!(
+        notes(&op).contains(&format!("in place: /resume {new_id}")),
+        "{}",
+        notes(&op)
     );
     assert_eq!(
         op.target_after.as_deref(),
@@ -569,8 +579,18 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         "{}",
         notes(&op)
     );
-    lp.assert_pane_resumes(&lp.source_id);
-    assert_ne!(lp.tmux.pane_pid(), pane_new, "the pane was not respawned");
+    assert_eq!(
+        lp.tmux.pane_pid(),
+        pane_new,
+        "the pane was respawned instead of switched back in place\n{}",
+        notes(&op)
+    );
+    lp.assert_pane_serves(&lp.source_id);
+    assert!(
+        notes(&op).contains(&format!("session {} in place", lp.source_id)),
+        "{}",
+        notes(&op)
+    );
 
     // The old session again: its history comes back, tool results included.
     let back = lp.probe(

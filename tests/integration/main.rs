@@ -15,6 +15,7 @@ mod claude_hooks;
 mod claude_loop;
 mod claude_resume;
 mod claude_runner;
+mod claude_switch;
 mod claude_turns;
 mod claude_window;
 mod corpus;

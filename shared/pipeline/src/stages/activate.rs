@@ -6,6 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::appended::settled_source_change;
+use super::in_place::{self, Switched};
 use super::{
     Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
 };
@@ -26,7 +27,7 @@ const ACK_POLL: Duration = Duration::from_millis(100);
 /// `ktr-prompt` is not installed: a prompt's user record reaches the
 /// transcript 100–300 ms after the submit (measured, Claude Code 2.1.328 on
 /// a loaded machine) and a queued prompt's soon after the Stop.
-const SETTLE: Duration = Duration::from_millis(600);
+pub(super) const SETTLE: Duration = Duration::from_millis(600);
 /// The same wait with `ktr-prompt` installed. Every Enter is then decided
 /// under the lock: marked before the gate went up (the compare-and-swap
 /// defers) or refused after it, and the last look defers on a refusal
@@ -89,12 +90,6 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
         } else {
             SETTLE
         });
-        // From here until the new Claude Code reads its keyboard, keys
-        // stay away from the pane; one that arrived just before lands first.
-        let hold = target.hold_input();
-        if hold.is_some() {
-            thread::sleep(HOLD_SETTLE);
-        }
         let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
         if op.status != Status::Activating {
             steps.say(format!(
@@ -105,6 +100,47 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             return Ok(Outcome::done(op));
         }
         steps.say(format!("checks passed; switching {target} to {new_id}"));
+        let respawn_why = match in_place::switch(config, store, id, &target, op.claude, &new_id) {
+            Switched::Healthy(identity) => {
+                let how = format!("in place: /resume {new_id} typed into the same Claude Code");
+                return activated(store, id, &target, &new_id, &identity, &how, steps);
+            }
+            Switched::Collided(why) => {
+                steps.say(&why);
+                let op = store.with_lock(|tx| {
+                    let mut op = tx.load(id)?;
+                    defer(tx, config, &mut op, &why)?;
+                    Ok(op)
+                })?;
+                return Ok(Outcome::done(op));
+            }
+            Switched::Unhealthy(why) => {
+                return fall_back(
+                    config,
+                    store,
+                    &op,
+                    &target,
+                    &format!("new session {new_id} unhealthy: {why}"),
+                    steps,
+                );
+            }
+            Switched::NotTried(why) | Switched::NotTaken(why) => why,
+        };
+        // The respawn fallback: only when no turn began and nobody typed
+        // meanwhile (a refused prompt is on its way back to the input line).
+        let op = store.with_lock(|tx| before_respawn(tx, config, id))?;
+        if op.status != Status::Activating {
+            steps.say(format!(
+                "not respawning: operation is {} ({})",
+                op.status,
+                op.deferred.as_deref().unwrap_or("")
+            ));
+            return Ok(Outcome::done(op));
+        }
+        steps.say(format!("not in place ({respawn_why}); respawning the pane"));
+        // From here until the new Claude Code reads its keyboard, keys
+        // stay away from the pane: they would reach the process being replaced.
+        let hold = target.hold_input();
         if let Err(e) = target.switch(&new_id, config) {
             let now = target.identity().ok();
             if now.is_some() && now == op.target_before {
@@ -155,19 +191,8 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
         }
         match health {
             Ok(identity) => {
-                pause_point(Stage::Activate, "healthy");
-                let op = store.with_lock(|tx| {
-                    let mut op = tx.load(id)?;
-                    op.target_after = Some(identity.clone());
-                    let tokens = op.context_tokens().map_or(String::new(), |t| {
-                        format!(", Claude Code reports {t} context tokens")
-                    });
-                    let note = format!("{target} runs {new_id} (identity {identity}){tokens}");
-                    tx.transition(&mut op, Status::Activated, &note)?;
-                    Ok(op)
-                })?;
-                steps.say(format!("activated: {target} runs {new_id}"));
-                Ok(Outcome::done(op))
+                let how = format!("pane respawned ({respawn_why})");
+                activated(store, id, &target, &new_id, &identity, &how, steps)
             }
             Err(e) => fall_back(
                 config,
@@ -179,6 +204,55 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             ),
         }
     })
+}
+
+/// The switch is healthy: `activated`, with how it switched.
+fn activated(
+    store: &Store,
+    id: &str,
+    target: &Target,
+    new_id: &str,
+    identity: &str,
+    how: &str,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    pause_point(Stage::Activate, "healthy");
+    let op = store.with_lock(|tx| {
+        let mut op = tx.load(id)?;
+        op.target_after = Some(identity.to_string());
+        let tokens = op.context_tokens().map_or(String::new(), |t| {
+            format!(", Claude Code reports {t} context tokens")
+        });
+        let note = format!("{target} runs {new_id} (identity {identity}){tokens}; {how}");
+        tx.transition(&mut op, Status::Activated, &note)?;
+        Ok(op)
+    })?;
+    steps.say(format!("activated: {target} runs {new_id} ({how})"));
+    Ok(Outcome::done(op))
+}
+
+/// Right before the respawn fallback: no turn began since the scheduling
+/// Stop and `ktr-prompt` refused no prompt (the in-place attempt may have
+/// taken seconds); else back to `pending`, the target untouched.
+fn before_respawn(tx: &mut Locked, config: &Config, id: &str) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Activating)?;
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
+    let why = match turn_since_stop(&op, &source)? {
+        Some(why) => Some(why),
+        None if !op.blocked_prompts.is_empty() => Some(format!(
+            "a prompt was sent while the gate was up ({} refused by ktr-prompt; Claude Code gives the text back to the input line)",
+            op.blocked_prompts.len()
+        )),
+        None => None,
+    };
+    if let Some(why) = why {
+        defer(tx, config, &mut op, &why)?;
+    }
+    Ok(op)
 }
 
 /// The checks of SPEC §10 under one lock; returns the operation, moved to
@@ -299,7 +373,7 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
 /// or a turn is running. None for an idle pane, a screen that is not
 /// Claude Code's input box (another program, a dialog: the turn checks
 /// still apply) and targets without a screen.
-fn pane_busy(target: &Target) -> Option<String> {
+pub(super) fn pane_busy(target: &Target) -> Option<String> {
     match target.input() {
         Ok(None | Some(Input::Idle | Input::Unknown)) => None,
         Ok(Some(Input::Draft(text))) => Some(format!(
@@ -525,7 +599,7 @@ pub fn ack_installed(config: &Config) -> bool {
 }
 
 /// Whether Claude Code runs `ktr-prompt` (the turn gate) before each prompt.
-fn prompt_hook_installed(config: &Config) -> bool {
+pub(super) fn prompt_hook_installed(config: &Config) -> bool {
     hook_installed(config, "UserPromptSubmit", "ktr-prompt")
 }
 
@@ -569,7 +643,7 @@ fn fall_back(
     steps.say(format!(
         "{reason}; resuming the old session (what the target ran)"
     ));
-    let back = restore(config, op, target, || {});
+    let back = restore(config, store, op, target);
     let op = store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
         match &back {
@@ -600,23 +674,57 @@ fn fall_back(
 
 /// Put back what the target ran before the switch (`target_ran`, recorded
 /// by the compare-and-swap checks; the source session for operations
-/// recorded before it existed) and check it is healthy. Returns the
+/// recorded before it existed) and check it is healthy: in place first
+/// (`/resume <old-id>` into the same Claude Code), else by respawning the
+/// pane. A collision with a person's typing resumes nothing (their text is
+/// back in the input line; respawning would throw it away). Returns the
 /// identity and a description of what runs again.
 pub(super) fn restore(
     config: &Config,
+    store: &Store,
     op: &Operation,
     target: &Target,
-    switched: impl FnOnce(),
 ) -> Result<(String, String)> {
-    let ran = match &op.target_ran {
+    let ran = ran_before(op)?;
+    match in_place::switch(config, store, &op.id, target, op.claude, &ran.session) {
+        Switched::Healthy(identity) => Ok((
+            identity,
+            format!(
+                "session {} in place (/resume typed into the same Claude Code)",
+                ran.session
+            ),
+        )),
+        Switched::Collided(why) => Err(Error::refused(format!(
+            "{why}; the old session was not resumed"
+        ))),
+        Switched::NotTried(_) | Switched::NotTaken(_) | Switched::Unhealthy(_) => {
+            respawn_back(config, target, &ran, || {})
+        }
+    }
+}
+
+/// What the target ran before the switch (`target_ran`; the source session
+/// for operations recorded before it existed).
+pub(super) fn ran_before(op: &Operation) -> Result<crate::target::Ran> {
+    Ok(match &op.target_ran {
         Some(ran) => ran.clone(),
         None => crate::target::Ran {
             session: source_session(op)?,
             argv: Vec::new(),
             cwd: None,
         },
-    };
-    target.restore(&ran, config)?;
+    })
+}
+
+/// Put `ran` back by respawning the target (restarting it, rewriting the
+/// pointer) and check it is healthy; `switched` runs right after the switch.
+pub(super) fn respawn_back(
+    config: &Config,
+    target: &Target,
+    ran: &crate::target::Ran,
+    switched: impl FnOnce(),
+) -> Result<(String, String)> {
+    target.restore(ran, config)?;
     switched();
     let identity = target.health(&ran.session, seconds(config.healthcheck_seconds))?;
     let what = if ran.argv.is_empty() {

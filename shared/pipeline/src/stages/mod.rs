@@ -23,6 +23,7 @@ mod activate;
 pub mod advice;
 mod appended;
 pub mod cli;
+mod in_place;
 pub mod precompact;
 mod prepare;
 pub mod prompt;
