@@ -622,6 +622,89 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     );
 }
 
+/// Everything that ties the Claude Code process to a session follows an
+/// in-place switch (issue 24 item 1): after the first rebuild the same
+/// process — whose command line and whose MCP server's
+/// `CLAUDE_CODE_SESSION_ID` still name the first session — asks for a
+/// second rebuild through MCP. The request binds to the rebuilt session
+/// (not the one the environment names), its Stop hook schedules it, the
+/// target is found to run it, and it switches in place again.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_session_switched_in_place_is_rebuilt_again_in_place() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let lp = Loop::start(&bin, &[]);
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let first = lp.wait_activated();
+    let second_source = first.candidate.clone().unwrap().session_id.to_string();
+    lp.assert_pane_serves(&second_source);
+
+    lp.api.add_rules(vec![Rule::new(
+        "REBUILD-AGAIN",
+        vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_request",
+                json!({"reason": "again", "confirmation": "REBUILD"}),
+            )],
+            vec![text("ASSISTANT-L7 好的，再重建一次。")],
+        ],
+    )]);
+    lp.say("USER-L7 再重建一次 REBUILD-AGAIN，我同意。", "ASSISTANT-L7");
+    let op = crate::support::wait_status(
+        &lp.store,
+        "the second rebuild to finish",
+        PIPELINE,
+        |s| s.is_terminal(),
+        || lp.diagnosis(),
+    );
+    let op = lp
+        .store
+        .latest()
+        .unwrap()
+        .filter(|o| o.id != first.id)
+        .unwrap_or(op);
+    assert_ne!(op.id, first.id, "no second operation\n{}", lp.diagnosis());
+    assert_eq!(
+        op.status,
+        Status::Activated,
+        "{}\n{}",
+        notes(&op),
+        lp.diagnosis()
+    );
+    assert_eq!(
+        op.session_id.as_deref(),
+        Some(second_source.as_str()),
+        "the second request did not bind to the session the process serves now"
+    );
+    let third = op.candidate.clone().unwrap().session_id.to_string();
+    assert_eq!(lp.tmux.pane_pid(), pane, "{}", notes(&op));
+    lp.assert_pane_serves(&third);
+    assert!(
+        notes(&op).contains(&format!("in place: /resume {third}")),
+        "{}",
+        notes(&op)
+    );
+    // The rebuilt-twice session holds every turn of both.
+    let after = lp.probe(
+        "USER-L8 PROBE-AFTER 还记得吗？",
+        "PROBE-AFTER",
+        "ASSISTANT-L4",
+    );
+    assert_in_order(
+        &conversation(&after),
+        &[
+            "USER-L1",
+            "ASSISTANT-L1",
+            "REBUILD-ASK",
+            "USER-L7",
+            "ASSISTANT-L7",
+            "PROBE-AFTER",
+        ],
+    );
+}
+
 /// A candidate Claude Code cannot load (every timestamp stripped by the
 /// debug-only `KTR_TEST_CORRUPT_CANDIDATE` hook, after which the recorded
 /// digests describe the corrupted bytes) is never switched to: ktr-verify
