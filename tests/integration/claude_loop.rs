@@ -149,6 +149,16 @@ impl Loop {
     /// its hooks and the stages.
     #[track_caller]
     fn start(bin: &Path, extra_env: &[(&str, &str)]) -> Loop {
+        Loop::start_as(bin, extra_env, Tmux::start_on)
+    }
+
+    /// [`Loop::start`], the CLI started in the pane by `start`.
+    #[track_caller]
+    fn start_as(
+        bin: &Path,
+        extra_env: &[(&str, &str)],
+        start: fn(&ClaudeEnv, &str, &[&str]) -> Tmux,
+    ) -> Loop {
         let api = FakeApi::start(Vec::new());
         let mut env = ClaudeEnv::new(bin, &api);
         let notes = env.sandbox.work.join("notes.txt");
@@ -194,7 +204,7 @@ impl Loop {
         );
 
         let source_id = uuid::Uuid::new_v4().to_string();
-        let tmux = Tmux::start_on(&env, &socket, &["--session-id", &source_id]);
+        let tmux = start(&env, &socket, &["--session-id", &source_id]);
         tmux.wait_idle(TURN);
         Loop {
             tmux,
@@ -703,6 +713,85 @@ fn a_session_switched_in_place_is_rebuilt_again_in_place() {
             "PROBE-AFTER",
         ],
     );
+}
+
+/// A Claude Code that does not take `/resume` (here: hung, stopped with
+/// SIGSTOP right before the switch) is switched by the fallback: after
+/// `healthcheck_seconds` without its receipt the pane is respawned with
+/// `resume_command` on the rebuilt session, which then answers.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_claude_code_that_does_not_take_resume_is_respawned() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let pause = std::env::temp_dir().join(format!("ktr-switch-pause-{}", std::process::id()));
+    let pause_file = pause.display().to_string();
+    let lp = Loop::start_as(
+        &bin,
+        &[
+            ("KTR_TEST_PAUSE_AT", "activate:checked"),
+            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
+        ],
+        Tmux::start_under_shell,
+    );
+    let pane = lp.tmux.pane_pid();
+    let hung = ktr_pipeline::process::with_descendants(pane)
+        .into_iter()
+        .find(|pid| {
+            ktr_pipeline::process::cmdline(*pid)
+                .is_some_and(|argv| argv.first() == Some(&lp.env.bin.display().to_string()))
+        })
+        .expect("the CLI under the pane's shell");
+    lp.talk_until_the_request();
+    assert!(
+        crate::support::wait_for(PIPELINE, || pause.exists()),
+        "activation never reached its pause\n{}",
+        lp.diagnosis()
+    );
+    signal(hung, "-STOP");
+    assert!(
+        crate::support::wait_for(Duration::from_secs(5), || {
+            fs::read_to_string(format!("/proc/{hung}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('T')
+            })
+        }),
+        "the CLI did not stop"
+    );
+    fs::remove_file(&pause).unwrap();
+    let op = lp.wait_activated();
+    let new_id = op.candidate.clone().unwrap().session_id.to_string();
+    signal(hung, "-KILL");
+    assert_ne!(lp.tmux.pane_pid(), pane, "{}", notes(&op));
+    assert!(
+        notes(&op).contains("pane respawned")
+            && notes(&op).contains("did not report SessionStart (resume)"),
+        "{}",
+        notes(&op)
+    );
+    let argv = lp.tmux.pane_argv();
+    assert!(argv.contains(&new_id), "{argv:?}");
+    let after = lp.probe(
+        "USER-L4 PROBE-AFTER 你还记得吗？",
+        "PROBE-AFTER",
+        "ASSISTANT-L4",
+    );
+    assert_in_order(
+        &conversation(&after),
+        &["USER-L1", "ASSISTANT-L3", "PROBE-AFTER"],
+    );
+}
+
+/// `kill SIGNAL pid` on a process this test started.
+fn signal(pid: u32, signal: &str) {
+    let done = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(done.success(), "kill {signal} {pid}");
 }
 
 /// A candidate Claude Code cannot load (every timestamp stripped by the
