@@ -666,7 +666,7 @@ fn a_session_switched_in_place_is_rebuilt_again_in_place() {
         &lp.store,
         "the second rebuild to finish",
         PIPELINE,
-        |s| s.is_terminal(),
+        Status::is_terminal,
         || lp.diagnosis(),
     );
     let op = lp
