@@ -33,6 +33,7 @@ use crate::support::{assert_in_order, claude, claude_bin};
 use ktr_base::fsutil::sha256_file;
 use ktr_base::time::parse_rfc3339;
 use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::pane::Input;
 use serde_json::{Value, json};
 
 /// One real CLI at a time.
@@ -271,6 +272,15 @@ impl Loop {
         op
     }
 
+    /// Wait until the pane's input line reads `want`.
+    #[track_caller]
+    fn wait_input(&self, want: &Input) {
+        self.tmux
+            .wait_screen(&format!("the input line {want:?}"), TURN, |s| {
+                Input::of_screen(s) == *want
+            });
+    }
+
     /// Everything that explains a failure: the operation, the stages' log,
     /// the screen.
     fn diagnosis(&self) -> String {
@@ -289,13 +299,17 @@ impl Loop {
     }
 
     /// The Claude Code process in the pane serves `session`: ktr-ack's
-    /// record of its last resume ([`ktr_pipeline::binding`]).
+    /// record of its last resume ([`ktr_pipeline::binding`]), else its
+    /// command line.
     #[track_caller]
     fn assert_pane_serves(&self, session: &str) {
         let bindings = ktr_pipeline::binding::dir(self.store.dir());
-        let bound = ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid());
+        let bound = ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid())
+            .map(|b| b.session_id)
+            // Never resumed: the session it started with.
+            .or_else(|| ktr_pipeline::target::session_arg(&self.tmux.pane_argv()));
         assert_eq!(
-            bound.map(|b| b.session_id).as_deref(),
+            bound.as_deref(),
             Some(session),
             "the pane's Claude Code does not serve {session}\n{}",
             self.diagnosis()
@@ -783,6 +797,87 @@ fn a_claude_code_that_does_not_take_resume_is_respawned() {
         &conversation(&after),
         &["USER-L1", "ASSISTANT-L3", "PROBE-AFTER"],
     );
+}
+
+/// ktr's `/resume <id>` line meets keys a person typed in the same
+/// instant (issue 24 item 2): the person's `my draft words` land after
+/// ktr saw the empty input line and before its line (the test pause
+/// `activate:typing`). Claude Code submits `my draft words/resume <id>`;
+/// ktr-prompt refuses it as a collision, Claude Code gives the whole text
+/// back, ktr takes its own line out again: the person's words are in the
+/// input line exactly as typed, nothing reached the model, nothing was
+/// switched, and the operation waits (`pending`). When they send it, it is
+/// answered in the old session and the next Stop switches in place.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let pause = std::env::temp_dir().join(format!("ktr-collide-pause-{}", std::process::id()));
+    let pause_file = pause.display().to_string();
+    let lp = Loop::start(
+        &bin,
+        &[
+            ("KTR_TEST_PAUSE_AT", "activate:typing"),
+            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
+        ],
+    );
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let paused = || {
+        assert!(
+            crate::support::wait_for(PIPELINE, || pause.exists()),
+            "activation never reached its pause\n{}",
+            lp.diagnosis()
+        );
+    };
+    paused();
+    let draft = "my draft words";
+    lp.tmux.run(&["send-keys", "-t", claude::PANE, "-l", draft]);
+    lp.wait_input(&Input::Draft(draft.into()));
+    fs::remove_file(&pause).unwrap();
+
+    let op = lp.wait_status("the switch to be called off", |s| s == Status::Pending);
+    assert!(
+        notes(&op).contains("collided with keys typed in the same instant")
+            && notes(&op).contains(&format!("leaving the person's {} characters", draft.len())),
+        "{}",
+        notes(&op)
+    );
+    assert_eq!(op.blocked_prompts.len(), 1, "{:?}", op.blocked_prompts);
+    assert_eq!(op.blocked_prompts[0].text, draft);
+    assert!(op.blocked_prompts[0].collided_with.is_some());
+    lp.wait_input(&Input::Draft(draft.into()));
+    assert!(
+        lp.api.wait_turn(draft, Duration::ZERO).is_none(),
+        "the collided prompt reached the model"
+    );
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(&lp.source_id);
+
+    // Sent: answered in the old session, then switched in place.
+    lp.tmux.run(&["send-keys", "-t", claude::PANE, "Enter"]);
+    let sent = lp
+        .api
+        .wait_turn(draft, TURN)
+        .or_panic(|| format!("the draft was never sent\n{}", lp.diagnosis()));
+    assert_eq!(
+        crate::support::fake_api::last_user_text(sent.messages()),
+        draft,
+        "sent whole and alone"
+    );
+    paused();
+    fs::remove_file(&pause).unwrap();
+    let op = lp.wait_activated();
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(op.candidate.as_ref().unwrap().session_id.as_str());
+    let sent_times = lp
+        .api
+        .turns()
+        .iter()
+        .filter(|r| crate::support::fake_api::last_user_text(r.messages()).contains(draft))
+        .count();
+    assert_eq!(sent_times, 1, "the draft was sent {sent_times} times");
 }
 
 /// `kill SIGNAL pid` on a process this test started.

@@ -100,12 +100,21 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             return Ok(Outcome::done(op));
         }
         steps.say(format!("checks passed; switching {target} to {new_id}"));
-        let respawn_why = match in_place::switch(config, store, id, &target, op.claude, &new_id) {
+        let switched = in_place::switch(
+            Stage::Activate,
+            config,
+            store,
+            id,
+            &target,
+            op.claude,
+            &new_id,
+        );
+        let respawn_why = match switched {
             Switched::Healthy(identity) => {
                 let how = format!("in place: /resume {new_id} typed into the same Claude Code");
                 return activated(store, id, &target, &new_id, &identity, &how, steps);
             }
-            Switched::Collided(why) => {
+            Switched::Collided(why) | Switched::Busy(why) => {
                 steps.say(&why);
                 let op = store.with_lock(|tx| {
                     let mut op = tx.load(id)?;
@@ -686,7 +695,16 @@ pub(super) fn restore(
     target: &Target,
 ) -> Result<(String, String)> {
     let ran = ran_before(op)?;
-    match in_place::switch(config, store, &op.id, target, op.claude, &ran.session) {
+    let stage = Stage::Activate;
+    match in_place::switch(
+        stage,
+        config,
+        store,
+        &op.id,
+        target,
+        op.claude,
+        &ran.session,
+    ) {
         Switched::Healthy(identity) => Ok((
             identity,
             format!(
@@ -694,8 +712,8 @@ pub(super) fn restore(
                 ran.session
             ),
         )),
-        Switched::Collided(why) => Err(Error::refused(format!(
-            "{why}; the old session was not resumed"
+        Switched::Collided(why) | Switched::Busy(why) => Err(Error::refused(format!(
+            "{why}; the old session was not resumed (respawning would throw the person's text away)"
         ))),
         Switched::NotTried(_) | Switched::NotTaken(_) | Switched::Unhealthy(_) => {
             respawn_back(config, target, &ran, || {})

@@ -17,7 +17,7 @@
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::seconds;
+use super::{Stage, pause_point, seconds};
 use crate::binding;
 use crate::operation::Store;
 use crate::pane::Input;
@@ -35,9 +35,12 @@ const GIVEN_BACK: Duration = Duration::from_secs(3);
 pub enum Switched {
     /// The process resumed the session and shows it (the target's identity).
     Healthy(String),
-    /// Not tried: no tmux pane, no Claude Code process recorded, or its
-    /// input line is not idle and empty (the reason).
+    /// Not tried: no tmux pane, no Claude Code process recorded, or the
+    /// pane does not show Claude Code's input box (the reason).
     NotTried(String),
+    /// Not now: the input line holds a draft or a turn is running (the
+    /// reason); nothing was typed.
+    Busy(String),
     /// The line was typed but Claude Code did not take it (the reason).
     NotTaken(String),
     /// The line collided with a person's typing; it was taken out of the
@@ -47,9 +50,11 @@ pub enum Switched {
     Unhealthy(String),
 }
 
-/// Switch `claude`, running in `target`, to session `to` in place. `id`:
-/// the operation whose `blocked_prompts` tell a collision.
+/// Switch `claude`, running in `target`, to session `to` in place, for
+/// `stage` (its test pause point `typing` is right before the line is
+/// typed). `id`: the operation whose `blocked_prompts` tell a collision.
 pub fn switch(
+    stage: Stage,
     config: &Config,
     store: &Store,
     id: &str,
@@ -65,13 +70,19 @@ pub fn switch(
     };
     match target.input() {
         Ok(Some(Input::Idle)) => {}
-        Ok(other) => {
-            return Switched::NotTried(format!(
-                "the pane does not show Claude Code's idle, empty input line ({other:?})"
+        Ok(Some(Input::Draft(text))) => {
+            return Switched::Busy(format!(
+                "the input line holds a draft that was not sent ({} characters)",
+                text.chars().count()
             ));
+        }
+        Ok(Some(Input::Running)) => return Switched::Busy("the pane shows a running turn".into()),
+        Ok(None | Some(Input::Unknown)) => {
+            return Switched::NotTried("the pane does not show Claude Code's input box".into());
         }
         Err(e) => return Switched::NotTried(format!("cannot read the pane: {}", e.message)),
     }
+    pause_point(stage, "typing");
     let since = SystemTime::now();
     if let Err(e) = target.type_resume(to) {
         return Switched::NotTaken(format!("typing /resume failed: {}", e.message));

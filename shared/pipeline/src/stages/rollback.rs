@@ -48,7 +48,9 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             return Ok(Outcome::done(op));
         }
         steps.say(format!("switching {target} back to {old}"));
-        let back = match in_place::switch(config, store, id, &target, op.claude, &old) {
+        let switched =
+            in_place::switch(Stage::Rollback, config, store, id, &target, op.claude, &old);
+        let back = match switched {
             Switched::Healthy(identity) => {
                 pause_point(Stage::Rollback, "switched");
                 Ok((
@@ -56,7 +58,7 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                     format!("session {old} in place (/resume typed into the same Claude Code)"),
                 ))
             }
-            Switched::Collided(why) => {
+            Switched::Collided(why) | Switched::Busy(why) => {
                 steps.say(&why);
                 let op = store.with_lock(|tx| {
                     let mut op = tx.load(id)?;
