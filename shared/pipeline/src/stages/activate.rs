@@ -15,7 +15,7 @@ use crate::operation::{Locked, Operation, Status, Store, discard_candidate, mani
 use crate::pane::Input;
 use crate::process;
 use crate::stages::prompt::PROBE;
-use crate::target::{Receipt, Target};
+use crate::target::{Receipt, SWITCHING_NOTICE, Target};
 use ktr_base::config::{Activation, Config, home_dir};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::sha256_file;
@@ -38,11 +38,6 @@ pub(super) const SETTLE: Duration = Duration::from_millis(600);
 /// measured, Claude Code 2.1.328, load average 2.3) and so defers the
 /// switch instead of meeting the keyboard hold.
 pub const GATED_SETTLE: Duration = Duration::from_millis(200);
-/// How long activation waits after turning a tmux pane's keyboard off
-/// before its last look: an Enter that reached the old Claude Code just
-/// before runs its `UserPromptSubmit` hook (refused: the text goes back to
-/// the input line, where the last look sees a draft) or writes its record.
-pub const HOLD_SETTLE: Duration = Duration::from_millis(300);
 /// The least time pointer mode's health probe may take.
 const PROBE_MIN: Duration = Duration::from_secs(60);
 
@@ -75,144 +70,144 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                     .or(op.error.as_deref())
                     .unwrap_or("source changed after prepare")
             ));
+            if op.status.is_terminal() {
+                // A waiting line an earlier attempt left.
+                target.clear_notice();
+            }
             return Ok(Outcome::done(op));
         }
-        let new_id = op
-            .candidate
+        // Shown to a person at the pane from here until the switch is over
+        // (a waiting line stays up when it waits for them).
+        let notice = target.notice(SWITCHING_NOTICE);
+        let outcome = switch_over(config, store, id, &target, &op, steps);
+        if outcome
             .as_ref()
-            .map(|c| c.session_id.to_string())
-            .unwrap_or_default();
-        pause_point(Stage::Activate, "checked");
-        // The gate is up (`activating`): ktr-prompt refuses new prompts of
-        // the source. Let a turn that began just before it show itself.
-        thread::sleep(if prompt_hook_installed(config) {
-            GATED_SETTLE
-        } else {
-            SETTLE
-        });
-        let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
-        if op.status != Status::Activating {
-            steps.say(format!(
-                "not switching: operation is {} ({})",
-                op.status,
-                op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
-            ));
+            .is_ok_and(|o| o.operation.status == Status::Pending)
+        {
+            notice.waiting();
+        }
+        outcome
+    })
+}
+
+/// From `activating` (the gate up) to the end of the switch: the last
+/// look, in place, else the respawn fallback, health, the old session
+/// back when unhealthy.
+fn switch_over(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    target: &Target,
+    op: &Operation,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    let new_id = op
+        .candidate
+        .as_ref()
+        .map(|c| c.session_id.to_string())
+        .unwrap_or_default();
+    pause_point(Stage::Activate, "checked");
+    // The gate is up (`activating`): ktr-prompt refuses new prompts of
+    // the source. Let a turn that began just before it show itself.
+    thread::sleep(if prompt_hook_installed(config) {
+        GATED_SETTLE
+    } else {
+        SETTLE
+    });
+    let op = store.with_lock(|tx| last_look(tx, config, target, id))?;
+    if op.status != Status::Activating {
+        steps.say(format!(
+            "not switching: operation is {} ({})",
+            op.status,
+            op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
+        ));
+        return Ok(Outcome::done(op));
+    }
+    steps.say(format!("checks passed; switching {target} to {new_id}"));
+    let switched = in_place::switch(
+        Stage::Activate,
+        config,
+        store,
+        id,
+        target,
+        op.claude,
+        &new_id,
+    );
+    let respawn_why = match switched {
+        Switched::Healthy(identity) => {
+            let how = format!("in place: /resume {new_id} typed into the same Claude Code");
+            return activated(store, id, target, &new_id, &identity, &how, steps);
+        }
+        Switched::Collided(why) | Switched::Busy(why) => {
+            steps.say(&why);
+            let op = store.with_lock(|tx| {
+                let mut op = tx.load(id)?;
+                defer(tx, config, &mut op, &why)?;
+                Ok(op)
+            })?;
             return Ok(Outcome::done(op));
         }
-        steps.say(format!("checks passed; switching {target} to {new_id}"));
-        let switched = in_place::switch(
-            Stage::Activate,
-            config,
-            store,
-            id,
-            &target,
-            op.claude,
-            &new_id,
-        );
-        let respawn_why = match switched {
-            Switched::Healthy(identity) => {
-                let how = format!("in place: /resume {new_id} typed into the same Claude Code");
-                return activated(store, id, &target, &new_id, &identity, &how, steps);
-            }
-            Switched::Collided(why) | Switched::Busy(why) => {
-                steps.say(&why);
-                let op = store.with_lock(|tx| {
-                    let mut op = tx.load(id)?;
-                    defer(tx, config, &mut op, &why)?;
-                    Ok(op)
-                })?;
-                return Ok(Outcome::done(op));
-            }
-            Switched::Unhealthy(why) => {
-                return fall_back(
-                    config,
-                    store,
-                    &op,
-                    &target,
-                    &format!("new session {new_id} unhealthy: {why}"),
-                    steps,
-                );
-            }
-            Switched::NotTried(why) | Switched::NotTaken(why) => why,
-        };
-        // The respawn fallback: only when no turn began and nobody typed
-        // meanwhile (a refused prompt is on its way back to the input line).
-        let op = store.with_lock(|tx| before_respawn(tx, config, id))?;
-        if op.status != Status::Activating {
-            steps.say(format!(
-                "not respawning: operation is {} ({})",
-                op.status,
-                op.deferred.as_deref().unwrap_or("")
-            ));
-            return Ok(Outcome::done(op));
-        }
-        steps.say(format!("not in place ({respawn_why}); respawning the pane"));
-        // From here until the new Claude Code reads its keyboard, keys
-        // stay away from the pane: they would reach the process being replaced.
-        let hold = target.hold_input();
-        if let Err(e) = target.switch(&new_id, config) {
-            let now = target.identity().ok();
-            if now.is_some() && now == op.target_before {
-                steps.say(format!("switch failed, target untouched: {e}"));
-                return super::abandon(
-                    store,
-                    id,
-                    &format!("switch failed, old session untouched: {e}"),
-                    |_| {},
-                )
-                .map(Outcome::done);
-            }
+        Switched::Unhealthy(why) => {
             return fall_back(
                 config,
                 store,
                 &op,
-                &target,
-                &format!("switch failed: {e}"),
+                target,
+                &format!("new session {new_id} unhealthy: {why}"),
                 steps,
             );
         }
-        pause_point(Stage::Activate, "switched");
-        // The keyboard comes back as soon as the new Claude Code shows its
-        // input box, while the health check goes on.
-        let switched = Instant::now();
-        let (health, held) = thread::scope(|scope| {
-            let released = hold.map(|hold| {
-                let target = &target;
-                scope.spawn(move || {
-                    let shown = wait_for_input_box(target, seconds(config.healthcheck_seconds));
-                    drop(hold);
-                    (switched.elapsed(), shown)
-                })
-            });
-            let health = healthy(config, store, &target, id, &new_id);
-            (health, released.and_then(|r| r.join().ok()))
-        });
-        if let Some((after, shown)) = held {
-            steps.say(format!(
-                "keyboard back {:.1} s after the switch ({})",
-                after.as_secs_f64(),
-                if shown {
-                    "the input box is shown"
-                } else {
-                    "no input box seen"
-                }
-            ));
-        }
-        match health {
-            Ok(identity) => {
-                let how = format!("pane respawned ({respawn_why})");
-                activated(store, id, &target, &new_id, &identity, &how, steps)
-            }
-            Err(e) => fall_back(
-                config,
+        Switched::NotTried(why) | Switched::NotTaken(why) => why,
+    };
+    // The respawn fallback: only when no turn began and nobody typed
+    // meanwhile (a refused prompt is on its way back to the input line).
+    let op = store.with_lock(|tx| before_respawn(tx, config, id))?;
+    if op.status != Status::Activating {
+        steps.say(format!(
+            "not respawning: operation is {} ({})",
+            op.status,
+            op.deferred.as_deref().unwrap_or("")
+        ));
+        return Ok(Outcome::done(op));
+    }
+    steps.say(format!("not in place ({respawn_why}); respawning the pane"));
+    if let Err(e) = target.switch(&new_id, config) {
+        let now = target.identity().ok();
+        if now.is_some() && now == op.target_before {
+            steps.say(format!("switch failed, target untouched: {e}"));
+            return super::abandon(
                 store,
-                &op,
-                &target,
-                &format!("new session {new_id} unhealthy: {e}"),
-                steps,
-            ),
+                id,
+                &format!("switch failed, old session untouched: {e}"),
+                |_| {},
+            )
+            .map(Outcome::done);
         }
-    })
+        return fall_back(
+            config,
+            store,
+            &op,
+            target,
+            &format!("switch failed: {e}"),
+            steps,
+        );
+    }
+    pause_point(Stage::Activate, "switched");
+    let health = healthy(config, store, target, id, &new_id);
+    match health {
+        Ok(identity) => {
+            let how = format!("pane respawned ({respawn_why})");
+            activated(store, id, target, &new_id, &identity, &how, steps)
+        }
+        Err(e) => fall_back(
+            config,
+            store,
+            &op,
+            target,
+            &format!("new session {new_id} unhealthy: {e}"),
+            steps,
+        ),
+    }
 }
 
 /// The switch is healthy: `activated`, with how it switched.
@@ -538,20 +533,6 @@ fn healthy(
         }
     }
     Ok(identity)
-}
-
-/// Wait until the pane shows Claude Code's input box (it reads its
-/// keyboard by then), at most `wait`; a screen that never shows it (another
-/// program) just takes the whole wait. Whether the box was seen.
-fn wait_for_input_box(target: &Target, wait: Duration) -> bool {
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if let Ok(Some(Input::Idle | Input::Draft(_))) = target.input() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 /// Pointer mode's health probe is wanted when nothing else would ever see

@@ -46,7 +46,7 @@ use ktr_base::time::now_rfc3339;
 
 #[doc(no_inline)]
 pub use crate::operation::Stage;
-pub use activate::{GATED_SETTLE, HOLD_SETTLE, activate};
+pub use activate::{GATED_SETTLE, activate};
 pub use prepare::{prepare, schedule_by_hand};
 pub use rollback::rollback;
 pub use verify::verify;

@@ -10,7 +10,7 @@ use super::in_place::{self, Switched};
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session, target_guard};
 use crate::gate::turn_since_stop;
 use crate::operation::{Locked, Operation, Status, Store};
-use crate::target::Target;
+use crate::target::{SWITCHING_NOTICE, Target};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 
@@ -27,77 +27,99 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
     let op = store.claim(id, Stage::Rollback, Status::RollingBack)?;
     guarded(store, id, steps, |steps| {
         let target = Target::from_config(config);
-        let old = source_session(&op)?;
         if let Some(why) = target_moved(&target, &op)? {
             steps.say(&why);
             return abandon(store, id, &why, |op| op.session_conflict = true).map(Outcome::done);
         }
-        // Let a turn that began just before the gate went up show itself.
-        thread::sleep(if prompt_hook_installed(config) {
-            GATED_SETTLE
-        } else {
-            SETTLE
-        });
-        let op = store.with_lock(|tx| last_look(tx, &target, id))?;
-        if op.status != Status::RollingBack {
-            steps.say(format!(
-                "not rolling back now: operation is {} ({})",
-                op.status,
-                op.deferred.as_deref().unwrap_or("")
-            ));
+        // Shown to a person at the pane until the switch back is over (a
+        // waiting line stays up when it waits for them).
+        let notice = target.notice(SWITCHING_NOTICE);
+        let outcome = switch_back(config, store, id, &target, &op, steps);
+        if outcome
+            .as_ref()
+            .is_ok_and(|o| o.operation.status == Status::RollbackPending)
+        {
+            notice.waiting();
+        }
+        outcome
+    })
+}
+
+/// From `rolling_back` (the gate up) to the end of the switch back: the
+/// last look, in place, else by respawning.
+fn switch_back(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    target: &Target,
+    op: &Operation,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    let old = source_session(op)?;
+    // Let a turn that began just before the gate went up show itself.
+    thread::sleep(if prompt_hook_installed(config) {
+        GATED_SETTLE
+    } else {
+        SETTLE
+    });
+    let op = store.with_lock(|tx| last_look(tx, target, id))?;
+    if op.status != Status::RollingBack {
+        steps.say(format!(
+            "not rolling back now: operation is {} ({})",
+            op.status,
+            op.deferred.as_deref().unwrap_or("")
+        ));
+        return Ok(Outcome::done(op));
+    }
+    steps.say(format!("switching {target} back to {old}"));
+    let switched = in_place::switch(Stage::Rollback, config, store, id, target, op.claude, &old);
+    let back = match switched {
+        Switched::Healthy(identity) => {
+            pause_point(Stage::Rollback, "switched");
+            Ok((
+                identity,
+                format!("session {old} in place (/resume typed into the same Claude Code)"),
+            ))
+        }
+        Switched::Collided(why) | Switched::Busy(why) => {
+            steps.say(&why);
+            let op = store.with_lock(|tx| {
+                let mut op = tx.load(id)?;
+                defer(tx, &mut op, &why)?;
+                Ok(op)
+            })?;
             return Ok(Outcome::done(op));
         }
-        steps.say(format!("switching {target} back to {old}"));
-        let switched =
-            in_place::switch(Stage::Rollback, config, store, id, &target, op.claude, &old);
-        let back = match switched {
-            Switched::Healthy(identity) => {
-                pause_point(Stage::Rollback, "switched");
-                Ok((
-                    identity,
-                    format!("session {old} in place (/resume typed into the same Claude Code)"),
-                ))
-            }
-            Switched::Collided(why) | Switched::Busy(why) => {
-                steps.say(&why);
-                let op = store.with_lock(|tx| {
-                    let mut op = tx.load(id)?;
-                    defer(tx, &mut op, &why)?;
-                    Ok(op)
-                })?;
-                return Ok(Outcome::done(op));
-            }
-            Switched::NotTried(why) | Switched::NotTaken(why) | Switched::Unhealthy(why) => {
-                steps.say(format!("not in place ({why}); respawning the pane"));
-                ran_before(&op).and_then(|ran| {
-                    respawn_back(config, &target, &ran, || {
-                        pause_point(Stage::Rollback, "switched");
-                    })
+        Switched::NotTried(why) | Switched::NotTaken(why) | Switched::Unhealthy(why) => {
+            steps.say(format!("not in place ({why}); respawning the pane"));
+            ran_before(&op).and_then(|ran| {
+                respawn_back(config, target, &ran, || {
+                    pause_point(Stage::Rollback, "switched");
                 })
-            }
-        };
-        let op = match back {
-            Ok((identity, what)) => store.with_lock(|tx| {
-                let mut op = tx.load(id)?;
-                op.target_after = Some(identity.clone());
-                let note = format!("rolled back: {target} runs {what} again (identity {identity})");
-                tx.transition(&mut op, Status::RolledBack, &note)?;
-                Ok(op)
-            })?,
-            Err(e) => {
-                let now = target
-                    .identity()
-                    .unwrap_or_else(|e| format!("unknown: {e}"));
-                abandon(store, id, &format!("rollback to {old} failed: {e}"), |op| {
-                    op.rollback_ok = Some(false);
-                    op.needs_attention = true;
-                    op.target_after = Some(now);
-                })?
-            }
-        };
-        steps.say(format!("operation is {}", op.status));
-        Ok(Outcome::done(op))
-    })
+            })
+        }
+    };
+    let op = match back {
+        Ok((identity, what)) => store.with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            op.target_after = Some(identity.clone());
+            let note = format!("rolled back: {target} runs {what} again (identity {identity})");
+            tx.transition(&mut op, Status::RolledBack, &note)?;
+            Ok(op)
+        })?,
+        Err(e) => {
+            let now = target
+                .identity()
+                .unwrap_or_else(|e| format!("unknown: {e}"));
+            abandon(store, id, &format!("rollback to {old} failed: {e}"), |op| {
+                op.rollback_ok = Some(false);
+                op.needs_attention = true;
+                op.target_after = Some(now);
+            })?
+        }
+    };
+    steps.say(format!("operation is {}", op.status));
+    Ok(Outcome::done(op))
 }
 
 /// Why the target is not what activation left: another identity, or (a
