@@ -778,7 +778,13 @@ fn a_claude_code_that_does_not_take_resume_is_respawned() {
     fs::remove_file(&pause).unwrap();
     let op = lp.wait_activated();
     let new_id = op.candidate.clone().unwrap().session_id.to_string();
-    signal(hung, "-KILL");
+    // Respawning the pane usually ends it (its process group is orphaned
+    // while stopped: the kernel sends it SIGHUP and SIGCONT); if not, here.
+    if ktr_pipeline::process::pid_alive(hung) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &hung.to_string()])
+            .status();
+    }
     assert_ne!(lp.tmux.pane_pid(), pane, "{}", notes(&op));
     assert!(
         notes(&op).contains("pane respawned")
