@@ -316,6 +316,19 @@ impl Loop {
         );
     }
 
+    /// Seconds from the end of the last reply the fake model sent (its
+    /// `message_stop`) to `op` reaching `to`.
+    fn since_last_reply(&self, op: &Operation, to: Status) -> f64 {
+        let (now_instant, now_wall) = (Instant::now(), std::time::SystemTime::now());
+        let last = self.api.last_reply_end().expect("a reply");
+        let reply_end = now_wall - now_instant.duration_since(last);
+        let reached = op.history.iter().rfind(|t| t.to == to).unwrap();
+        parse_rfc3339(&reached.at)
+            .unwrap()
+            .duration_since(reply_end)
+            .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
+    }
+
     /// The conversation up to the rebuild request, then wait for the Stop
     /// hook to schedule the operation. Returns when the reply ended.
     #[track_caller]
@@ -901,12 +914,15 @@ fn signal(pid: u32, signal: &str) {
 /// refuses it (the timestamp check), the operation fails, the candidate is
 /// discarded, and the pane keeps running the old session, whose next
 /// request carries the old history.
-/// Issue 12 item 4 as a benchmark, not a check of speed: end of reply →
-/// `activated` with `activation_delay_seconds = 0` and every other key at
-/// its default, `KTR_BENCH_RUNS` times (default 1, so the suite stays
-/// short), each run on a fresh CLI, one `latency:` line per run with the
-/// breakdown from the operation's transitions and Claude Code's receipt.
-/// `bench/latency.py` runs it 5 times and prints the median; the figures
+/// Issues 12 item 4 and 24 item 5 as a benchmark, not a check of speed:
+/// end of reply (the fake API sent the reply's `message_stop`) →
+/// `activated`, then the same for a rollback (→ `rolled_back`), with
+/// `activation_delay_seconds = 0` and every other key at its default, in
+/// place and by respawn (`tmux_switch_in_place = false`) in the same run,
+/// their order alternating, `KTR_BENCH_RUNS` times (default 1, so the suite
+/// stays short), each on a fresh CLI: one `latency:` line per switch with
+/// the breakdown from the operation's transitions and Claude Code's
+/// receipt. `bench/latency.py` runs it and prints the medians; the figures
 /// are in bench/README.md.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
@@ -918,55 +934,94 @@ fn switch_latency_with_no_activation_delay() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
     for run in 1..=runs {
-        let lp = Loop::start(&bin, &[]);
-        // Defaults but for the delay (config_text shortens the waits).
-        let config = &lp.env.sandbox.config;
-        let text = fs::read_to_string(config)
-            .unwrap()
-            .replace(
-                "activation_delay_seconds = 0.5\n",
-                "activation_delay_seconds = 0\n",
-            )
-            .replace("stable_file_seconds = 0.5\n", "")
-            .replace("healthcheck_seconds = 5\n", "");
-        fs::write(config, text).unwrap();
-        let ended = lp.talk_until_the_request();
-        let ended_at = std::time::SystemTime::now();
-        let op = lp.wait_activated();
-        let took = ended.elapsed().as_secs_f64();
-        let at = |to: Status| {
-            let t = op.history.iter().find(|t| t.to == to).unwrap();
-            parse_rfc3339(&t.at).unwrap()
+        let modes = if run % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
         };
-        let ack = parse_rfc3339(&op.ack.as_ref().expect("ktr-ack's receipt").at).unwrap();
-        let span = |from: std::time::SystemTime, to: std::time::SystemTime| {
-            to.duration_since(from)
-                .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
-        };
-        let scheduled = at(Status::Scheduled);
-        // activate's "checks passed; switching" step: the last look passed.
-        let log = fs::read_to_string(lp.store.worker_log()).unwrap_or_default();
-        let switched = log
-            .lines()
-            .find(|l| l.contains("checks passed; switching"))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(parse_rfc3339)
-            .expect("activate logged its switch");
-        eprintln!(
-            "latency: run {run}/{runs}: reply end -> activated {took:.2} s \
-             (Stop hook scheduled {:+.2} s after the reply end seen on screen; \
-             scheduled -> running {:.2}; prepare {:.2}; verify {:.2}; \
-             activating -> switch {:.2}; switch -> receipt {:.2}; \
-             receipt -> activated {:.2})",
-            span(ended_at, scheduled),
-            span(scheduled, at(Status::Running)),
-            span(at(Status::Running), at(Status::Verifying)),
-            span(at(Status::Verifying), at(Status::Activating)),
-            span(at(Status::Activating), switched),
-            span(switched, ack),
-            span(ack, at(Status::Activated)),
+        for in_place in modes {
+            measure_switch(&bin, run, runs, in_place);
+        }
+    }
+}
+
+/// One fresh CLI: rebuild, then roll back, each timed from the end of the
+/// reply that scheduled it; prints the `latency:` lines.
+fn measure_switch(bin: &Path, run: usize, runs: usize, in_place: bool) {
+    let lp = Loop::start(bin, &[]);
+    // Defaults but for the delay (config_text shortens the waits).
+    let config = &lp.env.sandbox.config;
+    let mut settings = fs::read_to_string(config)
+        .unwrap()
+        .replace(
+            "activation_delay_seconds = 0.5\n",
+            "activation_delay_seconds = 0\n",
+        )
+        .replace("stable_file_seconds = 0.5\n", "")
+        .replace("healthcheck_seconds = 5\n", "");
+    if !in_place {
+        settings = settings.replacen(
+            "\n[resume_env]",
+            "tmux_switch_in_place = false\n\n[resume_env]",
+            1,
         );
     }
+    fs::write(config, settings).unwrap();
+    let mode = if in_place { "in place" } else { "respawn" };
+    lp.talk_until_the_request();
+    let op = lp.wait_activated();
+    let took = lp.since_last_reply(&op, Status::Activated);
+    let at = |to: Status| {
+        let t = op.history.iter().find(|t| t.to == to).unwrap();
+        parse_rfc3339(&t.at).unwrap()
+    };
+    let ack = parse_rfc3339(&op.ack.as_ref().expect("ktr-ack's receipt").at).unwrap();
+    let span = |from: std::time::SystemTime, to: std::time::SystemTime| {
+        to.duration_since(from)
+            .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
+    };
+    // activate's "checks passed; switching" step: the last look passed.
+    let log = fs::read_to_string(lp.store.worker_log()).unwrap_or_default();
+    let switched = log
+        .lines()
+        .find(|l| l.contains("checks passed; switching"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(parse_rfc3339)
+        .expect("activate logged its switch");
+    eprintln!(
+        "latency: run {run}/{runs} {mode}: reply end -> activated {took:.2} s \
+         (scheduled -> running {:.2}; prepare {:.2}; verify {:.2}; \
+         activating -> switch {:.2}; switch -> receipt {:.2}; \
+         receipt -> activated {:.2})",
+        span(at(Status::Scheduled), at(Status::Running)),
+        span(at(Status::Running), at(Status::Verifying)),
+        span(at(Status::Verifying), at(Status::Activating)),
+        span(at(Status::Activating), switched),
+        span(switched, ack),
+        span(ack, at(Status::Activated)),
+    );
+    lp.api.add_rules(vec![Rule::new(
+        "ROLLBACK-ASK",
+        vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_rollback_request",
+                json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
+            )],
+            vec![text("ASSISTANT-L5 好的，回滚已请求。")],
+        ],
+    )]);
+    lp.tmux
+        .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
+    let op = lp.wait_status("the rollback to finish", |s| {
+        matches!(s, Status::RolledBack | Status::Failed)
+    });
+    assert_eq!(op.status, Status::RolledBack, "{}", notes(&op));
+    let took = lp.since_last_reply(&op, Status::RolledBack);
+    eprintln!(
+        "latency: run {run}/{runs} {mode} rollback: reply end -> rolled_back {took:.2} s \
+         (Stop hook -> rolled_back {:.2})",
+        history_seconds(&op, Status::RollbackScheduled, Status::RolledBack),
+    );
 }
 
 #[test]

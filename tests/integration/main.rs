@@ -17,6 +17,7 @@ mod claude_resume;
 mod claude_runner;
 mod claude_switch;
 mod claude_turns;
+mod claude_typing;
 mod claude_window;
 mod corpus;
 mod doctor;

@@ -65,6 +65,9 @@ pub fn switch(
     if config.activation != Activation::Tmux {
         return Switched::NotTried(format!("{target} has no keyboard"));
     }
+    if !config.tmux_switch_in_place {
+        return Switched::NotTried("tmux_switch_in_place = false".into());
+    }
     let Some(claude) = claude.filter(|c| c.alive()) else {
         return Switched::NotTried("no live Claude Code process recorded for the pane".into());
     };
