@@ -15,7 +15,8 @@
 //! unsent.
 //!
 //! Pass: the fake API received each intended prompt exactly once and whole,
-//! and answered it, and the session the pane serves at the end holds it;
+//! and answered it, and the session it was sent in holds it with its reply
+//! (a rollback that waited for it switches away from that session after);
 //! a draft is still in the input line (capture-pane); ktr's border notice
 //! was on the person's screen in ≥ 90 % of the samples taken while they
 //! typed and ktr had a notice up.
@@ -257,11 +258,22 @@ impl Trial {
         ) {
             return Err(format!("the operation ended {}: {:?}", op.status, op.error));
         }
-        let session = self.pane_session();
-        let transcript = fs::read_to_string(self.env.transcript(&session)).unwrap_or_default();
-        if !transcript.contains(&prompt) {
+        // Under the session it belongs to: the one it was sent in (a
+        // rollback that waited for it then leaves that session) holds it
+        // and its reply (and a rebuild after it carries both).
+        let reply = prompt
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .replacen('-', "-R-", 1);
+        // Claude Code writes a turn to the transcript up to ~1 s after it.
+        let held = crate::support::wait_for(Duration::from_secs(10), || {
+            self.transcripts_holding(&prompt, &reply) > 0
+        });
+        if !held {
             return Err(format!(
-                "{prompt} is not in the session the pane serves ({session})"
+                "no transcript holds {prompt} and its reply (the pane serves {})",
+                self.pane_session()
             ));
         }
         Ok(typed)
@@ -427,6 +439,18 @@ impl Trial {
         })
         .shown_notice()
         .is_some()
+    }
+
+    /// How many transcripts of the project hold `prompt` and, after it,
+    /// `reply`.
+    fn transcripts_holding(&self, prompt: &str, reply: &str) -> usize {
+        fs::read_dir(&self.env.sandbox.project).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter_map(|e| fs::read_to_string(e.path()).ok())
+                .filter(|t| t.find(prompt).is_some_and(|at| t[at..].contains(reply)))
+                .count()
+        })
     }
 
     /// The session the pane's Claude Code serves (ktr-ack's binding, else

@@ -27,6 +27,8 @@ use ktr_base::config::{Activation, Config};
 
 /// How often the receipt and the screen are looked at.
 const POLL: Duration = Duration::from_millis(40);
+/// How long the input line must stay empty right before ktr types into it.
+const QUIET: Duration = Duration::from_millis(120);
 /// How long a refused prompt's text takes to come back to the input line.
 const GIVEN_BACK: Duration = Duration::from_secs(3);
 
@@ -71,7 +73,7 @@ pub fn switch(
     let Some(claude) = claude.filter(|c| c.alive()) else {
         return Switched::NotTried("no live Claude Code process recorded for the pane".into());
     };
-    match target.input() {
+    match quiet_input(target) {
         Ok(Some(Input::Idle)) => {}
         Ok(Some(Input::Draft(text))) => {
             return Switched::Busy(format!(
@@ -116,6 +118,20 @@ pub fn switch(
         thread::sleep(POLL);
     }
     shown(target, claude, to, deadline.max(Instant::now() + wait / 2))
+}
+
+/// The input line, looked at twice [`QUIET`] apart: a person who has
+/// just begun typing shows a draft in the second look (Claude Code 2.1.328
+/// drops keys typed in the ~0.15 s after the `/resume` Enter, when it
+/// clears the input line for the resumed session). The first look that is
+/// not idle is the answer.
+fn quiet_input(target: &Target) -> ktr_base::error::Result<Option<Input>> {
+    let first = target.input()?;
+    if first != Some(Input::Idle) {
+        return Ok(first);
+    }
+    thread::sleep(QUIET);
+    target.input()
 }
 
 /// `ktr-ack` recorded, after `since`, that `claude` resumed `to`.
