@@ -36,7 +36,7 @@ pub(super) const SETTLE: Duration = Duration::from_millis(600);
 /// text back after it. What this wait is for: a prompt whose Enter landed
 /// as the gate went up is refused (Enter → refusal recorded: 0.02–0.15 s
 /// measured, Claude Code 2.1.328, load average 2.3) and so defers the
-/// switch instead of meeting the keyboard hold.
+/// switch instead of meeting ktr's `/resume` line in the input line.
 pub const GATED_SETTLE: Duration = Duration::from_millis(200);
 /// The least time pointer mode's health probe may take.
 const PROBE_MIN: Duration = Duration::from_secs(60);
