@@ -181,6 +181,9 @@ pub struct Config {
     /// resuming it once with a prompt ktr-prompt refuses (needs ktr-ack and
     /// ktr-prompt installed; `false`: the pointer's content is the health).
     pub pointer_health_probe: bool,
+    /// tmux: switch by typing `/resume <id>` into the running Claude Code
+    /// (`false`: always respawn the pane with `resume_command`).
+    pub tmux_switch_in_place: bool,
     /// The window size: statusline report / model heuristics, or fixed.
     pub context_window_tokens: WindowSetting,
     /// Advice in the Stop hook from this fill level (then 80, 90); 0 = off.
@@ -233,6 +236,7 @@ const KEYS: &[&str] = &[
     "source_change_retries",
     "request_ttl_hours",
     "pointer_health_probe",
+    "tmux_switch_in_place",
     "context_window_tokens",
     "advise_at_percent",
     "advise_min_free_percent",
@@ -596,6 +600,7 @@ impl Config {
             source_change_retries: keys.integer("source_change_retries")?,
             request_ttl_hours: keys.seconds("request_ttl_hours")?,
             pointer_health_probe: keys.boolean("pointer_health_probe", true)?,
+            tmux_switch_in_place: keys.boolean("tmux_switch_in_place", true)?,
             context_window_tokens,
             advise_at_percent,
             advise_min_free_percent,

@@ -21,7 +21,9 @@
 pub mod ack;
 mod activate;
 pub mod advice;
+mod appended;
 pub mod cli;
+mod in_place;
 pub mod precompact;
 mod prepare;
 pub mod prompt;
@@ -44,7 +46,7 @@ use ktr_base::time::now_rfc3339;
 
 #[doc(no_inline)]
 pub use crate::operation::Stage;
-pub use activate::{GATED_SETTLE, HOLD_SETTLE, activate};
+pub use activate::{GATED_SETTLE, activate};
 pub use prepare::{prepare, schedule_by_hand};
 pub use rollback::rollback;
 pub use verify::verify;
