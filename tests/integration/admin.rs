@@ -981,3 +981,30 @@ fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
         .stderr_contains(&format!("operation {} is pending", op.id));
     assert_eq!(tree(sb.root()), before);
 }
+
+/// Issue 27 (low): every label of `ktr plan` stands in its own column —
+/// none runs into its value (`…expansion0`).
+#[test]
+fn plan_labels_never_run_into_their_values() {
+    let sb = Sandbox::new();
+    sb.add_transcript(
+        "0a000000-0000-4000-8000-000000000001",
+        &fs::read(crate::support::example()).unwrap(),
+    );
+    let run = Ktr::new(&sb).arg("plan").run();
+    for label in [
+        "commands carried with their expansion",
+        "turns with a broken timestamp",
+        "poison hits (last 10 turns)",
+    ] {
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} in\n{}", run.stdout));
+        assert!(
+            line[label.len()..].starts_with("  "),
+            "{line:?} runs into its value"
+        );
+    }
+}

@@ -124,6 +124,9 @@ pub enum Reply {
     Block(String),
     /// The `statusLine` command: one plain line, not JSON.
     Line(String),
+    /// No output at all: where Claude Code would show even
+    /// `{"suppressOutput":true}` (a `PreCompact` hook on `/compact`).
+    Nothing,
 }
 
 use ktr_base::text::printable;
@@ -139,6 +142,7 @@ impl Reply {
                 serde_json::json!({"decision": "block", "reason": printable(reason)})
             }
             Reply::Line(line) => return line.clone(),
+            Reply::Nothing => return String::new(),
         }
         .to_string()
     }
@@ -236,7 +240,10 @@ pub fn main_with_flags(
         },
         Err(e) => Reply::Message(format!("ktr: {e}")),
     };
-    println!("{}", reply.to_json());
+    let line = reply.to_json();
+    if !line.is_empty() {
+        println!("{line}");
+    }
     std::process::exit(0);
 }
 

@@ -73,7 +73,8 @@ pub fn precompact(call: Invocation) -> Reply {
     };
     let verdict = decide(call.config.as_deref(), &hook);
     match verdict {
-        Verdict::Quiet => Reply::Quiet,
+        // Claude Code 2.1.328 shows a PreCompact hook's output on /compact.
+        Verdict::Quiet => Reply::Nothing,
         Verdict::Block(reason) => Reply::Block(reason),
         Verdict::Allow(line) => {
             // Claude Code does not show it now: the next Stop hook will.
