@@ -1008,3 +1008,51 @@ fn plan_labels_never_run_into_their_values() {
         );
     }
 }
+
+/// Issue 27 item 5: `ktr status` (and `--json`) carry the window of the
+/// operation's session: used, size, compaction point, after a rebuild,
+/// each with its source.
+#[test]
+fn status_shows_the_window_with_the_source_of_each_figure() {
+    let sb = Sandbox::new();
+    let session = "0a000000-0000-4000-8000-000000000001";
+    let transcript = sb.add_transcript(session, &fs::read(crate::support::example()).unwrap());
+    let op = sb.store().request("x", "REBUILD", Some(session)).unwrap();
+    sb.walk(&op.id, &[Status::Scheduled], |op| {
+        op.transcript_path = Some(transcript.clone());
+    });
+    let json = Ktr::new(&sb)
+        .args(["status", "--json"])
+        .run()
+        .code(0)
+        .json();
+    let w = &json["window"];
+    assert_eq!(w["session_id"], session, "{json:#}");
+    assert!(w["used_tokens"].as_u64().unwrap() > 0, "{w:#}");
+    assert!(
+        w["used_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("the API's count"),
+        "{w:#}"
+    );
+    assert_eq!(
+        w["compaction_point_tokens"].as_u64().unwrap(),
+        w["size_tokens"].as_u64().unwrap() - 33_000
+    );
+    assert!(
+        w["size_source"].as_str().unwrap().contains("model"),
+        "{w:#}"
+    );
+    assert!(
+        w["after_rebuild_source"]
+            .as_str()
+            .unwrap()
+            .contains("not planned yet")
+    );
+    Ktr::new(&sb)
+        .arg("status")
+        .run()
+        .code(0)
+        .stdout_contains("Claude Code compacts at");
+}
