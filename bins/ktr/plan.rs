@@ -51,7 +51,8 @@ struct Printed<W>(W);
 
 impl<W: std::io::Write> Sink for Printed<W> {
     fn line(&mut self, json: &str, _: ManifestEntry) -> Result<(), Error> {
-        ktr_base::heap::write_all(&mut self.0, json.as_bytes())
+        self.0
+            .write_all(json.as_bytes())
             .and_then(|()| self.0.write_all(b"\n"))
             .map_err(|e| Error::io(format!("cannot print the candidate: {e}")))
     }

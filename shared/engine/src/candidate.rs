@@ -202,10 +202,7 @@ pub fn write(
         out.attachment(&said, &meta)?;
     }
     for item in turns.items() {
-        ktr_base::heap::tick();
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
-        // A huge text's line is serialized into a windowed block.
-        let _texts = ktr_base::heap::texts();
         let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text));
         // The record is read once: its text (moved, not copied: it may be
         // huge) and its time serve the item.

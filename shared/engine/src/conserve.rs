@@ -58,12 +58,6 @@ impl LeftOuts for Vec<LeftOut> {
     }
 }
 
-impl LeftOuts for ktr_base::heap::Table<LeftOut> {
-    fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()> {
-        self.0.each_left_out(f)
-    }
-}
-
 /// What verification checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ConservationCounts {
@@ -100,9 +94,6 @@ pub fn check(
             expected.candidate_sha256
         )));
     }
-    // Whatever an earlier stage of this process freed goes back before the
-    // two checks grow their own (see `heap`).
-    ktr_base::heap::hand_back();
     let file = CandidateFile {
         path: candidate,
         expected,
@@ -234,12 +225,8 @@ impl CandidateFile<'_> {
                     "candidate has {i} lines, fewer than the manifest's entries"
                 )));
             }
-            // A huge line's text, parsed, is a windowed block too.
-            let texts = ktr_base::heap::texts();
             let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
-            drop(texts);
-            ktr_base::heap::tick();
             i += 1;
             // A huge line's room is not kept for the lines after it.
             if buf.capacity() > crate::transcript::LINE_BUF_KEPT {
@@ -481,9 +468,7 @@ pub fn conserve(
                 return Ok(None);
             }
             number += 1;
-            ktr_base::heap::tick();
             let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-            let _texts = ktr_base::heap::texts();
             let Ok(v) = serde_json::from_slice::<Value>(line) else {
                 continue;
             };
@@ -563,7 +548,7 @@ pub fn conserve(
 /// A set of line numbers, sorted once: a capped plan of a long session
 /// leaves out hundreds of thousands of records, and the backup walk asks
 /// about every line. (A hash set of them is touched all over on every
-/// line, see [`ktr_base::heap`]; a bitset would be as large as the largest
+/// line; a bitset would be as large as the largest
 /// number an edited manifest names.)
 #[derive(Default)]
 struct LineSet(Vec<usize>);

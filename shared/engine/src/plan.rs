@@ -86,7 +86,7 @@ pub struct PlanReport {
     /// Every conversation record that was not carried, with the reason
     /// (empty in an operation's stats, which keep it on its own).
     #[serde(default)]
-    pub left_out: ktr_base::heap::Table<LeftOut>,
+    pub left_out: Vec<LeftOut>,
 }
 
 /// A plan whose candidate was written into a [`Sink`]: the report and
@@ -370,14 +370,12 @@ fn plan<R: BufRead>(
                 .map(|&e| (narrow(e), LeftOutReason::LocalCommand)),
         )
         .chain(sel.left_out.iter().map(|&(e, r)| (narrow(e), r)))
-        .inspect(|_| ktr_base::heap::tick())
         .collect();
     // Each event is listed once at most, so an unstable sort orders it the
     // same, in place (no scratch half its size).
     left_out.sort_unstable_by_key(|&(e, _)| e);
     let mut listed = Vec::new();
     for (e, reason) in left_out {
-        ktr_base::heap::tick();
         let e = e as usize;
         let entry = LeftOut {
             line: scan.events[e].line(),
@@ -457,7 +455,7 @@ fn plan<R: BufRead>(
         window: None,
         first_carried,
         last_carried,
-        left_out: ktr_base::heap::Table(listed),
+        left_out: listed,
     };
     Ok(Planned {
         report,

@@ -29,25 +29,8 @@ impl Bytes for File {
     fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
         let len = usize::try_from(at.len).map_err(std::io::Error::other)?;
         buf.clear();
-        if len < ktr_base::heap::WINDOWED_MIN {
-            buf.resize(len, 0);
-            return self.read_exact_at(buf, at.offset);
-        }
-        let _texts = ktr_base::heap::texts();
-        buf.reserve_exact(len);
-        // Through a small buffer, with a look every MiB: a long line's
-        // room is a windowed spill file (which `pread` cannot fault in).
-        let mut piece = vec![0; ktr_base::heap::BOUNCE.min(len)];
-        while buf.len() < len {
-            let from = buf.len();
-            let n = (len - from).min(piece.len());
-            self.read_exact_at(&mut piece[..n], at.offset + from as u64)?;
-            buf.extend_from_slice(&piece[..n]);
-            if (from + n) / ktr_base::heap::LOOK_EVERY != from / ktr_base::heap::LOOK_EVERY {
-                ktr_base::heap::look();
-            }
-        }
-        Ok(())
+        buf.resize(len, 0);
+        self.read_exact_at(buf, at.offset)
     }
 }
 

@@ -54,7 +54,6 @@ pub fn for_each_line<R: BufRead>(
         let line = trim_newline(&buf);
         let parsed = parse_line(line);
         f(number, offset, line, parsed);
-        ktr_base::heap::tick();
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.
         if buf.capacity() > LINE_BUF_KEPT {
@@ -63,33 +62,10 @@ pub fn for_each_line<R: BufRead>(
     }
 }
 
-/// `BufRead::read_until(b'\n')`, with a [`ktr_base::heap::look`] every MiB
-/// of a long line: its room grows in a spill file, and what is written of
-/// it is not kept mapped. A huge line's block is a text's: windowed (see
-/// `heap::window`), so that the steps over it never map it whole.
+/// One line with its newline, appended to `buf` (`BufRead::read_until`):
+/// the bytes read, 0 at the end of the input.
 pub fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-    let _texts = ktr_base::heap::texts();
-    let mut read = 0;
-    loop {
-        let available = match input.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let (used, done) = match memchr::memchr(b'\n', available) {
-            Some(i) => (i + 1, true),
-            None => (available.len(), available.is_empty()),
-        };
-        buf.extend_from_slice(&available[..used]);
-        input.consume(used);
-        if (read + used) / ktr_base::heap::LOOK_EVERY != read / ktr_base::heap::LOOK_EVERY {
-            ktr_base::heap::look();
-        }
-        read += used;
-        if done {
-            return Ok(read);
-        }
-    }
+    input.read_until(b'\n', buf)
 }
 
 fn trim_newline(buf: &[u8]) -> &[u8] {
@@ -100,28 +76,9 @@ fn trim_newline(buf: &[u8]) -> &[u8] {
     &buf[..end]
 }
 
-/// `bytes` as text if they are UTF-8; a huge line is checked a MiB at a
-/// time (cut before a character's first byte) with a
-/// [`ktr_base::heap::look`] after each.
+/// `bytes` as text if they are UTF-8.
 fn utf8(bytes: &[u8]) -> Option<&str> {
-    if bytes.len() < ktr_base::heap::HUGE_BLOCK {
-        return simdutf8::basic::from_utf8(bytes).ok();
-    }
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let mut cut = rest.len().min(ktr_base::heap::LOOK_EVERY);
-        // Before a first byte: at most three continuation bytes back (more
-        // means the piece fails the check anyway).
-        while cut < rest.len() && cut > 1 && rest[cut] & 0xC0 == 0x80 {
-            cut -= 1;
-        }
-        simdutf8::basic::from_utf8(&rest[..cut]).ok()?;
-        rest = &rest[cut..];
-        ktr_base::heap::look();
-    }
-    // SAFETY: every piece is UTF-8 and each cut is before a character's
-    // first byte, so the pieces together are UTF-8.
-    Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    simdutf8::basic::from_utf8(bytes).ok()
 }
 
 /// Parse one line (without its newline).
@@ -380,7 +337,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
             }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(Message {
-                    content: Content::Text(Cow::Owned(ktr_base::heap::copied(v))),
+                    content: Content::Text(Cow::Owned(v.to_string())),
                     ..Message::default()
                 })
             }

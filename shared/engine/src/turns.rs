@@ -167,29 +167,13 @@ impl Turns {
     }
 }
 
-impl Drop for Turns {
-    /// One item at a time with a [`ktr_base::heap::tick`] each: dropping an
-    /// item reads it (a made text is freed), and a long session's items
-    /// would otherwise all be mapped at once.
-    fn drop(&mut self) {
-        for item in self.items.drain(..) {
-            ktr_base::heap::tick();
-            drop(item);
-        }
-    }
-}
-
 fn has_assistant(items: &[Item]) -> bool {
     items.iter().any(|i| i.role == Role::Assistant)
 }
 
 /// Estimated tokens of a turn's items.
 fn tokens(items: &[Item]) -> u64 {
-    items
-        .iter()
-        .inspect(|_| ktr_base::heap::tick())
-        .map(|i| i.counts().tokens())
-        .sum()
+    items.iter().map(|i| i.counts().tokens()).sum()
 }
 
 /// Why an event of the conversation was not carried.
@@ -258,7 +242,6 @@ pub fn select(
     let mut pending_expansion: Option<usize> = None;
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
-        ktr_base::heap::tick();
         let event = &events[e];
         match event.speech() {
             Speech::StartupContext => {
@@ -361,7 +344,6 @@ pub fn select(
         );
     }
     for t in 0..turns.len() {
-        ktr_base::heap::tick();
         let range = turns.range(t);
         finish_turn(&mut turns.items[range], events, config, rd, &mut sel)?;
     }
@@ -451,7 +433,7 @@ impl Item {
                 let mut text = said()?;
                 let expansion = rd.said(&events[*expansion as usize])?.text;
                 text.push_str("\n\n");
-                ktr_base::heap::push_str(&mut text, &expansion);
+                text.push_str(&expansion);
                 text
             }
         })
@@ -492,7 +474,7 @@ impl Item {
         Ok(match time {
             Some(ts) => {
                 let mut stamped = stamp_line(config, &ts);
-                ktr_base::heap::push_str(&mut stamped, &text);
+                stamped.push_str(&text);
                 stamped
             }
             None => text,
@@ -624,7 +606,6 @@ fn apply_cap(turns: &mut Turns, config: &Config, sel: &mut Selection) {
             sel.left_out.extend(
                 turns
                     .drain_first(drop)
-                    .inspect(|_| ktr_base::heap::tick())
                     .map(|i| (i.event(), LeftOutReason::DroppedOldest)),
             );
         }

@@ -84,7 +84,6 @@ fn usage(stage: Stage) -> String {
 
 /// The whole life of a stage executable; never returns.
 pub fn main(stage: Stage) -> ! {
-    ktr_base::heap::setup();
     let code = match execute(stage, std::env::args_os().skip(1)) {
         Ok(outcome) => {
             println!("{}", outcome.summary());
@@ -105,9 +104,6 @@ pub fn execute(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result
     let args = Args::parse(stage, args)?;
     let config = Config::load(args.config.as_deref())?;
     let store = Store::for_config(&config)?;
-    // Large tables of a long transcript live in unlinked files beside the
-    // operations (issue 12: flat memory).
-    ktr_base::heap::spill_into(store.dir());
     store.recover_stale()?;
     let (id, by_hand) = if let Some(id) = &args.operation {
         (id.clone(), false)

@@ -129,10 +129,6 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         return Ok(Verdict::Allow(compacted_line(&config, hook)));
     }
     // A rebuild helps only if its plan passes (e.g. it fits the window).
-    // The plan of a long session keeps its tables in unnamed files beside
-    // the operations, as prepare does (issue 12: flat memory).
-    ktr_base::heap::setup();
-    ktr_base::heap::spill_into(store.dir());
     let path = plan::resolve_transcript(&config, Some(&hook.transcript_path))?;
     let planned = plan::assess(&config, &path)?;
     if let Some(why) = &planned.report.blocked_reason {

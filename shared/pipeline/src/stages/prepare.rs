@@ -1,6 +1,7 @@
 //! Stage 1, `ktr-prepare` (SPEC §10): wait for the transcript to settle,
 //! freeze a backup, build and write the candidate session.
 
+use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -546,7 +547,8 @@ impl Sink for Streamed {
             None => json.to_string(),
         };
         for part in [line.as_bytes(), b"\n"] {
-            ktr_base::heap::write_all(&mut self.out, part)
+            self.out
+                .write_all(part)
                 .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
             self.hasher.update(part);
             self.bytes += part.len() as u64;
