@@ -23,6 +23,7 @@ mod golden;
 mod hostile;
 mod install;
 mod kill;
+mod lone_surrogates;
 mod mcp;
 mod memory;
 mod pipeline;

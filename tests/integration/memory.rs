@@ -156,13 +156,10 @@ fn a_huge_message_is_planned_without_being_held_whole() {
 #[test]
 fn a_huge_message_is_prepared_verified_and_switched_without_being_held_whole() {
     let sandbox = Sandbox::new();
-    let pointer = sandbox.root().join("pointer");
-    fs::write(&pointer, format!("{SESSION}\n")).unwrap();
-    sandbox.write_config(&format!(
-        "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\npointer_health_probe = false\n\
-         verify_workdir_matches_project = false\nactivation_delay_seconds = 0\n\
-         stable_file_seconds = 0.05\ncontext_window_tokens = 1000000000\nstamp_turns = false"
-    ));
+    let pointer = sandbox.write_pointer_config(
+        SESSION,
+        "context_window_tokens = 1000000000\nstamp_turns = false",
+    );
     let (path, prompt) = huge_transcript(&sandbox, SIZE);
     let log = sandbox.root().join("prepare.log");
     // In pointer mode one ktr-prepare process runs the whole chain:

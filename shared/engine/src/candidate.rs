@@ -196,6 +196,7 @@ pub fn write(
         lines: 0,
         previous_uuid: None,
         previous_ts: earliest.unwrap_or(EPOCH).to_string(),
+        lone_surrogates: rd.lone_surrogates(),
     };
     for &e in startup {
         let (said, meta) = rd.said_and_meta(&events[e])?;
@@ -224,6 +225,8 @@ struct Writer<'s> {
     lines: usize,
     previous_uuid: Option<String>,
     previous_ts: String,
+    /// Texts may hold stand-ins of lone surrogates ([`crate::lone`]).
+    lone_surrogates: bool,
 }
 
 impl Writer<'_> {
@@ -280,7 +283,11 @@ impl Writer<'_> {
 
     fn push(&mut self, json: &str, entry: ManifestEntry, timestamp: String) -> Result<()> {
         self.previous_uuid = Some(entry.uuid.clone());
-        self.sink.line(json, entry)?;
+        if self.lone_surrogates {
+            self.sink.line(&crate::lone::unmap_json(json), entry)?;
+        } else {
+            self.sink.line(json, entry)?;
+        }
         self.lines += 1;
         self.previous_ts = timestamp;
         Ok(())

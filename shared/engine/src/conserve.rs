@@ -225,7 +225,11 @@ impl CandidateFile<'_> {
                     "candidate has {i} lines, fewer than the manifest's entries"
                 )));
             }
-            let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
+            // Lone surrogates are read through their stand-ins, as prepare
+            // read the source's (`lone`).
+            let mapped = crate::lone::map_line(&buf);
+            let line = std::str::from_utf8(mapped.as_deref().unwrap_or(&buf))
+                .map_err(|_| fail("candidate is not UTF-8"))?;
             f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
             i += 1;
             // A huge line's room is not kept for the lines after it.
@@ -469,7 +473,8 @@ pub fn conserve(
             }
             number += 1;
             let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-            let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            let mapped = crate::lone::map_line(line);
+            let Ok(v) = serde_json::from_slice::<Value>(mapped.as_deref().unwrap_or(line)) else {
                 continue;
             };
             let pieces = speech_pieces(&v, reply_tool, &tags);

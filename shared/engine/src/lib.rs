@@ -14,6 +14,7 @@ pub mod conserve;
 pub mod inline_str;
 pub mod ledger;
 pub mod left_out;
+pub mod lone;
 pub mod plan;
 pub(crate) mod rawjson;
 pub mod reread;

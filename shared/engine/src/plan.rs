@@ -64,6 +64,13 @@ pub struct PlanReport {
     pub abandoned_branch_records: usize,
     pub malformed_lines: usize,
     pub malformed_line_numbers: Vec<usize>,
+    /// Speech texts holding a lone surrogate escape (`\ud83d` alone):
+    /// valid JSON Claude Code loads, carried as written (`lone`).
+    #[serde(default)]
+    pub lone_surrogate_texts: usize,
+    /// Speech texts holding a NUL character (`\u0000`), carried as written.
+    #[serde(default)]
+    pub nul_texts: usize,
     pub unknown_record_types: BTreeMap<String, u64>,
     pub unknown_attachment_types: BTreeMap<String, u64>,
     pub not_speech: NotSpeechCounts,
@@ -332,7 +339,7 @@ fn plan<R: BufRead>(
         command_expansions: config.carry_command_expansions,
     };
     let mut scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
-    let rd = Reread::new(again, &opts);
+    let rd = Reread::new(again, &opts).with_lone_surrogates(scan.lone_surrogates > 0);
     let history = chain::select(&scan, config.history);
     // The links have served: selection needs only the events.
     scan.nodes = Vec::new();
@@ -440,6 +447,8 @@ fn plan<R: BufRead>(
         abandoned_branch_records: history.abandoned.len(),
         malformed_lines: scan.malformed_count,
         malformed_line_numbers: scan.malformed.iter().map(|(n, _)| *n).collect(),
+        lone_surrogate_texts: scan.lone_surrogate_texts,
+        nul_texts: scan.nul_texts,
         unknown_record_types: scan.unknown_record_types.clone(),
         unknown_attachment_types: scan.unknown_attachment_types.clone(),
         not_speech: NotSpeechCounts {
@@ -503,6 +512,11 @@ fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
             "{} malformed line(s): {}; fix the transcript or set on_malformed_line = \"skip\" to carry the rest",
             scan.malformed_count,
             lines.join(", ")
+        ));
+    } else if scan.lone_surrogates > 0 && scan.reserved_lines > 0 {
+        sel.blocked_reason = Some(format!(
+            "the transcript holds lone surrogate escapes and, on {} line(s), characters U+10F800–U+10FFFF, which ktr uses to carry those escapes; it cannot carry both verbatim: remove those characters or rebuild by hand",
+            scan.reserved_lines
         ));
     } else if sel.turns.is_empty() {
         sel.blocked_reason = Some("no conversation turns to carry".to_string());

@@ -66,6 +66,7 @@ pub struct Reread<'a> {
     bytes: &'a dyn Bytes,
     opts: &'a Options<'a>,
     buf: RefCell<Vec<u8>>,
+    lone_surrogates: bool,
 }
 
 impl<'a> Reread<'a> {
@@ -74,7 +75,21 @@ impl<'a> Reread<'a> {
             bytes,
             opts,
             buf: RefCell::new(Vec::new()),
+            lone_surrogates: false,
         }
+    }
+
+    /// The file holds lone surrogates: the texts read hold their stand-ins
+    /// ([`crate::lone`]), which the candidate writer turns back.
+    #[must_use]
+    pub fn with_lone_surrogates(mut self, any: bool) -> Reread<'a> {
+        self.lone_surrogates = any;
+        self
+    }
+
+    /// Whether [`Reread::with_lone_surrogates`] said so.
+    pub fn lone_surrogates(&self) -> bool {
+        self.lone_surrogates
     }
 
     /// Parse the record at `at` and hand it to `f` (which may take its
@@ -88,7 +103,8 @@ impl<'a> Reread<'a> {
         self.bytes
             .read_at(at, &mut buf)
             .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
-        let parsed = transcript::parse_line(&buf);
+        let mapped = crate::lone::map_line(&buf);
+        let parsed = transcript::parse_line(mapped.as_deref().unwrap_or(&buf));
         let result = match parsed {
             Line::Record(mut r) => f(&mut r),
             _ => Err(changed(at, "no longer holds a record")),

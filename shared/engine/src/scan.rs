@@ -413,6 +413,16 @@ pub struct Scan {
     pub repeated_uuids: usize,
     /// user/assistant records without `uuid` or without the `parentUuid` field.
     pub unlinked_records: usize,
+    /// Lone surrogate escapes in the file ([`crate::lone`]).
+    pub lone_surrogates: usize,
+    /// Lines holding a real character of the lone surrogates' stand-ins.
+    pub reserved_lines: usize,
+    /// Speech texts holding a lone surrogate.
+    pub lone_surrogate_texts: usize,
+    /// Speech texts holding a NUL character (`\u0000`).
+    pub nul_texts: usize,
+    /// The line being read holds a lone surrogate.
+    line_has_lone: bool,
     /// uuid → symbol and message id → symbol (two numberings), keyed by a
     /// 64-bit hash of the string instead of the string itself; dropped
     /// when the read ends (the symbols stay in the nodes).
@@ -531,13 +541,17 @@ impl Scan {
             ..Scan::default()
         };
         let mut too_big = false;
-        transcript::for_each_line(input, |number, offset, raw, line| {
+        transcript::for_each_line(input, |at, line| {
+            let number = at.number;
             scan.lines = number;
-            if u32::try_from(number).is_err() || u32::try_from(raw.len()).is_err() {
+            if u32::try_from(number).is_err() || u32::try_from(at.len).is_err() {
                 too_big = true;
                 return;
             }
-            scan.bytes += raw.len() as u64 + 1;
+            scan.bytes += at.len as u64 + 1;
+            scan.lone_surrogates += at.surrogates.lone;
+            scan.reserved_lines += usize::from(at.surrogates.reserved);
+            scan.line_has_lone = at.surrogates.lone > 0;
             match line {
                 Line::Blank => {}
                 Line::Malformed(why) => {
@@ -548,8 +562,8 @@ impl Scan {
                 }
                 Line::Record(record) => {
                     let at = LineRef {
-                        offset,
-                        len: raw.len() as u64,
+                        offset: at.offset,
+                        len: at.len as u64,
                     };
                     scan.record(number, at, &record, opts);
                 }
@@ -757,6 +771,9 @@ impl Scan {
         };
         let counts = Counts::of(read.text);
         let bytes = read.text.len() as u64;
+        self.lone_surrogate_texts +=
+            usize::from(self.line_has_lone && read.text.chars().any(crate::lone::is_stand_in));
+        self.nul_texts += usize::from(memchr::memchr(0, read.text.as_bytes()).is_some());
         if matches!(
             read.speech,
             Speech::User | Speech::Assistant | Speech::Expansion

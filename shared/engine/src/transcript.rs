@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::rawjson;
+use crate::{lone, rawjson};
 
 /// One line of a transcript as the reader saw it.
 pub enum Line<'a> {
@@ -32,14 +32,27 @@ pub enum Line<'a> {
 /// usual record is a few KiB; one huge message's room must not stay held).
 pub const LINE_BUF_KEPT: usize = 1 << 20;
 
-/// Read `input` line by line, calling `f(line_number, offset, raw_bytes, line)`.
+/// One line as [`for_each_line`] hands it over.
+pub struct LineAt {
+    /// 1-based.
+    pub number: usize,
+    /// Where the line starts in the input.
+    pub offset: u64,
+    /// Its length without the newline.
+    pub len: usize,
+    /// The lone surrogates it holds ([`crate::lone`]).
+    pub surrogates: lone::Surrogates,
+}
+
+/// Read `input` line by line, calling `f(line, parsed)`. A line with lone
+/// surrogate escapes is parsed mapped ([`lone::map_line`]).
 ///
-/// `line_number` is 1-based; `offset` is where the line starts in `input`. A final line without `\n` is passed like any
-/// other (a parse failure there is reported as malformed; the stability
-/// wait of prepare decides whether it was still being written).
+/// A final line without `\n` is passed like any other (a parse failure
+/// there is reported as malformed; the stability wait of prepare decides
+/// whether it was still being written).
 pub fn for_each_line<R: BufRead>(
     mut input: R,
-    mut f: impl FnMut(usize, u64, &[u8], Line<'_>),
+    mut f: impl FnMut(LineAt, Line<'_>),
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     let mut number = 0usize;
@@ -52,8 +65,17 @@ pub fn for_each_line<R: BufRead>(
         }
         number += 1;
         let line = trim_newline(&buf);
-        let parsed = parse_line(line);
-        f(number, offset, line, parsed);
+        let surrogates = lone::survey(line);
+        let mapped = (surrogates.lone > 0)
+            .then(|| lone::map_line(line))
+            .flatten();
+        let at = LineAt {
+            number,
+            offset,
+            len: line.len(),
+            surrogates,
+        };
+        f(at, parse_line(mapped.as_deref().unwrap_or(line)));
         offset += read as u64;
         // A huge line's room is not kept for the rest of the file.
         if buf.capacity() > LINE_BUF_KEPT {
@@ -154,9 +176,9 @@ macro_rules! absent_otherwise {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Taken raw and decoded here, not by serde_json: a huge text is
-        // decoded a MiB at a time (`rawjson::text`). An unpaired surrogate
-        // fails the line, as serde_json's own decoding does.
+        // Taken raw and decoded here, not by serde_json (which would copy
+        // it into its scratch buffer first). Lone surrogates were mapped
+        // before the parse (`lone`); one left here fails the line.
         let raw = <&'de RawValue>::deserialize(d)?.get();
         if !raw.starts_with('"') {
             return Ok(Lenient(None));
