@@ -61,10 +61,9 @@ struct Printed<W>(W);
 
 impl<W: std::io::Write> Sink for Printed<W> {
     fn line(&mut self, json: &str, _: ManifestEntry) -> Result<(), Error> {
-        self.0
-            .write_all(json.as_bytes())
-            .and_then(|()| self.0.write_all(b"\n"))
-            .map_err(|e| Error::io(format!("cannot print the candidate: {e}")))
+        let failed = |e: std::io::Error| Error::io(format!("cannot print the candidate: {e}"));
+        ktr_engine::span::expand_json(json, &mut |b| self.0.write_all(b).map_err(failed))?;
+        self.0.write_all(b"\n").map_err(failed)
     }
 }
 

@@ -24,6 +24,7 @@ mod hostile;
 mod install;
 mod kill;
 mod lone_surrogates;
+mod long_texts;
 mod mcp;
 mod memory;
 mod pipeline;

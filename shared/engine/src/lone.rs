@@ -109,6 +109,14 @@ pub fn map_line(line: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The stand-in of the surrogate `unit` (`None` for any other value).
+pub fn stand_in(unit: u32) -> Option<char> {
+    (0xD800..=0xDFFF)
+        .contains(&unit)
+        .then(|| char::from_u32(BASE + unit - 0xD800))
+        .flatten()
+}
+
 /// Whether `c` stands for a lone surrogate.
 pub fn is_stand_in(c: char) -> bool {
     c as u32 >= BASE

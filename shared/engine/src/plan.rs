@@ -394,8 +394,7 @@ fn plan<R: BufRead>(
     let preview = |i: &turns::Item| -> Result<Preview> {
         Ok(Preview {
             role: i.role,
-            text: i
-                .text(&scan.events, &rd, config, None)?
+            text: crate::span::head(&i.text(&scan.events, &rd, config, None)?)
                 .chars()
                 .take(PREVIEW_CHARS)
                 .collect(),

@@ -421,8 +421,7 @@ pub struct Scan {
     pub lone_surrogate_texts: usize,
     /// Speech texts holding a NUL character (`\u0000`).
     pub nul_texts: usize,
-    /// The line being read holds a lone surrogate.
-    line_has_lone: bool,
+
     /// uuid → symbol and message id → symbol (two numberings), keyed by a
     /// 64-bit hash of the string instead of the string itself; dropped
     /// when the read ends (the symbols stay in the nodes).
@@ -551,7 +550,6 @@ impl Scan {
             scan.bytes += at.len as u64 + 1;
             scan.lone_surrogates += at.surrogates.lone;
             scan.reserved_lines += usize::from(at.surrogates.reserved);
-            scan.line_has_lone = at.surrogates.lone > 0;
             match line {
                 Line::Blank => {}
                 Line::Malformed(why) => {
@@ -769,11 +767,13 @@ impl Scan {
             Some(ts) => Some((read.at, ts.len())),
             None => self.last_timestamp_at,
         };
-        let counts = Counts::of(read.text);
-        let bytes = read.text.len() as u64;
-        self.lone_surrogate_texts +=
-            usize::from(self.line_has_lone && read.text.chars().any(crate::lone::is_stand_in));
-        self.nul_texts += usize::from(memchr::memchr(0, read.text.as_bytes()).is_some());
+        // A long text is a span ([`crate::span`]): its facts stand in for it.
+        let counts = crate::span::counts(read.text);
+        let bytes = crate::span::bytes(read.text);
+        let head = crate::span::head(read.text);
+        let marks = crate::span::marks(read.text);
+        self.lone_surrogate_texts += usize::from(marks.lone);
+        self.nul_texts += usize::from(marks.nul);
         if matches!(
             read.speech,
             Speech::User | Speech::Assistant | Speech::Expansion
@@ -781,8 +781,8 @@ impl Scan {
             self.conversation(bytes, counts);
         }
         let flags = [
-            (read.text.trim().is_empty(), BLANK),
-            (opts.markers.carried_before(read.text), CARRIED_BEFORE),
+            (crate::span::blank(read.text), BLANK),
+            (opts.markers.carried_before(&head), CARRIED_BEFORE),
             (read.seen_speech, SEEN_SPEECH),
             (read.snapshot, SNAPSHOT),
             (own.is_none(), TIMESTAMP_BROKEN),
@@ -825,7 +825,7 @@ impl Scan {
             } else {
                 Category::ToolResult
             };
-            self.tally(cat, raw.get().len());
+            self.tally(cat, json_len(raw.get()));
         }
         let seen_speech = self.seen_speech;
         let read = |speech, via, text, snapshot| Read {
@@ -841,11 +841,11 @@ impl Scan {
         if let Content::Text(t) = &r.message.content
             && !r.sidechain()
             && !r.meta()
-            && opts.markers.carried_before(t)
+            && opts.markers.carried_before(&crate::span::head(t))
         {
             // A startup snapshot frozen by an earlier rebuild stays the
             // startup snapshot (same digest), under the header once.
-            let snapshot = !seen_speech && opts.markers.is_header(t);
+            let snapshot = !seen_speech && opts.markers.is_header(&crate::span::head(t));
             self.seen_speech = true;
             return Some(self.push_event(
                 &read(Speech::User, Via::CarriedBefore, t, snapshot),
@@ -930,14 +930,14 @@ impl Scan {
             }
             match kind {
                 "tool_result" => {
-                    self.tally(Category::ToolResult, text.len());
+                    self.tally(Category::ToolResult, json_len(text));
                     if memchr::memmem::find(text.as_bytes(), b"\"image\"").is_some() {
                         self.window.original_image_view_count += 1;
                         self.file.original_image_view_count += 1;
                     }
                 }
                 "image" => {
-                    self.tally(Category::Image, text.len());
+                    self.tally(Category::Image, json_len(text));
                     self.window.preview_image_count += 1;
                     self.file.preview_image_count += 1;
                 }
@@ -966,7 +966,7 @@ impl Scan {
                     _ => Some(Category::ToolResult),
                 };
                 if let Some(cat) = cat {
-                    self.tally(cat, text.len());
+                    self.tally(cat, json_len(text));
                 }
             }
         }
@@ -1015,7 +1015,7 @@ impl Scan {
                 .or_default() += 1;
         }
         if r.sidechain() {
-            self.tally(Category::Sidechain, raw.get().len());
+            self.tally(Category::Sidechain, json_len(raw.get()));
             return None;
         }
         let seen_speech = self.seen_speech;
@@ -1029,7 +1029,7 @@ impl Scan {
             snapshot: false,
         };
         if !seen_speech && let Some(text) = classify::session_start_context(&attachment) {
-            self.tally(Category::Attachment, raw.get().len());
+            self.tally(Category::Attachment, json_len(raw.get()));
             let read = read(Speech::StartupContext, Via::StartupContext, &text);
             return Some(self.push_event(&read, r, opts));
         }
@@ -1043,11 +1043,11 @@ impl Scan {
                 None
             }
             None if PER_START_ATTACHMENT_TYPES.contains(&kind) => {
-                self.per_start(kind, raw.get().len());
+                self.per_start(kind, json_len(raw.get()));
                 None
             }
             None => {
-                self.tally(Category::Attachment, raw.get().len());
+                self.tally(Category::Attachment, json_len(raw.get()));
                 None
             }
         }
@@ -1075,6 +1075,12 @@ fn key_of(s: &str) -> u64 {
     let mut h = DefaultHasher::new();
     s.hash(&mut h);
     h.finish()
+}
+
+/// The bytes raw JSON from a line had in its file (a long string in it is
+/// a span's token here, see [`crate::span`]).
+fn json_len(raw: &str) -> usize {
+    crate::span::json_len(raw)
 }
 
 /// The `type` of a raw block, found without parsing the block.

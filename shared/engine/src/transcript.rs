@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::{lone, rawjson};
+use crate::rawjson;
 
 /// One line of a transcript as the reader saw it.
 pub enum Line<'a> {
@@ -28,74 +28,28 @@ pub enum Line<'a> {
     Record(Box<Record<'a>>),
 }
 
-/// A line buffer bigger than this is freed after its line is used (the
-/// usual record is a few KiB; one huge message's room must not stay held).
-pub const LINE_BUF_KEPT: usize = 1 << 20;
+pub use crate::lines::LineAt;
 
-/// One line as [`for_each_line`] hands it over.
-pub struct LineAt {
-    /// 1-based.
-    pub number: usize,
-    /// Where the line starts in the input.
-    pub offset: u64,
-    /// Its length without the newline.
-    pub len: usize,
-    /// The lone surrogates it holds ([`crate::lone`]).
-    pub surrogates: lone::Surrogates,
-}
-
-/// Read `input` line by line, calling `f(line, parsed)`. A line with lone
-/// surrogate escapes is parsed mapped ([`lone::map_line`]).
+/// Read `input` line by line, calling `f(line, parsed)`: each line as
+/// [`crate::lines::Lines`] makes it ready (a long one as its skeleton,
+/// lone surrogates mapped).
 ///
 /// A final line without `\n` is passed like any other (a parse failure
 /// there is reported as malformed; the stability wait of prepare decides
 /// whether it was still being written).
 pub fn for_each_line<R: BufRead>(
-    mut input: R,
+    input: R,
     mut f: impl FnMut(LineAt, Line<'_>),
 ) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1 << 16);
-    let mut number = 0usize;
-    let mut offset = 0u64;
-    loop {
-        buf.clear();
-        let read = read_line(&mut input, &mut buf)?;
-        if read == 0 {
-            return Ok(());
-        }
-        number += 1;
-        let line = trim_newline(&buf);
-        let surrogates = lone::survey(line);
-        let mapped = (surrogates.lone > 0)
-            .then(|| lone::map_line(line))
-            .flatten();
-        let at = LineAt {
-            number,
-            offset,
-            len: line.len(),
-            surrogates,
+    let mut lines = crate::lines::Lines::new(input, None);
+    while let Some((at, bytes)) = lines.next_line()? {
+        let parsed = match bytes {
+            Some(bytes) => parse_line(bytes),
+            None => Line::Malformed("not valid JSON"),
         };
-        f(at, parse_line(mapped.as_deref().unwrap_or(line)));
-        offset += read as u64;
-        // A huge line's room is not kept for the rest of the file.
-        if buf.capacity() > LINE_BUF_KEPT {
-            buf = Vec::with_capacity(1 << 16);
-        }
+        f(at, parsed);
     }
-}
-
-/// One line with its newline, appended to `buf` (`BufRead::read_until`):
-/// the bytes read, 0 at the end of the input.
-pub fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-    input.read_until(b'\n', buf)
-}
-
-fn trim_newline(buf: &[u8]) -> &[u8] {
-    let mut end = buf.len();
-    while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
-        end -= 1;
-    }
-    &buf[..end]
+    Ok(())
 }
 
 /// `bytes` as text if they are UTF-8.
@@ -385,12 +339,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
 }
 
 impl Content<'_> {
-    /// Raw bytes of the content (text length or the sum of block lengths).
+    /// Raw bytes of the content (text length or the sum of block lengths;
+    /// a long text counted whole, see [`crate::span`]).
     pub fn byte_len(&self) -> usize {
         match self {
             Content::None => 0,
-            Content::Text(t) => t.len(),
-            Content::Blocks(b) => b.iter().map(|r| r.len()).sum(),
+            Content::Text(t) => usize::try_from(crate::span::bytes(t)).unwrap_or(usize::MAX),
+            Content::Blocks(b) => b.iter().map(|r| crate::span::json_len(r)).sum(),
         }
     }
 }

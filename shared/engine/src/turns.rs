@@ -7,6 +7,7 @@
 
 use crate::reread::Reread;
 use crate::scan::{Counts, Event, Markers, Speech};
+use crate::span;
 use ktr_base::config::{CarryOverflow, Config};
 use ktr_base::error::Result;
 
@@ -326,6 +327,8 @@ pub fn select(
         sel.left_out.push((s, LeftOutReason::LocalCommand));
     }
     if !sel.startup_context.is_empty() {
+        // The frozen text is kept whole (a long context's spans read again).
+        sel.startup_text = sel.startup_text.as_deref().map(span::expand).transpose()?;
         sel.startup_sha256 = sel
             .startup_text
             .as_deref()
@@ -411,8 +414,8 @@ impl Item {
             role,
             kind,
             event: index(e),
-            counts: Packed::from(Counts::of(&text)),
-            carried_before: markers.carried_before(&text),
+            counts: Packed::from(span::counts(&text)),
+            carried_before: markers.carried_before(&span::head(&text)),
             body: Body::Made(text.into()),
             stamped: false,
             elided_chars: 0,
@@ -498,8 +501,8 @@ fn freeze_reminder(
         None => String::new(),
     };
     let text = config.startup_header_template.replace("{timestamp}", &ts) + "\n" + &raw;
-    sel.startup_sha256 = Some(ktr_base::fsutil::sha256_hex(raw.as_bytes()));
-    sel.startup_text = Some(text.clone());
+    sel.startup_sha256 = Some(span::sha256(&raw)?);
+    sel.startup_text = Some(span::expand(&text)?);
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     builder.user(Item::made(
         Role::User,
@@ -567,11 +570,10 @@ fn elide(
     markers: &Markers,
 ) -> Result<()> {
     let text = item.body_text(events, rd, None)?;
-    let count = text.chars().count();
     let keep = max / 2;
+    // Read a piece at a time: a long text is a span ([`span::ends`]).
+    let (count, head, tail) = span::ends(&text, keep)?;
     let removed = count - 2 * keep;
-    let head: String = text.chars().take(keep).collect();
-    let tail: String = text.chars().skip(count - keep).collect();
     let elided = format!("{head}\n[… ktr elided {removed} characters (max_event_chars) …]\n{tail}");
     item.counts = Packed::from(Counts::of(&elided));
     item.carried_before = markers.carried_before(&elided);
@@ -626,7 +628,7 @@ fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
         let text = item.text(events, rd, config, None)?;
-        hits += pattern.find_iter(&text).count();
+        hits += span::count_matches(&text, pattern)?;
     }
     Ok(hits)
 }

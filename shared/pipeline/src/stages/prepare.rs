@@ -546,13 +546,17 @@ impl Sink for Streamed {
             Some(c) => c.apply(json),
             None => json.to_string(),
         };
-        for part in [line.as_bytes(), b"\n"] {
-            self.out
-                .write_all(part)
+        let (out, hasher, bytes) = (&mut self.out, &mut self.hasher, &mut self.bytes);
+        let mut write = |part: &[u8]| {
+            out.write_all(part)
                 .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
-            self.hasher.update(part);
-            self.bytes += part.len() as u64;
-        }
+            hasher.update(part);
+            *bytes += part.len() as u64;
+            Ok(())
+        };
+        // A long text's raw bytes are copied from the source as they go.
+        ktr_engine::span::expand_json(&line, &mut write)?;
+        write(b"\n")?;
         self.manifest.push_item(&entry)
     }
 
