@@ -19,6 +19,7 @@ mod claude_turns;
 mod claude_window;
 mod corpus;
 mod doctor;
+mod full_disk;
 mod golden;
 mod hostile;
 mod install;

@@ -84,6 +84,7 @@ fn usage(stage: Stage) -> String {
 
 /// The whole life of a stage executable; never returns.
 pub fn main(stage: Stage) -> ! {
+    ktr_base::fsutil::ignore_file_size_signal();
     let code = match execute(stage, std::env::args_os().skip(1)) {
         Ok(outcome) => {
             println!("{}", outcome.summary());
