@@ -7,9 +7,12 @@
 use std::ffi::OsString;
 use std::fs;
 use std::process::Stdio;
+use std::time::Duration;
 
-use crate::support::Sandbox;
+use crate::support::claude::ClaudeEnv;
+use crate::support::fake_api::FakeApi;
 use crate::support::plan::{Plan, Report, fixture_bytes};
+use crate::support::{Sandbox, claude_bin};
 
 const FIXTURE: &str = "lone_surrogates";
 
@@ -94,6 +97,49 @@ fn a_file_with_a_real_stand_in_character_beside_a_lone_surrogate_is_blocked() {
         "{}",
         r.blocked_reason()
     );
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_real_cli_resumes_a_candidate_with_lone_surrogates() {
+    let api = FakeApi::start(Vec::new());
+    let env = ClaudeEnv::new(&claude_bin(), &api);
+    let config = env.config("");
+    let id = "5e55a9e0-0000-4000-8000-00000000eeee";
+    let source = env.sandbox.project.join("source.jsonl");
+    let plan =
+        ktr_engine::plan::build_from_bytes(&config, &source, &fixture_bytes(FIXTURE), Some(id))
+            .unwrap();
+    assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
+    fs::create_dir_all(&env.sandbox.project).unwrap();
+    fs::write(env.transcript(id), plan.candidate.bytes()).unwrap();
+    let run = env.resume(id, "PROBE-LONE");
+    assert!(
+        run.status.success(),
+        "claude --resume failed: {} {}",
+        run.stdout,
+        run.stderr
+    );
+    let request = api
+        .wait_turn("PROBE-LONE", Duration::from_secs(5))
+        .expect("a request carried the probe");
+    // Claude Code loads them and sends each lone surrogate as U+FFFD (its
+    // request body is UTF-8), the NUL escaped: as it does for the source.
+    for sent in [
+        "\u{FFFD} leading: a split emoji starts this message",
+        "trailing: the answer ends with half an emoji \u{FFFD}",
+        r"a NUL \u0000 in the middle, a pair 😀, an escaped backslash \\ud83d, and a lone low one at the end ",
+        "\u{FFFD}\u{FFFD} reversed halves, both lone",
+    ] {
+        assert!(
+            request
+                .raw
+                .windows(sent.len())
+                .any(|w| w == sent.as_bytes()),
+            "{sent:?} was sent: {}",
+            String::from_utf8_lossy(&request.raw)
+        );
+    }
 }
 
 #[test]
