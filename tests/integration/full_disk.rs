@@ -153,6 +153,7 @@ fn pointer_sandbox(size: usize) -> (Sandbox, PathBuf, Vec<u8>) {
 }
 
 #[test]
+#[ignore = "needs root (a private tmpfs: unshare -m, mount)"]
 fn prepare_refuses_early_when_the_state_dir_has_no_room() {
     let (sandbox, source, bytes) = pointer_sandbox(3 << 20);
     let left = prepare_on_tmpfs(&sandbox, &source, "4m", false);
@@ -173,6 +174,7 @@ fn prepare_refuses_early_when_the_state_dir_has_no_room() {
 }
 
 #[test]
+#[ignore = "needs root (a private tmpfs: unshare -m, mount)"]
 fn a_write_that_finds_the_disk_full_after_the_check_fails_the_operation() {
     let (sandbox, source, bytes) = pointer_sandbox(2 << 20);
     let left = prepare_on_tmpfs(&sandbox, &source, "16m", true);
