@@ -332,6 +332,7 @@ fn plan<R: BufRead>(
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
+    crate::span::forget_all();
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     let opts = Options {
         reply_tool: &config.reply_tool_pattern,

@@ -202,8 +202,9 @@ fn token(digest: &[u8; 32]) -> String {
     format!("{}{}\0", prefix(), ktr_base::fsutil::hex(digest))
 }
 
-/// Keep `facts` (and where to read the text again, if known); returns the
-/// token that stands for the text.
+/// Keep `facts` (and where to read the text again, if known: the latest
+/// reading's file, the one being planned or checked); returns the token
+/// that stands for the text.
 pub fn register(facts: Facts, source: Option<Source>) -> String {
     let token = token(&facts.digest);
     TABLE.with_borrow_mut(|t| {
@@ -211,11 +212,17 @@ pub fn register(facts: Facts, source: Option<Source>) -> String {
             facts,
             source: None,
         });
-        if entry.source.is_none() {
+        if source.is_some() {
             entry.source = source;
         }
     });
     token
+}
+
+/// Forget every span of this thread (a new plan starts: the table does
+/// not grow with every plan a long-lived process makes).
+pub fn forget_all() {
+    TABLE.with_borrow_mut(HashMap::clear);
 }
 
 fn facts_of(digest: &[u8; 32]) -> Option<Facts> {
