@@ -119,9 +119,12 @@ def config(dir: Path, pointer: bool) -> Path:
 
 
 def plan(bins: Path, source: Path, work: Path, n: int) -> dict:
-    cfg = config(work / "plan", pointer=False)
-    warm(source)
-    return measured([str(bins / "ktr"), "plan", "--json", "--config", str(cfg), "--transcript", str(source)],
+    dir = work / "plan"
+    cfg = config(dir, pointer=False)
+    inside = dir / "project" / f"{SESSION}.jsonl"
+    os.link(source, inside)  # plan reads only files inside project_dir
+    warm(inside)
+    return measured([str(bins / "ktr"), "plan", "--json", "--config", str(cfg), "--transcript", str(inside)],
                     {"HOME": str(work), "PATH": "/usr/bin:/bin"}, n)
 
 
