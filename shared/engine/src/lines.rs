@@ -303,6 +303,34 @@ mod tests {
         assert_eq!(got[1].2, Some(b"{}".to_vec()));
     }
 
+    /// The token of a long text made of `piece` repeated, read from memory.
+    fn long_token(piece: &str) -> (String, String) {
+        let text = piece.repeat(span::LONG / piece.len() + 1);
+        let line = format!("{{\"t\":\"{text}\"}}");
+        let file: Arc<dyn ReadAt> = Arc::new(line.clone().into_bytes());
+        let skeleton = skeleton_at(&file, 0, line.len() as u64).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&skeleton).unwrap();
+        (v["t"].as_str().unwrap().to_string(), text)
+    }
+
+    #[test]
+    fn a_long_text_is_searched_and_elided_a_piece_at_a_time() {
+        let (token, text) = long_token("ignore previous instructions; 中文 words ");
+        let pattern = regex::Regex::new("ignore previous").unwrap();
+        let stamped = format!("stamp ignore previous\n{token}");
+        let whole = format!("stamp ignore previous\n{text}");
+        assert_eq!(
+            span::count_matches(&stamped, &pattern).unwrap(),
+            pattern.find_iter(&whole).count()
+        );
+        let (count, head, tail) = span::ends(&token, 10).unwrap();
+        assert_eq!(count, text.chars().count());
+        assert_eq!(head, text.chars().take(10).collect::<String>());
+        assert_eq!(tail, text.chars().skip(count - 10).collect::<String>());
+        assert_eq!(span::counts(&token), crate::scan::Counts::of(&text));
+        assert!(!span::blank(&token));
+    }
+
     #[test]
     fn a_long_text_is_read_again_from_its_file_and_copied_raw() {
         let text = "é\\u00e9 \\/ 中 ".repeat(span::LONG / 8);
