@@ -149,19 +149,24 @@ def main() -> int:
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--huge-mb", type=float, default=100)
     p.add_argument("--tools-mb", type=float, default=100)
+    p.add_argument("--lines-mb", type=float, default=680, help="conversation-heavy file (~1M lines at 680)")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--only", default="plan-huge,chain-huge,plan-tools")
+    p.add_argument("--only", default="plan-huge,chain-huge,plan-tools,plan-lines")
     a = p.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     huge = generate(a.work / f"huge-{a.huge_mb:g}.jsonl", "--turns", "4", "--mix", "chat",
                     "--huge-message-mb", f"{a.huge_mb:g}")
     tools = generate(a.work / f"tools-{a.tools_mb:g}.jsonl", "--size-mb", f"{a.tools_mb:g}")
+    lines = None
+    if "plan-lines" in a.only:
+        lines = generate(a.work / f"lines-{a.lines_mb:g}.jsonl", "--mix", "chat", "--size-mb", f"{a.lines_mb:g}")
     warm(tools)
     t0 = time.perf_counter()
     subprocess.run(["wc", "-l", str(tools)], check=True, stdout=subprocess.DEVNULL)
     wc = time.perf_counter() - t0
     print(f"huge: {huge.stat().st_size / 1e6:.0f} MB; tools: {tools.stat().st_size / 1e6:.0f} MB, wc -l {wc:.3f} s")
-    workloads = {"plan-huge": (plan, huge), "chain-huge": (chain, huge), "plan-tools": (plan, tools)}
+    workloads = {"plan-huge": (plan, huge), "chain-huge": (chain, huge), "plan-tools": (plan, tools),
+                 "plan-lines": (plan, lines)}
     n = 0
     for name in a.only.split(","):
         run, source = workloads[name]
