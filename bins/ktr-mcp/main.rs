@@ -21,9 +21,6 @@ use rmcp::service::ServerInitializeError;
 const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
 
 fn main() -> ExitCode {
-    ktr_base::heap::setup();
-    // A plan's large tables spill to unlinked (invisible) temp files.
-    ktr_base::heap::spill_into(&std::env::temp_dir());
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

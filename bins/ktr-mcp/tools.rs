@@ -281,7 +281,7 @@ fn error_result(tool: &str, message: &str) -> CallToolResult {
 /// window being measured).
 fn plan_view(plan: &plan::Planned, why: &str) -> Result<Value> {
     let mut by_reason: BTreeMap<LeftOutReason, usize> = BTreeMap::new();
-    for l in plan.report.left_out.iter() {
+    for l in &plan.report.left_out {
         *by_reason.entry(l.reason).or_default() += 1;
     }
     let mut report = serde_json::to_value(&plan.report)

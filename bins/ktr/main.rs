@@ -25,9 +25,7 @@ use std::process::ExitCode;
 use cli::Command;
 
 fn main() -> ExitCode {
-    ktr_base::heap::setup();
-    // A plan's large tables spill to unlinked (invisible) temp files.
-    ktr_base::heap::spill_into(&std::env::temp_dir());
+    ktr_base::fsutil::ignore_file_size_signal();
     let result = cli::parse(std::env::args_os().skip(1)).and_then(|cmd| match cmd {
         Command::Help => {
             out::print(cli::HELP);

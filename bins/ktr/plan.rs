@@ -1,5 +1,4 @@
-//! `ktr plan`: what a rebuild would carry. Writes nothing anywhere (a long
-//! transcript's tables spill to unlinked temp files: nameless, gone at exit).
+//! `ktr plan`: what a rebuild would carry. Writes nothing anywhere.
 
 use ktr_admin::report;
 use ktr_base::Error;
@@ -18,15 +17,18 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     let blocked = match (args.common.json, args.show_candidate) {
         (true, true) => {
             let plan = plan::build(&config, &path, new_session)?;
-            let mut value = serde_json::to_value(&plan.report).expect("reports serialize");
-            let lines: Vec<serde_json::Value> = plan
+            // The lines as written (raw: a lone surrogate escape is valid
+            // JSON that a `serde_json::Value` cannot hold).
+            let candidate = plan
                 .candidate
                 .lines
                 .iter()
                 .map(|l| serde_json::from_str(l).expect("candidate lines are JSON"))
                 .collect();
-            value["candidate"] = serde_json::Value::Array(lines);
-            out::json(&value);
+            out::json(&WithCandidate {
+                report: &plan.report,
+                candidate,
+            });
             plan.is_blocked()
         }
         (false, true) => {
@@ -46,14 +48,22 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     Ok(u8::from(blocked))
 }
 
+/// `ktr plan --json --show-candidate`: the report and the candidate's lines.
+#[derive(serde::Serialize)]
+struct WithCandidate<'a> {
+    #[serde(flatten)]
+    report: &'a plan::PlanReport,
+    candidate: Vec<&'a serde_json::value::RawValue>,
+}
+
 /// The candidate printed line by line as it is planned (`--show-candidate`).
 struct Printed<W>(W);
 
 impl<W: std::io::Write> Sink for Printed<W> {
     fn line(&mut self, json: &str, _: ManifestEntry) -> Result<(), Error> {
-        ktr_base::heap::write_all(&mut self.0, json.as_bytes())
-            .and_then(|()| self.0.write_all(b"\n"))
-            .map_err(|e| Error::io(format!("cannot print the candidate: {e}")))
+        let failed = |e: std::io::Error| Error::io(format!("cannot print the candidate: {e}"));
+        ktr_engine::span::expand_json(json, &mut |b| self.0.write_all(b).map_err(failed))?;
+        self.0.write_all(b"\n").map_err(failed)
     }
 }
 

@@ -19,6 +19,10 @@ pub enum ErrorKind {
     Io,
     /// Another ktr process holds the coordinator lock (exit 1): try again.
     Busy,
+    /// A write found no room: the file system is full (`ENOSPC`), a quota
+    /// is reached (`EDQUOT`) or the file size limit (`EFBIG`, `ulimit -f`)
+    /// (exit 1).
+    NoSpace,
 }
 
 /// A one-line, actionable error.
@@ -50,9 +54,20 @@ impl Error {
     pub fn busy(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Busy, message)
     }
-    /// An I/O error on `path`, with what was being attempted.
+    /// An I/O error on `path`, with what was being attempted ([`ErrorKind::NoSpace`]
+    /// when there was no room for it).
     pub fn io_at(action: &str, path: &Path, err: &std::io::Error) -> Self {
-        Self::io(format!("cannot {action} {}: {err}", path.display()))
+        let kind = if out_of_space(err) {
+            ErrorKind::NoSpace
+        } else {
+            ErrorKind::Io
+        };
+        Self::new(kind, format!("cannot {action} {}: {err}", path.display()))
+    }
+
+    /// Whether a write found no room ([`ErrorKind::NoSpace`]).
+    pub fn is_no_space(&self) -> bool {
+        self.kind == ErrorKind::NoSpace
     }
 
     fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
@@ -65,7 +80,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self.kind {
             ErrorKind::Usage | ErrorKind::NotFound | ErrorKind::Config => 2,
-            ErrorKind::Refused | ErrorKind::Io | ErrorKind::Busy => 1,
+            ErrorKind::Refused | ErrorKind::Io | ErrorKind::Busy | ErrorKind::NoSpace => 1,
         }
     }
 }
@@ -77,3 +92,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Whether `err` says there is no room to write: a full file system, a
+/// quota, or the file size limit.
+pub fn out_of_space(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+    )
+}

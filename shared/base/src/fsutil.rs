@@ -282,6 +282,31 @@ pub fn safe_dir(dir: &Path) -> Result<()> {
     Err(Error::refused(format!("{} {why}", dir.display())))
 }
 
+/// Bytes an unprivileged writer may still use on the file system of `dir`.
+pub fn free_bytes(dir: &Path) -> io::Result<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs(3) writes only into `st`, given a NUL-terminated path.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Ignore `SIGXFSZ`: past the file size limit (`ulimit -f`) a write then
+/// fails with `EFBIG`, which ktr reports, instead of killing the process
+/// without a word.
+pub fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no
+    // preconditions and installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 /// The effective uid of this process.
 pub fn current_uid() -> u32 {
     // SAFETY: geteuid(2) cannot fail and has no preconditions.

@@ -1,7 +1,6 @@
 //! The base every ktr layer stands on: the one [`Error`], the [`config`],
 //! durable writes ([`fsutil`]), reading files ktr did not write ([`open`]),
-//! the allocator kept at what is in use ([`heap`]), typed [`ids`] and
-//! [`time`], and [`text::printable`] for what a person reads.
+//! typed [`ids`] and [`time`], and [`text::printable`] for what a person reads.
 //!
 //! The layers above, each its own crate so the compiler enforces the
 //! direction (`admin → pipeline → engine → base`):
@@ -17,16 +16,9 @@
 pub mod config;
 pub mod error;
 pub mod fsutil;
-pub mod heap;
 pub mod ids;
 pub mod open;
 pub mod text;
 pub mod time;
 
 pub use error::{Error, ErrorKind, Result};
-
-/// Large blocks spill to unlinked files once an executable names a
-/// directory ([`heap::spill_into`]); until then, and for everything small,
-/// this is the system allocator.
-#[global_allocator]
-static ALLOCATOR: heap::Allocator = heap::Allocator;

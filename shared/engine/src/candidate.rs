@@ -43,7 +43,10 @@ pub struct ManifestEntry {
 /// entry: a file being written (prepare), a digest (verify), or memory
 /// ([`Candidate`], for `ktr plan --show-candidate` and tests).
 pub trait Sink {
-    /// One line (without its newline) and its manifest entry.
+    /// One line (without its newline) and its manifest entry. A long text
+    /// in it is a span's token: write the line through
+    /// [`crate::span::expand_json`], which copies the text's raw bytes from
+    /// the source.
     fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()>;
     /// Whether the sink wants lines at all ([`Discard`] does not: the
     /// texts are then not read a second time).
@@ -103,7 +106,14 @@ impl Candidate {
 
 impl Sink for Candidate {
     fn line(&mut self, json: &str, entry: ManifestEntry) -> Result<()> {
-        self.lines.push(json.to_string());
+        let mut line = Vec::with_capacity(json.len());
+        crate::span::expand_json(json, &mut |b| {
+            line.extend_from_slice(b);
+            Ok(())
+        })?;
+        let line = String::from_utf8(line)
+            .map_err(|_| ktr_base::error::Error::io("a long text is not UTF-8"))?;
+        self.lines.push(line);
         self.manifest.push(entry);
         Ok(())
     }
@@ -196,17 +206,15 @@ pub fn write(
         lines: 0,
         previous_uuid: None,
         previous_ts: earliest.unwrap_or(EPOCH).to_string(),
+        lone_surrogates: rd.lone_surrogates(),
     };
     for &e in startup {
         let (said, meta) = rd.said_and_meta(&events[e])?;
         out.attachment(&said, &meta)?;
     }
     for item in turns.items() {
-        ktr_base::heap::tick();
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
-        // A huge text's line is serialized into a windowed block.
-        let _texts = ktr_base::heap::texts();
-        let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text));
+        let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text))?;
         // The record is read once: its text (moved, not copied: it may be
         // huge) and its time serve the item.
         let text = item.text(
@@ -227,6 +235,8 @@ struct Writer<'s> {
     lines: usize,
     previous_uuid: Option<String>,
     previous_ts: String,
+    /// Texts may hold stand-ins of lone surrogates ([`crate::lone`]).
+    lone_surrogates: bool,
 }
 
 impl Writer<'_> {
@@ -272,18 +282,23 @@ impl Writer<'_> {
         }
     }
 
-    /// A text's digest for the manifest (empty when the sink keeps none).
-    fn digest(&self, text: &str) -> String {
+    /// A text's digest for the manifest (empty when the sink keeps none);
+    /// a long text's spans are read again ([`crate::span`]).
+    fn digest(&self, text: &str) -> Result<String> {
         if self.sink.wants_manifest() {
-            sha256_hex(text.as_bytes())
+            crate::span::sha256(text)
         } else {
-            String::new()
+            Ok(String::new())
         }
     }
 
     fn push(&mut self, json: &str, entry: ManifestEntry, timestamp: String) -> Result<()> {
         self.previous_uuid = Some(entry.uuid.clone());
-        self.sink.line(json, entry)?;
+        if self.lone_surrogates {
+            self.sink.line(&crate::lone::unmap_json(json), entry)?;
+        } else {
+            self.sink.line(json, entry)?;
+        }
         self.lines += 1;
         self.previous_ts = timestamp;
         Ok(())
@@ -297,8 +312,8 @@ impl Writer<'_> {
         kind: ItemKind,
         text: &str,
         uuid: &str,
-    ) -> ManifestEntry {
-        ManifestEntry {
+    ) -> Result<ManifestEntry> {
+        Ok(ManifestEntry {
             position: self.lines,
             role,
             kind,
@@ -306,10 +321,10 @@ impl Writer<'_> {
             source_line: meta.line,
             source_timestamp: meta.timestamp.clone(),
             source_sha256,
-            carried_sha256: self.digest(text),
+            carried_sha256: self.digest(text)?,
             uuid: uuid.to_string(),
             elided_chars: 0,
-        }
+        })
     }
 
     fn attachment(&mut self, said: &Said, meta: &Meta) -> Result<()> {
@@ -328,12 +343,12 @@ impl Writer<'_> {
         let json = serde_json::to_string(&line).expect("candidate lines are plain JSON");
         let entry = self.entry(
             meta,
-            self.digest(said.raw.as_deref().unwrap_or(&said.text)),
+            self.digest(said.raw.as_deref().unwrap_or(&said.text))?,
             Role::Attachment,
             ItemKind::StartupSnapshot,
             &said.text,
             &uuid,
-        );
+        )?;
         self.push(&json, entry, timestamp)
     }
 
@@ -357,7 +372,7 @@ impl Writer<'_> {
             message,
         };
         let json = serde_json::to_string(&line).expect("candidate lines are plain strings");
-        let mut entry = self.entry(meta, source_sha256, item.role, item.kind, text, &uuid);
+        let mut entry = self.entry(meta, source_sha256, item.role, item.kind, text, &uuid)?;
         entry.elided_chars = item.elided_chars();
         self.push(&json, entry, timestamp)
     }

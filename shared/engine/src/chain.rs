@@ -94,7 +94,6 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let mut seen = vec![false; nodes.len()];
     let mut cur = leaf;
     let end = loop {
-        ktr_base::heap::tick();
         if std::mem::replace(&mut seen[cur], true) {
             return Err(format!(
                 "parentUuid links form a cycle at line {}",
@@ -128,7 +127,6 @@ fn chain(scan: &Scan) -> Result<History, String> {
     // the pages that touches are not given back before the copy ends.
     let mut anchor_of_message: HashMap<u64, u32> = HashMap::with_capacity(on_chain.len());
     for (pos, &i) in on_chain.iter().enumerate() {
-        ktr_base::heap::tick();
         if let Some(m) = nodes[i as usize].message_id() {
             anchor_of_message.entry(m).or_insert(idx(pos));
         }
@@ -139,7 +137,6 @@ fn chain(scan: &Scan) -> Result<History, String> {
         .iter()
         .enumerate()
         .filter(|&(_, &i)| nodes[i as usize].event().is_some())
-        .inspect(|_| ktr_base::heap::tick())
         .map(|(pos, &i)| (idx(pos), idx(nodes[i as usize].line()), i))
         .collect();
     let mut siblings = Vec::new();
@@ -147,13 +144,11 @@ fn chain(scan: &Scan) -> Result<History, String> {
     let mut off_chain_commands = Vec::new();
     let first_chain_line = on_chain
         .iter()
-        .inspect(|_| ktr_base::heap::tick())
         .map(|&i| nodes[i as usize].line())
         .min()
         .unwrap_or(0);
     let mut hidden_earlier = false;
     for (i, n) in nodes.iter().enumerate() {
-        ktr_base::heap::tick();
         if chain_set[i] || n.sidechain() || (n.role == RecordRole::Other && n.event().is_none()) {
             continue;
         }
@@ -190,7 +185,6 @@ fn chain(scan: &Scan) -> Result<History, String> {
     // long list is only read in order.
     siblings.sort_unstable();
     let events = merged(&ordered, &siblings)
-        .inspect(|_| ktr_base::heap::tick())
         .filter_map(|(_, _, i)| nodes[i as usize].event())
         .collect();
     Ok(History {
@@ -230,7 +224,6 @@ fn is_conversation(n: &Node) -> bool {
 fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
     let mut has_child = vec![false; nodes.len()];
     for n in nodes.iter().filter(|n| is_conversation(n)) {
-        ktr_base::heap::tick();
         // Mark the nearest conversation ancestor, passing through frame
         // records (attachments, system, progress) in between.
         let mut link = n.parent();
@@ -253,15 +246,13 @@ fn newest_leaf(nodes: &[Node], by_uuid: &ByUuid) -> Option<usize> {
 
 /// uuid symbol → the first node with that uuid (duplicates of non-speech
 /// records such as progress lines are harmless), one `u32` a symbol: the
-/// node's index + 1, 0 for none (so the table starts zeroed: a spilled
-/// block untouched until used, see [`ktr_base::heap`]).
+/// node's index + 1, 0 for none (so the table starts zeroed).
 struct ByUuid(Vec<u32>);
 
 impl ByUuid {
     fn new(nodes: &[Node], symbols: usize) -> ByUuid {
         let mut first = vec![0; symbols];
         for (i, n) in nodes.iter().enumerate() {
-            ktr_base::heap::tick();
             if let Some(u) = n.uuid()
                 && first[u as usize] == 0
             {

@@ -8,6 +8,7 @@
 //! piece of real user/assistant text is found in the candidate, unless the
 //! plan said it left that record out.
 
+use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
@@ -21,8 +22,7 @@ use crate::plan::{self, LeftOut};
 use crate::transcript::is_timestamp;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{sha256_file, sha256_file_with, sha256_hex};
-use ktr_base::open::{Links, open_regular};
+use ktr_base::fsutil::{sha256_file, sha256_file_with};
 
 /// What the operation recorded at prepare time. The manifest is read as a
 /// stream (a long session's manifest does not fit the memory budget).
@@ -55,12 +55,6 @@ impl Items for Vec<ManifestEntry> {
 impl LeftOuts for Vec<LeftOut> {
     fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()> {
         self.iter().try_for_each(f)
-    }
-}
-
-impl LeftOuts for ktr_base::heap::Table<LeftOut> {
-    fn each_left_out(&self, f: &mut dyn FnMut(&LeftOut) -> Result<()>) -> Result<()> {
-        self.0.each_left_out(f)
     }
 }
 
@@ -100,9 +94,6 @@ pub fn check(
             expected.candidate_sha256
         )));
     }
-    // Whatever an earlier stage of this process freed goes back before the
-    // two checks grow their own (see `heap`).
-    ktr_base::heap::hand_back();
     let file = CandidateFile {
         path: candidate,
         expected,
@@ -194,7 +185,10 @@ impl Digest {
 
 impl Sink for Digest {
     fn line(&mut self, json: &str, _: ManifestEntry) -> Result<()> {
-        sha2::Digest::update(&mut self.0, json.as_bytes());
+        crate::span::expand_json(json, &mut |b| {
+            sha2::Digest::update(&mut self.0, b);
+            Ok(())
+        })?;
         sha2::Digest::update(&mut self.0, b"\n");
         Ok(())
     }
@@ -219,36 +213,25 @@ impl CandidateFile<'_> {
     /// returns the number of lines. A candidate longer or shorter than its
     /// manifest is an error.
     fn each(&self, mut f: impl FnMut(usize, &str, &ManifestEntry) -> Result<()>) -> Result<usize> {
-        let file = open_regular(self.path, Links::Refuse)
-            .map_err(|e| Error::io_at("open", self.path, &e))?;
-        let mut reader = BufReader::with_capacity(1 << 16, file);
-        let mut buf = Vec::new();
-        let mut read_line = |buf: &mut Vec<u8>| {
-            buf.clear();
-            crate::transcript::read_line(&mut reader, buf)
-                .map_err(|e| Error::io_at("read", self.path, &e))
-        };
+        let mut lines = lines_of(self.path)?;
+        let read = |e: std::io::Error| Error::io_at("read", self.path, &e);
         let mut i = 0;
         self.expected.manifest.each_item(&mut |entry| {
-            if read_line(&mut buf)? == 0 {
+            // Read as prepare read the source: long texts as spans, lone
+            // surrogates through their stand-ins (`lines`).
+            let Some((_, bytes)) = lines.next_line().map_err(read)? else {
                 return Err(fail(format!(
                     "candidate has {i} lines, fewer than the manifest's entries"
                 )));
-            }
-            // A huge line's text, parsed, is a windowed block too.
-            let texts = ktr_base::heap::texts();
-            let line = std::str::from_utf8(&buf).map_err(|_| fail("candidate is not UTF-8"))?;
-            f(i, line.strip_suffix('\n').unwrap_or(line), entry)?;
-            drop(texts);
-            ktr_base::heap::tick();
+            };
+            // A line that is not valid JSON fails the structure check.
+            let line = std::str::from_utf8(bytes.unwrap_or_default())
+                .map_err(|_| fail("candidate is not UTF-8"))?;
+            f(i, line, entry)?;
             i += 1;
-            // A huge line's room is not kept for the lines after it.
-            if buf.capacity() > crate::transcript::LINE_BUF_KEPT {
-                buf = Vec::new();
-            }
             Ok(())
         })?;
-        if read_line(&mut buf)? > 0 {
+        if lines.next_line().map_err(read)?.is_some() {
             return Err(fail(format!(
                 "candidate has more lines than the manifest's {i} entries"
             )));
@@ -267,7 +250,7 @@ impl Texts for CandidateFile<'_> {
             let text = check_line(self.expected, i, line, entry, &mut previous)
                 .inspect_err(|_| self.structure_failed.set(true))?;
             if go_on {
-                go_on = f(entry.source_line, &text)?;
+                go_on = f(entry.source_line, &crate::span::comparable(text))?;
             }
             Ok(())
         })?;
@@ -329,7 +312,7 @@ fn check_line(
             "content is not plain text (tool, thinking or image block?)"
         })
     })?;
-    if sha256_hex(carried.as_bytes()) != entry.carried_sha256 {
+    if crate::span::sha256(&carried)? != entry.carried_sha256 {
         return Err(at("text differs from the manifest digest"));
     }
     *previous = Some(uuid);
@@ -458,34 +441,24 @@ pub fn conserve(
         Ok(())
     })?;
     let elided = elided.sorted();
-    let file = open_regular(backup, Links::Refuse).map_err(|e| Error::io_at("open", backup, &e))?;
+    let mut lines = lines_of(backup)?;
     let mut result = Conservation {
         checked: 0,
         left_out: 0,
         elided: 0,
     };
     let tags = Tags::new();
-    let mut reader = BufReader::new(file);
-    let mut buf = Vec::new();
-    let mut number = 0;
     // The backup's next line with pieces to find: (number, pieces).
     let mut next_pieces = || -> Result<Option<(usize, Vec<String>)>> {
         loop {
-            // A huge line's room is not kept for the lines after it.
-            if buf.capacity() > crate::transcript::LINE_BUF_KEPT {
-                buf = Vec::new();
-            }
-            buf.clear();
-            let read = crate::transcript::read_line(&mut reader, &mut buf)
-                .map_err(|e| Error::io_at("read", backup, &e))?;
-            if read == 0 {
+            let Some((at, bytes)) = lines
+                .next_line()
+                .map_err(|e| Error::io_at("read", backup, &e))?
+            else {
                 return Ok(None);
-            }
-            number += 1;
-            ktr_base::heap::tick();
-            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-            let _texts = ktr_base::heap::texts();
-            let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            };
+            let number = at.number;
+            let Some(Ok(v)) = bytes.map(serde_json::from_slice::<Value>) else {
                 continue;
             };
             let pieces = speech_pieces(&v, reply_tool, &tags);
@@ -553,7 +526,7 @@ pub fn conserve(
         pending = next_pieces()?;
     }
     if let Some((number, piece)) = missing_anywhere(carried, aside)? {
-        let preview: String = piece.chars().take(80).collect();
+        let preview: String = crate::span::head(&piece).chars().take(80).collect();
         return Err(fail(format!(
             "conservation: text of source line {number} is missing from the candidate: {preview:?}"
         )));
@@ -561,10 +534,25 @@ pub fn conserve(
     Ok(result)
 }
 
+/// The lines of `path`, read as the plan reads a transcript (long texts as
+/// spans of this file).
+fn lines_of(path: &Path) -> Result<crate::lines::Lines<BufReader<File>>> {
+    // Never blocks in open(2), refuses a FIFO, a device or a final symlink.
+    let file = ktr_base::open::open_regular(path, ktr_base::open::Links::Refuse)
+        .map_err(|e| Error::io_at("open", path, &e))?;
+    let again = file
+        .try_clone()
+        .map_err(|e| Error::io_at("open", path, &e))?;
+    Ok(crate::lines::Lines::new(
+        BufReader::with_capacity(1 << 16, file),
+        Some(std::sync::Arc::new(again)),
+    ))
+}
+
 /// A set of line numbers, sorted once: a capped plan of a long session
 /// leaves out hundreds of thousands of records, and the backup walk asks
 /// about every line. (A hash set of them is touched all over on every
-/// line, see [`ktr_base::heap`]; a bitset would be as large as the largest
+/// line; a bitset would be as large as the largest
 /// number an edited manifest names.)
 #[derive(Default)]
 struct LineSet(Vec<usize>);

@@ -2,9 +2,9 @@
 //!
 //! `ktr plan`'s report lists every record it leaves out with its uuid; a
 //! capped plan of a months-long session leaves out hundreds of thousands.
-//! A `String` each would be as many small heap blocks, which stay resident
-//! (issue 12: flat memory); inline, the list is one table (see
-//! [`ktr_base::heap`]). A string longer than a uuid's room is boxed as usual.
+//! A `String` each would be as many small allocations (issue 12: flat
+//! memory); inline, the list is one compact table. A string longer than a
+//! uuid's room is boxed as usual.
 
 use std::fmt;
 

@@ -64,6 +64,13 @@ pub struct PlanReport {
     pub abandoned_branch_records: usize,
     pub malformed_lines: usize,
     pub malformed_line_numbers: Vec<usize>,
+    /// Speech texts holding a lone surrogate escape (`\ud83d` alone):
+    /// valid JSON Claude Code loads, carried as written (`lone`).
+    #[serde(default)]
+    pub lone_surrogate_texts: usize,
+    /// Speech texts holding a NUL character (`\u0000`), carried as written.
+    #[serde(default)]
+    pub nul_texts: usize,
     pub unknown_record_types: BTreeMap<String, u64>,
     pub unknown_attachment_types: BTreeMap<String, u64>,
     pub not_speech: NotSpeechCounts,
@@ -86,7 +93,7 @@ pub struct PlanReport {
     /// Every conversation record that was not carried, with the reason
     /// (empty in an operation's stats, which keep it on its own).
     #[serde(default)]
-    pub left_out: ktr_base::heap::Table<LeftOut>,
+    pub left_out: Vec<LeftOut>,
 }
 
 /// A plan whose candidate was written into a [`Sink`]: the report and
@@ -316,6 +323,7 @@ fn plan<R: BufRead>(
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
+    crate::span::forget_all();
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     let opts = Options {
         reply_tool: &config.reply_tool_pattern,
@@ -323,7 +331,7 @@ fn plan<R: BufRead>(
         command_expansions: config.carry_command_expansions,
     };
     let mut scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
-    let rd = Reread::new(again, &opts);
+    let rd = Reread::new(again, &opts).with_lone_surrogates(scan.lone_surrogates > 0);
     let history = chain::select(&scan, config.history);
     // The links have served: selection needs only the events.
     scan.nodes = Vec::new();
@@ -361,14 +369,12 @@ fn plan<R: BufRead>(
                 .map(|&e| (narrow(e), LeftOutReason::LocalCommand)),
         )
         .chain(sel.left_out.iter().map(|&(e, r)| (narrow(e), r)))
-        .inspect(|_| ktr_base::heap::tick())
         .collect();
     // Each event is listed once at most, so an unstable sort orders it the
     // same, in place (no scratch half its size).
     left_out.sort_unstable_by_key(|&(e, _)| e);
     let mut listed = Vec::new();
     for (e, reason) in left_out {
-        ktr_base::heap::tick();
         let e = e as usize;
         let entry = LeftOut {
             line: scan.events[e].line(),
@@ -380,8 +386,7 @@ fn plan<R: BufRead>(
     let preview = |i: &turns::Item| -> Result<Preview> {
         Ok(Preview {
             role: i.role,
-            text: i
-                .text(&scan.events, &rd, config, None)?
+            text: crate::span::head(&i.text(&scan.events, &rd, config, None)?)
                 .chars()
                 .take(PREVIEW_CHARS)
                 .collect(),
@@ -433,6 +438,8 @@ fn plan<R: BufRead>(
         abandoned_branch_records: history.abandoned.len(),
         malformed_lines: scan.malformed_count,
         malformed_line_numbers: scan.malformed.iter().map(|(n, _)| *n).collect(),
+        lone_surrogate_texts: scan.lone_surrogate_texts,
+        nul_texts: scan.nul_texts,
         unknown_record_types: scan.unknown_record_types.clone(),
         unknown_attachment_types: scan.unknown_attachment_types.clone(),
         not_speech: NotSpeechCounts {
@@ -448,7 +455,7 @@ fn plan<R: BufRead>(
         window: None,
         first_carried,
         last_carried,
-        left_out: ktr_base::heap::Table(listed),
+        left_out: listed,
     };
     Ok(Planned {
         report,
@@ -496,6 +503,11 @@ fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
             "{} malformed line(s): {}; fix the transcript or set on_malformed_line = \"skip\" to carry the rest",
             scan.malformed_count,
             lines.join(", ")
+        ));
+    } else if scan.lone_surrogates > 0 && scan.reserved_lines > 0 {
+        sel.blocked_reason = Some(format!(
+            "the transcript holds lone surrogate escapes and, on {} line(s), characters U+10F800–U+10FFFF, which ktr uses to carry those escapes; it cannot carry both verbatim: remove those characters or rebuild by hand",
+            scan.reserved_lines
         ));
     } else if sel.turns.is_empty() {
         sel.blocked_reason = Some("no conversation turns to carry".to_string());

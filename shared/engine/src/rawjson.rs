@@ -76,9 +76,7 @@ pub fn elements(raw: &str) -> Option<Vec<&str>> {
 }
 
 /// The text of the JSON string `raw` (quotes included; JSON that `serde_json`
-/// has validated): borrowed when it holds no escape. A huge one is decoded
-/// a MiB at a time with a [`ktr_base::heap::look`] after each, so that its
-/// raw and decoded forms are never mapped whole at once. `None` when `raw`
+/// has validated): borrowed when it holds no escape. `None` when `raw`
 /// is not a string or holds an unpaired surrogate escape (which `serde_json`
 /// refuses to decode into a string too).
 pub fn text(raw: &str) -> Option<Cow<'_, str>> {
@@ -87,25 +85,19 @@ pub fn text(raw: &str) -> Option<Cow<'_, str>> {
     let Some(first) = memchr(b'\\', b) else {
         return Some(Cow::Borrowed(inner));
     };
-    let _texts = ktr_base::heap::texts();
     let mut out = String::with_capacity(inner.len());
-    let mut looked = 0;
     let mut i = 0;
     let mut next = Some(first);
     while let Some(at) = next {
         // Backslashes and the escapes' letters are ASCII: `at` and the end
         // of each escape are character boundaries.
-        ktr_base::heap::push_str(&mut out, &inner[i..at]);
+        out.push_str(&inner[i..at]);
         let (ch, len) = escape(b.get(at + 1..)?)?;
         out.push(ch);
         i = at + 1 + len;
-        if out.len() - looked >= ktr_base::heap::LOOK_EVERY {
-            looked = out.len();
-            ktr_base::heap::look();
-        }
         next = memchr(b'\\', &b[i..]).map(|j| i + j);
     }
-    ktr_base::heap::push_str(&mut out, &inner[i..]);
+    out.push_str(&inner[i..]);
     Some(Cow::Owned(out))
 }
 
@@ -267,11 +259,10 @@ mod tests {
 
     #[test]
     fn a_huge_text_decodes_whole() {
-        assert!(ktr_base::heap::spill_into(&std::env::temp_dir()));
         let original: String = (0..400_000)
             .map(|i| format!("line {i} \"q\" 中\t\u{1F600}\n"))
             .collect();
-        assert!(original.len() >= ktr_base::heap::HUGE_BLOCK);
+        assert!(original.len() >= 8 << 20);
         let raw = serde_json::to_string(&original).unwrap();
         assert_eq!(text(&raw).as_deref(), Some(original.as_str()));
     }

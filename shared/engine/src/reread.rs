@@ -9,12 +9,14 @@
 //! silently different candidate.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use crate::classify::{self, AssistantReading, UserReading};
 use crate::scan::{self, Event, LineRef, Meta, Options, Speech, Via};
+use crate::span::ReadAt;
 use crate::transcript::{self, Attachment, Content, Line, Record};
 use ktr_base::error::{Error, Result};
 
@@ -23,31 +25,21 @@ use ktr_base::error::{Error, Result};
 pub trait Bytes {
     /// Fill `buf` with exactly the bytes of `at`.
     fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()>;
+    /// The bytes as the span table keeps them, to read a long text again
+    /// while the candidate is written ([`crate::span`]).
+    fn shared(&self) -> std::io::Result<Arc<dyn ReadAt>>;
 }
 
 impl Bytes for File {
     fn read_at(&self, at: LineRef, buf: &mut Vec<u8>) -> std::io::Result<()> {
         let len = usize::try_from(at.len).map_err(std::io::Error::other)?;
         buf.clear();
-        if len < ktr_base::heap::WINDOWED_MIN {
-            buf.resize(len, 0);
-            return self.read_exact_at(buf, at.offset);
-        }
-        let _texts = ktr_base::heap::texts();
-        buf.reserve_exact(len);
-        // Through a small buffer, with a look every MiB: a long line's
-        // room is a windowed spill file (which `pread` cannot fault in).
-        let mut piece = vec![0; ktr_base::heap::BOUNCE.min(len)];
-        while buf.len() < len {
-            let from = buf.len();
-            let n = (len - from).min(piece.len());
-            self.read_exact_at(&mut piece[..n], at.offset + from as u64)?;
-            buf.extend_from_slice(&piece[..n]);
-            if (from + n) / ktr_base::heap::LOOK_EVERY != from / ktr_base::heap::LOOK_EVERY {
-                ktr_base::heap::look();
-            }
-        }
-        Ok(())
+        buf.resize(len, 0);
+        self.read_exact_at(buf, at.offset)
+    }
+
+    fn shared(&self) -> std::io::Result<Arc<dyn ReadAt>> {
+        Ok(Arc::new(self.try_clone()?))
     }
 }
 
@@ -61,6 +53,10 @@ impl Bytes for &[u8] {
         buf.clear();
         buf.extend_from_slice(range);
         Ok(())
+    }
+
+    fn shared(&self) -> std::io::Result<Arc<dyn ReadAt>> {
+        Ok(Arc::new(self.to_vec()))
     }
 }
 
@@ -83,6 +79,8 @@ pub struct Reread<'a> {
     bytes: &'a dyn Bytes,
     opts: &'a Options<'a>,
     buf: RefCell<Vec<u8>>,
+    lone_surrogates: bool,
+    shared: OnceCell<Arc<dyn ReadAt>>,
 }
 
 impl<'a> Reread<'a> {
@@ -91,7 +89,22 @@ impl<'a> Reread<'a> {
             bytes,
             opts,
             buf: RefCell::new(Vec::new()),
+            lone_surrogates: false,
+            shared: OnceCell::new(),
         }
+    }
+
+    /// The file holds lone surrogates: the texts read hold their stand-ins
+    /// ([`crate::lone`]), which the candidate writer turns back.
+    #[must_use]
+    pub fn with_lone_surrogates(mut self, any: bool) -> Reread<'a> {
+        self.lone_surrogates = any;
+        self
+    }
+
+    /// Whether [`Reread::with_lone_surrogates`] said so.
+    pub fn lone_surrogates(&self) -> bool {
+        self.lone_surrogates
     }
 
     /// Parse the record at `at` and hand it to `f` (which may take its
@@ -102,19 +115,27 @@ impl<'a> Reread<'a> {
         f: impl FnOnce(&mut Record<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut buf = self.buf.borrow_mut();
-        self.bytes
-            .read_at(at, &mut buf)
-            .map_err(|e| changed(at, &format!("cannot be read again ({e})")))?;
-        let parsed = transcript::parse_line(&buf);
-        let result = match parsed {
+        let again = |e: std::io::Error| changed(at, &format!("cannot be read again ({e})"));
+        if at.len >= crate::span::LONG as u64 {
+            // A long line is read as its skeleton (its long texts spans).
+            let shared = if let Some(s) = self.shared.get() {
+                s
+            } else {
+                let s = self.bytes.shared().map_err(again)?;
+                self.shared.get_or_init(|| s)
+            };
+            *buf = crate::lines::skeleton_at(shared, at.offset, at.len)
+                .map_err(again)?
+                .ok_or_else(|| changed(at, "no longer holds valid JSON"))?;
+        } else {
+            self.bytes.read_at(at, &mut buf).map_err(again)?;
+        }
+        let mapped = crate::lone::map_line(&buf);
+        let parsed = transcript::parse_line(mapped.as_deref().unwrap_or(&buf));
+        match parsed {
             Line::Record(mut r) => f(&mut r),
             _ => Err(changed(at, "no longer holds a record")),
-        };
-        // A huge line's bytes are not kept beside what is made of its text.
-        if buf.capacity() > transcript::LINE_BUF_KEPT {
-            *buf = Vec::new();
         }
-        result
     }
 
     /// The text of `event`.
@@ -221,7 +242,7 @@ impl<'a> Reread<'a> {
                 Speech::StartupContext
             }
         };
-        if speech != event.speech() || said.text.len() as u64 != event.text().bytes {
+        if speech != event.speech() || crate::span::bytes(&said.text) != event.text().bytes {
             return Err(changed(event.at(), "reads differently now"));
         }
         Ok(said)

@@ -28,100 +28,33 @@ pub enum Line<'a> {
     Record(Box<Record<'a>>),
 }
 
-/// A line buffer bigger than this is freed after its line is used (the
-/// usual record is a few KiB; one huge message's room must not stay held).
-pub const LINE_BUF_KEPT: usize = 1 << 20;
+pub use crate::lines::LineAt;
 
-/// Read `input` line by line, calling `f(line_number, offset, raw_bytes, line)`.
+/// Read `input` line by line, calling `f(line, parsed)`: each line as
+/// [`crate::lines::Lines`] makes it ready (a long one as its skeleton,
+/// lone surrogates mapped).
 ///
-/// `line_number` is 1-based; `offset` is where the line starts in `input`. A final line without `\n` is passed like any
-/// other (a parse failure there is reported as malformed; the stability
-/// wait of prepare decides whether it was still being written).
+/// A final line without `\n` is passed like any other (a parse failure
+/// there is reported as malformed; the stability wait of prepare decides
+/// whether it was still being written).
 pub fn for_each_line<R: BufRead>(
-    mut input: R,
-    mut f: impl FnMut(usize, u64, &[u8], Line<'_>),
+    input: R,
+    mut f: impl FnMut(LineAt, Line<'_>),
 ) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1 << 16);
-    let mut number = 0usize;
-    let mut offset = 0u64;
-    loop {
-        buf.clear();
-        let read = read_line(&mut input, &mut buf)?;
-        if read == 0 {
-            return Ok(());
-        }
-        number += 1;
-        let line = trim_newline(&buf);
-        let parsed = parse_line(line);
-        f(number, offset, line, parsed);
-        ktr_base::heap::tick();
-        offset += read as u64;
-        // A huge line's room is not kept for the rest of the file.
-        if buf.capacity() > LINE_BUF_KEPT {
-            buf = Vec::with_capacity(1 << 16);
-        }
-    }
-}
-
-/// `BufRead::read_until(b'\n')`, with a [`ktr_base::heap::look`] every MiB
-/// of a long line: its room grows in a spill file, and what is written of
-/// it is not kept mapped. A huge line's block is a text's: windowed (see
-/// `heap::window`), so that the steps over it never map it whole.
-pub fn read_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-    let _texts = ktr_base::heap::texts();
-    let mut read = 0;
-    loop {
-        let available = match input.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+    let mut lines = crate::lines::Lines::new(input, None);
+    while let Some((at, bytes)) = lines.next_line()? {
+        let parsed = match bytes {
+            Some(bytes) => parse_line(bytes),
+            None => Line::Malformed("not valid JSON"),
         };
-        let (used, done) = match memchr::memchr(b'\n', available) {
-            Some(i) => (i + 1, true),
-            None => (available.len(), available.is_empty()),
-        };
-        buf.extend_from_slice(&available[..used]);
-        input.consume(used);
-        if (read + used) / ktr_base::heap::LOOK_EVERY != read / ktr_base::heap::LOOK_EVERY {
-            ktr_base::heap::look();
-        }
-        read += used;
-        if done {
-            return Ok(read);
-        }
+        f(at, parsed);
     }
+    Ok(())
 }
 
-fn trim_newline(buf: &[u8]) -> &[u8] {
-    let mut end = buf.len();
-    while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
-        end -= 1;
-    }
-    &buf[..end]
-}
-
-/// `bytes` as text if they are UTF-8; a huge line is checked a MiB at a
-/// time (cut before a character's first byte) with a
-/// [`ktr_base::heap::look`] after each.
+/// `bytes` as text if they are UTF-8.
 fn utf8(bytes: &[u8]) -> Option<&str> {
-    if bytes.len() < ktr_base::heap::HUGE_BLOCK {
-        return simdutf8::basic::from_utf8(bytes).ok();
-    }
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let mut cut = rest.len().min(ktr_base::heap::LOOK_EVERY);
-        // Before a first byte: at most three continuation bytes back (more
-        // means the piece fails the check anyway).
-        while cut < rest.len() && cut > 1 && rest[cut] & 0xC0 == 0x80 {
-            cut -= 1;
-        }
-        simdutf8::basic::from_utf8(&rest[..cut]).ok()?;
-        rest = &rest[cut..];
-        ktr_base::heap::look();
-    }
-    // SAFETY: every piece is UTF-8 and each cut is before a character's
-    // first byte, so the pieces together are UTF-8.
-    Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    simdutf8::basic::from_utf8(bytes).ok()
 }
 
 /// Parse one line (without its newline).
@@ -197,9 +130,9 @@ macro_rules! absent_otherwise {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Taken raw and decoded here, not by serde_json: a huge text is
-        // decoded a MiB at a time (`rawjson::text`). An unpaired surrogate
-        // fails the line, as serde_json's own decoding does.
+        // Taken raw and decoded here, not by serde_json (which would copy
+        // it into its scratch buffer first). Lone surrogates were mapped
+        // before the parse (`lone`); one left here fails the line.
         let raw = <&'de RawValue>::deserialize(d)?.get();
         if !raw.starts_with('"') {
             return Ok(Lenient(None));
@@ -380,7 +313,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
             }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(Message {
-                    content: Content::Text(Cow::Owned(ktr_base::heap::copied(v))),
+                    content: Content::Text(Cow::Owned(v.to_string())),
                     ..Message::default()
                 })
             }
@@ -406,12 +339,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
 }
 
 impl Content<'_> {
-    /// Raw bytes of the content (text length or the sum of block lengths).
+    /// Raw bytes of the content (text length or the sum of block lengths;
+    /// a long text counted whole, see [`crate::span`]).
     pub fn byte_len(&self) -> usize {
         match self {
             Content::None => 0,
-            Content::Text(t) => t.len(),
-            Content::Blocks(b) => b.iter().map(|r| r.len()).sum(),
+            Content::Text(t) => usize::try_from(crate::span::bytes(t)).unwrap_or(usize::MAX),
+            Content::Blocks(b) => b.iter().map(|r| crate::span::json_len(r)).sum(),
         }
     }
 }

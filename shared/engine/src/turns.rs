@@ -7,6 +7,7 @@
 
 use crate::reread::Reread;
 use crate::scan::{Counts, Event, Markers, Speech};
+use crate::span;
 use ktr_base::config::{CarryOverflow, Config};
 use ktr_base::error::Result;
 
@@ -167,29 +168,13 @@ impl Turns {
     }
 }
 
-impl Drop for Turns {
-    /// One item at a time with a [`ktr_base::heap::tick`] each: dropping an
-    /// item reads it (a made text is freed), and a long session's items
-    /// would otherwise all be mapped at once.
-    fn drop(&mut self) {
-        for item in self.items.drain(..) {
-            ktr_base::heap::tick();
-            drop(item);
-        }
-    }
-}
-
 fn has_assistant(items: &[Item]) -> bool {
     items.iter().any(|i| i.role == Role::Assistant)
 }
 
 /// Estimated tokens of a turn's items.
 fn tokens(items: &[Item]) -> u64 {
-    items
-        .iter()
-        .inspect(|_| ktr_base::heap::tick())
-        .map(|i| i.counts().tokens())
-        .sum()
+    items.iter().map(|i| i.counts().tokens()).sum()
 }
 
 /// Why an event of the conversation was not carried.
@@ -258,7 +243,6 @@ pub fn select(
     let mut pending_expansion: Option<usize> = None;
     let mut snapshot_done = !config.freeze_startup_snapshot;
     for &e in order {
-        ktr_base::heap::tick();
         let event = &events[e];
         match event.speech() {
             Speech::StartupContext => {
@@ -343,6 +327,8 @@ pub fn select(
         sel.left_out.push((s, LeftOutReason::LocalCommand));
     }
     if !sel.startup_context.is_empty() {
+        // The frozen text is kept whole (a long context's spans read again).
+        sel.startup_text = sel.startup_text.as_deref().map(span::expand).transpose()?;
         sel.startup_sha256 = sel
             .startup_text
             .as_deref()
@@ -361,7 +347,6 @@ pub fn select(
         );
     }
     for t in 0..turns.len() {
-        ktr_base::heap::tick();
         let range = turns.range(t);
         finish_turn(&mut turns.items[range], events, config, rd, &mut sel)?;
     }
@@ -429,8 +414,8 @@ impl Item {
             role,
             kind,
             event: index(e),
-            counts: Packed::from(Counts::of(&text)),
-            carried_before: markers.carried_before(&text),
+            counts: Packed::from(span::counts(&text)),
+            carried_before: markers.carried_before(&span::head(&text)),
             body: Body::Made(text.into()),
             stamped: false,
             elided_chars: 0,
@@ -451,7 +436,7 @@ impl Item {
                 let mut text = said()?;
                 let expansion = rd.said(&events[*expansion as usize])?.text;
                 text.push_str("\n\n");
-                ktr_base::heap::push_str(&mut text, &expansion);
+                text.push_str(&expansion);
                 text
             }
         })
@@ -492,7 +477,7 @@ impl Item {
         Ok(match time {
             Some(ts) => {
                 let mut stamped = stamp_line(config, &ts);
-                ktr_base::heap::push_str(&mut stamped, &text);
+                stamped.push_str(&text);
                 stamped
             }
             None => text,
@@ -516,8 +501,8 @@ fn freeze_reminder(
         None => String::new(),
     };
     let text = config.startup_header_template.replace("{timestamp}", &ts) + "\n" + &raw;
-    sel.startup_sha256 = Some(ktr_base::fsutil::sha256_hex(raw.as_bytes()));
-    sel.startup_text = Some(text.clone());
+    sel.startup_sha256 = Some(span::sha256(&raw)?);
+    sel.startup_text = Some(span::expand(&text)?);
     let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
     builder.user(Item::made(
         Role::User,
@@ -585,11 +570,10 @@ fn elide(
     markers: &Markers,
 ) -> Result<()> {
     let text = item.body_text(events, rd, None)?;
-    let count = text.chars().count();
     let keep = max / 2;
+    // Read a piece at a time: a long text is a span ([`span::ends`]).
+    let (count, head, tail) = span::ends(&text, keep)?;
     let removed = count - 2 * keep;
-    let head: String = text.chars().take(keep).collect();
-    let tail: String = text.chars().skip(count - keep).collect();
     let elided = format!("{head}\n[… ktr elided {removed} characters (max_event_chars) …]\n{tail}");
     item.counts = Packed::from(Counts::of(&elided));
     item.carried_before = markers.carried_before(&elided);
@@ -624,7 +608,6 @@ fn apply_cap(turns: &mut Turns, config: &Config, sel: &mut Selection) {
             sel.left_out.extend(
                 turns
                     .drain_first(drop)
-                    .inspect(|_| ktr_base::heap::tick())
                     .map(|i| (i.event(), LeftOutReason::DroppedOldest)),
             );
         }
@@ -645,7 +628,7 @@ fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
         let text = item.text(events, rd, config, None)?;
-        hits += pattern.find_iter(&text).count();
+        hits += span::count_matches(&text, pattern)?;
     }
     Ok(hits)
 }

@@ -59,7 +59,11 @@ impl Rule {
 #[derive(Debug, Clone)]
 pub struct Logged {
     pub path: String,
+    /// The body parsed (lone surrogates through their stand-ins, as ktr
+    /// reads them: a `Value` cannot hold one).
     pub body: Value,
+    /// The body as it came.
+    pub raw: Vec<u8>,
     /// Raw body size in bytes.
     pub bytes: usize,
     pub at: Instant,
@@ -264,12 +268,15 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
     let path = request.url().to_string();
     let mut raw = Vec::new();
     let _ = std::io::Read::read_to_end(request.as_reader(), &mut raw);
-    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    let mapped = ktr_engine::lone::map_line(&raw);
+    let body: Value =
+        serde_json::from_slice(mapped.as_deref().unwrap_or(&raw)).unwrap_or(Value::Null);
     let is_post = *request.method() == tiny_http::Method::Post;
     let logged = Logged {
         path: path.clone(),
         bytes: raw.len(),
         body,
+        raw: raw.clone(),
         at: Instant::now(),
     };
     // Logged on arrival, so a test sees a request whose reply is delayed.

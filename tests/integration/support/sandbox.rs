@@ -124,6 +124,21 @@ impl Sandbox {
         fs::write(&self.config, text).unwrap();
     }
 
+    /// Configure a pointer-mode installation whose pointer file names
+    /// `session` (one `ktr-prepare` then runs the whole chain: prepare,
+    /// verify, activate, with no wait), plus `extra` TOML lines; returns
+    /// the pointer file.
+    pub fn write_pointer_config(&self, session: &str, extra: &str) -> PathBuf {
+        let pointer = self.root.join("pointer");
+        fs::write(&pointer, format!("{session}\n")).unwrap();
+        self.write_config(&format!(
+            "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\npointer_health_probe = false\n\
+             verify_workdir_matches_project = false\nactivation_delay_seconds = 0\n\
+             stable_file_seconds = 0.05\n{extra}"
+        ));
+        pointer
+    }
+
     /// Create `<project>/<session>.jsonl` holding one user record.
     pub fn transcript(&self, session: &str) -> PathBuf {
         self.add_transcript(session, b"{\"type\":\"user\"}\n")

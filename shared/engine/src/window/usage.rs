@@ -248,7 +248,9 @@ pub fn first_reply(bytes: &[u8]) -> Option<FirstReply> {
 fn scan_first(bytes: &[u8], skip_unmeasured: bool) -> Option<FirstReply> {
     let mut prompt_text = String::new();
     for line in bytes.split(|b| *b == b'\n') {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        let mapped = crate::lone::map_line(line);
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(mapped.as_deref().unwrap_or(line))
+        else {
             continue;
         };
         let main_chain = v["isSidechain"] != true && v.get("agentId").is_none();
@@ -335,7 +337,8 @@ fn read_line(line: &[u8]) -> Seen {
         return Seen::Nothing;
     }
     // Lenient: a line that does not have the expected shape says nothing.
-    let Ok(parsed) = serde_json::from_slice::<Line>(line) else {
+    let mapped = crate::lone::map_line(line);
+    let Ok(parsed) = serde_json::from_slice::<Line>(mapped.as_deref().unwrap_or(line)) else {
         return Seen::Nothing;
     };
     match parsed.kind.as_deref() {

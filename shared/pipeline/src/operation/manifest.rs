@@ -331,7 +331,7 @@ pub fn bounded_stats(report: &PlanReport, source: &Path) -> PlanReport {
     };
     PlanReport {
         source_path: source.display().to_string(),
-        left_out: ktr_base::heap::Table::default(),
+        left_out: Vec::new(),
         malformed_line_numbers: report
             .malformed_line_numbers
             .iter()

@@ -85,7 +85,7 @@ fn usage(stage: Stage) -> String {
 /// The whole life of `ktr-verify`, `ktr-activate` or `ktr-rollback`: its
 /// one stage (`step`), then the next stage started detached. Never returns.
 pub fn main(stage: Stage, step: StageFn) -> ! {
-    ktr_base::heap::setup();
+    ktr_base::fsutil::ignore_file_size_signal();
     exit_with(
         stage,
         execute(stage, step, None, std::env::args_os().skip(1)),
@@ -96,7 +96,7 @@ pub fn main(stage: Stage, step: StageFn) -> ! {
 /// `--operation`) the request and the whole chain in this process (SPEC
 /// §12: the runner's next turn waits for it). Never returns.
 pub fn main_prepare() -> ! {
-    ktr_base::heap::setup();
+    ktr_base::fsutil::ignore_file_size_signal();
     let by_hand = ByHand {
         schedule: schedule_by_hand,
         chain: run_chain,
@@ -157,9 +157,6 @@ pub fn execute(
     let args = Args::parse(stage, args)?;
     let config = Config::load(args.config.as_deref())?;
     let store = Store::for_config(&config)?;
-    // Large tables of a long transcript live in unlinked files beside the
-    // operations (issue 12: flat memory).
-    ktr_base::heap::spill_into(store.dir());
     store.recover_stale()?;
     let (id, chain) = match (&args.operation, by_hand) {
         (Some(id), _) => (id.clone(), None),

@@ -28,6 +28,7 @@ pub mod precompact;
 mod prepare;
 pub mod prompt;
 mod rollback;
+mod space;
 pub mod statusline;
 pub mod stop;
 mod target_guard;

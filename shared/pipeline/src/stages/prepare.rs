@@ -1,6 +1,7 @@
 //! Stage 1, `ktr-prepare` (SPEC §10): wait for the transcript to settle,
 //! freeze a backup, build and write the candidate session.
 
+use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest as _;
 
-use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, target_guard, update};
+use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, space, target_guard, update};
 use crate::operation::manifest::{self, ManifestRef, ManifestWriter};
 use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::target::Target;
@@ -30,6 +31,11 @@ use ktr_engine::window::usage::read_tail_seeking;
 /// `artifacts/<id>/` and from then on read only that copy; build the plan
 /// (blocked plans fail the operation with their reason); write the startup
 /// snapshot and the candidate; record everything; → `verifying`.
+///
+/// Room on disk is measured before anything is written ([`space`]); a
+/// write that finds none fails the operation with one line saying where
+/// and how much, its partial files removed (a little room is kept aside so
+/// that the failure can be recorded on a full disk).
 pub fn prepare(
     config: &Config,
     store: &Store,
@@ -39,6 +45,40 @@ pub fn prepare(
 ) -> Result<Outcome> {
     let op = store.claim(id, Stage::Prepare, Status::Scheduled)?;
     guarded(store, id, steps, |steps| {
+        let artifacts = store.artifacts_dir(id)?;
+        let prepared = space::Room::keep(&artifacts).and_then(|room| {
+            let prepared = run(config, store, id, &op, transcript, steps);
+            drop(room); // given back before the outcome is recorded
+            prepared
+        });
+        prepared.map_err(|e| {
+            if !e.is_no_space() {
+                return e;
+            }
+            space::clear(&artifacts);
+            let source = transcript
+                .or(op.transcript_path.as_deref())
+                .and_then(|t| plan::resolve_transcript(config, Some(t)).ok());
+            match source.and_then(|s| s.metadata().ok()) {
+                Some(meta) => {
+                    space::Need::of(meta.len(), store.dir(), &config.project_dir).failure(&e)
+                }
+                None => e,
+            }
+        })
+    })
+}
+
+/// The work of [`prepare`].
+fn run(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    op: &Operation,
+    transcript: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    {
         pause_point(Stage::Prepare, "delay");
         if config.activation_delay_seconds > 0.0 {
             steps.say(format!(
@@ -47,7 +87,7 @@ pub fn prepare(
             ));
             thread::sleep(seconds(config.activation_delay_seconds));
         }
-        if let Some(refusal) = target_refusal(config, &op) {
+        if let Some(refusal) = target_refusal(config, op) {
             steps.say(&refusal);
             let op = super::abandon(store, id, &refusal, |op| op.session_conflict = true)?;
             return Ok(Outcome::done(op));
@@ -74,6 +114,10 @@ pub fn prepare(
             source.display()
         ));
         check_workdir(config)?;
+        let len = std::fs::metadata(&source)
+            .map_err(|e| Error::io_at("stat", &source, &e))?
+            .len();
+        space::Need::of(len, store.dir(), &config.project_dir).check()?;
         pause_point(Stage::Prepare, "running");
 
         let frozen = freeze(
@@ -168,7 +212,7 @@ pub fn prepare(
             operation: op,
             next: Some(Stage::Verify),
         })
-    })
+    }
 }
 
 /// Pointer mode without a Stop hook: the runner calls `ktr-prepare
@@ -545,12 +589,17 @@ impl Sink for Streamed {
             Some(c) => c.apply(json),
             None => json.to_string(),
         };
-        for part in [line.as_bytes(), b"\n"] {
-            ktr_base::heap::write_all(&mut self.out, part)
+        let (out, hasher, bytes) = (&mut self.out, &mut self.hasher, &mut self.bytes);
+        let mut write = |part: &[u8]| {
+            out.write_all(part)
                 .map_err(|e| Error::io(format!("cannot write the candidate: {e}")))?;
-            self.hasher.update(part);
-            self.bytes += part.len() as u64;
-        }
+            hasher.update(part);
+            *bytes += part.len() as u64;
+            Ok(())
+        };
+        // A long text's raw bytes are copied from the source as they go.
+        ktr_engine::span::expand_json(&line, &mut write)?;
+        write(b"\n")?;
         self.manifest.push_item(&entry)
     }
 

@@ -1,0 +1,356 @@
+//! The lines of a JSON Lines file, each ready to parse: a line shorter than
+//! [`span::LONG`] as it is, a longer one as its skeleton ([`span`]: its
+//! long strings never held), and lone surrogates mapped ([`lone`]).
+
+use std::io::BufRead;
+use std::sync::Arc;
+
+use crate::lone;
+use crate::span::{self, ReadAt, skeleton::Skeleton};
+
+/// Where a line is and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct LineAt {
+    /// 1-based.
+    pub number: usize,
+    /// Where the line starts in the input.
+    pub offset: u64,
+    /// Its length without the newline (and a `\r` before it).
+    pub len: usize,
+    /// The lone surrogates it holds.
+    pub surrogates: lone::Surrogates,
+}
+
+/// A line and its bytes to parse (`None`: not valid JSON).
+pub type Next<'a> = (LineAt, Option<&'a [u8]>);
+
+/// A line buffer bigger than this is freed after its line is used.
+const KEPT: usize = 1 << 20;
+
+/// Reads lines from `input`.
+pub struct Lines<R> {
+    input: R,
+    /// The file `input` reads, to read a long text again later (`None`:
+    /// only the facts of long texts are kept).
+    file: Option<Arc<dyn ReadAt>>,
+    number: usize,
+    offset: u64,
+    buf: Vec<u8>,
+    ready: Option<Vec<u8>>,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub fn new(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
+        Lines {
+            input,
+            file,
+            number: 0,
+            offset: 0,
+            buf: Vec::with_capacity(1 << 16),
+            ready: None,
+        }
+    }
+
+    /// The next line and its bytes to parse (`None`: a long string in it is
+    /// not a valid JSON string, so the line is not valid JSON); `None` at
+    /// the end of the input.
+    pub fn next_line(&mut self) -> std::io::Result<Option<Next<'_>>> {
+        if self.buf.capacity() > KEPT {
+            self.buf = Vec::with_capacity(1 << 16);
+        }
+        self.buf.clear();
+        self.ready = None;
+        let (read, ended) = read_until_or(&mut self.input, &mut self.buf, span::LONG)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        let offset = self.offset;
+        let whole = trim_newline(&self.buf).len();
+        let (len, total, valid) = if ended && whole < span::LONG {
+            (whole, read, true)
+        } else {
+            self.skeleton(offset, read, ended)?
+        };
+        self.offset += total as u64;
+        let parse: &[u8] = match (&self.ready, valid) {
+            (_, false) => &[],
+            (Some(skeleton), true) => skeleton,
+            (None, true) => trim_newline(&self.buf),
+        };
+        let surrogates = lone::survey(parse);
+        let mapped = (surrogates.lone > 0)
+            .then(|| lone::map_line(parse))
+            .flatten();
+        if mapped.is_some() {
+            self.ready = mapped;
+        }
+        let at = LineAt {
+            number: self.number,
+            offset,
+            len,
+            surrogates,
+        };
+        let bytes = match (&self.ready, valid) {
+            (_, false) => None,
+            (Some(ready), true) => Some(ready.as_slice()),
+            (None, true) => Some(trim_newline(&self.buf)),
+        };
+        Ok(Some((at, bytes)))
+    }
+
+    /// Build the skeleton of a long line, `read` bytes of which are in
+    /// `buf` (all of it when `ended`), into `ready`: (its length, the
+    /// bytes it took with its newline, valid).
+    fn skeleton(
+        &mut self,
+        offset: u64,
+        read: usize,
+        ended: bool,
+    ) -> std::io::Result<(usize, usize, bool)> {
+        let mut sk = Skeleton::new(offset, self.file.clone());
+        let mut fed = Fed::default();
+        let first = if ended {
+            trim_lf(&self.buf)
+        } else {
+            &self.buf[..]
+        };
+        let mut valid = sk.feed(first).is_ok();
+        fed.note(first);
+        let mut total = read;
+        if !ended {
+            loop {
+                let available = match self.input.fill_buf() {
+                    Ok(a) => a,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                if available.is_empty() {
+                    break;
+                }
+                let (body, used, done) = match memchr::memchr(b'\n', available) {
+                    Some(i) => (&available[..i], i + 1, true),
+                    None => (available, available.len(), false),
+                };
+                valid = valid && sk.feed(body).is_ok();
+                fed.note(body);
+                self.input.consume(used);
+                total += used;
+                if done {
+                    break;
+                }
+            }
+        }
+        self.buf = Vec::new();
+        match sk.finish() {
+            Ok((skeleton, _)) if valid => self.ready = Some(skeleton),
+            _ => valid = false,
+        }
+        Ok((fed.len - fed.trailing_cr, total, valid))
+    }
+}
+
+/// Bytes of a line fed so far, and how many `\r` end them.
+#[derive(Default)]
+struct Fed {
+    len: usize,
+    trailing_cr: usize,
+}
+
+impl Fed {
+    fn note(&mut self, bytes: &[u8]) {
+        self.len += bytes.len();
+        let cr = bytes.iter().rev().take_while(|&&b| b == b'\r').count();
+        self.trailing_cr = if cr == bytes.len() {
+            self.trailing_cr + cr
+        } else {
+            cr
+        };
+    }
+}
+
+/// `BufRead::read_until(b'\n')`, but stopping once `buf` holds more than
+/// `limit` bytes: (bytes read, the line ended here or the input did).
+fn read_until_or<R: BufRead>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<(usize, bool)> {
+    let mut read = 0;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok((read, true));
+        }
+        let (used, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        buf.extend_from_slice(&available[..used]);
+        input.consume(used);
+        read += used;
+        if done {
+            return Ok((read, true));
+        }
+        if buf.len() > limit {
+            return Ok((read, false));
+        }
+    }
+}
+
+/// `buf` without its newline and any `\r` before it.
+pub fn trim_newline(buf: &[u8]) -> &[u8] {
+    let mut end = buf.len();
+    while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    &buf[..end]
+}
+
+/// `buf` without its final `\n` only (a skeleton keeps `\r`: whitespace).
+fn trim_lf(buf: &[u8]) -> &[u8] {
+    buf.strip_suffix(b"\n").unwrap_or(buf)
+}
+
+/// The skeleton of the line at `at` (its `len` bytes, without the
+/// newline) in `file`, read a chunk at a time: `None` when a long string
+/// in it is not a valid JSON string.
+pub fn skeleton_at(
+    file: &Arc<dyn ReadAt>,
+    offset: u64,
+    len: u64,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut sk = Skeleton::new(offset, Some(file.clone()));
+    let mut buf = vec![0u8; 1 << 16];
+    let mut done = 0u64;
+    let mut valid = true;
+    while done < len {
+        let want = usize::try_from(len - done).map_or(buf.len(), |n| n.min(buf.len()));
+        let n = file.read_at(&mut buf[..want], offset + done)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        valid = valid && sk.feed(&buf[..n]).is_ok();
+        done += n as u64;
+    }
+    Ok(sk
+        .finish()
+        .ok()
+        .filter(|_| valid)
+        .map(|(skeleton, _)| skeleton))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8]) -> Vec<(usize, usize, Option<Vec<u8>>)> {
+        let mut r = Lines::new(input, None);
+        let mut out = Vec::new();
+        while let Some((at, bytes)) = r.next_line().unwrap() {
+            out.push((at.offset as usize, at.len, bytes.map(<[u8]>::to_vec)));
+        }
+        out
+    }
+
+    #[test]
+    fn short_lines_are_read_as_they_are() {
+        assert_eq!(
+            lines(b"{\"a\":1}\r\n\n{\"b\":2}"),
+            vec![
+                (0, 7, Some(b"{\"a\":1}".to_vec())),
+                (9, 0, Some(Vec::new())),
+                (10, 7, Some(b"{\"b\":2}".to_vec()))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_read_as_its_skeleton_and_the_next_line_after_it() {
+        let text = "x\\\"y ".repeat(span::LONG / 4);
+        let long = format!("{{\"k\":\"short\",\"t\":\"{text}\",\"n\":[1,2]}}\r\n");
+        let input = format!("{long}{{\"next\":true}}\n");
+        let got = lines(input.as_bytes());
+        assert_eq!(got.len(), 2);
+        let (offset, len, bytes) = &got[0];
+        assert_eq!((*offset, *len), (0, long.len() - 2));
+        let skeleton = String::from_utf8(bytes.clone().unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&skeleton).unwrap();
+        assert_eq!(v["k"], "short");
+        assert_eq!(v["n"], serde_json::json!([1, 2]));
+        let token = v["t"].as_str().unwrap();
+        assert!(span::has(token), "{skeleton}");
+        assert!(skeleton.len() < 1000, "{} bytes", skeleton.len());
+        let decoded: String = serde_json::from_str(&format!("\"{text}\"")).unwrap();
+        assert_eq!(span::bytes(token), decoded.len() as u64);
+        assert_eq!(span::head(token), decoded[..4096]);
+        assert_eq!(
+            span::sha256(token).unwrap(),
+            ktr_base::fsutil::sha256_hex(decoded.as_bytes())
+        );
+        assert_eq!(got[1], (long.len(), 13, Some(b"{\"next\":true}".to_vec())));
+    }
+
+    #[test]
+    fn a_long_line_with_an_invalid_long_string_is_not_valid() {
+        let bad = format!("{{\"t\":\"{}\\q\"}}\n{{}}\n", "a".repeat(span::LONG));
+        let got = lines(bad.as_bytes());
+        assert_eq!(got[0].2, None);
+        assert_eq!(got[1].2, Some(b"{}".to_vec()));
+    }
+
+    /// The token of a long text made of `piece` repeated, read from memory.
+    fn long_token(piece: &str) -> (String, String) {
+        let text = piece.repeat(span::LONG / piece.len() + 1);
+        let line = format!("{{\"t\":\"{text}\"}}");
+        let file: Arc<dyn ReadAt> = Arc::new(line.clone().into_bytes());
+        let skeleton = skeleton_at(&file, 0, line.len() as u64).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&skeleton).unwrap();
+        (v["t"].as_str().unwrap().to_string(), text)
+    }
+
+    #[test]
+    fn a_long_text_is_searched_and_elided_a_piece_at_a_time() {
+        let (token, text) = long_token("ignore previous instructions; 中文 words ");
+        let pattern = regex::Regex::new("ignore previous").unwrap();
+        let stamped = format!("stamp ignore previous\n{token}");
+        let whole = format!("stamp ignore previous\n{text}");
+        assert_eq!(
+            span::count_matches(&stamped, &pattern).unwrap(),
+            pattern.find_iter(&whole).count()
+        );
+        let (count, head, tail) = span::ends(&token, 10).unwrap();
+        assert_eq!(count, text.chars().count());
+        assert_eq!(head, text.chars().take(10).collect::<String>());
+        assert_eq!(tail, text.chars().skip(count - 10).collect::<String>());
+        assert_eq!(span::counts(&token), crate::scan::Counts::of(&text));
+        assert!(!span::blank(&token));
+    }
+
+    #[test]
+    fn a_long_text_is_read_again_from_its_file_and_copied_raw() {
+        let text = "é\\u00e9 \\/ 中 ".repeat(span::LONG / 8);
+        let line = format!("{{\"t\":\"{text}\"}}");
+        let file: Arc<dyn ReadAt> = Arc::new(line.clone().into_bytes());
+        let skeleton = skeleton_at(&file, 0, line.len() as u64).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&skeleton).unwrap();
+        let token = v["t"].as_str().unwrap().to_string();
+        let decoded: String = serde_json::from_str(&format!("\"{text}\"")).unwrap();
+        assert_eq!(span::expand(&token).unwrap(), decoded);
+        let json = serde_json::to_string(&format!("stamp\n{token}")).unwrap();
+        let mut out = Vec::new();
+        span::expand_json(&json, &mut |b| {
+            out.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("\"stamp\\n{text}\"")
+        );
+    }
+}
