@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod left_out;
 pub mod plan;
 pub(crate) mod rawjson;
+pub mod recall;
 pub mod reread;
 pub(crate) mod scan;
 pub(crate) mod symbols;
