@@ -30,6 +30,7 @@ Operations:
   status [OP] [--json]                  one operation (default: the latest)
   ops [--json]                          every operation, newest first
   config KEY                            one setting as ktr reads it (for scripts)
+  recall QUERY [filters] [--json]       find anything the history held, verbatim (ktr recall --help)
   prune --older-than DAYS [--yes] [--json]
                                         forget old finished operations (dry run without --yes)
   repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
@@ -186,6 +187,7 @@ pub enum Command {
     Demo(DemoArgs),
     Hooks(HooksArgs),
     Config(ConfigArgs),
+    Recall(crate::recall::RecallArgs),
 }
 
 /// `ktr config KEY`.
@@ -222,8 +224,31 @@ struct Raw {
 
 /// Parse the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, Error> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    if let Some((config, rest)) = recall_words(&args) {
+        return crate::recall::parse(config, rest).map(Command::Recall);
+    }
     let raw = parse_raw(args).map_err(|e| Error::usage(format!("{e}; see ktr --help")))?;
     validate(raw)
+}
+
+/// `[--config PATH] recall …`: recall parses its own words.
+fn recall_words(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<OsString>)> {
+    let mut config = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].to_str()?;
+        if a == "--config" {
+            config = Some(PathBuf::from(args.get(i + 1)?));
+            i += 2;
+        } else if let Some(p) = a.strip_prefix("--config=") {
+            config = Some(PathBuf::from(p));
+            i += 1;
+        } else {
+            return (a == "recall").then(|| (config, args[i + 1..].to_vec()));
+        }
+    }
+    None
 }
 
 fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Error> {
