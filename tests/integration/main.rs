@@ -32,6 +32,7 @@ mod mcp;
 mod memory;
 mod pipeline;
 mod properties;
+mod recall;
 mod rules;
 mod runner;
 mod stop_hook;

@@ -1,4 +1,4 @@
-//! `ktr-mcp` over real stdio: the handshake, the seven tools, errors the
+//! `ktr-mcp` over real stdio: the handshake, the nine tools, errors the
 //! model can read, and a clean exit when stdin closes. The fixture project
 //! holds `examples/session.jsonl`; nothing reaches a real installation.
 
@@ -13,7 +13,7 @@ use ktr_pipeline::operation::Status;
 use serde_json::{Value, json};
 
 const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
-const TOOLS: [&str; 7] = [
+const TOOLS: [&str; 9] = [
     "thread_rebuild_doctor",
     "thread_rebuild_dirty",
     "thread_rebuild_plan",
@@ -21,6 +21,8 @@ const TOOLS: [&str; 7] = [
     "thread_rebuild_status",
     "thread_rebuild_cancel",
     "thread_rebuild_rollback_request",
+    "thread_rebuild_recall",
+    "thread_rebuild_recall_get",
 ];
 
 /// A sandbox whose project holds the example session.
@@ -154,7 +156,7 @@ fn ktr_plan_json(sb: &Sandbox, transcript: &Path) -> Value {
 }
 
 #[test]
-fn handshake_names_the_server_and_lists_exactly_the_seven_tools() {
+fn handshake_names_the_server_and_lists_exactly_the_nine_tools() {
     let (sb, _) = fixture();
     let (mut c, init) = Client::start(&sb, None);
     assert_eq!(init["serverInfo"]["name"], "ktr");
