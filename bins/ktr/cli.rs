@@ -31,8 +31,9 @@ Operations:
   ops [--json]                          every operation, newest first
   config KEY                            one setting as ktr reads it (for scripts)
   recall QUERY [filters] [--json]       find anything the history held, verbatim (ktr recall --help)
-  prune --older-than DAYS [--yes] [--json]
-                                        forget old finished operations (dry run without --yes)
+  prune --older-than DAYS [--yes] [--confirm FORGET] [--json]
+                                        forget old finished operations (dry run without --yes;
+                                        the last copy of a session's history only with FORGET)
   repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
                                         (lists them without --confirm; never deletes)
 
@@ -139,6 +140,8 @@ pub struct PruneArgs {
     pub common: Common,
     pub older_than_days: u64,
     pub yes: bool,
+    /// `--confirm FORGET`: the last copy of a session's history may go too.
+    pub forget: bool,
 }
 
 /// `ktr repair`.
@@ -348,7 +351,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
         "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
-        "prune" => &["--json", "--older-than", "--yes"],
+        "prune" => &["--json", "--older-than", "--yes", "--confirm"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
         "" => return Err(Error::usage("no command given; see ktr --help")),
@@ -422,6 +425,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             common,
             older_than_days: days(raw.older_than)?,
             yes: raw.yes,
+            forget: forget_word(raw.confirm.as_deref())?,
         }),
         "demo" => Command::Demo(DemoArgs { keep: raw.keep }),
         "plan" => Command::Plan(PlanArgs {
@@ -472,6 +476,18 @@ fn uuid_arg(id: String) -> Result<String, Error> {
         "--new-session takes a session id like 0d15ea5e-0000-4000-8000-00000000beef (a UUID), not {:?}",
         id.chars().take(80).collect::<String>()
     )))
+}
+
+/// `ktr prune --confirm FORGET`: nothing else is a confirmation.
+fn forget_word(word: Option<&str>) -> Result<bool, Error> {
+    match word {
+        None => Ok(false),
+        Some("FORGET") => Ok(true),
+        Some(other) => Err(Error::usage(format!(
+            "ktr prune --confirm takes exactly FORGET (to remove the last copy of a session's history), not {:?}",
+            other.chars().take(40).collect::<String>()
+        ))),
+    }
 }
 
 /// A value the command cannot do without.

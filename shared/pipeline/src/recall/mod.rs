@@ -4,6 +4,7 @@
 //! of one hit by its id. The search itself is the engine's
 //! (`ktr_engine::recall`).
 
+pub mod archive;
 mod ask;
 pub mod hit_id;
 pub mod lineage;

@@ -26,6 +26,9 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             steps.say(&why);
             return abandon(store, id, &why, |op| op.session_conflict = true).map(Outcome::done);
         }
+        if let Some(restored) = crate::recall::archive::restore_source(&config.project_dir, &op)? {
+            steps.say(&restored);
+        }
         steps.say(format!("switching {target} back to {old}"));
         let back = super::activate::restore(config, &op, &target, || {
             pause_point(Stage::Rollback, "switched");
