@@ -478,3 +478,121 @@ fn a_100_mb_history_is_searched_within_32_mib() {
         );
     }
 }
+
+#[test]
+fn prune_keeps_the_last_copy_of_a_history_without_forget_and_keeps_every_link() {
+    let (sb, ops) = lineage();
+    let config = sb.config.to_str().unwrap();
+    let out = sb.run("prune", None, &["--older-than", "0", "--yes"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("kept {}", ops[0])),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains(&format!("only copy left of session {A}")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        sb.state
+            .join("artifacts")
+            .join(&ops[0])
+            .join(format!("{A}.jsonl"))
+            .is_file()
+    );
+    assert!(
+        !sb.state
+            .join("operations")
+            .join(format!("{}.json", ops[1]))
+            .exists(),
+        "B's operation went"
+    );
+    // The lineage is still whole: B's link was kept.
+    let v = recall(&sb, &["output-"]);
+    assert_eq!(
+        sessions_of(&v),
+        ["dddddddd", "cccccccc", "bbbbbbbb", "aaaaaaaa"]
+    );
+    let wrong = sb.ktr(&[
+        "prune".into(),
+        "--config".into(),
+        config.into(),
+        "--older-than".into(),
+        "0".into(),
+        "--yes".into(),
+        "--confirm".into(),
+        "yes".into(),
+    ]);
+    assert!(wrong.stderr.contains("exactly FORGET"), "{}", wrong.stderr);
+    let out = sb.run(
+        "prune",
+        None,
+        &["--older-than", "0", "--yes", "--confirm", "FORGET"],
+    );
+    assert!(
+        out.stdout
+            .contains(&format!("deleted the last copy of session {A}'s history")),
+        "{}",
+        out.stdout
+    );
+    let v = recall(&sb, &["output-"]);
+    assert_eq!(v["lost"], json!([A]));
+}
+
+#[test]
+fn a_rollback_to_a_deleted_transcript_restores_it_from_the_backup_and_resumes_it() {
+    use crate::support::rig::{Rig, SRC};
+    let rig = Rig::tmux();
+    let project = rig.sandbox.project.clone();
+    let side = project.join(SRC).join("tool-results");
+    fs::create_dir_all(&side).unwrap();
+    fs::write(
+        side.join("t1.txt"),
+        "SIDE-MARKER from an offloaded result\n",
+    )
+    .unwrap();
+    let original = fs::read(&rig.source).unwrap();
+    let op = rig.rebuild();
+    assert_eq!(op.status, Status::Activated, "{:?}", op.error);
+    let kept = rig
+        .sandbox
+        .state
+        .join("artifacts")
+        .join(&*op.id)
+        .join(SRC)
+        .join("tool-results/t1.txt");
+    assert!(
+        kept.is_file(),
+        "prepare kept the side file beside the backup"
+    );
+    // Claude Code's cleanup deletes the old session and its side files.
+    fs::remove_file(&rig.source).unwrap();
+    fs::remove_dir_all(project.join(SRC)).unwrap();
+    let found: Value =
+        serde_json::from_str(&rig.ktr(&["recall", "side-marker", "--json"])).unwrap();
+    let hit = &hits(&found)[0];
+    assert_eq!(hit["session"], SRC);
+    assert!(
+        hit["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with("backup of operation"),
+        "{hit}"
+    );
+    // Roll back: the transcript comes back byte for byte, then is resumed.
+    let candidate = op.candidate.clone().unwrap();
+    rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    rig.stop(&candidate.session_id, &candidate.path);
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
+    assert_eq!(fs::read(&rig.source).unwrap(), original);
+    assert!(
+        side.join("t1.txt").is_file(),
+        "its side files came back too"
+    );
+    assert_eq!(rig.resume_history().last().map(String::as_str), Some(SRC));
+    assert!(op.history.iter().any(|t| t.note.contains("rolled back")));
+}

@@ -106,12 +106,19 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
             live.display()
         )));
     }
-    let session = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let session = Path::new(name)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let side = copy_side_files(artifacts, project, &session)?;
     Ok(Some(format!(
         "{} was gone (Claude Code's cleanup): restored from the backup, sha256 {} verified{}",
         live.display(),
         &want[..12.min(want.len())],
-        if side.files > 0 { format!(", with {} tool-results files", side.files) } else { String::new() }
+        if side.files > 0 {
+            format!(", with {} tool-results files", side.files)
+        } else {
+            String::new()
+        }
     )))
 }

@@ -386,7 +386,8 @@ fn keep_side_files(source: &Path, artifacts: &Path, steps: &mut Steps) -> Result
     let (Some(project), Some(session)) = (source.parent(), source.file_stem()) else {
         return Ok(());
     };
-    let kept = crate::recall::archive::copy_side_files(project, artifacts, &session.to_string_lossy())?;
+    let kept =
+        crate::recall::archive::copy_side_files(project, artifacts, &session.to_string_lossy())?;
     if kept.files > 0 {
         steps.say(format!(
             "kept {} tool-results files ({} bytes) beside the backup",
