@@ -596,3 +596,66 @@ fn a_rollback_to_a_deleted_transcript_restores_it_from_the_backup_and_resumes_it
     assert_eq!(rig.resume_history().last().map(String::as_str), Some(SRC));
     assert!(op.history.iter().any(|t| t.note.contains("rolled back")));
 }
+
+/// The `transcript retention` check of `ktr doctor --json`.
+#[track_caller]
+fn retention_check(sb: &Sandbox) -> Value {
+    let out = sb.run("doctor", None, &["--json"]);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "transcript retention")
+        .cloned()
+        .unwrap()
+}
+
+#[test]
+fn doctor_warns_when_claude_code_would_delete_the_oldest_ancestor() {
+    let (sb, _) = lineage();
+    let check = retention_check(&sb);
+    assert_eq!(check["level"], "ok", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cleanupPeriodDays 30 (Claude Code's default)"),
+        "{check}"
+    );
+    let forty_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(40 * 86_400);
+    fs::File::options()
+        .write(true)
+        .open(sb.project.join(format!("{B}.jsonl")))
+        .unwrap()
+        .set_modified(forty_days_ago)
+        .unwrap();
+    let check = retention_check(&sb);
+    assert_eq!(check["level"], "warn", "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("({B}, unchanged for 40 days)")),
+        "{detail}"
+    );
+    assert!(
+        check["fix"]
+            .as_str()
+            .unwrap()
+            .contains("raise cleanupPeriodDays")
+    );
+    fs::create_dir_all(sb.home.join(".claude")).unwrap();
+    fs::write(
+        sb.home.join(".claude/settings.json"),
+        r#"{"cleanupPeriodDays": 90}"#,
+    )
+    .unwrap();
+    let check = retention_check(&sb);
+    assert_eq!(check["level"], "ok", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cleanupPeriodDays 90 (in "),
+        "{check}"
+    );
+}

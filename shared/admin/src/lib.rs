@@ -5,4 +5,5 @@
 pub mod doctor;
 pub mod prune;
 pub mod report;
+pub mod retention;
 pub mod settings;
