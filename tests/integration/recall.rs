@@ -659,3 +659,67 @@ fn doctor_warns_when_claude_code_would_delete_the_oldest_ancestor() {
         "{check}"
     );
 }
+
+/// ktr-ack's answer to Claude Code resuming `session`.
+#[track_caller]
+fn resumed(sb: &Sandbox, session: &str) -> Value {
+    let input =
+        json!({"session_id": session, "source": "resume", "hook_event_name": "SessionStart"})
+            .to_string();
+    let (out, code) = sb.hook(env!("CARGO_BIN_EXE_ktr-ack"), &input);
+    assert_eq!(code, 0);
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
+    let (sb, ops) = lineage();
+    // The newest operation carried C's two turns onto D.
+    let plan = sb.run(
+        "plan",
+        Some(&sb.project.join(format!("{C}.jsonl"))),
+        &["--json"],
+    );
+    let stats: ktr_engine::PlanReport = serde_json::from_str(&plan.stdout).unwrap();
+    assert_eq!(stats.selected_turns, 2);
+    sb.store()
+        .with_lock(|tx| {
+            let mut op = tx.load(&ops[2])?;
+            op.stats = Some(stats);
+            tx.save(&mut op)
+        })
+        .unwrap();
+    // Without the MCP server there is no tool to name: nothing is added.
+    assert_eq!(resumed(&sb, D)["hookSpecificOutput"], Value::Null);
+    sb.store()
+        .with_lock(|tx| {
+            let mut op = tx.load(&ops[2])?;
+            op.ack = None;
+            tx.save(&mut op)
+        })
+        .unwrap();
+    fs::write(
+        sb.home.join(".claude.json"),
+        r#"{"mcpServers": {"ktr": {"command": "ktr-mcp"}}}"#,
+    )
+    .unwrap();
+    let answer = resumed(&sb, D);
+    assert_eq!(
+        answer["hookSpecificOutput"]["hookEventName"],
+        "SessionStart"
+    );
+    let context = answer["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert!(
+        context.contains(&format!("2 turns of {C} were carried verbatim")),
+        "{context}"
+    );
+    assert!(
+        context.contains("mcp__ktr__thread_rebuild_recall finds them verbatim"),
+        "{context}"
+    );
+    assert_eq!(context.lines().count(), 1);
+    // A later resume of the same session is not told again.
+    assert_eq!(resumed(&sb, D)["hookSpecificOutput"], Value::Null);
+}

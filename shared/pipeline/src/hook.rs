@@ -119,6 +119,12 @@ pub enum Reply {
     Block(String),
     /// The `statusLine` command: one plain line, not JSON.
     Line(String),
+    /// `SessionStart`: text added to the model's context
+    /// (`hookSpecificOutput.additionalContext`), and a line the human sees.
+    Context {
+        context: String,
+        message: Option<String>,
+    },
 }
 
 use ktr_base::text::printable;
@@ -134,6 +140,16 @@ impl Reply {
                 serde_json::json!({"decision": "block", "reason": printable(reason)})
             }
             Reply::Line(line) => return line.clone(),
+            Reply::Context { context, message } => {
+                let mut v = serde_json::json!({
+                    "suppressOutput": true,
+                    "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context},
+                });
+                if let Some(m) = message {
+                    v["systemMessage"] = printable(m).into();
+                }
+                v
+            }
         }
         .to_string()
     }

@@ -8,6 +8,7 @@ pub mod archive;
 mod ask;
 pub mod hit_id;
 pub mod lineage;
+pub mod notice;
 mod sources;
 
 pub use ask::{Answer, Ask, parse_turns, recall};
