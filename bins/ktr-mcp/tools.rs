@@ -88,10 +88,10 @@ pub struct RecallArgs {
     /// Treat the query as a regex (Rust syntax).
     #[serde(default)]
     pub regex: bool,
-    /// Only these kinds: user, assistant, tool_use, tool_result, thinking, injection (or attachment), image.
+    /// Only these kinds: `user`, `assistant`, `tool_use`, `tool_result`, `thinking`, `injection` (or `attachment`), `image`.
     #[serde(default)]
     pub kinds: Vec<String>,
-    /// Only this tool's calls and results (Bash, Read, mcp__server__tool).
+    /// Only this tool's calls and results (`Bash`, `Read`, `mcp__server__tool`).
     #[serde(default)]
     pub tool: Option<String>,
     /// Only these sessions (ids or their first characters, as hits show them).
@@ -121,7 +121,7 @@ pub struct RecallArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
 pub struct RecallGetArgs {
-    /// A hit's id, exactly as thread_rebuild_recall returned it.
+    /// A hit's id, exactly as `thread_rebuild_recall` returned it.
     pub id: String,
     /// The page (from 0; each at most 16 KB).
     #[serde(default)]

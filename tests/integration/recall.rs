@@ -16,30 +16,30 @@ const B: &str = "bbbbbbbb-0000-4000-8000-000000000002";
 const C: &str = "cccccccc-0000-4000-8000-000000000003";
 const D: &str = "dddddddd-0000-4000-8000-000000000004";
 
-fn line(v: Value) -> String {
+fn line(v: &Value) -> String {
     format!("{v}\n")
 }
 
 fn user(text: &str, at: &str) -> String {
-    line(json!({"type": "user", "message": {"role": "user", "content": text}, "timestamp": at}))
+    line(&json!({"type": "user", "message": {"role": "user", "content": text}, "timestamp": at}))
 }
 
-fn said(blocks: Value, at: &str) -> String {
+fn said(blocks: &Value, at: &str) -> String {
     line(
-        json!({"type": "assistant", "message": {"role": "assistant", "content": blocks}, "timestamp": at}),
+        &json!({"type": "assistant", "message": {"role": "assistant", "content": blocks}, "timestamp": at}),
     )
 }
 
-fn call(id: &str, name: &str, input: Value, at: &str) -> String {
+fn call(id: &str, name: &str, input: &Value, at: &str) -> String {
     said(
-        json!([{"type": "tool_use", "id": id, "name": name, "input": input}]),
+        &json!([{"type": "tool_use", "id": id, "name": name, "input": input}]),
         at,
     )
 }
 
 fn result(id: &str, content: &str, at: &str) -> String {
     line(
-        json!({"type": "user", "message": {"role": "user", "content": [
+        &json!({"type": "user", "message": {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": id, "content": content}]}, "timestamp": at}),
     )
 }
@@ -50,13 +50,13 @@ fn session(tag: &str, day: &str) -> String {
     [
         user(&format!("first question {tag}"), &at("10:00:00")),
         said(
-            json!([{"type": "thinking", "thinking": format!("thinking about THINK-{tag}")}]),
+            &json!([{"type": "thinking", "thinking": format!("thinking about THINK-{tag}")}]),
             &at("10:00:01"),
         ),
         call(
             &format!("toolu_{tag}_1"),
             "Bash",
-            json!({"command": format!("echo out-{tag}")}),
+            &json!({"command": format!("echo out-{tag}")}),
             &at("10:00:02"),
         ),
         result(
@@ -65,14 +65,14 @@ fn session(tag: &str, day: &str) -> String {
             &at("10:00:03"),
         ),
         said(
-            json!([{"type": "text", "text": format!("answer {tag}")}]),
+            &json!([{"type": "text", "text": format!("answer {tag}")}]),
             &at("10:00:04"),
         ),
         user(&format!("second question {tag}"), &at("11:00:00")),
         call(
             &format!("toolu_{tag}_2"),
             "Read",
-            json!({"file_path": format!("/src/{tag}.rs")}),
+            &json!({"file_path": format!("/src/{tag}.rs")}),
             &at("11:00:01"),
         ),
         result(
@@ -81,7 +81,7 @@ fn session(tag: &str, day: &str) -> String {
             &at("11:00:02"),
         ),
         said(
-            json!([{"type": "text", "text": format!("done {tag}")}]),
+            &json!([{"type": "text", "text": format!("done {tag}")}]),
             &at("11:00:03"),
         ),
     ]
@@ -295,7 +295,7 @@ fn get_pages_a_large_result_in_16_kb_pieces_that_join_to_the_original() {
         call(
             "toolu_1",
             "Bash",
-            json!({"command": "seq"}),
+            &json!({"command": "seq"}),
             "2026-01-01T00:00:00Z",
         ),
         result("toolu_1", &big, "2026-01-01T00:00:01Z"),
@@ -353,7 +353,7 @@ fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_t
         call(
             "toolu_9",
             "Bash",
-            json!({"command": "make big"}),
+            &json!({"command": "make big"}),
             "2026-01-01T00:00:01Z",
         ),
         result("toolu_9", &reference, "2026-01-01T00:00:02Z"),
@@ -474,7 +474,7 @@ fn a_100_mb_history_is_searched_within_32_mib() {
         assert!(peak <= 32 << 20, "{query}: peak RSS {} MiB", peak >> 20);
         eprintln!(
             "recall {query:?} over 100 MB: peak RSS {:.1} MiB",
-            peak as f64 / (1 << 20) as f64
+            peak as f64 / f64::from(1 << 20)
         );
     }
 }

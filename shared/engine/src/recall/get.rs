@@ -133,7 +133,7 @@ fn raw_page(file: &File, path: &Path, offset: u64, len: u64, page: u32) -> Resul
     if page >= pages {
         return Err(no_page(page, pages));
     }
-    let from = page as u64 * PAGE_BYTES as u64;
+    let from = u64::from(page) * PAGE_BYTES as u64;
     let n = (len - from).min(PAGE_BYTES as u64 + 4) as usize;
     let mut buf = vec![0u8; n];
     file.read_exact_at(&mut buf, offset + from)

@@ -11,7 +11,11 @@ pub const BUFFER: usize = 4 << 20;
 /// How much of a long line's start is kept (to tell its record type).
 pub const HEAD: usize = 4 << 10;
 
+/// The prefilter: where it first matches in some bytes, and how long.
+pub type Finder<'a> = &'a dyn Fn(&[u8]) -> Option<(usize, usize)>;
+
 /// One line of the file (without its `\n`).
+#[derive(Clone, Copy)]
 pub enum Line<'a> {
     /// A line that fits the buffer.
     Whole { offset: u64, bytes: &'a [u8] },
@@ -37,7 +41,7 @@ pub enum Flow {
 /// edge is seen).
 pub fn each_line(
     file: &mut File,
-    find: &dyn Fn(&[u8]) -> Option<(usize, usize)>,
+    find: Finder<'_>,
     overlap: usize,
     mut on_line: impl FnMut(Line<'_>) -> Flow,
 ) -> io::Result<()> {
@@ -106,7 +110,7 @@ fn long_line(
     file: &mut File,
     buf: &mut [u8],
     offset: u64,
-    find: &dyn Fn(&[u8]) -> Option<(usize, usize)>,
+    find: Finder<'_>,
     overlap: usize,
 ) -> io::Result<LongLine> {
     let head = buf[..HEAD.min(buf.len())].to_vec();
@@ -140,7 +144,7 @@ fn long_line(
 fn read_some(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         match file.read(buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             other => return other,
         }
     }

@@ -172,11 +172,9 @@ pub fn parse_turns(text: &str) -> Result<(u32, u32)> {
             s.trim().parse().map_err(|_| bad())
         }
     };
-    match text.split_once('-') {
-        Some((a, b)) => Ok((num(a, 0)?, num(b, u32::MAX)?)),
-        None => {
-            let n = num(text, 0)?;
-            Ok((n, n))
-        }
+    if let Some((a, b)) = text.split_once('-') {
+        return Ok((num(a, 0)?, num(b, u32::MAX)?));
     }
+    let n = num(text, 0)?;
+    Ok((n, n))
 }

@@ -92,7 +92,7 @@ fn source_session(op: &Operation) -> Option<String> {
     op.backup
         .as_deref()
         .and_then(stem)
-        .or_else(|| op.session_id.as_ref().map(|s| s.to_string()))
+        .or_else(|| op.session_id.as_ref().map(ToString::to_string))
         .or_else(|| op.transcript_path.as_deref().and_then(stem))
 }
 

@@ -192,11 +192,11 @@ fn project_transcripts(project: &Path) -> Result<Vec<(String, PathBuf)>> {
             ktr_base::ids::SessionId::parse(session).ok()?;
             let meta = std::fs::symlink_metadata(e.path())
                 .ok()
-                .filter(|m| m.is_file())?;
+                .filter(std::fs::Metadata::is_file)?;
             Some((meta.modified().ok()?, session.to_string(), e.path()))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     Ok(found.into_iter().map(|(_, s, p)| (s, p)).collect())
 }
 
