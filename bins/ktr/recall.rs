@@ -193,6 +193,9 @@ fn hit_line(h: &Hit) -> String {
     }
     if let Some(o) = &h.offloaded {
         head.push_str(&format!(" in tool-results/{o}"));
+        if let Some(p) = h.page {
+            head.push_str(&format!(" (--page {p})"));
+        }
     }
     format!("{head}  [{}]\n  {}\n  id {}\n", h.origin, h.snippet, h.id)
 }

@@ -367,7 +367,8 @@ fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_t
     assert_eq!(hit["tool"], "Bash");
     assert_eq!(hit["input"], "command: make big");
     assert_eq!(hit["timestamp"], "2026-01-01T00:00:02Z");
-    assert_eq!(hit["offloaded"], "b1x.txt (page 0)");
+    assert_eq!(hit["offloaded"], "b1x.txt");
+    assert_eq!(hit["page"], 0);
     let out = sb.run("recall", None, &["--get", hit["id"].as_str().unwrap()]);
     assert!(
         out.stdout.starts_with("first\nthe OFFLOADED-MARKER line\n"),

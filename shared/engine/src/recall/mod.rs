@@ -90,6 +90,9 @@ pub struct Hit {
     /// The offloaded `tool-results/` file the match is in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offloaded: Option<String>,
+    /// The `get` page that holds the match (offloaded files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
     /// A line of a huge record too large to decode: the snippet is raw JSON.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub raw: bool,

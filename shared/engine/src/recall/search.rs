@@ -245,6 +245,7 @@ impl Scan<'_> {
             tool: part.tool.map(str::to_string),
             input: part.input.map(record::input_summary),
             offloaded: None,
+            page: None,
             raw: false,
             snippet,
             tool_use_id: part.tool_use_id.map(str::to_string),
@@ -409,10 +410,8 @@ fn offloaded_hit(
         kind: Kind::ToolResult,
         tool: None,
         input: None,
-        offloaded: Some(format!(
-            "{name} (page {})",
-            offset / super::PAGE_BYTES as u64
-        )),
+        offloaded: Some(name.to_string()),
+        page: u32::try_from((offset + start as u64) / super::PAGE_BYTES as u64).ok(),
         raw: false,
         snippet: snippet::around(text, start, end),
         tool_use_id: None,
