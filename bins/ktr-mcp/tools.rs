@@ -309,12 +309,14 @@ impl Server {
             };
             let answer = ktr_pipeline::recall::recall(&config, &ask)?;
             let more = answer.found.more_at_least > 0 || !answer.found.complete;
+            let complete = answer.found.complete;
             Ok(json!({
                 "hits": answer.found.hits,
                 "more_at_least": answer.found.more_at_least,
                 "total": answer.found.total,
                 "sessions_in_lineage": answer.lineage.len(),
                 "lost_sessions": answer.lost,
+                "complete": complete,
                 "files_searched": answer.found.files_searched,
                 "bytes_searched": answer.found.bytes_searched,
                 "next": if more { "more hits exist: narrow with kinds, tool, sessions, since/until or turns; thread_rebuild_recall_get reads one hit whole" } else { "thread_rebuild_recall_get with a hit's id reads it whole" },

@@ -203,10 +203,14 @@ fn hit_line(h: &Hit) -> String {
 fn summary(f: &Found) -> String {
     let more = match f.total {
         Some(total) => format!("{total} matches in all"),
-        None if f.more_at_least > 0 || !f.complete => format!(
+        None if f.more_at_least > 0 => format!(
             "at least {} more (--limit, a narrower query or filter, or --count for the exact total)",
-            f.more_at_least.max(1)
+            f.more_at_least
         ),
+        None if !f.complete => {
+            "older sessions not searched: the limit was reached (--limit or --count to go on)"
+                .into()
+        }
         None => "no more".into(),
     };
     format!(
