@@ -26,7 +26,7 @@ pub struct Query {
 #[derive(Debug)]
 enum Raw {
     Folded(AhoCorasick),
-    Exact(memchr::memmem::Finder<'static>),
+    Exact(Box<memchr::memmem::Finder<'static>>),
 }
 
 impl Raw {
@@ -34,7 +34,9 @@ impl Raw {
         if needle.bytes().any(|b| b.is_ascii_alphabetic()) {
             Raw::Folded(folded)
         } else {
-            Raw::Exact(memchr::memmem::Finder::new(needle.as_bytes()).into_owned())
+            Raw::Exact(Box::new(
+                memchr::memmem::Finder::new(needle.as_bytes()).into_owned(),
+            ))
         }
     }
 
