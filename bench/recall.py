@@ -157,7 +157,33 @@ def main() -> int:
             print(f"| {name} | {' '.join(Path(x).name if '/' in x else x for x in grep_argv[:4])} | "
                   f"{gm:.2f} s | ktr recall {km:.2f} s ({total / 1e6 / km:.0f} MB/s) | "
                   f"{km / gm:.2f}× | {rss / 1024:.1f} MiB{'' if exact else ' (upper bound)'} |")
+        get_row(ktr, cfg, tmp, a.runs)
     return 0
+
+
+def get_row(ktr: str, cfg: Path, tmp: Path, runs: int) -> None:
+    """`ktr recall --get` of a hit in the oldest session against `dd` of
+    that record's bytes (the `cat` of its region)."""
+    out = tmp / "hit.json"
+    spawn([ktr, "recall", "--config", str(cfg), "--current", SESSIONS[-1], "--session", SESSIONS[0][:8],
+           "--kind", "tool_result", "--limit", "1", "--json", "the"], stdout=str(out))
+    hit = json.loads(out.read_text())["hits"][0]
+    session, offset = hit["id"].split(":")[1].split("@")[0], int(hit["id"].rsplit("@", 1)[1])
+    path = Path(json.loads(out.read_text())["lineage"][-1]["live"])
+    with open(path, "rb") as f:
+        f.seek(offset)
+        length = len(f.readline())
+    get_argv = [ktr, "recall", "--config", str(cfg), "--get", hit["id"]]
+    dd_argv = ["/usr/bin/dd", f"if={path}", "iflag=skip_bytes,count_bytes", f"skip={offset}",
+               f"count={length}", "status=none"]
+    spawn(get_argv)
+    k, d = [], []
+    for _ in range(runs):
+        d.append(spawn(dd_argv)[0])
+        k.append(spawn(get_argv)[0])
+    km, dm = statistics.median(k), statistics.median(d)
+    print(f"| get of a {length:,}-byte record in {session[:8]} at byte {offset:,} | dd of its bytes {dm * 1000:.1f} ms | "
+          f"ktr recall --get {km * 1000:.1f} ms | {km / dm:.2f}× |")
 
 
 if __name__ == "__main__":
