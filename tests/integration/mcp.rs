@@ -563,3 +563,58 @@ fn bad_arguments_are_a_usage_error() {
         "{err}"
     );
 }
+
+/// Issue 28: the recall tools over stdio — a hit cites its tool and turn,
+/// `get` reads it whole, a limit past the MCP cap is one clear error.
+#[test]
+fn recall_finds_a_tool_result_verbatim_and_get_reads_it() {
+    let (sb, _) = fixture();
+    let (mut c, _) = Client::start(&sb, Some(SESSION));
+    let (err, found) = c.call(
+        "thread_rebuild_recall",
+        json!({"query": "worker0_timeout", "kinds": ["tool_result"]}),
+    );
+    assert!(!err, "{found}");
+    let hit = &found["hits"][0];
+    assert_eq!(found["hits"].as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(hit["line"], 23);
+    assert_eq!(hit["session_short"], &SESSION[..8]);
+    assert!(
+        hit["tool"].is_string(),
+        "the call it answers is cited: {hit}"
+    );
+    assert!(hit["turn"].as_u64().unwrap() >= 1, "{hit}");
+    assert!(
+        hit["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("⟦WORKER0_TIMEOUT⟧"),
+        "{hit}"
+    );
+    let (err, got) = c.call("thread_rebuild_recall_get", json!({"id": hit["id"]}));
+    assert!(!err, "{got}");
+    assert!(
+        got["page"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("先别改配置，改成环境变量 WORKER0_TIMEOUT"),
+        "{got}"
+    );
+    assert_eq!(got["next"], "this is the last page");
+    let (err, msg) = c.call(
+        "thread_rebuild_recall",
+        json!({"query": "x", "limit": 1000}),
+    );
+    assert!(
+        err && msg.as_str().unwrap().contains("give 1 to 30"),
+        "{msg}"
+    );
+    let (err, msg) = c.call(
+        "thread_rebuild_recall_get",
+        json!({"id": "live:../../etc/passwd@0"}),
+    );
+    assert!(
+        err && msg.as_str().unwrap().contains("not a recall hit id"),
+        "{msg}"
+    );
+}

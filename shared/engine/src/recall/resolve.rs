@@ -43,8 +43,13 @@ pub fn cite(source: &Source, hits: &mut [Hit]) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
-    let needles: Vec<String> = ids.iter().map(|id| format!("\"id\":\"{id}\"")).collect();
+    // Each id twice: compact and spaced JSON (pattern i / 2 is id i).
+    let needles: Vec<String> = ids
+        .iter()
+        .flat_map(|id| turn::pair("id", &format!("\"{id}\"")))
+        .collect();
     pass(source, &needles, |i, _, value| {
+        let i = i / 2;
         let call = record::parts(value)
             .into_iter()
             .find(|p| p.kind == Kind::ToolUse && p.tool_use_id == Some(ids[i].as_str()));

@@ -293,12 +293,16 @@ fn floor_char(text: &str, mut at: usize) -> usize {
 
 /// A huge record's kind from its first bytes.
 fn raw_kind(head: &[u8]) -> Kind {
-    let has = |n: &[u8]| memchr::memmem::find(head, n).is_some();
-    if has(b"\"type\":\"assistant\"") {
+    let has = |key: &str, value: &str| {
+        turn::pair(key, value)
+            .iter()
+            .any(|n| memchr::memmem::find(head, n.as_bytes()).is_some())
+    };
+    if has("type", "\"assistant\"") {
         Kind::Assistant
-    } else if has(b"\"tool_result\"") {
+    } else if has("type", "\"tool_result\"") {
         Kind::ToolResult
-    } else if has(b"\"type\":\"user\"") && !has(b"\"isMeta\":true") {
+    } else if has("type", "\"user\"") && !has("isMeta", "true") {
         Kind::User
     } else {
         Kind::Injection
@@ -307,7 +311,8 @@ fn raw_kind(head: &[u8]) -> Kind {
 
 /// The calls of the filtered tool seen so far (their results follow them).
 struct ToolIds {
-    needle: Option<Vec<u8>>,
+    /// The tool's name, and `"name":"<it>"` as raw JSON (compact, spaced).
+    tool: Option<(String, [String; 2])>,
     ids: HashSet<String>,
     order: VecDeque<String>,
 }
@@ -315,27 +320,31 @@ struct ToolIds {
 impl ToolIds {
     fn new(tool: Option<&str>) -> ToolIds {
         ToolIds {
-            needle: tool
-                .map(|t| format!("\"name\":\"{}\"", super::query::json_escaped(t)).into_bytes()),
+            tool: tool.map(|t| {
+                let quoted = format!("\"{}\"", super::query::json_escaped(t));
+                (t.to_string(), turn::pair("name", &quoted))
+            }),
             ids: HashSet::new(),
             order: VecDeque::new(),
         }
     }
 
     fn note(&mut self, line: &[u8]) {
-        let Some(needle) = &self.needle else { return };
-        if memchr::memmem::find(line, needle).is_none() {
+        let Some((tool, needles)) = &self.tool else {
+            return;
+        };
+        if !needles
+            .iter()
+            .any(|n| memchr::memmem::find(line, n.as_bytes()).is_some())
+        {
             return;
         }
         let Ok(value) = serde_json::from_slice::<Value>(line) else {
             return;
         };
-        let name = std::str::from_utf8(&needle[8..needle.len() - 1]).unwrap_or("");
         for part in record::parts(&value) {
             if part.kind == Kind::ToolUse
-                && part
-                    .tool
-                    .is_some_and(|t| super::query::json_escaped(t) == name)
+                && part.tool == Some(tool.as_str())
                 && let Some(id) = part.tool_use_id
             {
                 if self.order.len() >= TOOL_IDS_KEPT
