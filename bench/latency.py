@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Switch latency with the real Claude Code CLI (issue 12 item 4; Python 3.11 stdlib only).
+"""Switch latency with the real Claude Code CLI (issues 12 item 4, 24 item 5; Python 3.11 stdlib only).
 
 ``python3 bench/latency.py [--runs 5] [--release]``
     Runs the ignored test ``claude_loop::switch_latency_with_no_activation_delay``
     (tests/integration/claude_loop.rs) with ``KTR_BENCH_RUNS=N``: each run starts
-    the real interactive CLI in a private tmux server against the fake API,
-    talks three turns, the model asks for a rebuild, and the test measures end
-    of reply (as seen on the screen) → ``activated`` with
-    ``activation_delay_seconds = 0`` and every other key at its default. Prints
-    each run's ``latency:`` line (with the breakdown from the operation's
-    transitions and Claude Code's receipt) and the median. Needs
-    ``KTR_CLAUDE_BIN`` (the CLI) like the test. By default the test's own
-    debug binaries are installed; ``--release`` builds the release binaries
-    (``cargo build --release --bins``) and installs those instead (what
-    ``install`` puts in place in production; the test itself stays debug).
+    the real interactive CLI in a private tmux server against the fake API twice
+    — once switching in place (``/resume <id>``), once by respawning the pane
+    (``tmux_switch_in_place = false``), their order alternating — talks three
+    turns, the model asks for a rebuild, then for a rollback, and the test
+    measures the end of each reply (the fake API sent its ``message_stop``) →
+    ``activated`` / ``rolled_back`` with ``activation_delay_seconds = 0`` and
+    every other key at its default. Prints each ``latency:`` line (with the
+    breakdown from the operation's transitions and Claude Code's receipt), the
+    medians per way and the ratio in place / respawn. Needs ``KTR_CLAUDE_BIN``
+    (the CLI) like the test. By default the test's own debug binaries are
+    installed; ``--release`` builds the release binaries (``cargo build
+    --release --bins``) and installs those instead (what ``install`` puts in
+    place in production; the test itself stays debug).
 
 Exit codes: 0 measured, 1 the test failed, 2 usage error.
 """
@@ -30,7 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TEST = "claude_loop::switch_latency_with_no_activation_delay"
-TARGET_S = 2.5  # issue 12: end of reply -> activated, median of >= 5 runs
+TARGET_S = 1.5  # issue 24: end of reply -> activated in place, median
+TARGET_RATIO = 0.6  # issue 24: in place <= 0.6 x the respawn path, same run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,14 +56,27 @@ def main(argv: list[str] | None = None) -> int:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("latency: ")]
     for line in lines:
         print(line)
-    if proc.returncode != 0 or len(lines) != a.runs:
+    if proc.returncode != 0 or len(lines) != 4 * a.runs:
         print(proc.stdout[-4000:], file=sys.stderr)
         return 1
-    took = [float(re.search(r"reply end -> activated ([0-9.]+) s", line).group(1)) for line in lines]
-    median = statistics.median(took)
-    verdict = "PASS" if median <= TARGET_S else "MISS"
+
+    def taken(mode: str, what: str) -> list[float]:
+        pattern = re.compile(rf"run \d+/\d+ {mode}: reply end -> {what} ([0-9.-]+) s")
+        return [float(m.group(1)) for line in lines if (m := pattern.search(line))]
+
     build = "release" if a.release else "debug"
-    print(f"median of {len(took)} ({build} binaries): {median:.2f} s (runs {', '.join(f'{t:.2f}' for t in took)}; target <= {TARGET_S} s) {verdict}")
+    for what, to in (("rebuild", "activated"), ("rollback", "rolled_back")):
+        suffix = "" if what == "rebuild" else " rollback"
+        here, there = taken("in place" + suffix, to), taken("respawn" + suffix, to)
+        median, baseline = statistics.median(here), statistics.median(there)
+        ratio = median / baseline
+        verdict = "PASS" if median <= TARGET_S and ratio <= TARGET_RATIO else "MISS"
+        print(
+            f"{what}: end of reply -> {to}, median of {len(here)} ({build} binaries): in place {median:.2f} s "
+            f"(runs {', '.join(f'{t:.2f}' for t in here)}), respawn {baseline:.2f} s "
+            f"(runs {', '.join(f'{t:.2f}' for t in there)}); ratio {ratio:.2f} "
+            f"(target <= {TARGET_S} s and <= {TARGET_RATIO}x) {verdict}"
+        )
     return 0
 
 

@@ -14,5 +14,8 @@
 //! Usage: `ktr-activate --config PATH --operation ID`
 
 fn main() {
-    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Activate)
+    ktr_pipeline::stages::cli::main(
+        ktr_pipeline::stages::Stage::Activate,
+        ktr_pipeline::stages::activate_stage,
+    )
 }

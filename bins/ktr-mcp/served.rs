@@ -1,6 +1,9 @@
 //! Which Claude Code session this server serves. Claude Code (measured on
 //! 2.1.328) starts MCP servers with `CLAUDE_CODE_SESSION_ID` set to the
-//! session id, also after `--resume`; `--session ID` overrides it.
+//! session id, also after `--resume`; `--session ID` overrides it. The
+//! environment does not change when `/resume <id>` switches the running
+//! Claude Code to another session (ktr's in-place switch does exactly
+//! that): [`Session::now`] follows `ktr-ack`'s record of it.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,8 +12,8 @@ use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::{Error, Result};
 use ktr_engine::plan;
-use ktr_pipeline::process;
 use ktr_pipeline::target::Target;
+use ktr_pipeline::{binding, process};
 
 /// The environment variable Claude Code gives its MCP servers.
 pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";
@@ -50,6 +53,28 @@ impl Session {
                 id: None,
                 origin: "unknown",
             },
+        }
+    }
+
+    /// The session served now: Claude Code keeps its MCP servers (and
+    /// their `CLAUDE_CODE_SESSION_ID`) across `/resume <id>`, so when the
+    /// Claude Code process running this server resumed a session since,
+    /// `ktr-ack`'s record of that ([`ktr_pipeline::binding`]) wins; an
+    /// explicit `--session` always does.
+    pub fn now(&self, config: &Config) -> Session {
+        if self.origin == "--session" {
+            return self.clone();
+        }
+        let bindings = binding::dir(&config.state_dir);
+        let bound = process::runner_of(std::process::id())
+            .and_then(|claude| binding::of(&bindings, claude))
+            .filter(|b| SessionId::parse(&b.session_id).is_ok());
+        match bound {
+            Some(b) => Session {
+                id: Some(b.session_id),
+                origin: "the last resume of this Claude Code (ktr-ack)",
+            },
+            None => self.clone(),
         }
     }
 

@@ -204,7 +204,7 @@ impl Server {
         run("thread_rebuild_request", move || {
             let config = this.load_config()?;
             ktr_pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
-            let session = this.served.binding(&config)?;
+            let session = this.served.now(&config).binding(&config)?;
             let target = Session::target_for(&config, session.as_deref())?;
             let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
             Ok(json!({
@@ -364,7 +364,7 @@ impl Server {
     fn plan(&self, given: Option<String>) -> Result<(String, plan::Planned)> {
         let config = self.load_config()?;
         let given = given.map(PathBuf::from);
-        let chosen = self.served.choose(&config, given.as_deref())?;
+        let chosen = self.served.now(&config).choose(&config, given.as_deref())?;
         let plan = plan::assess(&config, &chosen.path)?;
         Ok((chosen.why, plan))
     }

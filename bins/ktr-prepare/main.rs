@@ -16,5 +16,5 @@
 //! given `--confirm REBUILD`, and runs the whole pipeline before it returns.
 
 fn main() {
-    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Prepare)
+    ktr_pipeline::stages::cli::main_prepare()
 }

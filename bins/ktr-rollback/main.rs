@@ -9,5 +9,8 @@
 //! Usage: `ktr-rollback --config PATH --operation ID`
 
 fn main() {
-    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Rollback)
+    ktr_pipeline::stages::cli::main(
+        ktr_pipeline::stages::Stage::Rollback,
+        ktr_pipeline::stages::rollback_stage,
+    )
 }

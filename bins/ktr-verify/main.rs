@@ -12,5 +12,8 @@
 //! Usage: `ktr-verify --config PATH --operation ID`
 
 fn main() {
-    ktr_pipeline::stages::cli::main(ktr_pipeline::stages::Stage::Verify)
+    ktr_pipeline::stages::cli::main(
+        ktr_pipeline::stages::Stage::Verify,
+        ktr_pipeline::stages::verify_stage,
+    )
 }

@@ -36,6 +36,9 @@ Operations:
                                         the last copy of a session's history only with FORGET)
   repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
                                         (lists them without --confirm; never deletes)
+  purge [--confirm PURGE] [--json]      remove ktr's state dir and the candidates never activated
+                                        (lists them without --confirm; never a source transcript
+                                        or the transcript of a session that ran)
 
 Try it:
   demo [--keep]                         a complete rebuild drill in a throwaway sandbox
@@ -144,7 +147,7 @@ pub struct PruneArgs {
     pub forget: bool,
 }
 
-/// `ktr repair`.
+/// `ktr repair` and `ktr purge`.
 #[derive(Debug, Default)]
 pub struct RepairArgs {
     pub common: Common,
@@ -187,6 +190,7 @@ pub enum Command {
     Ops(OpsArgs),
     Prune(PruneArgs),
     Repair(RepairArgs),
+    Purge(RepairArgs),
     Demo(DemoArgs),
     Hooks(HooksArgs),
     Config(ConfigArgs),
@@ -350,7 +354,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "doctor" | "ops" | "status" => &["--json"],
         "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
-        "cancel" | "rollback-request" | "repair" => &["--json", "--confirm"],
+        "cancel" | "rollback-request" | "repair" | "purge" => &["--json", "--confirm"],
         "prune" => &["--json", "--older-than", "--yes", "--confirm"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
@@ -418,6 +422,10 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             key: required(operand, "config", "a key")?,
         }),
         "repair" => Command::Repair(RepairArgs {
+            common,
+            confirm: raw.confirm,
+        }),
+        "purge" => Command::Purge(RepairArgs {
             common,
             confirm: raw.confirm,
         }),

@@ -13,6 +13,7 @@ mod ops;
 mod out;
 mod plan;
 mod prune;
+mod purge;
 mod recall;
 mod repair;
 mod request;
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
         Command::RollbackRequest(args) => rollback_request::run(&args),
         Command::Ops(args) => ops::run(&args),
         Command::Prune(args) => prune::run(&args),
+        Command::Purge(args) => purge::run(&args),
         Command::Repair(args) => repair::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Hooks(args) => hooks::run(&args),

@@ -157,7 +157,17 @@ pub fn human(r: &plan::PlanReport) -> String {
             .as_ref()
             .map(|p| ("last carried", preview(p))),
     );
-    let mut s: String = rows.iter().map(|(k, v)| format!("{k:<28}{v}\n")).collect();
+    // Every label gets its own column, however long the longest is.
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        + 2;
+    let mut s: String = rows
+        .iter()
+        .map(|(k, v)| format!("{k:<width$}{v}\n"))
+        .collect();
     s.push('\n');
     s.push_str(&dirty::human(&r.ledger));
     s.push('\n');

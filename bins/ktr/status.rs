@@ -16,9 +16,11 @@ pub fn run(args: &StatusArgs) -> Result<u8, Error> {
         Some(id) => Some(store.load(id)?),
         None => store.latest()?,
     };
-    let view = op
-        .as_ref()
-        .map(|op| StatusView::of(op).looking_at(&Target::from_config(&config)));
+    let view = op.as_ref().map(|op| {
+        StatusView::of(op)
+            .looking_at(&Target::from_config(&config))
+            .with_window(op, &config)
+    });
     match (&view, args.common.json) {
         (_, true) => out::json(&view),
         (Some(v), false) => out::print(&human(v)),
@@ -95,6 +97,27 @@ pub fn human(v: &StatusView) -> String {
         None => "not estimated yet".into(),
     };
     line("tokens", format!("{estimated}; {measured}"));
+    if let Some(w) = &v.window {
+        let short = ktr_engine::window::short;
+        line(
+            "window",
+            format!(
+                "{} of {} (session {}: {}; size: {}); Claude Code compacts at {}; after a rebuild ≈ {}",
+                w.used_tokens.map_or("unknown".into(), short),
+                short(w.size_tokens),
+                w.session_id.chars().take(8).collect::<String>(),
+                w.used_source,
+                w.size_source,
+                short(w.compaction_point_tokens),
+                w.after_rebuild_tokens
+                    .map_or(w.after_rebuild_source.clone(), |t| format!(
+                        "{} ({})",
+                        short(t),
+                        w.after_rebuild_source
+                    )),
+            ),
+        );
+    }
     if let Some(t) = &v.target_before {
         line("target before", t.clone());
     }

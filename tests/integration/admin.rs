@@ -745,8 +745,13 @@ fn demo_runs_a_whole_rebuild_and_cleans_up() {
         // The example needs no rebuild yet: the demo says why it goes on.
         .stdout_contains("advice: no rebuild needed yet\n(a household would not rebuild yet; the demo goes on anyway")
         // What was left out, and why, in plan and status.
-        .stdout_contains("left out                    2 records (1 compact_summary_dropped, 1 local_command)")
         .stdout_contains("carried items     17; left out: 2 records (1 compact_summary_dropped, 1 local_command)");
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("left out ")
+            && l.ends_with("  2 records (1 compact_summary_dropped, 1 local_command)")),
+        "the plan's left-out row:\n{}",
+        run.stdout
+    );
     let root = demo_sandbox(&run.stdout);
     assert!(root.starts_with(sb.root()), "{}", root.display());
     assert!(!root.exists(), "the sandbox is removed without --keep");
@@ -914,4 +919,150 @@ fn session_names_the_transcript_to_read_and_new_session_must_be_a_uuid() {
 #[track_caller]
 fn stamp(at: &str) -> ktr_base::time::Timestamp {
     ktr_base::time::Timestamp::parse(at).unwrap()
+}
+
+/// Issue 29 operator item 1: purge removes ktr's own copies of the
+/// conversation — the state dir's files and the candidates never
+/// activated — and never a source transcript, the transcript of a session
+/// that ran, or anything else in the state dir; without the word it only
+/// lists; it refuses while an operation is in flight.
+#[test]
+fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
+    use Status::*;
+    let sb = Sandbox::new();
+    let source = sb.project.join("source-session.jsonl");
+    fs::write(&source, "{\"type\":\"user\"}\n").unwrap();
+    let mut failed = finished(&sb, &[Scheduled, Running, Failed], OLD);
+    let never_ran = with_candidate(&sb, &mut failed, 1);
+    let mut activated = finished(
+        &sb,
+        &[Scheduled, Running, Verifying, Activating, Activated],
+        OLD,
+    );
+    let ran = with_candidate(&sb, &mut activated, 2);
+    let theirs = sb.state.join("notes-of-the-operator.txt");
+    fs::write(&theirs, "mine").unwrap();
+
+    Ktr::new(&sb)
+        .args(["purge"])
+        .run()
+        .code(0)
+        .stdout_contains("would remove candidate")
+        .stdout_contains("nothing removed: run again with --confirm PURGE");
+    // (The first look made the lock file; a second changes nothing.)
+    let before = tree(sb.root());
+    Ktr::new(&sb).args(["purge", "--json"]).run().code(0);
+    assert_eq!(tree(sb.root()), before, "a dry run removes nothing");
+    Ktr::new(&sb)
+        .args(["purge", "--confirm", "purge"])
+        .run()
+        .code(1)
+        .stderr_contains("confirmation must be exactly PURGE");
+    assert_eq!(tree(sb.root()), before);
+
+    Ktr::new(&sb)
+        .args(["purge", "--confirm", "PURGE"])
+        .run()
+        .code(0)
+        .stdout_contains("ktr's copies of the conversation are gone")
+        .stdout_contains("not empty: it holds files ktr did not make");
+    assert!(!never_ran.exists(), "the never-activated candidate is gone");
+    for kept in [&source, &ran, &theirs] {
+        assert!(kept.exists(), "{} was kept", kept.display());
+    }
+    for gone in [
+        "operations",
+        "artifacts",
+        "active",
+        "ktr.log",
+        "coordinator.lock",
+    ] {
+        assert!(!sb.state.join(gone).exists(), "{gone} left behind");
+    }
+
+    // In flight: refused, nothing removed.
+    let sb = Sandbox::new();
+    let op = sb.store().request("x", "REBUILD", None).unwrap();
+    let before = tree(sb.root());
+    Ktr::new(&sb)
+        .args(["purge", "--confirm", "PURGE"])
+        .run()
+        .code(1)
+        .stderr_contains(&format!("operation {} is pending", op.id));
+    assert_eq!(tree(sb.root()), before);
+}
+
+/// Issue 27 (low): every label of `ktr plan` stands in its own column —
+/// none runs into its value (`…expansion0`).
+#[test]
+fn plan_labels_never_run_into_their_values() {
+    let sb = Sandbox::new();
+    sb.add_transcript(
+        "0a000000-0000-4000-8000-000000000001",
+        &fs::read(crate::support::example()).unwrap(),
+    );
+    let run = Ktr::new(&sb).arg("plan").run();
+    for label in [
+        "commands carried with their expansion",
+        "turns with a broken timestamp",
+        "poison hits (last 10 turns)",
+    ] {
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} in\n{}", run.stdout));
+        assert!(
+            line[label.len()..].starts_with("  "),
+            "{line:?} runs into its value"
+        );
+    }
+}
+
+/// Issue 27 item 5: `ktr status` (and `--json`) carry the window of the
+/// operation's session: used, size, compaction point, after a rebuild,
+/// each with its source.
+#[test]
+fn status_shows_the_window_with_the_source_of_each_figure() {
+    let sb = Sandbox::new();
+    let session = "0a000000-0000-4000-8000-000000000001";
+    let transcript = sb.add_transcript(session, &fs::read(crate::support::example()).unwrap());
+    let op = sb.store().request("x", "REBUILD", Some(session)).unwrap();
+    sb.walk(&op.id, &[Status::Scheduled], |op| {
+        op.transcript_path = Some(transcript.clone());
+    });
+    let json = Ktr::new(&sb)
+        .args(["status", "--json"])
+        .run()
+        .code(0)
+        .json();
+    let w = &json["window"];
+    assert_eq!(w["session_id"], session, "{json:#}");
+    assert!(w["used_tokens"].as_u64().unwrap() > 0, "{w:#}");
+    assert!(
+        w["used_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("the API's count"),
+        "{w:#}"
+    );
+    assert_eq!(
+        w["compaction_point_tokens"].as_u64().unwrap(),
+        w["size_tokens"].as_u64().unwrap() - 33_000
+    );
+    assert!(
+        w["size_source"].as_str().unwrap().contains("model"),
+        "{w:#}"
+    );
+    assert!(
+        w["after_rebuild_source"]
+            .as_str()
+            .unwrap()
+            .contains("not planned yet")
+    );
+    Ktr::new(&sb)
+        .arg("status")
+        .run()
+        .code(0)
+        .stdout_contains("Claude Code compacts at");
 }

@@ -33,6 +33,7 @@ use crate::support::{assert_in_order, claude, claude_bin};
 use ktr_base::fsutil::sha256_file;
 use ktr_base::time::parse_rfc3339;
 use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::pane::Input;
 use serde_json::{Value, json};
 
 /// One real CLI at a time.
@@ -149,6 +150,16 @@ impl Loop {
     /// its hooks and the stages.
     #[track_caller]
     pub(crate) fn start(bin: &Path, extra_env: &[(&str, &str)]) -> Loop {
+        Loop::start_as(bin, extra_env, Tmux::start_on)
+    }
+
+    /// [`Loop::start`], the CLI started in the pane by `start`.
+    #[track_caller]
+    fn start_as(
+        bin: &Path,
+        extra_env: &[(&str, &str)],
+        start: fn(&ClaudeEnv, &str, &[&str]) -> Tmux,
+    ) -> Loop {
         let api = FakeApi::start(Vec::new());
         let mut env = ClaudeEnv::new(bin, &api);
         let notes = env.sandbox.work.join("notes.txt");
@@ -194,7 +205,7 @@ impl Loop {
         );
 
         let source_id = uuid::Uuid::new_v4().to_string();
-        let tmux = Tmux::start_on(&env, &socket, &["--session-id", &source_id]);
+        let tmux = start(&env, &socket, &["--session-id", &source_id]);
         tmux.wait_idle(TURN);
         Loop {
             tmux,
@@ -261,6 +272,15 @@ impl Loop {
         op
     }
 
+    /// Wait until the pane's input line reads `want`.
+    #[track_caller]
+    fn wait_input(&self, want: &Input) {
+        self.tmux
+            .wait_screen(&format!("the input line {want:?}"), TURN, |s| {
+                Input::of_screen(s) == *want
+            });
+    }
+
     /// Everything that explains a failure: the operation, the stages' log,
     /// the screen.
     pub(crate) fn diagnosis(&self) -> String {
@@ -278,16 +298,35 @@ impl Loop {
         format!("operation: {op}\nworker.log:\n{log}\nscreen:\n{screen}")
     }
 
-    /// The process in the pane runs `claude … --resume <session>`.
+    /// The Claude Code process in the pane serves `session`: ktr-ack's
+    /// record of its last resume ([`ktr_pipeline::binding`]), else its
+    /// command line.
     #[track_caller]
-    fn assert_pane_resumes(&self, session: &str) {
-        let argv = self.tmux.pane_argv();
-        assert!(
-            argv.windows(2)
-                .any(|w| w[0] == "--resume" && w[1] == session),
-            "the pane runs {argv:?}, not --resume {session}\n{}",
+    fn assert_pane_serves(&self, session: &str) {
+        let bindings = ktr_pipeline::binding::dir(self.store.dir());
+        let bound = ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid())
+            .map(|b| b.session_id)
+            // Never resumed: the session it started with.
+            .or_else(|| ktr_pipeline::target::session_arg(&self.tmux.pane_argv()));
+        assert_eq!(
+            bound.as_deref(),
+            Some(session),
+            "the pane's Claude Code does not serve {session}\n{}",
             self.diagnosis()
         );
+    }
+
+    /// Seconds from the end of the last reply the fake model sent (its
+    /// `message_stop`) to `op` reaching `to`.
+    fn since_last_reply(&self, op: &Operation, to: Status) -> f64 {
+        let (now_instant, now_wall) = (Instant::now(), std::time::SystemTime::now());
+        let last = self.api.last_reply_end().expect("a reply");
+        let reply_end = now_wall - now_instant.duration_since(last);
+        let reached = op.history.iter().rfind(|t| t.to == to).unwrap();
+        parse_rfc3339(&reached.at)
+            .unwrap()
+            .duration_since(reply_end)
+            .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
     }
 
     /// The conversation up to the rebuild request, then wait for the Stop
@@ -408,11 +447,19 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let candidate = op.candidate.clone().expect("a candidate");
     let new_id = candidate.session_id.clone();
     assert_ne!(new_id, lp.source_id);
-    lp.assert_pane_resumes(&new_id);
-    assert_ne!(
+    // Switched in place: the same Claude Code process now serves the
+    // rebuilt session (its receipt says so), nothing was respawned.
+    assert_eq!(
         lp.tmux.pane_pid(),
         pane_before,
-        "the pane was not respawned"
+        "the pane was respawned instead of switched in place\n{}",
+        notes(&op)
+    );
+    lp.assert_pane_serves(&new_id);
+    assert!(
+        notes(&op).contains(&format!("in place: /resume {new_id}")),
+        "{}",
+        notes(&op)
     );
     assert_eq!(
         op.target_after.as_deref(),
@@ -569,8 +616,18 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         "{}",
         notes(&op)
     );
-    lp.assert_pane_resumes(&lp.source_id);
-    assert_ne!(lp.tmux.pane_pid(), pane_new, "the pane was not respawned");
+    assert_eq!(
+        lp.tmux.pane_pid(),
+        pane_new,
+        "the pane was respawned instead of switched back in place\n{}",
+        notes(&op)
+    );
+    lp.assert_pane_serves(&lp.source_id);
+    assert!(
+        notes(&op).contains(&format!("session {} in place", lp.source_id)),
+        "{}",
+        notes(&op)
+    );
 
     // The old session again: its history comes back, tool results included.
     let back = lp.probe(
@@ -602,18 +659,270 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     );
 }
 
+/// Everything that ties the Claude Code process to a session follows an
+/// in-place switch (issue 24 item 1): after the first rebuild the same
+/// process — whose command line and whose MCP server's
+/// `CLAUDE_CODE_SESSION_ID` still name the first session — asks for a
+/// second rebuild through MCP. The request binds to the rebuilt session
+/// (not the one the environment names), its Stop hook schedules it, the
+/// target is found to run it, and it switches in place again.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_session_switched_in_place_is_rebuilt_again_in_place() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let lp = Loop::start(&bin, &[]);
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let first = lp.wait_activated();
+    let second_source = first.candidate.clone().unwrap().session_id.to_string();
+    lp.assert_pane_serves(&second_source);
+
+    lp.api.add_rules(vec![Rule::new(
+        "REBUILD-AGAIN",
+        vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_request",
+                json!({"reason": "again", "confirmation": "REBUILD"}),
+            )],
+            vec![text("ASSISTANT-L7 好的，再重建一次。")],
+        ],
+    )]);
+    lp.say("USER-L7 再重建一次 REBUILD-AGAIN，我同意。", "ASSISTANT-L7");
+    let op = crate::support::wait_status(
+        &lp.store,
+        "the second rebuild to finish",
+        PIPELINE,
+        Status::is_terminal,
+        || lp.diagnosis(),
+    );
+    let op = lp
+        .store
+        .latest()
+        .unwrap()
+        .filter(|o| o.id != first.id)
+        .unwrap_or(op);
+    assert_ne!(op.id, first.id, "no second operation\n{}", lp.diagnosis());
+    assert_eq!(
+        op.status,
+        Status::Activated,
+        "{}\n{}",
+        notes(&op),
+        lp.diagnosis()
+    );
+    assert_eq!(
+        op.session_id.as_deref(),
+        Some(second_source.as_str()),
+        "the second request did not bind to the session the process serves now"
+    );
+    let third = op.candidate.clone().unwrap().session_id.to_string();
+    assert_eq!(lp.tmux.pane_pid(), pane, "{}", notes(&op));
+    lp.assert_pane_serves(&third);
+    assert!(
+        notes(&op).contains(&format!("in place: /resume {third}")),
+        "{}",
+        notes(&op)
+    );
+    // The rebuilt-twice session holds every turn of both.
+    let after = lp.probe(
+        "USER-L8 PROBE-AFTER 还记得吗？",
+        "PROBE-AFTER",
+        "ASSISTANT-L4",
+    );
+    assert_in_order(
+        &conversation(&after),
+        &[
+            "USER-L1",
+            "ASSISTANT-L1",
+            "REBUILD-ASK",
+            "USER-L7",
+            "ASSISTANT-L7",
+            "PROBE-AFTER",
+        ],
+    );
+}
+
+/// A Claude Code that does not take `/resume` (here: hung, stopped with
+/// SIGSTOP right before the switch) is switched by the fallback: after
+/// `healthcheck_seconds` without its receipt the pane is respawned with
+/// `resume_command` on the rebuilt session, which then answers.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_claude_code_that_does_not_take_resume_is_respawned() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let pause = std::env::temp_dir().join(format!("ktr-switch-pause-{}", std::process::id()));
+    let pause_file = pause.display().to_string();
+    let lp = Loop::start_as(
+        &bin,
+        &[
+            ("KTR_TEST_PAUSE_AT", "activate:checked"),
+            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
+        ],
+        Tmux::start_under_shell,
+    );
+    let pane = lp.tmux.pane_pid();
+    let hung = ktr_pipeline::process::with_descendants(pane)
+        .into_iter()
+        .find(|pid| {
+            ktr_pipeline::process::cmdline(*pid)
+                .is_some_and(|argv| argv.first() == Some(&lp.env.bin.display().to_string()))
+        })
+        .expect("the CLI under the pane's shell");
+    lp.talk_until_the_request();
+    assert!(
+        crate::support::wait_for(PIPELINE, || pause.exists()),
+        "activation never reached its pause\n{}",
+        lp.diagnosis()
+    );
+    signal(hung, "-STOP");
+    assert!(
+        crate::support::wait_for(Duration::from_secs(5), || {
+            fs::read_to_string(format!("/proc/{hung}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('T')
+            })
+        }),
+        "the CLI did not stop"
+    );
+    fs::remove_file(&pause).unwrap();
+    let op = lp.wait_activated();
+    let new_id = op.candidate.clone().unwrap().session_id.to_string();
+    // Respawning the pane usually ends it (its process group is orphaned
+    // while stopped: the kernel sends it SIGHUP and SIGCONT); if not, here.
+    if ktr_pipeline::process::pid_alive(hung) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &hung.to_string()])
+            .status();
+    }
+    assert_ne!(lp.tmux.pane_pid(), pane, "{}", notes(&op));
+    assert!(
+        notes(&op).contains("pane respawned")
+            && notes(&op).contains("did not report SessionStart (resume)"),
+        "{}",
+        notes(&op)
+    );
+    let argv = lp.tmux.pane_argv();
+    assert!(argv.contains(&new_id), "{argv:?}");
+    let after = lp.probe(
+        "USER-L4 PROBE-AFTER 你还记得吗？",
+        "PROBE-AFTER",
+        "ASSISTANT-L4",
+    );
+    assert_in_order(
+        &conversation(&after),
+        &["USER-L1", "ASSISTANT-L3", "PROBE-AFTER"],
+    );
+}
+
+/// ktr's `/resume <id>` line meets keys a person typed in the same
+/// instant (issue 24 item 2): the person's `my draft words` land after
+/// ktr saw the empty input line and before its line (the test pause
+/// `activate:typing`). Claude Code submits `my draft words/resume <id>`;
+/// ktr-prompt refuses it as a collision, Claude Code gives the whole text
+/// back, ktr takes its own line out again: the person's words are in the
+/// input line exactly as typed, nothing reached the model, nothing was
+/// switched, and the operation waits (`pending`). When they send it, it is
+/// answered in the old session and the next Stop switches in place.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let pause = std::env::temp_dir().join(format!("ktr-collide-pause-{}", std::process::id()));
+    let pause_file = pause.display().to_string();
+    let lp = Loop::start(
+        &bin,
+        &[
+            ("KTR_TEST_PAUSE_AT", "activate:typing"),
+            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
+        ],
+    );
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let paused = || {
+        assert!(
+            crate::support::wait_for(PIPELINE, || pause.exists()),
+            "activation never reached its pause\n{}",
+            lp.diagnosis()
+        );
+    };
+    paused();
+    let draft = "my draft words";
+    lp.tmux.run(&["send-keys", "-t", claude::PANE, "-l", draft]);
+    lp.wait_input(&Input::Draft(draft.into()));
+    fs::remove_file(&pause).unwrap();
+
+    let op = lp.wait_status("the switch to be called off", |s| s == Status::Pending);
+    assert!(
+        notes(&op).contains("collided with keys typed in the same instant")
+            && notes(&op).contains(&format!("leaving the person's {} characters", draft.len())),
+        "{}",
+        notes(&op)
+    );
+    assert_eq!(op.blocked_prompts.len(), 1, "{:?}", op.blocked_prompts);
+    assert_eq!(op.blocked_prompts[0].text, draft);
+    assert!(op.blocked_prompts[0].collided_with.is_some());
+    lp.wait_input(&Input::Draft(draft.into()));
+    assert!(
+        lp.api.wait_turn(draft, Duration::ZERO).is_none(),
+        "the collided prompt reached the model"
+    );
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(&lp.source_id);
+
+    // Sent: answered in the old session, then switched in place.
+    lp.tmux.run(&["send-keys", "-t", claude::PANE, "Enter"]);
+    let sent = lp
+        .api
+        .wait_turn(draft, TURN)
+        .or_panic(|| format!("the draft was never sent\n{}", lp.diagnosis()));
+    assert_eq!(
+        crate::support::fake_api::last_user_text(sent.messages()),
+        draft,
+        "sent whole and alone"
+    );
+    paused();
+    fs::remove_file(&pause).unwrap();
+    let op = lp.wait_activated();
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(op.candidate.as_ref().unwrap().session_id.as_str());
+    let sent_times = lp
+        .api
+        .turns()
+        .iter()
+        .filter(|r| crate::support::fake_api::last_user_text(r.messages()).contains(draft))
+        .count();
+    assert_eq!(sent_times, 1, "the draft was sent {sent_times} times");
+}
+
+/// `kill SIGNAL pid` on a process this test started.
+fn signal(pid: u32, signal: &str) {
+    let done = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(done.success(), "kill {signal} {pid}");
+}
+
 /// A candidate Claude Code cannot load (every timestamp stripped by the
 /// debug-only `KTR_TEST_CORRUPT_CANDIDATE` hook, after which the recorded
 /// digests describe the corrupted bytes) is never switched to: ktr-verify
 /// refuses it (the timestamp check), the operation fails, the candidate is
 /// discarded, and the pane keeps running the old session, whose next
 /// request carries the old history.
-/// Issue 12 item 4 as a benchmark, not a check of speed: end of reply →
-/// `activated` with `activation_delay_seconds = 0` and every other key at
-/// its default, `KTR_BENCH_RUNS` times (default 1, so the suite stays
-/// short), each run on a fresh CLI, one `latency:` line per run with the
-/// breakdown from the operation's transitions and Claude Code's receipt.
-/// `bench/latency.py` runs it 5 times and prints the median; the figures
+/// Issues 12 item 4 and 24 item 5 as a benchmark, not a check of speed:
+/// end of reply (the fake API sent the reply's `message_stop`) →
+/// `activated`, then the same for a rollback (→ `rolled_back`), with
+/// `activation_delay_seconds = 0` and every other key at its default, in
+/// place and by respawn (`tmux_switch_in_place = false`) in the same run,
+/// their order alternating, `KTR_BENCH_RUNS` times (default 1, so the suite
+/// stays short), each on a fresh CLI: one `latency:` line per switch with
+/// the breakdown from the operation's transitions and Claude Code's
+/// receipt. `bench/latency.py` runs it and prints the medians; the figures
 /// are in bench/README.md.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
@@ -625,55 +934,94 @@ fn switch_latency_with_no_activation_delay() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
     for run in 1..=runs {
-        let lp = Loop::start(&bin, &[]);
-        // Defaults but for the delay (config_text shortens the waits).
-        let config = &lp.env.sandbox.config;
-        let text = fs::read_to_string(config)
-            .unwrap()
-            .replace(
-                "activation_delay_seconds = 0.5\n",
-                "activation_delay_seconds = 0\n",
-            )
-            .replace("stable_file_seconds = 0.5\n", "")
-            .replace("healthcheck_seconds = 5\n", "");
-        fs::write(config, text).unwrap();
-        let ended = lp.talk_until_the_request();
-        let ended_at = std::time::SystemTime::now();
-        let op = lp.wait_activated();
-        let took = ended.elapsed().as_secs_f64();
-        let at = |to: Status| {
-            let t = op.history.iter().find(|t| t.to == to).unwrap();
-            parse_rfc3339(&t.at).unwrap()
+        let modes = if run % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
         };
-        let ack = parse_rfc3339(&op.ack.as_ref().expect("ktr-ack's receipt").at).unwrap();
-        let span = |from: std::time::SystemTime, to: std::time::SystemTime| {
-            to.duration_since(from)
-                .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
-        };
-        let scheduled = at(Status::Scheduled);
-        // activate's "checks passed; switching" step: the last look passed.
-        let log = fs::read_to_string(lp.store.worker_log()).unwrap_or_default();
-        let switched = log
-            .lines()
-            .find(|l| l.contains("checks passed; switching"))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(parse_rfc3339)
-            .expect("activate logged its switch");
-        eprintln!(
-            "latency: run {run}/{runs}: reply end -> activated {took:.2} s \
-             (Stop hook scheduled {:+.2} s after the reply end seen on screen; \
-             scheduled -> running {:.2}; prepare {:.2}; verify {:.2}; \
-             activating -> switch {:.2}; switch -> receipt {:.2}; \
-             receipt -> activated {:.2})",
-            span(ended_at, scheduled),
-            span(scheduled, at(Status::Running)),
-            span(at(Status::Running), at(Status::Verifying)),
-            span(at(Status::Verifying), at(Status::Activating)),
-            span(at(Status::Activating), switched),
-            span(switched, ack),
-            span(ack, at(Status::Activated)),
+        for in_place in modes {
+            measure_switch(&bin, run, runs, in_place);
+        }
+    }
+}
+
+/// One fresh CLI: rebuild, then roll back, each timed from the end of the
+/// reply that scheduled it; prints the `latency:` lines.
+fn measure_switch(bin: &Path, run: usize, runs: usize, in_place: bool) {
+    let lp = Loop::start(bin, &[]);
+    // Defaults but for the delay (config_text shortens the waits).
+    let config = &lp.env.sandbox.config;
+    let mut settings = fs::read_to_string(config)
+        .unwrap()
+        .replace(
+            "activation_delay_seconds = 0.5\n",
+            "activation_delay_seconds = 0\n",
+        )
+        .replace("stable_file_seconds = 0.5\n", "")
+        .replace("healthcheck_seconds = 5\n", "");
+    if !in_place {
+        settings = settings.replacen(
+            "\n[resume_env]",
+            "tmux_switch_in_place = false\n\n[resume_env]",
+            1,
         );
     }
+    fs::write(config, settings).unwrap();
+    let mode = if in_place { "in place" } else { "respawn" };
+    lp.talk_until_the_request();
+    let op = lp.wait_activated();
+    let took = lp.since_last_reply(&op, Status::Activated);
+    let at = |to: Status| {
+        let t = op.history.iter().find(|t| t.to == to).unwrap();
+        parse_rfc3339(&t.at).unwrap()
+    };
+    let ack = parse_rfc3339(&op.ack.as_ref().expect("ktr-ack's receipt").at).unwrap();
+    let span = |from: std::time::SystemTime, to: std::time::SystemTime| {
+        to.duration_since(from)
+            .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64())
+    };
+    // activate's "checks passed; switching" step: the last look passed.
+    let log = fs::read_to_string(lp.store.worker_log()).unwrap_or_default();
+    let switched = log
+        .lines()
+        .find(|l| l.contains("checks passed; switching"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(parse_rfc3339)
+        .expect("activate logged its switch");
+    eprintln!(
+        "latency: run {run}/{runs} {mode}: reply end -> activated {took:.2} s \
+         (scheduled -> running {:.2}; prepare {:.2}; verify {:.2}; \
+         activating -> switch {:.2}; switch -> receipt {:.2}; \
+         receipt -> activated {:.2})",
+        span(at(Status::Scheduled), at(Status::Running)),
+        span(at(Status::Running), at(Status::Verifying)),
+        span(at(Status::Verifying), at(Status::Activating)),
+        span(at(Status::Activating), switched),
+        span(switched, ack),
+        span(ack, at(Status::Activated)),
+    );
+    lp.api.add_rules(vec![Rule::new(
+        "ROLLBACK-ASK",
+        vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_rollback_request",
+                json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
+            )],
+            vec![text("ASSISTANT-L5 好的，回滚已请求。")],
+        ],
+    )]);
+    lp.tmux
+        .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
+    let op = lp.wait_status("the rollback to finish", |s| {
+        matches!(s, Status::RolledBack | Status::Failed)
+    });
+    assert_eq!(op.status, Status::RolledBack, "{}", notes(&op));
+    let took = lp.since_last_reply(&op, Status::RolledBack);
+    eprintln!(
+        "latency: run {run}/{runs} {mode} rollback: reply end -> rolled_back {took:.2} s \
+         (Stop hook -> rolled_back {:.2})",
+        history_seconds(&op, Status::RollbackScheduled, Status::RolledBack),
+    );
 }
 
 #[test]

@@ -59,10 +59,6 @@ enum Ending {
     /// Answered in the old session; the operation went back to `pending`
     /// with its reason and waits for the next Stop (no switch yet).
     StillPending,
-    /// Typed while ktr held the pane's keyboard for the switch: tmux
-    /// discarded the keys (nothing echoed, the status line says why); the
-    /// human typed it again once the new session's input box was back.
-    TypedAgain,
 }
 
 #[derive(Debug)]
@@ -149,14 +145,14 @@ fn a_draft_in_the_input_line_defers_the_switch_and_survives() {
 }
 
 /// With `ktr-prompt` installed activation waits only `GATED_SETTLE` with
-/// the gate up before the keyboard hold and `HOLD_SETTLE` after it. That is
+/// the gate up before its last look (there is no keyboard hold). That is
 /// safe because the real CLI, with the gate up, (1) shows the text or a
 /// running turn, never an idle input box, from the Enter until the refusal
 /// is recorded under the lock (the last look defers on either, and on the
 /// record), (2) records it, and (3) gives the text back to the input line.
 /// The wait is sized so that (4) an Enter pressed as the gate went up is
 /// typically refused by the last look: the median Enter → refusal is at
-/// most `GATED_SETTLE + HOLD_SETTLE`. `KTR_REFUSAL_RUNS` (default 8) Enters.
+/// most `GATED_SETTLE`. `KTR_REFUSAL_RUNS` (default 8) Enters.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and tmux"]
 fn a_prompt_sent_while_the_gate_is_up_is_refused_visibly_before_the_last_look() {
@@ -264,13 +260,10 @@ impl Rig {
                 .unwrap()
                 .saturating_duration_since(Instant::now()),
         );
-        let mut held = self.input_off();
         self.tmux.run(&["send-keys", "-t", PANE, "-l", &three]);
-        held |= self.input_off();
         thread::sleep(at.saturating_duration_since(Instant::now()));
         self.tmux.run(&["send-keys", "-t", PANE, "Enter"]);
         let entered = SystemTime::now();
-        let mut typed_again = false;
 
         // The end: activated and idle, with THREE answered or refused.
         // THREE left in the input line (refused and given back, or an
@@ -305,13 +298,6 @@ impl Rig {
                 Status::Activated if input == Input::Idle => {
                     let blocked = op.blocked_prompts.iter().any(|p| p.text.contains(&three));
                     let answered = self.answered_in_pane(&three, &format!("{tag}-R-THREE"));
-                    // The human sees that what they typed never appeared.
-                    if held && !typed_again && !answered && !blocked && !self.input_off() {
-                        typed_again = true;
-                        resent += 1;
-                        self.tmux.type_line(&three);
-                        continue;
-                    }
                     let quiet = idle_since.get_or_insert_with(Instant::now).elapsed() > QUIET;
                     if answered || blocked || quiet {
                         break op;
@@ -363,9 +349,6 @@ impl Rig {
             return Err(format!(
                 "the pane runs {final_session}, not the candidate {candidate:?}"
             ));
-        }
-        if answered && typed_again {
-            return Ok((Ending::TypedAgain, deferrals, resent));
         }
         if answered && told {
             return Ok((Ending::ToldToResend, deferrals, resent));
@@ -470,11 +453,11 @@ impl Rig {
     /// a prompt and press Enter `runs` times; each time the screen never
     /// shows an idle input box before the refusal is recorded, it is, and
     /// the text comes back; the median Enter → refusal is at most
-    /// `GATED_SETTLE + HOLD_SETTLE`.
+    /// `GATED_SETTLE`.
     fn refusal_case(&self, runs: usize) -> Result<(), String> {
         let tag = &self.tag;
         let deadline = Instant::now() + TRIAL;
-        let bound = ktr_pipeline::stages::GATED_SETTLE + ktr_pipeline::stages::HOLD_SETTLE;
+        let bound = ktr_pipeline::stages::GATED_SETTLE;
         self.wait_idle(deadline)?;
         self.tmux.type_line(&format!("{tag}-ONE hello"));
         self.wait_screen(deadline, &format!("{tag}-R-ONE"))?;
@@ -590,8 +573,14 @@ impl Rig {
             .and_then(ktr_base::time::parse_rfc3339)
     }
 
-    /// The session the pane runs: `--resume ID`, else the source.
+    /// The session the pane's Claude Code serves: its last resume
+    /// (ktr-ack's record: `/resume <id>` keeps the command line), else
+    /// `--resume ID` on its command line (a respawn), else the source.
     fn pane_session(&self) -> String {
+        let bindings = ktr_pipeline::binding::dir(self.store.dir());
+        if let Some(bound) = ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid()) {
+            return bound.session_id;
+        }
         let argv = self.tmux.pane_argv();
         argv.windows(2)
             .find(|w| w[0] == "--resume")
@@ -628,14 +617,6 @@ impl Rig {
                 String::from_utf8_lossy(&out.stderr)
             ))
         }
-    }
-
-    /// Whether ktr holds the pane's keyboard now (`#{pane_input_off}`).
-    fn input_off(&self) -> bool {
-        self.tmux
-            .run(&["display-message", "-p", "-t", PANE, "#{pane_input_off}"])
-            .trim()
-            == "1"
     }
 
     fn screen(&self) -> String {

@@ -166,7 +166,7 @@ fn advice_once_per_band_and_the_statusline(bin: &Path) {
     s.api.set_usage(Some(720_000));
     s.say("SAY-72 more", "REPLY-72");
     s.tmux.wait_screen("the advice at 72 %", TURN, |sc| {
-        sc.contains("ktr: window 72 % full (720k/1M)") && sc.contains("say REBUILD")
+        sc.contains("Claude Code compacts (720k of 967k)") && sc.contains("say REBUILD")
     });
     s.api.set_usage(Some(730_000));
     s.say("SAY-73 more", "REPLY-73");
@@ -175,7 +175,7 @@ fn advice_once_per_band_and_the_statusline(bin: &Path) {
     });
     let screen = s.screen();
     assert_eq!(
-        screen.matches("ktr: window").count(),
+        screen.matches("until Claude Code compacts").count(),
         1,
         "advised again in the same band:\n{screen}"
     );

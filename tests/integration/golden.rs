@@ -113,7 +113,7 @@ fn rule_fixtures_keep_their_candidate_bytes() {
 }
 
 #[test]
-#[ignore = "needs the corpus ($KTR_CORPUS)"]
+#[ignore = "needs the corpus (KTR_CORPUS, default ../shared/corpus)"]
 fn corpus_transcripts_keep_their_candidate_bytes() {
     let files = jsonl_in(&support::corpus_dir());
     assert!(

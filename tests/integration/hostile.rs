@@ -140,8 +140,11 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     let victim = sandbox.root().join("victim.log");
     fs::write(&victim, "untouched\n").unwrap();
     std::os::unix::fs::symlink(&victim, sandbox.state.join("ktr.log")).unwrap();
+    // The request is recorded (the operation file is the record) and the
+    // log it cannot write through the link is said, not followed.
     let out = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
-    assert!(fails(&out, 1).contains("ktr.log"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ktr.log"));
     assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
     fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
     let op = store.latest().unwrap().unwrap();
@@ -731,4 +734,34 @@ fn under_lock_contention_a_prompt_answers_within_a_second_or_so_and_says_what_ha
         assert!(said.contains(expect), "{reply}");
         assert!(took < Duration::from_secs(4), "took {took:?}");
     }
+}
+
+/// Issue 30 item 5: an operation file that names `/etc/shadow` as its
+/// backup is damaged at load — `ktr-verify` (which hashes the backup) and
+/// `ktr status` refuse it in one line and never open the file it names.
+#[test]
+fn an_op_file_naming_a_foreign_backup_is_refused_before_anything_is_opened() {
+    let sandbox = Sandbox::new();
+    let op = sandbox.store().request("x", "REBUILD", None).unwrap();
+    let path = sandbox.state.join(format!("operations/{}.json", op.id));
+    let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    json["status"] = "verifying".into();
+    json["backup"] = "/etc/shadow".into();
+    fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    let log = sandbox.root().join("verify.strace");
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=open,openat,openat2", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_ktr-verify"))
+        .arg("--config")
+        .arg(&sandbox.config)
+        .args(["--operation", &op.id])
+        .env("HOME", &sandbox.home)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("is damaged: backup \"/etc/shadow\""), "{err}");
+    let opened = fs::read_to_string(&log).unwrap();
+    assert!(!opened.contains("/etc/shadow"), "{opened}");
 }

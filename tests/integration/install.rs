@@ -747,3 +747,52 @@ fn a_broken_settings_file_stops_the_install_and_stays_untouched() {
     assert!(!h.config.exists(), "a config was written: {out}");
     assert!(out.contains("nothing was installed"), "{out}");
 }
+
+/// Issue 29 operator item 1: uninstall says what ktr leaves on disk (its
+/// copies of the conversation) and where; `--purge PURGE` removes them.
+#[test]
+fn uninstall_names_what_ktr_leaves_and_purge_removes_it() {
+    let h = Home::new();
+    let project = h.home.join(".claude/projects/-work");
+    let state = h.home.join(".local/state/ktr");
+    fs::create_dir_all(&project).unwrap();
+    fs::create_dir_all(h.config.parent().unwrap()).unwrap();
+    fs::write(
+        &h.config,
+        format!("project_dir = {project:?}\nstate_dir = {state:?}\n"),
+    )
+    .unwrap();
+    let source = project.join("s.jsonl");
+    fs::write(&source, "{\"type\":\"user\"}\n").unwrap();
+    // What a ktr that ran leaves: a finished operation's frozen backup, logs.
+    fs::create_dir_all(state.join("artifacts/0000aaaa-0000-4000-8000-000000000001")).unwrap();
+    fs::write(
+        state.join("artifacts/0000aaaa-0000-4000-8000-000000000001/s.jsonl"),
+        "{\"type\":\"user\"}\n",
+    )
+    .unwrap();
+    fs::write(state.join("ktr.log"), "{}\n").unwrap();
+
+    assert_eq!(h.install(&[]).1, 0);
+    let (out, code) = h.install(&["--uninstall"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("would remove folder") && out.contains(&state.display().to_string()),
+        "names what stays and where: {out}"
+    );
+    assert!(
+        out.contains("./install --uninstall --purge PURGE removes them"),
+        "{out}"
+    );
+    assert!(state.join("ktr.log").exists());
+
+    assert_eq!(h.install(&[]).1, 0);
+    let (out, code) = h.install(&["--uninstall", "--purge", "yes"]);
+    assert_ne!(code, 0);
+    assert!(out.contains("--purge needs the confirmation word"), "{out}");
+    let (out, code) = h.install(&["--uninstall", "--purge", "PURGE"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!state.exists(), "the state dir is gone: {out}");
+    assert!(source.exists(), "a source transcript is never removed");
+    assert!(!h.prefix.join("ktr").exists());
+}

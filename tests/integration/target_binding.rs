@@ -416,6 +416,18 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
     );
     fs::write(&rig.pointer, format!("{SRC}\n")).unwrap();
 
+    // No pointer yet (the unit's first start): a warning that names the
+    // session to write and how (issue 29), not a failure.
+    fs::remove_file(&rig.pointer).unwrap();
+    let checks = doctor(&rig);
+    let (ok, detail) = check(&checks, "pointer");
+    assert!(
+        ok && detail.contains("does not exist yet (the unit's first start)")
+            && detail.contains(SRC),
+        "{detail}"
+    );
+    fs::write(&rig.pointer, format!("{SRC}\n")).unwrap();
+
     // Stopped: MainPID 0 with exit 0 is not "ok".
     sysd.systemctl(&["stop", UNIT]);
     let (ok, detail) = check(&doctor(&rig), "systemd unit");
@@ -431,6 +443,11 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
         !ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"),
         "{detail}"
     );
+    // …and nothing is said "ok" about a unit that is not there (issue 29).
+    let said: Vec<String> = doctor(&rig).into_iter().map(|(name, _, _)| name).collect();
+    for name in ["target", "pointer", "systemd rights", "systemd-run"] {
+        assert!(!said.iter().any(|n| n == name), "{name} checked: {said:?}");
+    }
 }
 
 /// `ktr request --confirm REBUILD` as a human types it (unbound): the CLI

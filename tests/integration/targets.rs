@@ -33,6 +33,7 @@ fn tmux_target(server: &TmuxServer) -> Target {
         program: "tmux".into(),
         socket: Some(server.socket.clone()),
         target: "t:0.0".into(),
+        bindings: None,
     })
 }
 
@@ -50,6 +51,7 @@ fn tmux_identity_is_the_pane_pid() {
         program: "tmux".into(),
         socket: Some(server.socket.clone()),
         target: "nosuch:0.0".into(),
+        bindings: None,
     });
     let err = missing.identity().unwrap_err();
     assert!(err.message.contains("nosuch:0.0"), "{err}");

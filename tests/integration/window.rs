@@ -29,8 +29,20 @@ struct Session {
 }
 
 impl Session {
+    /// A session whose target runs it (a pointer naming it), so that the
+    /// compaction guard may block for it.
     fn new(extra_config: &str) -> Session {
         let sandbox = Sandbox::new();
+        let pointer = sandbox.root().join("pointer");
+        fs::write(&pointer, format!("{SESSION}\n")).unwrap();
+        Session::with_config(
+            sandbox,
+            &format!("activation = \"pointer\"\nresume_pointer_path = {pointer:?}\n{extra_config}"),
+        )
+    }
+
+    /// A session with the sandbox's own target (a tmux pane on no server).
+    fn with_config(sandbox: Sandbox, extra_config: &str) -> Session {
         sandbox.write_config(extra_config);
         let transcript = sandbox.add_transcript(SESSION, &fs::read(example()).unwrap());
         Session {
@@ -43,6 +55,12 @@ impl Session {
     /// The records of one turn: `SAY-<tag>` answered by `REPLY-<tag>`,
     /// the reply's usage reporting `tokens` input tokens.
     fn turn_lines(&mut self, tag: &str, tokens: u64) -> String {
+        self.turn_said(tag, tokens, &format!("REPLY-{tag}"))
+    }
+
+    /// A turn answered by `reply`; its prompt's records carry
+    /// `promptId = prompt-<tag>`, as Claude Code 2.1.x writes them.
+    fn turn_said(&mut self, tag: &str, tokens: u64, reply_text: &str) -> String {
         let user = uuid::Uuid::new_v4().to_string();
         let reply = uuid::Uuid::new_v4().to_string();
         let common = |kind: &str, uuid: &str, parent: &str| {
@@ -54,11 +72,12 @@ impl Session {
         };
         let mut u = common("user", &user, &self.parent);
         u["message"] = serde_json::json!({"role": "user", "content": format!("SAY-{tag}")});
+        u["promptId"] = format!("prompt-{tag}").into();
         let mut a = common("assistant", &reply, &user);
         a["message"] = serde_json::json!({
             "id": format!("msg_{tag}"), "type": "message", "role": "assistant",
             "model": "claude-opus-5-5",
-            "content": [{"type": "text", "text": format!("REPLY-{tag}")}],
+            "content": [{"type": "text", "text": reply_text}],
             "stop_reason": "end_turn",
             "usage": {"input_tokens": tokens, "cache_creation_input_tokens": 0,
                       "cache_read_input_tokens": 0, "output_tokens": 10},
@@ -98,6 +117,9 @@ impl Session {
         });
         let (out, code) = self.sandbox.hook(PRECOMPACT, &input.to_string());
         assert_eq!(code, 0);
+        if out.is_empty() {
+            return serde_json::Value::Null;
+        }
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}"))
     }
 
@@ -127,20 +149,28 @@ impl Session {
 fn the_stop_hook_advises_once_per_band_and_never_requests() {
     let mut s = Session::new("");
     s.turn("60", 600_000);
-    assert_eq!(s.stop("60"), QUIET, "60 % is below advise_at_percent");
+    assert_eq!(
+        s.stop("60"),
+        QUIET,
+        "62 % of the compaction point is below the first band"
+    );
     s.turn("72", 720_000);
     let line = message(&s.stop("72"));
     assert!(
         line.starts_with(
-            "ktr: window 72 % full (720k/1M); a lossless rebuild would bring it to ≈ "
+            "ktr: ≈ 247k tokens until Claude Code compacts (720k of 967k); a lossless rebuild would bring it to ≈ "
         ) && line.ends_with("say REBUILD to ask for it"),
         "{line}"
     );
     assert_eq!(s.stop("72"), QUIET, "the same band twice");
     s.turn("73", 730_000);
-    assert_eq!(s.stop("73"), QUIET, "73 % is still the 70 band");
+    assert_eq!(
+        s.stop("73"),
+        QUIET,
+        "75 % of the point is still the 70 band"
+    );
     s.turn("81", 810_000);
-    assert!(message(&s.stop("81")).contains("window 81 % full"));
+    assert!(message(&s.stop("81")).contains("(810k of 967k)"));
     assert!(
         s.sandbox.store().latest().unwrap().is_none(),
         "advice must never request anything"
@@ -149,7 +179,7 @@ fn the_stop_hook_advises_once_per_band_and_never_requests() {
     s.turn("20", 200_000);
     assert_eq!(s.stop("20"), QUIET);
     s.turn("75", 750_000);
-    assert!(message(&s.stop("75")).contains("window 75 % full"));
+    assert!(message(&s.stop("75")).contains("(750k of 967k)"));
     // advise_at_percent = 0 turns it off.
     s.sandbox.write_config("advise_at_percent = 0");
     s.turn("95", 950_000);
@@ -170,7 +200,7 @@ fn the_stop_hook_waits_for_claude_code_to_flush_the_reply() {
     });
     let out = s.stop("LATE");
     writer.join().unwrap();
-    assert!(message(&out).contains("window 78 % full"), "{out}");
+    assert!(message(&out).contains("(780k of 967k)"), "{out}");
 }
 
 #[test]
@@ -184,7 +214,8 @@ fn a_manual_compact_is_never_blocked() {
         .unwrap();
     assert_eq!(
         s.precompact("manual"),
-        serde_json::json!({"suppressOutput": true})
+        serde_json::Value::Null,
+        "nothing printed on /compact (Claude Code shows even suppressOutput there)"
     );
     let op = s.sandbox.store().load(&op.id).unwrap();
     assert_eq!(op.status, Status::Pending, "a manual /compact started it");
@@ -397,4 +428,160 @@ fn the_statusline_never_prints_escape_sequences_from_its_input() {
     let (out, code) = sandbox.hook(env!("CARGO_BIN_EXE_ktr-statusline"), &input.to_string());
     assert_eq!(code, 0);
     assert_eq!(out, "Opus?]0;pwned??[2J · proj?[31m?1m · ktr –\n");
+}
+
+/// Issue 27 item 1: the guard blocks only when a rebuild can really
+/// replace the compaction — the target runs this session, the rebuild it
+/// started last time did not fail — else it lets Claude Code compact and
+/// says why, and nothing is started (it used to block every prompt).
+#[test]
+fn the_guard_never_strands_a_session_the_target_does_not_run() {
+    // The target is a tmux pane on no server (the sandbox's own config).
+    let mut s = Session::with_config(Sandbox::new(), "");
+    s.turn("FULL", 999_000);
+    let op = s.sandbox.store().request("full", "REBUILD", None).unwrap();
+    for _ in 0..2 {
+        let out = s.precompact("auto");
+        assert!(out.get("decision").is_none(), "{out}");
+        let line = out["systemMessage"].as_str().unwrap();
+        assert!(
+            line.contains("the target does not run this session")
+                && line.ends_with("Claude Code compacted this window (lossy) instead"),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        s.sandbox.store().load(&op.id).unwrap().status,
+        Status::Pending
+    );
+    assert!(s.sandbox.records("ktr-prepare").is_empty());
+
+    // The target runs another session (the pointer names it).
+    let sandbox = Sandbox::new();
+    let pointer = sandbox.root().join("pointer");
+    fs::write(&pointer, "someone-else\n").unwrap();
+    let mut s = Session::with_config(
+        sandbox,
+        &format!(
+            "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\non_auto_compaction = \"rebuild\""
+        ),
+    );
+    s.turn("FULL", 999_000);
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    assert!(
+        s.sandbox.store().latest().unwrap().is_none(),
+        "nothing requested"
+    );
+}
+
+#[test]
+fn the_guard_never_blocks_twice_for_the_same_failure() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    // Its prepare failed (e.g. the target went away before the switch).
+    s.sandbox
+        .walk(&op.id, &[Status::Running, Status::Failed], |op| {
+            op.error = Some("target went away".into());
+        });
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    let line = out["systemMessage"].as_str().unwrap();
+    assert!(
+        line.contains(&format!(
+            "the rebuild it started instead of the last compaction ({})",
+            op.id
+        )) && line.contains("target went away"),
+        "{line}"
+    );
+    assert_eq!(s.sandbox.store().list().unwrap().len(), 1, "no new request");
+}
+
+/// Issue 27 item 2: the advice is about the reply that just ended,
+/// provably (its prompt's `promptId`), never an earlier one whose text
+/// looks the same. Each Stop hook starts before its turn is in the file
+/// (as Claude Code 2.1.328 does), every reply says "Noted.", and the usage
+/// jumps, into a band and across several at once.
+#[test]
+fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
+    let mut s = Session::new("");
+    // (usage in thousands of a 1M window, the band line it must bring)
+    let turns: [(u64, Option<&str>); 10] = [
+        (120, None),
+        (400, None),
+        (710, Some("(710k of 967k)")),
+        (715, None),
+        (120, None),
+        (
+            990,
+            Some("past the point where Claude Code compacts (990k of 967k)"),
+        ),
+        (990, None),
+        (300, None),
+        (810, Some("(810k of 967k)")),
+        (820, None),
+    ];
+    for (i, (thousands, expect)) in turns.into_iter().enumerate() {
+        let tag = format!("T{i}");
+        let lines = s.turn_said(&tag, thousands * 1000, "Noted.");
+        let input = serde_json::json!({
+            "session_id": SESSION, "transcript_path": s.transcript,
+            "hook_event_name": "Stop", "stop_hook_active": false,
+            "prompt_id": format!("prompt-{tag}"),
+            "last_assistant_message": "Noted.",
+        })
+        .to_string();
+        let out = std::thread::scope(|scope| {
+            let hook = scope.spawn(|| s.sandbox.hook(STOP, &input));
+            // The turn reaches the file while the hook already runs.
+            std::thread::sleep(Duration::from_millis(300));
+            fs::OpenOptions::new()
+                .append(true)
+                .open(&s.transcript)
+                .unwrap()
+                .write_all(lines.as_bytes())
+                .unwrap();
+            hook.join().unwrap()
+        });
+        assert_eq!(out.1, 0);
+        match expect {
+            Some(text) => {
+                let line = message(&out.0);
+                assert!(line.contains(text), "turn {i} ({thousands}k): {line}");
+            }
+            None => assert_eq!(out.0, QUIET, "turn {i} ({thousands}k)"),
+        }
+    }
+}
+
+/// Issue 27 item 3: on a 200k window Claude Code compacts at ≈ 167k, so
+/// the bands are measured against that point and the last one leaves
+/// room for one long reply; a model ktr does not know is taken as 200k,
+/// and the line says so.
+#[test]
+fn the_bands_are_measured_against_the_compaction_point_of_a_200k_window() {
+    let mut s = Session::new("");
+    // claude-opus-5-5 (the turns' model) has 1M; this session says 200k.
+    s.sandbox
+        .write_config(&format!("{}\ncontext_window_tokens = 200000", {
+            let pointer = s.sandbox.root().join("pointer");
+            format!("activation = \"pointer\"\nresume_pointer_path = {pointer:?}")
+        }));
+    s.turn("A", 100_000);
+    assert_eq!(s.stop("A"), QUIET, "60 % of 167k");
+    s.turn("B", 120_000);
+    let line = message(&s.stop("B"));
+    assert!(
+        line.starts_with("ktr: ≈ 47k tokens until Claude Code compacts (120k of 167k)"),
+        "{line}"
+    );
+    s.turn("C", 140_000);
+    assert!(message(&s.stop("C")).contains("(140k of 167k)"), "80 band");
+    // The last band: 88 % of 167k, still 20k before the point.
+    s.turn("D", 146_000);
+    assert_eq!(s.stop("D"), QUIET, "87 %: still the 80 band");
+    s.turn("E", 147_000);
+    assert!(message(&s.stop("E")).contains("≈ 20k tokens until Claude Code compacts"));
 }

@@ -141,9 +141,10 @@ fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
     checks.push(project_dir(config));
     checks.push(workdir(config));
     checks.push(resume_binary(&config.resume_command[0]));
-    checks.push(target(config));
     if config.activation == config::Activation::Systemd {
         checks.extend(systemd(config));
+    } else {
+        checks.push(target(config));
     }
     checks.push(hooks(&config.claude_workdir, this));
     checks.push(statusline(&config.claude_workdir));
@@ -437,7 +438,8 @@ fn runs_claude(pid: u32, resume_program: &str) -> bool {
 
 /// systemd mode: the unit exists and runs Claude, the pointer names the
 /// session `MainPID` runs, ktr may restart the unit and can start its
-/// stages with `systemd-run`.
+/// stages with `systemd-run`. A unit that cannot be read or is not
+/// installed is the one finding: nothing is said "ok" about it.
 fn systemd(config: &Config) -> Vec<Check> {
     let Target::Systemd(unit) = Target::from_config(config) else {
         return Vec::new();
@@ -470,7 +472,15 @@ fn systemd(config: &Config) -> Vec<Check> {
         ),
         Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
     });
-    checks.push(systemd_pointer(config, state.ok().map(|s| s.main_pid)));
+    let Some(main_pid) = state
+        .ok()
+        .filter(|s| s.load == "loaded")
+        .map(|s| s.main_pid)
+    else {
+        return checks;
+    };
+    checks.push(target(config));
+    checks.push(systemd_pointer(config, Some(main_pid)));
     checks.push(systemd_rights(unit.user));
     checks.push(systemd_run(unit.user));
     checks
@@ -480,8 +490,16 @@ fn systemd(config: &Config) -> Vec<Check> {
 /// next ordinary restart resumes another session.
 fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
     let path = &config.resume_pointer_path;
+    let running = main_pid.filter(|p| *p > 0).and_then(|pid| {
+        ktr_pipeline::process::with_descendants(pid)
+            .into_iter()
+            .find_map(|p| ktr_pipeline::target::session_arg(&ktr_pipeline::process::cmdline(p)?))
+    });
     let pointer = match std::fs::read_to_string(path) {
         Ok(text) => text.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return first_start(config, running.as_deref());
+        }
         Err(e) => {
             return fail(
                 "pointer",
@@ -490,11 +508,6 @@ fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
             );
         }
     };
-    let running = main_pid.filter(|p| *p > 0).and_then(|pid| {
-        ktr_pipeline::process::with_descendants(pid)
-            .into_iter()
-            .find_map(|p| ktr_pipeline::target::session_arg(&ktr_pipeline::process::cmdline(p)?))
-    });
     match running {
         Some(session) if session != pointer => fail(
             "pointer",
@@ -522,6 +535,54 @@ fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
             ),
         ),
     }
+}
+
+/// No pointer yet: the unit's first start (its start script resumes
+/// nothing and starts Claude Code afresh). Normal, but a rebuild's
+/// restart needs it: say which session to write, and how.
+fn first_start(config: &Config, running: Option<&str>) -> Check {
+    let path = config.resume_pointer_path.display();
+    let session = running
+        .map(|s| (s.to_string(), "the session on the unit's command line"))
+        .or_else(|| {
+            newest_transcript(&config.project_dir).map(|s| {
+                (
+                    s,
+                    "the newest transcript in project_dir, presumably the one the unit runs",
+                )
+            })
+        });
+    match session {
+        Some((id, which)) => warn(
+            "pointer",
+            format!("{path} does not exist yet (the unit's first start); {which} is {id}"),
+            format!(
+                "echo {id} > {path}   (ktr rewrites it at every switch from then on; HANDOFF §7)"
+            ),
+        ),
+        None => warn(
+            "pointer",
+            format!("{path} does not exist yet (the unit's first start) and no transcript to name"),
+            format!(
+                "after Claude Code's first reply, write its session id into {path} (HANDOFF §7)"
+            ),
+        ),
+    }
+}
+
+/// The session id of the newest regular `*.jsonl` in `dir`.
+fn newest_transcript(dir: &Path) -> Option<String> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = name.strip_suffix(".jsonl")?.to_string();
+            Some((e.metadata().ok()?.modified().ok()?, id))
+        })
+        .max()
+        .map(|(_, id)| id)
 }
 
 /// A system unit can be restarted by root only (without a polkit rule).

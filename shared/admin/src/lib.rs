@@ -1,9 +1,10 @@
 //! For humans and installers: the health report ([`doctor`]), cleaning up
-//! ([`prune`]), the status view ([`report`]) and Claude Code's
-//! settings.json ([`settings`]).
+//! ([`prune`]), removing what uninstalling leaves ([`purge`]), the status
+//! view ([`report`]) and Claude Code's settings.json ([`settings`]).
 
 pub mod doctor;
 pub mod prune;
+pub mod purge;
 pub mod report;
 pub mod retention;
 pub mod settings;

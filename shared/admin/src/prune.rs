@@ -41,7 +41,8 @@ use ktr_pipeline::recall::lineage;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Doomed {
     pub path: PathBuf,
-    /// `operation`, `artifacts` or `candidate`.
+    /// `operation`, `artifacts` or `candidate` (prune); `file`, `folder`
+    /// or `candidate` (purge).
     pub what: &'static str,
     pub bytes: u64,
 }
@@ -152,7 +153,7 @@ pub fn prune(
             }
             links.extend(lineage::link_of(op));
             let mut files = Vec::new();
-            match leftover_candidate(op, &ops, config) {
+            match leftover_candidate(op, &ops, config, true) {
                 Ok(Some(doomed)) => files.push(doomed),
                 Ok(None) => {}
                 Err(why) => outcome.kept.push(Kept {
@@ -202,10 +203,14 @@ fn last_copy_of(op: &Operation, config: &Config) -> Option<String> {
 
 /// The candidate transcript of `op` if it may be deleted; `Ok(None)` when
 /// there is none on disk; `Err(why)` when one exists and must stay.
-fn leftover_candidate(
+/// `finished_only`: only a failed or cancelled operation's (prune); purge
+/// also takes the candidate of an operation that ended any other way
+/// without reaching the target.
+pub(crate) fn leftover_candidate(
     op: &Operation,
     ops: &[Operation],
     config: &Config,
+    finished_only: bool,
 ) -> std::result::Result<Option<Doomed>, String> {
     let Some(candidate) = &op.candidate else {
         return Ok(None);
@@ -233,7 +238,10 @@ fn leftover_candidate(
         }
     };
     let refuse = |why: &str| Err(format!("candidate {}: {why}", expected.display()));
-    if !matches!(op.status, Status::Failed | Status::Cancelled) {
+    if op.status == Status::Activated {
+        return refuse("the operation was activated; it is (or was) a live session");
+    }
+    if finished_only && !matches!(op.status, Status::Failed | Status::Cancelled) {
         return refuse("the operation was activated; it is (or was) a live session");
     }
     let reached_target = op
@@ -278,7 +286,7 @@ fn artifacts(store: &Store, id: &str) -> std::result::Result<Option<Doomed>, Str
     match fs::symlink_metadata(&dir) {
         Err(_) => Ok(None),
         Ok(m) if m.is_dir() => Ok(Some(Doomed {
-            bytes: dir_bytes(&dir),
+            bytes: tree_bytes(&dir),
             path: dir,
             what: "artifacts",
         })),
@@ -289,22 +297,23 @@ fn artifacts(store: &Store, id: &str) -> std::result::Result<Option<Doomed>, Str
     }
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
+/// The bytes of the regular files in `dir`, recursively (links not followed).
+pub(crate) fn tree_bytes(dir: &Path) -> u64 {
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;
     };
     entries
         .flatten()
         .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
             Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
             _ => 0,
         })
         .sum()
 }
 
-fn remove(doomed: &Doomed) -> Result<()> {
-    let result = if doomed.what == "artifacts" {
+pub(crate) fn remove(doomed: &Doomed) -> Result<()> {
+    let result = if matches!(doomed.what, "artifacts" | "folder") {
         // remove_dir_all never follows symlinks inside the tree.
         fs::remove_dir_all(&doomed.path)
     } else {

@@ -9,7 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use ktr_base::config::Config;
+use ktr_base::open::{Exists, confine};
 use ktr_base::time::{Timestamp, parse_rfc3339};
+use ktr_engine::window;
 pub use ktr_pipeline::operation::manifest::{left_out_by_reason, left_out_summary};
 use ktr_pipeline::operation::{Operation, Status, Transition, Worker};
 
@@ -71,6 +74,27 @@ pub struct StatusView {
     /// When Claude Code acknowledged loading the rebuilt session.
     pub acked_at: Option<String>,
     pub history: Vec<Transition>,
+    /// The window of the session the operation is about (the rebuilt one
+    /// once activated), filled in by [`StatusView::with_window`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowView>,
+}
+
+/// The window of a session as `ktr status` shows it: each figure with
+/// where it came from. Read from the transcript's tail only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WindowView {
+    pub session_id: String,
+    /// The API's count for the last reply; None before the first reply.
+    pub used_tokens: Option<u64>,
+    pub used_source: String,
+    pub size_tokens: u64,
+    pub size_source: String,
+    pub compaction_point_tokens: u64,
+    pub compaction_point_source: String,
+    /// What a rebuild starts at, by the plan prepare made; None before.
+    pub after_rebuild_tokens: Option<u64>,
+    pub after_rebuild_source: String,
 }
 
 impl StatusView {
@@ -124,7 +148,59 @@ impl StatusView {
             context_tokens: op.context_tokens(),
             acked_at: op.ack.as_ref().map(|a| a.at.to_string()),
             history: op.history.clone(),
+            window: None,
         }
+    }
+
+    /// Add the window of the session `op` is about: its rebuilt session
+    /// once activated, else its source; a transcript that is not a regular
+    /// file directly inside `project_dir` is not read (the one path rule).
+    #[must_use]
+    pub fn with_window(mut self, op: &Operation, config: &Config) -> StatusView {
+        let (session, path) = match (&op.candidate, op.status) {
+            (Some(c), Status::Activated) => (c.session_id.to_string(), c.path.clone()),
+            _ => match (&op.session_id, &op.transcript_path) {
+                (Some(s), Some(p)) => (s.to_string(), p.clone()),
+                _ => return self,
+            },
+        };
+        let Ok(path) = confine(&path, &config.project_dir, "transcript", Exists::Must) else {
+            return self;
+        };
+        let Ok(tail) = window::usage::read_tail(&path) else {
+            return self;
+        };
+        let size = window::size_for(config, &session, None, tail.model.as_deref());
+        let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
+        self.window = Some(WindowView {
+            used_tokens: tail.usage.as_ref().map(|u| u.tokens),
+            used_source: match &tail.usage {
+                Some(u) => format!(
+                    "the API's count for the last reply{}",
+                    u.at.as_deref()
+                        .map(|t| format!(" ({t})"))
+                        .unwrap_or_default()
+                ),
+                None => tail.missing.unwrap_or("no usage recorded yet").to_string(),
+            },
+            compaction_point_tokens: window::compaction_point(size.tokens),
+            compaction_point_source: format!(
+                "window − {} (Claude Code 2.1.328)",
+                window::account::COMPACTION_MARGIN
+            ),
+            size_tokens: size.tokens,
+            size_source: size.source,
+            after_rebuild_tokens: planned.map(|w| w.after_rebuild_tokens),
+            after_rebuild_source: match planned {
+                Some(w) => format!(
+                    "prepare's plan: carried {} + overhead {}",
+                    w.carried_tokens, w.overhead_tokens
+                ),
+                None => "not planned yet (`ktr plan` shows it)".into(),
+            },
+            session_id: session,
+        });
+        self
     }
 }
 

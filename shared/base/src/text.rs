@@ -32,7 +32,7 @@ mod tests {
         assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(
             printable("\u{1b}]0;pwned\u{7}\u{1b}[2Jmodel\r\u{9b}31m\u{7f}"),
-            "?]0;pwned??[2Jmodel???31m?"
+            "?]0;pwned??[2Jmodel??31m?"
         );
         assert_eq!(printable("a\u{202e}fdp.exe"), "a?fdp.exe");
     }

@@ -28,6 +28,11 @@ pub struct StopInput {
     /// holds it (Claude Code starts the hook before flushing the turn).
     #[serde(default)]
     pub last_assistant_message: Option<String>,
+    /// The prompt this reply answered (2.1.x; Claude Code writes it on the
+    /// prompt's user records as `promptId`): ties the advice to this very
+    /// reply.
+    #[serde(default)]
+    pub prompt_id: Option<String>,
 }
 
 /// The `PreCompact` hook's stdin (2.1.328).
@@ -125,6 +130,9 @@ pub enum Reply {
         context: String,
         message: Option<String>,
     },
+    /// No output at all: where Claude Code would show even
+    /// `{"suppressOutput":true}` (a `PreCompact` hook on `/compact`).
+    Nothing,
 }
 
 use ktr_base::text::printable;
@@ -150,6 +158,7 @@ impl Reply {
                 }
                 v
             }
+            Reply::Nothing => return String::new(),
         }
         .to_string()
     }
@@ -247,7 +256,10 @@ pub fn main_with_flags(
         },
         Err(e) => Reply::Message(format!("ktr: {e}")),
     };
-    println!("{}", reply.to_json());
+    let line = reply.to_json();
+    if !line.is_empty() {
+        println!("{line}");
+    }
     std::process::exit(0);
 }
 

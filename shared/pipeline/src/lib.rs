@@ -3,6 +3,7 @@
 //! gets switched ([`target`]) and the process control they share
 //! ([`process`]).
 
+pub mod binding;
 pub mod gate;
 pub mod hook;
 pub mod operation;

@@ -275,9 +275,23 @@ impl Tmux {
     /// [`Tmux::unique_socket`]), for tests that must tell the processes in
     /// the pane which server they run in before it starts.
     pub fn start_on(env: &ClaudeEnv, socket: &str, args: &[&str]) -> Tmux {
+        Tmux::start_with(env, socket, &[], args)
+    }
+
+    /// [`Tmux::start_on`] with the CLI run by a shell that waits for it
+    /// (`sh -c '"$0" "$@"'`): the CLI is then not the pane's own process,
+    /// and tmux does not resume it when it is stopped (it sends SIGCONT to a
+    /// stopped pane process).
+    pub fn start_under_shell(env: &ClaudeEnv, socket: &str, args: &[&str]) -> Tmux {
+        Tmux::start_with(env, socket, &["sh", "-c", "\"$0\" \"$@\""], args)
+    }
+
+    fn start_with(env: &ClaudeEnv, socket: &str, wrapper: &[&str], args: &[&str]) -> Tmux {
         let work = env.sandbox.work.display().to_string();
         let bin = env.bin.display().to_string();
-        let mut new_session = vec!["-s", "cc", "-x", "160", "-y", "50", "-c", &work, "--", &bin];
+        let mut new_session = vec!["-s", "cc", "-x", "160", "-y", "50", "-c", &work, "--"];
+        new_session.extend_from_slice(wrapper);
+        new_session.push(&bin);
         new_session.extend_from_slice(args);
         let server = TmuxServer::start_on(socket, Some(env.env()), &new_session);
         server.tmux(&["set-option", "-g", "remain-on-exit", "off"]);

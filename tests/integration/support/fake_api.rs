@@ -98,6 +98,9 @@ struct State {
     /// The input tokens conversation turns report (None: about four bytes
     /// per token of what was sent).
     usage: Option<u64>,
+    /// When each conversation turn's reply was sent whole (its
+    /// `message_stop` is the last event of the one response body).
+    replied: Vec<Instant>,
 }
 
 /// The running fake API. Stops when dropped.
@@ -163,6 +166,11 @@ impl FakeApi {
     /// Every request so far.
     pub fn log(&self) -> Vec<Logged> {
         self.state.lock().unwrap().log.clone()
+    }
+
+    /// When the last conversation turn's reply (its `message_stop`) was sent.
+    pub fn last_reply_end(&self) -> Option<Instant> {
+        self.state.lock().unwrap().replied.iter().max().copied()
     }
 
     /// The conversation turns so far (see [`Logged::is_turn`]).
@@ -294,6 +302,9 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
         json_response(&json!({}))
     };
     let _ = request.respond(response);
+    if is_post && logged.is_turn() {
+        state.lock().unwrap().replied.push(Instant::now());
+    }
 }
 
 /// The reply for a request and the replies still to come: the

@@ -513,9 +513,20 @@ impl Rig {
         fs::read(self.record.with_extension("read")).ok()
     }
 
-    /// The pane's pid (tmux rigs).
-    /// Whether the pane's keyboard is off (`#{pane_input_off}`): ktr holds
-    /// it while switching.
+    /// ktr's notice on the pane's border, if any.
+    pub fn notice(&self) -> Option<String> {
+        let tmux = self.tmux.as_ref()?;
+        ktr_pipeline::target::Target::Tmux(ktr_pipeline::target::Tmux {
+            program: "tmux".into(),
+            socket: Some(tmux.socket.clone()),
+            target: "t:0.0".into(),
+            bindings: None,
+        })
+        .shown_notice()
+    }
+
+    /// Whether the pane's keyboard is off (`#{pane_input_off}`): ktr never
+    /// turns it off (versions before the in-place switch held it).
     pub fn input_off(&self) -> bool {
         let server = self.tmux.as_ref().unwrap();
         server
@@ -524,6 +535,7 @@ impl Rig {
             == "1"
     }
 
+    /// The pane's pid (tmux rigs).
     pub fn pane_pid(&self) -> String {
         self.tmux
             .as_ref()

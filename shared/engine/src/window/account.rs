@@ -60,16 +60,29 @@ pub struct Advise {
     pub min_free_percent: u8,
 }
 
+/// Room the last advice band leaves before the compaction point: one
+/// long reply.
+pub const LAST_BAND_ROOM: u64 = 20_000;
+
 impl Advise {
-    /// The band a fill level is in: `at_percent`, then 80 and 90 (those
-    /// above `at_percent`); None below the first band or when off.
-    pub fn band(self, used_percent: f64) -> Option<u8> {
+    /// The band a fill level is in, measured against Claude Code's
+    /// compaction point `point` (not the window: on a 200k window Claude
+    /// Code compacts at ≈ 167k): `at_percent`, then 80, then the last
+    /// band — 90, or lower where 90 % would leave less than
+    /// [`LAST_BAND_ROOM`] (88 on a 200k window) — those above
+    /// `at_percent`; None below the first band or when off.
+    pub fn band(self, percent_of_point: f64, point: u64) -> Option<u8> {
         if self.at_percent == 0 {
             return None;
         }
-        [self.at_percent, 80, 90]
+        let last = if point > LAST_BAND_ROOM {
+            (100 * (point - LAST_BAND_ROOM) / point).min(90) as u8
+        } else {
+            self.at_percent
+        };
+        [self.at_percent, 80.min(last), last]
             .into_iter()
-            .filter(|b| *b >= self.at_percent && f64::from(*b) <= used_percent)
+            .filter(|b| *b >= self.at_percent && f64::from(*b) <= percent_of_point)
             .max()
     }
 }
@@ -112,6 +125,10 @@ pub struct Window {
     pub after_rebuild_tokens: u64,
     pub after_rebuild_percent: f64,
     pub compaction_point_tokens: u64,
+    /// `used_tokens` as a share of `compaction_point_tokens`: what the
+    /// advice bands measure.
+    #[serde(default)]
+    pub point_percent: f64,
     pub frees_percent: f64,
     /// Whether the fit under the compaction point was checked (only with
     /// the API's own count: uncalibrated estimates err high).
@@ -141,7 +158,7 @@ impl Window {
     /// The advice band the window is in, when advice is due.
     pub fn band(&self, advise: Advise) -> Option<u8> {
         (self.advice == "rebuild")
-            .then(|| advise.band(self.used_percent))
+            .then(|| advise.band(self.point_percent, self.compaction_point_tokens))
             .flatten()
     }
 }
@@ -194,6 +211,7 @@ pub fn derive(inp: &Inputs) -> Window {
         percent(used.saturating_sub(after), used)
     };
     let used_percent = percent(used, size);
+    let point_percent = percent(used, point.max(1));
     let mut window = Window {
         used_tokens: used,
         used_source,
@@ -210,6 +228,7 @@ pub fn derive(inp: &Inputs) -> Window {
         after_rebuild_tokens: after,
         after_rebuild_percent: percent(after, size),
         compaction_point_tokens: point,
+        point_percent,
         frees_percent: frees,
         fit_checked: inp.used.is_some(),
         advice: "none".to_string(),
@@ -217,7 +236,7 @@ pub fn derive(inp: &Inputs) -> Window {
     };
     window.advice = if window.fit_checked && !window.fits() {
         "cannot_fit"
-    } else if inp.advise.band(used_percent).is_some()
+    } else if inp.advise.band(point_percent, point).is_some()
         && frees >= f64::from(inp.advise.min_free_percent)
     {
         "rebuild"
@@ -328,16 +347,25 @@ pub(super) mod tests {
             at_percent: 70,
             min_free_percent: 50,
         };
-        assert_eq!(w.band(advise), Some(70));
-        assert_eq!(advise.band(81.0), Some(80));
-        assert_eq!(advise.band(99.9), Some(90));
-        assert_eq!(advise.band(69.9), None);
+        // 780k of a 1M window is 81 % of its compaction point (967k).
+        assert_eq!(w.compaction_point_tokens, 967_000);
+        assert!((w.point_percent - 80.7).abs() < 1e-9, "{}", w.point_percent);
+        assert_eq!(w.band(advise), Some(80));
+        let (big, small) = (967_000, 167_000);
+        assert_eq!(advise.band(81.0, big), Some(80));
+        assert_eq!(advise.band(99.9, big), Some(90));
+        assert_eq!(advise.band(69.9, big), None);
+        // On a 200k window the last band leaves one long reply (20k): 88 %.
+        assert_eq!(advise.band(87.9, small), Some(80));
+        assert_eq!(advise.band(88.0, small), Some(88));
+        assert_eq!(advise.band(99.0, small), Some(88));
+        assert!(small - small * 88 / 100 >= LAST_BAND_ROOM);
         assert_eq!(
             Advise {
                 at_percent: 85,
                 ..advise
             }
-            .band(88.0),
+            .band(88.0, big),
             Some(85)
         );
         assert_eq!(
@@ -345,7 +373,7 @@ pub(super) mod tests {
                 at_percent: 0,
                 ..advise
             }
-            .band(99.0),
+            .band(99.0, big),
             None
         );
         // Mostly conversation: a rebuild would not free half → no advice.

@@ -81,6 +81,36 @@ pub fn read_tail_seeking(path: &Path, needles: &[&[u8]]) -> io::Result<(Tail, bo
     Ok((from_tail(&last_lines(&mut file, TAIL_BYTES)?), found))
 }
 
+/// The window after the reply to the prompt `prompt_id` (the Stop hook's
+/// `prompt_id`, which Claude Code writes on that prompt's user records as
+/// `promptId`): `Some` only once the newest prompt in the file's tail is
+/// that one and a reply with usage follows it, so the figure is provably
+/// the reply that just ended — never an earlier one whose text looks the
+/// same. Reads the last [`TAIL_BYTES`].
+///
+/// # Errors
+/// When the file cannot be opened or read.
+pub fn read_reply_to(path: &Path, prompt_id: &str) -> io::Result<Option<Tail>> {
+    let bytes = last_lines(&mut open_regular(path, Links::Refuse)?, TAIL_BYTES)?;
+    const KEY: &[u8] = b"\"promptId\":\"";
+    let Some(last) = memchr::memmem::rfind(&bytes, KEY) else {
+        return Ok(None);
+    };
+    let value = &bytes[last + KEY.len()..];
+    let newest = value
+        .iter()
+        .position(|b| *b == b'"')
+        .map(|end| &value[..end]);
+    if newest != Some(prompt_id.as_bytes()) {
+        return Ok(None);
+    }
+    let needle = [KEY, prompt_id.as_bytes(), b"\""].concat();
+    let first = memchr::memmem::find(&bytes, &needle).unwrap_or(last);
+    let start = memchr::memrchr(b'\n', &bytes[..first]).map_or(0, |i| i + 1);
+    let tail = from_tail(&bytes[start..]);
+    Ok((tail.usage.is_some() && !tail.reply_pending).then_some(tail))
+}
+
 /// [`read_tail`] with an explicit bound.
 ///
 /// # Errors

@@ -97,14 +97,19 @@ impl Store {
         })
     }
 
-    /// Cancel a pending operation (`CANCEL`).
+    /// Cancel a pending operation (`CANCEL`). A tmux pane's border notice
+    /// that the switch waits for the person goes with it.
     pub fn cancel(&self, id: &str, confirmation: &str) -> Result<Operation> {
         confirm(confirmation, "CANCEL")?;
-        self.with_lock(|tx| {
+        let op = self.with_lock(|tx| {
             let mut op = tx.load_in(id, Status::Pending, "a pending operation can be cancelled")?;
             tx.transition(&mut op, Status::Cancelled, "cancelled by request")?;
             Ok(op)
-        })
+        })?;
+        if let Some(target) = &self.target {
+            target.clear_notice();
+        }
+        Ok(op)
     }
 
     /// Ask to switch an activated operation back to the old session (`ROLLBACK`).

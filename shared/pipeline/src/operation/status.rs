@@ -134,7 +134,7 @@ impl Status {
                     RollbackScheduled,
                     RollingBack | RollbackPending | RolledBack
                 )
-                | (RollingBack, RolledBack)
+                | (RollingBack, RolledBack | RollbackPending)
         )
     }
 }

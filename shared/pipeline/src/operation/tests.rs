@@ -89,6 +89,7 @@ fn the_state_machine_has_exactly_the_documented_edges() {
         (RollbackScheduled, RollbackPending),
         (RollbackScheduled, RolledBack),
         (RollingBack, RolledBack),
+        (RollingBack, RollbackPending),
     ];
     for from in Status::ALL {
         for to in Status::ALL {

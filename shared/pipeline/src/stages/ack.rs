@@ -3,7 +3,9 @@
 //! When Claude Code resumes the candidate session of an activating or
 //! activated operation, this records Claude Code's own receipt (with the
 //! measured `context_tokens` of the new window) in the operation and in
-//! `artifacts/<id>/ack.json`. It always exits 0 and prints
+//! `artifacts/<id>/ack.json`. Every resume — also `/resume <id>` typed into
+//! a running Claude Code, which keeps its process — is recorded as that
+//! process's current session ([`crate::binding`]). It always exits 0 and prints
 //! `{"suppressOutput":true}`; problems go to stderr.
 
 use std::path::Path;
@@ -55,8 +57,18 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<(Oper
     if hook.source.as_deref() != Some("resume") {
         return Ok(None);
     }
-    let store = Store::at(&locate_state_dir(config_arg)?);
-    let Some(op) = find_operation(&store, &hook.session_id) else {
+    let state_dir = locate_state_dir(config_arg)?;
+    SessionId::parse(&hook.session_id)?;
+    let recorded = record(&Store::at(&state_dir), &hook);
+    // After the operation's receipt: whoever waits for the binding then
+    // finds the receipt too.
+    bind(&state_dir, &hook.session_id);
+    recorded
+}
+
+/// Record the receipt in the operation whose candidate was resumed.
+fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<(Operation, bool)>> {
+    let Some(op) = find_operation(store, &hook.session_id) else {
         return Ok(None);
     };
     let ack = Ack {
@@ -86,9 +98,27 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<(Oper
         )?;
         op.ack = Some(ack.clone());
         tx.save(&mut op)?;
-        remember_receipt(&store, &op, &ack);
+        remember_receipt(store, &op, &ack);
         Ok(Some((op, true)))
     })
+}
+
+/// The Claude Code process that ran this hook serves `session_id` from
+/// now on ([`crate::binding`]): after `/resume <id>` its command line and
+/// its MCP servers' environment still name the session it started with.
+/// Reported on stderr when it cannot be recorded (no state dir yet: no
+/// ktr operation can be concerned).
+fn bind(state_dir: &Path, session_id: &str) {
+    let Some(claude) = crate::process::runner_of(std::process::id()) else {
+        eprintln!("ktr-ack: the Claude Code process that ran this hook cannot be found");
+        return;
+    };
+    if let Err(e) = crate::binding::record(state_dir, claude, session_id) {
+        eprintln!(
+            "ktr-ack: cannot record that pid {} serves {session_id}: {e}",
+            claude.pid
+        );
+    }
 }
 
 /// Keep the receipt for the window account: with the first reply of the

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::appended::settled_source_change;
+use super::in_place::{self, Switched};
 use super::{
     Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
 };
@@ -13,11 +15,10 @@ use crate::operation::{Locked, Operation, Status, Store, discard_candidate, mani
 use crate::pane::Input;
 use crate::process;
 use crate::stages::prompt::PROBE;
-use crate::target::{Receipt, Target};
+use crate::target::{Receipt, SWITCHING_NOTICE, Target};
 use ktr_base::config::{Activation, Config, home_dir};
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{sha256_file, sha256_prefix};
-use ktr_base::open::{Links, open_regular};
+use ktr_base::fsutil::sha256_file;
 use ktr_base::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
@@ -26,7 +27,7 @@ const ACK_POLL: Duration = Duration::from_millis(100);
 /// `ktr-prompt` is not installed: a prompt's user record reaches the
 /// transcript 100–300 ms after the submit (measured, Claude Code 2.1.328 on
 /// a loaded machine) and a queued prompt's soon after the Stop.
-const SETTLE: Duration = Duration::from_millis(600);
+pub(super) const SETTLE: Duration = Duration::from_millis(600);
 /// The same wait with `ktr-prompt` installed. Every Enter is then decided
 /// under the lock: marked before the gate went up (the compare-and-swap
 /// defers) or refused after it, and the last look defers on a refusal
@@ -35,13 +36,8 @@ const SETTLE: Duration = Duration::from_millis(600);
 /// text back after it. What this wait is for: a prompt whose Enter landed
 /// as the gate went up is refused (Enter → refusal recorded: 0.02–0.15 s
 /// measured, Claude Code 2.1.328, load average 2.3) and so defers the
-/// switch instead of meeting the keyboard hold.
+/// switch instead of meeting ktr's `/resume` line in the input line.
 pub const GATED_SETTLE: Duration = Duration::from_millis(200);
-/// How long activation waits after turning a tmux pane's keyboard off
-/// before its last look: an Enter that reached the old Claude Code just
-/// before runs its `UserPromptSubmit` hook (refused: the text goes back to
-/// the input line, where the last look sees a draft) or writes its record.
-pub const HOLD_SETTLE: Duration = Duration::from_millis(300);
 /// The least time pointer mode's health probe may take.
 const PROBE_MIN: Duration = Duration::from_secs(60);
 
@@ -74,111 +70,193 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
                     .or(op.error.as_deref())
                     .unwrap_or("source changed after prepare")
             ));
-            return Ok(Outcome::done(op));
-        }
-        let new_id = op
-            .candidate
-            .as_ref()
-            .map(|c| c.session_id.to_string())
-            .unwrap_or_default();
-        pause_point(Stage::Activate, "checked");
-        // The gate is up (`activating`): ktr-prompt refuses new prompts of
-        // the source. Let a turn that began just before it show itself.
-        thread::sleep(if prompt_hook_installed(config) {
-            GATED_SETTLE
-        } else {
-            SETTLE
-        });
-        // From here until the new Claude Code reads its keyboard, keys
-        // stay away from the pane; one that arrived just before lands first.
-        let hold = target.hold_input();
-        if hold.is_some() {
-            thread::sleep(HOLD_SETTLE);
-        }
-        let op = store.with_lock(|tx| last_look(tx, config, &target, id))?;
-        if op.status != Status::Activating {
-            steps.say(format!(
-                "not switching: operation is {} ({})",
-                op.status,
-                op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
-            ));
-            return Ok(Outcome::done(op));
-        }
-        steps.say(format!("checks passed; switching {target} to {new_id}"));
-        if let Err(e) = target.switch(&new_id, config) {
-            let now = target.identity().ok();
-            if now.is_some() && now == op.target_before {
-                steps.say(format!("switch failed, target untouched: {e}"));
-                return super::abandon(
-                    store,
-                    id,
-                    &format!("switch failed, old session untouched: {e}"),
-                    |_| {},
-                )
-                .map(Outcome::done);
+            if op.status.is_terminal() {
+                // A waiting line an earlier attempt left.
+                target.clear_notice();
             }
+            return Ok(Outcome::done(op));
+        }
+        // Shown to a person at the pane from here until the switch is over
+        // (a waiting line stays up when it waits for them).
+        let notice = target.notice(SWITCHING_NOTICE);
+        let outcome = switch_over(config, store, id, &target, &op, steps);
+        if outcome
+            .as_ref()
+            .is_ok_and(|o| o.operation.status == Status::Pending)
+        {
+            notice.waiting();
+        }
+        outcome
+    })
+}
+
+/// From `activating` (the gate up) to the end of the switch: the last
+/// look, in place, else the respawn fallback, health, the old session
+/// back when unhealthy.
+fn switch_over(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    target: &Target,
+    op: &Operation,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    let new_id = op
+        .candidate
+        .as_ref()
+        .map(|c| c.session_id.to_string())
+        .unwrap_or_default();
+    pause_point(Stage::Activate, "checked");
+    // The gate is up (`activating`): ktr-prompt refuses new prompts of
+    // the source. Let a turn that began just before it show itself.
+    thread::sleep(if prompt_hook_installed(config) {
+        GATED_SETTLE
+    } else {
+        SETTLE
+    });
+    let op = store.with_lock(|tx| last_look(tx, config, target, id))?;
+    if op.status != Status::Activating {
+        steps.say(format!(
+            "not switching: operation is {} ({})",
+            op.status,
+            op.deferred.as_deref().or(op.error.as_deref()).unwrap_or("")
+        ));
+        return Ok(Outcome::done(op));
+    }
+    steps.say(format!("checks passed; switching {target} to {new_id}"));
+    let switched = in_place::switch(
+        Stage::Activate,
+        config,
+        store,
+        id,
+        target,
+        op.claude,
+        &new_id,
+    );
+    let respawn_why = match switched {
+        Switched::Healthy(identity) => {
+            let how = format!("in place: /resume {new_id} typed into the same Claude Code");
+            return activated(store, id, target, &new_id, &identity, &how, steps);
+        }
+        Switched::Collided(why) | Switched::Busy(why) => {
+            steps.say(&why);
+            let op = store.with_lock(|tx| {
+                let mut op = tx.load(id)?;
+                defer(tx, config, &mut op, &why)?;
+                Ok(op)
+            })?;
+            return Ok(Outcome::done(op));
+        }
+        Switched::Unhealthy(why) => {
             return fall_back(
                 config,
                 store,
                 &op,
-                &target,
-                &format!("switch failed: {e}"),
+                target,
+                &format!("new session {new_id} unhealthy: {why}"),
                 steps,
             );
         }
-        pause_point(Stage::Activate, "switched");
-        // The keyboard comes back as soon as the new Claude Code shows its
-        // input box, while the health check goes on.
-        let switched = Instant::now();
-        let (health, held) = thread::scope(|scope| {
-            let released = hold.map(|hold| {
-                let target = &target;
-                scope.spawn(move || {
-                    let shown = wait_for_input_box(target, seconds(config.healthcheck_seconds));
-                    drop(hold);
-                    (switched.elapsed(), shown)
-                })
-            });
-            let health = healthy(config, store, &target, id, &new_id);
-            (health, released.and_then(|r| r.join().ok()))
-        });
-        if let Some((after, shown)) = held {
-            steps.say(format!(
-                "keyboard back {:.1} s after the switch ({})",
-                after.as_secs_f64(),
-                if shown {
-                    "the input box is shown"
-                } else {
-                    "no input box seen"
-                }
-            ));
-        }
-        match health {
-            Ok(identity) => {
-                pause_point(Stage::Activate, "healthy");
-                let op = store.with_lock(|tx| {
-                    let mut op = tx.load(id)?;
-                    op.target_after = Some(identity.clone());
-                    let tokens = op.context_tokens().map_or(String::new(), |t| {
-                        format!(", Claude Code reports {t} context tokens")
-                    });
-                    let note = format!("{target} runs {new_id} (identity {identity}){tokens}");
-                    tx.transition(&mut op, Status::Activated, &note)?;
-                    Ok(op)
-                })?;
-                steps.say(format!("activated: {target} runs {new_id}"));
-                Ok(Outcome::done(op))
-            }
-            Err(e) => fall_back(
-                config,
+        Switched::NotTried(why) | Switched::NotTaken(why) => why,
+    };
+    // The respawn fallback: only when no turn began and nobody typed
+    // meanwhile (a refused prompt is on its way back to the input line).
+    let op = store.with_lock(|tx| before_respawn(tx, config, id))?;
+    if op.status != Status::Activating {
+        steps.say(format!(
+            "not respawning: operation is {} ({})",
+            op.status,
+            op.deferred.as_deref().unwrap_or("")
+        ));
+        return Ok(Outcome::done(op));
+    }
+    steps.say(format!("not in place ({respawn_why}); respawning the pane"));
+    if let Err(e) = target.switch(&new_id, config) {
+        let now = target.identity().ok();
+        if now.is_some() && now == op.target_before {
+            steps.say(format!("switch failed, target untouched: {e}"));
+            return super::abandon(
                 store,
-                &op,
-                &target,
-                &format!("new session {new_id} unhealthy: {e}"),
-                steps,
-            ),
+                id,
+                &format!("switch failed, old session untouched: {e}"),
+                |_| {},
+            )
+            .map(Outcome::done);
         }
-    })
+        return fall_back(
+            config,
+            store,
+            &op,
+            target,
+            &format!("switch failed: {e}"),
+            steps,
+        );
+    }
+    pause_point(Stage::Activate, "switched");
+    let health = healthy(config, store, target, id, &new_id);
+    match health {
+        Ok(identity) => {
+            let how = format!("pane respawned ({respawn_why})");
+            activated(store, id, target, &new_id, &identity, &how, steps)
+        }
+        Err(e) => fall_back(
+            config,
+            store,
+            &op,
+            target,
+            &format!("new session {new_id} unhealthy: {e}"),
+            steps,
+        ),
+    }
+}
+
+/// The switch is healthy: `activated`, with how it switched.
+fn activated(
+    store: &Store,
+    id: &str,
+    target: &Target,
+    new_id: &str,
+    identity: &str,
+    how: &str,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    pause_point(Stage::Activate, "healthy");
+    let op = store.with_lock(|tx| {
+        let mut op = tx.load(id)?;
+        op.target_after = Some(identity.to_string());
+        let tokens = op.context_tokens().map_or(String::new(), |t| {
+            format!(", Claude Code reports {t} context tokens")
+        });
+        let note = format!("{target} runs {new_id} (identity {identity}){tokens}; {how}");
+        tx.transition(&mut op, Status::Activated, &note)?;
+        Ok(op)
+    })?;
+    steps.say(format!("activated: {target} runs {new_id} ({how})"));
+    Ok(Outcome::done(op))
+}
+
+/// Right before the respawn fallback: no turn began since the scheduling
+/// Stop and `ktr-prompt` refused no prompt (the in-place attempt may have
+/// taken seconds); else back to `pending`, the target untouched.
+fn before_respawn(tx: &mut Locked, config: &Config, id: &str) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::Activating)?;
+    let source = op
+        .transcript_path
+        .clone()
+        .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
+    let why = match turn_since_stop(&op, &source)? {
+        Some(why) => Some(why),
+        None if !op.blocked_prompts.is_empty() => Some(format!(
+            "a prompt was sent while the gate was up ({} refused by ktr-prompt; Claude Code gives the text back to the input line)",
+            op.blocked_prompts.len()
+        )),
+        None => None,
+    };
+    if let Some(why) = why {
+        defer(tx, config, &mut op, &why)?;
+    }
+    Ok(op)
 }
 
 /// The checks of SPEC §10 under one lock; returns the operation, moved to
@@ -208,10 +286,13 @@ fn compare_and_swap(
         .ok_or_else(|| missing("transcript"))?;
     let candidate = op.candidate.clone().ok_or_else(|| missing("candidate"))?;
 
-    if let Some(change) = settled_source_change(&op, &source, config) {
-        source_changed(tx, config, &mut op, &change)?;
-        return Ok(op);
-    }
+    let residue = match settled_source_change(&op, &source, config) {
+        Ok(residue) => residue,
+        Err(change) => {
+            source_changed(tx, config, &mut op, &change)?;
+            return Ok(op);
+        }
+    };
     if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
         let why = format!(
             "candidate {} changed or vanished after verification",
@@ -257,11 +338,8 @@ fn compare_and_swap(
         return Ok(op);
     }
     op.target_ran = Some(ran);
-    tx.transition(
-        &mut op,
-        Status::Activating,
-        "compare-and-swap checks passed",
-    )?;
+    let note = format!("compare-and-swap checks passed{}", residue.note());
+    tx.transition(&mut op, Status::Activating, &note)?;
     Ok(op)
 }
 
@@ -277,7 +355,7 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
         .transcript_path
         .clone()
         .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
-    if let Some(change) = settled_source_change(&op, &source, config) {
+    if let Err(change) = settled_source_change(&op, &source, config) {
         source_changed(tx, config, &mut op, &change)?;
         return Ok(op);
     }
@@ -299,7 +377,7 @@ fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Res
 /// or a turn is running. None for an idle pane, a screen that is not
 /// Claude Code's input box (another program, a dialog: the turn checks
 /// still apply) and targets without a screen.
-fn pane_busy(target: &Target) -> Option<String> {
+pub(super) fn pane_busy(target: &Target) -> Option<String> {
     match target.input() {
         Ok(None | Some(Input::Idle | Input::Unknown)) => None,
         Ok(Some(Input::Draft(text))) => Some(format!(
@@ -342,124 +420,6 @@ fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Opt
     op.prepared_at = None;
     op.worker = None;
     Ok(discarded)
-}
-
-/// At most this much appended after the freeze is looked at; more is a change.
-const APPENDED_CAP: u64 = 1 << 20;
-
-/// How the source changed since prepare froze it, for the history; `writing`
-/// when it may only be a line still being written.
-struct Change {
-    why: String,
-    writing: bool,
-}
-
-impl Change {
-    fn new(why: impl Into<String>) -> Change {
-        Change {
-            why: why.into(),
-            writing: false,
-        }
-    }
-}
-
-/// [`source_change`], with a line still being written given until
-/// `stable_file_seconds` to end: Claude Code appends a turn's closing
-/// records after the Stop hook, and a look at that instant sees half of one.
-fn settled_source_change(op: &Operation, source: &Path, config: &Config) -> Option<String> {
-    settled(Duration::from_secs_f64(config.stable_file_seconds), || {
-        source_change(op, source)
-    })
-}
-
-/// Look until the answer is not a line being written or `limit` passed.
-fn settled(limit: Duration, mut look: impl FnMut() -> Option<Change>) -> Option<String> {
-    let until = Instant::now() + limit;
-    loop {
-        match look() {
-            Some(c) if c.writing && Instant::now() < until => {
-                thread::sleep(Duration::from_millis(20));
-            }
-            change => return change.map(|c| c.why),
-        }
-    }
-}
-
-/// How the source changed since prepare froze it, or `None` when it is
-/// still what was frozen: the same bytes, or those bytes followed only by
-/// whole records in which nobody speaks (Claude Code writes a turn's
-/// `stop_hook_summary` and `turn_duration` after the Stop hook and may
-/// flush them after the freeze), so the candidate misses nothing that was
-/// said. The answer names what changed, for the operation's history.
-fn source_change(op: &Operation, source: &Path) -> Option<Change> {
-    use std::os::unix::fs::FileExt;
-    let (Some(frozen), Some(frozen_len)) = (
-        op.source_sha256.as_ref(),
-        op.stats.as_ref().map(|s| s.source_bytes),
-    ) else {
-        return Some(Change::new("no frozen digest recorded"));
-    };
-    let Ok(file) = open_regular(source, Links::Refuse) else {
-        return Some(Change::new("the source cannot be opened"));
-    };
-    let Ok(len) = file.metadata().map(|m| m.len()) else {
-        return Some(Change::new("the source cannot be measured"));
-    };
-    if len < frozen_len {
-        return Some(Change::new(format!(
-            "the source is shorter ({len} < {frozen_len} bytes)"
-        )));
-    }
-    if len - frozen_len > APPENDED_CAP {
-        return Some(Change::new(format!("{} bytes appended", len - frozen_len)));
-    }
-    if !sha256_prefix(&file, frozen_len).is_ok_and(|(d, n)| n == frozen_len && d == *frozen) {
-        return Some(Change::new("the frozen part was rewritten"));
-    }
-    let mut appended = vec![0; usize::try_from(len - frozen_len).unwrap_or(0)];
-    if file.read_exact_at(&mut appended, frozen_len).is_err() {
-        return Some(Change::new("the appended bytes cannot be read"));
-    }
-    first_spoken(&appended)
-}
-
-/// The first thing in `appended` that may hold words, described; `None`
-/// when it is whole JSON lines, none of them a conversation record
-/// (`user`, `assistant`, `attachment`, or anything with a `message`).
-fn first_spoken(appended: &[u8]) -> Option<Change> {
-    if appended.is_empty() {
-        return None;
-    }
-    if !appended.ends_with(b"\n") {
-        return Some(Change {
-            why: format!(
-                "{} bytes appended, the last line not yet complete",
-                appended.len()
-            ),
-            writing: true,
-        });
-    }
-    appended
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .find_map(|line| {
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-                return Some(Change::new("a line that is not JSON appended"));
-            };
-            let kind = v["type"].as_str();
-            let quiet = v.get("message").is_none()
-                && kind.is_some_and(|t| !matches!(t, "user" | "assistant" | "attachment"));
-            (!quiet).then(|| {
-                let sub = v["attachment"]["type"]
-                    .as_str()
-                    .or(v["subtype"].as_str())
-                    .map_or(String::new(), |s| format!(" ({s})"));
-                Change::new(format!(
-                    "a record of type {} appended{sub}",
-                    kind.unwrap_or("(none)")
-                ))
-            })
-        })
 }
 
 /// New messages arrived after prepare: discard this candidate and go back
@@ -575,20 +535,6 @@ fn healthy(
     Ok(identity)
 }
 
-/// Wait until the pane shows Claude Code's input box (it reads its
-/// keyboard by then), at most `wait`; a screen that never shows it (another
-/// program) just takes the whole wait. Whether the box was seen.
-fn wait_for_input_box(target: &Target, wait: Duration) -> bool {
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if let Ok(Some(Input::Idle | Input::Draft(_))) = target.input() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
-
 /// Pointer mode's health probe is wanted when nothing else would ever see
 /// the new session load before the runner's next turn: pointer target, and
 /// both `ktr-ack` (the receipt) and `ktr-prompt` (which refuses the probe's
@@ -643,7 +589,7 @@ pub fn ack_installed(config: &Config) -> bool {
 }
 
 /// Whether Claude Code runs `ktr-prompt` (the turn gate) before each prompt.
-fn prompt_hook_installed(config: &Config) -> bool {
+pub(super) fn prompt_hook_installed(config: &Config) -> bool {
     hook_installed(config, "UserPromptSubmit", "ktr-prompt")
 }
 
@@ -687,7 +633,7 @@ fn fall_back(
     steps.say(format!(
         "{reason}; resuming the old session (what the target ran)"
     ));
-    let back = restore(config, op, target, || {});
+    let back = restore(config, store, op, target);
     let op = store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
         match &back {
@@ -718,23 +664,66 @@ fn fall_back(
 
 /// Put back what the target ran before the switch (`target_ran`, recorded
 /// by the compare-and-swap checks; the source session for operations
-/// recorded before it existed) and check it is healthy. Returns the
+/// recorded before it existed) and check it is healthy: in place first
+/// (`/resume <old-id>` into the same Claude Code), else by respawning the
+/// pane. A collision with a person's typing resumes nothing (their text is
+/// back in the input line; respawning would throw it away). Returns the
 /// identity and a description of what runs again.
 pub(super) fn restore(
     config: &Config,
+    store: &Store,
     op: &Operation,
     target: &Target,
-    switched: impl FnOnce(),
 ) -> Result<(String, String)> {
-    let ran = match &op.target_ran {
+    let ran = ran_before(op)?;
+    let stage = Stage::Activate;
+    match in_place::switch(
+        stage,
+        config,
+        store,
+        &op.id,
+        target,
+        op.claude,
+        &ran.session,
+    ) {
+        Switched::Healthy(identity) => Ok((
+            identity,
+            format!(
+                "session {} in place (/resume typed into the same Claude Code)",
+                ran.session
+            ),
+        )),
+        Switched::Collided(why) | Switched::Busy(why) => Err(Error::refused(format!(
+            "{why}; the old session was not resumed (respawning would throw the person's text away)"
+        ))),
+        Switched::NotTried(_) | Switched::NotTaken(_) | Switched::Unhealthy(_) => {
+            respawn_back(config, target, &ran, || {})
+        }
+    }
+}
+
+/// What the target ran before the switch (`target_ran`; the source session
+/// for operations recorded before it existed).
+pub(super) fn ran_before(op: &Operation) -> Result<crate::target::Ran> {
+    Ok(match &op.target_ran {
         Some(ran) => ran.clone(),
         None => crate::target::Ran {
             session: source_session(op)?,
             argv: Vec::new(),
             cwd: None,
         },
-    };
-    target.restore(&ran, config)?;
+    })
+}
+
+/// Put `ran` back by respawning the target (restarting it, rewriting the
+/// pointer) and check it is healthy; `switched` runs right after the switch.
+pub(super) fn respawn_back(
+    config: &Config,
+    target: &Target,
+    ran: &crate::target::Ran,
+    switched: impl FnOnce(),
+) -> Result<(String, String)> {
+    target.restore(ran, config)?;
     switched();
     let identity = target.health(&ran.session, seconds(config.healthcheck_seconds))?;
     let what = if ran.argv.is_empty() {
@@ -743,83 +732,4 @@ pub(super) fn restore(
         format!("session {} ({})", ran.session, ran.argv.join(" "))
     };
     Ok((identity, what))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::{Change, first_spoken, settled};
-
-    fn why(appended: &[u8]) -> Option<String> {
-        first_spoken(appended).map(|c| c.why)
-    }
-
-    fn nobody_speaks(appended: &[u8]) -> bool {
-        first_spoken(appended).is_none()
-    }
-
-    #[test]
-    fn records_in_which_nobody_speaks_are_told_from_conversation() {
-        let summary = b"{\"type\":\"system\",\"subtype\":\"stop_hook_summary\"}\n";
-        let duration = b"{\"type\":\"system\",\"subtype\":\"turn_duration\",\"durationMs\":5}\n";
-        assert!(nobody_speaks(b""));
-        assert!(nobody_speaks(summary));
-        assert!(nobody_speaks(&[&summary[..], &duration[..]].concat()));
-        // What changed is named, for the operation's history.
-        let hook = b"{\"type\":\"attachment\",\"attachment\":{\"type\":\"hook_success\"}}\n";
-        assert_eq!(
-            why(&[&summary[..], &hook[..]].concat()).as_deref(),
-            Some("a record of type attachment appended (hook_success)")
-        );
-        assert_eq!(
-            why(b"{\"type\":\"sys").as_deref(),
-            Some("12 bytes appended, the last line not yet complete")
-        );
-        for spoken in [
-            &b"{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n"[..],
-            b"{\"type\":\"assistant\"}\n",
-            b"{\"type\":\"attachment\"}\n",
-            b"{\"type\":\"system\",\"message\":{}}\n",
-            b"{\"subtype\":\"no type\"}\n",
-            b"{\"type\":\"system\"}",
-            b"not json\n",
-            b"\"type\":\"system\"}\n",
-        ] {
-            assert!(
-                !nobody_speaks(spoken),
-                "{}",
-                String::from_utf8_lossy(spoken)
-            );
-        }
-    }
-
-    #[test]
-    fn a_line_being_written_is_given_until_the_limit_to_end() {
-        let writing = || {
-            Some(Change {
-                why: "half a line".into(),
-                writing: true,
-            })
-        };
-        // It ends on the third look: then what it is decides.
-        let mut looks = 0;
-        let answer = settled(Duration::from_secs(5), || {
-            looks += 1;
-            if looks < 3 { writing() } else { None }
-        });
-        assert_eq!((answer, looks), (None, 3));
-        // It never ends: the limit passes and the change stands.
-        let started = Instant::now();
-        let answer = settled(Duration::from_millis(100), writing);
-        assert_eq!(answer.as_deref(), Some("half a line"));
-        assert!(started.elapsed() >= Duration::from_millis(100));
-        // Any other change is not waited for.
-        let started = Instant::now();
-        let answer = settled(Duration::from_secs(5), || {
-            Some(Change::new("the frozen part was rewritten"))
-        });
-        assert_eq!(answer.as_deref(), Some("the frozen part was rewritten"));
-        assert!(started.elapsed() < Duration::from_secs(1));
-    }
 }

@@ -59,7 +59,10 @@ pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) 
             config_arg,
             &session,
             &hook.transcript_path,
-            hook.last_assistant_message.as_deref(),
+            &Reply {
+                prompt_id: hook.prompt_id.as_deref(),
+                last_message: hook.last_assistant_message.as_deref(),
+            },
         )
     })
 }
@@ -73,24 +76,27 @@ pub fn advice(
     config_arg: Option<&Path>,
     session: &SessionId,
     transcript: &Path,
-    last_message: Option<&str>,
+    reply: &Reply<'_>,
 ) -> Option<String> {
     let config = Config::load(config_arg).ok()?;
     if config.advise_at_percent == 0 {
         return None;
     }
     let advise = window::advise_of(&config);
+    // Bands are measured against where Claude Code compacts.
     let percent_of = |tail: &Tail| {
         let used = tail.usage.as_ref()?.tokens;
         let size = window::size_for(&config, session.as_str(), None, tail.model.as_deref());
-        Some(window::percent(used, size.tokens))
+        let point = window::compaction_point(size.tokens).max(1);
+        Some((window::percent(used, point), point))
     };
     // A reading far below the first band cannot cross it in one turn.
-    let far =
-        |tail: &Tail| percent_of(tail).is_none_or(|p| p + FAR_BELOW < f64::from(advise.at_percent));
-    let tail = wait_for_reply(transcript, last_message, far)?;
+    let far = |tail: &Tail| {
+        percent_of(tail).is_none_or(|(p, _)| p + FAR_BELOW < f64::from(advise.at_percent))
+    };
+    let tail = wait_for_reply(transcript, reply, far)?;
     // Only the API's own count advises (an estimate errs high).
-    let used_percent = percent_of(&tail)?;
+    let (percent, point) = percent_of(&tail)?;
     // The state dir is created as the store creates it.
     Store::open(&config.state_dir).ok()?;
     let marker = window_file(&config.state_dir, session, "advised");
@@ -100,7 +106,7 @@ pub fn advice(
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok())
         .unwrap_or(0);
     // Cheap first: the band from the usage and the size alone.
-    let level = advise.band(used_percent).unwrap_or(0);
+    let level = advise.band(percent, point).unwrap_or(0);
     if level < shown {
         put(&marker, &level.to_string());
     }
@@ -120,31 +126,74 @@ pub fn advice(
     put(&marker, &band.to_string()).then(|| advice_line(&w))
 }
 
-/// `ktr: window 78 % full (780k/1M); a lossless rebuild would bring it to ≈ 41k — …`.
+/// `ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); a
+/// lossless rebuild would bring it to ≈ 24k — say REBUILD to ask for it`,
+/// with the window size's source when it was assumed.
 pub fn advice_line(w: &window::Window) -> String {
+    let point = w.compaction_point_tokens;
+    let distance = match point.checked_sub(w.used_tokens) {
+        Some(left) => format!(
+            "≈ {} tokens until Claude Code compacts ({} of {})",
+            window::short(left),
+            window::short(w.used_tokens),
+            window::short(point)
+        ),
+        None => format!(
+            "past the point where Claude Code compacts ({} of {}): the next prompt may compact this window",
+            window::short(w.used_tokens),
+            window::short(point)
+        ),
+    };
+    let assumed = if w.size_source.contains("assumed") {
+        format!(" (window size: {})", w.size_source)
+    } else {
+        String::new()
+    };
     format!(
-        "ktr: window {:.0} % full ({}/{}); a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
-        w.used_percent,
-        window::short(w.used_tokens),
-        window::short(w.size_tokens),
+        "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
         window::short(w.after_rebuild_tokens),
     )
+}
+
+/// The reply a Stop hook is about, as its input names it.
+pub struct Reply<'a> {
+    /// The prompt it answered (`prompt_id`): the proof.
+    pub prompt_id: Option<&'a str>,
+    /// Its text (`last_assistant_message`): only when there is no id.
+    pub last_message: Option<&'a str>,
 }
 
 /// Claude Code 2.1.328 starts the Stop hook before it has flushed the
 /// turn to the transcript (measured: the prompt and the reply can both be
 /// missing when the hook starts, and arrive within a second). Wait (at
-/// most [`FLUSH_WAIT`]) until the end of the file holds the reply the hook
-/// input names (`last_assistant_message`), or, when it names none, until no
-/// user record is newer than the newest reply; returns the tail then read.
-/// A transcript whose tail holds no reply at all (a session's first turn,
-/// an old Claude Code), or whose reading is `far` below advice, has nothing
-/// to wait for.
+/// most [`FLUSH_WAIT`]) until the file holds the reply to the prompt the
+/// hook names (`prompt_id`, see [`window::usage::read_reply_to`]); if it
+/// does not arrive in time, say nothing this time (the next Stop will)
+/// rather than read an earlier reply. Without a `prompt_id` (an older
+/// Claude Code): until the end of the file holds the reply's text, or,
+/// when it names none, until no user record is newer than the newest
+/// reply; there, a transcript whose tail holds no reply at all, or whose
+/// reading is `far` below advice, has nothing to wait for.
 fn wait_for_reply(
     transcript: &Path,
-    last_message: Option<&str>,
+    reply: &Reply<'_>,
     far: impl Fn(&Tail) -> bool,
 ) -> Option<Tail> {
+    let deadline = std::time::Instant::now() + FLUSH_WAIT;
+    if let Some(id) = reply.prompt_id {
+        loop {
+            // No shortcut on an earlier reading here: a jump from far below
+            // into a band is exactly what must not be missed.
+            if let Some(tail) = window::usage::read_reply_to(transcript, id).ok()? {
+                return Some(tail);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(FLUSH_POLL);
+        }
+    }
+    let last_message = reply.last_message;
     // The end of the reply's last line (within one text block: Claude Code
     // writes each block as its own record), as JSON writes it: UTF-8 as
     // is, or with every non-ASCII character escaped.
@@ -152,7 +201,6 @@ fn wait_for_reply(
         .map(|m| reply_needles(&reply_end(m)))
         .unwrap_or_default();
     let needles: Vec<&[u8]> = needles.iter().map(String::as_bytes).collect();
-    let deadline = std::time::Instant::now() + FLUSH_WAIT;
     loop {
         let (tail, found) = window::usage::read_tail_seeking(transcript, &needles).ok()?;
         let arrived = if needles.is_empty() {
@@ -212,6 +260,43 @@ fn ascii_escaped(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_advice_line_says_how_far_the_compaction_point_is_and_an_assumed_size() {
+        let inputs = |used: u64, source: &str| window::Inputs {
+            used: Some(window::usage::Usage {
+                tokens: used,
+                at: None,
+                model: None,
+            }),
+            missing: None,
+            window_estimate: used,
+            carried_estimate: 10_000,
+            size: window::size::from_model(Some(source)),
+            overhead: window::Sourced {
+                tokens: 14_000,
+                source: "test".into(),
+            },
+            advise: window::Advise {
+                at_percent: 70,
+                min_free_percent: 50,
+            },
+        };
+        let line = advice_line(&window::derive(&inputs(155_000, "claude-new-9")));
+        assert!(
+            line.starts_with(
+                "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k) (window size: model claude-new-9 (not known to have 1M; assumed 200k)); a lossless rebuild would bring it to ≈ "
+            ),
+            "{line}"
+        );
+        let line = advice_line(&window::derive(&inputs(990_000, "claude-opus-5-5")));
+        assert!(
+            line.starts_with(
+                "ktr: past the point where Claude Code compacts (990k of 967k): the next prompt may compact this window; a lossless"
+            ),
+            "{line}"
+        );
+    }
 
     #[test]
     fn non_ascii_is_escaped_as_json_writers_do() {

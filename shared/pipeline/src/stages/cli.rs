@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::{Outcome, Stage, Steps, hand_off, run, run_chain, schedule_by_hand};
+use super::{Outcome, Stage, StageFn, Steps, hand_off, prepare_stage, run_chain, schedule_by_hand};
 use crate::operation::{Status, Store};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
@@ -82,10 +82,57 @@ fn usage(stage: Stage) -> String {
     }
 }
 
-/// The whole life of a stage executable; never returns.
-pub fn main(stage: Stage) -> ! {
+/// The whole life of `ktr-verify`, `ktr-activate` or `ktr-rollback`: its
+/// one stage (`step`), then the next stage started detached. Never returns.
+pub fn main(stage: Stage, step: StageFn) -> ! {
     ktr_base::heap::setup();
-    let code = match execute(stage, std::env::args_os().skip(1)) {
+    exit_with(
+        stage,
+        execute(stage, step, None, std::env::args_os().skip(1)),
+    )
+}
+
+/// The whole life of `ktr-prepare`: its stage, or in pointer mode (no
+/// `--operation`) the request and the whole chain in this process (SPEC
+/// §12: the runner's next turn waits for it). Never returns.
+pub fn main_prepare() -> ! {
+    ktr_base::heap::setup();
+    let by_hand = ByHand {
+        schedule: schedule_by_hand,
+        chain: run_chain,
+    };
+    exit_with(
+        Stage::Prepare,
+        execute(
+            Stage::Prepare,
+            prepare_stage,
+            Some(&by_hand),
+            std::env::args_os().skip(1),
+        ),
+    )
+}
+
+/// Pointer mode's request: [`schedule_by_hand`] (config, store,
+/// transcript, confirmation word, reason).
+pub type Schedule = fn(
+    &Config,
+    &Store,
+    Option<&std::path::Path>,
+    Option<&str>,
+    Option<&str>,
+) -> Result<crate::operation::Operation>;
+
+/// The rest of the chain in this process: [`run_chain`].
+pub type Chain = fn(&Config, &Store, Outcome, &mut Steps) -> Result<Outcome>;
+
+/// What only `ktr-prepare` does: schedule by hand and run the chain.
+pub struct ByHand {
+    pub schedule: Schedule,
+    pub chain: Chain,
+}
+
+fn exit_with(stage: Stage, result: Result<Outcome>) -> ! {
+    let code = match result {
         Ok(outcome) => {
             println!("{}", outcome.summary());
             i32::from(outcome.operation.status == Status::Failed)
@@ -100,8 +147,13 @@ pub fn main(stage: Stage) -> ! {
 
 /// Parse, load the config, recover stale operations, run the stage, and
 /// hand over to the next stage (detached, or in this process in pointer
-/// mode).
-pub fn execute(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result<Outcome> {
+/// mode, which only `by_hand` allows).
+pub fn execute(
+    stage: Stage,
+    step: StageFn,
+    by_hand: Option<&ByHand>,
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<Outcome> {
     let args = Args::parse(stage, args)?;
     let config = Config::load(args.config.as_deref())?;
     let store = Store::for_config(&config)?;
@@ -109,35 +161,33 @@ pub fn execute(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result
     // operations (issue 12: flat memory).
     ktr_base::heap::spill_into(store.dir());
     store.recover_stale()?;
-    let (id, by_hand) = if let Some(id) = &args.operation {
-        (id.clone(), false)
-    } else {
-        let op = schedule_by_hand(
-            &config,
-            &store,
-            args.transcript.as_deref(),
-            args.confirm.as_deref(),
-            args.reason.as_deref(),
-        )?;
-        (op.id.into(), true)
+    let (id, chain) = match (&args.operation, by_hand) {
+        (Some(id), _) => (id.clone(), None),
+        (None, Some(by_hand)) => {
+            let op = (by_hand.schedule)(
+                &config,
+                &store,
+                args.transcript.as_deref(),
+                args.confirm.as_deref(),
+                args.reason.as_deref(),
+            )?;
+            (op.id.into(), Some(by_hand.chain))
+        }
+        (None, None) => {
+            return Err(Error::usage(format!("{stage}: --operation ID is required")));
+        }
     };
     let mut steps = Steps::new(stage, &id);
-    let outcome = run(
-        stage,
-        &config,
-        &store,
-        &id,
-        args.transcript.as_deref(),
-        &mut steps,
-    )?;
-    match outcome.next {
-        Some(_) if by_hand => run_chain(&config, &store, outcome, &mut steps),
-        Some(next) => {
+    steps.enter(stage, &id);
+    let outcome = step(&config, &store, &id, args.transcript.as_deref(), &mut steps)?;
+    match (outcome.next, chain) {
+        (Some(_), Some(chain)) => chain(&config, &store, outcome, &mut steps),
+        (Some(next), None) => {
             let operation = hand_off(&config, &store, &id, next, &mut steps)?;
             let next = (!operation.status.is_terminal()).then_some(next);
             Ok(Outcome { operation, next })
         }
-        None => Ok(outcome),
+        (None, _) => Ok(outcome),
     }
 }
 

@@ -21,7 +21,9 @@
 pub mod ack;
 mod activate;
 pub mod advice;
+mod appended;
 pub mod cli;
+mod in_place;
 pub mod precompact;
 mod prepare;
 pub mod prompt;
@@ -44,7 +46,7 @@ use ktr_base::time::now_rfc3339;
 
 #[doc(no_inline)]
 pub use crate::operation::Stage;
-pub use activate::{GATED_SETTLE, HOLD_SETTLE, activate};
+pub use activate::{GATED_SETTLE, activate};
 pub use prepare::{prepare, schedule_by_hand};
 pub use rollback::rollback;
 pub use verify::verify;
@@ -130,6 +132,66 @@ impl Steps {
     }
 }
 
+/// A stage as an executable runs it, one signature for all four, so that
+/// each executable names — and links — only its own (`transcript` is for
+/// prepare only).
+pub type StageFn = fn(&Config, &Store, &str, Option<&Path>, &mut Steps) -> Result<Outcome>;
+
+/// [`prepare`] as a [`StageFn`].
+pub fn prepare_stage(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    transcript: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    prepare(config, store, id, transcript, steps)
+}
+
+/// [`verify`] as a [`StageFn`].
+pub fn verify_stage(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    _: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    verify(config, store, id, steps)
+}
+
+/// [`activate`] as a [`StageFn`].
+pub fn activate_stage(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    _: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    activate(config, store, id, steps)
+}
+
+/// [`rollback`] as a [`StageFn`].
+pub fn rollback_stage(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    _: Option<&Path>,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    rollback(config, store, id, steps)
+}
+
+/// The [`StageFn`] of `stage`: only what runs several stages in one
+/// process (pointer mode's chain in `ktr-prepare`, `ktr demo`) needs this.
+pub fn stage_fn(stage: Stage) -> StageFn {
+    match stage {
+        Stage::Prepare => prepare_stage,
+        Stage::Verify => verify_stage,
+        Stage::Activate => activate_stage,
+        Stage::Rollback => rollback_stage,
+    }
+}
+
 /// Run one stage on operation `id` (`transcript` is for prepare only).
 pub fn run(
     stage: Stage,
@@ -140,12 +202,7 @@ pub fn run(
     steps: &mut Steps,
 ) -> Result<Outcome> {
     steps.enter(stage, id);
-    match stage {
-        Stage::Prepare => prepare(config, store, id, transcript, steps),
-        Stage::Verify => verify(config, store, id, steps),
-        Stage::Activate => activate(config, store, id, steps),
-        Stage::Rollback => rollback(config, store, id, steps),
-    }
+    stage_fn(stage)(config, store, id, transcript, steps)
 }
 
 /// Follow `outcome.next` in this process until the operation stops moving

@@ -26,8 +26,10 @@ use std::path::Path;
 
 use crate::hook::{Invocation, PreCompactInput, Reply};
 use crate::operation::{Status, Store};
+use crate::process;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Scheduled};
+use crate::target::Target;
 use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::error::Result;
 use ktr_base::ids::SessionId;
@@ -71,7 +73,8 @@ pub fn precompact(call: Invocation) -> Reply {
     };
     let verdict = decide(call.config.as_deref(), &hook);
     match verdict {
-        Verdict::Quiet => Reply::Quiet,
+        // Claude Code 2.1.328 shows a PreCompact hook's output on /compact.
+        Verdict::Quiet => Reply::Nothing,
         Verdict::Block(reason) => Reply::Block(reason),
         Verdict::Allow(line) => {
             // Claude Code does not show it now: the next Stop hook will.
@@ -129,14 +132,11 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     if !pending && config.on_auto_compaction == OnAutoCompaction::Advise {
         return Ok(Verdict::Allow(compacted_line(&config, hook)));
     }
-    // A rebuild helps only if its plan passes (e.g. it fits the window).
-    // The plan of a long session keeps its tables in unnamed files beside
-    // the operations, as prepare does (issue 12: flat memory).
-    ktr_base::heap::setup();
-    ktr_base::heap::spill_into(store.dir());
     let path = plan::resolve_transcript(&config, Some(&hook.transcript_path))?;
-    let planned = plan::assess(&config, &path)?;
-    if let Some(why) = &planned.report.blocked_reason {
+    // Block only a compaction a rebuild can really replace now; else let
+    // Claude Code compact and say why — never strand the session behind
+    // "Context limit reached" on every prompt.
+    if let Err(why) = rebuild_possible(&config, &store, &session, &path) {
         return Ok(Verdict::Allow(format!(
             "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
         )));
@@ -149,7 +149,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         )?;
     }
     let by = By {
-        hook: "PreCompact hook",
+        hook: HOOK,
         session: &session,
         transcript: &path,
         at: Timestamp::now(),
@@ -169,6 +169,48 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         ),
     })
 }
+
+/// Whether a rebuild can replace this compaction now, judged without
+/// reading the whole transcript (the hook runs while the person waits):
+/// the target runs this session's Claude Code; the last rebuild this
+/// guard started for the session did not fail (never block twice for the
+/// same failure); and the rebuilt window would fit, by the running
+/// account the Stop hooks keep (when it has caught up; prepare checks the
+/// whole plan anyway).
+fn rebuild_possible(
+    config: &Config,
+    store: &Store,
+    session: &SessionId,
+    transcript: &Path,
+) -> std::result::Result<(), String> {
+    let target = Target::from_config(config);
+    target
+        .check_runs(process::runner_of(std::process::id()), session.as_str())
+        .map_err(|e| format!("the target does not run this session ({})", e.message))?;
+    let ours = store.list().map_err(|e| e.message)?;
+    let last = ours
+        .iter()
+        .rev()
+        .find(|op| op.session_id.as_ref() == Some(session));
+    if let Some(op) = last.filter(|op| {
+        op.status == Status::Failed && op.history.iter().any(|t| t.note.starts_with(HOOK))
+    }) {
+        return Err(format!(
+            "the rebuild it started instead of the last compaction ({}) failed: {}",
+            op.id,
+            op.error.as_deref().unwrap_or("see `ktr status`")
+        ));
+    }
+    if let Ok(Some(w)) = window::for_hook(config, session.as_str(), transcript, None, None)
+        && let Some(why) = window::refusal(&w)
+    {
+        return Err(why);
+    }
+    Ok(())
+}
+
+/// How this hook names itself in the history of what it started.
+const HOOK: &str = "PreCompact hook";
 
 /// The line shown when Claude Code compacts with `on_auto_compaction = "advise"`.
 fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {

@@ -15,7 +15,8 @@ use std::path::Path;
 
 use crate::gate::{gated_session, switching, watched};
 use crate::hook::{Invocation, PromptInput, Reply};
-use crate::operation::{BlockedPrompt, HOOK_LOCK_WAIT, Store, locate_state_dir};
+use crate::operation::{BlockedPrompt, HOOK_LOCK_WAIT, Operation, Status, Store, locate_state_dir};
+use crate::target::resume_line;
 use ktr_base::error::{Error, Result};
 use ktr_base::time::Timestamp;
 
@@ -27,6 +28,12 @@ and refuses a prompt sent while the session is being switched, with a one-line r
 
 /// What Claude Code shows above the input line it gives back.
 pub const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
+
+/// What Claude Code shows when ktr's own `/resume <id>` line met keys a
+/// person typed in the same instant (Claude Code submitted both as one
+/// prompt): nothing was sent, the text comes back to the input line and
+/// ktr takes its own line out of it again.
+pub const COLLIDED: &str = "ktr typed its switch line while you were typing; nothing was sent — your text is back in the input line (ktr removes its own /resume line from it); the switch waits until you have sent it";
 
 /// The prompt of pointer mode's health probe (`ktr-activate` resumes the new
 /// session once with it): always refused here, so Claude Code loads the
@@ -77,13 +84,23 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         }
         if switching(op.status) {
             let text = hook.prompt.as_deref().unwrap_or_default();
+            let collided_with = switched_to(&op).filter(|to| text.ends_with(&resume_line(to)));
+            let theirs = collided_with
+                .as_ref()
+                .map_or(text, |to| &text[..text.len() - resume_line(to).len()]);
             op.blocked_prompts.push(BlockedPrompt {
                 at: Timestamp::now(),
                 session_id: hook.session_id.clone(),
-                text: text.chars().take(KEPT_CHARS).collect(),
+                text: theirs.chars().take(KEPT_CHARS).collect(),
+                collided_with: collided_with.clone(),
             });
             tx.save(&mut op)?;
-            return Ok(Reply::Block(SWITCHING.into()));
+            let why = if collided_with.is_some() {
+                COLLIDED
+            } else {
+                SWITCHING
+            };
+            return Ok(Reply::Block(why.into()));
         }
         if op.turn_started_at.is_none() {
             op.turn_started_at = Some(Timestamp::now());
@@ -100,5 +117,20 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             _ => Reply::Message(UNMARKED.into()),
         }),
         other => other,
+    }
+}
+
+/// The session an in-place switch of `op` types `/resume` for: the
+/// candidate while activating, the source while rolling back.
+fn switched_to(op: &Operation) -> Option<String> {
+    match op.status {
+        Status::Activating => op.candidate.as_ref().map(|c| c.session_id.to_string()),
+        Status::RollingBack => op
+            .transcript_path
+            .as_deref()
+            .and_then(|p| p.file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .or_else(|| op.session_id.as_ref().map(ToString::to_string)),
+        _ => None,
     }
 }

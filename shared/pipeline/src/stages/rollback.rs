@@ -1,58 +1,188 @@
 //! `ktr-rollback` (SPEC §10): switch an activated operation back to the
-//! old session, compare-and-swap checked.
+//! old session, compare-and-swap checked, with the protections of an
+//! activation: after the Stop, the gate up, no turn and no draft, in place
+//! when the target is a tmux pane running Claude Code.
 
-use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session};
-use crate::operation::{Status, Store};
-use crate::target::Target;
+use std::thread;
+
+use super::activate::{GATED_SETTLE, SETTLE, prompt_hook_installed, ran_before, respawn_back};
+use super::in_place::{self, Switched};
+use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session, target_guard};
+use crate::gate::turn_since_stop;
+use crate::operation::{Locked, Operation, Status, Store};
+use crate::target::{SWITCHING_NOTICE, Target};
 use ktr_base::config::Config;
-use ktr_base::error::Result;
+use ktr_base::error::{Error, Result};
 
-/// Roll operation `id` back (status `rollback_scheduled` → `rolling_back`):
-/// the target must still run what activation left (the identity recorded
-/// after activation), else `failed` + `session_conflict` with the target
-/// untouched; then resume the source session and check its health:
-/// `rolled_back`, or `failed` with `needs_attention`.
+/// Roll operation `id` back (status `rollback_scheduled` → `rolling_back`,
+/// the gate up: `ktr-prompt` refuses the rebuilt session's prompts): the
+/// target must still run what activation left (the identity recorded after
+/// activation) and the Claude Code whose Stop hook scheduled the rollback,
+/// else `failed` + `session_conflict` with the target untouched. A turn
+/// since that Stop, a refused prompt or a draft in the input line sends it
+/// back to `rollback_pending` (the next Stop tries again). Then resume the
+/// source session — in place (`/resume <old-id>`), else by respawning — and
+/// check its health: `rolled_back`, or `failed` with `needs_attention`.
 pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
     let op = store.claim(id, Stage::Rollback, Status::RollingBack)?;
     guarded(store, id, steps, |steps| {
         let target = Target::from_config(config);
-        let old = source_session(&op)?;
-        let now = target.identity()?;
-        if Some(&now) != op.target_after.as_ref() {
-            let why = format!(
-                "{target} changed since activation (identity {:?}, now {now:?}); not rolling back",
-                op.target_after.as_deref().unwrap_or("")
-            );
+        if let Some(why) = target_moved(&target, &op)? {
             steps.say(&why);
             return abandon(store, id, &why, |op| op.session_conflict = true).map(Outcome::done);
         }
         if let Some(restored) = crate::recall::archive::restore_source(&config.project_dir, &op)? {
             steps.say(&restored);
         }
-        steps.say(format!("switching {target} back to {old}"));
-        let back = super::activate::restore(config, &op, &target, || {
-            pause_point(Stage::Rollback, "switched");
-        });
-        let op = match back {
-            Ok((identity, what)) => store.with_lock(|tx| {
-                let mut op = tx.load(id)?;
-                op.target_after = Some(identity.clone());
-                let note = format!("rolled back: {target} runs {what} again (identity {identity})");
-                tx.transition(&mut op, Status::RolledBack, &note)?;
-                Ok(op)
-            })?,
-            Err(e) => {
-                let now = target
-                    .identity()
-                    .unwrap_or_else(|e| format!("unknown: {e}"));
-                abandon(store, id, &format!("rollback to {old} failed: {e}"), |op| {
-                    op.rollback_ok = Some(false);
-                    op.needs_attention = true;
-                    op.target_after = Some(now);
-                })?
-            }
-        };
-        steps.say(format!("operation is {}", op.status));
-        Ok(Outcome::done(op))
+        // Shown to a person at the pane until the switch back is over (a
+        // waiting line stays up when it waits for them).
+        let notice = target.notice(SWITCHING_NOTICE);
+        let outcome = switch_back(config, store, id, &target, &op, steps);
+        if outcome
+            .as_ref()
+            .is_ok_and(|o| o.operation.status == Status::RollbackPending)
+        {
+            notice.waiting();
+        }
+        outcome
     })
+}
+
+/// From `rolling_back` (the gate up) to the end of the switch back: the
+/// last look, in place, else by respawning.
+fn switch_back(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    target: &Target,
+    op: &Operation,
+    steps: &mut Steps,
+) -> Result<Outcome> {
+    let old = source_session(op)?;
+    // Let a turn that began just before the gate went up show itself.
+    thread::sleep(if prompt_hook_installed(config) {
+        GATED_SETTLE
+    } else {
+        SETTLE
+    });
+    let op = store.with_lock(|tx| last_look(tx, target, id))?;
+    if op.status != Status::RollingBack {
+        steps.say(format!(
+            "not rolling back now: operation is {} ({})",
+            op.status,
+            op.deferred.as_deref().unwrap_or("")
+        ));
+        return Ok(Outcome::done(op));
+    }
+    steps.say(format!("switching {target} back to {old}"));
+    let switched = in_place::switch(Stage::Rollback, config, store, id, target, op.claude, &old);
+    let back = match switched {
+        Switched::Healthy(identity) => {
+            pause_point(Stage::Rollback, "switched");
+            Ok((
+                identity,
+                format!("session {old} in place (/resume typed into the same Claude Code)"),
+            ))
+        }
+        Switched::Collided(why) | Switched::Busy(why) => {
+            steps.say(&why);
+            let op = store.with_lock(|tx| {
+                let mut op = tx.load(id)?;
+                defer(tx, &mut op, &why)?;
+                Ok(op)
+            })?;
+            return Ok(Outcome::done(op));
+        }
+        Switched::NotTried(why) | Switched::NotTaken(why) | Switched::Unhealthy(why) => {
+            steps.say(format!("not in place ({why}); respawning the pane"));
+            ran_before(&op).and_then(|ran| {
+                respawn_back(config, target, &ran, || {
+                    pause_point(Stage::Rollback, "switched");
+                })
+            })
+        }
+    };
+    let op = match back {
+        Ok((identity, what)) => store.with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            op.target_after = Some(identity.clone());
+            let note = format!("rolled back: {target} runs {what} again (identity {identity})");
+            tx.transition(&mut op, Status::RolledBack, &note)?;
+            Ok(op)
+        })?,
+        Err(e) => {
+            let now = target
+                .identity()
+                .unwrap_or_else(|e| format!("unknown: {e}"));
+            abandon(store, id, &format!("rollback to {old} failed: {e}"), |op| {
+                op.rollback_ok = Some(false);
+                op.needs_attention = true;
+                op.target_after = Some(now);
+            })?
+        }
+    };
+    steps.say(format!("operation is {}", op.status));
+    Ok(Outcome::done(op))
+}
+
+/// Why the target is not what activation left: another identity, or (a
+/// process target) not the Claude Code whose Stop hook scheduled the
+/// rollback. None when it is.
+fn target_moved(target: &Target, op: &Operation) -> Result<Option<String>> {
+    let now = target.identity()?;
+    if Some(&now) != op.target_after.as_ref() {
+        return Ok(Some(format!(
+            "{target} changed since activation (identity {:?}, now {now:?}); not rolling back",
+            op.target_after.as_deref().unwrap_or("")
+        )));
+    }
+    let Some(candidate) = op.candidate.as_ref() else {
+        return Ok(Some(format!(
+            "operation {} has no candidate recorded",
+            op.id
+        )));
+    };
+    if op.claude.is_none() {
+        // Scheduled before the Stop hook recorded its Claude: identity only.
+        return Ok(None);
+    }
+    Ok(
+        target_guard::runs_source(target, op, candidate.session_id.as_str())
+            .err()
+            .map(|e| e.message),
+    )
+}
+
+/// The last look with the gate up: no turn of the rebuilt session since
+/// the Stop that scheduled the rollback, no prompt refused since the gate
+/// went up, and the pane shows neither a draft nor a running turn. Else
+/// back to `rollback_pending`, the target untouched.
+fn last_look(tx: &mut Locked, target: &Target, id: &str) -> Result<Operation> {
+    let mut op = tx.load(id)?;
+    super::ensure_ours(&op, Status::RollingBack)?;
+    let transcript = op
+        .candidate
+        .as_ref()
+        .map(|c| c.path.clone())
+        .ok_or_else(|| Error::refused(format!("operation {id} has no candidate recorded")))?;
+    let why = match turn_since_stop(&op, &transcript)? {
+        Some(why) => Some(why),
+        None if !op.blocked_prompts.is_empty() => Some(format!(
+            "a prompt was sent while the gate was up ({} refused by ktr-prompt; Claude Code gives the text back to the input line)",
+            op.blocked_prompts.len()
+        )),
+        None => super::activate::pane_busy(target),
+    };
+    if let Some(why) = why {
+        defer(tx, &mut op, &why)?;
+    }
+    Ok(op)
+}
+
+/// Not now: back to `rollback_pending` with the reason; the next Stop of
+/// the rebuilt session schedules the rollback again.
+fn defer(tx: &mut Locked, op: &mut Operation, why: &str) -> Result<()> {
+    op.deferred = Some(why.to_string());
+    let note = format!("not rolled back: {why}; the next Stop tries again");
+    tx.transition(op, Status::RollbackPending, &note)
 }

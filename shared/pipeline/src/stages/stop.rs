@@ -184,9 +184,10 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
         if op.status == Status::Pending {
             op.session_id = Some(by.session.clone());
             op.transcript_path = Some(by.transcript.to_path_buf());
-            // The Claude Code process that ran this hook: the target must run it.
-            op.claude = crate::process::runner_of(std::process::id());
         }
+        // The Claude Code process that ran this hook: the target must run
+        // it (a rebuild), or still run it (a rollback, switched in place).
+        op.claude = crate::process::runner_of(std::process::id());
         op.scheduled_at = Some(by.at.clone());
         op.scheduled_reply = by.reply.map(super::advice::reply_end);
         op.turn_started_at = None;

@@ -1,0 +1,160 @@
+//! Unit tests of the config.
+use super::*;
+
+fn err(text: &str) -> String {
+    Config::from_toml(text).unwrap_err().message
+}
+
+#[test]
+fn defaults_apply() {
+    let c = Config::from_toml("project_dir = \"/p\"").unwrap();
+    assert_eq!(c.activation, Activation::Tmux);
+    assert_eq!(c.tmux_target, "cc:0.0");
+    assert_eq!(c.resume_command, ["claude", "--resume", "{session_id}"]);
+    assert_eq!(c.dirty_budget_bytes, 524_288);
+    assert_eq!(c.stamp_template, "[发生时间: {timestamp}]");
+    assert!(c.poison_pattern.is_match("acceptable use"));
+    assert!(
+        c.reply_tool_pattern
+            .is_match("mcp__plugin_telegram_telegram__reply")
+    );
+    assert!(c.reply_tool_pattern.is_match("mcp__companion__reply"));
+    assert!(
+        !c.reply_tool_pattern
+            .is_match("mcp__ktr__thread_rebuild_plan")
+    );
+}
+
+#[test]
+fn unknown_key_is_named_with_a_hint() {
+    let m = err("project_dir = \"/p\"\ninclude_open_tial = true");
+    assert!(
+        m.contains("include_open_tial") && m.contains("include_open_tail"),
+        "{m}"
+    );
+}
+
+#[test]
+fn wrong_types_name_the_key() {
+    assert_eq!(
+        err("project_dir = \"/p\"\nstamp_turns = \"yes\""),
+        "stamp_turns must be true or false, not string"
+    );
+    assert!(err("project_dir = \"/p\"\ndirty_budget_bytes = 1.5").contains("dirty_budget_bytes"));
+    assert!(err("project_dir = 3").contains("project_dir must be a string"));
+    assert!(err("project_dir = \"/p\"\nresume_env = { A = 1 }").contains("resume_env.A"));
+}
+
+#[test]
+fn rules_are_enforced() {
+    assert!(err("").contains("project_dir is required"));
+    assert!(err("project_dir = \"/p\"\ncarry_max_tokens = 100").contains("carry_max_tokens"));
+    assert!(err("project_dir = \"/p\"\nmax_event_chars = 10").contains("max_event_chars"));
+    assert!(err("project_dir = \"/p\"\nstamp_template = \"x\"").contains("{timestamp}"));
+    assert!(err("project_dir = \"/p\"\nresume_command = [\"claude\"]").contains("{session_id}"));
+    assert!(
+        err("project_dir = \"/p\"\nactivation = \"systemd\"\nsystemd_unit = \"x\"")
+            .contains(".service")
+    );
+    assert!(
+        err("project_dir = \"/p\"\nstable_file_seconds = 15")
+            .contains("stable_file_timeout_seconds")
+    );
+    assert!(err("project_dir = \"/p\"\npoison_pattern = \"(\"").contains("poison_pattern"));
+    assert!(err("project_dir = \"/p\"\ntmux_target = \"a\\nb\"").contains("tmux_target"));
+    assert_eq!(
+        err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3"),
+        "systemd_restart_timeout_seconds must be between 10 and 3600"
+    );
+    assert!(err("not toml [").starts_with("not valid TOML"));
+    assert_eq!(
+        err("project_dir = \"/p\"\nhealthcheck_min_seconds = 6"),
+        "healthcheck_min_seconds must not be greater than healthcheck_seconds"
+    );
+}
+
+#[test]
+fn the_minimum_life_defaults_to_one_second_within_the_window() {
+    let min = |text: &str| Config::from_toml(text).unwrap().healthcheck_min_seconds;
+    assert!((min("project_dir = \"/p\"") - 1.0).abs() < f64::EPSILON);
+    let short = "project_dir = \"/p\"\nhealthcheck_seconds = 0.5";
+    assert!((min(short) - 0.25).abs() < f64::EPSILON);
+    let explicit = "project_dir = \"/p\"\nhealthcheck_min_seconds = 0";
+    assert!(min(explicit).abs() < f64::EPSILON);
+}
+
+#[test]
+fn resume_command_string_is_split_like_a_shell() {
+    let c = Config::from_toml(
+        "project_dir = \"/p\"\nresume_command = \"claude --resume {session_id} --append-system-prompt 'be kind'\"",
+    )
+    .unwrap();
+    assert_eq!(
+        c.resume_argv("abc"),
+        [
+            "claude",
+            "--resume",
+            "abc",
+            "--append-system-prompt",
+            "be kind"
+        ]
+    );
+}
+
+#[test]
+fn every_numeric_key_has_a_range_and_huge_values_name_the_key() {
+    for r in RANGES {
+        for bad in ["1e300", "-1", "1e20", "nan", "inf"] {
+            let m = err(&format!("project_dir = \"/p\"\n{} = {bad}", r.key));
+            assert!(m.starts_with(r.key), "{} = {bad}: {m}", r.key);
+        }
+        let ok = Config::from_toml(&format!("project_dir = \"/p\"\n{} = {}", r.key, r.max));
+        // Keys bounded by another key too.
+        let lower_ok = ![
+            "stable_file_timeout_seconds",
+            "stable_file_seconds",
+            "healthcheck_min_seconds",
+        ]
+        .contains(&r.key);
+        assert!(ok.is_ok() || !lower_ok, "{} = max refused", r.key);
+    }
+    assert_eq!(
+        err("project_dir = \"/p\"\nhealthcheck_seconds = 1e300"),
+        "healthcheck_seconds must be greater than 0 and at most 3600"
+    );
+    assert_eq!(
+        err("project_dir = \"/p\"\ncarry_max_tokens = 100"),
+        "carry_max_tokens must be 0 (off) or between 5000 and 100000000"
+    );
+    assert!(
+        err("project_dir = \"/p\"\nstate_dir = \"\"").starts_with("state_dir must not be empty")
+    );
+    // Every documented range is what the README says.
+    let readme = include_str!("../../../../README.md");
+    for r in RANGES {
+        assert!(
+            readme.contains(&format!("`{}`", r.key)),
+            "README lacks {}",
+            r.key
+        );
+    }
+}
+
+#[test]
+fn relative_paths_are_taken_from_the_config_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ktr.toml");
+    std::fs::write(&file, "project_dir = \"proj\"\nstate_dir = \"st/ate\"\n").unwrap();
+    let c = Config::load(Some(&file)).unwrap();
+    assert_eq!(c.project_dir, dir.path().join("proj"));
+    assert_eq!(c.state_dir, dir.path().join("st/ate"));
+}
+
+#[test]
+fn project_names_encode_like_claude_code() {
+    assert_eq!(
+        encode_project_name(Path::new("/home/u/my.proj_x/a b+c")),
+        "-home-u-my-proj-x-a-b-c"
+    );
+    assert_eq!(encode_project_name(Path::new("/root")), "-root");
+}

@@ -1,0 +1,158 @@
+//! Which session a running Claude Code process serves now (SPEC §12).
+//!
+//! A Claude Code process names the session it started with on its command
+//! line (`--resume S`) and gives it to its MCP servers
+//! (`CLAUDE_CODE_SESSION_ID`), but `/resume <id>` switches the same process
+//! to another session without changing either (measured on 2.1.328).
+//! `ktr-ack`, the `SessionStart` (resume) hook, records every resume here,
+//! keyed by the process (pid + start time, so a reused pid never inherits
+//! it): `<state_dir>/claude/<pid>.json`. Whatever ties a process to a
+//! session — what a target runs, the session the MCP server serves, the
+//! in-place switch's health check — reads it before the command line.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::process::ProcessId;
+use ktr_base::error::{Error, Result};
+use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
+use ktr_base::open::{Links, read_capped};
+use ktr_base::time::{now_rfc3339, parse_rfc3339};
+
+/// The largest binding file read.
+const CAP: u64 = 4096;
+
+/// One process's current session, as its last `SessionStart` (resume) said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub claude: ProcessId,
+    pub session_id: String,
+    /// When `ktr-ack` recorded it (RFC 3339, ms).
+    pub at: String,
+}
+
+impl Binding {
+    /// When it was recorded (None when unreadable).
+    pub fn time(&self) -> Option<SystemTime> {
+        parse_rfc3339(&self.at)
+    }
+}
+
+/// The bindings' directory in a state dir.
+pub fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("claude")
+}
+
+fn file(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{pid}.json"))
+}
+
+/// Record that `claude` serves `session_id` now (0600, atomic), and forget
+/// the bindings of processes that are gone. The state dir must exist.
+pub fn record(state_dir: &Path, claude: ProcessId, session_id: &str) -> Result<Binding> {
+    if !state_dir.is_dir() {
+        return Err(Error::refused(format!(
+            "state dir {} does not exist",
+            state_dir.display()
+        )));
+    }
+    let dir = dir(state_dir);
+    ensure_private_dir(&dir, 0o700)?;
+    let binding = Binding {
+        claude,
+        session_id: session_id.to_string(),
+        at: now_rfc3339(),
+    };
+    let bytes = serde_json::to_vec(&binding).map_err(|e| Error::io(e.to_string()))?;
+    write_atomic(&file(&dir, claude.pid), &bytes, 0o600, Existing::Replace)?;
+    prune(&dir);
+    Ok(binding)
+}
+
+/// The session `claude` serves according to its last resume, if that very
+/// process recorded one.
+pub fn of(bindings: &Path, claude: ProcessId) -> Option<Binding> {
+    let bytes = read_capped(&file(bindings, claude.pid), CAP, Links::Refuse).ok()??;
+    let binding: Binding = serde_json::from_slice(&bytes).ok()?;
+    (binding.claude == claude).then_some(binding)
+}
+
+/// [`of`] for a live pid.
+pub fn of_pid(bindings: &Path, pid: u32) -> Option<Binding> {
+    of(bindings, ProcessId::of(pid)?)
+}
+
+/// Remove the bindings of processes that no longer run (and unreadable ones).
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let live = read_capped(&entry.path(), CAP, Links::Refuse)
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice::<Binding>(&b).ok())
+            .is_some_and(|b| b.claude.alive());
+        if !live {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binding_follows_the_very_process_and_no_pid_reuse() {
+        let state = tempfile::tempdir().unwrap();
+        let me = ProcessId::of(std::process::id()).unwrap();
+        let s = "5e55e55e-0000-4000-8000-000000000001";
+        record(state.path(), me, s).unwrap();
+        let found = of(&dir(state.path()), me).unwrap();
+        assert_eq!((found.session_id.as_str(), found.claude), (s, me));
+        assert!(found.time().is_some());
+        assert_eq!(of_pid(&dir(state.path()), me.pid), Some(found));
+        // Another process under the same pid (another start time): none.
+        let reused = ProcessId {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert_eq!(of(&dir(state.path()), reused), None);
+        // The newest resume wins.
+        let t = "5e55e55e-0000-4000-8000-000000000002";
+        record(state.path(), me, t).unwrap();
+        assert_eq!(of(&dir(state.path()), me).unwrap().session_id, t);
+    }
+
+    #[test]
+    fn the_bindings_of_processes_that_are_gone_are_forgotten() {
+        let state = tempfile::tempdir().unwrap();
+        let d = dir(state.path());
+        std::fs::create_dir_all(&d).unwrap();
+        let gone = ProcessId {
+            pid: u32::MAX - 7,
+            start_time: 1,
+        };
+        let stale = Binding {
+            claude: gone,
+            session_id: "x".into(),
+            at: now_rfc3339(),
+        };
+        std::fs::write(file(&d, gone.pid), serde_json::to_vec(&stale).unwrap()).unwrap();
+        let me = ProcessId::of(std::process::id()).unwrap();
+        record(state.path(), me, "5e55e55e-0000-4000-8000-000000000001").unwrap();
+        assert!(!file(&d, gone.pid).exists());
+        assert!(file(&d, me.pid).exists());
+    }
+
+    #[test]
+    fn without_a_state_dir_nothing_is_created() {
+        let missing = Path::new("/nonexistent/ktr-state");
+        let me = ProcessId::of(std::process::id()).unwrap();
+        assert!(record(missing, me, "x").is_err());
+        assert!(!missing.exists());
+    }
+}

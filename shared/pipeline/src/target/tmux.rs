@@ -1,0 +1,141 @@
+//! A tmux pane running Claude Code (SPEC §12): its identity is
+//! `#{pane_pid}`, a switch respawns it.
+
+use std::path::{Path, PathBuf};
+
+use super::CONTROL_TIMEOUT;
+use crate::process;
+use ktr_base::config::Config;
+use ktr_base::error::{Error, Result};
+
+/// A tmux pane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tmux {
+    /// The tmux program (`tmux`).
+    pub program: String,
+    /// Server socket: a name (`tmux -L NAME`) or a path with a `/`
+    /// (`tmux -S PATH`); None = the default server.
+    pub socket: Option<String>,
+    /// Pane target, e.g. `cc:0.0`.
+    pub target: String,
+    /// Where `ktr-ack` records which session each Claude process serves
+    /// ([`crate::binding`]); None: the command line alone tells.
+    pub bindings: Option<PathBuf>,
+}
+
+impl Tmux {
+    /// Type `/resume <session_id>` and Enter into the pane, in one tmux
+    /// command (no key of an attached client lands between the line and
+    /// its Enter).
+    pub(super) fn type_resume(&self, session_id: &str) -> Result<()> {
+        let line = resume_line(session_id);
+        let argv = self.argv(&[
+            "send-keys",
+            "-t",
+            &self.target,
+            "-l",
+            &line,
+            ";",
+            "send-keys",
+            "-t",
+            &self.target,
+            "Enter",
+        ]);
+        process::run_checked(&argv, CONTROL_TIMEOUT).map(drop)
+    }
+
+    /// Delete `count` characters before the cursor of the pane's input line.
+    pub(super) fn backspace(&self, count: usize) -> Result<()> {
+        let count = count.to_string();
+        let argv = self.argv(&["send-keys", "-t", &self.target, "-N", &count, "BSpace"]);
+        process::run_checked(&argv, CONTROL_TIMEOUT).map(drop)
+    }
+
+    pub(super) fn argv(&self, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![self.program.clone()];
+        if let Some(socket) = &self.socket {
+            let flag = if socket.contains('/') { "-S" } else { "-L" };
+            argv.extend([flag.to_string(), socket.clone()]);
+        }
+        argv.extend(args.iter().map(std::string::ToString::to_string));
+        argv
+    }
+
+    /// `#{pane_pid}` of the target pane; an error when the pane is gone or dead.
+    pub(super) fn pane_pid(&self) -> Result<u32> {
+        let argv = self.argv(&[
+            "display-message",
+            "-p",
+            "-t",
+            &self.target,
+            "#{pane_pid} #{pane_dead}",
+        ]);
+        let out = process::run_checked(&argv, CONTROL_TIMEOUT)?;
+        let mut words = out.split_whitespace();
+        let pid = words
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .filter(|p| *p > 0);
+        match (pid, words.next()) {
+            (Some(_), Some("1")) => {
+                Err(Error::refused(format!("tmux pane {} is dead", self.target)))
+            }
+            (Some(pid), _) => Ok(pid),
+            (None, _) => Err(Error::refused(format!(
+                "tmux pane {} not found (tmux printed {out:?})",
+                self.target
+            ))),
+        }
+    }
+
+    /// `tmux set-option -p -t T remain-on-exit on`, then
+    /// `tmux respawn-pane -k -t T -c WORKDIR [-e K=V…] -- argv…`.
+    pub(super) fn respawn(&self, session_id: &str, config: &Config) -> Result<()> {
+        let workdir = &config.claude_workdir;
+        if !workdir.is_dir() {
+            return Err(Error::refused(format!(
+                "claude_workdir {} is not a directory; fix it before switching",
+                workdir.display()
+            )));
+        }
+        self.respawn_argv(config.resume_argv(session_id), workdir, config)
+    }
+
+    /// Respawn the pane running `resume` in `workdir`, with `resume_env`.
+    pub(super) fn respawn_argv(
+        &self,
+        resume: Vec<String>,
+        workdir: &Path,
+        config: &Config,
+    ) -> Result<()> {
+        if resume.len() < 2 {
+            // tmux would hand a single word to a shell; never do that.
+            return Err(Error::config("resume_command must have at least two words"));
+        }
+        // Keep the pane when the resumed Claude exits at once: with tmux's
+        // default a dying process takes its pane (and maybe the session)
+        // with it, and the fallback would have nothing to respawn.
+        let keep = self.argv(&[
+            "set-option",
+            "-p",
+            "-t",
+            &self.target,
+            "remain-on-exit",
+            "on",
+        ]);
+        process::run_checked(&keep, CONTROL_TIMEOUT)?;
+        let mut argv = self.argv(&["respawn-pane", "-k", "-t", &self.target, "-c"]);
+        argv.push(workdir.to_string_lossy().into_owned());
+        for (k, v) in &config.resume_env {
+            argv.extend(["-e".to_string(), format!("{k}={v}")]);
+        }
+        argv.push("--".into());
+        argv.extend(resume);
+        process::run_checked(&argv, CONTROL_TIMEOUT).map(drop)
+    }
+}
+
+/// What ktr types to switch a Claude Code in place: `/resume <id>`.
+pub fn resume_line(session_id: &str) -> String {
+    format!("/resume {session_id}")
+}

@@ -1,0 +1,538 @@
+//! A person typing through an attached tmux client while ktr switches
+//! (issue 24, "what must be shown").
+//!
+//! The real CLI runs in a private tmux server (`cc:0.0`); a second private
+//! server's pane runs `tmux attach` to it: the person's keys go through that
+//! client (`send-keys` into the outer pane, one character at a time, 30–150
+//! ms apart), as a person's keyboard would, and the outer pane's screen is
+//! what they see (the border notice included). Each trial: one exchange, a
+//! request, then a prompt whose reply the fake model holds back; that
+//! reply's end fires the switch — a rebuild, or (after one) a rollback — and
+//! the person starts typing their next prompt at a random moment from −0.5 s
+//! to +3 s around it, then presses Enter. They retype only what visibly did
+//! not get through (nothing of it in the input line, nothing sent). A third
+//! kind begins a draft during the reply (−1.5 s to −0.3 s) and leaves it
+//! unsent.
+//!
+//! Pass: the fake API received each intended prompt exactly once and whole,
+//! and answered it, and the session it was sent in holds it with its reply
+//! (a rollback that waited for it switches away from that session after);
+//! a draft is still in the input line (capture-pane); ktr's border notice
+//! was on the person's screen in ≥ 90 % of the samples taken while they
+//! typed and ktr had a notice up.
+//!
+//! `KTR_TYPING_TRIALS` (default 6) trials in a row, `KTR_TYPING_SEED` (the
+//! seed, printed) — e.g. `KTR_TYPING_TRIALS=30 cargo test --test integration
+//! claude_typing -- --ignored --nocapture`.
+
+use std::fs;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::TmuxServer;
+use crate::support::claude::{ClaudeEnv, PANE, Tmux};
+use crate::support::fake_api::{FakeApi, Rule, last_user_text, text};
+use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::pane::Input;
+
+/// How long the fake model holds back the reply that fires the switch.
+const REPLY_DELAY: Duration = Duration::from_secs(2);
+/// How long a trial's steps may take on a busy two-core machine.
+const STEP: Duration = Duration::from_secs(90);
+
+/// What a trial switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Rebuild,
+    Rollback,
+    /// A draft typed during the reply and left unsent.
+    Draft,
+}
+
+/// A small seeded generator (xorshift64*): the trials repeat from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn between(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and tmux"]
+fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
+    let bin = crate::support::claude_bin();
+    let trials: usize = env_or("KTR_TYPING_TRIALS", 6);
+    let seed: u64 = env_or("KTR_TYPING_SEED", uuid::Uuid::new_v4().as_u128() as u64 | 1);
+    eprintln!("typing: {trials} trials, KTR_TYPING_SEED={seed}");
+    let mut rng = Rng(seed);
+    let (mut seen, mut shown, mut failures) = (0, 0, Vec::new());
+    for n in 0..trials {
+        let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft][n % 3];
+        // A draft is begun during the reply (before the switch).
+        let offset_ms = if kind == Kind::Draft {
+            rng.between(-1500, -300)
+        } else {
+            rng.between(-500, 3000)
+        };
+        let trial = Trial::start(&bin, n);
+        let result = trial.run(kind, offset_ms, &mut rng);
+        eprintln!(
+            "typing: trial {n} {kind:?} offset {offset_ms} ms: {}",
+            match &result {
+                Ok(r) => format!(
+                    "ok ({}/{} samples with the notice, {} retyped)",
+                    r.shown, r.seen, r.retyped
+                ),
+                Err(e) => format!("LOST: {}", e.lines().next().unwrap_or("")),
+            }
+        );
+        match result {
+            Ok(r) => {
+                seen += r.seen;
+                shown += r.shown;
+            }
+            Err(e) => failures.push(format!(
+                "trial {n} ({kind:?}, {offset_ms} ms): {e}\n{}",
+                trial.diagnosis()
+            )),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "seed {seed}: {}",
+        failures.join("\n\n")
+    );
+    eprintln!(
+        "typing: the notice was on the person's screen in {shown} of {seen} samples taken while ktr had one up"
+    );
+    assert!(
+        seen == 0 || shown * 10 >= seen * 9,
+        "seed {seed}: the notice was visible in only {shown} of {seen} samples"
+    );
+}
+
+/// What a trial measured.
+struct Typed {
+    /// Samples of the person's screen taken while ktr had a notice up.
+    seen: usize,
+    /// Of those, how many showed it.
+    shown: usize,
+    /// How often the person typed the prompt again.
+    retyped: usize,
+}
+
+/// One installation: the CLI in server A, the person's client in server B.
+/// Fields drop in order: the client, the CLI, the temp dir last.
+struct Trial {
+    outer: TmuxServer,
+    tmux: Tmux,
+    api: FakeApi,
+    env: ClaudeEnv,
+    store: Store,
+    config: std::path::PathBuf,
+    source_id: String,
+    tag: String,
+}
+
+impl Trial {
+    fn start(bin: &Path, n: usize) -> Trial {
+        let tag = format!("Y{n:03}");
+        let rules = ["ONE", "TWO", "THREE", "FOUR", "FIVE", "DRAFT"]
+            .iter()
+            .map(|w| {
+                Rule::new(
+                    &format!("{tag}-{w}"),
+                    vec![vec![text(&format!("{tag}-R-{w} done."))]],
+                )
+            })
+            .collect();
+        let api = FakeApi::start(rules);
+        let mut env = ClaudeEnv::new(bin, &api);
+        let socket = Tmux::unique_socket();
+        env.extra_env
+            .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+        let (state, config) = (env.sandbox.state.clone(), env.sandbox.config.clone());
+        fs::write(&config, crate::claude_loop::config_text(&env, &state)).unwrap();
+        env.install_ktr(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap(),
+            &config,
+        );
+        env.prepare_interactive(&[]);
+        let source_id = uuid::Uuid::new_v4().to_string();
+        let tmux = Tmux::start_on(&env, &socket, &["--session-id", &source_id]);
+        // The person's terminal: a client of server A in server B's pane.
+        let attach = ["tmux", "-L", &socket, "attach", "-t", "cc"];
+        let mut outer_args = vec!["-s", "out", "-x", "170", "-y", "56", "--"];
+        outer_args.extend(attach);
+        let outer =
+            TmuxServer::start_on(&TmuxServer::unique_socket("ktr-person"), None, &outer_args);
+        Trial {
+            outer,
+            tmux,
+            api,
+            env,
+            store: Store::open(&state).unwrap(),
+            config,
+            source_id,
+            tag,
+        }
+    }
+
+    fn run(&self, kind: Kind, offset_ms: i64, rng: &mut Rng) -> Result<Typed, String> {
+        let tag = &self.tag;
+        Self::wait(|| self.input() == Input::Idle, "an idle CLI")?;
+        self.type_keys(&format!("{tag}-ONE hello"), rng);
+        self.enter();
+        Self::wait(|| self.answered(&format!("{tag}-ONE")), "ONE answered")?;
+        self.ktr(&[
+            "request",
+            "--confirm",
+            "REBUILD",
+            "--reason",
+            "typing trial",
+        ])?;
+        let (fire, next) = if kind == Kind::Rollback {
+            // First a rebuild (quietly), then the rollback around the reply.
+            self.say_slowly(&format!("{tag}-TWO please"), rng)?;
+            let op = self.wait_op(|op| op.status == Status::Activated, "the rebuild")?;
+            Self::wait(|| self.input() == Input::Idle, "the rebuilt session idle")?;
+            self.ktr(&["rollback-request", &op.id, "--confirm", "ROLLBACK"])?;
+            (format!("{tag}-FOUR please"), format!("{tag}-FIVE go on"))
+        } else {
+            (format!("{tag}-TWO please"), format!("{tag}-THREE go on"))
+        };
+        self.api.set_turn_delay(REPLY_DELAY);
+        self.type_keys(&fire, rng);
+        self.enter();
+        let asked = self
+            .api
+            .wait_turn(&fire, STEP)
+            .ok_or("the prompt that fires the switch never reached the model")?;
+        let reply_end = asked.at + REPLY_DELAY;
+        let start = if offset_ms >= 0 {
+            reply_end + Duration::from_millis(offset_ms.unsigned_abs())
+        } else {
+            reply_end
+                .checked_sub(Duration::from_millis(offset_ms.unsigned_abs()))
+                .unwrap()
+        };
+        thread::sleep(start.saturating_duration_since(Instant::now()));
+        self.api.set_turn_delay(Duration::ZERO);
+        let (draft, prompt) = match kind {
+            Kind::Draft => (Some(format!("{tag}-DRAFT kept for later")), None),
+            _ => (None, Some(next)),
+        };
+        let mut typed = Typed {
+            seen: 0,
+            shown: 0,
+            retyped: 0,
+        };
+        let words = draft.as_ref().or(prompt.as_ref()).unwrap();
+        self.type_watching(words, rng, &mut typed);
+        if let Some(draft) = &draft {
+            return self.draft_kept(draft, typed);
+        }
+        let prompt = prompt.unwrap();
+        self.enter();
+        self.until_answered(&prompt, rng, &mut typed)?;
+        self.once_and_whole(&fire)?;
+        self.once_and_whole(&prompt)?;
+        let op = self.wait_op(
+            |op| op.status.is_terminal() || op.status == Status::Pending,
+            "the switch",
+        )?;
+        if !matches!(
+            op.status,
+            Status::Activated | Status::RolledBack | Status::Pending
+        ) {
+            return Err(format!("the operation ended {}: {:?}", op.status, op.error));
+        }
+        // Under the session it belongs to: the one it was sent in (a
+        // rollback that waited for it then leaves that session) holds it
+        // and its reply (and a rebuild after it carries both).
+        let reply = prompt
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .replacen('-', "-R-", 1);
+        // Claude Code writes a turn to the transcript up to ~1 s after it.
+        let held = crate::support::wait_for(Duration::from_secs(10), || {
+            self.transcripts_holding(&prompt, &reply) > 0
+        });
+        if !held {
+            return Err(format!(
+                "no transcript holds {prompt} and its reply (the pane serves {})",
+                self.pane_session()
+            ));
+        }
+        Ok(typed)
+    }
+
+    /// A draft left unsent: the switch waits, the draft stays whole in the
+    /// input line, the border says why.
+    fn draft_kept(&self, draft: &str, typed: Typed) -> Result<Typed, String> {
+        let op = self.wait_op(
+            |op| op.status == Status::Pending && op.deferred.is_some() || op.status.is_terminal(),
+            "the switch to wait for the draft",
+        )?;
+        if op.status != Status::Pending {
+            return Err(format!(
+                "the operation ended {} with a draft in the input line",
+                op.status
+            ));
+        }
+        if self.input() != Input::Draft(draft.to_string()) {
+            return Err(format!(
+                "the draft is not whole in the input line: {:?}",
+                self.input()
+            ));
+        }
+        if self
+            .api
+            .turns()
+            .iter()
+            .any(|t| last_user_text(t.messages()).contains(draft))
+        {
+            return Err("the unsent draft reached the model".into());
+        }
+        if !self
+            .person_screen()
+            .contains("ktr: the switch waits for you")
+        {
+            return Err(format!(
+                "the person does not see why it waits:\n{}",
+                self.person_screen()
+            ));
+        }
+        Ok(typed)
+    }
+
+    /// Type `words` one character at a time through the client, sampling
+    /// the person's screen at every key.
+    fn type_watching(&self, words: &str, rng: &mut Rng, typed: &mut Typed) {
+        for c in words.chars() {
+            self.outer
+                .tmux(&["send-keys", "-t", "out:0.0", "-l", &c.to_string()]);
+            if self.notice_up() {
+                typed.seen += 1;
+                typed.shown += usize::from(self.person_screen().contains("ktr: "));
+            }
+            thread::sleep(Duration::from_millis(rng.between(30, 150).unsigned_abs()));
+        }
+    }
+
+    /// Type `words` through the client at human speed (no sampling).
+    fn type_keys(&self, words: &str, rng: &mut Rng) {
+        for c in words.chars() {
+            self.outer
+                .tmux(&["send-keys", "-t", "out:0.0", "-l", &c.to_string()]);
+            thread::sleep(Duration::from_millis(rng.between(30, 150).unsigned_abs()));
+        }
+    }
+
+    fn enter(&self) {
+        thread::sleep(Duration::from_millis(120));
+        self.outer.tmux(&["send-keys", "-t", "out:0.0", "Enter"]);
+    }
+
+    /// Type `line`, Enter, wait until it is answered.
+    fn say_slowly(&self, line: &str, rng: &mut Rng) -> Result<(), String> {
+        self.type_keys(line, rng);
+        self.enter();
+        Self::wait(|| self.answered(line), "an answer")
+    }
+
+    /// Wait until `prompt` is answered; what is left in the input line is
+    /// sent again (Enter), what visibly did not get through is typed again.
+    fn until_answered(&self, prompt: &str, rng: &mut Rng, typed: &mut Typed) -> Result<(), String> {
+        let deadline = Instant::now() + STEP;
+        let mut quiet_since = Instant::now();
+        while !self.answered(prompt) {
+            if Instant::now() > deadline {
+                return Err(format!("{prompt} was never answered"));
+            }
+            thread::sleep(Duration::from_millis(250));
+            let input = self.input();
+            let sent = self.sent_times(prompt) > 0;
+            match input {
+                Input::Draft(d)
+                    if d.contains(prompt) && quiet_since.elapsed() > Duration::from_secs(3) =>
+                {
+                    self.enter();
+                    quiet_since = Instant::now();
+                }
+                Input::Idle if !sent && quiet_since.elapsed() > Duration::from_secs(4) => {
+                    // Nothing of it on screen and nothing sent: type it again.
+                    typed.retyped += 1;
+                    self.type_watching(prompt, rng, typed);
+                    self.enter();
+                    quiet_since = Instant::now();
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The model received `prompt` exactly once, whole.
+    fn once_and_whole(&self, prompt: &str) -> Result<(), String> {
+        let texts: Vec<String> = self
+            .api
+            .turns()
+            .iter()
+            .map(|t| last_user_text(t.messages()))
+            .filter(|t| t.contains(prompt.split_whitespace().next().unwrap_or(prompt)))
+            .collect();
+        let whole = texts.iter().filter(|t| t.contains(prompt)).count();
+        if whole != 1 || texts.len() != 1 {
+            return Err(format!("{prompt:?} reached the model as {texts:?}"));
+        }
+        Ok(())
+    }
+
+    fn sent_times(&self, prompt: &str) -> usize {
+        self.api
+            .turns()
+            .iter()
+            .filter(|t| last_user_text(t.messages()).contains(prompt))
+            .count()
+    }
+
+    /// The reply to `prompt` (its `R-` marker) was sent.
+    fn answered(&self, prompt: &str) -> bool {
+        let word = prompt.split_whitespace().next().unwrap_or(prompt);
+        let marker = word.replacen('-', "-R-", 1);
+        self.api.turns().iter().any(|t| {
+            t.messages()
+                .iter()
+                .any(|m| m["role"] == "assistant" && m.to_string().contains(&marker))
+        }) || self.tmux.screen_of(PANE).contains(&marker)
+    }
+
+    fn input(&self) -> Input {
+        Input::of_screen(&self.tmux.screen_of(PANE))
+    }
+
+    /// What the person sees: the client's rendering (border, status line).
+    fn person_screen(&self) -> String {
+        self.outer.tmux(&["capture-pane", "-p", "-t", "out:0.0"])
+    }
+
+    /// Whether ktr has its notice up on the CLI's pane.
+    fn notice_up(&self) -> bool {
+        ktr_pipeline::target::Target::Tmux(ktr_pipeline::target::Tmux {
+            program: "tmux".into(),
+            socket: Some(self.tmux.server.socket.clone()),
+            target: PANE.into(),
+            bindings: None,
+        })
+        .shown_notice()
+        .is_some()
+    }
+
+    /// How many transcripts of the project hold `prompt` and, after it,
+    /// `reply`.
+    fn transcripts_holding(&self, prompt: &str, reply: &str) -> usize {
+        fs::read_dir(&self.env.sandbox.project).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter_map(|e| fs::read_to_string(e.path()).ok())
+                .filter(|t| t.find(prompt).is_some_and(|at| t[at..].contains(reply)))
+                .count()
+        })
+    }
+
+    /// The session the pane's Claude Code serves (ktr-ack's binding, else
+    /// its command line, else the source).
+    fn pane_session(&self) -> String {
+        let bindings = ktr_pipeline::binding::dir(self.store.dir());
+        ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid())
+            .map(|b| b.session_id)
+            .or_else(|| ktr_pipeline::target::session_arg(&self.tmux.pane_argv()))
+            .unwrap_or_else(|| self.source_id.clone())
+    }
+
+    fn wait(done: impl Fn() -> bool, what: &str) -> Result<(), String> {
+        if crate::support::wait_for(STEP, done) {
+            Ok(())
+        } else {
+            Err(format!("timed out waiting for {what}"))
+        }
+    }
+
+    fn wait_op(&self, done: impl Fn(&Operation) -> bool, what: &str) -> Result<Operation, String> {
+        let deadline = Instant::now() + STEP;
+        loop {
+            if let Some(op) = self.store.latest().map_err(|e| e.to_string())?
+                && done(&op)
+            {
+                return Ok(op);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out waiting for {what}"));
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ktr(&self, args: &[&str]) -> Result<String, String> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env("HOME", &self.env.sandbox.home)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(said)
+        } else {
+            Err(format!(
+                "ktr {args:?}: {said}{}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    fn diagnosis(&self) -> String {
+        let op = self.store.latest().ok().flatten().map_or_else(
+            || "no operation".into(),
+            |op| {
+                op.history
+                    .iter()
+                    .map(|t| format!("  {} {} -> {}: {}", t.at, t.from, t.to, t.note))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        );
+        let log = fs::read_to_string(self.store.worker_log()).unwrap_or_default();
+        let sent: Vec<String> = self
+            .api
+            .turns()
+            .iter()
+            .map(|t| last_user_text(t.messages()))
+            .collect();
+        format!(
+            "history:\n{op}\nworker.log:\n{log}\nsent: {sent:?}\nthe person's screen:\n{}",
+            self.person_screen()
+        )
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
