@@ -1,4 +1,4 @@
-//! The seven tools (SPEC §11), each a thin call into the library. Every
+//! The tools (SPEC §11, and recall: issue 28), each a thin call into the library. Every
 //! failure reaches the model as a tool result with `isError: true` and the
 //! library's one-line message; successes are structured JSON.
 
@@ -78,6 +78,58 @@ pub struct RollbackArgs {
     /// Exactly `ROLLBACK` — pass it only after the human explicitly asked to go back.
     pub confirmation: String,
 }
+
+/// `thread_rebuild_recall` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RecallArgs {
+    /// What to find: a literal (ASCII letters in either case, other scripts exactly), or a regex with regex=true.
+    pub query: String,
+    /// Treat the query as a regex (Rust syntax).
+    #[serde(default)]
+    pub regex: bool,
+    /// Only these kinds: `user`, `assistant`, `tool_use`, `tool_result`, `thinking`, `injection` (or `attachment`), `image`.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only this tool's calls and results (`Bash`, `Read`, `mcp__server__tool`).
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// Only these sessions (ids or their first characters, as hits show them).
+    #[serde(default)]
+    pub sessions: Vec<String>,
+    /// Only records at or after this time (2026-05-01 or 2026-05-01T12:00:00Z, UTC).
+    #[serde(default)]
+    pub since: Option<String>,
+    /// Only records at or before this time.
+    #[serde(default)]
+    pub until: Option<String>,
+    /// Only these turns: 5, 5-9, 5- or -9.
+    #[serde(default)]
+    pub turns: Option<String>,
+    /// Hits to return (default 10, at most 30).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Read everything and count every match (slower).
+    #[serde(default)]
+    pub count: bool,
+    /// lineage (default: this session and every session it was rebuilt from) or project (every transcript of the project).
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+/// `thread_rebuild_recall_get` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RecallGetArgs {
+    /// A hit's id, exactly as `thread_rebuild_recall` returned it.
+    pub id: String,
+    /// The page (from 0; each at most 16 KB).
+    #[serde(default)]
+    pub page: u32,
+}
+
+/// The most hits one MCP answer holds (Claude Code truncates large tool results).
+const MCP_RECALL_LIMIT: u32 = 30;
 
 type ToolResult = std::result::Result<CallToolResult, ErrorData>;
 
@@ -225,11 +277,81 @@ impl Server {
         })
         .await
     }
+
+    #[tool(
+        description = "Read-only verbatim search of everything this session's history held — earlier tool output, files read, commands run, thinking, injections, and every session it was rebuilt from (even when Claude Code deleted their transcripts: ktr's backups). No summaries, no scoring: each hit cites session, line, time, turn, kind, tool and its input, with a snippet (match in ⟦⟧) and an id for thread_rebuild_recall_get. Newest first; at most 30 hits per call (narrow with kinds/tool/sessions/since/until/turns).",
+        annotations(read_only_hint = true)
+    )]
+    async fn thread_rebuild_recall(&self, Parameters(args): Parameters<RecallArgs>) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_recall", move || {
+            let config = this.load_config()?;
+            let limit = args.limit.unwrap_or(10);
+            if limit == 0 || limit > MCP_RECALL_LIMIT {
+                return Err(Error::usage(format!(
+                    "limit {limit} is out of range: give 1 to {MCP_RECALL_LIMIT} (a larger answer would be cut by Claude Code); narrow the query or filters instead"
+                )));
+            }
+            let current = this.served.choose(&config, None)?.path;
+            let ask = ktr_pipeline::recall::Ask {
+                query: args.query,
+                regex: args.regex,
+                kinds: args.kinds,
+                tool: args.tool,
+                sessions: args.sessions,
+                since: args.since,
+                until: args.until,
+                turns: args.turns.as_deref().map(ktr_pipeline::recall::parse_turns).transpose()?,
+                limit: limit as usize,
+                count: args.count,
+                scope: args.scope.as_deref().map(ktr_pipeline::recall::Scope::parse).transpose()?.unwrap_or_default(),
+                current: current.file_stem().map(|s| s.to_string_lossy().into_owned()),
+            };
+            let answer = ktr_pipeline::recall::recall(&config, &ask)?;
+            let more = answer.found.more_at_least > 0 || !answer.found.complete;
+            let complete = answer.found.complete;
+            Ok(json!({
+                "hits": answer.found.hits,
+                "more_at_least": answer.found.more_at_least,
+                "total": answer.found.total,
+                "sessions_in_lineage": answer.lineage.len(),
+                "lost_sessions": answer.lost,
+                "complete": complete,
+                "files_searched": answer.found.files_searched,
+                "bytes_searched": answer.found.bytes_searched,
+                "next": if more { "more hits exist: narrow with kinds, tool, sessions, since/until or turns; thread_rebuild_recall_get reads one hit whole" } else { "thread_rebuild_recall_get with a hit's id reads it whole" },
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Read-only: one recall hit whole, verbatim — the record's texts (tool output, file contents, thinking…; images as type and size only), in pages of at most 16 KB. Pass the hit's id from thread_rebuild_recall, and page (from 0) while page + 1 < pages.",
+        annotations(read_only_hint = true)
+    )]
+    async fn thread_rebuild_recall_get(
+        &self,
+        Parameters(args): Parameters<RecallGetArgs>,
+    ) -> ToolResult {
+        let this = self.clone();
+        run("thread_rebuild_recall_get", move || {
+            let config = this.load_config()?;
+            let store = Store::at(&config.state_dir);
+            let page = ktr_pipeline::recall::get(&store, &config.project_dir, &args.id, args.page)?;
+            let next = if page.page + 1 < page.pages {
+                format!("call again with page {}", page.page + 1)
+            } else {
+                "this is the last page".into()
+            };
+            Ok(json!({ "id": args.id, "page": page, "next": next }))
+        })
+        .await
+    }
 }
 
 #[tool_handler(
     name = "ktr",
-    instructions = "ktr rebuilds this long-running Claude Code session losslessly: every real user/assistant turn is copied verbatim onto a fresh session (tool results, thinking and injections are dropped) and Claude Code is switched over to it. Always call thread_rebuild_dirty and thread_rebuild_plan first and tell the human what they show (noise, turns carried, estimated tokens, blocked_reason). Call thread_rebuild_request only after the human explicitly agreed in this conversation, with confirmation exactly REBUILD; never on your own initiative. After requesting, finish your reply normally and do not wait or poll: the switch happens after this reply ends (Stop hook), in the background. thread_rebuild_cancel (CANCEL, pending only) and thread_rebuild_rollback_request (ROLLBACK, activated only) likewise need the human's explicit word. No tool deletes anything."
+    instructions = "ktr rebuilds this long-running Claude Code session losslessly: every real user/assistant turn is copied verbatim onto a fresh session (tool results, thinking and injections are dropped) and Claude Code is switched over to it. Always call thread_rebuild_dirty and thread_rebuild_plan first and tell the human what they show (noise, turns carried, estimated tokens, blocked_reason). Call thread_rebuild_request only after the human explicitly agreed in this conversation, with confirmation exactly REBUILD; never on your own initiative. After requesting, finish your reply normally and do not wait or poll: the switch happens after this reply ends (Stop hook), in the background. thread_rebuild_cancel (CANCEL, pending only) and thread_rebuild_rollback_request (ROLLBACK, activated only) likewise need the human's explicit word. thread_rebuild_recall finds verbatim anything earlier in this session's history (tool output, files read, thinking), also from before a rebuild; thread_rebuild_recall_get reads a hit whole. No tool deletes anything."
 )]
 impl ServerHandler for Server {}
 

@@ -30,8 +30,10 @@ Operations:
   status [OP] [--json]                  one operation (default: the latest)
   ops [--json]                          every operation, newest first
   config KEY                            one setting as ktr reads it (for scripts)
-  prune --older-than DAYS [--yes] [--json]
-                                        forget old finished operations (dry run without --yes)
+  recall QUERY [filters] [--json]       find anything the history held, verbatim (ktr recall --help)
+  prune --older-than DAYS [--yes] [--confirm FORGET] [--json]
+                                        forget old finished operations (dry run without --yes;
+                                        the last copy of a session's history only with FORGET)
   repair [--confirm REPAIR] [--json]    set damaged operation files aside into state/damaged/
                                         (lists them without --confirm; never deletes)
   purge [--confirm PURGE] [--json]      remove ktr's state dir and the candidates never activated
@@ -141,6 +143,8 @@ pub struct PruneArgs {
     pub common: Common,
     pub older_than_days: u64,
     pub yes: bool,
+    /// `--confirm FORGET`: the last copy of a session's history may go too.
+    pub forget: bool,
 }
 
 /// `ktr repair` and `ktr purge`.
@@ -190,6 +194,7 @@ pub enum Command {
     Demo(DemoArgs),
     Hooks(HooksArgs),
     Config(ConfigArgs),
+    Recall(crate::recall::RecallArgs),
 }
 
 /// `ktr config KEY`.
@@ -226,8 +231,31 @@ struct Raw {
 
 /// Parse the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, Error> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    if let Some((config, rest)) = recall_words(&args) {
+        return crate::recall::parse(config, rest).map(Command::Recall);
+    }
     let raw = parse_raw(args).map_err(|e| Error::usage(format!("{e}; see ktr --help")))?;
     validate(raw)
+}
+
+/// `[--config PATH] recall …`: recall parses its own words.
+fn recall_words(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<OsString>)> {
+    let mut config = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].to_str()?;
+        if a == "--config" {
+            config = Some(PathBuf::from(args.get(i + 1)?));
+            i += 2;
+        } else if let Some(p) = a.strip_prefix("--config=") {
+            config = Some(PathBuf::from(p));
+            i += 1;
+        } else {
+            return (a == "recall").then(|| (config, args[i + 1..].to_vec()));
+        }
+    }
+    None
 }
 
 fn parse_raw(args: impl IntoIterator<Item = OsString>) -> Result<Raw, lexopt::Error> {
@@ -327,7 +355,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         "config" => &[],
         "request" => &["--json", "--confirm", "--reason", "--session"],
         "cancel" | "rollback-request" | "repair" | "purge" => &["--json", "--confirm"],
-        "prune" => &["--json", "--older-than", "--yes"],
+        "prune" => &["--json", "--older-than", "--yes", "--confirm"],
         "demo" => &["--keep"],
         "hooks" => &["--settings", "--prefix", "--dry-run"],
         "" => return Err(Error::usage("no command given; see ktr --help")),
@@ -405,6 +433,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             common,
             older_than_days: days(raw.older_than)?,
             yes: raw.yes,
+            forget: forget_word(raw.confirm.as_deref())?,
         }),
         "demo" => Command::Demo(DemoArgs { keep: raw.keep }),
         "plan" => Command::Plan(PlanArgs {
@@ -455,6 +484,18 @@ fn uuid_arg(id: String) -> Result<String, Error> {
         "--new-session takes a session id like 0d15ea5e-0000-4000-8000-00000000beef (a UUID), not {:?}",
         id.chars().take(80).collect::<String>()
     )))
+}
+
+/// `ktr prune --confirm FORGET`: nothing else is a confirmation.
+fn forget_word(word: Option<&str>) -> Result<bool, Error> {
+    match word {
+        None => Ok(false),
+        Some("FORGET") => Ok(true),
+        Some(other) => Err(Error::usage(format!(
+            "ktr prune --confirm takes exactly FORGET (to remove the last copy of a session's history), not {:?}",
+            other.chars().take(40).collect::<String>()
+        ))),
+    }
 }
 
 /// A value the command cannot do without.

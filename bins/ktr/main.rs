@@ -14,6 +14,7 @@ mod out;
 mod plan;
 mod prune;
 mod purge;
+mod recall;
 mod repair;
 mod request;
 mod rollback_request;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Hooks(args) => hooks::run(&args),
         Command::Config(args) => config_get::run(&args),
+        Command::Recall(args) => recall::run(&args),
     });
     match result {
         Ok(code) => ExitCode::from(code),

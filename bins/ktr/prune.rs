@@ -18,6 +18,7 @@ pub fn run(args: &PruneArgs) -> Result<u8, Error> {
         args.older_than_days,
         SystemTime::now(),
         args.yes,
+        args.forget,
     )?;
     if args.common.json {
         out::json(&outcome);
@@ -43,6 +44,11 @@ fn human(o: &Outcome) -> String {
                 f.path.display()
             ));
         }
+    }
+    for session in &o.forgotten {
+        s.push_str(&format!(
+            "{verb} the last copy of session {session}'s history (confirmed with FORGET)\n"
+        ));
     }
     for k in &o.kept {
         let what = k

@@ -41,7 +41,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Hold [`SERIAL`] for a test's whole run (a test that failed while holding
 /// it does not block the others).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -65,7 +65,7 @@ const RESIDUE: &[&str] = &[
 
 /// The conversation before the rebuild, in order: what the human types and
 /// the marker of the reply the fake model gives.
-const TALK: &[(&str, &str)] = &[
+pub(crate) const TALK: &[(&str, &str)] = &[
     ("USER-L1 你好，请看看这台机器的输出和笔记。", "ASSISTANT-L1"),
     ("USER-L2 那么结论是什么？", "ASSISTANT-L2"),
     (
@@ -136,12 +136,12 @@ fn rules(notes: &Path) -> Vec<Rule> {
 /// running interactively in a private tmux server, on session `source_id`.
 /// Fields drop in order: the tmux server (and the CLI) first, the temp dir
 /// last.
-struct Loop {
-    tmux: Tmux,
-    api: FakeApi,
-    env: ClaudeEnv,
-    store: Store,
-    source_id: String,
+pub(crate) struct Loop {
+    pub(crate) tmux: Tmux,
+    pub(crate) api: FakeApi,
+    pub(crate) env: ClaudeEnv,
+    pub(crate) store: Store,
+    pub(crate) source_id: String,
 }
 
 impl Loop {
@@ -149,7 +149,7 @@ impl Loop {
     /// session. `extra_env` goes to the tmux server, hence to Claude Code,
     /// its hooks and the stages.
     #[track_caller]
-    fn start(bin: &Path, extra_env: &[(&str, &str)]) -> Loop {
+    pub(crate) fn start(bin: &Path, extra_env: &[(&str, &str)]) -> Loop {
         Loop::start_as(bin, extra_env, Tmux::start_on)
     }
 
@@ -217,7 +217,7 @@ impl Loop {
     }
 
     /// Type `line`, wait for the reply holding `marker` and for the prompt.
-    fn say(&self, line: &str, marker: &str) {
+    pub(crate) fn say(&self, line: &str, marker: &str) {
         self.tmux.type_line(line);
         self.tmux
             .wait_screen(&format!("the reply {marker}"), TURN, |s| s.contains(marker));
@@ -226,7 +226,7 @@ impl Loop {
 
     /// Type a probe and return the request it sent to the model.
     #[track_caller]
-    fn probe(&self, line: &str, needle: &str, marker: &str) -> Logged {
+    pub(crate) fn probe(&self, line: &str, needle: &str, marker: &str) -> Logged {
         self.tmux.wait_idle(TURN);
         self.tmux.type_line(line);
         let request = self
@@ -260,7 +260,7 @@ impl Loop {
 
     /// Wait for the rebuild to end; it must end `activated`.
     #[track_caller]
-    fn wait_activated(&self) -> Operation {
+    pub(crate) fn wait_activated(&self) -> Operation {
         let op = self.wait_status("the rebuild to finish", Status::is_terminal);
         assert_eq!(
             op.status,
@@ -283,7 +283,7 @@ impl Loop {
 
     /// Everything that explains a failure: the operation, the stages' log,
     /// the screen.
-    fn diagnosis(&self) -> String {
+    pub(crate) fn diagnosis(&self) -> String {
         let op = self.store.latest().ok().flatten().map_or_else(
             || "no operation".into(),
             |op| serde_json::to_string_pretty(&op).unwrap_or_default(),

@@ -1,4 +1,4 @@
-//! `ktr-mcp` over real stdio: the handshake, the seven tools, errors the
+//! `ktr-mcp` over real stdio: the handshake, the nine tools, errors the
 //! model can read, and a clean exit when stdin closes. The fixture project
 //! holds `examples/session.jsonl`; nothing reaches a real installation.
 
@@ -13,7 +13,7 @@ use ktr_pipeline::operation::Status;
 use serde_json::{Value, json};
 
 const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
-const TOOLS: [&str; 7] = [
+const TOOLS: [&str; 9] = [
     "thread_rebuild_doctor",
     "thread_rebuild_dirty",
     "thread_rebuild_plan",
@@ -21,6 +21,8 @@ const TOOLS: [&str; 7] = [
     "thread_rebuild_status",
     "thread_rebuild_cancel",
     "thread_rebuild_rollback_request",
+    "thread_rebuild_recall",
+    "thread_rebuild_recall_get",
 ];
 
 /// A sandbox whose project holds the example session.
@@ -154,7 +156,7 @@ fn ktr_plan_json(sb: &Sandbox, transcript: &Path) -> Value {
 }
 
 #[test]
-fn handshake_names_the_server_and_lists_exactly_the_seven_tools() {
+fn handshake_names_the_server_and_lists_exactly_the_nine_tools() {
     let (sb, _) = fixture();
     let (mut c, init) = Client::start(&sb, None);
     assert_eq!(init["serverInfo"]["name"], "ktr");
@@ -559,5 +561,60 @@ fn bad_arguments_are_a_usage_error() {
     assert!(
         err.contains("invalid session id") && err.lines().count() == 1,
         "{err}"
+    );
+}
+
+/// Issue 28: the recall tools over stdio — a hit cites its tool and turn,
+/// `get` reads it whole, a limit past the MCP cap is one clear error.
+#[test]
+fn recall_finds_a_tool_result_verbatim_and_get_reads_it() {
+    let (sb, _) = fixture();
+    let (mut c, _) = Client::start(&sb, Some(SESSION));
+    let (err, found) = c.call(
+        "thread_rebuild_recall",
+        json!({"query": "worker0_timeout", "kinds": ["tool_result"]}),
+    );
+    assert!(!err, "{found}");
+    let hit = &found["hits"][0];
+    assert_eq!(found["hits"].as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(hit["line"], 23);
+    assert_eq!(hit["session_short"], &SESSION[..8]);
+    assert!(
+        hit["tool"].is_string(),
+        "the call it answers is cited: {hit}"
+    );
+    assert!(hit["turn"].as_u64().unwrap() >= 1, "{hit}");
+    assert!(
+        hit["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("⟦WORKER0_TIMEOUT⟧"),
+        "{hit}"
+    );
+    let (err, got) = c.call("thread_rebuild_recall_get", json!({"id": hit["id"]}));
+    assert!(!err, "{got}");
+    assert!(
+        got["page"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("先别改配置，改成环境变量 WORKER0_TIMEOUT"),
+        "{got}"
+    );
+    assert_eq!(got["next"], "this is the last page");
+    let (err, msg) = c.call(
+        "thread_rebuild_recall",
+        json!({"query": "x", "limit": 1000}),
+    );
+    assert!(
+        err && msg.as_str().unwrap().contains("give 1 to 30"),
+        "{msg}"
+    );
+    let (err, msg) = c.call(
+        "thread_rebuild_recall_get",
+        json!({"id": "live:../../etc/passwd@0"}),
+    );
+    assert!(
+        err && msg.as_str().unwrap().contains("not a recall hit id"),
+        "{msg}"
     );
 }

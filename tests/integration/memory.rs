@@ -20,7 +20,7 @@ const SESSION: &str = "5e55a9e0-0000-4000-8000-00000000aaaa";
 /// once the child runs that program: `wait4`'s `ru_maxrss` would not do, as
 /// a spawned child keeps the high-water mark of the test process it was
 /// forked from across `exec`.
-fn run_measured(cmd: &mut Command, program: &str) -> (Option<i32>, u64) {
+pub(crate) fn run_measured(cmd: &mut Command, program: &str) -> (Option<i32>, u64) {
     let mut child = cmd.spawn().expect("start the program");
     let status_file = format!("/proc/{}/status", child.id());
     let mut peak_kib = 0u64;

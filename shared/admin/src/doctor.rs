@@ -151,6 +151,44 @@ fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
     checks.push(mcp(&config.claude_workdir, this));
     checks.push(state_dir(config));
     checks.push(operations(config));
+    checks.push(retention(config));
+}
+
+/// Claude Code's `cleanupPeriodDays` against the oldest ancestor of the
+/// current session: a warning when Claude Code deletes (or has deleted)
+/// its transcript, so the backups are the only copy.
+fn retention(config: &Config) -> Check {
+    let r = crate::retention::of(
+        config,
+        &settings_files(&config.claude_workdir),
+        std::time::SystemTime::now(),
+    );
+    let setting = match &r.set_in {
+        Some(f) => format!("cleanupPeriodDays {} (in {})", r.days, f.display()),
+        None => format!("cleanupPeriodDays {} (Claude Code's default)", r.days),
+    };
+    match (&r.oldest, r.at_risk()) {
+        (None, _) => pass(
+            "transcript retention",
+            format!("{setting}; the current session was not rebuilt from another"),
+        ),
+        (Some((s, age)), false) => pass(
+            "transcript retention",
+            format!("{setting}; the oldest ancestor ({s}) has been unchanged for {age} days"),
+        ),
+        (Some((s, age)), true) => warn(
+            "transcript retention",
+            format!(
+                "{setting} is at or below the age of the oldest ancestor of the current session ({s}, unchanged for {age} days): Claude Code deletes (or has deleted) its transcript and tool-results; only ktr's backups in state_dir/artifacts keep that history (recall and rollback read them){}",
+                if r.lost.is_empty() {
+                    String::new()
+                } else {
+                    format!("; already lost: {}", r.lost.join(", "))
+                }
+            ),
+            "keep the backups (ktr prune keeps the last copy unless --confirm FORGET), or raise cleanupPeriodDays in ~/.claude/settings.json to keep the transcripts themselves longer",
+        ),
+    }
 }
 
 fn project_dir(config: &Config) -> Check {

@@ -6,4 +6,5 @@ pub mod doctor;
 pub mod prune;
 pub mod purge;
 pub mod report;
+pub mod retention;
 pub mod settings;

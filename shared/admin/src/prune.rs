@@ -8,6 +8,13 @@
 //! ktr wrote (no Claude Code ever resumed it), no pointer names it and no
 //! other operation used it as its source.
 //!
+//! What never goes without the word `FORGET`: the last copy of a session's
+//! history — the backup of an activated operation whose source transcript
+//! Claude Code has already deleted (its `cleanupPeriodDays`); the outcome
+//! names the session. A pruned operation's lineage link (source →
+//! candidate) is kept in `<state>/lineage.jsonl`, so recall still finds
+//! the lineage.
+//!
 //! What never goes: a non-terminal operation; the newest activated operation
 //! (the handle for rolling the running session back); a source transcript;
 //! any other file in `project_dir`; `ktr.log` and `worker.log`; anything
@@ -28,6 +35,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::sha256_file;
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::recall::lineage;
 
 /// One file or directory prune deletes (or would delete).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,6 +76,9 @@ pub struct Outcome {
     pub pruned: Vec<Pruned>,
     pub kept: Vec<Kept>,
     pub bytes: u64,
+    /// Sessions whose last copy of history is (or would be) removed: only
+    /// with the word FORGET.
+    pub forgotten: Vec<String>,
 }
 
 /// Decide, and delete when `delete`, under the coordinator lock.
@@ -77,6 +88,7 @@ pub fn prune(
     older_than_days: u64,
     now: SystemTime,
     delete: bool,
+    forget: bool,
 ) -> Result<Outcome> {
     let limit = Duration::from_secs(older_than_days.saturating_mul(86_400));
     store.with_lock(|tx| {
@@ -93,7 +105,9 @@ pub fn prune(
             pruned: Vec::new(),
             kept: Vec::new(),
             bytes: 0,
+            forgotten: Vec::new(),
         };
+        let mut links = Vec::new();
         for op in &ops {
             let keep = |why: String| Kept {
                 id: op.id.to_string(),
@@ -128,6 +142,16 @@ pub fn prune(
                     continue;
                 }
             }
+            if let Some(session) = last_copy_of(op, config) {
+                if !forget {
+                    outcome.kept.push(keep(format!(
+                        "its backup is the only copy left of session {session}'s history (Claude Code deleted the transcript); ktr prune --confirm FORGET removes it"
+                    )));
+                    continue;
+                }
+                outcome.forgotten.push(session);
+            }
+            links.extend(lineage::link_of(op));
             let mut files = Vec::new();
             match leftover_candidate(op, &ops, config, true) {
                 Ok(Some(doomed)) => files.push(doomed),
@@ -157,6 +181,7 @@ pub fn prune(
             });
         }
         if delete {
+            lineage::keep_links(store.dir(), &links)?;
             for pruned in &outcome.pruned {
                 for doomed in &pruned.files {
                     remove(doomed)?;
@@ -165,6 +190,15 @@ pub fn prune(
         }
         Ok(outcome)
     })
+}
+
+/// The session whose only copy is `op`'s backup: an operation that
+/// switched sessions, whose source transcript is gone from `project_dir`.
+fn last_copy_of(op: &Operation, config: &Config) -> Option<String> {
+    let link = lineage::link_of(op)?;
+    let backup = op.backup.as_ref()?;
+    let live = config.project_dir.join(format!("{}.jsonl", link.source));
+    (backup.is_file() && !live.exists()).then_some(link.source)
 }
 
 /// The candidate transcript of `op` if it may be deleted; `Ok(None)` when

@@ -18,6 +18,7 @@ pub mod lines;
 pub mod lone;
 pub mod plan;
 pub(crate) mod rawjson;
+pub mod recall;
 pub mod reread;
 pub(crate) mod scan;
 pub mod span;

@@ -124,6 +124,12 @@ pub enum Reply {
     Block(String),
     /// The `statusLine` command: one plain line, not JSON.
     Line(String),
+    /// `SessionStart`: text added to the model's context
+    /// (`hookSpecificOutput.additionalContext`), and a line the human sees.
+    Context {
+        context: String,
+        message: Option<String>,
+    },
     /// No output at all: where Claude Code would show even
     /// `{"suppressOutput":true}` (a `PreCompact` hook on `/compact`).
     Nothing,
@@ -142,6 +148,16 @@ impl Reply {
                 serde_json::json!({"decision": "block", "reason": printable(reason)})
             }
             Reply::Line(line) => return line.clone(),
+            Reply::Context { context, message } => {
+                let mut v = serde_json::json!({
+                    "suppressOutput": true,
+                    "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context},
+                });
+                if let Some(m) = message {
+                    v["systemMessage"] = printable(m).into();
+                }
+                v
+            }
             Reply::Nothing => return String::new(),
         }
         .to_string()

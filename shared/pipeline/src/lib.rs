@@ -9,5 +9,6 @@ pub mod hook;
 pub mod operation;
 pub mod pane;
 pub mod process;
+pub mod recall;
 pub mod stages;
 pub mod target;

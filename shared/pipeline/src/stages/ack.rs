@@ -27,9 +27,18 @@ Records Claude Code's receipt that it resumed a rebuilt session, with its contex
 /// The `SessionStart` hook: record the receipt, report on stderr, stay quiet.
 pub fn ack(call: Invocation) -> Reply {
     match run(call.config.as_deref(), call.input) {
-        Ok(Some(op)) => {
+        Ok(Some((op, first))) => {
             eprintln!("ktr-ack: recorded the resume of operation {}", op.id);
-            resend_notice(&op).map_or(Reply::Quiet, Reply::Message)
+            let message = resend_notice(&op);
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+            // Once per rebuilt session: its first receipt (issue 28).
+            match first
+                .then(|| home.and_then(|h| crate::recall::notice::context_for(&op, &h)))
+                .flatten()
+            {
+                Some(context) => Reply::Context { context, message },
+                None => message.map_or(Reply::Quiet, Reply::Message),
+            }
         }
         Ok(None) => Reply::Quiet,
         Err(e) => {
@@ -39,8 +48,9 @@ pub fn ack(call: Invocation) -> Reply {
     }
 }
 
-/// Returns the id of the acknowledged operation, if any.
-fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Operation>> {
+/// Returns the acknowledged operation, if any, and whether this was its
+/// first receipt.
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<(Operation, bool)>> {
     let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB; ignored"))?;
     let hook: SessionStartInput = serde_json::from_slice(&input)
         .map_err(|e| Error::usage(format!("cannot parse the SessionStart hook input: {e}")))?;
@@ -57,7 +67,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<Opera
 }
 
 /// Record the receipt in the operation whose candidate was resumed.
-fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<Operation>> {
+fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<(Operation, bool)>> {
     let Some(op) = find_operation(store, &hook.session_id) else {
         return Ok(None);
     };
@@ -76,7 +86,7 @@ fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<Operation>> 
             // The first receipt is the activation's measurement; a later
             // resume of the same session is its own event, kept beside it.
             append_line(&artifacts.join("resumes.jsonl"), &ack)?;
-            return Ok(Some(op));
+            return Ok(Some((op, false)));
         }
         let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
         bytes.push(b'\n');
@@ -89,7 +99,7 @@ fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<Operation>> 
         op.ack = Some(ack.clone());
         tx.save(&mut op)?;
         remember_receipt(store, &op, &ack);
-        Ok(Some(op))
+        Ok(Some((op, true)))
     })
 }
 

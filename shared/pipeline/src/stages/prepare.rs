@@ -132,6 +132,7 @@ fn run(
 
         let new_id = SessionId::new_random();
         let artifacts = store.artifacts_dir(id)?;
+        keep_side_files(&source, &artifacts, steps)?;
         // The candidate is written as it is planned, into the operation's
         // artifacts first (its digest is known only at the end), then put
         // in place once the operation records it; its manifest goes beside
@@ -421,6 +422,23 @@ fn freeze(
         steps.say("source changed while it was copied; waiting again");
         (at, previous) = (now, copied);
     }
+}
+
+/// Keep the source's `<session>/tool-results/` beside its backup: Claude
+/// Code's cleanup deletes them with the transcript (issue 28).
+fn keep_side_files(source: &Path, artifacts: &Path, steps: &mut Steps) -> Result<()> {
+    let (Some(project), Some(session)) = (source.parent(), source.file_stem()) else {
+        return Ok(());
+    };
+    let kept =
+        crate::recall::archive::copy_side_files(project, artifacts, &session.to_string_lossy())?;
+    if kept.files > 0 {
+        steps.say(format!(
+            "kept {} tool-results files ({} bytes) beside the backup",
+            kept.files, kept.bytes
+        ));
+    }
+    Ok(())
 }
 
 /// Wait (at most [`REPLY_WAIT`]) until the transcript's tail holds the

@@ -31,6 +31,9 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             steps.say(&why);
             return abandon(store, id, &why, |op| op.session_conflict = true).map(Outcome::done);
         }
+        if let Some(restored) = crate::recall::archive::restore_source(&config.project_dir, &op)? {
+            steps.say(&restored);
+        }
         // Shown to a person at the pane until the switch back is over (a
         // waiting line stays up when it waits for them).
         let notice = target.notice(SWITCHING_NOTICE);

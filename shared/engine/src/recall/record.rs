@@ -1,0 +1,250 @@
+//! A transcript record taken apart into the texts recall searches, each
+//! with its kind: what the person typed, what the assistant said, its
+//! thinking, its tool calls and their results, injections, images.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a searched text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A user record's text (typed prompts, channel messages).
+    User,
+    /// The assistant's text.
+    Assistant,
+    /// A tool call (its input, as JSON).
+    ToolUse,
+    /// A tool's result (including an offloaded `tool-results/` file).
+    ToolResult,
+    /// The assistant's thinking.
+    Thinking,
+    /// What Claude Code, hooks or MCP servers put in: `isMeta` user
+    /// records, attachments, system records.
+    Injection,
+    /// An image: its type and size only.
+    Image,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::User,
+        Kind::Assistant,
+        Kind::ToolUse,
+        Kind::ToolResult,
+        Kind::Thinking,
+        Kind::Injection,
+        Kind::Image,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::User => "user",
+            Kind::Assistant => "assistant",
+            Kind::ToolUse => "tool_use",
+            Kind::ToolResult => "tool_result",
+            Kind::Thinking => "thinking",
+            Kind::Injection => "injection",
+            Kind::Image => "image",
+        }
+    }
+
+    /// A kind by name (`attachment` is `injection`).
+    pub fn parse(name: &str) -> Option<Kind> {
+        let name = if name == "attachment" {
+            "injection"
+        } else {
+            name
+        };
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// One searchable text of a record.
+#[derive(Debug)]
+pub struct Part<'a> {
+    pub kind: Kind,
+    /// The tool's name (tool calls).
+    pub tool: Option<&'a str>,
+    /// The call a result answers, or the call's own id.
+    pub tool_use_id: Option<&'a str>,
+    /// A tool call's input.
+    pub input: Option<&'a Value>,
+    pub text: std::borrow::Cow<'a, str>,
+}
+
+/// The record's `timestamp`, if it has one.
+pub fn timestamp(record: &Value) -> Option<&str> {
+    record.get("timestamp").and_then(Value::as_str)
+}
+
+/// Every searchable text of `record`, in order.
+pub fn parts(record: &Value) -> Vec<Part<'_>> {
+    let mut out = Vec::new();
+    let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
+    let meta = record.get("isMeta").and_then(Value::as_bool) == Some(true);
+    let content = record.get("message").and_then(|m| m.get("content"));
+    match kind {
+        "user" => {
+            let said = if meta { Kind::Injection } else { Kind::User };
+            content_parts(content, said, &mut out);
+        }
+        "assistant" => content_parts(content, Kind::Assistant, &mut out),
+        "system" => {
+            if let Some(text) = record.get("content").and_then(Value::as_str) {
+                out.push(plain(Kind::Injection, text));
+            }
+        }
+        "attachment" => {
+            if let Some(a) = record.get("attachment") {
+                out.push(Part {
+                    kind: Kind::Injection,
+                    tool: None,
+                    tool_use_id: None,
+                    input: None,
+                    text: strings_of(a).into(),
+                });
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn plain(kind: Kind, text: &str) -> Part<'_> {
+    Part {
+        kind,
+        tool: None,
+        tool_use_id: None,
+        input: None,
+        text: text.into(),
+    }
+}
+
+/// A message's content: a string or a list of blocks.
+fn content_parts<'a>(content: Option<&'a Value>, said: Kind, out: &mut Vec<Part<'a>>) {
+    match content {
+        Some(Value::String(s)) => out.push(plain(said, s)),
+        Some(Value::Array(blocks)) => blocks.iter().for_each(|b| block(b, said, out)),
+        _ => {}
+    }
+}
+
+fn block<'a>(b: &'a Value, said: Kind, out: &mut Vec<Part<'a>>) {
+    let text = |key: &str| b.get(key).and_then(Value::as_str);
+    match text("type").unwrap_or("") {
+        "text" => out.extend(text("text").map(|t| plain(said, t))),
+        "thinking" => out.extend(
+            text("thinking")
+                .filter(|t| !t.is_empty())
+                .map(|t| plain(Kind::Thinking, t)),
+        ),
+        "image" => out.push(plain(Kind::Image, "").with_text(image_line(b))),
+        "tool_use" => out.push(Part {
+            kind: Kind::ToolUse,
+            tool: text("name"),
+            tool_use_id: text("id"),
+            input: b.get("input"),
+            text: b
+                .get("input")
+                .map(Value::to_string)
+                .unwrap_or_default()
+                .into(),
+        }),
+        "tool_result" => {
+            let id = text("tool_use_id");
+            let mut inner = Vec::new();
+            content_parts(b.get("content"), Kind::ToolResult, &mut inner);
+            for mut p in inner {
+                if p.kind == Kind::Assistant || p.kind == Kind::User {
+                    p.kind = Kind::ToolResult;
+                }
+                p.tool_use_id = id;
+                out.push(p);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl<'a> Part<'a> {
+    fn with_text(mut self, text: String) -> Part<'a> {
+        self.text = text.into();
+        self
+    }
+}
+
+/// An image as recall shows it: its type and size, never its bytes.
+fn image_line(b: &Value) -> String {
+    let source = b.get("source");
+    let media = source
+        .and_then(|s| s.get("media_type"))
+        .and_then(Value::as_str)
+        .unwrap_or("unknown type");
+    let data = source.and_then(|s| s.get("data")).and_then(Value::as_str);
+    match data {
+        Some(d) => format!("[image {media}, {} bytes]", d.len() / 4 * 3),
+        None => format!("[image {media}]"),
+    }
+}
+
+/// Every string inside `v`, one per line (an attachment's texts).
+fn strings_of(v: &Value) -> String {
+    let mut out = String::new();
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(s);
+            }
+            Value::Array(a) => stack.extend(a.iter().rev()),
+            Value::Object(o) => stack.extend(o.values().rev()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A tool call's input in one line: the command, the file, the pattern or
+/// the address, else the start of its JSON.
+pub fn input_summary(input: &Value) -> String {
+    const KEYS: [&str; 8] = [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+        "query",
+        "notebook_path",
+        "description",
+    ];
+    let found = KEYS.iter().find_map(|k| {
+        input
+            .get(k)
+            .and_then(Value::as_str)
+            .map(|v| format!("{k}: {v}"))
+    });
+    one_line(&found.unwrap_or_else(|| input.to_string()), 160)
+}
+
+/// `text` on one line (whitespace runs folded), at most `max` characters.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, word) in text.split_whitespace().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.chars().count() > max {
+            break;
+        }
+    }
+    if let Some((at, _)) = out.char_indices().nth(max) {
+        out.truncate(at);
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,39 @@
+//! The one line a rebuilt session is told (issue 28, item 4): ktr-ack's
+//! first `SessionStart(resume)` answer for the candidate adds it as
+//! `additionalContext`, so the model knows what the rebuild left out of its
+//! window and that recall finds it verbatim. Only when the MCP server is
+//! registered (the tool must exist to be named).
+
+use std::path::Path;
+
+use crate::operation::Operation;
+use ktr_base::open::{Links, cap, read_capped};
+
+/// The line for the rebuilt session of `op`, if the tool is there to use.
+pub fn context_for(op: &Operation, home: &Path) -> Option<String> {
+    if !mcp_registered(home) {
+        return None;
+    }
+    let turns = op.stats.as_ref().map_or(0, |s| s.selected_turns);
+    let source = op.session_id.as_deref().unwrap_or("the previous session");
+    Some(format!(
+        "ktr rebuilt this session: {turns} turns of {source} were carried verbatim; earlier tool output, files read, thinking and injections are not in this window — the tool mcp__ktr__thread_rebuild_recall finds them verbatim (with their session, line and time), and mcp__ktr__thread_rebuild_recall_get reads one whole."
+    ))
+}
+
+/// Whether `~/.claude.json` registers the ktr MCP server (`mcpServers.ktr`,
+/// user scope or a project's).
+pub fn mcp_registered(home: &Path) -> bool {
+    let Ok(Some(bytes)) = read_capped(&home.join(".claude.json"), cap::SETTINGS, Links::Follow)
+    else {
+        return false;
+    };
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return false;
+    };
+    doc.pointer("/mcpServers/ktr").is_some()
+        || doc
+            .get("projects")
+            .and_then(|p| p.as_object())
+            .is_some_and(|p| p.values().any(|v| v.pointer("/mcpServers/ktr").is_some()))
+}
