@@ -173,6 +173,32 @@ fn prepare_refuses_early_when_the_state_dir_has_no_room() {
     assert_eq!(fs::read(&source).unwrap(), bytes, "the source is untouched");
 }
 
+/// Issue 28: the `tool-results/` kept beside the backup count in the room
+/// a rebuild needs — a source that alone fits is refused early when its
+/// side files would not.
+#[test]
+#[ignore = "needs root (a private tmpfs: unshare -m, mount)"]
+fn the_room_counts_the_tool_results_kept_beside_the_backup() {
+    let (sandbox, source, _) = pointer_sandbox(1 << 20);
+    let side = sandbox.project.join(SESSION).join("tool-results");
+    fs::create_dir_all(&side).unwrap();
+    fs::write(side.join("toolu_big.txt"), vec![b'x'; 8 << 20]).unwrap();
+    let left = prepare_on_tmpfs(&sandbox, &source, "8m", false);
+    assert_eq!(left.code, "1", "{}", left.stderr);
+    let error = left.failed_with();
+    let needs: u64 = error
+        .split("needs ≈ ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{error}"));
+    assert!(
+        error.starts_with(&format!("no space left on {}: ", sandbox.state.display())) && needs > 9,
+        "the 8 MiB of tool results count: {error}"
+    );
+    left.assert_no_partial_files();
+}
+
 #[test]
 #[ignore = "needs root (a private tmpfs: unshare -m, mount)"]
 fn a_write_that_finds_the_disk_full_after_the_check_fails_the_operation() {

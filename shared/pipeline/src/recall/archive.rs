@@ -31,6 +31,23 @@ fn side_dir(from: &Path, session: &str) -> Option<PathBuf> {
     (real(&from.join(session)) && real(&dir)).then_some(dir)
 }
 
+/// The bytes of the regular files [`copy_side_files`] would copy (the
+/// room a rebuild needs for them beside the backup).
+pub fn side_bytes(from: &Path, session: &str) -> u64 {
+    let Some(src) = side_dir(from, session) else {
+        return 0;
+    };
+    let Ok(entries) = fs::read_dir(&src) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .take(SIDE_FILES_MAX)
+        .filter_map(|e| e.metadata().ok().filter(fs::Metadata::is_file))
+        .map(|m| m.len())
+        .sum()
+}
+
 /// Copy the regular files of `<from>/<session>/tool-results/` into
 /// `<to>/<session>/tool-results/` (0700 folders, 0600 files); files already
 /// there are left as they are.

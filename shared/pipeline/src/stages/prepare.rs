@@ -59,9 +59,9 @@ pub fn prepare(
             let source = transcript
                 .or(op.transcript_path.as_deref())
                 .and_then(|t| plan::resolve_transcript(config, Some(t)).ok());
-            match source.and_then(|s| s.metadata().ok()) {
-                Some(meta) => {
-                    space::Need::of(meta.len(), store.dir(), &config.project_dir).failure(&e)
+            match source.and_then(|s| Some((s.metadata().ok()?.len(), side_bytes(&s)))) {
+                Some((len, side)) => {
+                    space::Need::of(len, side, store.dir(), &config.project_dir).failure(&e)
                 }
                 None => e,
             }
@@ -117,7 +117,7 @@ fn run(
         let len = std::fs::metadata(&source)
             .map_err(|e| Error::io_at("stat", &source, &e))?
             .len();
-        space::Need::of(len, store.dir(), &config.project_dir).check()?;
+        space::Need::of(len, side_bytes(&source), store.dir(), &config.project_dir).check()?;
         pause_point(Stage::Prepare, "running");
 
         let frozen = freeze(
@@ -422,6 +422,17 @@ fn freeze(
         steps.say("source changed while it was copied; waiting again");
         (at, previous) = (now, copied);
     }
+}
+
+/// The bytes of the source's `<session>/tool-results/`, kept beside its
+/// backup: part of the room a rebuild needs.
+fn side_bytes(source: &Path) -> u64 {
+    source
+        .parent()
+        .zip(source.file_stem())
+        .map_or(0, |(project, session)| {
+            crate::recall::archive::side_bytes(project, &session.to_string_lossy())
+        })
 }
 
 /// Keep the source's `<session>/tool-results/` beside its backup: Claude

@@ -62,15 +62,16 @@ const SLACK: u64 = 1 << 20;
 
 impl Need {
     /// What the rebuild of a `source_len`-byte transcript needs: in the
-    /// state dir the backup, the candidate (at most the source's size) and
-    /// the manifest (at most a quarter of it: one short line per record).
-    pub fn of(source_len: u64, state_dir: &Path, project_dir: &Path) -> Need {
+    /// state dir the backup, the candidate (at most the source's size), the
+    /// manifest (at most a quarter of it: one short line per record) and
+    /// the copies of its `side_bytes` of `tool-results/` (issue 28).
+    pub fn of(source_len: u64, side_bytes: u64, state_dir: &Path, project_dir: &Path) -> Need {
         let same = match (state_dir.metadata(), project_dir.metadata()) {
             (Ok(s), Ok(p)) => s.dev() == p.dev(),
             _ => false,
         };
         let candidate = source_len;
-        let state = source_len + candidate + source_len / 4 + SLACK;
+        let state = source_len + candidate + source_len / 4 + side_bytes + SLACK;
         Need {
             state_dir: state_dir.to_path_buf(),
             state,
