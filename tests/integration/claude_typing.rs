@@ -306,10 +306,13 @@ impl Trial {
         {
             return Err("the unsent draft reached the model".into());
         }
-        if !self
-            .person_screen()
-            .contains("ktr: the switch waits for you")
-        {
+        // The stage puts the waiting line up right after it recorded the
+        // deferral; the client draws it a moment later.
+        let told = crate::support::wait_for(Duration::from_secs(5), || {
+            self.person_screen()
+                .contains("ktr: the switch waits for you")
+        });
+        if !told {
             return Err(format!(
                 "the person does not see why it waits:\n{}",
                 self.person_screen()
