@@ -204,8 +204,7 @@ impl Trial {
         ])?;
         let (fire, next) = if kind == Kind::Rollback {
             // First a rebuild (quietly), then the rollback around the reply.
-            self.say_slowly(&format!("{tag}-TWO please"), rng)?;
-            let op = self.wait_op(|op| op.status == Status::Activated, "the rebuild")?;
+            let op = self.rebuild_quietly(rng)?;
             Self::wait(|| self.input() == Input::Idle, "the rebuilt session idle")?;
             self.ktr(&["rollback-request", &op.id, "--confirm", "ROLLBACK"])?;
             (format!("{tag}-FOUR please"), format!("{tag}-FIVE go on"))
@@ -306,10 +305,13 @@ impl Trial {
         {
             return Err("the unsent draft reached the model".into());
         }
-        if !self
-            .person_screen()
-            .contains("ktr: the switch waits for you")
-        {
+        // The stage puts the waiting line up right after it recorded the
+        // deferral; the client draws it a moment later.
+        let told = crate::support::wait_for(Duration::from_secs(5), || {
+            self.person_screen()
+                .contains("ktr: the switch waits for you")
+        });
+        if !told {
             return Err(format!(
                 "the person does not see why it waits:\n{}",
                 self.person_screen()
@@ -346,11 +348,39 @@ impl Trial {
         self.outer.tmux(&["send-keys", "-t", "out:0.0", "Enter"]);
     }
 
-    /// Type `line`, Enter, wait until it is answered.
-    fn say_slowly(&self, line: &str, rng: &mut Rng) -> Result<(), String> {
-        self.type_keys(line, rng);
-        self.enter();
-        Self::wait(|| self.answered(line), "an answer")
+    /// Talk until the requested rebuild is activated: a rebuild that went
+    /// back to `pending` (a turn began after the Stop that scheduled it,
+    /// e.g. ONE's Stop came after the request) waits for the next Stop,
+    /// as a person's next message gives it.
+    fn rebuild_quietly(&self, rng: &mut Rng) -> Result<Operation, String> {
+        for round in 0..4 {
+            let before = self
+                .store
+                .latest()
+                .ok()
+                .flatten()
+                .map_or(0, |op| op.attempts);
+            let line = format!("{}-TWO please {round}", self.tag);
+            self.type_keys(&line, rng);
+            self.enter();
+            self.api
+                .wait_turn(&line, STEP)
+                .ok_or_else(|| format!("{line} never reached the model"))?;
+            let op = self.wait_op(
+                |op| {
+                    op.status == Status::Activated
+                        || op.status == Status::Pending
+                            && op.attempts > before
+                            && op.worker.as_ref().is_none_or(|w| !w.alive())
+                },
+                "the rebuild",
+            )?;
+            if op.status == Status::Activated {
+                return Ok(op);
+            }
+            Self::wait(|| self.input() == Input::Idle, "an idle CLI")?;
+        }
+        Err("the rebuild never activated".into())
     }
 
     /// Wait until `prompt` is answered; what is left in the input line is

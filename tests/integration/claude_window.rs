@@ -256,11 +256,14 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
         "Claude Code compacted although ktr blocked it"
     );
     let candidate = done.candidate.as_ref().unwrap().session_id.clone();
-    assert!(
-        s.tmux
-            .pane_argv()
-            .windows(2)
-            .any(|w| w[0] == "--resume" && w[1] == candidate)
+    // Switched in place: the pane's Claude Code serves the candidate now
+    // (ktr-ack's record of its last resume).
+    let bindings = ktr_pipeline::binding::dir(s.store.dir());
+    assert_eq!(
+        ktr_pipeline::binding::of_pid(&bindings, s.tmux.pane_pid())
+            .map(|b| b.session_id)
+            .as_deref(),
+        Some(candidate.as_str())
     );
     s.tmux.wait_idle(TURN);
     let rebuilt = s.env.transcript(candidate.as_str());

@@ -993,8 +993,52 @@ fn tmux_a_prompt_refused_while_the_gate_is_up_calls_the_switch_off() {
     let why = op.deferred.unwrap_or_default();
     assert!(why.contains("refused by ktr-prompt"), "{why}");
     assert_eq!(rig.resume_history(), [SRC], "claude was never respawned");
+    assert!(!rig.input_off(), "the keyboard was never held");
+}
+
+/// A prompt ending with ktr's own switch line is a collision: ktr-prompt
+/// refuses it saying so and records the person's part of it and the
+/// session of ktr's line; any other prompt is refused as before.
+#[test]
+fn tmux_ktr_prompt_tells_a_collision_with_the_switch_line_from_a_prompt() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild_paused_at("activate:checked");
+    let candidate = rig.store().load(&op.id).unwrap().candidate.unwrap();
+    let prompt = |text: &str| {
+        let input = serde_json::json!({
+            "session_id": SRC, "hook_event_name": "UserPromptSubmit", "prompt": text,
+        });
+        let cmd = rig.program(env!("CARGO_BIN_EXE_ktr-prompt"));
+        let (out, code) =
+            crate::support::Sandbox::run_hook(cmd, &input.to_string(), &rig.hook_env());
+        assert_eq!(code, 0, "{out}");
+        out
+    };
+    let line = ktr_pipeline::target::resume_line(candidate.session_id.as_str());
+    let out = prompt(&format!("my draft words{line}"));
     assert!(
-        crate::support::wait_for(std::time::Duration::from_secs(5), || !rig.input_off()),
-        "the keyboard is back after the last look"
+        out.contains("ktr typed its switch line while you were typing"),
+        "{out}"
     );
+    let out = prompt(&format!("{line} and more"));
+    assert!(
+        out.contains("not sent") && !out.contains("switch line"),
+        "{out}"
+    );
+    let op = rig.store().load(&op.id).unwrap();
+    let blocked: Vec<_> = op
+        .blocked_prompts
+        .iter()
+        .map(|p| (p.text.as_str(), p.collided_with.as_deref()))
+        .collect();
+    assert_eq!(
+        blocked,
+        [
+            ("my draft words", Some(candidate.session_id.as_str())),
+            (format!("{line} and more").as_str(), None),
+        ]
+    );
+    rig.unpause();
+    let op = rig.wait_until(&op.id, |o| o.status != Activating);
+    assert_eq!(op.status, Pending, "{:#?}", op.history);
 }

@@ -46,7 +46,12 @@ fn tmux_identity_is_the_pane_pid() {
         pid.to_string(),
         server.tmux(&["display-message", "-p", "-t", "t:0.0", "#{pane_pid}"])
     );
-    assert_eq!(process::cmdline(pid).unwrap(), ["sleep", "3600"]);
+    // tmux forks the pane's process from the server: until it has run
+    // `exec` its command line is the server's.
+    let execed = crate::support::wait_for(std::time::Duration::from_secs(5), || {
+        process::cmdline(pid).is_some_and(|argv| argv == ["sleep", "3600"])
+    });
+    assert!(execed, "{:?}", process::cmdline(pid));
     let missing = Target::Tmux(Tmux {
         program: "tmux".into(),
         socket: Some(server.socket.clone()),
