@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::{Outcome, Stage, StageFn, Steps, hand_off, prepare_stage, run_chain, schedule_by_hand};
+use super::{Outcome, Stage, StageFn, Steps, hand_off, prepare, run_chain, schedule_by_hand};
 use crate::operation::{Status, Store};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
@@ -105,7 +105,7 @@ pub fn main_prepare() -> ! {
         Stage::Prepare,
         execute(
             Stage::Prepare,
-            prepare_stage,
+            prepare,
             Some(&by_hand),
             std::env::args_os().skip(1),
         ),

@@ -138,55 +138,31 @@ impl Steps {
 /// prepare only).
 pub type StageFn = fn(&Config, &Store, &str, Option<&Path>, &mut Steps) -> Result<Outcome>;
 
-/// [`prepare`] as a [`StageFn`].
-pub fn prepare_stage(
-    config: &Config,
-    store: &Store,
-    id: &str,
-    transcript: Option<&Path>,
-    steps: &mut Steps,
-) -> Result<Outcome> {
-    prepare(config, store, id, transcript, steps)
+/// A stage that takes no transcript, as a [`StageFn`] (prepare has the
+/// shape already).
+macro_rules! without_transcript {
+    ($name:ident, $stage:ident) => {
+        #[doc = concat!("[`", stringify!($stage), "`] as a [`StageFn`].")]
+        pub fn $name(
+            config: &Config,
+            store: &Store,
+            id: &str,
+            _: Option<&Path>,
+            steps: &mut Steps,
+        ) -> Result<Outcome> {
+            $stage(config, store, id, steps)
+        }
+    };
 }
-
-/// [`verify`] as a [`StageFn`].
-pub fn verify_stage(
-    config: &Config,
-    store: &Store,
-    id: &str,
-    _: Option<&Path>,
-    steps: &mut Steps,
-) -> Result<Outcome> {
-    verify(config, store, id, steps)
-}
-
-/// [`activate`] as a [`StageFn`].
-pub fn activate_stage(
-    config: &Config,
-    store: &Store,
-    id: &str,
-    _: Option<&Path>,
-    steps: &mut Steps,
-) -> Result<Outcome> {
-    activate(config, store, id, steps)
-}
-
-/// [`rollback`] as a [`StageFn`].
-pub fn rollback_stage(
-    config: &Config,
-    store: &Store,
-    id: &str,
-    _: Option<&Path>,
-    steps: &mut Steps,
-) -> Result<Outcome> {
-    rollback(config, store, id, steps)
-}
+without_transcript!(verify_stage, verify);
+without_transcript!(activate_stage, activate);
+without_transcript!(rollback_stage, rollback);
 
 /// The [`StageFn`] of `stage`: only what runs several stages in one
 /// process (pointer mode's chain in `ktr-prepare`, `ktr demo`) needs this.
 pub fn stage_fn(stage: Stage) -> StageFn {
     match stage {
-        Stage::Prepare => prepare_stage,
+        Stage::Prepare => prepare,
         Stage::Verify => verify_stage,
         Stage::Activate => activate_stage,
         Stage::Rollback => rollback_stage,
