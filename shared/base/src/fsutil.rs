@@ -283,6 +283,8 @@ pub fn safe_dir(dir: &Path) -> Result<()> {
 }
 
 /// Bytes an unprivileged writer may still use on the file system of `dir`.
+// u64 already on Linux; u32 block counts on macOS.
+#[allow(clippy::useless_conversion)]
 pub fn free_bytes(dir: &Path) -> io::Result<u64> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -293,7 +295,7 @@ pub fn free_bytes(dir: &Path) -> io::Result<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled `st`.
     let st = unsafe { st.assume_init() };
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    Ok(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
 }
 
 /// Ignore `SIGXFSZ`: past the file size limit (`ulimit -f`) a write then
