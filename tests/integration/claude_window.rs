@@ -210,10 +210,17 @@ fn assert_no_second_rebuild(v: &serde_json::Value, when: &str) {
         w["advice"], "none",
         "{when}: advised another rebuild: {w:#}"
     );
-    let frees = w["frees_percent"].as_f64().unwrap();
+    // In tokens, not percent: this conversation is a few hundred tokens,
+    // so the few records a rebuilt session gains at once (since issue 28
+    // also ktr's one line of context about the recall tool) are a fifth of
+    // it (measured: 889 tokens, 20.9 %); in a real window they are noise.
+    let frees = w["used_tokens"]
+        .as_u64()
+        .unwrap()
+        .saturating_sub(w["after_rebuild_tokens"].as_u64().unwrap());
     assert!(
-        frees < 20.0,
-        "{when}: a rebuild would free {frees} %: {w:#}"
+        frees < 1500,
+        "{when}: a rebuild would free {frees} tokens: {w:#}"
     );
     assert_eq!(v["should_rebuild"], false, "{when}: {v:#}");
     // What Claude Code writes on every start (≈ 76 KB, with the first
