@@ -269,6 +269,7 @@ impl Rig {
         // THREE left in the input line (refused and given back, or an
         // Enter the CLI did not take) is sent again, as the human would.
         let mut resent = 0;
+        let mut retyped = false;
         let mut told = false;
         let mut draft_since: Option<Instant> = None;
         let mut idle_since: Option<Instant> = None;
@@ -299,6 +300,20 @@ impl Rig {
                     let blocked = op.blocked_prompts.iter().any(|p| p.text.contains(&three));
                     let answered = self.answered_in_pane(&three, &format!("{tag}-R-THREE"));
                     let quiet = idle_since.get_or_insert_with(Instant::now).elapsed() > QUIET;
+                    // Claude Code drops keys that arrive while it loads the
+                    // session `/resume` switched to (SPEC §12): THREE is then
+                    // nowhere — not sent, not refused, not in the input line —
+                    // and the human, seeing it did not get through, types it
+                    // again (once; a second loss would be a defect).
+                    if quiet && !answered && !blocked && !retyped {
+                        retyped = true;
+                        resent += 1;
+                        idle_since = None;
+                        self.tmux.run(&["send-keys", "-t", PANE, "-l", &three]);
+                        thread::sleep(TYPING);
+                        self.tmux.run(&["send-keys", "-t", PANE, "Enter"]);
+                        continue;
+                    }
                     if answered || blocked || quiet {
                         break op;
                     }
