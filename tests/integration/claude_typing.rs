@@ -517,22 +517,7 @@ impl Trial {
     }
 
     fn ktr(&self, args: &[&str]) -> Result<String, String> {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
-            .arg("--config")
-            .arg(&self.config)
-            .args(args)
-            .env("HOME", &self.env.sandbox.home)
-            .output()
-            .map_err(|e| e.to_string())?;
-        let said = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            Ok(said)
-        } else {
-            Err(format!(
-                "ktr {args:?}: {said}{}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        crate::support::ktr_as(&self.env.sandbox.home, &self.config, args)
     }
 
     fn diagnosis(&self) -> String {

@@ -6,7 +6,6 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::claude::ClaudeEnv;
@@ -148,24 +147,7 @@ fn the_chain_verifies_and_switches_to_a_candidate_with_lone_surrogates() {
     let pointer = sandbox.write_pointer_config(SESSION, "");
     let source = fixture_bytes(FIXTURE);
     let path = sandbox.add_transcript(SESSION, &source);
-    let out = sandbox
-        .command(env!("CARGO_BIN_EXE_ktr-prepare"))
-        .arg("--transcript")
-        .arg(&path)
-        .args(["--confirm", "REBUILD"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let new_session = fs::read_to_string(&pointer).unwrap().trim().to_string();
-    assert_ne!(new_session, SESSION, "the pointer names the new session");
-    let candidate =
-        fs::read_to_string(path.with_file_name(format!("{new_session}.jsonl"))).unwrap();
+    let candidate = sandbox.rebuild_by_hand(&path, &pointer, SESSION);
     for text in CARRIED {
         // After a stamp line or not: the text's end as written.
         let text = text.strip_prefix('"').unwrap();

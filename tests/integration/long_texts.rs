@@ -4,7 +4,6 @@
 //! lone surrogate), after a stamp or not, through plan and the whole chain.
 
 use std::fs;
-use std::process::Stdio;
 
 use crate::support::Sandbox;
 
@@ -76,24 +75,7 @@ fn the_chain_verifies_and_switches_to_a_copied_long_text() {
     let raw = escaped_text(3 << 20);
     let source = transcript(&raw);
     let path = sandbox.add_transcript(SESSION, source.as_bytes());
-    let out = sandbox
-        .command(env!("CARGO_BIN_EXE_ktr-prepare"))
-        .arg("--transcript")
-        .arg(&path)
-        .args(["--confirm", "REBUILD"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let new_session = fs::read_to_string(&pointer).unwrap().trim().to_string();
-    assert_ne!(new_session, SESSION, "the pointer names the new session");
-    let candidate =
-        fs::read_to_string(path.with_file_name(format!("{new_session}.jsonl"))).unwrap();
+    let candidate = sandbox.rebuild_by_hand(&path, &pointer, SESSION);
     assert_carried_raw(&candidate, &format!("]\\n{raw}\""));
     assert_eq!(
         fs::read_to_string(&path).unwrap(),

@@ -78,6 +78,27 @@ pub fn isolated(cmd: &mut std::process::Command) -> &mut std::process::Command {
         .env("XDG_CACHE_HOME", nowhere.join(".cache"))
 }
 
+/// `ktr --config CONFIG ARGS…` with `HOME` = `home`: its stdout, or one
+/// line with what it said when it failed (for harnesses that keep going).
+pub fn ktr_as(home: &Path, config: &Path, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("HOME", home)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(said)
+    } else {
+        Err(format!(
+            "ktr {args:?}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 pub fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }

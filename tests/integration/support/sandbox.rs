@@ -223,6 +223,33 @@ impl Sandbox {
         cmd
     }
 
+    /// `ktr-prepare --transcript PATH --confirm REBUILD` in pointer mode
+    /// (the whole chain in one process, as a runner calls it): it must
+    /// succeed and move the pointer off `old_session`; the candidate's text.
+    #[track_caller]
+    pub fn rebuild_by_hand(&self, transcript: &Path, pointer: &Path, old_session: &str) -> String {
+        let out = self
+            .command(env!("CARGO_BIN_EXE_ktr-prepare"))
+            .arg("--transcript")
+            .arg(transcript)
+            .args(["--confirm", "REBUILD"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let new_session = fs::read_to_string(pointer).unwrap().trim().to_string();
+        assert_ne!(
+            new_session, old_session,
+            "the pointer names the new session"
+        );
+        fs::read_to_string(transcript.with_file_name(format!("{new_session}.jsonl"))).unwrap()
+    }
+
     /// Run a hook with `stdin`; returns (stdout, exit code).
     pub fn hook(&self, bin: &str, stdin: &str) -> (String, i32) {
         self.hook_env(bin, stdin, &[])
