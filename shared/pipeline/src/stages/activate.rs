@@ -15,7 +15,7 @@ use crate::operation::{Locked, Operation, Status, Store, discard_candidate, mani
 use crate::pane::Input;
 use crate::process;
 use crate::stages::prompt::PROBE;
-use crate::target::{Receipt, SWITCHING_NOTICE, Target};
+use crate::target::{Receipt, Target};
 use ktr_base::config::{Activation, Config, home_dir};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::sha256_file;
@@ -76,17 +76,9 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             }
             return Ok(Outcome::done(op));
         }
-        // Shown to a person at the pane from here until the switch is over
-        // (a waiting line stays up when it waits for them).
-        let notice = target.notice(SWITCHING_NOTICE);
-        let outcome = switch_over(config, store, id, &target, &op, steps);
-        if outcome
-            .as_ref()
-            .is_ok_and(|o| o.operation.status == Status::Pending)
-        {
-            notice.waiting();
-        }
-        outcome
+        in_place::noticed(&target, Status::Pending, || {
+            switch_over(config, store, id, &target, &op, steps)
+        })
     })
 }
 

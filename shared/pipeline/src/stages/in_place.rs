@@ -55,6 +55,26 @@ pub enum Switched {
 /// Switch `claude`, running in `target`, to session `to` in place, for
 /// `stage` (its test pause point `typing` is right before the line is
 /// typed). `id`: the operation whose `blocked_prompts` tell a collision.
+/// Run a switch (`run`) with the notice on the target's pane up for a
+/// person to see until it is over; an outcome that waits for them
+/// (`waits_as`: back to `pending` / `rollback_pending`) leaves the waiting
+/// line up instead.
+pub fn noticed(
+    target: &Target,
+    waits_as: crate::operation::Status,
+    run: impl FnOnce() -> ktr_base::error::Result<super::Outcome>,
+) -> ktr_base::error::Result<super::Outcome> {
+    let notice = target.notice(crate::target::SWITCHING_NOTICE);
+    let outcome = run();
+    if outcome
+        .as_ref()
+        .is_ok_and(|o| o.operation.status == waits_as)
+    {
+        notice.waiting();
+    }
+    outcome
+}
+
 pub fn switch(
     stage: Stage,
     config: &Config,

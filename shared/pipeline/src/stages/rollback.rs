@@ -10,7 +10,7 @@ use super::in_place::{self, Switched};
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session, target_guard};
 use crate::gate::turn_since_stop;
 use crate::operation::{Locked, Operation, Status, Store};
-use crate::target::{SWITCHING_NOTICE, Target};
+use crate::target::Target;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 
@@ -34,17 +34,9 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
         if let Some(restored) = crate::recall::archive::restore_source(&config.project_dir, &op)? {
             steps.say(&restored);
         }
-        // Shown to a person at the pane until the switch back is over (a
-        // waiting line stays up when it waits for them).
-        let notice = target.notice(SWITCHING_NOTICE);
-        let outcome = switch_back(config, store, id, &target, &op, steps);
-        if outcome
-            .as_ref()
-            .is_ok_and(|o| o.operation.status == Status::RollbackPending)
-        {
-            notice.waiting();
-        }
-        outcome
+        super::in_place::noticed(&target, Status::RollbackPending, || {
+            switch_back(config, store, id, &target, &op, steps)
+        })
     })
 }
 
