@@ -1,7 +1,8 @@
 //! `ktr-mcp` — the MCP stdio server Claude Code starts at every launch
-//! (SPEC §11). It exposes seven tools to the model: read-only checks
-//! (`doctor`, `dirty`, `plan`, `status`) and the three requests that need a
-//! human's confirmation word (`request`, `cancel`, `rollback_request`).
+//! (SPEC §11). It exposes the `thread_rebuild_*` tools to the model:
+//! read-only checks (`doctor`, `dirty`, `plan`, `status`, `recall`,
+//! `recall_get`) and the three requests that need a human's confirmation
+//! word (`request`, `cancel`, `rollback_request`).
 //! Nothing here switches anything: a request only records a pending
 //! operation; the Stop hook starts the work after the reply has finished.
 //!
@@ -97,7 +98,9 @@ fn parse_args() -> Result<Args, String> {
                 args.session = Some(id);
             }
             Short('h') | Long("help") => {
-                println!("{USAGE}\nMCP stdio server exposing the seven thread_rebuild_* tools.");
+                println!(
+                    "{USAGE}\nMCP stdio server exposing the thread_rebuild_* tools (SPEC §11 lists them)."
+                );
                 std::process::exit(0);
             }
             Short('V') | Long("version") => {
