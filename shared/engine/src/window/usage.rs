@@ -86,13 +86,21 @@ pub fn read_tail_seeking(path: &Path, needles: &[&[u8]]) -> io::Result<(Tail, bo
 /// `promptId`): `Some` only once the newest prompt in the file's tail is
 /// that one and a reply with usage follows it, so the figure is provably
 /// the reply that just ended — never an earlier one whose text looks the
-/// same. Reads the last [`TAIL_BYTES`].
+/// same. Reads the last 64 KiB, and the last [`TAIL_BYTES`] only when
+/// those hold no prompt record.
 ///
 /// # Errors
 /// When the file cannot be opened or read.
 pub fn read_reply_to(path: &Path, prompt_id: &str) -> io::Result<Option<Tail>> {
-    let bytes = last_lines(&mut open_regular(path, Links::Refuse)?, TAIL_BYTES)?;
     const KEY: &[u8] = b"\"promptId\":\"";
+    // The Stop hook polls this while Claude Code flushes the turn: the
+    // last 64 KiB nearly always hold the newest prompt record; only a turn
+    // longer than that needs the whole tail.
+    let mut file = open_regular(path, Links::Refuse)?;
+    let mut bytes = last_lines(&mut file, FIRST_TRY_BYTES)?;
+    if memchr::memmem::rfind(&bytes, KEY).is_none() {
+        bytes = last_lines(&mut file, TAIL_BYTES)?;
+    }
     let Some(last) = memchr::memmem::rfind(&bytes, KEY) else {
         return Ok(None);
     };
