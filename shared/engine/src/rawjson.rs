@@ -104,7 +104,33 @@ pub fn text(raw: &str) -> Option<Cow<'_, str>> {
 /// The character an escape stands for and the bytes it takes after its
 /// backslash.
 fn escape(b: &[u8]) -> Option<(char, usize)> {
-    let plain = match b.first()? {
+    let kind = *b.first()?;
+    if let Some(plain) = simple_escape(kind) {
+        return Some((plain, 1));
+    }
+    if kind != b'u' {
+        return None;
+    }
+    let high = hex4(b.get(1..5)?)?;
+    match high {
+        0xD800..=0xDBFF => {
+            let low = match b.get(5..11)? {
+                [b'\\', b'u', digits @ ..] => hex4(digits)?,
+                _ => return None,
+            };
+            if !(0xDC00..=0xDFFF).contains(&low) {
+                return None;
+            }
+            let code = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+            Some((char::from_u32(code)?, 11))
+        }
+        _ => Some((char::from_u32(high)?, 5)),
+    }
+}
+
+/// The character a one-letter JSON escape (`\n`, `\"`, …) stands for.
+pub(crate) fn simple_escape(kind: u8) -> Option<char> {
+    Some(match kind {
         b'"' => '"',
         b'\\' => '\\',
         b'/' => '/',
@@ -113,26 +139,8 @@ fn escape(b: &[u8]) -> Option<(char, usize)> {
         b'n' => '\n',
         b'r' => '\r',
         b't' => '\t',
-        b'u' => {
-            let high = hex4(b.get(1..5)?)?;
-            return match high {
-                0xD800..=0xDBFF => {
-                    let low = match b.get(5..11)? {
-                        [b'\\', b'u', digits @ ..] => hex4(digits)?,
-                        _ => return None,
-                    };
-                    if !(0xDC00..=0xDFFF).contains(&low) {
-                        return None;
-                    }
-                    let code = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
-                    Some((char::from_u32(code)?, 11))
-                }
-                _ => Some((char::from_u32(high)?, 5)),
-            };
-        }
         _ => return None,
-    };
-    Some((plain, 1))
+    })
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {

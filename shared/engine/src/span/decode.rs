@@ -118,16 +118,9 @@ fn escape(b: &[u8], last: bool) -> Result<Option<(char, usize)>, Invalid> {
     let Some(&kind) = b.get(1) else {
         return if last { Err(Invalid) } else { Ok(None) };
     };
-    let plain = match kind {
-        b'"' => '"',
-        b'\\' => '\\',
-        b'/' => '/',
-        b'b' => '\u{8}',
-        b'f' => '\u{c}',
-        b'n' => '\n',
-        b'r' => '\r',
-        b't' => '\t',
-        b'u' => return unicode(b, last),
+    let plain = match (kind, crate::rawjson::simple_escape(kind)) {
+        (_, Some(plain)) => plain,
+        (b'u', None) => return unicode(b, last),
         _ => return Err(Invalid),
     };
     Ok(Some((plain, 2)))
