@@ -232,7 +232,8 @@ impl Server {
             };
             let target = Target::from_config(&config);
             let view = op.as_ref().map(|op| {
-                serde_json::to_value(StatusView::of(op).looking_at(&target)).unwrap_or(Value::Null)
+                serde_json::to_value(StatusView::of(op).looking_at(&target).with_progress(&store))
+                    .unwrap_or(Value::Null)
             });
             Ok(json!({
                 "operation": view,

@@ -467,8 +467,17 @@ fn systemd(config: &Config) -> Vec<Check> {
         ),
         Ok(s) if s.active != "active" || s.main_pid == 0 => fail(
             "systemd unit",
-            format!("{} is not running Claude Code ({s})", unit.unit),
-            format!("{ctl} reset-failed {0}; {ctl} start {0}", unit.unit),
+            format!(
+                "{} is not running Claude Code ({}, MainPID {})",
+                unit.unit,
+                s.explained(),
+                s.main_pid
+            ),
+            format!(
+                "see `journalctl{} -u {1} -n 50`; then {ctl} reset-failed {1}; {ctl} start {1}",
+                if unit.user { " --user" } else { "" },
+                unit.unit
+            ),
         ),
         Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
     });

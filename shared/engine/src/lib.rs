@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod left_out;
 pub mod lines;
 pub mod lone;
+pub mod meter;
 pub mod plan;
 pub(crate) mod rawjson;
 pub mod recall;

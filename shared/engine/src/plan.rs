@@ -14,6 +14,7 @@ use crate::chain;
 use crate::inline_str::InlineStr;
 use crate::ledger::{self, Budget, LedgerReport, Measured};
 pub use crate::left_out::LeftOut;
+use crate::meter::{Meter, Metered};
 use crate::reread::{Bytes, Reread};
 use crate::scan::{Markers, NotSpeechCounts, Options, Scan};
 use crate::turns::{self, LeftOutReason, Role, Selection};
@@ -236,19 +237,21 @@ pub fn build_into(
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
-    build_file(config, path, new_session_id, sink, true)
+    build_file(config, path, new_session_id, sink, true, &Meter::default())
 }
 
 /// [`build_into`] for a frozen copy whose digest the caller has checked
 /// (prepare's and verify's backup): no digest is computed again, and
-/// `source_sha256` is left empty.
+/// `source_sha256` is left empty. The scan adds the bytes it read to
+/// `meter` (a progress display reads it from another thread).
 pub fn build_frozen_into(
     config: &Config,
     path: &Path,
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
+    meter: &Meter,
 ) -> Result<Planned> {
-    build_file(config, path, new_session_id, sink, false)
+    build_file(config, path, new_session_id, sink, false, meter)
 }
 
 fn build_file(
@@ -257,6 +260,7 @@ fn build_file(
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
     digest: bool,
+    meter: &Meter,
 ) -> Result<Planned> {
     let file = open_regular(path, Links::Refuse)
         .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", path.display())))?;
@@ -270,7 +274,7 @@ fn build_file(
         let mut planned = plan(
             config,
             path,
-            BufReader::with_capacity(1 << 16, (&file).take(len)),
+            Metered::new(BufReader::with_capacity(1 << 16, (&file).take(len)), meter),
             &file,
             new_session_id,
             sink,

@@ -11,6 +11,7 @@ use sha2::Digest as _;
 
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, space, target_guard, update};
 use crate::operation::manifest::{self, ManifestRef, ManifestWriter};
+use crate::operation::progress;
 use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::target::Target;
 use ktr_base::config::{Activation, Config};
@@ -20,6 +21,7 @@ use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::Timestamp;
 use ktr_engine::candidate::{ManifestEntry, Sink};
+use ktr_engine::meter::Meter;
 use ktr_engine::plan::{self, LeftOut, PlanReport};
 use ktr_engine::window::usage::read_tail_seeking;
 
@@ -142,7 +144,11 @@ fn run(
         let part = artifacts.join("candidate.jsonl.part");
         let _ = std::fs::remove_file(&part); // a killed earlier attempt's
         let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
-        let plan = plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out)?;
+        let meter = Meter::default();
+        let plan = progress::watching(store, id, Stage::Prepare, "planning", len, &meter, || {
+            pause_point(Stage::Prepare, "planning");
+            plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out, &meter)
+        })?;
         let written = out.finish(&plan.report).inspect_err(|_| {
             let _ = std::fs::remove_file(&part);
         })?;

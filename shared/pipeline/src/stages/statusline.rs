@@ -127,13 +127,19 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         p if p >= 70.0 => Level::Advise,
         _ => Level::Calm,
     };
-    if let Some((_, status)) = state_dir.as_ref().and_then(|d| Store::at(d).active()) {
-        text.push_str(match status {
-            Status::Pending => " · rebuild pending",
-            Status::RollbackPending => " · rollback pending",
-            _ => " · rebuilding",
-        });
-        return (text, level);
+    if let Some(dir) = &state_dir {
+        let store = Store::at(dir);
+        if let Some((id, status)) = store.active() {
+            match status {
+                Status::Pending => text.push_str(" · rebuild pending"),
+                Status::RollbackPending => text.push_str(" · rollback pending"),
+                _ => match store.progress(id.as_str()) {
+                    Some(p) => text.push_str(&format!(" · rebuilding {}%", p.percent())),
+                    None => text.push_str(" · rebuilding"),
+                },
+            }
+            return (text, level);
+        }
     }
     let (Some(sid), Some(transcript)) = (&session, inp.transcript_path.as_deref()) else {
         return (text, level);
