@@ -21,6 +21,7 @@ use ktr_base::{Error, Result};
 use ktr_engine::{LeftOutReason, plan};
 use ktr_pipeline::operation::{Operation, Store};
 use ktr_pipeline::target::Target;
+use ktr_pipeline::window_cache;
 
 use crate::served::Session;
 
@@ -366,7 +367,7 @@ impl Server {
         let config = self.load_config()?;
         let given = given.map(PathBuf::from);
         let chosen = self.served.now(&config).choose(&config, given.as_deref())?;
-        let plan = plan::assess(&config, &chosen.path)?;
+        let plan = window_cache::assess(&config, &chosen.path)?;
         Ok((chosen.why, plan))
     }
 }

@@ -15,6 +15,7 @@ use ktr_base::time::{Timestamp, parse_rfc3339};
 use ktr_engine::window;
 pub use ktr_pipeline::operation::manifest::{left_out_by_reason, left_out_summary};
 use ktr_pipeline::operation::{Operation, Status, Store, Transition, Worker};
+use ktr_pipeline::window_cache;
 
 /// Everything `status` shows about one operation. The manifest is summarised
 /// by its length (it holds one entry per carried item and can be long).
@@ -211,7 +212,7 @@ impl StatusView {
         let Ok(tail) = window::usage::read_tail(&path) else {
             return self;
         };
-        let size = window::size_for(config, &session, None, tail.model.as_deref());
+        let size = window_cache::size_for(config, &session, None, tail.model.as_deref());
         let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
         self.window = Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),

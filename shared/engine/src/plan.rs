@@ -292,7 +292,6 @@ fn build_file(
         };
         planned.report.source_changed_while_read =
             digested != len || planned.report.source_bytes != len || changed_since(&file, &at_open);
-        measure_window(config, path, &mut planned)?;
         Ok(planned)
     })
 }
@@ -470,29 +469,6 @@ fn plan<R: BufRead>(
     })
 }
 
-/// The window account of a planned transcript: refuses a rebuild whose
-/// window would not fit under Claude Code's compaction point, and adds the
-/// window's advice to the ledger's reasons.
-fn measure_window(config: &Config, path: &Path, plan: &mut Planned) -> Result<()> {
-    let report = &mut plan.report;
-    let w = crate::window::for_plan(
-        config,
-        &report.session_id,
-        path,
-        plan.window_estimate,
-        report.estimated_tokens,
-    )?;
-    if report.blocked_reason.is_none() {
-        report.blocked_reason = crate::window::refusal(&w);
-    }
-    if let Some(reason) = crate::window::reason(&w) {
-        report.ledger.reasons.push(reason);
-        report.ledger.should_rebuild = true;
-    }
-    report.window = Some(w);
-    Ok(())
-}
-
 fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
     if sel.blocked_reason.is_some() {
         return;
@@ -532,6 +508,28 @@ mod tests {
             project.display().to_string()
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn planning_writes_nothing_not_even_in_the_state_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let config = Config::from_toml(&format!(
+            "project_dir = {:?}\nstate_dir = {:?}",
+            dir.path().display().to_string(),
+            state.display().to_string()
+        ))
+        .unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, format!("{LINE}\n")).unwrap();
+        let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        let plan = build(&config, &path, None).unwrap();
+        assert!(plan.report.window.is_none(), "the window is the pipeline's");
+        let _ = crate::window::running::advance(&config, None, &path, 1 << 20).unwrap();
+        let _ = crate::window::overhead::measure("s", &path, None);
+        assert!(!state.exists(), "the engine made the state dir");
+        let after: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(before.len(), after.len());
     }
 
     #[test]

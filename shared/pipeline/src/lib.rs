@@ -1,7 +1,7 @@
 //! The pipeline: acts on a plan. The operation file and its state machine
 //! ([`operation`]), the stages and hooks that move it ([`stages`]), what
-//! gets switched ([`target`]) and the process control they share
-//! ([`process`]).
+//! gets switched ([`target`]), the process control they share
+//! ([`process`]) and what the hooks remember about the window ([`window_cache`]).
 
 pub mod binding;
 pub mod gate;
@@ -12,3 +12,4 @@ pub mod process;
 pub mod recall;
 pub mod stages;
 pub mod target;
+pub mod window_cache;

@@ -22,6 +22,7 @@
 //! session shows it as its last, unanswered turn, and ↑ then Enter sends it
 //! again (Claude Code's prompt history).
 
+use crate::window_cache;
 use std::path::Path;
 
 use crate::hook::{Invocation, PreCompactInput, Reply};
@@ -201,7 +202,7 @@ fn rebuild_possible(
             op.error.as_deref().unwrap_or("see `ktr status`")
         ));
     }
-    if let Ok(Some(w)) = window::for_hook(config, session.as_str(), transcript, None, None)
+    if let Ok(Some(w)) = window_cache::for_hook(config, session.as_str(), transcript, None, None)
         && let Some(why) = window::refusal(&w)
     {
         return Err(why);
@@ -221,7 +222,7 @@ fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {
         Exists::Must,
     )
     .ok()
-    .and_then(|path| window::for_hook(config, &hook.session_id, &path, None, None).ok())
+    .and_then(|path| window_cache::for_hook(config, &hook.session_id, &path, None, None).ok())
     .flatten()
     .filter(window::Window::fits)
     .map(|w| {

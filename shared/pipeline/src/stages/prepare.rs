@@ -14,6 +14,7 @@ use crate::operation::manifest::{self, ManifestRef, ManifestWriter};
 use crate::operation::progress;
 use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::target::Target;
+use crate::window_cache;
 use ktr_base::config::{Activation, Config};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
@@ -149,6 +150,15 @@ fn run(
             pause_point(Stage::Prepare, "planning");
             plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out, &meter)
         })?;
+        // The window account: a rebuilt window over the compaction point
+        // blocks the plan.
+        let mut plan = plan;
+        window_cache::measure(
+            config,
+            &frozen.backup,
+            &mut plan.report,
+            plan.window_estimate,
+        )?;
         let written = out.finish(&plan.report).inspect_err(|_| {
             let _ = std::fs::remove_file(&part);
         })?;
