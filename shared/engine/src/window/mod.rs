@@ -16,7 +16,6 @@ pub mod usage;
 pub use account::{Advise, Inputs, Sourced, Window, compaction_point, derive, percent};
 
 use crate::ledger::Tally;
-use ktr_base::config::Config;
 
 /// Formula estimate of what a window's tally holds: the conversation's own
 /// estimate (CJK-aware) plus residue at the formula's rate for ASCII (raw
@@ -24,14 +23,6 @@ use ktr_base::config::Config;
 /// the overhead, not of this.
 pub fn window_estimate(t: &Tally) -> u64 {
     t.conversation_estimate + t.total() * 2 / 3
-}
-
-/// The advice settings of a config.
-pub fn advise_of(config: &Config) -> Advise {
-    Advise {
-        at_percent: config.advise_at_percent,
-        min_free_percent: config.advise_min_free_percent,
-    }
 }
 
 /// Why a plan whose rebuilt window would not fit is refused (None when it

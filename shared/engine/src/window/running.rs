@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::options::EngineOptions;
 use crate::scan::{Markers, Options, Scan, Speech};
-use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::open::{Links, open_regular};
 
@@ -41,12 +41,13 @@ pub struct Running {
 ///
 /// # Errors
 /// When the transcript cannot be read.
-pub fn advance(
-    config: &Config,
+pub fn advance<'o>(
+    options: impl Into<EngineOptions<'o>>,
     running: Option<Running>,
     transcript: &Path,
     step: u64,
 ) -> Result<(Running, bool)> {
+    let options = &options.into();
     let fresh = || Running {
         transcript: transcript.to_path_buf(),
         ..Running::default()
@@ -84,7 +85,7 @@ pub fn advance(
     if whole == 0 {
         return Ok((running, true));
     }
-    let part = account(config, &chunk[..whole])?;
+    let part = account(options, &chunk[..whole])?;
     running.offset += whole as u64;
     running.carried_estimate += part.carried;
     running.window_estimate = if part.boundary {
@@ -102,12 +103,12 @@ struct Part {
     boundary: bool,
 }
 
-fn account(config: &Config, bytes: &[u8]) -> Result<Part> {
-    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
+fn account(options: &EngineOptions<'_>, bytes: &[u8]) -> Result<Part> {
+    let markers = Markers::new(options.stamp_template, options.startup_header_template);
     let opts = Options {
-        reply_tool: &config.reply_tool_pattern,
+        reply_tool: options.reply_tool_pattern,
         markers: &markers,
-        command_expansions: config.carry_command_expansions,
+        command_expansions: options.carry_command_expansions,
     };
     let scan = Scan::read(BufReader::new(bytes), &opts).map_err(|e| Error::io(e.to_string()))?;
     let boundary = scan.window_start_line > 1;

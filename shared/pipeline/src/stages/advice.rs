@@ -83,7 +83,7 @@ pub fn advice(
     if config.advise_at_percent == 0 {
         return None;
     }
-    let advise = window::advise_of(&config);
+    let advise = window_cache::advise_of(&config);
     // Bands are measured against where Claude Code compacts.
     let percent_of = |tail: &Tail| {
         let used = tail.usage.as_ref()?.tokens;

@@ -22,7 +22,7 @@ use std::path::Path;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_engine::plan::PlanReport;
-use ktr_engine::window::{Inputs, Window, advise_of, derive, size, usage};
+use ktr_engine::window::{Advise, Inputs, Window, derive, size, usage};
 
 /// Write a small cache file under `<state_dir>/window/`, creating that
 /// folder (0700) but never the state dir itself (whose creation and
@@ -42,6 +42,14 @@ pub fn write_cache(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     // Caches: never torn, but not worth an fsync on every hook call.
     ktr_base::fsutil::write_cache_atomic(path, bytes, 0o600)
+}
+
+/// The advice settings of a config.
+pub fn advise_of(config: &Config) -> Advise {
+    Advise {
+        at_percent: config.advise_at_percent,
+        min_free_percent: config.advise_min_free_percent,
+    }
 }
 
 /// What Claude Code itself reported (the statusline JSON).
