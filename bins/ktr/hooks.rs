@@ -1,4 +1,4 @@
-//! `ktr hooks merge|unmerge|registered` — the installer's edits of Claude
+//! `ktr hooks merge|statusline|unmerge|registered` — the installer's edits of Claude
 //! Code's files (hidden from `--help`; `install` calls it). Merge puts the
 //! Stop and `SessionStart` hooks of `hooks.json` into Claude Code's settings,
 //! pointing at the binaries in `--prefix`; unmerge takes exactly those out

@@ -11,7 +11,7 @@
 //!   plugin's hooks (Stop → prepare → verify → activate in place → ack);
 //! - `/ktr:status` expands, and the model calls ktr's tool by its plugin
 //!   name `mcp__plugin_ktr_ktr__thread_rebuild_status`;
-//! - `./install --uninstall --plugin` leaves the settings as they were,
+//! - `./install --uninstall` leaves the settings as they were,
 //!   but for the two empty objects Claude Code itself keeps.
 //!
 //! The installer runs on a copy of the checkout's plugin files (the test
@@ -451,8 +451,10 @@ fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly
     }
     drop(tmux);
 
-    // Uninstall: settings as before, but for what Claude Code keeps.
-    let said = install(&env, &checkout, &["--uninstall", "--plugin"]);
+    // Uninstall (plain --uninstall: plugin/bin says the plugin is there):
+    // settings as before, but for what Claude Code keeps.
+    let said = install(&env, &checkout, &["--uninstall"]);
+    assert!(said.contains("uninstalling the plugin ktr@ktr too"), "{said}");
     let mut after = settings_of(&env);
     for kept in ["enabledPlugins", "extraKnownMarketplaces"] {
         assert_eq!(after[kept], json!({}), "{kept}: {after}\n{said}");
