@@ -831,3 +831,31 @@ fn the_plugin_install_refuses_a_second_wiring_and_a_config_it_would_not_find() {
     assert_eq!(h.files(), before, "something was written: {out}");
     assert_eq!(h.claude_calls().len(), calls, "claude was run: {out}");
 }
+
+/// `./install --plugin --dry-run` says every step and writes nothing: no
+/// binary, no config, no claude call, no settings edit.
+#[test]
+fn the_plugin_dry_run_writes_nothing() {
+    let h = Home::new();
+    let before = h.files();
+    let (out, code) = h.install(&["--plugin", "--statusline", "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for step in [
+        format!(
+            "would copy the binaries to {}",
+            repo.join("plugin/bin").display()
+        ),
+        format!(
+            "would run: claude plugin marketplace add {}",
+            repo.display()
+        ),
+        "would run: claude plugin install ktr@ktr".to_string(),
+        "/prefix/bin/ktr-statusline --plugin\"".to_string(),
+        "dry run: nothing was written".to_string(),
+    ] {
+        assert!(out.contains(&step), "{step:?} not in:\n{out}");
+    }
+    assert_eq!(h.files(), before, "{out}");
+    assert!(h.claude_calls().is_empty(), "{out}");
+}
