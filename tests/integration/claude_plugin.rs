@@ -454,7 +454,10 @@ fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly
     // Uninstall (plain --uninstall: plugin/bin says the plugin is there):
     // settings as before, but for what Claude Code keeps.
     let said = install(&env, &checkout, &["--uninstall"]);
-    assert!(said.contains("uninstalling the plugin ktr@ktr too"), "{said}");
+    assert!(
+        said.contains("uninstalling the plugin ktr@ktr too"),
+        "{said}"
+    );
     let mut after = settings_of(&env);
     for kept in ["enabledPlugins", "extraKnownMarketplaces"] {
         assert_eq!(after[kept], json!({}), "{kept}: {after}\n{said}");
