@@ -357,6 +357,23 @@ impl Server {
 )]
 impl ServerHandler for Server {}
 
+/// The server in a project ktr does not serve (`--plugin`): no tools, and
+/// instructions that say so.
+#[derive(Clone)]
+pub struct Unserved;
+
+impl ServerHandler for Unserved {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        let mut info = rmcp::model::ServerConfig::default();
+        info.server_info.name = "ktr".into();
+        info.server_info.version = env!("CARGO_PKG_VERSION").into();
+        info.instructions = Some(
+            "ktr does not serve this project (its config names another project_dir), so it offers no tools here.".into(),
+        );
+        info
+    }
+}
+
 impl Server {
     fn load_config(&self) -> Result<Config> {
         Config::load(self.config.as_deref())

@@ -8,6 +8,7 @@ pub mod gate;
 pub mod hook;
 pub mod operation;
 pub mod pane;
+pub mod plugin;
 pub mod process;
 pub mod recall;
 pub mod stages;
