@@ -13,6 +13,7 @@
 //! ([`ktr_pipeline::plugin::serves_dir`]).
 
 mod frames;
+mod outputs;
 mod served;
 mod tools;
 

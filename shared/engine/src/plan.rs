@@ -93,8 +93,9 @@ pub struct PlanReport {
     pub first_carried: Option<Preview>,
     pub last_carried: Option<Preview>,
     /// Every conversation record that was not carried, with the reason
-    /// (empty in an operation's stats, which keep it on its own).
-    #[serde(default)]
+    /// (empty in an operation's stats, which keep it on its own, and in the
+    /// MCP plan, which summarises it by reason); absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
 }
 
