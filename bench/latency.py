@@ -14,8 +14,8 @@
     breakdown from the operation's transitions and Claude Code's receipt), the
     medians per way and the ratio in place / respawn. Needs ``KTR_CLAUDE_BIN``
     (the CLI) like the test. By default the test's own debug binaries are
-    installed; ``--release`` builds the release binaries (``cargo build
-    --release --bins``) and installs those instead (what ``install`` puts in
+    installed; ``--release`` builds the shipped binaries (``cargo build
+    --profile dist --bins``) and installs those instead (what ``install`` puts in
     place in production; the test itself stays debug).
 
 Exit codes: 0 measured, 1 the test failed, 2 usage error.
@@ -47,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = dict(os.environ, KTR_BENCH_RUNS=str(a.runs), CARGO_BUILD_JOBS=os.environ.get("CARGO_BUILD_JOBS", "1"))
     if a.release:
-        built = subprocess.run(["cargo", "build", "--release", "--bins"], cwd=REPO, env=env)
+        built = subprocess.run(["cargo", "build", "--profile", "dist", "--bins"], cwd=REPO, env=env)
         if built.returncode != 0:
             return 1
-        env["KTR_BENCH_BIN_DIR"] = str(REPO / "target" / "release")
+        env["KTR_BENCH_BIN_DIR"] = str(REPO / "target" / "dist")
     argv = ["cargo", "test", "--test", "integration", "--", "--ignored", "--exact", TEST, "--nocapture"]
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("latency: ")]

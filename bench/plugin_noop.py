@@ -10,7 +10,7 @@ project. Interleaved with ``/bin/true`` fed the same stdin, ``--runs`` rounds
 after 50 warm-up rounds; prints medians, the ratio, and fails (exit 3 with
 ``--check``) when a hook printed anything or a median is over 2x.
 
-    cargo build --release && bench/plugin_noop.py --check
+    cargo build --profile dist && bench/plugin_noop.py --check
 """
 
 import argparse
@@ -51,14 +51,14 @@ def run(argv, stdin: bytes, env) -> tuple[float, bytes]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin-dir", default="target/release", help="where the hook binaries are (default target/release)")
+    ap.add_argument("--bin-dir", default="target/dist", help="where the hook binaries are (default target/dist)")
     ap.add_argument("--runs", type=int, default=500, help="timed rounds (default 500)")
     ap.add_argument("--check", action="store_true", help="exit 3 when a hook is not silent or over 2x /bin/true")
     a = ap.parse_args()
     bins = Path(a.bin_dir)
     for h in HOOKS:
         if not (bins / h).is_file():
-            print(f"{bins / h} not built yet: cargo build --release", file=sys.stderr)
+            print(f"{bins / h} not built yet: cargo build --profile dist", file=sys.stderr)
             return 1
     ok = True
     with tempfile.TemporaryDirectory(prefix="ktr-bench-") as tmp:

@@ -123,8 +123,8 @@ def main() -> int:
     ap.add_argument("--no-build", action="store_true")
     a = ap.parse_args()
     if not a.no_build:
-        subprocess.run(["cargo", "build", "--release", "--bin", "ktr"], cwd=REPO, check=True)
-    ktr = str(REPO / "target/release/ktr")
+        subprocess.run(["cargo", "build", "--profile", "dist", "--bin", "ktr"], cwd=REPO, check=True)
+    ktr = str(REPO / "target/dist/ktr")
     root = BENCH / "data" / f"recall-{a.size_mb}mb"
     project = generate(root, a.size_mb, a.seed)
     files = [str(project / f"{s}.jsonl") for s in SESSIONS]

@@ -2,7 +2,7 @@
 """ktr benchmarks, one command each (Python 3.11 stdlib only).
 
 ``python3 bench/run.py [plan] [--size-mb N | --sizes 10,100] [--runs 5]``
-    Builds ``ktr`` in release mode, generates a deterministic transcript of
+    Builds ``ktr`` with the dist profile (what ./install ships), generates a deterministic transcript of
     the requested size into ``bench/data/`` (inside a throwaway project
     directory; reused while generator, seed and size are unchanged), writes a
     throwaway config in a temp dir, then times ``wc -l FILE`` and
@@ -40,7 +40,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 DATA = BENCH / "data"
 GEN = BENCH / "gen_transcript.py"
-RELEASE = REPO / "target" / "release"
+RELEASE = REPO / "target" / "dist"  # the profile ./install ships (fat LTO)
 MB = 1_000_000
 MIB = 1024 * 1024
 
@@ -64,20 +64,20 @@ def die(msg: str, code: int = 1) -> None:
 # --------------------------------------------------------------------------
 
 def cargo_build(binary: str, tolerate_missing: bool = False) -> Path | None:
-    """``cargo build --release --bin BINARY`` in the repo root; return the binary path.
+    """``cargo build --profile dist --bin BINARY`` in the repo root; return the binary path.
 
     With ``tolerate_missing``, a workspace without that binary target returns None.
     """
     if shutil.which("cargo") is None:
         raise BenchError("cargo not found on PATH")
-    print(f"building {binary} (cargo build --release --bin {binary}) ...", flush=True)
-    proc = subprocess.run(["cargo", "build", "--release", "--bin", binary], cwd=REPO,
+    print(f"building {binary} (cargo build --profile dist --bin {binary}) ...", flush=True)
+    proc = subprocess.run(["cargo", "build", "--profile", "dist", "--bin", binary], cwd=REPO,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         if tolerate_missing and "no bin target named" in proc.stderr:
             return None
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise BenchError(f"cargo build --release --bin {binary} failed:\n{tail}")
+        raise BenchError(f"cargo build --profile dist --bin {binary} failed:\n{tail}")
     path = RELEASE / binary
     if not path.is_file():
         if tolerate_missing:
@@ -431,14 +431,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     plan.add_argument("--runs", type=int, default=5, help="timed runs of each command (default 5)")
     plan.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
     plan.add_argument("--regen", action="store_true", help="regenerate the transcript even if a matching one exists")
-    plan.add_argument("--no-build", action="store_true", help="use target/release/ktr as it is")
+    plan.add_argument("--no-build", action="store_true", help="use target/dist/ktr as it is")
     plan.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     stop = argparse.ArgumentParser(
         prog="bench/run.py stop-hook",
         description="Time ktr-stop (nothing pending) against /bin/true, both fed a Stop hook JSON on stdin.")
     stop.add_argument("--runs", type=int, default=500, help="timed runs of each command (default 500)")
     stop.add_argument("--seed", type=int, default=1, help="seed of the small transcript named in the payload")
-    stop.add_argument("--no-build", action="store_true", help="use target/release/ktr-stop as it is")
+    stop.add_argument("--no-build", action="store_true", help="use target/dist/ktr-stop as it is")
     stop.add_argument("--config-arg", action=argparse.BooleanOptionalAction, default=True,
                       help="pass --config CFG on the command line (default; KTR_CONFIG is set either way)")
     stop.add_argument("--check", action="store_true", help="exit 3 when the target is missed")
