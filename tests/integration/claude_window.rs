@@ -25,8 +25,12 @@ use std::time::{Duration, Instant};
 use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
-use crate::support::fake_api::{FakeApi, Rule, conversation, text, tool};
+use crate::support::fake_api::{FakeApi, Rule, conversation, last_user_text, text, tool};
 use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::pane::Input;
+
+/// The prompt the guard blocks in (b): two lines, pasted.
+const BLOCKED: &str = "SAY-BLOCKED the prompt that triggers the compaction\nand its second line";
 
 /// A turn of the CLI on a busy two-core machine.
 const TURN: Duration = Duration::from_secs(90);
@@ -144,7 +148,9 @@ fn rules() -> Vec<Rule> {
             vec![text("REPLY-TOOL done")],
         ],
     )];
-    for n in ["ONE", "TWO", "THREE", "72", "73", "FULL", "AFTER", "PROBE"] {
+    for n in [
+        "ONE", "TWO", "THREE", "72", "73", "FULL", "AFTER", "PROBE", "BLOCKED",
+    ] {
         rules.push(Rule::new(
             &format!("SAY-{n}"),
             vec![vec![text(&format!("REPLY-{n}"))]],
@@ -244,8 +250,12 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
     s.api.set_usage(None);
     // Requested after the reply: only the guard can start it now.
     let op = s.request();
+    // Two lines, sent as a person pastes them (bracketed), then Enter.
+    s.tmux.run(&["set-buffer", "-b", "t", "--", BLOCKED]);
     s.tmux
-        .type_line("SAY-BLOCKED the prompt that triggers the compaction");
+        .run(&["paste-buffer", "-p", "-d", "-b", "t", "-t", PANE]);
+    thread::sleep(Duration::from_millis(300));
+    s.tmux.run(&["send-keys", "-t", PANE, "Enter"]);
     let done = s.wait_status("the switch", |st| {
         st == Status::Activated || st.is_terminal()
     });
@@ -272,11 +282,91 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
             .as_deref(),
         Some(candidate.as_str())
     );
-    s.tmux.wait_idle(TURN);
+    // Item 4: the blocked prompt is back in the new session's input line,
+    // whole (both lines), not sent, with ktr's notice on the pane border.
+    s.tmux
+        .wait_screen("the blocked prompt back in the input line", TURN, |sc| {
+            matches!(Input::of_screen(sc), Input::Draft(d)
+                if d.contains("SAY-BLOCKED the prompt that triggers the compaction")
+                    && d.contains("its second line"))
+        });
+    let notice = || {
+        s.tmux
+            .run(&["show-options", "-p", "-v", "-t", PANE, "pane-border-format"])
+    };
+    assert!(
+        crate::support::wait_for(Duration::from_secs(10), || notice()
+            .contains("your last prompt is back in the input line, not sent")),
+        "no notice on the pane border: {:?}",
+        notice()
+    );
+    let asked = |needle: &str| {
+        s.api
+            .turns()
+            .iter()
+            .filter(|t| last_user_text(t.messages()).contains(needle))
+            .count()
+    };
+    thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        asked("SAY-BLOCKED"),
+        0,
+        "the blocked prompt was sent by itself"
+    );
     let rebuilt = s.env.transcript(candidate.as_str());
+    let text = fs::read_to_string(&rebuilt).unwrap();
+    assert!(
+        !text.contains("SAY-BLOCKED"),
+        "the rebuilt session carries the blocked prompt too (it would be sent twice)"
+    );
+    let final_op = s.store.load(done.id.as_str()).unwrap();
+    assert!(
+        final_op
+            .history
+            .last()
+            .unwrap()
+            .note
+            .contains("is back in the input line"),
+        "{:?}",
+        final_op.history.last()
+    );
+    s.tmux.wait_idle(TURN);
     let before = dirty(&s, &rebuilt);
     assert_eq!(before["window"]["used_source"], "estimate", "{before:#}");
     assert_no_second_rebuild(&before, "before the first reply");
+    // The person presses Enter: it is answered, once.
+    s.tmux.run(&["send-keys", "-t", PANE, "Enter"]);
+    let blocked = s
+        .api
+        .wait_turn("SAY-BLOCKED", TURN)
+        .expect("the blocked prompt reached the model after Enter");
+    s.tmux
+        .wait_screen("the blocked prompt's reply", TURN, |sc| {
+            sc.contains("REPLY-BLOCKED")
+        });
+    s.tmux.wait_idle(TURN);
+    let sent = conversation(&blocked);
+    assert_eq!(sent.matches("SAY-BLOCKED").count(), 1, "{sent}");
+    assert!(sent.contains("its second line"), "{sent}");
+    assert!(!sent.contains("No response requested"), "{sent}");
+    assert_eq!(asked("SAY-BLOCKED"), 1, "answered more than once");
+    let shown = std::process::Command::new("tmux")
+        .args([
+            "-L",
+            &s.tmux.server.socket,
+            "show-options",
+            "-p",
+            "-v",
+            "-t",
+            PANE,
+            "@ktr-notice",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).trim().is_empty(),
+        "the notice stayed up after the prompt was sent"
+    );
     s.tmux.type_line("SAY-PROBE after the switch");
     let request = s
         .api

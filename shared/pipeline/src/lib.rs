@@ -9,6 +9,7 @@ pub mod hook;
 pub mod operation;
 pub mod pane;
 pub mod process;
+pub mod prompt_back;
 pub mod recall;
 pub mod stages;
 pub mod target;

@@ -27,6 +27,7 @@ use std::path::Path;
 use crate::hook::{Invocation, PreCompactInput, Reply};
 use crate::operation::{Status, Store};
 use crate::process;
+use crate::prompt_back;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Scheduled};
 use crate::target::Target;
@@ -111,7 +112,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         .active()
         .map(|(id, _)| store.load(id.as_str()))
         .transpose()?;
-    let pending = match active {
+    let pending_id = match active {
         Some(op) if op.status == Status::Pending => {
             if op.session_id.as_ref().is_some_and(|s| *s != session) {
                 return Ok(Verdict::Allow(format!(
@@ -119,7 +120,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
                     op.id
                 )));
             }
-            true
+            Some(op.id.to_string())
         }
         Some(op) => {
             return Ok(Verdict::Allow(format!(
@@ -127,8 +128,9 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
                 op.id, op.status
             )));
         }
-        None => false,
+        None => None,
     };
+    let pending = pending_id.is_some();
     if !pending && config.on_auto_compaction == OnAutoCompaction::Advise {
         return Ok(Verdict::Allow(compacted_line(&config, hook)));
     }
@@ -141,13 +143,24 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
             "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
         )));
     }
-    if !pending {
-        store.request(
-            "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
-            "REBUILD",
-            Some(session.as_str()),
-        )?;
-    }
+    let id = match pending_id {
+        Some(id) => id,
+        None => store
+            .request(
+                "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
+                "REBUILD",
+                Some(session.as_str()),
+            )?
+            .id
+            .to_string(),
+    };
+    // The prompt that triggered it comes back after the switch: marked
+    // before the rebuild starts, so prepare sees it.
+    let kept = prompt_back::block(store.dir(), &session, hook.prompt_id.as_deref(), &id)
+        .unwrap_or_else(|e| {
+            eprintln!("ktr-precompact: the blocked prompt cannot come back: {e}");
+            None
+        });
     let by = By {
         hook: HOOK,
         session: &session,
@@ -157,10 +170,19 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         why: " instead of Claude Code's auto-compaction",
         reply: None,
     };
-    Ok(match stop::schedule(&config, &store, &by)? {
-        Scheduled::Started { id, .. } => Verdict::Block(format!(
-            "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds, with your last prompt as its last turn: press ↑ then Enter to send it again"
-        )),
+    let scheduled = stop::schedule(&config, &store, &by);
+    if !matches!(scheduled, Ok(Scheduled::Started { .. })) {
+        prompt_back::forget(store.dir(), &session);
+    }
+    Ok(match scheduled? {
+        Scheduled::Started { id, .. } => Verdict::Block(match kept {
+            Some(_) => format!(
+                "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds and your prompt put back in its input line, not sent: press Enter to send it"
+            ),
+            None => format!(
+                "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds, with your last prompt as its last turn: press ↑ then Enter to send it again"
+            ),
+        }),
         Scheduled::Expired(line) => Verdict::Allow(format!(
             "{line}; Claude Code compacted this window (lossy) instead"
         )),

@@ -142,7 +142,16 @@ fn run(
         let part = artifacts.join("candidate.jsonl.part");
         let _ = std::fs::remove_file(&part); // a killed earlier attempt's
         let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
-        let plan = plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out)?;
+        let back = prompt_back_for(config, store, &op, &frozen.backup, steps);
+        let without_tail;
+        let plan_config = match back {
+            Some(_) => {
+                without_tail = without_open_tail(config);
+                &without_tail
+            }
+            None => config,
+        };
+        let plan = plan::build_frozen_into(plan_config, &frozen.backup, Some(&new_id), &mut out)?;
         let written = out.finish(&plan.report).inspect_err(|_| {
             let _ = std::fs::remove_file(&part);
         })?;
@@ -193,6 +202,7 @@ fn run(
             op.estimated_tokens = Some(plan.report.estimated_tokens);
             op.target_before = Some(target_before.clone());
             op.verification = None;
+            op.prompt_back.clone_from(&back);
         })?;
         put_in_place(&part, &candidate)?;
         steps.say(format!(
@@ -690,6 +700,84 @@ fn corruption(steps: &mut Steps) -> Option<Corruption> {
 #[cfg(not(debug_assertions))]
 fn corruption(_steps: &mut Steps) -> Option<Corruption> {
     None
+}
+
+/// The plan's config when the blocked prompt comes back: its open turn
+/// is left out (`include_open_tail = false`), so the rebuilt session ends
+/// with the last reply. Verify checks with the same config.
+pub(super) fn without_open_tail(config: &Config) -> Config {
+    Config {
+        include_open_tail: false,
+        ..config.clone()
+    }
+}
+
+/// Whether the prompt the compaction guard blocked for this operation
+/// comes back after the switch, so the candidate must not carry it: the
+/// target can give it back (tmux: pasted, with its text kept; pointer: the
+/// runner sends it again) and the frozen transcript ends with its open
+/// turn. Otherwise the kept prompt is forgotten: the rebuilt session
+/// carries it as its last, unanswered turn (↑ then Enter sends it again).
+fn prompt_back_for(
+    config: &Config,
+    store: &Store,
+    op: &crate::operation::Operation,
+    backup: &Path,
+    steps: &mut Steps,
+) -> Option<crate::operation::PromptBack> {
+    use crate::prompt_back;
+    let session = super::source_session(op)
+        .ok()
+        .and_then(|s| SessionId::parse(&s).ok())?;
+    let kept = match prompt_back::blocked(store.dir(), &session, op.id.as_str()) {
+        Ok(Some(kept)) => kept,
+        Ok(None) => return None,
+        Err(e) => {
+            steps.say(format!(
+                "the blocked prompt is carried as the last turn: {}",
+                e.message
+            ));
+            return None;
+        }
+    };
+    let why_not = match (config.activation, &kept.text, &kept.prompt_id) {
+        (_, _, None) => Some("Claude Code gave it no prompt_id".to_string()),
+        (Activation::Systemd, _, _) => Some("a systemd unit has no input line".into()),
+        (Activation::Tmux, None, _) => Some(format!(
+            "it is too long to keep ({} characters)",
+            kept.chars
+        )),
+        _ => None,
+    };
+    let found = match (&why_not, &kept.prompt_id) {
+        (None, Some(id)) => match prompt_back::open_turn_is(backup, id) {
+            Ok(Some(images)) => Ok(images),
+            Ok(None) => Err("the transcript does not end with it".to_string()),
+            Err(e) => Err(e.message),
+        },
+        (Some(why), _) => Err(why.clone()),
+        (None, None) => Err("no prompt_id".into()),
+    };
+    match found {
+        Ok(images) => {
+            steps.say(format!(
+                "the prompt the guard blocked ({} characters) is left out of the candidate: it comes back after the switch",
+                kept.chars
+            ));
+            Some(crate::operation::PromptBack {
+                prompt_id: kept.prompt_id.clone().unwrap_or_default(),
+                chars: kept.chars,
+                images,
+            })
+        }
+        Err(why) => {
+            steps.say(format!(
+                "the prompt the guard blocked is carried as the last turn ({why})"
+            ));
+            prompt_back::forget(store.dir(), &session);
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,14 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
             manifest: &artifact,
             left_out: &artifact,
         };
+        // Planned without the blocked prompt's open turn when it comes back.
+        let without_tail;
+        let config = if op.prompt_back.is_some() {
+            without_tail = super::prepare::without_open_tail(config);
+            &without_tail
+        } else {
+            config
+        };
         let checked = check(config, &backup, &candidate.path, &expected).map_err(|mut e| {
             // A changed or missing manifest artifact is found mid-check.
             if !e.message.starts_with("verification failed") {
