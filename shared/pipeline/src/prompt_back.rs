@@ -240,6 +240,18 @@ pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target)
     };
     let session = SessionId::parse(source).ok()?;
     let file = blocked_path(state_dir, &session);
+    if back.carried {
+        forget(state_dir, &session);
+        target.show_lasting_notice(&format!(
+            "ktr: your last prompt ({} characters) was too long for ktr to keep; it is the rebuilt session's last turn \u{2014} press \u{2191} then Enter to send it again",
+            back.chars
+        ));
+        mark_notice(state_dir, op);
+        return Some(format!(
+            "the prompt the guard blocked ({} characters) was too long to keep: carried as the last turn",
+            back.chars
+        ));
+    }
     let kept = match blocked(state_dir, &session, op.id.as_str()) {
         Ok(Some(k)) => k,
         Ok(None) => {
@@ -299,11 +311,7 @@ pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target)
     }
     let _ = std::fs::remove_file(&claimed);
     target.show_lasting_notice(&back_notice(back));
-    // Taken down at the person's next prompt, which comes from the new session.
-    if let Some(new) = &op.candidate {
-        let marker = path(state_dir, &new.session_id, "back");
-        let _ = write_cache_atomic(&marker, op.id.as_str().as_bytes(), 0o600);
-    }
+    mark_notice(state_dir, op);
     Some(format!(
         "the prompt the guard blocked ({} characters) is back in the input line, not sent{}",
         back.chars,
@@ -313,6 +321,15 @@ pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target)
             String::new()
         }
     ))
+}
+
+/// The notice is taken down at the person's next prompt, which comes from
+/// the new session ([`prompt_sent`]).
+fn mark_notice(state_dir: &Path, op: &Operation) {
+    if let Some(new) = &op.candidate {
+        let marker = path(state_dir, &new.session_id, "back");
+        let _ = write_cache_atomic(&marker, op.id.as_str().as_bytes(), 0o600);
+    }
 }
 
 /// Wait (≤ [`IDLE_WAIT`]) until the input line is empty twice [`QUIET`]

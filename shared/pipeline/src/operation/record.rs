@@ -235,6 +235,10 @@ pub struct PromptBack {
     pub chars: usize,
     /// Image blocks the prompt's records held (they cannot be put back).
     pub images: usize,
+    /// Too long to keep (tmux): the candidate carries it as its last turn
+    /// instead, and the notice says so.
+    #[serde(default)]
+    pub carried: bool,
 }
 
 /// A prompt refused by `ktr-prompt` during a switch.

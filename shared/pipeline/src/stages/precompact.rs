@@ -176,10 +176,16 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     }
     Ok(match scheduled? {
         Scheduled::Started { id, .. } => Verdict::Block(match kept {
-            Some(_) => format!(
+            Some(k)
+                if config.activation == ktr_base::config::Activation::Pointer
+                    || (config.activation == ktr_base::config::Activation::Tmux
+                        && k.text.is_some()) =>
+            {
+                format!(
                 "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds and your prompt put back in its input line, not sent: press Enter to send it"
-            ),
-            None => format!(
+                )
+            }
+            _ => format!(
                 "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds, with your last prompt as its last turn: press ↑ then Enter to send it again"
             ),
         }),

@@ -144,12 +144,12 @@ fn run(
         let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
         let back = prompt_back_for(config, store, &op, &frozen.backup, steps);
         let without_tail;
-        let plan_config = match back {
-            Some(_) => {
+        let plan_config = match &back {
+            Some(b) if !b.carried => {
                 without_tail = without_open_tail(config);
                 &without_tail
             }
-            None => config,
+            _ => config,
         };
         let plan = plan::build_frozen_into(plan_config, &frozen.backup, Some(&new_id), &mut out)?;
         let written = out.finish(&plan.report).inspect_err(|_| {
@@ -740,15 +740,14 @@ fn prompt_back_for(
             return None;
         }
     };
-    let why_not = match (config.activation, &kept.text, &kept.prompt_id) {
-        (_, _, None) => Some("Claude Code gave it no prompt_id".to_string()),
-        (Activation::Systemd, _, _) => Some("a systemd unit has no input line".into()),
-        (Activation::Tmux, None, _) => Some(format!(
-            "it is too long to keep ({} characters)",
-            kept.chars
-        )),
+    let why_not = match (config.activation, &kept.prompt_id) {
+        (_, None) => Some("Claude Code gave it no prompt_id".to_string()),
+        (Activation::Systemd, _) => Some("a systemd unit has no input line".into()),
         _ => None,
     };
+    // tmux pastes the kept text: one too long to keep stays in the
+    // candidate, and the notice after the switch says so.
+    let carried = config.activation == Activation::Tmux && kept.text.is_none();
     let found = match (&why_not, &kept.prompt_id) {
         (None, Some(id)) => match prompt_back::open_turn_is(backup, id) {
             Ok(Some(images)) => Ok(images),
@@ -760,14 +759,22 @@ fn prompt_back_for(
     };
     match found {
         Ok(images) => {
-            steps.say(format!(
-                "the prompt the guard blocked ({} characters) is left out of the candidate: it comes back after the switch",
-                kept.chars
-            ));
+            steps.say(if carried {
+                format!(
+                    "the prompt the guard blocked ({} characters) is too long to keep: the candidate carries it as its last turn",
+                    kept.chars
+                )
+            } else {
+                format!(
+                    "the prompt the guard blocked ({} characters) is left out of the candidate: it comes back after the switch",
+                    kept.chars
+                )
+            });
             Some(crate::operation::PromptBack {
                 prompt_id: kept.prompt_id.clone().unwrap_or_default(),
                 chars: kept.chars,
                 images,
+                carried,
             })
         }
         Err(why) => {

@@ -43,7 +43,7 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
         };
         // Planned without the blocked prompt's open turn when it comes back.
         let without_tail;
-        let config = if op.prompt_back.is_some() {
+        let config = if op.prompt_back.as_ref().is_some_and(|b| !b.carried) {
             without_tail = super::prepare::without_open_tail(config);
             &without_tail
         } else {
