@@ -16,11 +16,12 @@
 //! hook's message, so every such line is also left for the session's next
 //! Stop hook ([`advice::leave_notice`]).
 //!
-//! The human's prompt: Claude Code writes the prompt whose sending
-//! triggered the compaction into the transcript before asking this hook,
-//! so the rebuild carries it (the open tail); after the switch the new
-//! session shows it as its last, unanswered turn, and ↑ then Enter sends it
-//! again (Claude Code's prompt history).
+//! The human's prompt: Claude Code runs `UserPromptSubmit` (which keeps its
+//! text, [`crate::prompt_back`]) before this hook, with the same
+//! `prompt_id`. When this hook blocks, it marks that prompt blocked for the
+//! operation it starts; the rebuilt session leaves it out and it comes back
+//! to the input line after the switch (tmux), or the pointer runner sends
+//! it again.
 
 use std::path::Path;
 

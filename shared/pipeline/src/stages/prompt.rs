@@ -8,8 +8,11 @@
 //! prepared or verified is marked (`turn_started_at`, under the lock) and
 //! let through: activation then goes back to `pending`. A prompt of the
 //! session being switched away from (`activating`, `rolling_back`) is
-//! refused with a one-line reason and recorded (`blocked_prompts`). Always
-//! exits 0; an error lets the prompt through and goes to stderr.
+//! refused with a one-line reason and recorded (`blocked_prompts`). While
+//! the compaction guard could block (`on_auto_compaction = "rebuild"`, or a
+//! rebuild pending) it keeps the prompt's text for [`crate::prompt_back`],
+//! and it takes down the notice a put-back prompt left. Always exits 0; an
+//! error lets the prompt through and goes to stderr.
 
 use std::path::Path;
 
@@ -28,7 +31,9 @@ use ktr_base::time::Timestamp;
 pub const HELP: &str = "ktr-prompt: the Claude Code UserPromptSubmit hook of ktr.
 Usage: ktr-prompt [--config PATH]   (the hook JSON on stdin; always exits 0)
 Marks a turn that starts while a rebuild is on its way (the switch then waits for the next Stop)
-and refuses a prompt sent while the session is being switched, with a one-line reason.";
+and refuses a prompt sent while the session is being switched, with a one-line reason. While the
+compaction guard could act, keeps the prompt's text (<state_dir>/prompts/, 0600) so that a
+prompt whose compaction the guard blocks comes back to the input line after the switch.";
 
 /// What Claude Code shows above the input line it gives back.
 pub const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
