@@ -63,8 +63,22 @@ impl Session {
         args: &[&str],
         hooks_socket: Option<&str>,
     ) -> Session {
+        Session::start_env(bin, extra_config, args, hooks_socket, |_| Vec::new())
+    }
+
+    /// [`Session::start_with`] with extra variables for the CLI (and so
+    /// for ktr's hooks and the stages they start), made from its env.
+    fn start_env(
+        bin: &Path,
+        extra_config: &str,
+        args: &[&str],
+        hooks_socket: Option<&str>,
+        extra_env: impl FnOnce(&ClaudeEnv) -> Vec<(String, String)>,
+    ) -> Session {
         let api = FakeApi::start(rules());
         let mut env = ClaudeEnv::new(bin, &api);
+        let more = extra_env(&env);
+        env.extra_env.extend(more);
         let socket = Tmux::unique_socket();
         env.extra_env.push((
             "KTR_TMUX_SOCKET".into(),
@@ -453,6 +467,96 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
     let _ = op;
 }
 
+/// Item 4 through the collision protection: the person starts typing in
+/// the new session right before ktr would paste the blocked prompt back
+/// (activation paused there): ktr pastes nothing over their draft, keeps
+/// the prompt and says on the pane border where its text is.
+fn a_draft_typed_after_the_switch_is_not_pasted_over(bin: &Path) {
+    let s = Session::start_env(
+        bin,
+        "advise_at_percent = 1\ncontext_window_tokens = 100000",
+        &[],
+        None,
+        |env| {
+            vec![
+                ("KTR_TEST_PAUSE_AT".into(), "activate:prompt-back".into()),
+                (
+                    "KTR_TEST_PAUSE_FILE".into(),
+                    env.sandbox.root().join("pause").display().to_string(),
+                ),
+            ]
+        },
+    );
+    let pause = s.env.sandbox.root().join("pause");
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(999_000));
+    s.say("SAY-THREE full", "REPLY-THREE");
+    s.api.set_usage(None);
+    let op = s.request();
+    s.tmux.type_line("SAY-BLOCKED kept while you type");
+    assert!(
+        crate::support::wait_for(TURN, || fs::read_to_string(&pause)
+            .is_ok_and(|t| t.ends_with('\n'))),
+        "activation never reached the paste:\n{}",
+        s.screen()
+    );
+    assert_eq!(
+        s.store.load(op.id.as_str()).unwrap().status,
+        Status::Activated
+    );
+    s.tmux.wait_idle(TURN);
+    s.tmux.run(&["send-keys", "-t", PANE, "-l", "my own draft"]);
+    s.tmux.wait_screen("the person's draft", TURN, |sc| {
+        Input::of_screen(sc) == Input::Draft("my own draft".into())
+    });
+    fs::remove_file(&pause).unwrap();
+    let noted = || {
+        s.store
+            .load(op.id.as_str())
+            .unwrap()
+            .history
+            .last()
+            .unwrap()
+            .note
+            .clone()
+    };
+    assert!(
+        crate::support::wait_for(TURN, || noted().contains("was not put back")),
+        "{}",
+        noted()
+    );
+    let note = noted();
+    assert!(note.contains("characters typed meanwhile"), "{note}");
+    let kept = s
+        .store
+        .dir()
+        .join("prompts")
+        .join(format!("{}.blocked", s.id));
+    assert!(note.contains(&kept.display().to_string()), "{note}");
+    let text = fs::read_to_string(&kept).unwrap();
+    assert!(text.contains("SAY-BLOCKED kept while you type"), "{text}");
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        Input::of_screen(&s.screen()),
+        Input::Draft("my own draft".into()),
+        "the draft was changed"
+    );
+    let border = s
+        .tmux
+        .run(&["show-options", "-p", "-v", "-t", PANE, "pane-border-format"]);
+    assert!(
+        border.contains("your last prompt was not put back"),
+        "{border}"
+    );
+    assert!(
+        !s.api
+            .turns()
+            .iter()
+            .any(|t| last_user_text(t.messages()).contains("SAY-BLOCKED")),
+        "the blocked prompt was sent"
+    );
+}
+
 /// (d) then (c).
 fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
     let s = Session::start(bin, "on_auto_compaction = \"rebuild\"");
@@ -487,10 +591,11 @@ fn manual_compact_is_never_blocked_and_advise_lets_it_compact(bin: &Path) {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_window_through_the_interactive_cli() {
     let bin = claude_bin();
-    let scenarios: [fn(&Path); 3] = [
+    let scenarios: [fn(&Path); 4] = [
         advice_once_per_band_and_the_statusline,
         a_pending_rebuild_replaces_the_auto_compaction,
         manual_compact_is_never_blocked_and_advise_lets_it_compact,
+        a_draft_typed_after_the_switch_is_not_pasted_over,
     ];
     let handles: Vec<_> = scenarios
         .into_iter()
@@ -549,8 +654,21 @@ fn stranded(s: &Session, pane: &str, why: &str) {
         while boundaries(&id) < round + 1 {
             assert!(
                 Instant::now() < deadline,
-                "round {round}: Claude Code did not compact ({why}):\n{}",
-                s.tmux.screen_of(pane)
+                "round {round}: Claude Code did not compact ({why}):\n{}\ntranscript tail: {:?}\nrequests: {:?}",
+                s.tmux.screen_of(pane),
+                record_kinds(&transcript(&id)),
+                s.api
+                    .log()
+                    .iter()
+                    .map(|l| format!(
+                        "{} {}",
+                        l.path,
+                        last_user_text(l.messages())
+                            .chars()
+                            .take(60)
+                            .collect::<String>()
+                    ))
+                    .collect::<Vec<_>>()
             );
             thread::sleep(Duration::from_millis(200));
         }
@@ -757,6 +875,24 @@ fn window_bands(point: u64) -> [u8; 3] {
 /// "612k", as ktr writes tokens.
 fn short(tokens: u64) -> String {
     ktr_engine::window::short(tokens)
+}
+
+/// The kinds of the last 30 records of a transcript (for a failure's message).
+fn record_kinds(transcript: &Path) -> Vec<String> {
+    let text = fs::read_to_string(transcript).unwrap_or_default();
+    let kinds: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            format!(
+                "{} {}{}",
+                v["type"].as_str().unwrap_or("?"),
+                v["subtype"].as_str().unwrap_or(""),
+                v["attachment"]["type"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    kinds[kinds.len().saturating_sub(30)..].to_vec()
 }
 
 /// Every line a Stop hook showed, as Claude Code recorded it.

@@ -266,6 +266,7 @@ pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target)
                 e.message
             );
             target.show_lasting_notice(&line);
+            mark_notice(state_dir, op);
             return Some(line);
         }
     };
@@ -284,6 +285,7 @@ pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target)
             file.display()
         );
         target.show_lasting_notice(&line);
+        mark_notice(state_dir, op);
         line
     };
     match idle_input(target) {

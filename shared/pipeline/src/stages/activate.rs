@@ -100,6 +100,7 @@ fn give_prompt_back(
     let Ok(source) = source_session(op) else {
         return outcome;
     };
+    pause_point(Stage::Activate, "prompt-back");
     let Some(line) = crate::prompt_back::put_back(&config.state_dir, op, &source, target) else {
         return outcome;
     };
