@@ -6,10 +6,14 @@
 //! Nothing here switches anything: a request only records a pending
 //! operation; the Stop hook starts the work after the reply has finished.
 //!
-//! Usage: `ktr-mcp [--config PATH] [--session ID]`. stdout carries the
-//! protocol; logs go to stderr.
+//! Usage: `ktr-mcp [--config PATH] [--session ID] [--plugin]`. stdout
+//! carries the protocol; logs go to stderr. With `--plugin` (how the Claude
+//! Code plugin starts it, in every project) it offers no tools in a working
+//! directory whose project ktr does not serve
+//! ([`ktr_pipeline::plugin::serves_dir`]).
 
 mod frames;
+mod outputs;
 mod served;
 mod tools;
 
@@ -19,7 +23,7 @@ use std::process::ExitCode;
 use rmcp::ServiceExt;
 use rmcp::service::ServerInitializeError;
 
-const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID]";
+const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID] [--plugin]";
 
 fn main() -> ExitCode {
     let args = match parse_args() {
@@ -44,9 +48,20 @@ fn main() -> ExitCode {
 
 /// Answer MCP requests on stdin/stdout until the client closes stdin.
 async fn serve(args: Args) -> ExitCode {
+    let unserved = args.plugin
+        && std::env::current_dir()
+            .is_ok_and(|cwd| !ktr_pipeline::plugin::serves_dir(args.config.as_deref(), &cwd));
+    if unserved {
+        eprintln!("ktr-mcp: ktr does not serve this project; no tools");
+        return serve_with(tools::Unserved).await;
+    }
     let served = served::Session::detect(args.session);
     eprintln!("ktr-mcp: serving {}", served.describe());
-    let server = tools::Server::new(args.config, served);
+    serve_with(tools::Server::new(args.config, served)).await
+}
+
+/// Run `server` on stdin/stdout until the client closes stdin.
+async fn serve_with<S: rmcp::ServerHandler>(server: S) -> ExitCode {
     let (input, output, writer) = frames::spawn(tokio::io::stdin(), tokio::io::stdout());
     let running = match server.serve((input, output)).await {
         Ok(running) => running,
@@ -78,6 +93,7 @@ async fn serve(args: Args) -> ExitCode {
 struct Args {
     config: Option<PathBuf>,
     session: Option<String>,
+    plugin: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -85,6 +101,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         config: None,
         session: None,
+        plugin: false,
     };
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
@@ -97,6 +114,7 @@ fn parse_args() -> Result<Args, String> {
                 ktr_base::ids::SessionId::parse(&id).map_err(|e| e.message)?;
                 args.session = Some(id);
             }
+            Long("plugin") => args.plugin = true,
             Short('h') | Long("help") => {
                 println!(
                     "{USAGE}\nMCP stdio server exposing the thread_rebuild_* tools (SPEC §11 lists them)."

@@ -2,7 +2,6 @@
 //! failure reaches the model as a tool result with `isError: true` and the
 //! library's one-line message; successes are structured JSON.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -12,16 +11,17 @@ use rmcp::schemars::JsonSchema;
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde::Deserialize;
 use serde::Serialize;
-use serde_json::{Value, json};
 
 use ktr_admin::doctor;
 use ktr_admin::report::StatusView;
 use ktr_base::config::Config;
 use ktr_base::{Error, Result};
-use ktr_engine::{LeftOutReason, plan};
-use ktr_pipeline::operation::{Operation, Store};
+use ktr_engine::plan;
+use ktr_pipeline::operation::Store;
 use ktr_pipeline::target::Target;
+use ktr_pipeline::window_cache;
 
+use crate::outputs::{Changed, Dirty, PlanView, RecallPage, Recalled, Status};
 use crate::served::Session;
 
 /// The server: which config to load and which session it serves.
@@ -166,12 +166,7 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_dirty", move || {
             let (chosen, plan) = this.plan(args.transcript_path)?;
-            Ok(json!({
-                "transcript": plan.report.source_path,
-                "transcript_choice": chosen,
-                "ledger": plan.report.ledger,
-                "window": plan.report.window,
-            }))
+            Ok(Dirty::of(plan, chosen))
         })
         .await
     }
@@ -187,7 +182,7 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_plan", move || {
             let (chosen, plan) = this.plan(args.transcript_path)?;
-            plan_view(&plan, &chosen)
+            Ok(PlanView::of(plan, chosen))
         })
         .await
     }
@@ -207,11 +202,11 @@ impl Server {
             let session = this.served.now(&config).binding(&config)?;
             let target = Session::target_for(&config, session.as_deref())?;
             let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
-            Ok(json!({
-                "operation": operation_view(&op),
-                "target": target,
-                "next": "Finish your reply normally now; do not wait or poll. After this reply ends the Stop hook starts the rebuild in the background and the session is switched over; check later with thread_rebuild_status.",
-            }))
+            Ok(Changed {
+                operation: StatusView::of(&op),
+                target: Some(target),
+                next: Some("Finish your reply normally now; do not wait or poll. After this reply ends the Stop hook starts the rebuild in the background and the session is switched over; check later with thread_rebuild_status."),
+            })
         })
         .await
     }
@@ -231,14 +226,19 @@ impl Server {
                 None => store.latest()?,
             };
             let target = Target::from_config(&config);
-            let view = op.as_ref().map(|op| {
-                serde_json::to_value(StatusView::of(op).looking_at(&target)).unwrap_or(Value::Null)
-            });
-            Ok(json!({
-                "operation": view,
-                "recovered_stale": recovered.iter().map(|o| &o.id).collect::<Vec<_>>(),
-                "note": if op.is_none() { "no operation has been requested yet" } else { "" },
-            }))
+            Ok(Status {
+                note: if op.is_none() {
+                    "no operation has been requested yet"
+                } else {
+                    ""
+                },
+                operation: op.map(|op| {
+                    StatusView::of(&op)
+                        .looking_at(&target)
+                        .with_progress(&store)
+                }),
+                recovered_stale: recovered.iter().map(|o| o.id.to_string()).collect(),
+            })
         })
         .await
     }
@@ -252,7 +252,11 @@ impl Server {
         run("thread_rebuild_cancel", move || {
             let config = this.load_config()?;
             let op = Store::for_config(&config)?.cancel(&args.operation_id, &args.confirmation)?;
-            Ok(json!({ "operation": operation_view(&op) }))
+            Ok(Changed {
+                operation: StatusView::of(&op),
+                target: None,
+                next: None,
+            })
         })
         .await
     }
@@ -270,10 +274,11 @@ impl Server {
             let config = this.load_config()?;
             let op = Store::for_config(&config)?
                 .rollback_request(&args.operation_id, &args.confirmation)?;
-            Ok(json!({
-                "operation": operation_view(&op),
-                "next": "Finish your reply normally now; the switch back to the old session happens after this reply ends (Stop hook).",
-            }))
+            Ok(Changed {
+                operation: StatusView::of(&op),
+                target: None,
+                next: Some("Finish your reply normally now; the switch back to the old session happens after this reply ends (Stop hook)."),
+            })
         })
         .await
     }
@@ -307,20 +312,7 @@ impl Server {
                 scope: args.scope.as_deref().map(ktr_pipeline::recall::Scope::parse).transpose()?.unwrap_or_default(),
                 current: current.file_stem().map(|s| s.to_string_lossy().into_owned()),
             };
-            let answer = ktr_pipeline::recall::recall(&config, &ask)?;
-            let more = answer.found.more_at_least > 0 || !answer.found.complete;
-            let complete = answer.found.complete;
-            Ok(json!({
-                "hits": answer.found.hits,
-                "more_at_least": answer.found.more_at_least,
-                "total": answer.found.total,
-                "sessions_in_lineage": answer.lineage.len(),
-                "lost_sessions": answer.lost,
-                "complete": complete,
-                "files_searched": answer.found.files_searched,
-                "bytes_searched": answer.found.bytes_searched,
-                "next": if more { "more hits exist: narrow with kinds, tool, sessions, since/until or turns; thread_rebuild_recall_get reads one hit whole" } else { "thread_rebuild_recall_get with a hit's id reads it whole" },
-            }))
+            Ok(Recalled::of(ktr_pipeline::recall::recall(&config, &ask)?))
         })
         .await
     }
@@ -338,12 +330,7 @@ impl Server {
             let config = this.load_config()?;
             let store = Store::at(&config.state_dir);
             let page = ktr_pipeline::recall::get(&store, &config.project_dir, &args.id, args.page)?;
-            let next = if page.page + 1 < page.pages {
-                format!("call again with page {}", page.page + 1)
-            } else {
-                "this is the last page".into()
-            };
-            Ok(json!({ "id": args.id, "page": page, "next": next }))
+            Ok(RecallPage::of(args.id, page))
         })
         .await
     }
@@ -355,6 +342,23 @@ impl Server {
 )]
 impl ServerHandler for Server {}
 
+/// The server in a project ktr does not serve (`--plugin`): no tools, and
+/// instructions that say so.
+#[derive(Clone)]
+pub struct Unserved;
+
+impl ServerHandler for Unserved {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        let mut info = rmcp::model::ServerConfig::default();
+        info.server_info.name = "ktr".into();
+        info.server_info.version = env!("CARGO_PKG_VERSION").into();
+        info.instructions = Some(
+            "ktr does not serve this project (its config names another project_dir), so it offers no tools here.".into(),
+        );
+        info
+    }
+}
+
 impl Server {
     fn load_config(&self) -> Result<Config> {
         Config::load(self.config.as_deref())
@@ -365,7 +369,7 @@ impl Server {
         let config = self.load_config()?;
         let given = given.map(PathBuf::from);
         let chosen = self.served.now(&config).choose(&config, given.as_deref())?;
-        let plan = plan::assess(&config, &chosen.path)?;
+        let plan = window_cache::assess(&config, &chosen.path)?;
         Ok((chosen.why, plan))
     }
 }
@@ -395,38 +399,4 @@ where
 fn error_result(tool: &str, message: &str) -> CallToolResult {
     eprintln!("ktr-mcp: {tool}: {message}");
     CallToolResult::error(vec![ContentBlock::text(message)])
-}
-
-/// The plan report for the model: every field of `ktr plan --json` except
-/// the per-record `left_out` list, which is summarised by reason (it can
-/// hold thousands of entries, and the model reads it inside the very
-/// window being measured).
-fn plan_view(plan: &plan::Planned, why: &str) -> Result<Value> {
-    let mut by_reason: BTreeMap<LeftOutReason, usize> = BTreeMap::new();
-    for l in &plan.report.left_out {
-        *by_reason.entry(l.reason).or_default() += 1;
-    }
-    let mut report = serde_json::to_value(&plan.report)
-        .map_err(|e| Error::io(format!("cannot encode the plan: {e}")))?;
-    if let Some(obj) = report.as_object_mut() {
-        obj.remove("left_out");
-        obj.insert("left_out_by_reason".into(), json!(by_reason));
-        obj.insert("transcript_choice".into(), json!(why));
-        obj.insert(
-            "next".into(),
-            json!(match &plan.report.blocked_reason {
-                Some(_) => "blocked: do not request a rebuild; tell the human the blocked_reason",
-                None =>
-                    "if the human agrees, call thread_rebuild_request with confirmation REBUILD",
-            }),
-        );
-    }
-    Ok(report)
-}
-
-/// An operation for the model: the same view `ktr status --json` prints
-/// (the manifest and left-out list summarised by their lengths, estimated
-/// next to measured tokens, and the next step in one sentence).
-fn operation_view(op: &Operation) -> Value {
-    serde_json::to_value(StatusView::of(op)).unwrap_or(Value::Null)
 }

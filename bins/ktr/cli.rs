@@ -164,7 +164,7 @@ pub struct DemoArgs {
 /// The reason recorded when `ktr request` is given none.
 pub const DEFAULT_REASON: &str = "requested with ktr request";
 
-/// `ktr hooks merge|unmerge` (hidden; the installer's settings.json merge).
+/// `ktr hooks merge|statusline|unmerge|registered` (hidden; the installer's settings.json edits).
 #[derive(Debug, Default)]
 pub struct HooksArgs {
     pub common: Common,

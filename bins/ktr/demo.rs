@@ -23,6 +23,7 @@ use ktr_base::fsutil::{sha256_file, sha256_hex};
 use ktr_engine::plan;
 use ktr_engine::turns::estimate_tokens;
 use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::window_cache;
 
 use crate::cli::DemoArgs;
 use crate::{dirty, out, status};
@@ -93,7 +94,7 @@ fn drill(sb: &Sandbox) -> Result<u8, Error> {
         "What fills the current context window besides the conversation: tool results,\n\
          injections, thinking. This residue is what a rebuild drops.",
     );
-    let planned = plan::assess(&config, &sb.transcript)?;
+    let planned = window_cache::assess(&config, &sb.transcript)?;
     out::print(&dirty::human(&planned.report.ledger));
     if !planned.report.ledger.should_rebuild {
         out::print(

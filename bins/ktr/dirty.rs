@@ -3,6 +3,7 @@
 use ktr_base::Error;
 use ktr_base::config::Config;
 use ktr_engine::{ledger, plan};
+use ktr_pipeline::window_cache;
 
 use crate::cli::DirtyArgs;
 use crate::out;
@@ -19,7 +20,7 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = plan::resolve_transcript(&config, given.as_deref())?;
-    let plan = plan::assess(&config, &path)?;
+    let plan = window_cache::assess(&config, &path)?;
     if args.common.json {
         out::json(&Dirty {
             ledger: &plan.report.ledger,

@@ -1,8 +1,9 @@
-//! `ktr hooks merge|unmerge|registered` — the installer's edits of Claude
+//! `ktr hooks merge|statusline|unmerge|registered` — the installer's edits of Claude
 //! Code's files (hidden from `--help`; `install` calls it). Merge puts the
 //! Stop and `SessionStart` hooks of `hooks.json` into Claude Code's settings,
 //! pointing at the binaries in `--prefix`; unmerge takes exactly those out
-//! again; registered exits 0 when `~/.claude.json` already registers
+//! again; statusline sets only ktr's `statusLine` (`ktr-statusline
+//! --plugin`, for the Claude Code plugin, which cannot set one); registered exits 0 when `~/.claude.json` already registers
 //! `<prefix>/ktr-mcp --config C` as the MCP server `ktr`, 1 otherwise.
 
 use std::path::{Path, PathBuf};
@@ -25,12 +26,20 @@ pub fn run(args: &HooksArgs) -> Result<u8, Error> {
             let config = args.common.config.as_deref().map(absolute).transpose()?;
             Edit::merge(&path, &absolute(prefix)?, config.as_deref())?
         }
+        "statusline" => {
+            let prefix = args.prefix.as_deref().ok_or_else(|| {
+                Error::usage(
+                    "ktr hooks statusline needs --prefix DIR (where ktr-statusline is installed)",
+                )
+            })?;
+            Edit::merge_plugin_statusline(&path, &absolute(prefix)?)?
+        }
         "registered" => return registered(args),
         "unmerge" if args.prefix.is_none() => Edit::unmerge(&path)?,
         "unmerge" => return Err(Error::usage("--prefix does not apply to ktr hooks unmerge")),
         other => {
             return Err(Error::usage(format!(
-                "ktr hooks needs merge, unmerge or registered, not {other:?}"
+                "ktr hooks needs merge, statusline, unmerge or registered, not {other:?}"
             )));
         }
     };

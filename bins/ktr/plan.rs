@@ -5,6 +5,7 @@ use ktr_base::Error;
 use ktr_base::config::Config;
 use ktr_engine::candidate::{Discard, ManifestEntry, Sink};
 use ktr_engine::plan;
+use ktr_pipeline::window_cache;
 
 use crate::cli::PlanArgs;
 use crate::{dirty, out};
@@ -16,7 +17,8 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     let new_session = args.new_session.as_deref();
     let blocked = match (args.common.json, args.show_candidate) {
         (true, true) => {
-            let plan = plan::build(&config, &path, new_session)?;
+            let mut plan = plan::build(&config, &path, new_session)?;
+            window_cache::measure(&config, &path, &mut plan.report, plan.window_estimate)?;
             // The lines as written (raw: a lone surrogate escape is valid
             // JSON that a `serde_json::Value` cannot hold).
             let candidate = plan
@@ -33,10 +35,13 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
         }
         (false, true) => {
             let mut stdout = Printed(std::io::stdout().lock());
-            plan::build_into(&config, &path, new_session, &mut stdout)?.is_blocked()
+            let mut plan = plan::build_into(&config, &path, new_session, &mut stdout)?;
+            window_cache::measure(&config, &path, &mut plan.report, plan.window_estimate)?;
+            plan.is_blocked()
         }
         (json, false) => {
-            let plan = plan::build_into(&config, &path, new_session, &mut Discard)?;
+            let mut plan = plan::build_into(&config, &path, new_session, &mut Discard)?;
+            window_cache::measure(&config, &path, &mut plan.report, plan.window_estimate)?;
             if json {
                 out::json(&plan.report);
             } else {

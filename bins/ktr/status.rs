@@ -20,6 +20,7 @@ pub fn run(args: &StatusArgs) -> Result<u8, Error> {
         StatusView::of(op)
             .looking_at(&Target::from_config(&config))
             .with_window(op, &config)
+            .with_progress(&store)
     });
     match (&view, args.common.json) {
         (_, true) => out::json(&view),
@@ -97,6 +98,9 @@ pub fn human(v: &StatusView) -> String {
         None => "not estimated yet".into(),
     };
     line("tokens", format!("{estimated}; {measured}"));
+    if let Some(p) = &v.progress {
+        line("progress", format!("{}: {}", p.stage, p.line));
+    }
     if let Some(w) = &v.window {
         let short = ktr_engine::window::short;
         line(

@@ -656,6 +656,7 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
             manifest: &bad.candidate.manifest,
             left_out: &bad.report.left_out,
         },
+        &ktr_engine::meter::Meter::default(),
     )
     .unwrap_err();
     assert!(err.message.contains("timestamp"), "{err}");

@@ -796,3 +796,66 @@ fn uninstall_names_what_ktr_leaves_and_purge_removes_it() {
     assert!(source.exists(), "a source transcript is never removed");
     assert!(!h.prefix.join("ktr").exists());
 }
+
+/// `./install --plugin` (issue 29) refuses, before writing anything, what
+/// would make the plugin's hooks run twice or never find their config.
+#[test]
+fn the_plugin_install_refuses_a_second_wiring_and_a_config_it_would_not_find() {
+    let h = Home::new();
+    let (out, code) = h.install(&["--statusline"]);
+    assert_ne!(code, 0);
+    assert!(out.contains("--statusline goes with --plugin"), "{out}");
+
+    // The plugin's hooks take no --config: only the default one works.
+    let elsewhere = h.home.join("elsewhere.toml");
+    let (out, code) = h.install(&["--plugin", "--config", &elsewhere.to_string_lossy()]);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains(&format!("read the config at {}", h.config.display()))
+            && out.contains("KTR_CONFIG"),
+        "{out}"
+    );
+    assert!(!h.prefix.exists() && !h.config.exists(), "{out}");
+
+    // A household wired by ./install: both wirings would run every hook twice.
+    let (out, code) = h.install(&[]);
+    assert_eq!(code, 0, "{out}");
+    let before = h.files();
+    let calls = h.claude_calls().len();
+    let (out, code) = h.install(&["--plugin"]);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("runs ktr's hooks (./install); run ./install --uninstall first"),
+        "{out}"
+    );
+    assert_eq!(h.files(), before, "something was written: {out}");
+    assert_eq!(h.claude_calls().len(), calls, "claude was run: {out}");
+}
+
+/// `./install --plugin --dry-run` says every step and writes nothing: no
+/// binary, no config, no claude call, no settings edit.
+#[test]
+fn the_plugin_dry_run_writes_nothing() {
+    let h = Home::new();
+    let before = h.files();
+    let (out, code) = h.install(&["--plugin", "--statusline", "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for step in [
+        format!(
+            "would copy the binaries to {}",
+            repo.join("plugin/bin").display()
+        ),
+        format!(
+            "would run: claude plugin marketplace add {}",
+            repo.display()
+        ),
+        "would run: claude plugin install ktr@ktr".to_string(),
+        "/prefix/bin/ktr-statusline --plugin\"".to_string(),
+        "dry run: nothing was written".to_string(),
+    ] {
+        assert!(out.contains(&step), "{step:?} not in:\n{out}");
+    }
+    assert_eq!(h.files(), before, "{out}");
+    assert!(h.claude_calls().is_empty(), "{out}");
+}

@@ -18,6 +18,7 @@ mod admin;
 mod claude_fidelity;
 mod claude_hooks;
 mod claude_loop;
+mod claude_plugin;
 mod claude_recall;
 mod claude_resume;
 mod claude_runner;

@@ -41,7 +41,7 @@ fn fixture() -> (Sandbox, PathBuf) {
 }
 
 /// A running `ktr-mcp`, spoken to in JSON-RPC lines.
-struct Client {
+pub(crate) struct Client {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
@@ -75,7 +75,7 @@ impl Client {
     }
 
     /// Start and complete the handshake; returns the initialize result.
-    fn start(sb: &Sandbox, session: Option<&str>) -> (Client, Value) {
+    pub(crate) fn start(sb: &Sandbox, session: Option<&str>) -> (Client, Value) {
         let mut c = Client::spawn(sb, session);
         let init = c.request(
             "initialize",
@@ -115,7 +115,7 @@ impl Client {
 
     /// Call a tool; returns (isError, structured content or text).
     #[allow(clippy::needless_pass_by_value)] // built inline with json!()
-    fn call(&mut self, tool: &str, args: Value) -> (bool, Value) {
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> (bool, Value) {
         let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
         let is_error = r["isError"].as_bool().unwrap_or(false);
         let text = r["content"][0]["text"].as_str().unwrap_or("").to_string();

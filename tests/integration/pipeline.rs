@@ -45,6 +45,7 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
             manifest: &manifest.items,
             left_out: &manifest.left_out,
         },
+        &ktr_engine::meter::Meter::default(),
     )
     .unwrap();
     assert_eq!(report.candidate_lines, manifest.items.len());
@@ -1041,4 +1042,61 @@ fn tmux_ktr_prompt_tells_a_collision_with_the_switch_line_from_a_prompt() {
     rig.unpause();
     let op = rig.wait_until(&op.id, |o| o.status != Activating);
     assert_eq!(op.status, Pending, "{:#?}", op.history);
+}
+
+#[test]
+fn a_long_step_shows_its_progress_in_status_mcp_and_the_statusline() {
+    let mut rig = Rig::tmux();
+    let total = fs::metadata(&rig.source).unwrap().len();
+    let op = rig.rebuild_paused_at("prepare:planning");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&rig.ktr(&["status", &op.id, "--json"])).unwrap();
+    let progress = &json["progress"];
+    assert_eq!(progress["stage"], "prepare", "{json:#}");
+    assert_eq!(progress["step"], "planning");
+    assert_eq!(progress["total_bytes"], total);
+    assert_eq!(
+        progress["done_bytes"], 0,
+        "paused before the scan read anything"
+    );
+    assert_eq!(progress["percent"], 0);
+    let status = ktr_status(&rig, &op.id);
+    assert!(
+        status.contains("progress          prepare: planning 0 of 0 MB (0 %)"),
+        "{status}"
+    );
+    let statusline = serde_json::json!({
+        "session_id": SRC, "transcript_path": rig.source, "model": {"id": "x"},
+        "context_window": {"context_window_size": 200_000, "current_usage": {"input_tokens": 5}},
+    });
+    let (shown, code) = rig.sandbox.hook_env(
+        env!("CARGO_BIN_EXE_ktr-statusline"),
+        &statusline.to_string(),
+        &rig.hook_env(),
+    );
+    assert_eq!(code, 0);
+    assert!(shown.contains("ktr 0% · rebuilding 0%"), "{shown}");
+    let (mut mcp, _) = crate::mcp::Client::start(&rig.sandbox, Some(SRC));
+    let (failed, shown) = mcp.call(
+        "thread_rebuild_status",
+        serde_json::json!({"operation_id": op.id.to_string()}),
+    );
+    assert!(!failed, "{shown}");
+    // (The file is rewritten every second: `updated_at` moves on.)
+    for field in ["stage", "step", "done_bytes", "total_bytes", "line"] {
+        assert_eq!(
+            shown["operation"]["progress"][field], progress[field],
+            "{field}: {shown:#}"
+        );
+    }
+
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let json: serde_json::Value =
+        serde_json::from_str(&rig.ktr(&["status", &op.id, "--json"])).unwrap();
+    assert!(json.get("progress").is_none(), "{json:#}");
+    let file = rig.store().progress_path(&op.id).unwrap();
+    assert!(!file.exists(), "{} left behind", file.display());
 }

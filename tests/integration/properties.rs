@@ -247,7 +247,7 @@ proptest! {
             candidate_sha256: &sha,
             manifest: &plan.candidate.manifest,
             left_out: &plan.report.left_out,
-        });
+        }, &ktr_engine::meter::Meter::default());
         std::fs::remove_dir_all(&dir).unwrap();
         prop_assert!(verified.is_ok(), "{:?}", verified.err());
     }

@@ -723,4 +723,30 @@ fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
     assert_eq!(context.lines().count(), 1);
     // A later resume of the same session is not told again.
     assert_eq!(resumed(&sb, D)["hookSpecificOutput"], Value::Null);
+
+    // As the Claude Code plugin (no mcpServers.ktr, the plugin enabled):
+    // the tool under the name the model sees then.
+    sb.store()
+        .with_lock(|tx| {
+            let mut op = tx.load(&ops[2])?;
+            op.ack = None;
+            tx.save(&mut op)
+        })
+        .unwrap();
+    fs::write(sb.home.join(".claude.json"), "{}").unwrap();
+    fs::create_dir_all(sb.home.join(".claude")).unwrap();
+    fs::write(
+        sb.home.join(".claude/settings.json"),
+        r#"{"enabledPlugins": {"ktr@ktr": true}}"#,
+    )
+    .unwrap();
+    let answer = resumed(&sb, D);
+    let context = answer["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        context.contains("mcp__plugin_ktr_ktr__thread_rebuild_recall finds them verbatim")
+            && !context.contains("mcp__ktr__"),
+        "{answer}"
+    );
 }

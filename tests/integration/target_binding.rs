@@ -248,6 +248,16 @@ fn systemd_an_unhealthy_session_crash_looping_into_the_start_limit_is_still_undo
     let op = rig.wait_terminal(&op.id);
     let sysd = rig.sysd.as_ref().unwrap();
     assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
+    // The reason says why it went down, not only "process 0 is not running".
+    let error = op.error.clone().unwrap_or_default();
+    for why in [
+        format!("unit {UNIT}: failed/failed, result exit-code"),
+        "last run exited with status".to_string(),
+        "start limit hit".to_string(),
+        format!("see `journalctl -u {UNIT} -n 50`"),
+    ] {
+        assert!(error.contains(&why), "{why:?} missing from: {error}");
+    }
     let new_id = op.candidate.as_ref().unwrap().session_id.clone();
     assert!(
         rig.resume_history().contains(&new_id.to_string()),
@@ -396,7 +406,7 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
     let checks = doctor(&rig);
     let (ok, detail) = check(&checks, "target");
     assert!(
-        ok && detail.contains(&format!("runs pid {main_pid} runs session {SRC}")),
+        ok && detail.contains(&format!("runs pid {main_pid} with session {SRC}")),
         "{detail}"
     );
     let (ok, detail) = check(&checks, "systemd unit");

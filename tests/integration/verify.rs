@@ -57,6 +57,7 @@ impl Prepared {
                 manifest: &self.plan.candidate.manifest,
                 left_out: &self.plan.report.left_out,
             },
+            &ktr_engine::meter::Meter::default(),
         )
     }
 }

@@ -8,6 +8,12 @@
 //! or `projects.<workdir>.mcpServers.ktr`). Both must run with **this**
 //! config: the `--config` they carry is compared with it.
 //!
+//! With ktr installed as the Claude Code plugin (`enabledPlugins."ktr@ktr"`
+//! in `~/.claude/settings.json`, SPEC §13a), the plugin carries the hooks
+//! and the MCP server: they must be executables in the folder the plugin
+//! loads from, and this config must be the one they find by default (the
+//! plugin passes no `--config`).
+//!
 //! A config that does not load is one failed check; the checks that do not
 //! need it (hooks, MCP server) still run, with the default workdir.
 
@@ -467,8 +473,17 @@ fn systemd(config: &Config) -> Vec<Check> {
         ),
         Ok(s) if s.active != "active" || s.main_pid == 0 => fail(
             "systemd unit",
-            format!("{} is not running Claude Code ({s})", unit.unit),
-            format!("{ctl} reset-failed {0}; {ctl} start {0}", unit.unit),
+            format!(
+                "{} is not running Claude Code ({}, MainPID {})",
+                unit.unit,
+                s.explained(),
+                s.main_pid
+            ),
+            format!(
+                "see `journalctl{} -u {1} -n 50`; then {ctl} reset-failed {1}; {ctl} start {1}",
+                if unit.user { " --user" } else { "" },
+                unit.unit
+            ),
         ),
         Ok(s) => pass("systemd unit", format!("{} ({s})", unit.unit)),
     });
@@ -662,7 +677,99 @@ fn reinstall_fix(this: &Path) -> String {
     format!("run ./install --config {} again", this.display())
 }
 
+/// The folder Claude Code loads the enabled plugin `ktr@ktr` from, when it
+/// is enabled: a directory marketplace's plugin loads in place from its
+/// source folder (measured on 2.1.328; `${CLAUDE_PLUGIN_ROOT}` names it),
+/// else from the copy `installed_plugins.json` names. `Err`: enabled, but
+/// the folder cannot be found (the fix says what to do).
+fn plugin_root(home: &Path) -> Option<std::result::Result<PathBuf, String>> {
+    if !ktr_pipeline::plugin::enabled(home) {
+        return None;
+    }
+    let read = |p: PathBuf| -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    };
+    let plugins = home.join(".claude/plugins");
+    let in_place = read(plugins.join("known_marketplaces.json"))
+        .and_then(|m| Some(PathBuf::from(m.pointer("/ktr/installLocation")?.as_str()?)))
+        .and_then(|market| {
+            let manifest = read(market.join(".claude-plugin/marketplace.json"))?;
+            let entry = manifest["plugins"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == "ktr")?
+                .clone();
+            Some(market.join(entry["source"].as_str()?))
+        });
+    let copy = || {
+        read(plugins.join("installed_plugins.json")).and_then(|i| {
+            Some(PathBuf::from(
+                i.pointer("/plugins/ktr@ktr/0/installPath")?.as_str()?,
+            ))
+        })
+    };
+    Some(
+        in_place
+            .filter(|p| p.is_dir())
+            .or_else(copy)
+            .filter(|p| p.is_dir())
+            .ok_or_else(|| {
+                format!(
+                    "the plugin {} is enabled, but the folder it loads from is gone",
+                    ktr_pipeline::plugin::ID
+                )
+            }),
+    )
+}
+
+/// The hooks and the MCP server as the plugin runs them: `programs` must be
+/// executables in its `bin/`, and `this` the config they find by default.
+fn plugin_check(name: &'static str, root: &Path, programs: &[&str], this: &Path) -> Check {
+    let fix = "run ./install --plugin again from the checkout".to_string();
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| resolve_program(&root.join("bin").join(p).to_string_lossy()).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return fail(
+            name,
+            format!(
+                "the plugin {} has no executable {} in {}",
+                ktr_pipeline::plugin::ID,
+                missing.join(", "),
+                root.join("bin").display()
+            ),
+            fix,
+        );
+    }
+    if let Some(other) = other_config(None, this) {
+        return fail(
+            name,
+            format!(
+                "the plugin's {name} run with {other}, not this config {}",
+                this.display()
+            ),
+            format!(
+                "move the config to {} or export KTR_CONFIG={} where Claude Code starts",
+                absolute(&Config::locate(None)).display(),
+                this.display()
+            ),
+        );
+    }
+    pass(
+        name,
+        format!(
+            "the plugin {} → {} (the default config {})",
+            ktr_pipeline::plugin::ID,
+            root.join("bin").display(),
+            this.display()
+        ),
+    )
+}
+
 fn hooks(workdir: &Path, this: &Path) -> Check {
+    let plugin = plugin_root(&home_dir());
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for path in settings_files(workdir) {
@@ -673,6 +780,27 @@ fn hooks(workdir: &Path, this: &Path) -> Check {
             Ok(f) => found.extend(f),
             Err(e) => problems.push(format!("{}: {}", path.display(), e.message)),
         }
+    }
+    if let Some(root) = plugin {
+        if !found.is_empty() {
+            return fail(
+                "hooks",
+                format!(
+                    "both the plugin {} and settings.json run ktr's hooks: every hook runs twice",
+                    ktr_pipeline::plugin::ID
+                ),
+                "keep one: ./install --uninstall (settings.json), or ./install --uninstall --plugin",
+            );
+        }
+        return match root {
+            Ok(root) => plugin_check(
+                "hooks",
+                &root,
+                &["ktr-stop", "ktr-prompt", "ktr-ack", "ktr-precompact"],
+                this,
+            ),
+            Err(e) => fail("hooks", e, "run ./install --plugin again from the checkout"),
+        };
     }
     let want = [
         ("Stop", None, "ktr-stop"),
@@ -744,6 +872,13 @@ fn statusline(workdir: &Path) -> Check {
 
 fn mcp(workdir: &Path, this: &Path) -> Check {
     let path = home_dir().join(".claude.json");
+    match plugin_root(&home_dir()) {
+        Some(Ok(root)) => return plugin_check("mcp", &root, &["ktr-mcp"], this),
+        Some(Err(e)) => {
+            return fail("mcp", e, "run ./install --plugin again from the checkout");
+        }
+        None => {}
+    }
     let prefix = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))

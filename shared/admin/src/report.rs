@@ -14,7 +14,8 @@ use ktr_base::open::{Exists, confine};
 use ktr_base::time::{Timestamp, parse_rfc3339};
 use ktr_engine::window;
 pub use ktr_pipeline::operation::manifest::{left_out_by_reason, left_out_summary};
-use ktr_pipeline::operation::{Operation, Status, Transition, Worker};
+use ktr_pipeline::operation::{Operation, Status, Store, Transition, Worker};
+use ktr_pipeline::window_cache;
 
 /// Everything `status` shows about one operation. The manifest is summarised
 /// by its length (it holds one entry per carried item and can be long).
@@ -78,6 +79,25 @@ pub struct StatusView {
     /// once activated), filled in by [`StatusView::with_window`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowView>,
+    /// How far the running stage's long step has come, filled in by
+    /// [`StatusView::with_progress`] while one runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
+}
+
+/// A long step's progress as shown: the facts and the line a human reads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProgressView {
+    pub stage: String,
+    pub step: String,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub percent: u64,
+    /// At the rate so far; absent before anything was read.
+    pub eta_seconds: Option<u64>,
+    pub updated_at: Timestamp,
+    /// `planning 340 of 680 MB (50 %), ≈ 12 s left`.
+    pub line: String,
 }
 
 /// The window of a session as `ktr status` shows it: each figure with
@@ -149,7 +169,29 @@ impl StatusView {
             acked_at: op.ack.as_ref().map(|a| a.at.to_string()),
             history: op.history.clone(),
             window: None,
+            progress: None,
         }
+    }
+
+    /// Add the progress of the operation's running step (a non-terminal
+    /// operation whose stage writes one; see
+    /// [`ktr_pipeline::operation::progress`]).
+    #[must_use]
+    pub fn with_progress(mut self, store: &Store) -> StatusView {
+        if self.terminal {
+            return self;
+        }
+        self.progress = store.progress(&self.id).map(|p| ProgressView {
+            stage: p.stage.name().to_string(),
+            percent: p.percent(),
+            eta_seconds: p.eta().map(|d| d.as_secs()),
+            line: p.line(),
+            step: p.step,
+            done_bytes: p.done_bytes,
+            total_bytes: p.total_bytes,
+            updated_at: p.updated_at,
+        });
+        self
     }
 
     /// Add the window of the session `op` is about: its rebuilt session
@@ -170,7 +212,7 @@ impl StatusView {
         let Ok(tail) = window::usage::read_tail(&path) else {
             return self;
         };
-        let size = window::size_for(config, &session, None, tail.model.as_deref());
+        let size = window_cache::size_for(config, &session, None, tail.model.as_deref());
         let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
         self.window = Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),

@@ -8,11 +8,11 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::left_out::LeftOut;
+use crate::options::EngineOptions;
 use crate::reread::{Reread, Said};
 use crate::scan::{Event, Meta};
 use crate::transcript::is_timestamp;
 use crate::turns::{Item, ItemKind, Role, Selection};
-use ktr_base::config::Config;
 use ktr_base::error::Result;
 use ktr_base::fsutil::sha256_hex;
 
@@ -188,7 +188,7 @@ struct TextBlock<'a> {
 /// every item, each text read again (`rd`) as it is written. Returns the
 /// number of lines.
 pub fn write(
-    config: &Config,
+    options: &EngineOptions<'_>,
     sel: &Selection,
     events: &[Event],
     session_id: &str,
@@ -220,7 +220,7 @@ pub fn write(
         let text = item.text(
             events,
             rd,
-            config,
+            options,
             Some((said.text, meta.timestamp.as_deref())),
         )?;
         out.item(item, &text, source_sha256, &meta)?;

@@ -18,9 +18,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::candidate::{ITEM_NAMESPACE, ManifestEntry, Sink};
+use crate::meter::Meter;
+use crate::options::EngineOptions;
 use crate::plan::{self, LeftOut};
 use crate::transcript::is_timestamp;
-use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{sha256_file, sha256_file_with};
 
@@ -71,13 +72,16 @@ pub struct ConservationCounts {
 /// have the digests recorded at prepare. Every step streams: the
 /// candidate is read line by line (three times), the rebuild goes into a
 /// digest, and only the pieces of text that were not found where their
-/// manifest entry says are held until the end.
-pub fn check(
-    config: &Config,
+/// manifest entry says are held until the end. The rebuild's scan of the
+/// backup adds to `meter`.
+pub fn check<'o>(
+    options: impl Into<EngineOptions<'o>>,
     backup: &Path,
     candidate: &Path,
     expected: &Expected<'_>,
+    meter: &Meter,
 ) -> Result<ConservationCounts> {
+    let options = &options.into();
     // The read that proves the backup unchanged also measures its longest
     // line (which decides below whether the two checks run side by side).
     let mut longest = LongestLine::default();
@@ -102,10 +106,16 @@ pub fn check(
     };
     let rebuild = || {
         let mut rebuilt = Digest::default();
-        plan::build_frozen_into(config, backup, Some(expected.session_id), &mut rebuilt)
-            .map(|_| rebuilt.sha256())
+        plan::build_frozen_into(
+            options,
+            backup,
+            Some(expected.session_id),
+            &mut rebuilt,
+            meter,
+        )
+        .map(|_| rebuilt.sha256())
     };
-    let read = || conserve(backup, &file, expected, &config.reply_tool_pattern);
+    let read = || conserve(backup, &file, expected, options.reply_tool_pattern);
     // The rebuild and the reading of the candidate (its structure checked
     // while conservation walks it) are independent: one core each. Each
     // holds a few copies of the line it reads, so a backup with a huge

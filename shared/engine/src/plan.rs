@@ -2,6 +2,7 @@
 //! of everything that was counted, dropped or refused. `ktr plan`,
 //! `ktr-prepare` and `ktr-verify` all start here.
 
+use crate::options::EngineOptions;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -14,10 +15,11 @@ use crate::chain;
 use crate::inline_str::InlineStr;
 use crate::ledger::{self, Budget, LedgerReport, Measured};
 pub use crate::left_out::LeftOut;
+use crate::meter::{Meter, Metered};
 use crate::reread::{Bytes, Reread};
 use crate::scan::{Markers, NotSpeechCounts, Options, Scan};
 use crate::turns::{self, LeftOutReason, Role, Selection};
-use ktr_base::config::{Config, HistoryMode, OnMalformed};
+use ktr_base::config::{HistoryMode, OnMalformed};
 use ktr_base::error::{Error, Result};
 use ktr_base::open::{Exists, Links, confine, open_regular};
 
@@ -91,8 +93,9 @@ pub struct PlanReport {
     pub first_carried: Option<Preview>,
     pub last_carried: Option<Preview>,
     /// Every conversation record that was not carried, with the reason
-    /// (empty in an operation's stats, which keep it on its own).
-    #[serde(default)]
+    /// (empty in an operation's stats, which keep it on its own, and in the
+    /// MCP plan, which summarises it by reason); absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
 }
 
@@ -150,11 +153,15 @@ impl Plan {
 /// Find the transcript to plan: the given path (which must be a `*.jsonl`
 /// directly inside `project_dir`, symlinks resolved), or the newest session
 /// transcript in `project_dir`.
-pub fn resolve_transcript(config: &Config, given: Option<&Path>) -> Result<PathBuf> {
-    let project = config.project_dir.canonicalize().map_err(|e| {
+pub fn resolve_transcript<'o>(
+    options: impl Into<EngineOptions<'o>>,
+    given: Option<&Path>,
+) -> Result<PathBuf> {
+    let options = &options.into();
+    let project = options.project_dir.canonicalize().map_err(|e| {
         Error::config(format!(
             "project_dir {} is not usable: {e}; set project_dir to the Claude Code project folder",
-            config.project_dir.display()
+            options.project_dir.display()
         ))
     })?;
     let Some(given) = given else {
@@ -211,15 +218,21 @@ fn transcript_in(project: &Path, path: &Path) -> Option<std::fs::Metadata> {
 
 /// Plan a transcript file (already resolved by [`resolve_transcript`]),
 /// with the candidate in memory.
-pub fn build(config: &Config, path: &Path, new_session_id: Option<&str>) -> Result<Plan> {
+pub fn build<'o>(
+    options: impl Into<EngineOptions<'o>>,
+    path: &Path,
+    new_session_id: Option<&str>,
+) -> Result<Plan> {
+    let options = &options.into();
     let mut candidate = Candidate::default();
-    let planned = build_into(config, path, new_session_id, &mut candidate)?;
+    let planned = build_into(options, path, new_session_id, &mut candidate)?;
     Ok(Plan::from(planned, candidate))
 }
 
 /// Plan a transcript file for its report only (no candidate is kept).
-pub fn assess(config: &Config, path: &Path) -> Result<Planned> {
-    build_into(config, path, None, &mut candidate::Discard)
+pub fn assess<'o>(options: impl Into<EngineOptions<'o>>, path: &Path) -> Result<Planned> {
+    let options = &options.into();
+    build_into(options, path, None, &mut candidate::Discard)
 }
 
 /// Plan a transcript file and write the candidate into `sink`, line by line.
@@ -230,33 +243,38 @@ pub fn assess(config: &Config, path: &Path) -> Result<Planned> {
 /// changed while it was read, `source_changed_while_read` says so. Texts
 /// are not kept between the two reads ([`crate::reread`]): memory
 /// stays bounded by the number of records, not by their text.
-pub fn build_into(
-    config: &Config,
+pub fn build_into<'o>(
+    options: impl Into<EngineOptions<'o>>,
     path: &Path,
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
-    build_file(config, path, new_session_id, sink, true)
+    let options = &options.into();
+    build_file(options, path, new_session_id, sink, true, &Meter::default())
 }
 
 /// [`build_into`] for a frozen copy whose digest the caller has checked
 /// (prepare's and verify's backup): no digest is computed again, and
-/// `source_sha256` is left empty.
-pub fn build_frozen_into(
-    config: &Config,
+/// `source_sha256` is left empty. The scan adds the bytes it read to
+/// `meter` (a progress display reads it from another thread).
+pub fn build_frozen_into<'o>(
+    options: impl Into<EngineOptions<'o>>,
     path: &Path,
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
+    meter: &Meter,
 ) -> Result<Planned> {
-    build_file(config, path, new_session_id, sink, false)
+    let options = &options.into();
+    build_file(options, path, new_session_id, sink, false, meter)
 }
 
 fn build_file(
-    config: &Config,
+    options: &EngineOptions<'_>,
     path: &Path,
     new_session_id: Option<&str>,
     sink: &mut dyn Sink,
     digest: bool,
+    meter: &Meter,
 ) -> Result<Planned> {
     let file = open_regular(path, Links::Refuse)
         .map_err(|e| Error::refused(format!("cannot open transcript {}: {e}", path.display())))?;
@@ -268,9 +286,9 @@ fn build_file(
     std::thread::scope(|s| {
         let digest = digest.then(|| s.spawn(|| ktr_base::fsutil::sha256_prefix(&file, len)));
         let mut planned = plan(
-            config,
+            options,
             path,
-            BufReader::with_capacity(1 << 16, (&file).take(len)),
+            Metered::new(BufReader::with_capacity(1 << 16, (&file).take(len)), meter),
             &file,
             new_session_id,
             sink,
@@ -288,7 +306,6 @@ fn build_file(
         };
         planned.report.source_changed_while_read =
             digested != len || planned.report.source_bytes != len || changed_since(&file, &at_open);
-        measure_window(config, path, &mut planned)?;
         Ok(planned)
     })
 }
@@ -302,21 +319,22 @@ fn changed_since(file: &File, then: &std::fs::Metadata) -> bool {
 
 /// Plan transcript bytes held in memory (tests, fuzzing). `source_sha256`
 /// is left empty and no window is measured.
-pub fn build_from_bytes(
-    config: &Config,
+pub fn build_from_bytes<'o>(
+    options: impl Into<EngineOptions<'o>>,
     path: &Path,
     bytes: &[u8],
     new_session_id: Option<&str>,
 ) -> Result<Plan> {
+    let options = &options.into();
     let mut candidate = Candidate::default();
-    let planned = plan(config, path, bytes, &bytes, new_session_id, &mut candidate)?;
+    let planned = plan(options, path, bytes, &bytes, new_session_id, &mut candidate)?;
     Ok(Plan::from(planned, candidate))
 }
 
 /// Both reads: the scan (`input`, once, in order) and the candidate
 /// (`again`, the same bytes at offsets).
 fn plan<R: BufRead>(
-    config: &Config,
+    options: &EngineOptions<'_>,
     path: &Path,
     input: R,
     again: &dyn Bytes,
@@ -324,19 +342,19 @@ fn plan<R: BufRead>(
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
     crate::span::forget_all();
-    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
+    let markers = Markers::new(options.stamp_template, options.startup_header_template);
     let opts = Options {
-        reply_tool: &config.reply_tool_pattern,
+        reply_tool: options.reply_tool_pattern,
         markers: &markers,
-        command_expansions: config.carry_command_expansions,
+        command_expansions: options.carry_command_expansions,
     };
     let mut scan = Scan::read(input, &opts).map_err(|e| Error::io_at("read", path, &e))?;
     let rd = Reread::new(again, &opts).with_lone_surrogates(scan.lone_surrogates > 0);
-    let history = chain::select(&scan, config.history);
+    let history = chain::select(&scan, options.history);
     // The links have served: selection needs only the events.
     scan.nodes = Vec::new();
-    let mut sel = turns::select(&scan.events, &history.events, config, &rd)?;
-    block_on_input_problems(config, &scan, &mut sel);
+    let mut sel = turns::select(&scan.events, &history.events, options, &rd)?;
+    block_on_input_problems(options, &scan, &mut sel);
     let session_id = match new_session_id {
         Some(id) => {
             ktr_base::ids::SessionId::parse(id)?;
@@ -345,7 +363,7 @@ fn plan<R: BufRead>(
         None => uuid::Uuid::new_v4().to_string(),
     };
     let lines = candidate::write(
-        config,
+        options,
         &sel,
         &scan.events,
         &session_id,
@@ -386,7 +404,7 @@ fn plan<R: BufRead>(
     let preview = |i: &turns::Item| -> Result<Preview> {
         Ok(Preview {
             role: i.role,
-            text: crate::span::head(&i.text(&scan.events, &rd, config, None)?)
+            text: crate::span::head(&i.text(&scan.events, &rd, options, None)?)
                 .chars()
                 .take(PREVIEW_CHARS)
                 .collect(),
@@ -406,8 +424,8 @@ fn plan<R: BufRead>(
             conversation_turns: sel.turns.len(),
         },
         &Budget {
-            dirty_budget_bytes: config.dirty_budget_bytes,
-            rebuild_on_original_image_view: config.rebuild_on_original_image_view,
+            dirty_budget_bytes: options.dirty_budget_bytes,
+            rebuild_on_original_image_view: options.rebuild_on_original_image_view,
         },
     );
     let report = PlanReport {
@@ -466,34 +484,11 @@ fn plan<R: BufRead>(
     })
 }
 
-/// The window account of a planned transcript: refuses a rebuild whose
-/// window would not fit under Claude Code's compaction point, and adds the
-/// window's advice to the ledger's reasons.
-fn measure_window(config: &Config, path: &Path, plan: &mut Planned) -> Result<()> {
-    let report = &mut plan.report;
-    let w = crate::window::for_plan(
-        config,
-        &report.session_id,
-        path,
-        plan.window_estimate,
-        report.estimated_tokens,
-    )?;
-    if report.blocked_reason.is_none() {
-        report.blocked_reason = crate::window::refusal(&w);
-    }
-    if let Some(reason) = crate::window::reason(&w) {
-        report.ledger.reasons.push(reason);
-        report.ledger.should_rebuild = true;
-    }
-    report.window = Some(w);
-    Ok(())
-}
-
-fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
+fn block_on_input_problems(options: &EngineOptions<'_>, scan: &Scan, sel: &mut Selection) {
     if sel.blocked_reason.is_some() {
         return;
     }
-    if scan.malformed_count > 0 && config.on_malformed_line == OnMalformed::Block {
+    if scan.malformed_count > 0 && options.on_malformed_line == OnMalformed::Block {
         let lines: Vec<String> = scan
             .malformed
             .iter()
@@ -517,6 +512,7 @@ fn block_on_input_problems(config: &Config, scan: &Scan, sel: &mut Selection) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ktr_base::config::Config;
     use std::io::Write;
     use std::time::{Duration, Instant};
 
@@ -528,6 +524,28 @@ mod tests {
             project.display().to_string()
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn planning_writes_nothing_not_even_in_the_state_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let config = Config::from_toml(&format!(
+            "project_dir = {:?}\nstate_dir = {:?}",
+            dir.path().display().to_string(),
+            state.display().to_string()
+        ))
+        .unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, format!("{LINE}\n")).unwrap();
+        let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        let plan = build(&config, &path, None).unwrap();
+        assert!(plan.report.window.is_none(), "the window is the pipeline's");
+        let _ = crate::window::running::advance(&config, None, &path, 1 << 20).unwrap();
+        let _ = crate::window::overhead::measure("s", &path, None);
+        assert!(!state.exists(), "the engine made the state dir");
+        let after: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(before.len(), after.len());
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //! turn. Everything else is transparent. Selection then applies the open
 //! tail rule, stamps, elision, the token cap and the poison check.
 
+use crate::options::EngineOptions;
 use crate::reread::Reread;
 use crate::scan::{Counts, Event, Markers, Speech};
 use crate::span;
-use ktr_base::config::{CarryOverflow, Config};
+use ktr_base::config::CarryOverflow;
 use ktr_base::error::Result;
 
 /// Who speaks an item.
@@ -232,7 +233,7 @@ pub fn estimate_tokens(text: &str) -> u64 {
 pub fn select(
     events: &[Event],
     order: &[usize],
-    config: &Config,
+    options: &EngineOptions<'_>,
     rd: &Reread<'_>,
 ) -> Result<Selection> {
     let mut sel = Selection::default();
@@ -241,14 +242,14 @@ pub fn select(
     let mut pending_slash: Option<usize> = None;
     // The expansion recorded right after the pending command, if any.
     let mut pending_expansion: Option<usize> = None;
-    let mut snapshot_done = !config.freeze_startup_snapshot;
+    let mut snapshot_done = !options.freeze_startup_snapshot;
     for &e in order {
         let event = &events[e];
         match event.speech() {
             Speech::StartupContext => {
                 // Every SessionStart context before the first speech (one
                 // per hook); it replaces the older reminder snapshot.
-                if !seen_speech && config.freeze_startup_snapshot {
+                if !seen_speech && options.freeze_startup_snapshot {
                     sel.startup_context.push(e);
                     let text = rd.said(event)?.text;
                     let frozen = sel.startup_text.get_or_insert_with(String::new);
@@ -261,7 +262,7 @@ pub fn select(
             }
             Speech::Injected => {
                 if !seen_speech && !snapshot_done && event.snapshot() {
-                    freeze_reminder(&mut sel, &mut builder, config, e, event, rd)?;
+                    freeze_reminder(&mut sel, &mut builder, options, e, event, rd)?;
                     snapshot_done = true;
                 }
             }
@@ -277,7 +278,7 @@ pub fn select(
                     sel.left_out.push((s, LeftOutReason::LocalCommand));
                 }
                 if event.snapshot() && !(seen_speech || snapshot_done) {
-                    freeze_reminder(&mut sel, &mut builder, config, e, event, rd)?;
+                    freeze_reminder(&mut sel, &mut builder, options, e, event, rd)?;
                     snapshot_done = true;
                 } else {
                     builder.user(Item::said(Role::User, ItemKind::Speech, e, event));
@@ -337,8 +338,8 @@ pub fn select(
     let mut turns = builder.turns;
     sel.source_turns = turns.len();
     sel.open_tail = !turns.is_empty() && !turns.last_has_assistant();
-    sel.open_tail_kept = sel.open_tail && config.include_open_tail;
-    if sel.open_tail && !config.include_open_tail {
+    sel.open_tail_kept = sel.open_tail && options.include_open_tail;
+    if sel.open_tail && !options.include_open_tail {
         sel.left_out.extend(
             turns
                 .pop()
@@ -348,10 +349,10 @@ pub fn select(
     }
     for t in 0..turns.len() {
         let range = turns.range(t);
-        finish_turn(&mut turns.items[range], events, config, rd, &mut sel)?;
+        finish_turn(&mut turns.items[range], events, options, rd, &mut sel)?;
     }
-    apply_cap(&mut turns, config, &mut sel);
-    sel.poison_hits = poison_hits(&turns, config, events, rd)?;
+    apply_cap(&mut turns, options, &mut sel);
+    sel.poison_hits = poison_hits(&turns, options, events, rd)?;
     if sel.blocked_reason.is_none() && sel.poison_hits >= 2 {
         sel.blocked_reason = Some(format!(
             "recent context looks poisoned: {} matches of poison_pattern in the last 10 turns; rebuild from durable memory instead, or adjust poison_pattern if this is a false alarm",
@@ -449,7 +450,7 @@ impl Item {
         &self,
         events: &[Event],
         rd: &Reread<'_>,
-        config: &Config,
+        options: &EngineOptions<'_>,
         own: Option<(String, Option<&str>)>,
     ) -> Result<String> {
         let event = &events[self.event()];
@@ -476,7 +477,7 @@ impl Item {
         };
         Ok(match time {
             Some(ts) => {
-                let mut stamped = stamp_line(config, &ts);
+                let mut stamped = stamp_line(options, &ts);
                 stamped.push_str(&text);
                 stamped
             }
@@ -490,7 +491,7 @@ impl Item {
 fn freeze_reminder(
     sel: &mut Selection,
     builder: &mut Builder,
-    config: &Config,
+    options: &EngineOptions<'_>,
     e: usize,
     event: &Event,
     rd: &Reread<'_>,
@@ -500,10 +501,10 @@ fn freeze_reminder(
         Some(at) => rd.timestamp(at)?.unwrap_or_default(),
         None => String::new(),
     };
-    let text = config.startup_header_template.replace("{timestamp}", &ts) + "\n" + &raw;
+    let text = options.startup_header_template.replace("{timestamp}", &ts) + "\n" + &raw;
     sel.startup_sha256 = Some(span::sha256(&raw)?);
     sel.startup_text = Some(span::expand(&text)?);
-    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
+    let markers = Markers::new(options.stamp_template, options.startup_header_template);
     builder.user(Item::made(
         Role::User,
         ItemKind::StartupSnapshot,
@@ -518,20 +519,20 @@ fn freeze_reminder(
 fn finish_turn(
     turn: &mut [Item],
     events: &[Event],
-    config: &Config,
+    options: &EngineOptions<'_>,
     rd: &Reread<'_>,
     sel: &mut Selection,
 ) -> Result<()> {
-    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
-    if config.max_event_chars > 0 {
+    let markers = Markers::new(options.stamp_template, options.startup_header_template);
+    if options.max_event_chars > 0 {
         for item in turn.iter_mut() {
-            if item.counts().chars() > config.max_event_chars {
-                elide(item, config.max_event_chars as usize, events, rd, &markers)?;
+            if item.counts().chars() > options.max_event_chars {
+                elide(item, options.max_event_chars as usize, events, rd, &markers)?;
                 sel.elided_items += 1;
             }
         }
     }
-    if !config.stamp_turns {
+    if !options.stamp_turns {
         return Ok(());
     }
     let Some(first) = turn.iter_mut().find(|i| i.role == Role::User) else {
@@ -549,7 +550,7 @@ fn finish_turn(
     }
     // A timestamp is ASCII: any string of its length counts the same.
     first.add(Counts::of(&stamp_line(
-        config,
+        options,
         &"0".repeat(event.stamp_len()),
     )));
     first.stamped = true;
@@ -557,8 +558,8 @@ fn finish_turn(
 }
 
 /// The stamp line for `time`, newline included.
-fn stamp_line(config: &Config, time: &str) -> String {
-    config.stamp_template.replace("{timestamp}", time) + "\n"
+fn stamp_line(options: &EngineOptions<'_>, time: &str) -> String {
+    options.stamp_template.replace("{timestamp}", time) + "\n"
 }
 
 /// Keep the head and tail of an over-long item with a visible marker.
@@ -582,16 +583,16 @@ fn elide(
     Ok(())
 }
 
-fn apply_cap(turns: &mut Turns, config: &Config, sel: &mut Selection) {
-    if config.carry_max_tokens == 0 {
+fn apply_cap(turns: &mut Turns, options: &EngineOptions<'_>, sel: &mut Selection) {
+    if options.carry_max_tokens == 0 {
         return;
     }
-    let cap = config.carry_max_tokens;
+    let cap = options.carry_max_tokens;
     let mut total: u64 = tokens(turns.items());
     if total <= cap {
         return;
     }
-    match config.carry_overflow {
+    match options.carry_overflow {
         CarryOverflow::Block => {
             sel.blocked_reason = Some(format!(
                 "conversation is {total} estimated tokens, over carry_max_tokens {cap} by {}; raise the cap, set carry_overflow = \"drop_oldest\", or rebuild more often",
@@ -614,8 +615,13 @@ fn apply_cap(turns: &mut Turns, config: &Config, sel: &mut Selection) {
     }
 }
 
-fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>) -> Result<usize> {
-    let pattern = &config.poison_pattern;
+fn poison_hits(
+    turns: &Turns,
+    options: &EngineOptions<'_>,
+    events: &[Event],
+    rd: &Reread<'_>,
+) -> Result<usize> {
+    let pattern = options.poison_pattern;
     let start = turns.len().saturating_sub(10);
     let first = if start < turns.len() {
         turns.range(start).start
@@ -627,7 +633,7 @@ fn poison_hits(turns: &Turns, config: &Config, events: &[Event], rd: &Reread<'_>
         .iter()
         .filter(|i| i.kind != ItemKind::StartupSnapshot)
     {
-        let text = item.text(events, rd, config, None)?;
+        let text = item.text(events, rd, options, None)?;
         hits += span::count_matches(&text, pattern)?;
     }
     Ok(hits)

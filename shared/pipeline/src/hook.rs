@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::process;
+use crate::{plugin, process};
 use ktr_base::error::{Error, Result};
 
 /// Larger hook input than this is refused unread.
@@ -235,7 +235,9 @@ pub fn parse_args(
 
 /// Run a hook binary: parse the command line, read stdin (before anything
 /// else, so Claude Code never writes into a closed pipe), call `run`, print
-/// its reply and exit 0. `help` is printed for `--help`.
+/// its reply and exit 0. `help` is printed for `--help`. With `--plugin`
+/// (how the Claude Code plugin calls every hook), a call for a session ktr
+/// does not serve prints nothing at all ([`plugin::serves`]).
 pub fn main(name: &str, help: &str, run: impl FnOnce(Invocation) -> Reply) -> ! {
     main_with_flags(name, help, &[], run)
 }
@@ -248,12 +250,22 @@ pub fn main_with_flags(
     flags: &[&'static str],
     run: impl FnOnce(Invocation) -> Reply,
 ) -> ! {
-    let reply = match parse_args(name, flags, std::env::args_os().skip(1)) {
+    // Every hook also takes `--plugin` (ktr as a Claude Code plugin):
+    // silent where ktr does not serve the session ([`plugin::serves`]).
+    let mut declared = flags.to_vec();
+    declared.push(plugin::FLAG);
+    let reply = match parse_args(name, &declared, std::env::args_os().skip(1)) {
         Ok(Call::Help) => {
             println!("{help}");
             std::process::exit(0);
         }
         Ok(Call::Run { config, flags }) => match process::read_stdin_capped(STDIN_LIMIT) {
+            Ok(input)
+                if flags.contains(&plugin::FLAG)
+                    && !plugin::serves(config.as_deref(), input.as_deref()) =>
+            {
+                Reply::Nothing
+            }
             Ok(input) => run(Invocation {
                 config,
                 flags,

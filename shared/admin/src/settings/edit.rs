@@ -73,6 +73,29 @@ impl Edit {
         })
     }
 
+    /// Plan setting only ktr's `statusLine` in `path`, for a household
+    /// that runs ktr as a Claude Code plugin: Claude Code 2.1.328 takes no
+    /// `statusLine` from a plugin (SPEC §13a), so the installer offers it
+    /// here. The command is `ktr-statusline --plugin` (silent in a project
+    /// ktr does not serve); [`Edit::unmerge`] takes it out again.
+    pub fn merge_plugin_statusline(path: &Path, bin_dir: &Path) -> Result<Edit> {
+        let before = read_optional(path)?;
+        let what = path.display().to_string();
+        let mut wanted = wanted_statusline(bin_dir, None)?;
+        if let Some(Json::String(command)) = wanted.get_mut("command") {
+            command.push_str(" --plugin");
+        }
+        let after = merge(before.as_deref(), &what, &[])?;
+        let (after, foreign) = merge_statusline(&after, &what, &wanted)?;
+        Ok(Edit {
+            note: foreign.map(|f| embed_hint(&f, bin_dir, None)),
+            path: path.to_path_buf(),
+            before,
+            after: Some(after),
+            restores: None,
+        })
+    }
+
     /// Plan removing ktr's hooks from `path`. When the result is the same
     /// document as a ktr backup of this file (the state before install),
     /// that backup's exact bytes are used, so an install followed by an

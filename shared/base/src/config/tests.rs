@@ -19,10 +19,13 @@ fn defaults_apply() {
             .is_match("mcp__plugin_telegram_telegram__reply")
     );
     assert!(c.reply_tool_pattern.is_match("mcp__companion__reply"));
-    assert!(
-        !c.reply_tool_pattern
-            .is_match("mcp__ktr__thread_rebuild_plan")
-    );
+    // ktr's own tools, under both names (the plugin's too), are not speech.
+    for own in [
+        "mcp__ktr__thread_rebuild_plan",
+        "mcp__plugin_ktr_ktr__thread_rebuild_plan",
+    ] {
+        assert!(!c.reply_tool_pattern.is_match(own), "{own}");
+    }
 }
 
 #[test]

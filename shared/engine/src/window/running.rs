@@ -6,17 +6,18 @@
 //! cheap approximation (it does not apply carry caps or drop abandoned
 //! branches) that the Stop hook and the statusline use.
 //!
-//! Kept in `<state_dir>/window/<session>.running.json`.
+//! The pipeline keeps it (`window/<session>.running.json` in the state dir);
+//! here it is only brought up to date from the transcript.
 
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::options::EngineOptions;
 use crate::scan::{Markers, Options, Scan, Speech};
-use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
-use ktr_base::open::{Links, cap, open_regular, read_capped};
+use ktr_base::open::{Links, open_regular};
 
 /// The most a hook reads per call while catching up.
 pub const STEP_BYTES: u64 = 8 * 1024 * 1024;
@@ -33,36 +34,27 @@ pub struct Running {
     pub window_estimate: u64,
 }
 
-/// Where the running account of `session_id` is kept.
-pub fn path(state_dir: &Path, session_id: &str) -> PathBuf {
-    state_dir
-        .join("window")
-        .join(format!("{session_id}.running.json"))
-}
-
-/// Load the account, bring it up to date by at most `step` bytes and save
-/// it when it moved. Returns the account and whether it caught up with the
-/// file (every whole line; a line Claude Code is still writing waits for
-/// the next call).
+/// Bring `running` up to date by at most `step` bytes of `transcript`
+/// (started over when it names another file or the file is shorter).
+/// Returns the account and whether it caught up with the file (every whole
+/// line; a line Claude Code is still writing waits for the next call).
 ///
 /// # Errors
-/// When the transcript cannot be read or the account cannot be saved.
-pub fn advance(
-    config: &Config,
-    session_id: &str,
+/// When the transcript cannot be read.
+pub fn advance<'o>(
+    options: impl Into<EngineOptions<'o>>,
+    running: Option<Running>,
     transcript: &Path,
     step: u64,
 ) -> Result<(Running, bool)> {
-    let file_path = path(&config.state_dir, session_id);
-    let mut running = read_capped(&file_path, cap::CACHE, Links::Refuse)
-        .ok()
-        .flatten()
-        .and_then(|b| serde_json::from_slice::<Running>(&b).ok())
+    let options = &options.into();
+    let fresh = || Running {
+        transcript: transcript.to_path_buf(),
+        ..Running::default()
+    };
+    let mut running = running
         .filter(|r| r.transcript == transcript)
-        .unwrap_or_else(|| Running {
-            transcript: transcript.to_path_buf(),
-            ..Running::default()
-        });
+        .unwrap_or_else(fresh);
     let mut file = open_regular(transcript, Links::Refuse)
         .map_err(|e| Error::io_at("open", transcript, &e))?;
     let len = file
@@ -71,10 +63,7 @@ pub fn advance(
         .len();
     if running.offset > len {
         // The file was replaced or truncated: start over.
-        running = Running {
-            transcript: transcript.to_path_buf(),
-            ..Running::default()
-        };
+        running = fresh();
     }
     if running.offset == len {
         return Ok((running, true));
@@ -96,7 +85,7 @@ pub fn advance(
     if whole == 0 {
         return Ok((running, true));
     }
-    let part = account(config, &chunk[..whole])?;
+    let part = account(options, &chunk[..whole])?;
     running.offset += whole as u64;
     running.carried_estimate += part.carried;
     running.window_estimate = if part.boundary {
@@ -104,13 +93,7 @@ pub fn advance(
     } else {
         running.window_estimate + part.window
     };
-    save(&file_path, &running)?;
     Ok((running, reached_end))
-}
-
-fn save(file_path: &Path, running: &Running) -> Result<()> {
-    let bytes = serde_json::to_vec(running).map_err(|e| Error::io(e.to_string()))?;
-    super::write_cache(file_path, &bytes)
 }
 
 /// What one stretch of lines adds.
@@ -120,12 +103,12 @@ struct Part {
     boundary: bool,
 }
 
-fn account(config: &Config, bytes: &[u8]) -> Result<Part> {
-    let markers = Markers::new(&config.stamp_template, &config.startup_header_template);
+fn account(options: &EngineOptions<'_>, bytes: &[u8]) -> Result<Part> {
+    let markers = Markers::new(options.stamp_template, options.startup_header_template);
     let opts = Options {
-        reply_tool: &config.reply_tool_pattern,
+        reply_tool: options.reply_tool_pattern,
         markers: &markers,
-        command_expansions: config.carry_command_expansions,
+        command_expansions: options.carry_command_expansions,
     };
     let scan = Scan::read(BufReader::new(bytes), &opts).map_err(|e| Error::io(e.to_string()))?;
     let boundary = scan.window_start_line > 1;

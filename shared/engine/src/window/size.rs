@@ -2,11 +2,7 @@
 //! else what the statusline last reported for this session, else the
 //! model id. The source always travels with the number.
 
-use std::path::{Path, PathBuf};
-
 use serde::{Deserialize, Serialize};
-
-use ktr_base::open::{Links, cap, read_capped};
 
 /// The default window of models not known to have a larger one.
 pub const DEFAULT_TOKENS: u64 = 200_000;
@@ -42,8 +38,8 @@ pub struct Size {
     pub source: String,
 }
 
-/// What `ktr-statusline` remembers about a session (`window/<session>.json`
-/// in the state dir).
+/// What `ktr-statusline` remembers about a session (the pipeline keeps it
+/// in its window caches, `window/<session>.json` in the state dir).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Remembered {
     pub context_window_size: u64,
@@ -51,24 +47,6 @@ pub struct Remembered {
     pub model_id: Option<String>,
     /// When it was first reported with this size (RFC 3339).
     pub at: String,
-}
-
-/// Where the statusline's report for `session_id` is kept.
-pub fn remembered_path(state_dir: &Path, session_id: &str) -> PathBuf {
-    state_dir.join("window").join(format!("{session_id}.json"))
-}
-
-/// The remembered report, if any (unreadable or foreign content reads as none).
-pub fn remembered(state_dir: &Path, session_id: &str) -> Option<Remembered> {
-    let bytes = read_capped(
-        &remembered_path(state_dir, session_id),
-        cap::CACHE,
-        Links::Refuse,
-    )
-    .ok()??;
-    serde_json::from_slice::<Remembered>(&bytes)
-        .ok()
-        .filter(|r| r.context_window_size > 0)
 }
 
 /// Resolve the size for a session.

@@ -8,7 +8,7 @@
 //! | `coordinator.lock` | held for every read-modify-write (a separate file: never lock a file that is renamed over) |
 //! | `active` | `<id> <status>` of the one non-terminal operation, or absent: the Stop hook reads only this |
 //! | `operations/<id>.json` | one [`Operation`] per file (0600, atomic writes) |
-//! | `artifacts/<id>/` | backup, `manifest.jsonl` (the manifest artifact), snapshot, ack receipt (0700) |
+//! | `artifacts/<id>/` | backup, `manifest.jsonl` (the manifest artifact), snapshot, ack receipt, `progress.json` while a long step runs (0700) |
 //! | `ktr.log` | one JSON line per transition: `{ts, op, from, to, note}` |
 //! | `worker.log` | stdout/stderr of detached stages |
 //! | `damaged/` | operation files `ktr repair` set aside (never deleted) |
@@ -17,9 +17,11 @@
 //! works in which status), [`record`] (the operation file), [`store`] (the
 //! state dir and its lock), [`requests`] (what humans and stages ask),
 //! [`recovery`] (dead workers), [`repair`] (damaged files set aside),
-//! [`manifest`] (the manifest artifact the operation refers to).
+//! [`manifest`] (the manifest artifact the operation refers to), [`progress`]
+//! (how far a long step has come).
 
 pub mod manifest;
+pub mod progress;
 mod record;
 mod recovery;
 mod repair;

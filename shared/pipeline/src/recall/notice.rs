@@ -10,14 +10,20 @@ use crate::operation::Operation;
 use ktr_base::open::{Links, cap, read_capped};
 
 /// The line for the rebuilt session of `op`, if the tool is there to use.
+/// The tool names are the ones the model sees: `mcp__ktr__…` for the server
+/// registered in `~/.claude.json`, `mcp__plugin_ktr_ktr__…` for the plugin's.
 pub fn context_for(op: &Operation, home: &Path) -> Option<String> {
-    if !mcp_registered(home) {
+    let prefix = if mcp_registered(home) {
+        crate::plugin::TOOL_PREFIX
+    } else if crate::plugin::enabled(home) {
+        crate::plugin::PLUGIN_TOOL_PREFIX
+    } else {
         return None;
-    }
+    };
     let turns = op.stats.as_ref().map_or(0, |s| s.selected_turns);
     let source = op.session_id.as_deref().unwrap_or("the previous session");
     Some(format!(
-        "ktr rebuilt this session: {turns} turns of {source} were carried verbatim; earlier tool output, files read, thinking and injections are not in this window — the tool mcp__ktr__thread_rebuild_recall finds them verbatim (with their session, line and time), and mcp__ktr__thread_rebuild_recall_get reads one whole."
+        "ktr rebuilt this session: {turns} turns of {source} were carried verbatim; earlier tool output, files read, thinking and injections are not in this window — the tool {prefix}thread_rebuild_recall finds them verbatim (with their session, line and time), and {prefix}thread_rebuild_recall_get reads one whole."
     ))
 }
 

@@ -8,6 +8,7 @@
 //! process's current session ([`crate::binding`]). It always exits 0 and prints
 //! `{"suppressOutput":true}`; problems go to stderr.
 
+use crate::window_cache;
 use std::path::Path;
 
 use crate::gate::resend_notice;
@@ -141,7 +142,9 @@ fn remember_receipt(store: &Store, op: &Operation, ack: &Ack) {
         offset: meta.len(),
         at: ack.at.to_string(),
     };
-    if let Err(e) = overhead::remember_receipt(store.dir(), ack.session_id.as_str(), &receipt) {
+    if let Err(e) =
+        window_cache::overhead::remember_receipt(store.dir(), ack.session_id.as_str(), &receipt)
+    {
         eprintln!("ktr-ack: the window account will not measure the overhead of this rebuild: {e}");
     }
 }

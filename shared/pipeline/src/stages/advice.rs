@@ -6,6 +6,7 @@
 //! `ktr-precompact` leaves it in `<state_dir>/window/<session>.notice` and
 //! the next Stop hook of that session shows it once.
 
+use crate::window_cache;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ fn window_file(state_dir: &Path, session: &SessionId, suffix: &str) -> PathBuf {
 /// Write a small state file under `<state_dir>/window/` (best effort: a
 /// lost marker only means a line is shown again, or not at all).
 fn put(path: &Path, text: &str) -> bool {
-    window::write_cache(path, text.as_bytes()).is_ok()
+    window_cache::write_cache(path, text.as_bytes()).is_ok()
 }
 
 /// Leave `line` for the next Stop hook of `session` (best effort).
@@ -82,11 +83,11 @@ pub fn advice(
     if config.advise_at_percent == 0 {
         return None;
     }
-    let advise = window::advise_of(&config);
+    let advise = window_cache::advise_of(&config);
     // Bands are measured against where Claude Code compacts.
     let percent_of = |tail: &Tail| {
         let used = tail.usage.as_ref()?.tokens;
-        let size = window::size_for(&config, session.as_str(), None, tail.model.as_deref());
+        let size = window_cache::size_for(&config, session.as_str(), None, tail.model.as_deref());
         let point = window::compaction_point(size.tokens).max(1);
         Some((window::percent(used, point), point))
     };
@@ -113,15 +114,16 @@ pub fn advice(
     if level <= shown {
         // Nothing new to say; keep the running account current (cheap:
         // only the bytes appended since the last call).
-        let _ = window::running::advance(
+        let _ = window_cache::running::advance(
             &config,
             session.as_str(),
             transcript,
-            window::running::STEP_BYTES,
+            ktr_engine::window::running::STEP_BYTES,
         );
         return None;
     }
-    let w = window::for_hook(&config, session.as_str(), transcript, None, Some(tail)).ok()??;
+    let w =
+        window_cache::for_hook(&config, session.as_str(), transcript, None, Some(tail)).ok()??;
     let band = w.band(advise).filter(|b| *b > shown)?;
     put(&marker, &band.to_string()).then(|| advice_line(&w))
 }

@@ -23,6 +23,7 @@
 //! to the input line after the switch (tmux), or the pointer runner sends
 //! it again.
 
+use crate::window_cache;
 use std::path::Path;
 
 use crate::hook::{Invocation, PreCompactInput, Reply};
@@ -230,7 +231,7 @@ fn rebuild_possible(
             op.error.as_deref().unwrap_or("see `ktr status`")
         ));
     }
-    if let Ok(Some(w)) = window::for_hook(config, session.as_str(), transcript, None, None)
+    if let Ok(Some(w)) = window_cache::for_hook(config, session.as_str(), transcript, None, None)
         && let Some(why) = window::refusal(&w)
     {
         return Err(why);
@@ -250,7 +251,7 @@ fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {
         Exists::Must,
     )
     .ok()
-    .and_then(|path| window::for_hook(config, &hook.session_id, &path, None, None).ok())
+    .and_then(|path| window_cache::for_hook(config, &hook.session_id, &path, None, None).ok())
     .flatten()
     .filter(window::Window::fits)
     .map(|w| {

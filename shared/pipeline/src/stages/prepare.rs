@@ -11,8 +11,10 @@ use sha2::Digest as _;
 
 use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, space, target_guard, update};
 use crate::operation::manifest::{self, ManifestRef, ManifestWriter};
+use crate::operation::progress;
 use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::target::Target;
+use crate::window_cache;
 use ktr_base::config::{Activation, Config};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
@@ -20,6 +22,7 @@ use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::Timestamp;
 use ktr_engine::candidate::{ManifestEntry, Sink};
+use ktr_engine::meter::Meter;
 use ktr_engine::plan::{self, LeftOut, PlanReport};
 use ktr_engine::window::usage::read_tail_seeking;
 
@@ -151,7 +154,20 @@ fn run(
             }
             _ => config,
         };
-        let plan = plan::build_frozen_into(plan_config, &frozen.backup, Some(&new_id), &mut out)?;
+        let meter = Meter::default();
+        let plan = progress::watching(store, id, Stage::Prepare, "planning", len, &meter, || {
+            pause_point(Stage::Prepare, "planning");
+            plan::build_frozen_into(plan_config, &frozen.backup, Some(&new_id), &mut out, &meter)
+        })?;
+        // The window account: a rebuilt window over the compaction point
+        // blocks the plan.
+        let mut plan = plan;
+        window_cache::measure(
+            config,
+            &frozen.backup,
+            &mut plan.report,
+            plan.window_estimate,
+        )?;
         let written = out.finish(&plan.report).inspect_err(|_| {
             let _ = std::fs::remove_file(&part);
         })?;

@@ -8,16 +8,17 @@
 //! running account (bytes appended since the last call) and small caches;
 //! never the whole transcript. Never fails: a problem shows as `ktr ?`.
 
+use crate::window_cache;
 use std::path::Path;
 
 use crate::hook::{Invocation, Reply, StatuslineInput};
 use crate::operation::{Status, Store, locate_state_dir};
+use crate::window_cache::{Reported, remembered};
 use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::text::printable;
-use ktr_base::time::now_rfc3339;
-use ktr_engine::window::{self, Reported, size, usage::Usage};
+use ktr_engine::window::usage::Usage;
 
 /// `ktr-statusline --help`.
 pub const HELP: &str = "ktr-statusline: Claude Code's statusLine command for ktr.
@@ -114,7 +115,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     if let (Some(dir), Some(sid), Some(tokens)) = (&state_dir, &session, size)
         && Store::open(dir).is_ok()
     {
-        remember(dir, sid, tokens, model.as_deref());
+        remembered::remember(dir, sid.as_str(), tokens, model.as_deref());
     }
     let Some(used) = used else {
         return ("ktr –".into(), Level::Calm);
@@ -127,13 +128,19 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         p if p >= 70.0 => Level::Advise,
         _ => Level::Calm,
     };
-    if let Some((_, status)) = state_dir.as_ref().and_then(|d| Store::at(d).active()) {
-        text.push_str(match status {
-            Status::Pending => " · rebuild pending",
-            Status::RollbackPending => " · rollback pending",
-            _ => " · rebuilding",
-        });
-        return (text, level);
+    if let Some(dir) = &state_dir {
+        let store = Store::at(dir);
+        if let Some((id, status)) = store.active() {
+            match status {
+                Status::Pending => text.push_str(" · rebuild pending"),
+                Status::RollbackPending => text.push_str(" · rollback pending"),
+                _ => match store.progress(id.as_str()) {
+                    Some(p) => text.push_str(&format!(" · rebuilding {}%", p.percent())),
+                    None => text.push_str(" · rebuilding"),
+                },
+            }
+            return (text, level);
+        }
     }
     let (Some(sid), Some(transcript)) = (&session, inp.transcript_path.as_deref()) else {
         return (text, level);
@@ -156,7 +163,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
-    match window::for_hook(&config, sid.as_str(), &transcript, Some(reported), None) {
+    match window_cache::for_hook(&config, sid.as_str(), &transcript, Some(reported), None) {
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }
@@ -165,23 +172,6 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         Err(_) => {}
     }
     (text, level)
-}
-
-/// Keep the reported window size for the ledger (written only when it changed).
-fn remember(state_dir: &Path, session: &SessionId, tokens: u64, model: Option<&str>) {
-    let sid = session.as_str();
-    if size::remembered(state_dir, sid).is_some_and(|r| r.context_window_size == tokens) {
-        return;
-    }
-    let r = size::Remembered {
-        context_window_size: tokens,
-        model_id: model.map(str::to_string),
-        at: now_rfc3339(),
-    };
-    if let Ok(bytes) = serde_json::to_vec(&r) {
-        // A cache: a failed write only means the model heuristics are used.
-        let _ = window::write_cache(&size::remembered_path(state_dir, sid), &bytes);
-    }
 }
 
 fn paint(text: &str, level: Level, color: bool) -> String {

@@ -3,10 +3,11 @@
 
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, update};
 use crate::operation::Verification;
-use crate::operation::{Status, Store, manifest};
+use crate::operation::{Status, Store, manifest, progress};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_engine::conserve::{Expected, check};
+use ktr_engine::meter::Meter;
 
 /// Verify operation `id` (status `verifying`): the backup still has the
 /// frozen digest, the manifest artifact still has the digest prepare
@@ -49,13 +50,19 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
         } else {
             config
         };
-        let checked = check(config, &backup, &candidate.path, &expected).map_err(|mut e| {
-            // A changed or missing manifest artifact is found mid-check.
-            if !e.message.starts_with("verification failed") {
-                e.message = format!("verification failed: {}", e.message);
-            }
-            e
-        });
+        let total = std::fs::metadata(&backup).map_or(0, |m| m.len());
+        let meter = Meter::default();
+        let checked =
+            progress::watching(store, id, Stage::Verify, "verifying", total, &meter, || {
+                check(config, &backup, &candidate.path, &expected, &meter)
+            })
+            .map_err(|mut e| {
+                // A changed or missing manifest artifact is found mid-check.
+                if !e.message.starts_with("verification failed") {
+                    e.message = format!("verification failed: {}", e.message);
+                }
+                e
+            });
         match checked {
             Ok(report) => {
                 // The same counts `ktr status` shows (items, left out by

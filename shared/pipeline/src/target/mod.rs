@@ -337,7 +337,12 @@ impl Target {
     ) -> Result<String> {
         match self {
             Target::Tmux(t) => watch_until(session_id, wait, || t.pane_pid(), receipt),
-            Target::Systemd(s) => watch_until(session_id, wait, || s.main_pid(), receipt),
+            Target::Systemd(s) => {
+                watch_until(session_id, wait, || s.main_pid(), receipt).map_err(|mut e| {
+                    e.message = format!("{}; {}", e.message, s.why_down());
+                    e
+                })
+            }
             Target::Pointer(p) => {
                 let now = p.read()?;
                 if now == session_id {

@@ -68,7 +68,7 @@ impl Running {
     pub fn describe(&self) -> String {
         match (&self.process, self.root) {
             (Some(p), _) => format!(
-                "pid {} runs session {} ({})",
+                "pid {} with session {} ({})",
                 p.pid,
                 p.session,
                 shorten(&p.argv.join(" "), 100)

@@ -63,6 +63,14 @@ impl Systemd {
             "Result",
             "-p",
             "MainPID",
+            "-p",
+            "ExecMainCode",
+            "-p",
+            "ExecMainStatus",
+            "-p",
+            "NRestarts",
+            "-p",
+            "StartLimitBurst",
             &self.unit,
         ]);
         let out = process::run_checked(&argv, CONTROL_TIMEOUT)?;
@@ -78,6 +86,10 @@ impl Systemd {
                 "SubState" => state.sub = value,
                 "Result" => state.result = value,
                 "MainPID" => state.main_pid = value.parse().unwrap_or(0),
+                "ExecMainCode" => state.exit_code = value.parse().unwrap_or(0),
+                "ExecMainStatus" => state.exit_status = value.parse().unwrap_or(0),
+                "NRestarts" => state.restarts = value.parse().unwrap_or(0),
+                "StartLimitBurst" => state.start_limit_burst = value.parse().unwrap_or(0),
                 _ => {}
             }
         }
@@ -89,6 +101,25 @@ impl Systemd {
     /// and `systemctl restart`. When the restart fails the pointer is put
     /// back, so the next ordinary restart does not resume a session that
     /// never ran; the error says what state the unit is in.
+    /// Why the unit is down, for an operator: its state, how its main
+    /// process last ended, the start limit, and the journal line to run.
+    /// Appended to a failed health check (a crash loop otherwise reads as
+    /// "process 0 is not running").
+    pub fn why_down(&self) -> String {
+        let journal = format!(
+            "see `journalctl{} -u {} -n 50`",
+            if self.user { " --user" } else { "" },
+            self.unit
+        );
+        match self.state() {
+            Ok(state) => format!("unit {}: {}; {journal}", self.unit, state.explained()),
+            Err(e) => format!(
+                "unit {}: state unknown ({}); {journal}",
+                self.unit, e.message
+            ),
+        }
+    }
+
     pub(super) fn restart_on(&self, session_id: &str) -> Result<()> {
         let before = match fs::read(&self.pointer) {
             Ok(bytes) => Some(bytes),
@@ -133,6 +164,41 @@ pub struct UnitState {
     /// `success`, `exit-code`, `start-limit-hit`, …
     pub result: String,
     pub main_pid: u32,
+    /// `ExecMainCode`: how the main process last ended (1 exited, 2 killed,
+    /// 3 dumped core; 0 not yet).
+    pub exit_code: u32,
+    /// `ExecMainStatus`: its exit status, or the signal number.
+    pub exit_status: i32,
+    /// `NRestarts`: automatic restarts since the last manual start.
+    pub restarts: u32,
+    /// `StartLimitBurst`: how many starts within the interval systemd allows.
+    pub start_limit_burst: u32,
+}
+
+impl UnitState {
+    /// The state in words: how the last run ended and whether systemd gave
+    /// up restarting it.
+    pub fn explained(&self) -> String {
+        let mut out = format!("{}/{}, result {}", self.active, self.sub, self.result);
+        match self.exit_code {
+            1 => out += &format!(", last run exited with status {}", self.exit_status),
+            2 => out += &format!(", last run killed by signal {}", self.exit_status),
+            3 => out += &format!(", last run dumped core (signal {})", self.exit_status),
+            _ => {}
+        }
+        if self.restarts > 0 {
+            out += &format!(", restarted {} times", self.restarts);
+        }
+        // A crash loop that runs into the limit ends `failed` with the last
+        // run's result (`exit-code`), not always `start-limit-hit`.
+        let gave_up = self.active == "failed"
+            && self.start_limit_burst > 0
+            && self.restarts >= self.start_limit_burst;
+        if self.result == "start-limit-hit" || gave_up {
+            out += ", start limit hit: systemd stopped restarting it until `reset-failed`";
+        }
+        out
+    }
 }
 
 impl fmt::Display for UnitState {
@@ -142,5 +208,41 @@ impl fmt::Display for UnitState {
             "{}, {}/{}, result {}, MainPID {}",
             self.load, self.active, self.sub, self.result, self.main_pid
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UnitState;
+
+    fn unit(active: &str, result: &str, code: u32, status: i32, restarts: u32) -> UnitState {
+        UnitState {
+            load: "loaded".into(),
+            active: active.into(),
+            sub: active.into(),
+            result: result.into(),
+            main_pid: 0,
+            exit_code: code,
+            exit_status: status,
+            restarts,
+            start_limit_burst: 5,
+        }
+    }
+
+    #[test]
+    fn a_crash_loop_says_how_it_ended_and_that_systemd_gave_up() {
+        assert_eq!(
+            unit("failed", "exit-code", 1, 3, 5).explained(),
+            "failed/failed, result exit-code, last run exited with status 3, restarted 5 times, \
+             start limit hit: systemd stopped restarting it until `reset-failed`"
+        );
+        assert_eq!(
+            unit("activating", "exit-code", 2, 9, 2).explained(),
+            "activating/activating, result exit-code, last run killed by signal 9, restarted 2 times"
+        );
+        assert_eq!(
+            unit("inactive", "success", 0, 0, 0).explained(),
+            "inactive/inactive, result success"
+        );
     }
 }

@@ -1,0 +1,222 @@
+//! ktr as a Claude Code plugin (SPEC §13a). A user-scope plugin's hooks and
+//! MCP server run in every project the person opens, while a ktr config
+//! names one `project_dir`. The plugin calls every binary with `--plugin`;
+//! then, before anything else, [`serves`] decides whether this call belongs
+//! to the configured project. When it does not — no config file where
+//! [`Config::locate`] looks, or a session of another project — the hook
+//! prints nothing and exits 0, and `ktr-mcp` offers no tools.
+//!
+//! The check reads only the small config file (as TOML, only `project_dir`)
+//! and the hook's stdin: a hook in a project ktr does not serve costs about
+//! what `/bin/true` does. A config that exists but cannot be read, or has no
+//! usable `project_dir`, counts as served: the hook then runs and says what
+//! is wrong with it, as it does without `--plugin` (a person who wrote a
+//! config wants to hear that it is broken).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use ktr_base::config::{Config, config_folder, encode_project_name, expand_home, home_dir};
+
+/// The flag the plugin passes to every ktr binary it runs.
+pub const FLAG: &str = "plugin";
+
+/// The plugin's id: plugin `ktr` of the marketplace `ktr` (this repository).
+pub const ID: &str = "ktr@ktr";
+
+/// How the model sees ktr's tools when `ktr-mcp` is registered as the MCP
+/// server `ktr` (`./install`, `claude mcp add`): `mcp__ktr__thread_rebuild_plan`.
+pub const TOOL_PREFIX: &str = "mcp__ktr__";
+
+/// How the model sees them when the plugin `ktr` provides the server `ktr`
+/// (measured on 2.1.328: `mcp__plugin_<plugin>_<server>__<tool>`).
+pub const PLUGIN_TOOL_PREFIX: &str = "mcp__plugin_ktr_ktr__";
+
+/// Whether the user settings of `home` enable the plugin ([`ID`]):
+/// `"enabledPlugins": {"ktr@ktr": true}` in `~/.claude/settings.json`,
+/// which `claude plugin install` writes and `/plugin` toggles.
+pub fn enabled(home: &Path) -> bool {
+    use ktr_base::open::{Links, cap, read_capped};
+    let path = home.join(".claude/settings.json");
+    let Ok(Some(bytes)) = read_capped(&path, cap::SETTINGS, Links::Follow) else {
+        return false;
+    };
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|doc| doc.get("enabledPlugins")?.get(ID)?.as_bool())
+        .unwrap_or(false)
+}
+
+/// The project folder the config found by [`Config::locate`] names, if
+/// there is a config. `Err(())`: a config is there but gives no usable
+/// `project_dir` (the full load will say why).
+fn configured_project(explicit: Option<&Path>) -> Result<Option<PathBuf>, ()> {
+    let path = Config::locate(explicit);
+    let bytes = match ktr_base::config::read_config_file(&path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(_) => return Err(()),
+    };
+    let text = String::from_utf8(bytes).map_err(|_| ())?;
+    let table: toml::Table = text.parse().map_err(|_| ())?;
+    match table.get("project_dir") {
+        Some(toml::Value::String(s)) if !s.is_empty() => {
+            let dir = expand_home(s, &home_dir());
+            Ok(Some(if dir.is_relative() {
+                config_folder(&path).join(dir)
+            } else {
+                dir
+            }))
+        }
+        _ => Err(()),
+    }
+}
+
+/// The fields of any hook's (or the statusline's) stdin that say which
+/// project it runs for; every other field is skipped unread.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Where {
+    transcript_path: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    workspace: Option<Workspace>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Workspace {
+    current_dir: Option<PathBuf>,
+}
+
+/// Whether `a` and `b` name the same directory (spelled alike, or alike
+/// once symlinks are resolved).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// Whether Claude Code's project folder for working directory `cwd` is
+/// `project_dir` (its name is `cwd` encoded, SPEC §2).
+fn cwd_in(cwd: &Path, project_dir: &Path) -> bool {
+    project_dir
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy() == encode_project_name(cwd))
+}
+
+/// Whether the hook call with stdin `input` (None: over the cap) is one
+/// ktr serves: a config exists and the session's transcript lies in its
+/// `project_dir` (without a transcript path, the working directory's
+/// project folder is it). Anything this cannot decide counts as served.
+pub fn serves(explicit: Option<&Path>, input: Option<&[u8]>) -> bool {
+    let project = match configured_project(explicit) {
+        Ok(Some(project)) => project,
+        Ok(None) => return false,
+        Err(()) => return true,
+    };
+    let Some(Ok(at)) = input.map(serde_json::from_slice::<Where>) else {
+        return true;
+    };
+    if let Some(parent) = at.transcript_path.as_deref().and_then(Path::parent) {
+        return same_dir(parent, &project);
+    }
+    match at.cwd.or(at.workspace.and_then(|w| w.current_dir)) {
+        Some(cwd) => cwd_in(&cwd, &project),
+        None => true,
+    }
+}
+
+/// Whether a process started in working directory `cwd` (Claude Code starts
+/// its MCP servers in the session's directory) is one ktr serves: a config
+/// exists and `cwd`'s project folder is its `project_dir`.
+pub fn serves_dir(explicit: Option<&Path>, cwd: &Path) -> bool {
+    match configured_project(explicit) {
+        Ok(Some(project)) => cwd_in(cwd, &project),
+        Ok(None) => false,
+        Err(()) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new(config: Option<&str>) -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            fs::create_dir_all(dir.path().join("projects/-w")).unwrap();
+            fs::create_dir_all(dir.path().join("projects/-other")).unwrap();
+            if let Some(text) = config {
+                fs::write(dir.path().join("config.toml"), text).unwrap();
+            }
+            Fixture { dir }
+        }
+        fn config(&self) -> PathBuf {
+            self.dir.path().join("config.toml")
+        }
+        fn transcript(&self, project: &str) -> String {
+            let p = self.dir.path().join(format!("projects/{project}/s.jsonl"));
+            serde_json::json!({"session_id": "s", "transcript_path": p, "cwd": "/elsewhere"})
+                .to_string()
+        }
+    }
+
+    #[test]
+    fn the_plugin_is_enabled_by_claude_codes_user_settings() {
+        let home = tempfile::tempdir().unwrap();
+        assert!(!enabled(home.path()));
+        fs::create_dir_all(home.path().join(".claude")).unwrap();
+        let settings = home.path().join(".claude/settings.json");
+        fs::write(&settings, r#"{"enabledPlugins": {"ktr@ktr": true}}"#).unwrap();
+        assert!(enabled(home.path()));
+        fs::write(&settings, r#"{"enabledPlugins": {"ktr@ktr": false}}"#).unwrap();
+        assert!(!enabled(home.path()));
+        fs::write(&settings, r#"{"enabledPlugins": {}}"#).unwrap();
+        assert!(!enabled(home.path()));
+    }
+
+    #[test]
+    fn only_the_configured_project_is_served() {
+        let f = Fixture::new(Some("project_dir = \"projects/-w\"\n"));
+        let config = f.config();
+        let c = Some(config.as_path());
+        assert!(serves(c, Some(f.transcript("-w").as_bytes())));
+        assert!(!serves(c, Some(f.transcript("-other").as_bytes())));
+        // Without a transcript path, the working directory decides.
+        assert!(serves(c, Some(br#"{"cwd": "/w"}"#)));
+        assert!(!serves(c, Some(br#"{"cwd": "/other"}"#)));
+        assert!(serves(c, Some(br#"{"workspace": {"current_dir": "/w"}}"#)));
+        assert!(serves_dir(c, Path::new("/w")));
+        assert!(!serves_dir(c, Path::new("/w/sub")));
+    }
+
+    #[test]
+    fn no_config_serves_nothing() {
+        let f = Fixture::new(None);
+        let config = f.config();
+        assert!(!serves(Some(&config), Some(f.transcript("-w").as_bytes())));
+        assert!(!serves_dir(Some(&config), Path::new("/w")));
+    }
+
+    #[test]
+    fn what_cannot_be_decided_runs_the_hook_which_says_why() {
+        for broken in ["project_dir = ", "state_dir = \"x\"\n", "project_dir = 3\n"] {
+            let f = Fixture::new(Some(broken));
+            let config = f.config();
+            assert!(serves(
+                Some(&config),
+                Some(f.transcript("-other").as_bytes())
+            ));
+            assert!(serves_dir(Some(&config), Path::new("/other")));
+        }
+        let f = Fixture::new(Some("project_dir = \"projects/-w\"\n"));
+        let config = f.config();
+        assert!(serves(Some(&config), None), "stdin over the cap");
+        assert!(serves(Some(&config), Some(b"not json")));
+        assert!(serves(Some(&config), Some(b"{}")));
+    }
+}

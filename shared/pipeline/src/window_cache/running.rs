@@ -1,0 +1,42 @@
+//! The hooks' running account (`window/<session>.running.json`): loaded,
+//! brought up to date by the engine ([`ktr_engine::window::running`]) from
+//! the bytes appended since, and saved when it moved.
+
+use std::path::{Path, PathBuf};
+
+use ktr_base::config::Config;
+use ktr_base::error::{Error, Result};
+use ktr_base::open::{Links, cap, read_capped};
+use ktr_engine::window::running::{self, Running};
+
+/// Where the running account of `session_id` is kept.
+pub fn path(state_dir: &Path, session_id: &str) -> PathBuf {
+    state_dir
+        .join("window")
+        .join(format!("{session_id}.running.json"))
+}
+
+/// Load the account, bring it up to date by at most `step` bytes and save
+/// it when it moved. Returns the account and whether it caught up.
+///
+/// # Errors
+/// When the transcript cannot be read or the account cannot be saved.
+pub fn advance(
+    config: &Config,
+    session_id: &str,
+    transcript: &Path,
+    step: u64,
+) -> Result<(Running, bool)> {
+    let file_path = path(&config.state_dir, session_id);
+    let kept = read_capped(&file_path, cap::CACHE, Links::Refuse)
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<Running>(&b).ok());
+    let (now, caught_up) = running::advance(config, kept.clone(), transcript, step)?;
+    // Saved when it read something (as before the engine stopped writing).
+    if kept.as_ref().map_or(0, |k| k.offset) != now.offset {
+        let bytes = serde_json::to_vec(&now).map_err(|e| Error::io(e.to_string()))?;
+        super::write_cache(&file_path, &bytes)?;
+    }
+    Ok((now, caught_up))
+}
