@@ -12,6 +12,10 @@
 #     --confirm REBUILD`) is carried out here with `ktr-prepare`;
 #   - ktr-prompt (the UserPromptSubmit hook) marks any turn that starts
 #     anyway, and activation then refuses to switch (back to pending).
+#   - a prompt whose run Claude Code refused because ktr's compaction guard
+#     blocked the auto-compaction (`claude -p` exits 1, "Prompt is too
+#     long") is sent once more, to the rebuilt session, when the switch
+#     went through; ktr left it out of that session for this.
 # Whoever ran it, each operation's outcome is printed once, on stderr:
 #     runner.sh: operation ID activated: now resuming NEW
 #     runner.sh: operation ID failed: <reason>; staying on OLD
@@ -36,7 +40,7 @@ set -u
 
 me=runner.sh
 usage() {
-    sed -n '21,32p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '25,36p' "$0" | sed 's/^# \{0,1\}//'
 }
 say() {
     printf '%s: %s\n' "$me" "$*" >&2
@@ -96,6 +100,7 @@ fi
 pointer=$(setting resume_pointer_path) || exit 2
 project=$(setting project_dir) || exit 2
 workdir=$(setting claude_workdir) || exit 2
+state=$(setting state_dir) || exit 2
 if [ -n "$pointer_arg" ] && [ "$pointer_arg" != "$pointer" ]; then
     say "--pointer $pointer_arg is not the config's resume_pointer_path $pointer; ktr would move that one"
     exit 2
@@ -198,6 +203,27 @@ run_prompt() {
     (cd "$workdir" && exec "$CLAUDE" -p "$@" --resume "$id" "$prompt" </dev/null)
     status=$?
     [ "$status" -eq 0 ] || say "claude -p --resume $id exited with status $status"
+    settle
+    [ "$status" -eq 0 ] || resend_blocked "$id" "$prompt" "$@"
+}
+
+# The guard blocked the compaction this prompt triggered and the rebuild it
+# started instead went through: send the prompt once more, to the rebuilt
+# session. Claimed by renaming ktr's mark of it, so never twice.
+resend_blocked() {
+    old=$1 prompt=$2
+    shift 2
+    mark="$state/prompts/$old.blocked"
+    [ -f "$mark" ] && [ "$op_status" = activated ] || return 0
+    grep -qF "\"operation\":\"$op_id\"" "$mark" 2>/dev/null || return 0
+    new=$(session) || return 0
+    [ "$new" != "$old" ] || return 0
+    mv "$mark" "$mark.resending" 2>/dev/null || return 0
+    say "the prompt ktr's compaction guard blocked goes to the rebuilt session $new"
+    (cd "$workdir" && exec "$CLAUDE" -p "$@" --resume "$new" "$prompt" </dev/null)
+    status=$?
+    rm -f "$mark.resending"
+    [ "$status" -eq 0 ] || say "claude -p --resume $new exited with status $status"
     settle
 }
 

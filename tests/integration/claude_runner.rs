@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::assert_in_order;
 use crate::support::claude::ClaudeEnv;
-use crate::support::fake_api::{FakeApi, Rule, conversation, text, tool};
+use crate::support::fake_api::{FakeApi, Rule, conversation, last_user_text, text, tool};
 use ktr_pipeline::operation::{Operation, Status, Store};
 use serde_json::json;
 
@@ -295,6 +295,94 @@ fn a_failing_rebuild_is_reported_by_the_runner_and_the_old_session_stays() {
             &format!("{tag}-A2"),
         ],
     );
+}
+
+/// Issue 27 item 4, pointer mode: the first session's reply reports a full
+/// window; the runner's next prompt makes Claude Code auto-compact, ktr's
+/// guard blocks it (`claude -p` exits 1, "Prompt is too long") and starts
+/// the rebuild; once it is activated the runner sends that prompt once
+/// more, to the rebuilt session, which does not carry it: it reaches the
+/// model exactly once.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_prompt_the_guard_blocked_is_sent_again_by_the_runner() {
+    let bin = crate::support::claude_bin();
+    let tag = "RB";
+    let rig = PointerRig::start(&bin, tag);
+    let mut config = fs::read_to_string(&rig.config).unwrap();
+    config.insert_str(0, "on_auto_compaction = \"rebuild\"\n");
+    fs::write(&rig.config, config).unwrap();
+    // The first reply measures the fixed overhead (the fake API's own
+    // count); the second one reports a full window.
+    let first = rig.first_session();
+    rig.api.set_usage(Some(999_000));
+    let full = rig.env.resume(&first, &format!("{tag}-P1 fill the window"));
+    assert!(full.status.success(), "{}", full.stderr);
+    rig.api.set_usage(None);
+    let mut runner = rig.runner();
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "{tag}-P2 the prompt that triggers the compaction").unwrap();
+    drop(stdin);
+    let out = wait_output(runner, TRIAL);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "runner failed: {stderr}");
+    let op = rig.store.latest().unwrap().unwrap_or_else(|| {
+        panic!(
+            "no operation; runner: {stderr}{}; notices: {:?}",
+            String::from_utf8_lossy(&out.stdout),
+            fs::read_dir(rig.store.dir().join("window"))
+                .map(|d| d
+                    .flatten()
+                    .map(|e| fs::read_to_string(e.path()).unwrap_or_default())
+                    .collect::<Vec<_>>())
+                .unwrap_or_default()
+        )
+    });
+    assert_eq!(op.status, Status::Activated, "{op:#?}\n{stderr}");
+    assert!(
+        op.history
+            .iter()
+            .any(|t| t.note.contains("PreCompact hook")),
+        "not started by the guard: {:?}",
+        op.history
+    );
+    assert!(op.prompt_back.is_some(), "{op:#?}");
+    let new_id = op.candidate.as_ref().unwrap().session_id.to_string();
+    assert_eq!(rig.pointer_now(), new_id);
+    assert!(
+        stderr.contains(&format!("claude -p --resume {first} exited with status 1"))
+            && stderr.contains(&format!(
+                "the prompt ktr's compaction guard blocked goes to the rebuilt session {new_id}"
+            )),
+        "{stderr}"
+    );
+    let asked: Vec<_> = rig
+        .api
+        .turns()
+        .into_iter()
+        .filter(|t| last_user_text(t.messages()).contains(&format!("{tag}-P2")))
+        .collect();
+    assert_eq!(asked.len(), 1, "sent {} times: {stderr}", asked.len());
+    let said = conversation(&asked[0]);
+    assert_eq!(said.matches(&format!("{tag}-P2")).count(), 1, "{said}");
+    assert_in_order(
+        &said,
+        &[
+            &format!("{tag}-P0"),
+            &format!("{tag}-A0"),
+            &format!("{tag}-P1"),
+        ],
+    );
+    let new = fs::read_to_string(rig.env.transcript(&new_id)).unwrap();
+    assert_in_order(&new, &[&format!("{tag}-P2"), &format!("{tag}-A2")]);
+    assert!(!new.contains("No response requested"), "{new}");
+    let marks: Vec<_> = fs::read_dir(rig.store.dir().join("prompts"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&first))
+        .collect();
+    assert!(marks.is_empty(), "left behind: {marks:?}");
 }
 
 /// A pointer-mode installation: ktr installed by `install`, the runner's

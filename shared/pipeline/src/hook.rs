@@ -43,6 +43,10 @@ pub struct PreCompactInput {
     /// `manual` (`/compact` typed by hand) or `auto`.
     #[serde(default)]
     pub trigger: Option<String>,
+    /// The prompt whose sending triggered it (2.1.328: the same id
+    /// `UserPromptSubmit` was given for it, just before).
+    #[serde(default)]
+    pub prompt_id: Option<String>,
 }
 
 /// The `statusLine` command's stdin (2.1.328; the fields ktr reads).
@@ -109,6 +113,9 @@ pub struct PromptInput {
     /// The prompt's text.
     #[serde(default)]
     pub prompt: Option<String>,
+    /// Claude Code's id for this prompt (2.1.328).
+    #[serde(default)]
+    pub prompt_id: Option<String>,
 }
 
 /// What a hook tells Claude Code.

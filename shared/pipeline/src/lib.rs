@@ -10,6 +10,7 @@ pub mod operation;
 pub mod pane;
 pub mod plugin;
 pub mod process;
+pub mod prompt_back;
 pub mod recall;
 pub mod stages;
 pub mod target;

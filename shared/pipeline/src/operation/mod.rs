@@ -32,8 +32,8 @@ mod store;
 
 pub use manifest::{ManifestRef, ManifestWriter};
 pub use record::{
-    Ack, BlockedPrompt, CandidateFile, Operation, SCHEMA, SeenTarget, Transition, Verification,
-    Worker,
+    Ack, BlockedPrompt, CandidateFile, Operation, PromptBack, SCHEMA, SeenTarget, Transition,
+    Verification, Worker,
 };
 pub use recovery::discard_candidate;
 pub use repair::set_damaged_aside;
@@ -42,7 +42,7 @@ pub use stage::Stage;
 pub use status::Status;
 pub use store::{
     Active, DEFAULT_STATE_DIR, Damaged, HOOK_LOCK_WAIT, LOCK_TIMEOUT, Locked, Scanned, Store,
-    locate_state_dir,
+    locate_for_hooks, locate_state_dir,
 };
 
 #[cfg(test)]

@@ -218,6 +218,27 @@ pub struct Operation {
     /// Prompts `ktr-prompt` refused while the target was being switched;
     /// the new session tells the human to send them again.
     pub blocked_prompts: Vec<BlockedPrompt>,
+    /// The prompt the compaction guard blocked, left out of this attempt's
+    /// candidate because it comes back to the input line after the switch
+    /// (tmux) or is sent again by the runner (pointer). Its text is never
+    /// here: it stays in `<state_dir>/prompts/` ([`crate::prompt_back`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_back: Option<PromptBack>,
+}
+
+/// What the operation knows of the blocked prompt it puts back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptBack {
+    /// Claude Code's `prompt_id` of the blocked prompt.
+    pub prompt_id: String,
+    /// Its length in characters.
+    pub chars: usize,
+    /// Image blocks the prompt's records held (they cannot be put back).
+    pub images: usize,
+    /// Too long to keep (tmux): the candidate carries it as its last turn
+    /// instead, and the notice says so.
+    #[serde(default)]
+    pub carried: bool,
 }
 
 /// A prompt refused by `ktr-prompt` during a switch.
@@ -279,6 +300,7 @@ impl Default for Operation {
             turn_started_at: None,
             deferred: None,
             blocked_prompts: Vec::new(),
+            prompt_back: None,
         }
     }
 }

@@ -62,7 +62,15 @@ pub const HOOK_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// installation it was not pointed at); so is a config file that is not
 /// TOML, or whose `state_dir` is not a string.
 pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
+    locate_for_hooks(config).map(|(dir, _)| dir)
+}
+
+/// [`locate_state_dir`], and whether the same config holds the standing
+/// approval `on_auto_compaction = "rebuild"` (read as plain TOML too; a
+/// wrong value is [`Config::load`]'s to report).
+pub fn locate_for_hooks(config: Option<&Path>) -> Result<(PathBuf, bool)> {
     let path = Config::locate(config);
+    let rebuild;
     let configured = match ktr_base::config::read_config_file(&path)? {
         Some(bytes) => {
             let text = String::from_utf8(bytes).map_err(|_| {
@@ -75,6 +83,10 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
                     e.message()
                 ))
             })?;
+            rebuild = table
+                .get("on_auto_compaction")
+                .and_then(toml::Value::as_str)
+                == Some("rebuild");
             match table.get("state_dir") {
                 None => None,
                 Some(toml::Value::String(s)) if !s.is_empty() => Some(s.clone()),
@@ -98,11 +110,12 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
         &home_dir(),
     );
     // Relative to the config file, as Config::load resolves it.
-    Ok(if dir.is_relative() {
+    let dir = if dir.is_relative() {
         ktr_base::config::config_folder(&path).join(dir)
     } else {
         dir
-    })
+    };
+    Ok((dir, rebuild))
 }
 
 /// The operation store over one state dir.

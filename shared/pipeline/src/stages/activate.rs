@@ -76,10 +76,48 @@ pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
             }
             return Ok(Outcome::done(op));
         }
-        in_place::noticed(&target, Status::Pending, || {
+        let outcome = in_place::noticed(&target, Status::Pending, || {
             switch_over(config, store, id, &target, &op, steps)
-        })
+        })?;
+        Ok(give_prompt_back(config, store, &target, outcome, steps))
     })
+}
+
+/// After a healthy switch: the prompt the compaction guard blocked back
+/// in the new session's input line (tmux; [`crate::prompt_back`]), noted
+/// in the operation's history.
+fn give_prompt_back(
+    config: &Config,
+    store: &Store,
+    target: &Target,
+    outcome: Outcome,
+    steps: &mut Steps,
+) -> Outcome {
+    let op = &outcome.operation;
+    if op.status != Status::Activated || op.prompt_back.is_none() {
+        return outcome;
+    }
+    let Ok(source) = source_session(op) else {
+        return outcome;
+    };
+    pause_point(Stage::Activate, "prompt-back");
+    let Some(line) = crate::prompt_back::put_back(&config.state_dir, op, &source, target) else {
+        return outcome;
+    };
+    steps.say(&line);
+    let noted = store.with_lock(|tx| {
+        let mut op = tx.load(op.id.as_str())?;
+        if let Some(last) = op.history.last_mut() {
+            last.note.push_str("; ");
+            last.note.push_str(&line);
+        }
+        tx.save(&mut op)?;
+        Ok(op)
+    });
+    match noted {
+        Ok(op) => Outcome::done(op),
+        Err(_) => outcome,
+    }
 }
 
 /// From `activating` (the gate up) to the end of the switch: the last
@@ -411,6 +449,7 @@ fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Opt
     op.source_sha256 = None;
     op.prepared_at = None;
     op.worker = None;
+    op.prompt_back = None;
     Ok(discarded)
 }
 

@@ -16,11 +16,12 @@
 //! hook's message, so every such line is also left for the session's next
 //! Stop hook ([`advice::leave_notice`]).
 //!
-//! The human's prompt: Claude Code writes the prompt whose sending
-//! triggered the compaction into the transcript before asking this hook,
-//! so the rebuild carries it (the open tail); after the switch the new
-//! session shows it as its last, unanswered turn, and ↑ then Enter sends it
-//! again (Claude Code's prompt history).
+//! The human's prompt: Claude Code runs `UserPromptSubmit` (which keeps its
+//! text, [`crate::prompt_back`]) before this hook, with the same
+//! `prompt_id`. When this hook blocks, it marks that prompt blocked for the
+//! operation it starts; the rebuilt session leaves it out and it comes back
+//! to the input line after the switch (tmux), or the pointer runner sends
+//! it again.
 
 use crate::window_cache;
 use std::path::Path;
@@ -28,6 +29,7 @@ use std::path::Path;
 use crate::hook::{Invocation, PreCompactInput, Reply};
 use crate::operation::{Status, Store};
 use crate::process;
+use crate::prompt_back;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Scheduled};
 use crate::target::Target;
@@ -112,7 +114,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         .active()
         .map(|(id, _)| store.load(id.as_str()))
         .transpose()?;
-    let pending = match active {
+    let pending_id = match active {
         Some(op) if op.status == Status::Pending => {
             if op.session_id.as_ref().is_some_and(|s| *s != session) {
                 return Ok(Verdict::Allow(format!(
@@ -120,7 +122,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
                     op.id
                 )));
             }
-            true
+            Some(op.id.to_string())
         }
         Some(op) => {
             return Ok(Verdict::Allow(format!(
@@ -128,8 +130,9 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
                 op.id, op.status
             )));
         }
-        None => false,
+        None => None,
     };
+    let pending = pending_id.is_some();
     if !pending && config.on_auto_compaction == OnAutoCompaction::Advise {
         return Ok(Verdict::Allow(compacted_line(&config, hook)));
     }
@@ -142,13 +145,24 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
             "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
         )));
     }
-    if !pending {
-        store.request(
-            "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
-            "REBUILD",
-            Some(session.as_str()),
-        )?;
-    }
+    let id = match pending_id {
+        Some(id) => id,
+        None => store
+            .request(
+                "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
+                "REBUILD",
+                Some(session.as_str()),
+            )?
+            .id
+            .to_string(),
+    };
+    // The prompt that triggered it comes back after the switch: marked
+    // before the rebuild starts, so prepare sees it.
+    let kept = prompt_back::block(store.dir(), &session, hook.prompt_id.as_deref(), &id)
+        .unwrap_or_else(|e| {
+            eprintln!("ktr-precompact: the blocked prompt cannot come back: {e}");
+            None
+        });
     let by = By {
         hook: HOOK,
         session: &session,
@@ -158,10 +172,25 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         why: " instead of Claude Code's auto-compaction",
         reply: None,
     };
-    Ok(match stop::schedule(&config, &store, &by)? {
-        Scheduled::Started { id, .. } => Verdict::Block(format!(
-            "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds, with your last prompt as its last turn: press ↑ then Enter to send it again"
-        )),
+    let scheduled = stop::schedule(&config, &store, &by);
+    if !matches!(scheduled, Ok(Scheduled::Started { .. })) {
+        prompt_back::forget(store.dir(), &session);
+    }
+    Ok(match scheduled? {
+        Scheduled::Started { id, .. } => Verdict::Block(match kept {
+            Some(k)
+                if config.activation == ktr_base::config::Activation::Pointer
+                    || (config.activation == ktr_base::config::Activation::Tmux
+                        && k.text.is_some()) =>
+            {
+                format!(
+                "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds and your prompt put back in its input line, not sent: press Enter to send it"
+                )
+            }
+            _ => format!(
+                "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); Claude Code will be switched to the rebuilt session in a few seconds, with your last prompt as its last turn: press ↑ then Enter to send it again"
+            ),
+        }),
         Scheduled::Expired(line) => Verdict::Allow(format!(
             "{line}; Claude Code compacted this window (lossy) instead"
         )),

@@ -145,10 +145,19 @@ fn run(
         let part = artifacts.join("candidate.jsonl.part");
         let _ = std::fs::remove_file(&part); // a killed earlier attempt's
         let mut out = Streamed::new(&part, ManifestWriter::create(store, id)?, corruption(steps))?;
+        let back = prompt_back_for(config, store, &op, &frozen.backup, steps);
+        let without_tail;
+        let plan_config = match &back {
+            Some(b) if !b.carried => {
+                without_tail = without_open_tail(config);
+                &without_tail
+            }
+            _ => config,
+        };
         let meter = Meter::default();
         let plan = progress::watching(store, id, Stage::Prepare, "planning", len, &meter, || {
             pause_point(Stage::Prepare, "planning");
-            plan::build_frozen_into(config, &frozen.backup, Some(&new_id), &mut out, &meter)
+            plan::build_frozen_into(plan_config, &frozen.backup, Some(&new_id), &mut out, &meter)
         })?;
         // The window account: a rebuilt window over the compaction point
         // blocks the plan.
@@ -209,6 +218,7 @@ fn run(
             op.estimated_tokens = Some(plan.report.estimated_tokens);
             op.target_before = Some(target_before.clone());
             op.verification = None;
+            op.prompt_back.clone_from(&back);
         })?;
         put_in_place(&part, &candidate)?;
         steps.say(format!(
@@ -706,6 +716,91 @@ fn corruption(steps: &mut Steps) -> Option<Corruption> {
 #[cfg(not(debug_assertions))]
 fn corruption(_steps: &mut Steps) -> Option<Corruption> {
     None
+}
+
+/// The plan's config when the blocked prompt comes back: its open turn
+/// is left out (`include_open_tail = false`), so the rebuilt session ends
+/// with the last reply. Verify checks with the same config.
+pub(super) fn without_open_tail(config: &Config) -> Config {
+    Config {
+        include_open_tail: false,
+        ..config.clone()
+    }
+}
+
+/// Whether the prompt the compaction guard blocked for this operation
+/// comes back after the switch, so the candidate must not carry it: the
+/// target can give it back (tmux: pasted, with its text kept; pointer: the
+/// runner sends it again) and the frozen transcript ends with its open
+/// turn. Otherwise the kept prompt is forgotten: the rebuilt session
+/// carries it as its last, unanswered turn (↑ then Enter sends it again).
+fn prompt_back_for(
+    config: &Config,
+    store: &Store,
+    op: &crate::operation::Operation,
+    backup: &Path,
+    steps: &mut Steps,
+) -> Option<crate::operation::PromptBack> {
+    use crate::prompt_back;
+    let session = super::source_session(op)
+        .ok()
+        .and_then(|s| SessionId::parse(&s).ok())?;
+    let kept = match prompt_back::blocked(store.dir(), &session, op.id.as_str()) {
+        Ok(Some(kept)) => kept,
+        Ok(None) => return None,
+        Err(e) => {
+            steps.say(format!(
+                "the blocked prompt is carried as the last turn: {}",
+                e.message
+            ));
+            return None;
+        }
+    };
+    let why_not = match (config.activation, &kept.prompt_id) {
+        (_, None) => Some("Claude Code gave it no prompt_id".to_string()),
+        (Activation::Systemd, _) => Some("a systemd unit has no input line".into()),
+        _ => None,
+    };
+    // tmux pastes the kept text: one too long to keep stays in the
+    // candidate, and the notice after the switch says so.
+    let carried = config.activation == Activation::Tmux && kept.text.is_none();
+    let found = match (&why_not, &kept.prompt_id) {
+        (None, Some(id)) => match prompt_back::open_turn_is(backup, id) {
+            Ok(Some(images)) => Ok(images),
+            Ok(None) => Err("the transcript does not end with it".to_string()),
+            Err(e) => Err(e.message),
+        },
+        (Some(why), _) => Err(why.clone()),
+        (None, None) => Err("no prompt_id".into()),
+    };
+    match found {
+        Ok(images) => {
+            steps.say(if carried {
+                format!(
+                    "the prompt the guard blocked ({} characters) is too long to keep: the candidate carries it as its last turn",
+                    kept.chars
+                )
+            } else {
+                format!(
+                    "the prompt the guard blocked ({} characters) is left out of the candidate: it comes back after the switch",
+                    kept.chars
+                )
+            });
+            Some(crate::operation::PromptBack {
+                prompt_id: kept.prompt_id.clone().unwrap_or_default(),
+                chars: kept.chars,
+                images,
+                carried,
+            })
+        }
+        Err(why) => {
+            steps.say(format!(
+                "the prompt the guard blocked is carried as the last turn ({why})"
+            ));
+            prompt_back::forget(store.dir(), &session);
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,23 +8,32 @@
 //! prepared or verified is marked (`turn_started_at`, under the lock) and
 //! let through: activation then goes back to `pending`. A prompt of the
 //! session being switched away from (`activating`, `rolling_back`) is
-//! refused with a one-line reason and recorded (`blocked_prompts`). Always
-//! exits 0; an error lets the prompt through and goes to stderr.
+//! refused with a one-line reason and recorded (`blocked_prompts`). While
+//! the compaction guard could block (`on_auto_compaction = "rebuild"`, or a
+//! rebuild pending) it keeps the prompt's text for [`crate::prompt_back`],
+//! and it takes down the notice a put-back prompt left. Always exits 0; an
+//! error lets the prompt through and goes to stderr.
 
 use std::path::Path;
 
 use crate::gate::{gated_session, switching, watched};
 use crate::hook::{Invocation, PromptInput, Reply};
-use crate::operation::{BlockedPrompt, HOOK_LOCK_WAIT, Operation, Status, Store, locate_state_dir};
+use crate::operation::{BlockedPrompt, HOOK_LOCK_WAIT, Operation, Status, Store, locate_for_hooks};
+use crate::prompt_back;
+use crate::target::Target;
 use crate::target::resume_line;
+use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 use ktr_base::time::Timestamp;
 
 /// `ktr-prompt --help`.
 pub const HELP: &str = "ktr-prompt: the Claude Code UserPromptSubmit hook of ktr.
 Usage: ktr-prompt [--config PATH]   (the hook JSON on stdin; always exits 0)
 Marks a turn that starts while a rebuild is on its way (the switch then waits for the next Stop)
-and refuses a prompt sent while the session is being switched, with a one-line reason.";
+and refuses a prompt sent while the session is being switched, with a one-line reason. While the
+compaction guard could act, keeps the prompt's text (<state_dir>/prompts/, 0600) so that a
+prompt whose compaction the guard blocks comes back to the input line after the switch.";
 
 /// What Claude Code shows above the input line it gives back.
 pub const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
@@ -59,20 +68,49 @@ pub fn prompt(call: Invocation) -> Reply {
 /// and the prompt went through without being marked.
 pub const UNMARKED: &str = "ktr: busy (another ktr process held the lock for over a second); this prompt went through unmarked — the switch still checks the transcript for it before it runs";
 
-/// Decide about one prompt. Fast path: one small read of `active`.
+/// Decide about one prompt. Fast path: one small read of `active` (and,
+/// once ktr put a blocked prompt back or may block one, a look into
+/// `<state_dir>/prompts/`).
 pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
-    let store = Store::at(&locate_state_dir(config_arg)?);
-    let Some((_, status)) = store.active() else {
-        return Ok(Reply::Quiet);
-    };
-    if !watched(status) {
+    let (state_dir, rebuild) = locate_for_hooks(config_arg)?;
+    let store = Store::at(&state_dir);
+    let active = store.active();
+    // The guard could block the compaction this prompt triggers: keep its
+    // text, to put it back after the switch (crate::prompt_back).
+    let keep = rebuild || matches!(active, Some((_, Status::Pending)));
+    let watched_now = active.is_some_and(|(_, status)| watched(status));
+    let prompts = prompt_back::dir(&state_dir);
+    let has_prompts = prompts.is_dir();
+    if !keep && !watched_now && !has_prompts {
         return Ok(Reply::Quiet);
     }
     let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB"))?;
     let hook: PromptInput = serde_json::from_slice(&input)
         .map_err(|e| Error::usage(format!("cannot parse the UserPromptSubmit input: {e}")))?;
     if hook.prompt.as_deref() == Some(PROBE) {
-        return Ok(Reply::Block(PROBE_REFUSED.into()));
+        return Ok(if watched_now {
+            Reply::Block(PROBE_REFUSED.into())
+        } else {
+            Reply::Quiet
+        });
+    }
+    if let Ok(session) = SessionId::parse(&hook.session_id) {
+        if has_prompts {
+            prompt_back::prompt_sent(&state_dir, &session, || {
+                Config::load(config_arg)
+                    .map(|c| Target::from_config(&c))
+                    .ok()
+            });
+        }
+        if keep
+            && let Some(text) = hook.prompt.as_deref()
+            && let Err(e) = prompt_back::keep(&state_dir, &session, hook.prompt_id.as_deref(), text)
+        {
+            eprintln!("ktr-prompt: cannot keep this prompt for the compaction guard: {e}");
+        }
+    }
+    if !watched_now {
+        return Ok(Reply::Quiet);
     }
     let store = Store::open(store.dir())?;
     let decided = store.with_lock_within(HOOK_LOCK_WAIT, |tx| {

@@ -42,6 +42,14 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
             manifest: &artifact,
             left_out: &artifact,
         };
+        // Planned without the blocked prompt's open turn when it comes back.
+        let without_tail;
+        let config = if op.prompt_back.as_ref().is_some_and(|b| !b.carried) {
+            without_tail = super::prepare::without_open_tail(config);
+            &without_tail
+        } else {
+            config
+        };
         let total = std::fs::metadata(&backup).map_or(0, |m| m.len());
         let meter = Meter::default();
         let checked =

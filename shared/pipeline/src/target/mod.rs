@@ -247,6 +247,25 @@ impl Target {
         }
     }
 
+    /// Put `text` on a tmux pane's border and leave it up (the next stage,
+    /// or `ktr-prompt` at the person's next prompt, takes it down).
+    pub fn show_lasting_notice(&self, text: &str) {
+        if let Target::Tmux(t) = self {
+            t.show_notice(text);
+        }
+    }
+
+    /// Paste the text of `file` into a tmux pane's input line (bracketed,
+    /// not sent); the other targets have no keyboard.
+    pub fn paste_file(&self, file: &std::path::Path) -> Result<()> {
+        match self {
+            Target::Tmux(t) => t.paste_file(file),
+            Target::Systemd(_) | Target::Pointer(_) => Err(Error::refused(format!(
+                "{self} has no keyboard to paste into"
+            ))),
+        }
+    }
+
     /// Take ktr's notice off a tmux pane's border.
     pub fn clear_notice(&self) {
         if let Target::Tmux(t) = self {

@@ -44,6 +44,29 @@ impl Tmux {
         process::run_checked(&argv, CONTROL_TIMEOUT).map(drop)
     }
 
+    /// Paste the text of `file` into the pane as one bracketed paste
+    /// (`load-buffer` then `paste-buffer -p -d`, in one tmux command): a
+    /// newline in it is not an Enter, and nothing is sent. Through a file,
+    /// not an argument: tmux splits an argument that ends in `;`.
+    pub(super) fn paste_file(&self, file: &Path) -> Result<()> {
+        const BUFFER: &str = "ktr-prompt-back";
+        let argv = self.argv(&[
+            "load-buffer",
+            "-b",
+            BUFFER,
+            &file.to_string_lossy(),
+            ";",
+            "paste-buffer",
+            "-p",
+            "-d",
+            "-b",
+            BUFFER,
+            "-t",
+            &self.target,
+        ]);
+        process::run_checked(&argv, CONTROL_TIMEOUT).map(drop)
+    }
+
     /// Delete `count` characters before the cursor of the pane's input line.
     pub(super) fn backspace(&self, count: usize) -> Result<()> {
         let count = count.to_string();
