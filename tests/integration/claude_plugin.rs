@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, Tmux};
 use crate::support::fake_api::{FakeApi, Logged, Rule, all_strings, conversation, text, tool};
-use crate::support::{OptionOrPanic, claude_bin, repo_file};
+use crate::support::{OptionOrPanic, claude_bin, printed, repo_file};
 use ktr_pipeline::operation::{Status, Store};
 
 /// How long a turn of the CLI may take on a busy two-core machine.
@@ -114,11 +114,7 @@ fn install(env: &ClaudeEnv, checkout: &Path, args: &[&str]) -> String {
         .current_dir(&env.sandbox.work)
         .output()
         .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = printed(&out);
     assert!(out.status.success(), "install {args:?} failed: {said}");
     said
 }
@@ -131,11 +127,7 @@ fn validate(env: &ClaudeEnv, dir: &Path) -> String {
         .arg(dir)
         .output()
         .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = printed(&out);
     assert!(out.status.success(), "validate {}: {said}", dir.display());
     said
 }

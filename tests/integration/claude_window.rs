@@ -605,23 +605,7 @@ fn the_window_through_the_interactive_cli() {
         manual_compact_is_never_blocked_and_advise_lets_it_compact,
         a_draft_typed_after_the_switch_is_not_pasted_over,
     ];
-    let handles: Vec<_> = scenarios
-        .into_iter()
-        .map(|f| {
-            let bin = bin.clone();
-            thread::spawn(move || f(&bin))
-        })
-        .collect();
-    let failed: Vec<String> = handles
-        .into_iter()
-        .filter_map(|h| h.join().err())
-        .map(|e| {
-            e.downcast_ref::<String>()
-                .cloned()
-                .unwrap_or_else(|| "panic".into())
-        })
-        .collect();
-    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    side_by_side(&bin, &scenarios);
 }
 
 /// Issue 27 item 1, a stranded session: Claude Code runs in another tmux
@@ -953,10 +937,17 @@ fn issue_27_the_guard_and_the_advice_through_the_interactive_cli() {
         // 200k window: compacts at 167k.
         |bin| advice_follows_every_reply(bin, &["--model", "claude-sonnet-4-6"], 167_000, 8),
     ];
+    side_by_side(&bin, &scenarios);
+}
+
+/// Run each scenario with the real CLI `bin` on its own thread (each has
+/// its own sandbox and tmux server); fail with every scenario's panic.
+#[track_caller]
+fn side_by_side(bin: &Path, scenarios: &[fn(&Path)]) {
     let handles: Vec<_> = scenarios
-        .into_iter()
-        .map(|f| {
-            let bin = bin.clone();
+        .iter()
+        .map(|&f| {
+            let bin = bin.to_path_buf();
             thread::spawn(move || f(&bin))
         })
         .collect();

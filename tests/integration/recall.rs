@@ -672,6 +672,19 @@ fn resumed(sb: &Sandbox, session: &str) -> Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// Forget that Claude Code acknowledged operation `id` (so the next
+/// resume is its first).
+#[track_caller]
+fn not_acked(sb: &Sandbox, id: &str) {
+    sb.store()
+        .with_lock(|tx| {
+            let mut op = tx.load(id)?;
+            op.ack = None;
+            tx.save(&mut op)
+        })
+        .unwrap();
+}
+
 #[test]
 fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
     let (sb, ops) = lineage();
@@ -692,13 +705,7 @@ fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
         .unwrap();
     // Without the MCP server there is no tool to name: nothing is added.
     assert_eq!(resumed(&sb, D)["hookSpecificOutput"], Value::Null);
-    sb.store()
-        .with_lock(|tx| {
-            let mut op = tx.load(&ops[2])?;
-            op.ack = None;
-            tx.save(&mut op)
-        })
-        .unwrap();
+    not_acked(&sb, &ops[2]);
     fs::write(
         sb.home.join(".claude.json"),
         r#"{"mcpServers": {"ktr": {"command": "ktr-mcp"}}}"#,
@@ -726,13 +733,7 @@ fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
 
     // As the Claude Code plugin (no mcpServers.ktr, the plugin enabled):
     // the tool under the name the model sees then.
-    sb.store()
-        .with_lock(|tx| {
-            let mut op = tx.load(&ops[2])?;
-            op.ack = None;
-            tx.save(&mut op)
-        })
-        .unwrap();
+    not_acked(&sb, &ops[2]);
     fs::write(sb.home.join(".claude.json"), "{}").unwrap();
     fs::create_dir_all(sb.home.join(".claude")).unwrap();
     fs::write(

@@ -99,6 +99,15 @@ pub fn ktr_as(home: &Path, config: &Path, args: &[&str]) -> Result<String, Strin
     }
 }
 
+/// What a finished command printed: stdout, then stderr.
+pub fn printed(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 pub fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
