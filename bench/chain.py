@@ -51,10 +51,12 @@ GEN = common.GEN
 MB = common.MB
 
 TARGETS_S = {20_000: 5.0, 50_000: 12.0}  # issue 12: the whole chain
-# Issue 25: memory bounded by design (no allocator tricks): the chain's and
-# plan's peak RSS <= 32 MiB (the one-100-MB-message workload; bench/cgroup.py
-# measures what a memory cgroup is charged), and linear: 50k/20k <= 2.7.
-TARGET_RSS_MIB = 32.0                   # plan, prepare, verify
+# Issue 25: memory bounded by design (no allocator tricks): with one huge
+# message (--huge-message-mb) the chain's and plan's peak RSS <= 32 MiB
+# (bench/cgroup.py measures what a memory cgroup is charged); per-record
+# tables may grow with the record count, so no RSS target by turns. Linear:
+# 50k/20k <= 2.7.
+TARGET_RSS_MIB = 32.0                   # plan, prepare, verify, one huge message
 TARGET_LINEAR = 2.7                     # chain wall 50k turns / 20k turns
 TARGET_STATUS_MS = 10.0                 # ktr status on the operation
 TARGET_OP_FILE = 64 * 1024              # bytes
@@ -271,11 +273,13 @@ def main(argv: list[str] | None = None) -> int:
                 if label != "this":
                     continue
                 if r["rc"] != 124:
-                    walls.setdefault(n, []).append(r["wall"])
+                    walls.setdefault(n, []).append((r["wall"], r["cpu"]))
                 target = TARGETS_S.get(n)
                 checks = [(target is not None, r["wall"] <= (target or 0), f"chain <= {target} s"),
-                          (r["rc"] != 124, r.get("rss", 99) <= TARGET_RSS_MIB, f"chain RSS <= {TARGET_RSS_MIB} MiB"),
-                          (r["rc"] != 124, r.get("plan_rss", 99) <= TARGET_RSS_MIB, f"plan RSS <= {TARGET_RSS_MIB} MiB"),
+                          (r["rc"] != 124 and a.huge_message_mb > 0, r.get("rss", 99) <= TARGET_RSS_MIB,
+                           f"chain RSS <= {TARGET_RSS_MIB} MiB"),
+                          (r["rc"] != 124 and a.huge_message_mb > 0, r.get("plan_rss", 99) <= TARGET_RSS_MIB,
+                           f"plan RSS <= {TARGET_RSS_MIB} MiB"),
                           (r["rc"] != 124, r.get("op_bytes", 1 << 30) <= TARGET_OP_FILE, "op file <= 64 KiB"),
                           (r["rc"] != 124, r.get("status_ms", 1e9) <= TARGET_STATUS_MS, f"status <= {TARGET_STATUS_MS} ms")]
                 for applies, ok, what in checks:
@@ -285,10 +289,11 @@ def main(argv: list[str] | None = None) -> int:
                         missed |= not ok
                         print(f"  {'':8} {common.verdict(ok)} {what}")
     if 20_000 in walls and 50_000 in walls:
-        ratio = min(walls[50_000]) / min(walls[20_000])
-        ok = ratio <= TARGET_LINEAR
+        wall = min(w for w, _ in walls[50_000]) / min(w for w, _ in walls[20_000])
+        cpu = min(c for _, c in walls[50_000]) / min(c for _, c in walls[20_000])
+        ok = wall <= TARGET_LINEAR
         missed |= not ok
-        print(f"  linear: chain 50k/20k {ratio:.2f} {common.verdict(ok)} <= {TARGET_LINEAR}")
+        print(f"  linear: chain 50k/20k {wall:.2f} wall ({cpu:.2f} CPU) {common.verdict(ok)} <= {TARGET_LINEAR}")
     return 3 if a.check and missed else 0
 
 

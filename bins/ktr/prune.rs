@@ -45,6 +45,13 @@ fn human(o: &Outcome) -> String {
             ));
         }
     }
+    for f in &o.prompts {
+        s.push_str(&format!(
+            "{verb} kept prompt {:>10}  {}\n",
+            out::bytes(f.bytes),
+            f.path.display()
+        ));
+    }
     for session in &o.forgotten {
         s.push_str(&format!(
             "{verb} the last copy of session {session}'s history (confirmed with FORGET)\n"
@@ -57,11 +64,15 @@ fn human(o: &Outcome) -> String {
             .map_or(String::new(), |p| format!(" {}", p.display()));
         s.push_str(&format!("kept {} ({}){what}: {}\n", k.id, k.status, k.why));
     }
-    s.push_str(&match (o.pruned.len(), o.deleted) {
+    let what = match o.prompts.len() {
+        0 => format!("{} operations", o.pruned.len()),
+        n => format!("{} operations and {n} kept prompts", o.pruned.len()),
+    };
+    s.push_str(&match (o.pruned.len() + o.prompts.len(), o.deleted) {
         (0, _) => format!("nothing older than {} days to prune\n", o.older_than_days),
-        (n, true) => format!("{verb} {n} operations, {}\n", out::bytes(o.bytes)),
-        (n, false) => format!(
-            "{verb} {n} operations, {}; nothing deleted: run again with --yes\n",
+        (_, true) => format!("{verb} {what}, {}\n", out::bytes(o.bytes)),
+        (_, false) => format!(
+            "{verb} {what}, {}; nothing deleted: run again with --yes\n",
             out::bytes(o.bytes)
         ),
     });

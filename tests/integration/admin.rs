@@ -1066,3 +1066,53 @@ fn status_shows_the_window_with_the_source_of_each_figure() {
         .code(0)
         .stdout_contains("Claude Code compacts at");
 }
+
+#[test]
+fn prune_removes_prompts_kept_longer_than_the_retention_and_nothing_else() {
+    let sb = Sandbox::new();
+    sb.write_config("");
+    let prompts = sb.state.join("prompts");
+    fs::create_dir_all(&prompts).unwrap();
+    let old = prompts.join("5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13.last");
+    let blocked = prompts.join("0f2b7d4e-3b7f-4e2a-9c61-5d1c9a8e8a13.blocked");
+    let fresh = prompts.join("9c61aaaa-3b7f-4e2a-9c61-0f2b7d4e8a13.last");
+    for f in [&old, &blocked, &fresh] {
+        fs::write(f, "{\"text\":\"what a person typed\"}").unwrap();
+    }
+    let outside = sb.root().join("outside.txt");
+    fs::write(&outside, "not ktr's").unwrap();
+    std::os::unix::fs::symlink(&outside, prompts.join("link.last")).unwrap();
+    for f in [&old, &blocked, &prompts.join("link.last")] {
+        let touched = Command::new("touch")
+            .args(["-h", "-d", "40 days ago"])
+            .arg(f)
+            .status()
+            .unwrap();
+        assert!(touched.success());
+    }
+
+    let before = tree(&prompts);
+    Ktr::new(&sb)
+        .args(["prune", "--older-than", "30"])
+        .run()
+        .code(0)
+        .stdout_contains("would delete kept prompt")
+        .stdout_contains(&old.display().to_string())
+        .stdout_contains(&blocked.display().to_string())
+        .stdout_contains("0 operations and 2 kept prompts")
+        .stdout_contains("nothing deleted: run again with --yes");
+    assert_eq!(tree(&prompts), before, "a dry run deletes nothing");
+
+    Ktr::new(&sb)
+        .args(["prune", "--older-than", "30", "--yes"])
+        .run()
+        .code(0)
+        .stdout_contains("deleted 0 operations and 2 kept prompts");
+    assert!(!old.exists() && !blocked.exists());
+    assert!(fresh.exists(), "written within the retention");
+    assert!(
+        prompts.join("link.last").symlink_metadata().is_ok(),
+        "a symlink is not ktr's file"
+    );
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "not ktr's");
+}

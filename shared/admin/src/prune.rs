@@ -41,7 +41,7 @@ use ktr_pipeline::recall::lineage;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Doomed {
     pub path: PathBuf,
-    /// `operation`, `artifacts` or `candidate` (prune); `file`, `folder`
+    /// `operation`, `artifacts`, `candidate` or `prompt` (prune); `file`, `folder`
     /// or `candidate` (purge).
     pub what: &'static str,
     pub bytes: u64,
@@ -79,6 +79,9 @@ pub struct Outcome {
     /// Sessions whose last copy of history is (or would be) removed: only
     /// with the word FORGET.
     pub forgotten: Vec<String>,
+    /// Kept or blocked prompts (`<state_dir>/prompts/`, the text a person
+    /// typed) not written for `older_than_days`.
+    pub prompts: Vec<Doomed>,
 }
 
 /// Decide, and delete when `delete`, under the coordinator lock.
@@ -106,7 +109,9 @@ pub fn prune(
             kept: Vec::new(),
             bytes: 0,
             forgotten: Vec::new(),
+            prompts: old_prompts(store.dir(), now, limit),
         };
+        outcome.bytes += outcome.prompts.iter().map(|f| f.bytes).sum::<u64>();
         let mut links = Vec::new();
         for op in &ops {
             let keep = |why: String| Kept {
@@ -181,6 +186,9 @@ pub fn prune(
             });
         }
         if delete {
+            for doomed in &outcome.prompts {
+                remove(doomed)?;
+            }
             lineage::keep_links(store.dir(), &links)?;
             for pruned in &outcome.pruned {
                 for doomed in &pruned.files {
@@ -190,6 +198,28 @@ pub fn prune(
         }
         Ok(outcome)
     })
+}
+
+/// The regular files of `<state_dir>/prompts/` last written at least
+/// `limit` before `now` (a prompt kept for a paste-back that never came).
+fn old_prompts(state_dir: &Path, now: SystemTime, limit: Duration) -> Vec<Doomed> {
+    let Ok(entries) = fs::read_dir(ktr_pipeline::prompt_back::dir(state_dir)) else {
+        return Vec::new();
+    };
+    let mut old: Vec<Doomed> = entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok().filter(fs::Metadata::is_file)?;
+            let written = meta.modified().ok()?;
+            (now.duration_since(written).ok()? >= limit).then(|| Doomed {
+                path: e.path(),
+                what: "prompt",
+                bytes: meta.len(),
+            })
+        })
+        .collect();
+    old.sort_by(|a, b| a.path.cmp(&b.path));
+    old
 }
 
 /// The session whose only copy is `op`'s backup: an operation that
