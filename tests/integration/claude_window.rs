@@ -971,8 +971,10 @@ fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64
     let s = Session::start_env(bin, "", args, None, |_| {
         vec![("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE".into(), pct.into())]
     });
+    // The first reply of a fresh session measures the overhead.
+    s.say("SAY-ONE hello", "REPLY-ONE");
     s.api.set_usage(Some(point - 50));
-    s.say("SAY-ONE below", "REPLY-ONE");
+    s.say("SAY-TWO below", "REPLY-TWO");
     s.tmux
         .wait_screen("the advice naming the moved point", TURN, |sc| {
             sc.contains(&format!(
@@ -981,10 +983,10 @@ fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64
             ))
         });
     s.api.set_usage(None);
-    s.say("SAY-TWO next", "REPLY-TWO");
+    s.say("SAY-THREE next", "REPLY-THREE");
     assert_eq!(s.boundaries(), 0, "compacted below {point}");
     s.api.set_usage(Some(point));
-    s.say("SAY-THREE at the point", "REPLY-THREE");
+    s.say("SAY-FULL at the point", "REPLY-FULL");
     s.api.set_usage(None);
     s.say("SAY-AFTER next", "REPLY-AFTER");
     s.wait_boundaries(1, &format!("no compaction at {point}"));
@@ -1007,16 +1009,18 @@ fn auto_compaction_off(bin: &Path) {
         fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
         Vec::new()
     });
+    // The first reply of a fresh session measures the overhead.
+    s.say("SAY-ONE hello", "REPLY-ONE");
     s.api.set_usage(Some(976_950));
-    s.say("SAY-ONE past the usual point", "REPLY-ONE");
+    s.say("SAY-TWO past the usual point", "REPLY-TWO");
     s.tmux
         .wait_screen("the advice naming the hard limit", TURN, |sc| {
             sc.contains("until the window's hard limit (977k of 977k; auto-compaction is off")
         });
     s.api.set_usage(None);
-    s.say("SAY-TWO next", "REPLY-TWO");
+    s.say("SAY-THREE next", "REPLY-THREE");
     s.api.set_usage(Some(977_000));
-    s.say("SAY-THREE at the limit", "REPLY-THREE");
+    s.say("SAY-FULL at the limit", "REPLY-FULL");
     s.api.set_usage(None);
     s.tmux.type_line("SAY-AFTER next");
     s.tmux.wait_screen("the hard limit", TURN, |sc| {
