@@ -500,6 +500,42 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn the_point_follows_the_setting() {
+        let set = |compaction| CompactionSetting {
+            compaction,
+            source: "test".into(),
+        };
+        // Measured on 2.1.328: 60 % of (window − 20,000).
+        assert_eq!(set(Compaction::Percent(60.0)).point(1_000_000).0, 588_000);
+        assert_eq!(set(Compaction::Percent(60.0)).point(200_000).0, 108_000);
+        // Never later than the default.
+        assert_eq!(set(Compaction::Percent(99.0)).point(1_000_000).0, 967_000);
+        assert_eq!(set(Compaction::Default).point(200_000).0, 167_000);
+        // Off: the hard limit, and the account says so.
+        let (point, source) = set(Compaction::Off).point(1_000_000);
+        assert_eq!(point, 977_000);
+        assert!(source.contains("no auto-compaction"), "{source}");
+        let mut inp = inputs(Some(900_000), 1_000_000, 20_000);
+        inp.compaction = set(Compaction::Off);
+        let w = derive(&inp);
+        assert!(!w.auto_compaction);
+        assert_eq!(w.compaction_point_tokens, 977_000);
+        assert!(
+            w.derivation
+                .iter()
+                .any(|d| d.starts_with("Claude Code does not compact"))
+        );
+        // Refused past the hard limit, and the refusal names it.
+        let mut inp = inputs(Some(990_000), 1_956_000, 1_950_000);
+        inp.compaction = set(Compaction::Off);
+        let refusal = super::super::refusal(&derive(&inp)).unwrap();
+        assert!(
+            refusal.contains("over the window's hard limit 977000"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
     fn a_rebuild_that_cannot_fit_names_a_cap() {
         let w = derive(&inputs(Some(990_000), 1_956_000, 1_950_000));
         assert_eq!(w.advice, "cannot_fit");
