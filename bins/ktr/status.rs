@@ -106,13 +106,19 @@ pub fn human(v: &StatusView) -> String {
         line(
             "window",
             format!(
-                "{} of {} (session {}: {}; size: {}); Claude Code compacts at {}; after a rebuild ≈ {}",
+                "{} of {} (session {}: {}; size: {}); {} {} ({}); after a rebuild ≈ {}",
                 w.used_tokens.map_or("unknown".into(), short),
                 short(w.size_tokens),
                 w.session_id.chars().take(8).collect::<String>(),
                 w.used_source,
                 w.size_source,
+                if w.compaction_point_source.contains("no auto-compaction") {
+                    "no auto-compaction, hard limit"
+                } else {
+                    "Claude Code compacts at"
+                },
                 short(w.compaction_point_tokens),
+                w.compaction_point_source,
                 w.after_rebuild_tokens
                     .map_or(w.after_rebuild_source.clone(), |t| format!(
                         "{} ({})",

@@ -962,3 +962,90 @@ fn side_by_side(bin: &Path, scenarios: &[fn(&Path)]) {
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
+
+/// Issue 27 item 3: with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=pct` Claude Code
+/// compacts at `point` (a reply reporting `point − 50` is followed by a
+/// prompt that is sent; one reporting `point` by a compaction), and ktr's
+/// advice names that point.
+fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64) {
+    let s = Session::start_env(bin, "", args, None, |_| {
+        vec![("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE".into(), pct.into())]
+    });
+    // The first reply of a fresh session measures the overhead.
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(point - 50));
+    s.say("SAY-TWO below", "REPLY-TWO");
+    s.tmux
+        .wait_screen("the advice naming the moved point", TURN, |sc| {
+            sc.contains(&format!(
+                "of {}, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE={pct})",
+                short(point)
+            ))
+        });
+    s.api.set_usage(None);
+    s.say("SAY-THREE next", "REPLY-THREE");
+    assert_eq!(s.boundaries(), 0, "compacted below {point}");
+    s.api.set_usage(Some(point));
+    s.say("SAY-FULL at the point", "REPLY-FULL");
+    s.api.set_usage(None);
+    s.say("SAY-AFTER next", "REPLY-AFTER");
+    s.wait_boundaries(1, &format!("no compaction at {point}"));
+}
+
+/// Issue 27 item 3: with `autoCompactEnabled: false` in settings.json a
+/// reply past the usual point is followed by a prompt that is sent, not
+/// compacted, until the hard limit (window − 23,000): a reply reporting
+/// 977,000 of 1M is followed by "Context limit reached", and ktr's advice
+/// names that limit and the setting.
+fn auto_compaction_off(bin: &Path) {
+    let s = Session::start_env(bin, "", &[], None, |env| {
+        let path = env.sandbox.home.join(".claude/settings.json");
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut v: serde_json::Value = fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| serde_json::json!({}));
+        v["autoCompactEnabled"] = false.into();
+        fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        Vec::new()
+    });
+    // The first reply of a fresh session measures the overhead.
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(976_950));
+    s.say("SAY-TWO past the usual point", "REPLY-TWO");
+    s.tmux
+        .wait_screen("the advice naming the hard limit", TURN, |sc| {
+            sc.contains("until the window's hard limit (977k of 977k; auto-compaction is off")
+        });
+    s.api.set_usage(None);
+    s.say("SAY-THREE next", "REPLY-THREE");
+    s.api.set_usage(Some(977_000));
+    s.say("SAY-FULL at the limit", "REPLY-FULL");
+    s.api.set_usage(None);
+    s.tmux.type_line("SAY-AFTER next");
+    s.tmux.wait_screen("the hard limit", TURN, |sc| {
+        sc.contains("Context limit reached")
+    });
+    assert_eq!(s.boundaries(), 0, "compacted with autoCompactEnabled false");
+    assert!(
+        !s.api
+            .turns()
+            .iter()
+            .any(|t| last_user_text(t.messages()).contains("SAY-AFTER")),
+        "a prompt past the hard limit was sent"
+    );
+}
+
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn issue_27_the_compaction_setting_through_the_interactive_cli() {
+    let bin = claude_bin();
+    let scenarios: [fn(&Path); 3] = [
+        // 1M: 60 % of 980,000 (window − 20k max output).
+        |bin| the_override_moves_the_point(bin, &[], "60", 588_000),
+        // 200k: 60 % of 180,000.
+        |bin| the_override_moves_the_point(bin, &["--model", "claude-sonnet-4-6"], "60", 108_000),
+        auto_compaction_off,
+    ];
+    side_by_side(&bin, &scenarios);
+}

@@ -585,3 +585,104 @@ fn the_bands_are_measured_against_the_compaction_point_of_a_200k_window() {
     s.turn("E", 147_000);
     assert!(message(&s.stop("E")).contains("≈ 20k tokens until Claude Code compacts"));
 }
+
+/// Issue 27 item 3: the bands, the advice line, the statusline and
+/// `ktr status` follow the setting Claude Code uses — the hooks see its
+/// environment (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`) and its settings
+/// (`autoCompactEnabled: false`), and each names it.
+#[test]
+fn the_advice_and_status_follow_claude_codes_compaction_setting() {
+    const PCT: (&str, &str) = ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "60");
+    let mut s = Session::new("");
+    let stop = |s: &Session, tag: &str, env: &[(&str, &str)]| {
+        let input = serde_json::json!({
+            "session_id": SESSION, "transcript_path": s.transcript,
+            "hook_event_name": "Stop", "stop_hook_active": false,
+            "last_assistant_message": format!("REPLY-{tag}"),
+        });
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        let (out, code) = s.sandbox.hook_env(STOP, &input.to_string(), &env);
+        assert_eq!(code, 0);
+        out
+    };
+    s.turn("A", 500_000);
+    assert_eq!(stop(&s, "A", &[]), QUIET, "52 % of the default 967k");
+    // 60 % of (1M − 20k) = 588k: 500k is 85 % of it.
+    let line = message(&stop(&s, "A", &[PCT]));
+    assert!(
+        line.starts_with(
+            "ktr: ≈ 88k tokens until Claude Code compacts (500k of 588k, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60); "
+        ),
+        "{line}"
+    );
+    assert!(
+        s.statusline(&[], Some(500_000), &[PCT])
+            .contains("ktr 50% · compacts at 588k"),
+        "{}",
+        s.statusline(&[], Some(500_000), &[PCT])
+    );
+    // Auto-compaction off (settings.json): the hard limit, whatever the
+    // override says.
+    let settings = s.sandbox.home.join(".claude/settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    fs::write(&settings, r#"{"autoCompactEnabled": false}"#).unwrap();
+    assert!(
+        s.statusline(&[], Some(500_000), &[PCT])
+            .contains("ktr 50% · no auto-compact")
+    );
+    s.turn("B", 960_000);
+    let line = message(&stop(&s, "B", &[PCT]));
+    assert!(
+        line.starts_with(&format!(
+            "ktr: ≈ 17k tokens until the window's hard limit (960k of 977k; auto-compaction is off: autoCompactEnabled false in {}); ",
+            settings.display()
+        )),
+        "{line}"
+    );
+    // ktr status names the point and its source.
+    let op = s
+        .sandbox
+        .store()
+        .request("x", "REBUILD", Some(SESSION))
+        .unwrap();
+    let transcript = s.transcript.clone();
+    s.sandbox.walk(&op.id, &[Status::Scheduled], |op| {
+        op.transcript_path = Some(transcript);
+    });
+    let status = |env: &[(&str, &str)]| {
+        let mut cmd = s.sandbox.command(env!("CARGO_BIN_EXE_ktr"));
+        cmd.args(["status", "--json"]).envs(env.iter().copied());
+        let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["window"].clone()
+    };
+    fs::write(&settings, "{}").unwrap();
+    let w = status(&[]);
+    assert_eq!(w["compaction_point_tokens"], 967_000, "{w:#}");
+    let w = status(&[PCT]);
+    assert_eq!(w["compaction_point_tokens"], 588_000, "{w:#}");
+    assert!(
+        w["compaction_point_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60"),
+        "{w:#}"
+    );
+    fs::write(&settings, r#"{"autoCompactEnabled": false}"#).unwrap();
+    let w = status(&[PCT]);
+    assert_eq!(w["compaction_point_tokens"], 977_000, "{w:#}");
+    let source = w["compaction_point_source"].as_str().unwrap();
+    assert!(
+        source.starts_with("autoCompactEnabled false in ")
+            && source.contains("no auto-compaction; the window's hard limit"),
+        "{w:#}"
+    );
+}

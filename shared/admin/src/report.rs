@@ -213,6 +213,7 @@ impl StatusView {
             return self;
         };
         let size = window_cache::size_for(config, &session, None, tail.model.as_deref());
+        let (point, point_source) = window_cache::compaction::setting().point(size.tokens);
         let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
         self.window = Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),
@@ -225,11 +226,8 @@ impl StatusView {
                 ),
                 None => tail.missing.unwrap_or("no usage recorded yet").to_string(),
             },
-            compaction_point_tokens: window::compaction_point(size.tokens),
-            compaction_point_source: format!(
-                "window − {} (Claude Code 2.1.328)",
-                window::account::COMPACTION_MARGIN
-            ),
+            compaction_point_tokens: point,
+            compaction_point_source: point_source,
             size_tokens: size.tokens,
             size_source: size.source,
             after_rebuild_tokens: planned.map(|w| w.after_rebuild_tokens),

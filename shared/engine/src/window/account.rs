@@ -40,9 +40,95 @@ pub const DEFAULT_OVERHEAD: u64 = 14_000;
 /// numbers fall outside is measuring something else).
 const FACTOR_RANGE: (f64, f64) = (0.1, 2.0);
 
-/// Where Claude Code compacts a window of `size` tokens.
+/// Where Claude Code compacts a window of `size` tokens (its default).
 pub fn compaction_point(size: u64) -> u64 {
     size.saturating_sub(COMPACTION_MARGIN)
+}
+
+/// The part of the window Claude Code 2.1.328 takes off for the model's
+/// reply before it applies `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`: min(max
+/// output, 20,000); every model with an enforced window has ≥ 20,000.
+pub const OUTPUT_RESERVE: u64 = 20_000;
+
+/// With auto-compaction off, Claude Code 2.1.328 refuses to send a prompt
+/// ("Context limit reached · /compact or /clear to continue · auto-compact
+/// is off") once the last reply's usage reaches the window − min(max
+/// output, 20,000) − 3,000: measured on a 1M window, 976,950 → sent,
+/// 977,000 → refused (990,000 refused).
+pub const HARD_LIMIT_MARGIN: u64 = 23_000;
+
+/// How Claude Code compacts, as its setting says (the pipeline reads the
+/// setting; the engine only does the arithmetic).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Compaction {
+    /// At [`compaction_point`].
+    Default,
+    /// `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`: this percent (0 < p ≤ 100) of the
+    /// window less [`OUTPUT_RESERVE`], never later than the default
+    /// (measured on 2.1.328: 60 on a 1M window → 588,000; on 200k →
+    /// 108,000).
+    Percent(f64),
+    /// Auto-compaction is off (`autoCompactEnabled: false`,
+    /// `DISABLE_AUTO_COMPACT`, `DISABLE_COMPACT`): the window's hard limit
+    /// ([`HARD_LIMIT_MARGIN`] below its size) is the point.
+    Off,
+}
+
+/// The compaction setting and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionSetting {
+    pub compaction: Compaction,
+    /// `Claude Code's default`, `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60`,
+    /// `autoCompactEnabled false in ~/.claude/settings.json`, …
+    pub source: String,
+}
+
+impl Default for CompactionSetting {
+    fn default() -> Self {
+        CompactionSetting {
+            compaction: Compaction::Default,
+            source: "Claude Code's default".into(),
+        }
+    }
+}
+
+impl CompactionSetting {
+    /// The point for a window of `size` tokens and how it was derived.
+    pub fn point(&self, size: u64) -> (u64, String) {
+        let default = compaction_point(size);
+        match self.compaction {
+            Compaction::Default => (
+                default,
+                format!(
+                    "window − {COMPACTION_MARGIN} (Claude Code 2.1.328's default; {})",
+                    self.source
+                ),
+            ),
+            Compaction::Percent(p) => {
+                let moved = (size.saturating_sub(OUTPUT_RESERVE) as f64 * p / 100.0).floor();
+                let moved = to_u64(moved).min(default);
+                (
+                    moved,
+                    format!(
+                        "{}: min({p} % of (window − {OUTPUT_RESERVE}), window − {COMPACTION_MARGIN})",
+                        self.source
+                    ),
+                )
+            }
+            Compaction::Off => (
+                size.saturating_sub(HARD_LIMIT_MARGIN),
+                format!(
+                    "{}: no auto-compaction; the window's hard limit, window − {HARD_LIMIT_MARGIN} (Claude Code refuses to send past it)",
+                    self.source
+                ),
+            ),
+        }
+    }
+
+    /// Whether Claude Code compacts on its own.
+    pub fn auto(&self) -> bool {
+        self.compaction != Compaction::Off
+    }
 }
 
 /// A number of tokens and where it came from.
@@ -102,6 +188,8 @@ pub struct Inputs {
     pub size: Size,
     pub overhead: Sourced,
     pub advise: Advise,
+    /// Where Claude Code compacts (its setting).
+    pub compaction: CompactionSetting,
 }
 
 /// What `window` reports (`ktr dirty --json`, the MCP tools, the hooks).
@@ -125,6 +213,13 @@ pub struct Window {
     pub after_rebuild_tokens: u64,
     pub after_rebuild_percent: f64,
     pub compaction_point_tokens: u64,
+    /// How the compaction point was derived (the setting Claude Code uses).
+    #[serde(default)]
+    pub compaction_point_source: String,
+    /// False when Claude Code does not auto-compact: the point is then the
+    /// window's hard limit.
+    #[serde(default = "yes")]
+    pub auto_compaction: bool,
     /// `used_tokens` as a share of `compaction_point_tokens`: what the
     /// advice bands measure.
     #[serde(default)]
@@ -161,6 +256,10 @@ impl Window {
             .then(|| advise.band(self.point_percent, self.compaction_point_tokens))
             .flatten()
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Derive the account.
@@ -200,11 +299,18 @@ pub fn derive(inp: &Inputs) -> Window {
         "after a rebuild ≈ {after} = carried {carried} + overhead {overhead}"
     ));
     let size = inp.size.tokens.max(1);
-    let point = compaction_point(inp.size.tokens);
-    derivation.push(format!(
-        "Claude Code compacts at {point} = window {} − {COMPACTION_MARGIN} ({})",
-        inp.size.tokens, inp.size.source
-    ));
+    let (point, point_source) = inp.compaction.point(inp.size.tokens);
+    derivation.push(if inp.compaction.auto() {
+        format!(
+            "Claude Code compacts at {point} = {point_source}; window {} ({})",
+            inp.size.tokens, inp.size.source
+        )
+    } else {
+        format!(
+            "Claude Code does not compact: {point_source}; window {} ({})",
+            inp.size.tokens, inp.size.source
+        )
+    });
     let frees = if used == 0 {
         0.0
     } else {
@@ -228,6 +334,8 @@ pub fn derive(inp: &Inputs) -> Window {
         after_rebuild_tokens: after,
         after_rebuild_percent: percent(after, size),
         compaction_point_tokens: point,
+        compaction_point_source: point_source,
+        auto_compaction: inp.compaction.auto(),
         point_percent,
         frees_percent: frees,
         fit_checked: inp.used.is_some(),
@@ -318,6 +426,7 @@ pub(super) mod tests {
                 at_percent: 70,
                 min_free_percent: 50,
             },
+            compaction: CompactionSetting::default(),
         }
     }
 
@@ -388,6 +497,42 @@ pub(super) mod tests {
         assert_eq!(w.after_rebuild_tokens, 212_000);
         assert!(w.frees_percent.abs() < 1e-9);
         assert_eq!(w.advice, "none");
+    }
+
+    #[test]
+    fn the_point_follows_the_setting() {
+        let set = |compaction| CompactionSetting {
+            compaction,
+            source: "test".into(),
+        };
+        // Measured on 2.1.328: 60 % of (window − 20,000).
+        assert_eq!(set(Compaction::Percent(60.0)).point(1_000_000).0, 588_000);
+        assert_eq!(set(Compaction::Percent(60.0)).point(200_000).0, 108_000);
+        // Never later than the default.
+        assert_eq!(set(Compaction::Percent(99.0)).point(1_000_000).0, 967_000);
+        assert_eq!(set(Compaction::Default).point(200_000).0, 167_000);
+        // Off: the hard limit, and the account says so.
+        let (point, source) = set(Compaction::Off).point(1_000_000);
+        assert_eq!(point, 977_000);
+        assert!(source.contains("no auto-compaction"), "{source}");
+        let mut inp = inputs(Some(900_000), 1_000_000, 20_000);
+        inp.compaction = set(Compaction::Off);
+        let w = derive(&inp);
+        assert!(!w.auto_compaction);
+        assert_eq!(w.compaction_point_tokens, 977_000);
+        assert!(
+            w.derivation
+                .iter()
+                .any(|d| d.starts_with("Claude Code does not compact"))
+        );
+        // Refused past the hard limit, and the refusal names it.
+        let mut inp = inputs(Some(990_000), 1_956_000, 1_950_000);
+        inp.compaction = set(Compaction::Off);
+        let refusal = super::super::refusal(&derive(&inp)).unwrap();
+        assert!(
+            refusal.contains("over the window's hard limit 977000"),
+            "{refusal}"
+        );
     }
 
     #[test]

@@ -13,7 +13,10 @@ pub mod running;
 pub mod size;
 pub mod usage;
 
-pub use account::{Advise, Inputs, Sourced, Window, compaction_point, derive, percent};
+pub use account::{
+    Advise, Compaction, CompactionSetting, Inputs, Sourced, Window, compaction_point, derive,
+    percent,
+};
 
 use crate::ledger::Tally;
 
@@ -40,13 +43,24 @@ pub fn refusal(w: &Window) -> Option<String> {
         "no carry_max_tokens fits: the overhead alone nearly fills the window".to_string()
     };
     Some(format!(
-        "a rebuild would start at ≈ {} tokens (conversation {} + overhead {}), over Claude Code's auto-compaction point {} for this {}-token window ({}): Claude Code would compact the rebuilt window at once; {fix}",
+        "a rebuild would start at ≈ {} tokens (conversation {} + overhead {}), over {} {} for this {}-token window ({}; {}): {}; {fix}",
         w.after_rebuild_tokens,
         w.carried_tokens,
         w.overhead_tokens,
+        if w.auto_compaction {
+            "Claude Code's auto-compaction point"
+        } else {
+            "the window's hard limit"
+        },
         w.compaction_point_tokens,
         w.size_tokens,
         w.size_source,
+        w.compaction_point_source,
+        if w.auto_compaction {
+            "Claude Code would compact the rebuilt window at once"
+        } else {
+            "the rebuilt window would not hold it"
+        },
     ))
 }
 

@@ -84,11 +84,12 @@ pub fn advice(
         return None;
     }
     let advise = window_cache::advise_of(&config);
-    // Bands are measured against where Claude Code compacts.
+    // Bands are measured against where Claude Code compacts (its setting).
+    let compaction = window_cache::compaction::setting();
     let percent_of = |tail: &Tail| {
         let used = tail.usage.as_ref()?.tokens;
         let size = window_cache::size_for(&config, session.as_str(), None, tail.model.as_deref());
-        let point = window::compaction_point(size.tokens).max(1);
+        let point = compaction.point(size.tokens).0.max(1);
         Some((window::percent(used, point), point))
     };
     // A reading far below the first band cannot cross it in one turn.
@@ -134,6 +135,31 @@ pub fn advice(
 pub fn advice_line(w: &window::Window) -> String {
     let point = w.compaction_point_tokens;
     let distance = match point.checked_sub(w.used_tokens) {
+        Some(left) if !w.auto_compaction => format!(
+            "≈ {} tokens until the window's hard limit ({} of {}; auto-compaction is off: {})",
+            window::short(left),
+            window::short(w.used_tokens),
+            window::short(point),
+            setting_of(w)
+        ),
+        None if !w.auto_compaction => format!(
+            "the window is at its hard limit ({} of {}; auto-compaction is off: {})",
+            window::short(w.used_tokens),
+            window::short(point),
+            setting_of(w)
+        ),
+        Some(left)
+            if w.compaction_point_source
+                .starts_with("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE") =>
+        {
+            format!(
+                "≈ {} tokens until Claude Code compacts ({} of {}, {})",
+                window::short(left),
+                window::short(w.used_tokens),
+                window::short(point),
+                setting_of(w)
+            )
+        }
         Some(left) => format!(
             "≈ {} tokens until Claude Code compacts ({} of {})",
             window::short(left),
@@ -155,6 +181,15 @@ pub fn advice_line(w: &window::Window) -> String {
         "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
         window::short(w.after_rebuild_tokens),
     )
+}
+
+/// The setting named in the point's derivation (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60`,
+/// `autoCompactEnabled false in …`).
+fn setting_of(w: &window::Window) -> &str {
+    w.compaction_point_source
+        .split(':')
+        .next()
+        .unwrap_or(&w.compaction_point_source)
 }
 
 /// The reply a Stop hook is about, as its input names it.
@@ -283,6 +318,7 @@ mod tests {
                 at_percent: 70,
                 min_free_percent: 50,
             },
+            compaction: window::CompactionSetting::default(),
         };
         let line = advice_line(&window::derive(&inputs(155_000, "claude-new-9")));
         assert!(
@@ -297,6 +333,71 @@ mod tests {
                 "ktr: past the point where Claude Code compacts (990k of 967k): the next prompt may compact this window; a lossless"
             ),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn the_advice_line_names_the_setting_claude_code_uses() {
+        let with = |used: u64, compaction: window::Compaction, source: &str| {
+            window::derive(&window::Inputs {
+                used: Some(window::usage::Usage {
+                    tokens: used,
+                    at: None,
+                    model: None,
+                }),
+                missing: None,
+                window_estimate: used,
+                carried_estimate: 10_000,
+                size: window::size::from_model(Some("claude-opus-5-5")),
+                overhead: window::Sourced {
+                    tokens: 14_000,
+                    source: "test".into(),
+                },
+                advise: window::Advise {
+                    at_percent: 70,
+                    min_free_percent: 50,
+                },
+                compaction: window::CompactionSetting {
+                    compaction,
+                    source: source.into(),
+                },
+            })
+        };
+        // 60 % of (1M − 20k) = 588k.
+        let w = with(
+            500_000,
+            window::Compaction::Percent(60.0),
+            "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60",
+        );
+        assert_eq!(w.compaction_point_tokens, 588_000);
+        assert_eq!(w.advice, "rebuild", "85 % of the moved point");
+        assert!(
+            advice_line(&w).starts_with(
+                "ktr: ≈ 88k tokens until Claude Code compacts (500k of 588k, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60); "
+            ),
+            "{}",
+            advice_line(&w)
+        );
+        // Off: the hard limit (1M − 23k), and no band at 500k of it.
+        let off = |used| {
+            with(
+                used,
+                window::Compaction::Off,
+                "autoCompactEnabled false in /h/.claude/settings.json",
+            )
+        };
+        let w = off(500_000);
+        assert_eq!(w.compaction_point_tokens, 977_000);
+        assert!(!w.auto_compaction);
+        assert_eq!(w.advice, "none");
+        let w = off(960_000);
+        assert_eq!(w.advice, "rebuild");
+        assert!(
+            advice_line(&w).starts_with(
+                "ktr: ≈ 17k tokens until the window's hard limit (960k of 977k; auto-compaction is off: autoCompactEnabled false in /h/.claude/settings.json); "
+            ),
+            "{}",
+            advice_line(&w)
         );
     }
 

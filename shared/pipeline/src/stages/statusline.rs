@@ -18,6 +18,7 @@ use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::text::printable;
+use ktr_engine::window::Compaction;
 use ktr_engine::window::usage::Usage;
 
 /// `ktr-statusline --help`.
@@ -123,7 +124,22 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     #[allow(clippy::cast_precision_loss)]
     let percent = size.map_or(0.0, |s| used as f64 * 100.0 / s as f64);
     let mut text = format!("ktr {percent:.0}%");
-    let level = match percent {
+    // The colour measures the window against where Claude Code compacts
+    // (its setting: CLAUDE_AUTOCOMPACT_PCT_OVERRIDE, autoCompactEnabled);
+    // a moved or absent point is named.
+    let compaction = window_cache::compaction::setting();
+    let point_percent = size.map_or(0.0, |s| {
+        used as f64 * 100.0 / compaction.point(s).0.max(1) as f64
+    });
+    match (&compaction.compaction, size) {
+        (Compaction::Off, _) => text.push_str(" · no auto-compact"),
+        (Compaction::Percent(_), Some(s)) => text.push_str(&format!(
+            " · compacts at {}",
+            ktr_engine::window::short(compaction.point(s).0)
+        )),
+        _ => {}
+    }
+    let level = match point_percent {
         p if p >= 90.0 => Level::Urgent,
         p if p >= 70.0 => Level::Advise,
         _ => Level::Calm,

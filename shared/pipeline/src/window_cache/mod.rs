@@ -13,6 +13,7 @@
 //! (The advice notices and markers in the same folder are
 //! [`crate::stages::advice`]'s.)
 
+pub mod compaction;
 pub mod overhead;
 pub mod remembered;
 pub mod running;
@@ -104,6 +105,7 @@ pub fn for_hook(
         size,
         overhead: overhead::resolve(&config.state_dir, session_id, transcript, true),
         advise: advise_of(config),
+        compaction: compaction::setting(),
     })))
 }
 
@@ -156,6 +158,7 @@ pub fn for_plan(
         size,
         overhead: overhead::resolve(&config.state_dir, session_id, transcript, false),
         advise: advise_of(config),
+        compaction: compaction::setting(),
     }))
 }
 
