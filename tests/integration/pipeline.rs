@@ -7,7 +7,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use crate::support::rig::{Kind, Rig, SRC, UNIT};
+use crate::support::rig::{Kind, Rig, SRC, UNHEALTHY_WINDOW, UNIT};
 use ktr_base::fsutil::sha256_hex;
 use ktr_engine::conserve::{Expected, check};
 use ktr_pipeline::operation::{Operation, Status, manifest};
@@ -226,7 +226,7 @@ fn a_claude_that_exits_before_its_receipt_is_never_activated() {
             ("FAKE_CLAUDE_LIVE", "0.2"),
             ("FAKE_CLAUDE_ACK_DELAY", "0.6"),
         ],
-        "",
+        UNHEALTHY_WINDOW,
     );
     assert_falls_back_unhealthy(&rig);
 }
@@ -237,7 +237,7 @@ fn a_claude_that_exits_before_its_receipt_is_never_activated() {
 fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_never_activated() {
     let rig = acking_rig(
         &[("FAKE_CLAUDE_ONLY", SRC), ("FAKE_CLAUDE_LIVE", "0.3")],
-        "healthcheck_min_seconds = 0.9",
+        &format!("{UNHEALTHY_WINDOW}\nhealthcheck_min_seconds = 0.9"),
     );
     let op = assert_falls_back_unhealthy(&rig);
     let new_id = op.candidate.unwrap().session_id;
@@ -490,7 +490,7 @@ fn source_changes_stop_after_source_change_retries() {
 
 #[test]
 fn an_unhealthy_new_session_falls_back_to_the_old_one() {
-    let rig = Rig::with(Kind::Tmux, "", &[("FAKE_CLAUDE_ONLY", SRC)]);
+    let rig = Rig::with(Kind::Tmux, UNHEALTHY_WINDOW, &[("FAKE_CLAUDE_ONLY", SRC)]);
     let op = rig.rebuild();
     assert_eq!(op.status, RolledBack, "{:?}", op.error);
     assert_eq!(op.rollback_ok, Some(true));
@@ -516,7 +516,7 @@ fn a_failing_fallback_needs_attention() {
     // From now on every resumed claude exits at once: the new session and
     // the old one alike.
     rig.env.push(("FAKE_CLAUDE_MODE".into(), "exit".into()));
-    rig.write_config("");
+    rig.write_config(UNHEALTHY_WINDOW);
     let op = rig.rebuild();
     assert_eq!(op.status, Failed);
     assert_eq!((op.rollback_ok, op.needs_attention), (Some(false), true));

@@ -8,7 +8,7 @@ use std::fs;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::rig::{Kind, Rig, SRC, UNIT};
+use crate::support::rig::{Kind, Rig, SRC, UNHEALTHY_WINDOW, UNIT};
 use crate::support::{stand_in, wait_for};
 use ktr_pipeline::operation::{Operation, Status};
 
@@ -140,7 +140,7 @@ fn tmux_a_pane_started_from_a_shell_is_switched_and_a_claude_restarted_there_is_
 
 #[test]
 fn tmux_the_fallback_puts_back_exactly_what_ran() {
-    let rig = Rig::with(Kind::Tmux, "", &[("FAKE_CLAUDE_ONLY", SRC)]);
+    let rig = Rig::with(Kind::Tmux, UNHEALTHY_WINDOW, &[("FAKE_CLAUDE_ONLY", SRC)]);
     let claude = stand_in("fake-claude").display().to_string();
     // Not resume_command: other flags, another directory.
     let elsewhere = rig.sandbox.root().join("elsewhere");

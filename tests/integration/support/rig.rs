@@ -17,6 +17,13 @@ use super::{Sandbox, TmuxServer, example, stand_in, wait_for};
 
 /// The source session: `examples/session.jsonl` under this id.
 pub const SRC: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
+/// The health window of a test whose new (or old) session must be found
+/// unhealthy: a stand-in that exits "at once" may take a second to get
+/// there on a loaded machine, and within the default 1 s window it would
+/// then pass for healthy (no receipt: alive through the window is healthy).
+/// The watch ends as soon as it sees the process die, so a longer window
+/// costs nothing when it does.
+pub const UNHEALTHY_WINDOW: &str = "healthcheck_seconds = 4";
 
 /// How long a whole pipeline run may take in a test.
 pub const SETTLE: Duration = Duration::from_secs(30);
@@ -135,8 +142,17 @@ impl Rig {
                 self.pointer
             ),
         };
+        // A healthy stand-in needs only a short window (alive through it);
+        // a test whose new session must die sets a longer one
+        // (`UNHEALTHY_WINDOW`), so that a loaded machine still sees it die
+        // within the window.
+        let window = if extra.contains("healthcheck_seconds") {
+            ""
+        } else {
+            "healthcheck_seconds = 1\n"
+        };
         let text = format!(
-            "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\n{target}\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\nresume_env = {{ {} }}\nactivation_delay_seconds = 0\nstable_file_seconds = 0.2\nstable_file_timeout_seconds = 3\nhealthcheck_seconds = 1\n{extra}\n",
+            "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\n{target}\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\nresume_env = {{ {} }}\nactivation_delay_seconds = 0\nstable_file_seconds = 0.2\nstable_file_timeout_seconds = 3\n{window}{extra}\n",
             self.sandbox.project,
             self.sandbox.state,
             self.sandbox.work,
