@@ -240,14 +240,18 @@ impl Window {
         self.after_rebuild_tokens <= self.compaction_point_tokens
     }
 
-    /// The largest `carry_max_tokens` (formula units, what the cap counts)
-    /// whose rebuild would fit under the compaction point.
+    /// A `carry_max_tokens` (formula units, what the cap counts) whose
+    /// rebuild fits under the compaction point. Never more than the room
+    /// itself (issue 27 item 5): a formula that overestimates (calibration
+    /// below 1) would otherwise suggest a cap larger than the window, which
+    /// the next plan refuses again when the cap and the estimate count a
+    /// little differently (the last turn is always kept).
     pub fn carry_cap_that_fits(&self) -> u64 {
         let room = self
             .compaction_point_tokens
             .saturating_sub(self.overhead_tokens);
         // Rounded down to a thousand so the suggestion is readable.
-        (to_u64(room as f64 / self.calibration) / 1000) * 1000
+        (to_u64(room as f64 / self.calibration.max(1.0)) / 1000) * 1000
     }
 
     /// The advice band the window is in, when advice is due.
@@ -540,9 +544,12 @@ pub(super) mod tests {
         let w = derive(&inputs(Some(990_000), 1_956_000, 1_950_000));
         assert_eq!(w.advice, "cannot_fit");
         assert!(!w.fits());
-        // (967,000 − 12,000) / 0.5 = 1,910,000 formula tokens.
+        // The room is 967,000 − 12,000 = 955,000; the formula counts twice
+        // what the API does (calibration 0.5), but the cap suggested is
+        // never more than the room: never more than the window.
         assert_eq!(w.compaction_point_tokens, 967_000);
-        assert_eq!(w.carry_cap_that_fits(), 1_910_000);
+        assert_eq!(w.carry_cap_that_fits(), 955_000);
+        assert!(w.carry_cap_that_fits() <= w.size_tokens);
     }
 
     #[test]
