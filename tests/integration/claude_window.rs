@@ -1049,3 +1049,44 @@ fn issue_27_the_compaction_setting_through_the_interactive_cli() {
     ];
     side_by_side(&bin, &scenarios);
 }
+
+/// Issue 27 item 5: the statusline must not keep `rebuilding` (or any
+/// stale figure) until the next turn. ktr's `statusLine` asks Claude Code
+/// to run it again every 2 s (`refreshInterval`, honoured since 2.1.97):
+/// here, with nobody typing, a statusline cache that is removed is written
+/// again by the next run.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_statusline_runs_again_while_nobody_types() {
+    let s = Session::start(&claude_bin(), "");
+    let settings: serde_json::Value = serde_json::from_slice(
+        &fs::read(s.env.sandbox.home.join(".claude/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(settings["statusLine"]["refreshInterval"], 2, "{settings:#}");
+    // The statusline remembers the window size Claude Code reports: the
+    // file appears at its first run.
+    let remembered = s
+        .env
+        .sandbox
+        .state
+        .join("window")
+        .join(format!("{}.json", s.id));
+    let deadline = Instant::now() + TURN;
+    while !remembered.exists() {
+        assert!(Instant::now() < deadline, "the statusline never ran");
+        thread::sleep(Duration::from_millis(100));
+    }
+    for round in 0..2 {
+        fs::remove_file(&remembered).unwrap();
+        let gone = Instant::now();
+        while !remembered.exists() {
+            assert!(
+                gone.elapsed() < Duration::from_secs(10),
+                "round {round}: not run again within 10 s while idle:\n{}",
+                s.screen()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
