@@ -686,3 +686,22 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
         "{w:#}"
     );
 }
+
+/// Issue 27 item 5: after a compaction Claude Code reports a zeroed
+/// `current_usage` until the next reply; the statusline then shows what
+/// `ktr dirty` shows (the transcript's last usage), not `ktr 0%`.
+#[test]
+fn a_zeroed_report_reads_the_transcript_like_dirty() {
+    let mut s = Session::new("");
+    s.turn("13", 130_000);
+    let out = s
+        .sandbox
+        .run("dirty", Some(s.transcript.as_path()), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["window"]["used_tokens"], 130_000, "{v}");
+    let segment = s.statusline(&["--segment"], Some(0), &[]);
+    assert!(segment.starts_with("ktr 13% · "), "{segment}");
+    // A real report is still taken as it is.
+    let segment = s.statusline(&["--segment"], Some(250_000), &[]);
+    assert!(segment.starts_with("ktr 25% · "), "{segment}");
+}

@@ -118,6 +118,14 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     {
         remembered::remember(dir, sid.as_str(), tokens, model.as_deref());
     }
+    // After a compaction Claude Code reports a zeroed `current_usage`
+    // until the next reply (issue 27 item 5: `ktr 0%` while `ktr dirty`
+    // said 13 %); the transcript's last usage, what `dirty` reads, is then
+    // the figure.
+    let used = match used {
+        Some(0) => tail_usage(config_arg, inp).or(Some(0)),
+        other => other,
+    };
     let Some(used) = used else {
         return ("ktr –".into(), Level::Calm);
     };
@@ -188,6 +196,21 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         Err(_) => {}
     }
     (text, level)
+}
+
+/// The usage of the transcript's last reply (a tail read, as `ktr dirty`
+/// does), for a transcript inside the config's project folder.
+fn tail_usage(config_arg: Option<&Path>, inp: &StatuslineInput) -> Option<u64> {
+    let config = Config::load(config_arg).ok()?;
+    let transcript = confine(
+        inp.transcript_path.as_deref()?,
+        &config.project_dir,
+        "transcript",
+        Exists::Must,
+    )
+    .ok()?;
+    let tail = ktr_engine::window::usage::read_tail(&transcript).ok()?;
+    tail.usage.map(|u| u.tokens).filter(|t| *t > 0)
 }
 
 fn paint(text: &str, level: Level, color: bool) -> String {
