@@ -467,6 +467,7 @@ mod tests {
         // A FIFO (never blocks).
         std::fs::remove_file(&blocked_file).unwrap();
         let c = std::ffi::CString::new(blocked_file.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path; no memory is shared.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert!(blocked(state, &session(), "op").is_err());
         // A symlink to a file elsewhere.

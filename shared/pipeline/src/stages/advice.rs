@@ -123,8 +123,15 @@ pub fn advice(
         );
         return None;
     }
-    let w =
-        window_cache::for_hook(&config, session.as_str(), transcript, None, Some(tail)).ok()??;
+    let w = window_cache::for_hook(
+        &config,
+        session.as_str(),
+        transcript,
+        None,
+        Some(tail),
+        &compaction,
+    )
+    .ok()??;
     let band = w.band(advise).filter(|b| *b > shown)?;
     put(&marker, &band.to_string()).then(|| advice_line(&w))
 }

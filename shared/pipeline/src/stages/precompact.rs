@@ -231,8 +231,14 @@ fn rebuild_possible(
             op.error.as_deref().unwrap_or("see `ktr status`")
         ));
     }
-    if let Ok(Some(w)) = window_cache::for_hook(config, session.as_str(), transcript, None, None)
-        && let Some(why) = window::refusal(&w)
+    if let Ok(Some(w)) = window_cache::for_hook(
+        config,
+        session.as_str(),
+        transcript,
+        None,
+        None,
+        &window_cache::compaction::setting(),
+    ) && let Some(why) = window::refusal(&w)
     {
         return Err(why);
     }
@@ -251,7 +257,10 @@ fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {
         Exists::Must,
     )
     .ok()
-    .and_then(|path| window_cache::for_hook(config, &hook.session_id, &path, None, None).ok())
+    .and_then(|path| {
+        let compaction = window_cache::compaction::setting();
+        window_cache::for_hook(config, &hook.session_id, &path, None, None, &compaction).ok()
+    })
     .flatten()
     .filter(window::Window::fits)
     .map(|w| {

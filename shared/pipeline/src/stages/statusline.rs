@@ -187,7 +187,14 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
-    match window_cache::for_hook(&config, sid.as_str(), &transcript, Some(reported), None) {
+    match window_cache::for_hook(
+        &config,
+        sid.as_str(),
+        &transcript,
+        Some(reported),
+        None,
+        &compaction,
+    ) {
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }

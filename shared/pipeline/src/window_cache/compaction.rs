@@ -114,9 +114,13 @@ fn parse_float(raw: &str) -> Option<f64> {
     s[..end].trim_end_matches('.').parse().ok()
 }
 
-/// `autoCompactEnabled` of a settings file, if it sets one.
+/// `autoCompactEnabled` of a settings file, if it sets one. The legacy
+/// `~/.claude.json` can be megabytes (Claude Code keeps every project's
+/// history there) and this runs on every Stop and statusline call: a file
+/// that does not name the key is not parsed.
 fn auto_compact_enabled(file: &Path) -> Option<bool> {
     let bytes = read_capped(file, cap::SETTINGS, Links::Follow).ok()??;
+    memchr::memmem::find(&bytes, b"\"autoCompactEnabled\"")?;
     let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     doc.get("autoCompactEnabled")?.as_bool()
 }

@@ -23,7 +23,7 @@ use std::path::Path;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_engine::plan::PlanReport;
-use ktr_engine::window::{Advise, Inputs, Window, derive, size, usage};
+use ktr_engine::window::{Advise, CompactionSetting, Inputs, Window, derive, size, usage};
 
 /// Write a small cache file under `<state_dir>/window/`, creating that
 /// folder (0700) but never the state dir itself (whose creation and
@@ -63,8 +63,9 @@ pub struct Reported {
 
 /// The account for a hook: the tail's usage (what Claude Code reported,
 /// else `tail` when the caller already read it, else read now), the
-/// running account, the remembered size and overhead. None while the
-/// running account is still catching up with a long file.
+/// running account, the remembered size and overhead, and Claude Code's
+/// compaction setting (read once by the caller: [`compaction::setting`]).
+/// None while the running account is still catching up with a long file.
 ///
 /// # Errors
 /// When the transcript cannot be read.
@@ -74,6 +75,7 @@ pub fn for_hook(
     transcript: &Path,
     reported: Option<Reported>,
     tail: Option<usage::Tail>,
+    compaction: &CompactionSetting,
 ) -> Result<Option<Window>> {
     let (running, caught_up) = running::advance(
         config,
@@ -105,7 +107,7 @@ pub fn for_hook(
         size,
         overhead: overhead::resolve(&config.state_dir, session_id, transcript, true),
         advise: advise_of(config),
-        compaction: compaction::setting(),
+        compaction: compaction.clone(),
     })))
 }
 
