@@ -21,7 +21,9 @@
 //!
 //! The four sessions are independent and run in parallel threads. A second
 //! test covers issue 27 items 1–3 (stranded sessions; advice per reply
-//! over 20 turns; the bands on 200k and 1M windows).
+//! over 20 turns; the bands on 200k and 1M windows); a third, what the
+//! guard's block does below Claude Code's hard limit (the prompt is sent
+//! and answered, the switch follows) and at it (the prompt comes back).
 //! Ignored by default: they need the real CLI (`KTR_CLAUDE_BIN`).
 
 use std::fs;
@@ -1089,4 +1091,110 @@ fn the_statusline_runs_again_while_nobody_types() {
             thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Where the guard's block leaves the prompt on a 200k window
+/// (`claude-sonnet-4-6`: compacts at 167,000, hard limit 177,000), with
+/// the standing approval `on_auto_compaction = "rebuild"`: the reply
+/// before the prompt reported `usage` input tokens.
+fn the_guard_blocks(bin: &Path, usage: u64) -> Session {
+    let s = Session::start_with(
+        bin,
+        "on_auto_compaction = \"rebuild\"",
+        &["--model", "claude-sonnet-4-6"],
+        None,
+    );
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(usage));
+    s.say("SAY-TWO fill", "REPLY-TWO");
+    s.api.set_usage(None);
+    s
+}
+
+/// Between the compaction point and the hard limit (172,000 of 167,000 /
+/// 177,000) Claude Code, its compaction blocked, sends the prompt anyway
+/// and answers it in the full window; ktr switches after that reply. The
+/// model takes 3 s, so prepare may freeze the source while the turn is
+/// open: the prompt must then be carried, answered once, never pasted back.
+fn the_guard_below_the_hard_limit_lets_the_prompt_through(bin: &Path) {
+    let s = the_guard_blocks(bin, 172_000);
+    s.api.set_turn_delay(Duration::from_secs(3));
+    s.tmux.type_line("SAY-BLOCKED below the hard limit");
+    let done = s.wait_status("the switch after the answered prompt", |st| {
+        st == Status::Activated || st.is_terminal()
+    });
+    assert_eq!(done.status, Status::Activated, "{done:?}");
+    s.api.set_turn_delay(Duration::ZERO);
+    assert!(
+        done.history[0].note.contains("PreCompact hook"),
+        "not started by the guard: {:?}",
+        done.history
+    );
+    let asked = s
+        .api
+        .turns()
+        .iter()
+        .filter(|t| last_user_text(t.messages()).contains("SAY-BLOCKED"))
+        .count();
+    assert_eq!(asked, 1, "the prompt was not sent exactly once");
+    assert_eq!(s.boundaries(), 0, "Claude Code compacted although blocked");
+    let rebuilt = s
+        .env
+        .transcript(&done.candidate.as_ref().unwrap().session_id);
+    let text = fs::read_to_string(&rebuilt).unwrap();
+    for carried in ["SAY-BLOCKED below the hard limit", "REPLY-BLOCKED"] {
+        assert!(text.contains(carried), "{carried} not carried");
+    }
+    assert!(done.prompt_back.is_none(), "{:?}", done.prompt_back);
+    eprintln!(
+        "claude_window: the guard below the hard limit: {:?}",
+        done.history
+            .iter()
+            .map(|t| format!("{:?}→{:?}: {}", t.from, t.to, t.note))
+            .collect::<Vec<_>>()
+    );
+    s.tmux.wait_idle(TURN);
+    thread::sleep(Duration::from_secs(1));
+    let screen = s.screen();
+    assert_eq!(Input::of_screen(&screen), Input::Idle, "{screen}");
+    assert!(!screen.contains("Context limit reached"), "{screen}");
+}
+
+/// At the hard limit (177,000 of 177,000) the blocked prompt is not sent:
+/// Claude Code says "Context limit reached", and after the switch the
+/// prompt is back in the rebuilt session's input line, not sent.
+fn the_guard_at_the_hard_limit_gives_the_prompt_back(bin: &Path) {
+    let s = the_guard_blocks(bin, 177_000);
+    s.tmux.type_line("SAY-BLOCKED at the hard limit");
+    s.tmux.wait_screen("Claude Code's refusal", TURN, |sc| {
+        sc.contains("Context limit reached")
+    });
+    let done = s.wait_status("the switch", |st| {
+        st == Status::Activated || st.is_terminal()
+    });
+    assert_eq!(done.status, Status::Activated, "{done:?}");
+    s.tmux
+        .wait_screen("the blocked prompt back in the input line", TURN, |sc| {
+            matches!(Input::of_screen(sc), Input::Draft(d)
+                if d.contains("SAY-BLOCKED at the hard limit"))
+        });
+    let asked = s
+        .api
+        .turns()
+        .iter()
+        .filter(|t| last_user_text(t.messages()).contains("SAY-BLOCKED"))
+        .count();
+    assert_eq!(asked, 0, "the blocked prompt was sent");
+}
+
+/// Issue 27 item 5: what a person sees when the guard blocks depends on
+/// where the window stands (docs/SPEC.md §10).
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn issue_27_the_guard_below_and_at_the_hard_limit() {
+    let scenarios: [fn(&Path); 2] = [
+        the_guard_below_the_hard_limit_lets_the_prompt_through,
+        the_guard_at_the_hard_limit_gives_the_prompt_back,
+    ];
+    side_by_side(&claude_bin(), &scenarios);
 }
