@@ -899,6 +899,163 @@ fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
     assert_eq!(sent_times, 1, "the draft was sent {sent_times} times");
 }
 
+/// An in-place switch that is not healthy goes back in place (issue 24
+/// item 1): the candidate's resume is judged unhealthy (the debug-only
+/// `KTR_TEST_UNHEALTHY_SWITCH`: the real CLI resumes a valid candidate
+/// healthily), and ktr types `/resume <old-id>` into the same Claude Code.
+/// The operation ends `rolled_back` with the reason, the pane keeps its
+/// process, which serves the old session again, and the next prompt goes
+/// to the old session with its whole history.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn an_unhealthy_in_place_switch_goes_back_in_place() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let lp = Loop::start(&bin, &[("KTR_TEST_UNHEALTHY_SWITCH", "1")]);
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let op = lp.wait_status("the switch and the way back", Status::is_terminal);
+    assert_eq!(
+        op.status,
+        Status::RolledBack,
+        "{}
+{}",
+        notes(&op),
+        lp.diagnosis()
+    );
+    assert_eq!(op.rollback_ok, Some(true));
+    assert!(
+        notes(&op).contains("judged unhealthy by the test hook")
+            && notes(&op).contains(&format!(
+                "old session resumed: session {} in place",
+                lp.source_id
+            )),
+        "{}",
+        notes(&op)
+    );
+    assert_eq!(
+        lp.tmux.pane_pid(),
+        pane,
+        "the pane was respawned\n{}",
+        notes(&op)
+    );
+    lp.assert_pane_serves(&lp.source_id);
+    let back = lp.probe(
+        "USER-L6 PROBE-BACK 回来了吗？",
+        "PROBE-BACK",
+        "ASSISTANT-L6",
+    );
+    let mut everything = String::new();
+    all_strings(&back.body["messages"], &mut everything);
+    assert!(
+        everything.contains("TOOL-OUTPUT-LINE"),
+        "the next prompt did not go to the old session (no tool results)"
+    );
+    assert_in_order(
+        &conversation(&back),
+        &["USER-L1", "ASSISTANT-L1", "ASSISTANT-L3", "PROBE-BACK"],
+    );
+}
+
+/// A rollback's `/resume <old-id>` line meets keys a person typed in the
+/// same instant (issue 24 item 3: the same protections as activation): the
+/// person's words come back to the input line exactly as typed, nothing
+/// reaches the model, the rollback waits (`rollback_pending`); sent, they
+/// are answered in the rebuilt session, and the next Stop rolls back in
+/// place.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_rollback_line_that_collides_with_typing_gives_the_text_back_and_waits() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let pause = std::env::temp_dir().join(format!("ktr-rollback-pause-{}", std::process::id()));
+    let pause_file = pause.display().to_string();
+    let lp = Loop::start(
+        &bin,
+        &[
+            ("KTR_TEST_PAUSE_AT", "rollback:typing"),
+            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
+        ],
+    );
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let op = lp.wait_activated();
+    let new_id = op.candidate.clone().unwrap().session_id.to_string();
+    lp.api.add_rules(vec![Rule::new(
+        "ROLLBACK-ASK",
+        vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_rollback_request",
+                json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
+            )],
+            vec![text("ASSISTANT-L5 好的，回滚已请求。")],
+        ],
+    )]);
+    lp.tmux
+        .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
+    let paused = || {
+        assert!(
+            crate::support::wait_for(PIPELINE, || pause.exists()),
+            "the rollback never reached its pause\n{}",
+            lp.diagnosis()
+        );
+    };
+    paused();
+    let draft = "my rollback draft";
+    lp.tmux.run(&["send-keys", "-t", claude::PANE, "-l", draft]);
+    lp.wait_input(&Input::Draft(draft.into()));
+    fs::remove_file(&pause).unwrap();
+
+    let op = lp.wait_status("the rollback to be called off", |s| {
+        s == Status::RollbackPending || s.is_terminal()
+    });
+    assert_eq!(op.status, Status::RollbackPending, "{}", notes(&op));
+    assert!(
+        notes(&op).contains("collided with keys typed in the same instant")
+            && notes(&op).contains(&format!("leaving the person's {} characters", draft.len())),
+        "{}",
+        notes(&op)
+    );
+    lp.wait_input(&Input::Draft(draft.into()));
+    assert!(
+        lp.api.wait_turn(draft, Duration::ZERO).is_none(),
+        "the collided prompt reached the model"
+    );
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(&new_id);
+
+    // Sent: answered in the rebuilt session, then rolled back in place.
+    lp.tmux.run(&["send-keys", "-t", claude::PANE, "Enter"]);
+    let sent = lp
+        .api
+        .wait_turn(draft, TURN)
+        .or_panic(|| format!("the draft was never sent\n{}", lp.diagnosis()));
+    assert_eq!(
+        crate::support::fake_api::last_user_text(sent.messages()),
+        draft,
+        "sent whole and alone"
+    );
+    let mut everything = String::new();
+    all_strings(&sent.body["messages"], &mut everything);
+    assert!(
+        !everything.contains("TOOL-OUTPUT-LINE"),
+        "the draft was not answered in the rebuilt session"
+    );
+    paused();
+    fs::remove_file(&pause).unwrap();
+    let op = lp.wait_status("the rollback to finish", Status::is_terminal);
+    assert_eq!(op.status, Status::RolledBack, "{}", notes(&op));
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(&lp.source_id);
+    let sent_times = lp
+        .api
+        .turns()
+        .iter()
+        .filter(|r| crate::support::fake_api::last_user_text(r.messages()).contains(draft))
+        .count();
+    assert_eq!(sent_times, 1, "the draft was sent {sent_times} times");
+}
+
 /// `kill SIGNAL pid` on a process this test started.
 fn signal(pid: u32, signal: &str) {
     let done = Command::new("kill")

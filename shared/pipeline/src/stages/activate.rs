@@ -163,7 +163,7 @@ fn switch_over(
         op.claude,
         &new_id,
     );
-    let respawn_why = match switched {
+    let respawn_why = match judged_for_tests(switched) {
         Switched::Healthy(identity) => {
             let how = format!("in place: /resume {new_id} typed into the same Claude Code");
             return activated(store, id, target, &new_id, &identity, &how, steps);
@@ -653,6 +653,23 @@ fn hook_installed(config: &Config, event: &str, program: &str) -> bool {
 
 /// Resume the old session after a failed switch: `rolled_back` when it is
 /// healthy again, else `failed` with `needs_attention`.
+/// A test hook, compiled into debug builds only: with
+/// `KTR_TEST_UNHEALTHY_SWITCH` set, a healthy in-place switch to the
+/// candidate is judged unhealthy, so a test drives the way back
+/// (`/resume <old-id>` into the same Claude Code) through the real CLI,
+/// which never resumes a valid candidate unhealthily by itself.
+fn judged_for_tests(switched: Switched) -> Switched {
+    if cfg!(debug_assertions)
+        && std::env::var_os("KTR_TEST_UNHEALTHY_SWITCH").is_some()
+        && matches!(switched, Switched::Healthy(_))
+    {
+        return Switched::Unhealthy(
+            "judged unhealthy by the test hook KTR_TEST_UNHEALTHY_SWITCH".into(),
+        );
+    }
+    switched
+}
+
 fn fall_back(
     config: &Config,
     store: &Store,
