@@ -1198,3 +1198,53 @@ fn issue_27_the_guard_below_and_at_the_hard_limit() {
     ];
     side_by_side(&claude_bin(), &scenarios);
 }
+
+/// Issue 27 item 5: after a compaction Claude Code 2.1.328 sends the
+/// statusline a zeroed `current_usage` until the next reply (measured:
+/// every field 0, for as long as the reply takes); ktr's segment then
+/// shows what `ktr dirty` shows (`ktr ≈N%`, an estimate), not `ktr 0%`.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_statusline_after_a_compaction_shows_what_dirty_shows() {
+    let s = Session::start_with(&claude_bin(), "", &["--model", "claude-sonnet-4-6"], None);
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(190_000));
+    s.say("SAY-TWO fill", "REPLY-TWO");
+    s.api.set_usage(None);
+    // The reply after the compaction takes a while: the zeroed window.
+    s.api.set_turn_delay(Duration::from_secs(10));
+    s.tmux.type_line("SAY-THREE after");
+    s.wait_boundaries(1, "no compaction at 190k of 200k");
+    let footer = |sc: &str| {
+        sc.lines()
+            .find(|l| l.contains(" · ktr "))
+            .map(|l| l.trim().to_string())
+            .unwrap_or_default()
+    };
+    let estimated = |sc: &str| -> Option<f64> {
+        let f = footer(sc);
+        let at = f.find("ktr ≈")? + "ktr ≈".len();
+        f[at..].split('%').next()?.parse().ok()
+    };
+    s.tmux
+        .wait_screen("ktr's estimate after the compaction", TURN, |sc| {
+            estimated(sc).is_some()
+        });
+    let shown = estimated(&s.screen()).unwrap();
+    let v = dirty(&s, &s.transcript());
+    assert_eq!(v["window"]["used_source"], "estimate", "{v:#}");
+    let percent = v["window"]["used_percent"].as_f64().unwrap();
+    assert!(
+        (shown - percent).abs() <= 1.0 && shown >= 1.0,
+        "the statusline shows ≈{shown} %, dirty {percent} %"
+    );
+    s.api.set_turn_delay(Duration::ZERO);
+    s.tmux
+        .wait_screen("the reply after the compaction", TURN, |sc| {
+            sc.contains("REPLY-THREE")
+        });
+    s.tmux.wait_screen("a measured figure again", TURN, |sc| {
+        let f = footer(sc);
+        f.contains("ktr ") && !f.contains("ktr ≈")
+    });
+}

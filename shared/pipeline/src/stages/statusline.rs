@@ -18,8 +18,8 @@ use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::text::printable;
-use ktr_engine::window::Compaction;
 use ktr_engine::window::usage::Usage;
+use ktr_engine::window::{Compaction, CompactionSetting};
 
 /// `ktr-statusline --help`.
 pub const HELP: &str = "ktr-statusline: Claude Code's statusLine command for ktr.
@@ -118,24 +118,29 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     {
         remembered::remember(dir, sid.as_str(), tokens, model.as_deref());
     }
-    // After a compaction Claude Code reports a zeroed `current_usage`
-    // until the next reply (issue 27 item 5: `ktr 0%` while `ktr dirty`
-    // said 13 %); the transcript's last usage, what `dirty` reads, is then
-    // the figure.
-    let used = match used {
-        Some(0) => tail_usage(config_arg, inp).or(Some(0)),
-        other => other,
+    // After a compaction Claude Code 2.1.328 reports a zeroed
+    // `current_usage` until the next reply (measured: every field 0); the
+    // figure is then what `ktr dirty` shows — the transcript's last usage,
+    // or after the boundary the overhead plus the estimate of the window —
+    // marked as an estimate (issue 27 item 5: `ktr 0%` while `dirty` said
+    // 13 %).
+    let compaction = window_cache::compaction::setting();
+    let (used, approx) = match used {
+        Some(0) => match estimated(config_arg, inp, session.as_ref(), size, &compaction) {
+            Some((tokens, estimate)) => (Some(tokens), estimate),
+            None => (Some(0), false),
+        },
+        other => (other, false),
     };
     let Some(used) = used else {
         return ("ktr –".into(), Level::Calm);
     };
     #[allow(clippy::cast_precision_loss)]
     let percent = size.map_or(0.0, |s| used as f64 * 100.0 / s as f64);
-    let mut text = format!("ktr {percent:.0}%");
+    let mut text = format!("ktr {}{percent:.0}%", if approx { "≈" } else { "" });
     // The colour measures the window against where Claude Code compacts
     // (its setting: CLAUDE_AUTOCOMPACT_PCT_OVERRIDE, autoCompactEnabled);
     // a moved or absent point is named.
-    let compaction = window_cache::compaction::setting();
     let point_percent = size.map_or(0.0, |s| {
         used as f64 * 100.0 / compaction.point(s).0.max(1) as f64
     });
@@ -205,9 +210,17 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     (text, level)
 }
 
-/// The usage of the transcript's last reply (a tail read, as `ktr dirty`
-/// does), for a transcript inside the config's project folder.
-fn tail_usage(config_arg: Option<&Path>, inp: &StatuslineInput) -> Option<u64> {
+/// What `ktr dirty` says the window holds when Claude Code reports a
+/// zeroed usage, for a transcript inside the config's project folder: the
+/// tokens, and whether they are an estimate (no usage since the last
+/// compaction boundary) rather than a reply's usage.
+fn estimated(
+    config_arg: Option<&Path>,
+    inp: &StatuslineInput,
+    session: Option<&SessionId>,
+    size: Option<u64>,
+    compaction: &CompactionSetting,
+) -> Option<(u64, bool)> {
     let config = Config::load(config_arg).ok()?;
     let transcript = confine(
         inp.transcript_path.as_deref()?,
@@ -216,8 +229,21 @@ fn tail_usage(config_arg: Option<&Path>, inp: &StatuslineInput) -> Option<u64> {
         Exists::Must,
     )
     .ok()?;
-    let tail = ktr_engine::window::usage::read_tail(&transcript).ok()?;
-    tail.usage.map(|u| u.tokens).filter(|t| *t > 0)
+    let reported = Reported {
+        usage: None,
+        size,
+        model: inp.model.as_ref().and_then(|m| m.id.clone()),
+    };
+    let window = window_cache::for_hook(
+        &config,
+        session?.as_str(),
+        &transcript,
+        Some(reported),
+        None,
+        compaction,
+    )
+    .ok()??;
+    Some((window.used_tokens, window.used_source == "estimate"))
 }
 
 fn paint(text: &str, level: Level, color: bool) -> String {
