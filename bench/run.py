@@ -338,6 +338,27 @@ def cmd_plan(a: argparse.Namespace) -> int:
 # stop-hook benchmark
 # --------------------------------------------------------------------------
 
+def prompt_line(session_id: str, prompt_id: str) -> str:
+    """The user record of the prompt a Stop hook's ``prompt_id`` names, as Claude Code 2.1.328
+    writes it (``promptId``): the hook waits for the reply to that prompt, so a benchmark whose
+    transcript lacks it measures the hook's flush wait, not its work."""
+    return json.dumps({
+        "parentUuid": None, "isSidechain": False, "type": "user", "promptId": prompt_id,
+        "uuid": "bench-window-prompt-0001", "timestamp": "2026-11-30T03:59:59.000Z", "sessionId": session_id,
+        "message": {"role": "user", "content": "请把测试都跑一遍。Run all the tests."},
+    }, ensure_ascii=False, separators=(",", ":")) + "\n"  # compact, as Claude Code writes it
+
+
+def reply_line(session_id: str, text: str, usage: dict) -> str:
+    """One main-chain reply saying ``text``, with the ``usage`` the API reported."""
+    return json.dumps({
+        "parentUuid": "bench-window-prompt-0001", "isSidechain": False, "type": "assistant",
+        "uuid": "bench-window-usage-0001", "timestamp": "2026-11-30T04:00:00.000Z", "sessionId": session_id,
+        "message": {"id": "msg_bench_window", "model": "claude-opus-5-5", "role": "assistant",
+                    "type": "message", "content": [{"type": "text", "text": text}], "usage": usage},
+    }, ensure_ascii=False, separators=(",", ":")) + "\n"  # compact UTF-8, as Claude Code writes it
+
+
 def stop_hook_input(path: Path, session_id: str) -> dict:
     """A Stop hook payload as Claude Code 2.1.328 sends it."""
     return {"session_id": session_id, "transcript_path": str(path), "cwd": "/home/dev/ktr",
@@ -366,9 +387,15 @@ def cmd_stop_hook(a: argparse.Namespace) -> int:
         transcript = project / f"{sid}.jsonl"
         subprocess.run([sys.executable, str(GEN), "--size-mb", "0.05", "--seed", str(a.seed), "--out",
                         str(transcript)], check=True, stderr=subprocess.DEVNULL)
+        stop_in = stop_hook_input(transcript, sid)
+        with transcript.open("a") as f:
+            f.write(prompt_line(sid, stop_in["prompt_id"]))
+            f.write(reply_line(sid, stop_in["last_assistant_message"],
+                               {"input_tokens": 3000, "cache_creation_input_tokens": 0,
+                                "cache_read_input_tokens": 0, "output_tokens": 12}))
         cfg = write_config(tmp, project)
         payload = tmp / "stop.json"
-        payload.write_text(json.dumps(stop_hook_input(transcript, sid), ensure_ascii=False))
+        payload.write_text(json.dumps(stop_in, ensure_ascii=False))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "ANTHROPIC", "KTR"))}
         env.update({"KTR_CONFIG": str(cfg), "XDG_CONFIG_HOME": str(tmp), "CLAUDE_PROJECT_DIR": "/home/dev/ktr"})
         out, err = str(tmp / "stop.out"), str(tmp / "stop.err")

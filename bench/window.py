@@ -44,14 +44,8 @@ USED = 780_000
 
 def usage_line(sid: str, text: str) -> str:
     """One main-chain reply saying ``text``, with the usage the API would have reported."""
-    return json.dumps({
-        "parentUuid": None, "isSidechain": False, "type": "assistant",
-        "uuid": "bench-window-usage-0001", "timestamp": "2026-11-30T04:00:00.000Z", "sessionId": sid,
-        "message": {"id": "msg_bench_window", "model": "claude-opus-5-5", "role": "assistant",
-                    "type": "message", "content": [{"type": "text", "text": text}],
-                    "usage": {"input_tokens": 4000, "cache_creation_input_tokens": 6000,
-                              "cache_read_input_tokens": USED - 10_000, "output_tokens": 12}},
-    }, ensure_ascii=False) + "\n"  # Claude Code writes UTF-8, not \u escapes
+    return run.reply_line(sid, text, {"input_tokens": 4000, "cache_creation_input_tokens": 6000,
+                                      "cache_read_input_tokens": USED - 10_000, "output_tokens": 12})
 
 
 def statusline_input(path: Path, sid: str) -> dict:
@@ -123,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copyfile(source, transcript)
             stop_payload = run.stop_hook_input(transcript, sid)
             with transcript.open("a") as f:
+                f.write(run.prompt_line(sid, stop_payload["prompt_id"]))
                 f.write(usage_line(sid, stop_payload["last_assistant_message"]))
             cfg = run.write_config(tmp, project)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "ANTHROPIC", "KTR", "NO_COLOR"))}
