@@ -874,4 +874,11 @@ fn active_says_idle_when_nothing_is_in_flight_and_unknown_when_lost() {
     assert_eq!(store.active_state(), Active::Unknown("missing".into()));
     fs::write(store.dir().join("active"), "what\n").unwrap();
     assert!(matches!(store.active_state(), Active::Unknown(_)));
+    // Rebuilt from the operation files (none in flight): written `idle`,
+    // so the next hook takes the fast path instead of the lock.
+    assert!(store.rebuild_active(LOCK_TIMEOUT).unwrap().is_none());
+    assert_eq!(store.active_state(), Active::Idle);
+    fs::remove_file(store.dir().join("active")).unwrap();
+    assert!(store.rebuild_active(LOCK_TIMEOUT).unwrap().is_none());
+    assert_eq!(store.active_state(), Active::Idle, "a missing file too");
 }
