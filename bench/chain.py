@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per chain run (default 600)")
-    p.add_argument("--no-build", action="store_true", help="use target/dist as it is")
+    p.add_argument("--no-build", action="store_true", help="use the dist binaries (run.RELEASE) as they are")
     p.add_argument("--compare", type=Path, help="also run the binaries in this directory (same rounds)")
     p.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     a = p.parse_args(argv)
@@ -244,11 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         p.error("--turns takes comma-separated integers")
     if not a.no_build:
-        print("building (cargo build --profile dist) ...", flush=True)
-        proc = subprocess.run(["cargo", "build", "--profile", "dist"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        proc = common.dist_build()
         if proc.returncode != 0:
             die_tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-            raise common.BenchError(f"cargo build --profile dist failed:\n{die_tail}")
+            raise common.BenchError(f"cargo build {' '.join(common.DIST_ARGS)} failed:\n{die_tail}")
     bins = common.RELEASE
     variants = [("this", bins)] + ([("compare", a.compare.resolve())] if a.compare else [])
     gen = common.generator_import()

@@ -31,6 +31,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402  (bench/run.py: the dist build ./install ships)
+
 REPO = Path(__file__).resolve().parent.parent
 TEST = "claude_loop::switch_latency_with_no_activation_delay"
 TARGET_S = 1.5  # issue 24: end of reply -> activated in place, median
@@ -47,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = dict(os.environ, KTR_BENCH_RUNS=str(a.runs), CARGO_BUILD_JOBS=os.environ.get("CARGO_BUILD_JOBS", "1"))
     if a.release:
-        built = subprocess.run(["cargo", "build", "--profile", "dist", "--bins"], cwd=REPO, env=env)
+        built = run.dist_build("--bins", env=env)
         if built.returncode != 0:
+            print(built.stderr[-4000:], file=sys.stderr)
             return 1
-        env["KTR_BENCH_BIN_DIR"] = str(REPO / "target" / "dist")
+        env["KTR_BENCH_BIN_DIR"] = str(run.RELEASE)
     argv = ["cargo", "test", "--test", "integration", "--", "--ignored", "--exact", TEST, "--nocapture"]
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("latency: ")]

@@ -10,7 +10,7 @@ project. Interleaved with ``/bin/true`` fed the same stdin, ``--runs`` rounds
 after 50 warm-up rounds; prints medians, the ratio, and fails (exit 3 with
 ``--check``) when a hook printed anything or a median is over 2x.
 
-    cargo build --profile dist && bench/plugin_noop.py --check
+    bench/plugin_noop.py --check   (after a dist build: ./install's, or python3 bench/run.py plan)
 """
 
 import argparse
@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as common  # noqa: E402  (bench/run.py: where the dist build puts the binaries)
 
 HOOKS = ["ktr-stop", "ktr-prompt", "ktr-ack", "ktr-precompact", "ktr-statusline"]
 
@@ -51,14 +54,16 @@ def run(argv, stdin: bytes, env) -> tuple[float, bytes]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin-dir", default="target/dist", help="where the hook binaries are (default target/dist)")
+    ap.add_argument("--bin-dir", default=str(common.RELEASE),
+                    help=f"where the hook binaries are (default {common.RELEASE}: what ./install builds)")
     ap.add_argument("--runs", type=int, default=500, help="timed rounds (default 500)")
     ap.add_argument("--check", action="store_true", help="exit 3 when a hook is not silent or over 2x /bin/true")
     a = ap.parse_args()
     bins = Path(a.bin_dir)
     for h in HOOKS:
         if not (bins / h).is_file():
-            print(f"{bins / h} not built yet: cargo build --profile dist", file=sys.stderr)
+            print(f"{bins / h} not built yet: cargo build {' '.join(common.DIST_ARGS)} (RUSTFLAGS as ./install sets them)",
+                  file=sys.stderr)
             return 1
     ok = True
     with tempfile.TemporaryDirectory(prefix="ktr-bench-") as tmp:

@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402
 from run import BENCH, REPO, machine, peak_rss, spawn  # noqa: E402
 
 SESSIONS = [
@@ -123,8 +124,9 @@ def main() -> int:
     ap.add_argument("--no-build", action="store_true")
     a = ap.parse_args()
     if not a.no_build:
-        subprocess.run(["cargo", "build", "--profile", "dist", "--bin", "ktr"], cwd=REPO, check=True)
-    ktr = str(REPO / "target/dist/ktr")
+        if run.dist_build("--bin", "ktr").returncode != 0:
+            raise SystemExit("bench: the dist build of ktr failed")
+    ktr = str(run.RELEASE / "ktr")
     root = BENCH / "data" / f"recall-{a.size_mb}mb"
     project = generate(root, a.size_mb, a.seed)
     files = [str(project / f"{s}.jsonl") for s in SESSIONS]

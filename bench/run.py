@@ -40,7 +40,36 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 DATA = BENCH / "data"
 GEN = BENCH / "gen_transcript.py"
-RELEASE = REPO / "target" / "dist"  # the profile ./install ships (fat LTO)
+def _host() -> str:
+    try:
+        out = subprocess.run(["rustc", "-vV"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    except OSError:
+        return ""
+    return next((line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("host: ")), "")
+
+
+# What ./install ships: the dist profile (fat LTO), statically linked on *-linux-gnu (--target
+# keeps the flag off build scripts and proc-macros; the binaries land in target/<host>/dist).
+HOST = _host()
+STATIC = HOST.endswith("-linux-gnu")
+DIST_ARGS = ["--profile", "dist"] + (["--target", HOST] if STATIC else [])
+RELEASE = REPO / "target" / HOST / "dist" if STATIC else REPO / "target" / "dist"
+
+
+def dist_env(env: dict | None = None) -> dict:
+    """The environment ./install builds with (``-C target-feature=+crt-static`` when static)."""
+    env = dict(os.environ if env is None else env)
+    if STATIC:
+        env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " -C target-feature=+crt-static").strip()
+    return env
+
+
+def dist_build(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``cargo build`` of what ./install ships, with ``args`` (``--bin X``, ``--bins``)."""
+    argv = ["cargo", "build", *DIST_ARGS, *args]
+    print(f"building ({' '.join(argv)}) ...", flush=True)
+    return subprocess.run(argv, cwd=REPO, env=dist_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
 MB = 1_000_000
 MIB = 1024 * 1024
 
@@ -64,20 +93,18 @@ def die(msg: str, code: int = 1) -> None:
 # --------------------------------------------------------------------------
 
 def cargo_build(binary: str, tolerate_missing: bool = False) -> Path | None:
-    """``cargo build --profile dist --bin BINARY`` in the repo root; return the binary path.
+    """Build BINARY as ./install does (:func:`dist_build`) in the repo root; return its path.
 
     With ``tolerate_missing``, a workspace without that binary target returns None.
     """
     if shutil.which("cargo") is None:
         raise BenchError("cargo not found on PATH")
-    print(f"building {binary} (cargo build --profile dist --bin {binary}) ...", flush=True)
-    proc = subprocess.run(["cargo", "build", "--profile", "dist", "--bin", binary], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = dist_build("--bin", binary)
     if proc.returncode != 0:
         if tolerate_missing and "no bin target named" in proc.stderr:
             return None
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise BenchError(f"cargo build --profile dist --bin {binary} failed:\n{tail}")
+        raise BenchError(f"cargo build {' '.join(DIST_ARGS)} --bin {binary} failed:\n{tail}")
     path = RELEASE / binary
     if not path.is_file():
         if tolerate_missing:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Window-aware hooks benchmark (issue 8), Python 3.11 stdlib only.
 
-``python3 bench/window.py [--size-mb 100] [--runs 200] [--no-build] [--check]``
+``python3 bench/window.py [--size-mb 100] [--runs 200] [--no-build | --bin-dir DIR] [--check]``
 
 Builds ``ktr-stop`` and ``ktr-statusline`` in release mode, takes the
 deterministic transcript of ``bench/run.py`` (generated into ``bench/data/``
@@ -97,14 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-build", action="store_true")
+    p.add_argument("--bin-dir", type=Path, help="take the hooks from DIR as they are (e.g. target/dist: "
+                                                  "a dynamically linked build, to compare)")
     p.add_argument("--check", action="store_true")
     a = p.parse_args(argv)
     if a.runs < 1:
         print("--runs must be at least 1", file=sys.stderr)
         return 2
     try:
-        if a.no_build:
-            stop, status = run.RELEASE / "ktr-stop", run.RELEASE / "ktr-statusline"
+        if a.bin_dir or a.no_build:
+            bins = a.bin_dir or run.RELEASE
+            stop, status = bins / "ktr-stop", bins / "ktr-statusline"
         else:
             stop, status = run.cargo_build("ktr-stop"), run.cargo_build("ktr-statusline")
         source, _ = run.ensure_transcript(a.size_mb, a.seed, False)
