@@ -15,6 +15,7 @@ use serde::Serialize;
 use ktr_admin::doctor;
 use ktr_admin::report::StatusView;
 use ktr_base::config::Config;
+use ktr_base::ids::OperationId;
 use ktr_base::{Error, Result};
 use ktr_engine::plan;
 use ktr_pipeline::operation::Store;
@@ -200,8 +201,8 @@ impl Server {
             let config = this.load_config()?;
             ktr_pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
             let session = this.served.now(&config).binding(&config)?;
-            let target = Session::target_for(&config, session.as_deref())?;
-            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
+            let target = Session::target_for(&config, session.as_ref())?;
+            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_ref())?;
             Ok(Changed {
                 operation: StatusView::of(&op),
                 target: Some(target),
@@ -222,7 +223,7 @@ impl Server {
             let store = Store::at(&config.state_dir).with_config(&config);
             let recovered = store.recover_stale()?;
             let op = match args.operation_id {
-                Some(id) => Some(store.load(&id)?),
+                Some(id) => Some(store.load(&OperationId::parse(&id)?)?),
                 None => store.latest()?,
             };
             let target = Target::from_config(&config);
@@ -251,7 +252,8 @@ impl Server {
         let this = self.clone();
         run("thread_rebuild_cancel", move || {
             let config = this.load_config()?;
-            let op = Store::for_config(&config)?.cancel(&args.operation_id, &args.confirmation)?;
+            let op = Store::for_config(&config)?
+                .cancel(&OperationId::parse(&args.operation_id)?, &args.confirmation)?;
             Ok(Changed {
                 operation: StatusView::of(&op),
                 target: None,
@@ -273,7 +275,7 @@ impl Server {
         run("thread_rebuild_rollback_request", move || {
             let config = this.load_config()?;
             let op = Store::for_config(&config)?
-                .rollback_request(&args.operation_id, &args.confirmation)?;
+                .rollback_request(&OperationId::parse(&args.operation_id)?, &args.confirmation)?;
             Ok(Changed {
                 operation: StatusView::of(&op),
                 target: None,

@@ -10,6 +10,7 @@ use std::process::Command;
 use crate::support::{OptionOrPanic, ResultOrPanic};
 use crate::support::{Sandbox, tree};
 use ktr_base::fsutil::sha256_file;
+use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
@@ -202,7 +203,11 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
     let old = store.request("first", "REBUILD", None).unwrap();
     store.cancel(&old.id, "CANCEL").unwrap();
     let op = store
-        .request("window 4 MB", "REBUILD", Some("src-session"))
+        .request(
+            "window 4 MB",
+            "REBUILD",
+            Some(&SessionId::parse("src-session").unwrap()),
+        )
         .unwrap();
     sb.walk(&op.id, &TO_ACTIVATED, |op| {
         op.attempts = 2;
@@ -1027,7 +1032,10 @@ fn status_shows_the_window_with_the_source_of_each_figure() {
     let sb = Sandbox::new();
     let session = "0a000000-0000-4000-8000-000000000001";
     let transcript = sb.add_transcript(session, &fs::read(crate::support::example()).unwrap());
-    let op = sb.store().request("x", "REBUILD", Some(session)).unwrap();
+    let op = sb
+        .store()
+        .request("x", "REBUILD", Some(&SessionId::parse(session).unwrap()))
+        .unwrap();
     sb.walk(&op.id, &[Status::Scheduled], |op| {
         op.transcript_path = Some(transcript.clone());
     });

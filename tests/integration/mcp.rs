@@ -9,6 +9,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::Sandbox;
+use ktr_base::ids::OperationId;
 use ktr_pipeline::operation::Status;
 use serde_json::{Value, json};
 
@@ -427,7 +428,7 @@ fn request_status_cancel_and_rollback_act_on_the_operation_store() {
         json!({"reason": "window 90 % noise", "confirmation": "REBUILD"}),
     );
     assert!(!err, "{req}");
-    let id = req["operation"]["id"].as_str().unwrap().to_string();
+    let id = OperationId::parse(req["operation"]["id"].as_str().unwrap()).unwrap();
     assert_eq!(req["operation"]["status"], "pending");
     assert!(
         req["next"]

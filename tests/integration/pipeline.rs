@@ -14,6 +14,7 @@ use ktr_pipeline::operation::{Operation, Status, manifest};
 use ktr_pipeline::target::{SWITCHING_NOTICE, WAITING_NOTICE};
 
 use Status::*;
+use ktr_base::ids::SessionId;
 
 fn mode(path: &std::path::Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -689,9 +690,7 @@ fn a_long_transcript_keeps_the_operation_file_small_and_verify_checks_the_manife
     long_transcript(&rig.source, 3000, 100);
     let op = rig.rebuild_paused_at("verify:start");
     let store = rig.store();
-    let size = fs::metadata(store.operation_path(&op.id).unwrap())
-        .unwrap()
-        .len();
+    let size = fs::metadata(store.operation_path(&op.id)).unwrap().len();
     let op = store.load(&op.id).unwrap();
     let recorded = op.manifest_artifact.clone().unwrap();
     assert!(size <= 64 << 10, "the operation file has {size} bytes");
@@ -1015,7 +1014,9 @@ fn tmux_ktr_prompt_tells_a_collision_with_the_switch_line_from_a_prompt() {
         assert_eq!(code, 0, "{out}");
         out
     };
-    let line = ktr_pipeline::target::resume_line(candidate.session_id.as_str());
+    let line = ktr_pipeline::target::resume_line(
+        &SessionId::parse(candidate.session_id.as_str()).unwrap(),
+    );
     let out = prompt(&format!("my draft words{line}"));
     assert!(
         out.contains("ktr typed its switch line while you were typing"),
@@ -1097,6 +1098,6 @@ fn a_long_step_shows_its_progress_in_status_mcp_and_the_statusline() {
     let json: serde_json::Value =
         serde_json::from_str(&rig.ktr(&["status", &op.id, "--json"])).unwrap();
     assert!(json.get("progress").is_none(), "{json:#}");
-    let file = rig.store().progress_path(&op.id).unwrap();
+    let file = rig.store().progress_path(&op.id);
     assert!(!file.exists(), "{} left behind", file.display());
 }

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use super::Store;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{AtomicFile, Existing, hex};
+use ktr_base::ids::OperationId;
 use ktr_base::open::{Links, open_regular};
 use ktr_engine::ManifestEntry;
 use ktr_engine::conserve::{Items, LeftOuts};
@@ -81,7 +82,7 @@ pub struct Manifest {
 
 /// Where operation `id`'s manifest artifact is (the artifacts dir is
 /// created and checked like for the backup).
-pub fn path(store: &Store, id: &str) -> Result<PathBuf> {
+pub fn path(store: &Store, id: &OperationId) -> Result<PathBuf> {
     Ok(store.artifacts_dir(id)?.join(FILE))
 }
 
@@ -99,7 +100,7 @@ impl ManifestWriter {
     /// Start the artifact of operation `id`. One left by an earlier attempt
     /// is replaced at [`finish`](Self::finish); anything but a regular file
     /// at the path (a planted symlink) is refused.
-    pub fn create(store: &Store, id: &str) -> Result<ManifestWriter> {
+    pub fn create(store: &Store, id: &OperationId) -> Result<ManifestWriter> {
         let path = path(store, id)?;
         if let Ok(meta) = path.symlink_metadata()
             && !meta.is_file()
@@ -190,7 +191,7 @@ enum LineRef<'a> {
 /// far (a caller acting on lines must wait for `Ok`).
 pub fn for_each(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     recorded: &ManifestRef,
     mut each: impl FnMut(Line) -> Result<()>,
 ) -> Result<()> {
@@ -258,7 +259,7 @@ pub fn for_each(
 /// pass, each pass checking the digest and counts again.
 pub struct Artifact<'a> {
     pub store: &'a Store,
-    pub id: &'a str,
+    pub id: &'a OperationId,
     pub recorded: &'a ManifestRef,
 }
 
@@ -281,7 +282,7 @@ impl LeftOuts for Artifact<'_> {
 }
 
 /// Read the whole artifact into memory (see [`for_each`]).
-pub fn read(store: &Store, id: &str, recorded: &ManifestRef) -> Result<Manifest> {
+pub fn read(store: &Store, id: &OperationId, recorded: &ManifestRef) -> Result<Manifest> {
     let mut manifest = Manifest::default();
     for_each(store, id, recorded, |line| {
         match line {
@@ -296,7 +297,7 @@ pub fn read(store: &Store, id: &str, recorded: &ManifestRef) -> Result<Manifest>
 
 /// Remove operation `id`'s artifact, if any (a discarded attempt: it goes
 /// with the backup). Never creates the artifacts dir.
-pub fn remove(store: &Store, id: &str) {
+pub fn remove(store: &Store, id: &OperationId) {
     if ktr_base::ids::OperationId::parse(id).is_ok() {
         let _ = std::fs::remove_file(store.dir().join("artifacts").join(id).join(FILE));
     }

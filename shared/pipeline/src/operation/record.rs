@@ -251,14 +251,14 @@ pub struct BlockedPrompt {
     /// The session of ktr's own `/resume <id>` line when the prompt ended
     /// with it: the in-place switch collided with the person's typing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collided_with: Option<String>,
+    pub collided_with: Option<SessionId>,
 }
 
 impl BlockedPrompt {
     /// Whether this prompt is ktr's switch to `session` mixed with a
     /// person's keys.
-    pub fn collision_with(&self, session: &str) -> bool {
-        self.collided_with.as_deref() == Some(session)
+    pub fn collision_with(&self, session: &SessionId) -> bool {
+        self.collided_with.as_ref() == Some(session)
     }
 }
 

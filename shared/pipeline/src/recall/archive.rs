@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::operation::Operation;
 use ktr_base::fsutil::{Existing, copy_atomic, ensure_private_dir, sha256_file};
+use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::{Error, Result};
 
@@ -25,7 +26,7 @@ pub struct Copied {
 }
 
 /// `<from>/<session>/tool-results/`, if both are real folders (no symlink).
-fn side_dir(from: &Path, session: &str) -> Option<PathBuf> {
+fn side_dir(from: &Path, session: &SessionId) -> Option<PathBuf> {
     let real = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     let dir = from.join(session).join("tool-results");
     (real(&from.join(session)) && real(&dir)).then_some(dir)
@@ -33,7 +34,7 @@ fn side_dir(from: &Path, session: &str) -> Option<PathBuf> {
 
 /// The bytes of the regular files [`copy_side_files`] would copy (the
 /// room a rebuild needs for them beside the backup).
-pub fn side_bytes(from: &Path, session: &str) -> u64 {
+pub fn side_bytes(from: &Path, session: &SessionId) -> u64 {
     let Some(src) = side_dir(from, session) else {
         return 0;
     };
@@ -51,7 +52,7 @@ pub fn side_bytes(from: &Path, session: &str) -> u64 {
 /// Copy the regular files of `<from>/<session>/tool-results/` into
 /// `<to>/<session>/tool-results/` (0700 folders, 0600 files); files already
 /// there are left as they are.
-pub fn copy_side_files(from: &Path, to: &Path, session: &str) -> Result<Copied> {
+pub fn copy_side_files(from: &Path, to: &Path, session: &SessionId) -> Result<Copied> {
     let mut copied = Copied::default();
     let Some(src) = side_dir(from, session) else {
         return Ok(copied);
@@ -89,13 +90,14 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
     let Some(backup) = &op.backup else {
         return Ok(None);
     };
-    let Some(name) = backup.file_name() else {
+    let (Some(name), Some(stem)) = (backup.file_name(), backup.file_stem()) else {
         return Ok(None);
     };
     let live = project.join(name);
     if fs::symlink_metadata(&live).is_ok() {
         return Ok(None);
     }
+    let session = SessionId::parse(&stem.to_string_lossy())?;
     let want = op.source_sha256.as_deref().ok_or_else(|| {
         Error::refused(format!(
             "{} is gone and operation {} recorded no digest of its backup: restore it by hand from {}",
@@ -123,10 +125,6 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
             live.display()
         )));
     }
-    let session = Path::new(name)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let side = copy_side_files(artifacts, project, &session)?;
     Ok(Some(format!(
         "{} was gone (Claude Code's cleanup): restored from the backup, sha256 {} verified{}",

@@ -18,7 +18,7 @@ use crate::window_cache;
 use ktr_base::config::{Activation, Config};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
-use ktr_base::ids::SessionId;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::Timestamp;
 use ktr_engine::candidate::{ManifestEntry, Sink};
@@ -42,7 +42,7 @@ use ktr_engine::window::usage::read_tail_seeking;
 pub fn prepare(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     transcript: Option<&Path>,
     steps: &mut Steps,
 ) -> Result<Outcome> {
@@ -76,7 +76,7 @@ pub fn prepare(
 fn run(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     op: &Operation,
     transcript: Option<&Path>,
     steps: &mut Steps,
@@ -280,7 +280,7 @@ pub fn schedule_by_hand(
             store.request(
                 reason.unwrap_or("pointer-mode rebuild"),
                 word,
-                Some(session.as_str()),
+                Some(&session),
             )?;
         }
         Some((_, Status::Pending)) => {}
@@ -377,7 +377,7 @@ struct Frozen {
 fn freeze(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     source: &Path,
     reply: Option<&str>,
     steps: &mut Steps,
@@ -453,22 +453,24 @@ fn freeze(
 /// The bytes of the source's `<session>/tool-results/`, kept beside its
 /// backup: part of the room a rebuild needs.
 fn side_bytes(source: &Path) -> u64 {
-    source
-        .parent()
-        .zip(source.file_stem())
-        .map_or(0, |(project, session)| {
-            crate::recall::archive::side_bytes(project, &session.to_string_lossy())
-        })
+    project_and_session(source).map_or(0, |(project, session)| {
+        crate::recall::archive::side_bytes(project, &session)
+    })
+}
+
+/// The folder of a transcript and the session its name gives.
+fn project_and_session(source: &Path) -> Option<(&Path, SessionId)> {
+    let session = SessionId::parse(&source.file_stem()?.to_string_lossy()).ok()?;
+    Some((source.parent()?, session))
 }
 
 /// Keep the source's `<session>/tool-results/` beside its backup: Claude
 /// Code's cleanup deletes them with the transcript (issue 28).
 fn keep_side_files(source: &Path, artifacts: &Path, steps: &mut Steps) -> Result<()> {
-    let (Some(project), Some(session)) = (source.parent(), source.file_stem()) else {
+    let Some((project, session)) = project_and_session(source) else {
         return Ok(());
     };
-    let kept =
-        crate::recall::archive::copy_side_files(project, artifacts, &session.to_string_lossy())?;
+    let kept = crate::recall::archive::copy_side_files(project, artifacts, &session)?;
     if kept.files > 0 {
         steps.say(format!(
             "kept {} tool-results files ({} bytes) beside the backup",
@@ -742,10 +744,8 @@ fn prompt_back_for(
     steps: &mut Steps,
 ) -> Option<crate::operation::PromptBack> {
     use crate::prompt_back;
-    let session = super::source_session(op)
-        .ok()
-        .and_then(|s| SessionId::parse(&s).ok())?;
-    let kept = match prompt_back::blocked(store.dir(), &session, op.id.as_str()) {
+    let session = super::source_session(op).ok()?;
+    let kept = match prompt_back::blocked(store.dir(), &session, &op.id) {
         Ok(Some(kept)) => kept,
         Ok(None) => return None,
         Err(e) => {

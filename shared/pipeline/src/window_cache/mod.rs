@@ -22,6 +22,7 @@ use std::path::Path;
 
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 use ktr_engine::plan::PlanReport;
 use ktr_engine::window::{Advise, CompactionSetting, Inputs, Window, derive, size, usage};
 
@@ -71,7 +72,7 @@ pub struct Reported {
 /// When the transcript cannot be read.
 pub fn for_hook(
     config: &Config,
-    session_id: &str,
+    session_id: &SessionId,
     transcript: &Path,
     reported: Option<Reported>,
     tail: Option<usage::Tail>,
@@ -116,7 +117,7 @@ pub fn for_hook(
 /// report or the model id ([`size::resolve`]).
 pub fn size_for(
     config: &Config,
-    session_id: &str,
+    session_id: &SessionId,
     reported: Option<u64>,
     model: Option<&str>,
 ) -> size::Size {
@@ -141,7 +142,7 @@ pub fn size_for(
 /// When the transcript's tail cannot be read.
 pub fn for_plan(
     config: &Config,
-    session_id: &str,
+    session_id: &SessionId,
     transcript: &Path,
     window_estimate: u64,
     carried_estimate: u64,
@@ -177,9 +178,16 @@ pub fn measure(
     report: &mut PlanReport,
     window_estimate: u64,
 ) -> Result<()> {
+    let session = SessionId::parse(&report.session_id).map_err(|e| {
+        Error::usage(format!(
+            "{}: {}; Claude Code names a transcript <session id>.jsonl",
+            path.display(),
+            e.message
+        ))
+    })?;
     let w = for_plan(
         config,
-        &report.session_id,
+        &session,
         path,
         window_estimate,
         report.estimated_tokens,
