@@ -76,7 +76,24 @@ pub fn resolve(
         }
         Some(m)
     });
-    pick(own.as_ref(), || read::<Measured>(&global_path(state_dir)))
+    or_global(state_dir, own.as_ref())
+}
+
+/// `own` measurement, else the newest of any session ([`pick`]).
+fn or_global(state_dir: &Path, own: Option<&Measured>) -> Sourced {
+    pick(own, || read::<Measured>(&global_path(state_dir)))
+}
+
+/// The overhead for a transcript whose name is not a session id, so no
+/// cache or receipt can be its own: measured from the transcript (nothing
+/// written), else the global measurement.
+pub fn uncached(state_dir: &Path, transcript: &Path) -> Sourced {
+    let name = transcript
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let own = measure(&name, transcript, None);
+    or_global(state_dir, own.as_ref())
 }
 
 #[cfg(test)]
