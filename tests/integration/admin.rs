@@ -9,7 +9,7 @@ use std::process::Command;
 
 use crate::support::{OptionOrPanic, ResultOrPanic};
 use crate::support::{Sandbox, tree};
-use ktr_base::fsutil::sha256_file;
+use ktr_base::digest::Sha256;
 use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
@@ -215,7 +215,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
         op.candidate = Some(CandidateFile {
             session_id: ktr_base::ids::SessionId::parse("new-session").unwrap(),
             path: "/p/new-session.jsonl".into(),
-            sha256: "ab".repeat(32),
+            sha256: Sha256::parse(&"ab".repeat(32)).unwrap(),
         });
         op.manifest_artifact = Some(ktr_pipeline::operation::ManifestRef {
             items: 7,
@@ -531,7 +531,7 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     fs::write(&path, format!("{{\"type\":\"user\",\"n\":{n}}}\n")).unwrap();
     op.candidate = Some(CandidateFile {
         session_id: ktr_base::ids::SessionId::parse(&sid).unwrap(),
-        sha256: sha256_file(&path).unwrap(),
+        sha256: Sha256::of_file(&path).unwrap(),
         path: path.clone(),
     });
     put(sb, op);
@@ -678,7 +678,7 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     forged.candidate = Some(CandidateFile {
         session_id: ktr_base::ids::SessionId::parse("elsewhere").unwrap(),
         path: outside.clone(),
-        sha256: sha256_file(&outside).unwrap(),
+        sha256: Sha256::of_file(&outside).unwrap(),
     });
     put(&sb, &forged);
     // And one edited to a session id that tries to climb out: such a file

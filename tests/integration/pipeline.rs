@@ -41,8 +41,8 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
         &candidate.path,
         &Expected {
             session_id: &candidate.session_id,
-            backup_sha256: op.source_sha256.as_deref().unwrap(),
-            candidate_sha256: &candidate.sha256,
+            backup_sha256: op.source_sha256.as_ref().unwrap().as_str(),
+            candidate_sha256: candidate.sha256.as_str(),
             manifest: &manifest.items,
             left_out: &manifest.left_out,
         },
@@ -96,7 +96,7 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
     );
     assert_candidate_verifies(&rig, &op);
     // Prepare recorded what it saw; activate what it left.
-    assert_eq!(op.source_sha256.as_deref(), Some(source_sha.as_str()));
+    assert_eq!(op.source_sha256.as_ref().unwrap(), &source_sha);
     assert_eq!(op.target_before.as_deref(), Some(pane_before.as_str()));
     assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
     assert_ne!(op.target_after, op.target_before);

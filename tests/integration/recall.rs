@@ -100,7 +100,7 @@ fn rebuilt(sb: &Sandbox, source: &str, candidate: &str) -> String {
     op.candidate = Some(CandidateFile {
         session_id: SessionId::parse(candidate).unwrap(),
         path: sb.project.join(format!("{candidate}.jsonl")),
-        sha256: String::new(),
+        sha256: ktr_base::digest::Sha256::default(),
     });
     op.status = Status::Activated;
     store.with_lock(|tx| tx.save(&mut op)).unwrap();

@@ -406,7 +406,7 @@ fn activated_operation(sandbox: &Sandbox, candidate: &str) -> Operation {
             op.candidate = Some(CandidateFile {
                 session_id: ktr_base::ids::SessionId::parse(candidate).unwrap(),
                 path: PathBuf::from(format!("/nowhere/{candidate}.jsonl")),
-                sha256: "0".repeat(64),
+                sha256: ktr_base::digest::Sha256::parse(&"0".repeat(64)).unwrap(),
             });
         },
     )

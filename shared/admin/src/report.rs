@@ -139,12 +139,12 @@ impl StatusView {
             rollback_ok: op.rollback_ok,
             candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
-            candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
+            candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.to_string()),
             candidate_discarded: op
                 .candidate
                 .as_ref()
                 .is_some_and(|c| !matches!(op.status, Status::Activated) && !c.path.exists()),
-            source_sha256: op.source_sha256.clone(),
+            source_sha256: op.source_sha256.as_ref().map(ToString::to_string),
             backup: op.backup.clone(),
             prepared_at: op.prepared_at.clone(),
             manifest_items: op.manifest_artifact.as_ref().map_or(0, |m| m.items),
@@ -400,7 +400,7 @@ mod tests {
         o.candidate = Some(CandidateFile {
             session_id: SessionId::parse("new").unwrap(),
             path: "/p/new.jsonl".into(),
-            sha256: "ab".into(),
+            sha256: ktr_base::digest::Sha256::of_bytes(b"new"),
         });
         o.manifest_artifact = Some(ktr_pipeline::operation::ManifestRef {
             items: 3,

@@ -15,11 +15,12 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 
 use super::Store;
+use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{AtomicFile, Existing, hex};
+use ktr_base::fsutil::{AtomicFile, Existing};
 use ktr_base::ids::OperationId;
 use ktr_base::open::{Links, open_regular};
 use ktr_engine::ManifestEntry;
@@ -59,7 +60,7 @@ pub enum Line {
 #[serde(default)]
 pub struct ManifestRef {
     /// SHA-256 of the artifact's bytes.
-    pub sha256: String,
+    pub sha256: Sha256,
     /// The artifact's size.
     pub bytes: u64,
     /// Carried items (manifest entries).
@@ -92,7 +93,7 @@ pub struct ManifestWriter {
     out: AtomicFile,
     path: PathBuf,
     pending: Vec<u8>,
-    hasher: Sha256,
+    hasher: sha2::Sha256,
     summary: ManifestRef,
 }
 
@@ -114,7 +115,7 @@ impl ManifestWriter {
             out: AtomicFile::create(&path, 0o600, Existing::Replace)?,
             path,
             pending: Vec::with_capacity(FLUSH_AT + 1024),
-            hasher: Sha256::new(),
+            hasher: sha2::Sha256::new(),
             summary: ManifestRef::default(),
         })
     }
@@ -169,7 +170,7 @@ impl ManifestWriter {
     pub fn finish(mut self) -> Result<ManifestRef> {
         self.flush()?;
         let mut summary = std::mem::take(&mut self.summary);
-        summary.sha256 = hex(&self.hasher.clone().finalize());
+        summary.sha256 = Sha256::of_hasher(self.hasher.clone());
         self.out.commit()?;
         Ok(summary)
     }
@@ -213,7 +214,7 @@ pub fn for_each(
         }
     })?;
     let mut reader = BufReader::new(file.take(recorded.bytes + 1));
-    let (mut hasher, mut bytes, mut seen) = (Sha256::new(), 0u64, ManifestRef::default());
+    let (mut hasher, mut bytes, mut seen) = (sha2::Sha256::new(), 0u64, ManifestRef::default());
     let mut line = Vec::new();
     for number in 1u64.. {
         line.clear();
@@ -240,12 +241,12 @@ pub fn for_each(
         }
         each(parsed)?;
     }
-    let digest = hex(&hasher.finalize());
+    let digest = Sha256::of_hasher(hasher);
     if digest != recorded.sha256 {
         return Err(changed(&format!(
             "sha256 {} recorded, {} on disk",
-            short(&recorded.sha256),
-            short(&digest)
+            recorded.sha256.short(),
+            digest.short()
         )));
     }
     let counts = |r: &ManifestRef| (r.items, r.left_out, r.malformed_lines);
@@ -344,10 +345,6 @@ pub fn bounded_stats(report: &PlanReport, source: &Path) -> PlanReport {
         unknown_attachment_types: bounded_map(&report.unknown_attachment_types),
         ..report.clone()
     }
-}
-
-fn short(digest: &str) -> &str {
-    digest.get(..12).unwrap_or(digest)
 }
 
 /// How many records were left out for each reason (`local_command`,

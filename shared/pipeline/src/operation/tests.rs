@@ -757,6 +757,35 @@ fn a_time_far_in_the_future_is_damage_not_an_operation_that_never_expires() {
     );
 }
 
+/// A digest as the operation file keeps one.
+const DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+#[test]
+fn a_digest_that_is_not_64_lower_case_hex_characters_is_damage_that_names_its_field() {
+    let (_t, store) = store();
+    for (field, value, needle) in [
+        (
+            "source_sha256",
+            serde_json::json!("abc"),
+            "source_sha256: invalid sha256 \"abc\"",
+        ),
+        (
+            "candidate",
+            serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": DIGEST.to_uppercase()}),
+            "candidate.sha256: invalid sha256",
+        ),
+        (
+            "manifest_artifact",
+            serde_json::json!({"sha256": "", "bytes": 0}),
+            "manifest_artifact.sha256: invalid sha256",
+        ),
+    ] {
+        let id = edited(&store, |j| j[field] = value.clone());
+        assert_damaged(&store, &id, needle);
+        fs::remove_file(store.operation_path(&id)).unwrap();
+    }
+}
+
 #[test]
 fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
     let (_t, store) = store();
@@ -766,12 +795,12 @@ fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
         ("backup", serde_json::json!(elsewhere), "backup"),
         (
             "candidate",
-            serde_json::json!({"session_id": "abc", "path": "/p/../../etc/abc.jsonl", "sha256": "x"}),
+            serde_json::json!({"session_id": "abc", "path": "/p/../../etc/abc.jsonl", "sha256": DIGEST}),
             "candidate path",
         ),
         (
             "candidate",
-            serde_json::json!({"session_id": "abc", "path": "/p/other.jsonl", "sha256": "x"}),
+            serde_json::json!({"session_id": "abc", "path": "/p/other.jsonl", "sha256": DIGEST}),
             "candidate path",
         ),
         (
@@ -791,7 +820,7 @@ fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
     let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     json["backup"] = serde_json::json!(backup);
     json["candidate"] =
-        serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": "x"});
+        serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": DIGEST});
     fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
     assert_eq!(store.load(&id).unwrap().backup, Some(backup));
 }

@@ -10,7 +10,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::operation::Operation;
-use ktr_base::fsutil::{Existing, copy_atomic, ensure_private_dir, sha256_file};
+use ktr_base::digest::Sha256;
+use ktr_base::fsutil::{Existing, copy_atomic, ensure_private_dir};
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::{Error, Result};
@@ -98,7 +99,7 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
         return Ok(None);
     }
     let session = SessionId::parse(&stem.to_string_lossy())?;
-    let want = op.source_sha256.as_deref().ok_or_else(|| {
+    let want = op.source_sha256.as_ref().ok_or_else(|| {
         Error::refused(format!(
             "{} is gone and operation {} recorded no digest of its backup: restore it by hand from {}",
             live.display(),
@@ -108,17 +109,17 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
     })?;
     let artifacts = backup.parent().unwrap_or(Path::new("/"));
     let backup = confine(backup, artifacts, "backup", Exists::Must)?;
-    let on_disk = sha256_file(&backup)?;
-    if on_disk != want {
+    let on_disk = Sha256::of_file(&backup)?;
+    if on_disk != *want {
         return Err(Error::refused(format!(
             "the backup {} no longer has the digest frozen with it (sha256 {} ≠ {}); not restoring it — look at it by hand",
             backup.display(),
-            &on_disk[..12],
-            &want[..12.min(want.len())]
+            on_disk.short(),
+            want.short()
         )));
     }
     let copied = copy_atomic(&backup, &live, 0o600, Existing::Refuse)?;
-    if copied != want {
+    if copied != *want {
         let _ = fs::remove_file(&live);
         return Err(Error::io(format!(
             "restoring {} from its backup copied other bytes; removed it again",
@@ -129,7 +130,7 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
     Ok(Some(format!(
         "{} was gone (Claude Code's cleanup): restored from the backup, sha256 {} verified{}",
         live.display(),
-        &want[..12.min(want.len())],
+        want.short(),
         if side.files > 0 {
             format!(", with {} tool-results files", side.files)
         } else {

@@ -17,8 +17,8 @@ use crate::process;
 use crate::stages::prompt::PROBE;
 use crate::target::{Receipt, Target};
 use ktr_base::config::{Activation, Config, home_dir};
+use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::sha256_file;
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::parse_rfc3339;
 
@@ -329,7 +329,7 @@ fn compare_and_swap(
             return Ok(op);
         }
     };
-    if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
+    if Sha256::of_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
         let why = format!(
             "candidate {} changed or vanished after verification",
             candidate.path.display()

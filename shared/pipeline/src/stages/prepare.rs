@@ -16,8 +16,9 @@ use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::target::Target;
 use crate::window_cache;
 use ktr_base::config::{Activation, Config};
+use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
+use ktr_base::fsutil::{Existing, copy_atomic, write_atomic};
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::Timestamp;
@@ -173,7 +174,7 @@ fn run(
         })?;
         let manifest_ref = written.manifest.clone();
         let mut stats = manifest::bounded_stats(&plan.report, &source);
-        stats.source_sha256.clone_from(&frozen.sha256); // the backup's, checked by the freeze
+        stats.source_sha256 = frozen.sha256.to_string(); // the backup's, checked by the freeze
         if let Some(reason) = &plan.report.blocked_reason {
             let _ = std::fs::remove_file(&part);
             steps.say(format!("blocked: {reason}"));
@@ -359,7 +360,7 @@ const CLOSE_TAIL: u64 = 256 * 1024;
 /// A stable, verified copy of the source.
 struct Frozen {
     backup: PathBuf,
-    sha256: String,
+    sha256: Sha256,
     /// When the stable window began: transcripts modified later compete.
     at: SystemTime,
 }
@@ -400,7 +401,7 @@ fn freeze(
     let timeout = seconds(config.stable_file_timeout_seconds);
     let started = Instant::now();
     let mut at = SystemTime::now();
-    let mut previous = sha256_file(source)?;
+    let mut previous = Sha256::of_file(source)?;
     let mut said_closed = false;
     loop {
         if started.elapsed() >= timeout {
@@ -423,7 +424,7 @@ fn freeze(
                 waited.elapsed().as_secs_f64()
             ));
         }
-        let (now, digest) = (SystemTime::now(), sha256_file(source)?);
+        let (now, digest) = (SystemTime::now(), Sha256::of_file(source)?);
         if digest != previous {
             (at, previous) = (now, digest.clone());
             if !closed {
@@ -432,11 +433,11 @@ fn freeze(
         }
         // A backup left by an earlier attempt of this operation is replaced.
         let copied = copy_atomic(source, &backup, 0o600, Existing::Replace)?;
-        let on_disk = sha256_file(&backup)?;
+        let on_disk = Sha256::of_file(&backup)?;
         if copied == digest && on_disk == digest {
             steps.say(format!(
                 "source stable (sha256 {}); frozen to {}",
-                &digest[..12],
+                digest.short(),
                 backup.display()
             ));
             return Ok(Frozen {
@@ -594,7 +595,7 @@ struct Streamed {
 
 /// What [`Streamed`] wrote.
 struct Written {
-    sha256: String,
+    sha256: Sha256,
     bytes: u64,
     manifest: ManifestRef,
 }
@@ -633,7 +634,7 @@ impl Streamed {
             self.manifest.push_malformed_line(*line)?;
         }
         Ok(Written {
-            sha256: ktr_base::fsutil::hex(&self.hasher.finalize()),
+            sha256: Sha256::of_hasher(self.hasher),
             bytes: self.bytes,
             manifest: self.manifest.finish()?,
         })

@@ -43,8 +43,8 @@ pub fn verify(
         };
         let expected = Expected {
             session_id: &candidate.session_id,
-            backup_sha256: &source_sha256,
-            candidate_sha256: &candidate.sha256,
+            backup_sha256: source_sha256.as_str(),
+            candidate_sha256: candidate.sha256.as_str(),
             manifest: &artifact,
             left_out: &artifact,
         };
