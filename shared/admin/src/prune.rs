@@ -228,7 +228,7 @@ fn last_copy_of(op: &Operation, config: &Config) -> Option<String> {
     let link = lineage::link_of(op)?;
     let backup = op.backup.as_ref()?;
     let live = config.project_dir.join(format!("{}.jsonl", link.source));
-    (backup.is_file() && !live.exists()).then_some(link.source)
+    (backup.is_file() && !live.exists()).then(|| link.source.to_string())
 }
 
 /// The candidate transcript of `op` if it may be deleted; `Ok(None)` when

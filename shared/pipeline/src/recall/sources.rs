@@ -11,7 +11,6 @@ use serde::Serialize;
 use super::hit_id::{self, HitFile, HitId, confined, plain_name};
 use super::lineage::{self, Member};
 use crate::operation::Store;
-use ktr_base::ids::OperationId;
 use ktr_base::{Error, Result};
 use ktr_engine::recall::{self, Page, Source};
 
@@ -114,8 +113,7 @@ fn member_source(store: &Store, project: &Path, m: &Member) -> Result<Option<Sou
     let (Some(op), Some(backup)) = (&m.rebuilt_by, &m.backup) else {
         return Ok(None);
     };
-    let op = OperationId::parse(op)?;
-    let dir = store.dir().join("artifacts").join(&op);
+    let dir = store.dir().join("artifacts").join(op);
     let path = confined(backup, &dir, "backup")?;
     let file = |name: Option<String>| HitFile::Backup {
         operation: op.clone(),
