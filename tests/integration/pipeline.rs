@@ -584,6 +584,14 @@ fn rollback_refuses_when_the_target_changed_since_activation() {
     let server = rig.tmux.as_ref().unwrap();
     server.tmux(&["respawn-pane", "-k", "-t", "t:0.0", "sleep", "3600"]);
     let pane = rig.pane_pid();
+    // The killed stand-in claude must be gone before the Stop hook is fed,
+    // or `stop` hands the hook to a process that never runs it.
+    assert!(
+        crate::support::wait_for(crate::support::rig::SETTLE, || rig
+            .claude_of(&candidate.session_id)
+            .is_none()),
+        "the candidate's claude outlived respawn-pane -k"
+    );
     rig.stop(&candidate.session_id, &candidate.path);
     let op = rig.wait_terminal(&op.id);
     assert_eq!((op.status, op.session_conflict), (Failed, true));
