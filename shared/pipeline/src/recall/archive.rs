@@ -91,14 +91,14 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
     let Some(backup) = &op.backup else {
         return Ok(None);
     };
-    let (Some(name), Some(stem)) = (backup.file_name(), backup.file_stem()) else {
+    let Some(name) = backup.file_name() else {
         return Ok(None);
     };
     let live = project.join(name);
     if fs::symlink_metadata(&live).is_ok() {
         return Ok(None);
     }
-    let session = SessionId::parse(&stem.to_string_lossy())?;
+    let session = SessionId::of_transcript(backup)?;
     let want = op.source_sha256.as_ref().ok_or_else(|| {
         Error::refused(format!(
             "{} is gone and operation {} recorded no digest of its backup: restore it by hand from {}",

@@ -89,12 +89,12 @@ pub fn link_of(op: &Operation) -> Option<Link> {
 /// The source session: the backup's name (`artifacts/<id>/<session>.jsonl`),
 /// else the operation's session, else its transcript's name.
 fn source_session(op: &Operation) -> Option<SessionId> {
-    let stem = |p: &Path| SessionId::parse(&p.file_stem()?.to_string_lossy()).ok();
+    let named = |p: &Path| SessionId::of_transcript(p).ok();
     op.backup
         .as_deref()
-        .and_then(stem)
+        .and_then(named)
         .or_else(|| op.session_id.clone())
-        .or_else(|| op.transcript_path.as_deref().and_then(stem))
+        .or_else(|| op.transcript_path.as_deref().and_then(named))
 }
 
 /// `<state>/lineage.jsonl`: links of pruned operations.

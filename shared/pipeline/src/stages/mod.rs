@@ -457,8 +457,8 @@ fn ensure_ours(op: &Operation, status: Status) -> Result<()> {
 
 /// The source session id: the transcript's file name.
 fn source_session(op: &Operation) -> Result<SessionId> {
-    match op.transcript_path.as_deref().and_then(|p| p.file_stem()) {
-        Some(stem) => SessionId::parse(&stem.to_string_lossy()),
+    match op.transcript_path.as_deref() {
+        Some(path) => SessionId::of_transcript(path),
         None => op
             .session_id
             .clone()

@@ -264,12 +264,7 @@ pub fn schedule_by_hand(
         Error::usage("pointer mode needs --transcript PATH (the session the runner resumes)")
     })?;
     let source = plan::resolve_transcript(config, Some(transcript))?;
-    let session = SessionId::parse(
-        &source
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    )?;
+    let session = SessionId::of_transcript(&source)?;
     store.recover_stale()?;
     match store.active() {
         None => {
@@ -461,8 +456,7 @@ fn side_bytes(source: &Path) -> u64 {
 
 /// The folder of a transcript and the session its name gives.
 fn project_and_session(source: &Path) -> Option<(&Path, SessionId)> {
-    let session = SessionId::parse(&source.file_stem()?.to_string_lossy()).ok()?;
-    Some((source.parent()?, session))
+    Some((source.parent()?, SessionId::of_transcript(source).ok()?))
 }
 
 /// Keep the source's `<session>/tool-results/` beside its backup: Claude

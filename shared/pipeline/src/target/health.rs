@@ -124,6 +124,10 @@ mod tests {
 
     const SESSION: &str = "5e55e55e-0000-4000-8000-000000000001";
 
+    fn session() -> SessionId {
+        SessionId::parse(SESSION).unwrap()
+    }
+
     /// A process with `SESSION` on its command line that lives `seconds`
     /// (reaped by a thread as soon as it exits); returns its pid.
     fn claude_for(seconds: f64) -> u32 {
@@ -157,7 +161,7 @@ mod tests {
                 .map(|s| wall + Duration::from_secs_f64(s)))
         };
         let result = watch_until(
-            &SessionId::parse(SESSION).unwrap(),
+            &session(),
             Duration::from_secs_f64(wait),
             || Ok(pid),
             Some(Receipt {
@@ -191,7 +195,7 @@ mod tests {
         };
         let mut received = || Ok((started.elapsed().as_secs_f64() >= noticed).then_some(recorded));
         let result = watch_until(
-            &SessionId::parse(SESSION).unwrap(),
+            &session(),
             Duration::from_secs(5),
             || Ok(pid),
             Some(Receipt {
@@ -256,12 +260,7 @@ mod tests {
     fn without_a_receipt_the_whole_window_is_watched() {
         let pid = claude_for(10.0);
         let started = Instant::now();
-        let result = watch_until(
-            &SessionId::parse(SESSION).unwrap(),
-            Duration::from_millis(600),
-            || Ok(pid),
-            None,
-        );
+        let result = watch_until(&session(), Duration::from_millis(600), || Ok(pid), None);
         end(pid);
         assert_eq!(result.unwrap(), pid.to_string());
         assert!(started.elapsed() >= Duration::from_millis(600));
