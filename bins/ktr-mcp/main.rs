@@ -23,6 +23,8 @@ use std::process::ExitCode;
 use rmcp::ServiceExt;
 use rmcp::service::ServerInitializeError;
 
+use ktr_base::ids::SessionId;
+
 const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID] [--plugin]";
 
 fn main() -> ExitCode {
@@ -92,7 +94,7 @@ async fn serve_with<S: rmcp::ServerHandler>(server: S) -> ExitCode {
 /// The command line.
 struct Args {
     config: Option<PathBuf>,
-    session: Option<String>,
+    session: Option<SessionId>,
     plugin: bool,
 }
 
@@ -111,8 +113,7 @@ fn parse_args() -> Result<Args, String> {
                 let id = value(&mut parser)?
                     .into_string()
                     .map_err(|_| "--session must be UTF-8".to_string())?;
-                ktr_base::ids::SessionId::parse(&id).map_err(|e| e.message)?;
-                args.session = Some(id);
+                args.session = Some(SessionId::parse(&id).map_err(|e| e.message)?);
             }
             Long("plugin") => args.plugin = true,
             Short('h') | Long("help") => {

@@ -1,11 +1,21 @@
 //! What each tool answers (issue 26: typed outputs, not `json!`): one
-//! struct per answer, serialized as the tool result's structured content.
-//! The model reads these field names; `tests/integration/mcp.rs` checks them.
+//! struct per answer, serialized as the tool result's structured content
+//! and advertised as the tool's `outputSchema` (`rmcp::Json`). The model
+//! reads these field names; `tests/integration/mcp.rs` checks every answer
+//! against its schema.
+//!
+//! The schemas describe each answer's own fields. The library reports an
+//! answer carries (a plan, a ledger, the window, an operation, a hit) are
+//! objects in the schema ([`Nested`]): their fields are those of the CLI's
+//! `--json` output, documented in SPEC.md, and the engine and admin crates
+//! do not depend on schemars.
 
 use std::collections::BTreeMap;
 
+use rmcp::schemars::JsonSchema;
 use serde::Serialize;
 
+use ktr_admin::doctor;
 use ktr_admin::report::StatusView;
 use ktr_engine::ledger::LedgerReport;
 use ktr_engine::plan::PlanReport;
@@ -15,13 +25,45 @@ use ktr_engine::window::Window;
 use ktr_engine::{LeftOutReason, plan};
 use ktr_pipeline::recall::Answer;
 
+/// A library report inside an answer, as an object in the schema.
+type Nested = serde_json::Map<String, serde_json::Value>;
+
+/// `thread_rebuild_doctor`: `ktr doctor --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct Doctor {
+    /// No check failed.
+    pub ok: bool,
+    /// The config did not load: only the checks that do not need it ran.
+    pub config_error: bool,
+    /// Each check: `name`, `ok`, `level`, `detail`, and `fix` when it failed or warns.
+    #[schemars(with = "Vec<Nested>")]
+    pub checks: Vec<doctor::Check>,
+}
+
+impl Doctor {
+    pub fn of(report: doctor::Report) -> Doctor {
+        Doctor {
+            ok: report.ok,
+            config_error: report.config_error,
+            checks: report.checks,
+        }
+    }
+}
+
 /// `thread_rebuild_dirty`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 pub struct Dirty {
+    /// The transcript read.
     pub transcript: String,
     /// Why this transcript (the session served, or the newest).
     pub transcript_choice: String,
+    /// The dirty ledger: residue versus conversation, reasons, `should_rebuild`.
+    #[schemars(with = "Nested")]
     pub ledger: LedgerReport,
+    /// The window account (SPEC §8), when the transcript's tail could be read.
+    #[schemars(with = "Option<Nested>")]
     pub window: Option<Window>,
 }
 
@@ -40,12 +82,19 @@ impl Dirty {
 /// per-record `left_out` list, summarised by reason (it can hold thousands
 /// of entries, and the model reads it inside the very window being
 /// measured).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 pub struct PlanView {
+    /// Every field of `ktr plan --json` but `left_out`.
     #[serde(flatten)]
+    #[schemars(with = "Nested")]
     pub report: PlanReport,
+    /// Records left out, counted by reason.
+    #[schemars(with = "BTreeMap<String, usize>")]
     pub left_out_by_reason: BTreeMap<LeftOutReason, usize>,
+    /// Why this transcript (the session served, or the newest).
     pub transcript_choice: String,
+    /// What to do next.
     pub next: &'static str,
 }
 
@@ -72,36 +121,53 @@ impl PlanView {
 /// `thread_rebuild_request`, `thread_rebuild_cancel`,
 /// `thread_rebuild_rollback_request`: the operation as `ktr status --json`
 /// shows it, and what the model does next.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 pub struct Changed {
+    /// The operation as `ktr status --json` shows it.
+    #[schemars(with = "Nested")]
     pub operation: StatusView,
     /// The target that would be switched (a request only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// What to do next.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<&'static str>,
 }
 
 /// `thread_rebuild_status`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 pub struct Status {
+    /// The operation as `ktr status --json` shows it; null when there is none.
+    #[schemars(with = "Option<Nested>")]
     pub operation: Option<StatusView>,
     /// Operations whose worker died, failed by this call.
     pub recovered_stale: Vec<String>,
+    /// Said when there is no operation.
     pub note: &'static str,
 }
 
 /// `thread_rebuild_recall`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 pub struct Recalled {
+    /// Newest first: session, line, time, turn, kind, tool and its input, a snippet, an `id`.
+    #[schemars(with = "Vec<Nested>")]
     pub hits: Vec<Hit>,
+    /// Hits beyond `limit` seen before the search stopped.
     pub more_at_least: u64,
+    /// Every match, with `count`.
     pub total: Option<u64>,
+    /// Sessions searched: this one and those it was rebuilt from.
     pub sessions_in_lineage: usize,
+    /// Sessions of the lineage whose text is gone.
     pub lost_sessions: Vec<String>,
+    /// Everything was read.
     pub complete: bool,
     pub files_searched: u32,
     pub bytes_searched: u64,
+    /// What to do next.
     pub next: &'static str,
 }
 
@@ -128,10 +194,15 @@ impl Recalled {
 }
 
 /// `thread_rebuild_recall_get`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
 pub struct RecallPage {
+    /// The hit's id, as given.
     pub id: String,
+    /// The page: its texts, `page` and `pages`.
+    #[schemars(with = "Nested")]
     pub page: Page,
+    /// What to do next.
     pub next: String,
 }
 

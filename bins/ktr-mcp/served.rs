@@ -24,7 +24,7 @@ const FIRST_WRITE: Duration = Duration::from_secs(3);
 /// The served session, if known.
 #[derive(Debug, Clone)]
 pub struct Session {
-    id: Option<String>,
+    id: Option<SessionId>,
     origin: &'static str,
 }
 
@@ -37,15 +37,15 @@ pub struct Chosen {
 impl Session {
     /// `--session ID` (already validated), else `$CLAUDE_CODE_SESSION_ID`
     /// when it is a valid id, else unknown.
-    pub fn detect(arg: Option<String>) -> Session {
+    pub fn detect(arg: Option<SessionId>) -> Session {
         if let Some(id) = arg {
             return Session {
                 id: Some(id),
                 origin: "--session",
             };
         }
-        match std::env::var(SESSION_ENV) {
-            Ok(id) if SessionId::parse(&id).is_ok() => Session {
+        match std::env::var(SESSION_ENV).map(|id| SessionId::parse(&id)) {
+            Ok(Ok(id)) => Session {
                 id: Some(id),
                 origin: SESSION_ENV,
             },
@@ -68,10 +68,10 @@ impl Session {
         let bindings = binding::dir(&config.state_dir);
         let bound = process::runner_of(std::process::id())
             .and_then(|claude| binding::of(&bindings, claude))
-            .filter(|b| SessionId::parse(&b.session_id).is_ok());
+            .and_then(|b| SessionId::parse(&b.session_id).ok());
         match bound {
-            Some(b) => Session {
-                id: Some(b.session_id),
+            Some(id) => Session {
+                id: Some(id),
                 origin: "the last resume of this Claude Code (ktr-ack)",
             },
             None => self.clone(),
@@ -119,7 +119,7 @@ impl Session {
     /// `project_dir`; none when unknown (the first Stop hook in
     /// `project_dir` binds it). A known session elsewhere is refused: ktr
     /// would otherwise rebuild a session other than the one asking.
-    pub fn binding(&self, config: &Config) -> Result<Option<String>> {
+    pub fn binding(&self, config: &Config) -> Result<Option<SessionId>> {
         match (&self.id, self.in_project_soon(config)) {
             (None, _) => Ok(None),
             (Some(_), Some((id, _))) => Ok(Some(id)),
@@ -135,7 +135,7 @@ impl Session {
     /// this server (its parent) on `session`: otherwise a model in another
     /// session of the same project would rebuild itself into the target's
     /// place. Refused with the reason naming both; nothing is recorded.
-    pub fn target_for(config: &Config, session: Option<&str>) -> Result<String> {
+    pub fn target_for(config: &Config, session: Option<&SessionId>) -> Result<String> {
         let target = Target::from_config(config);
         let claude = process::runner_of(std::process::id());
         let running = match session {
@@ -152,7 +152,7 @@ impl Session {
     /// transcript: Claude Code writes a new session's first records only
     /// ~0.1 s after the prompt (more under load), and its model may call a
     /// tool in the very first turn.
-    fn in_project_soon(&self, config: &Config) -> Option<(String, PathBuf)> {
+    fn in_project_soon(&self, config: &Config) -> Option<(SessionId, PathBuf)> {
         let deadline = Instant::now() + FIRST_WRITE;
         loop {
             let found = self.in_project(config);
@@ -163,7 +163,7 @@ impl Session {
         }
     }
 
-    fn in_project(&self, config: &Config) -> Option<(String, PathBuf)> {
+    fn in_project(&self, config: &Config) -> Option<(SessionId, PathBuf)> {
         let id = self.id.as_ref()?;
         let path = config.project_dir.join(format!("{id}.jsonl"));
         path.is_file().then(|| (id.clone(), path))

@@ -5,23 +5,23 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::schemars::JsonSchema;
-use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
 use serde::Deserialize;
-use serde::Serialize;
 
 use ktr_admin::doctor;
 use ktr_admin::report::StatusView;
 use ktr_base::config::Config;
+use ktr_base::ids::OperationId;
 use ktr_base::{Error, Result};
 use ktr_engine::plan;
 use ktr_pipeline::operation::Store;
 use ktr_pipeline::target::Target;
 use ktr_pipeline::window_cache;
 
-use crate::outputs::{Changed, Dirty, PlanView, RecallPage, Recalled, Status};
+use crate::outputs::{Changed, Dirty, Doctor, PlanView, RecallPage, Recalled, Status};
 use crate::served::Session;
 
 /// The server: which config to load and which session it serves.
@@ -131,7 +131,12 @@ pub struct RecallGetArgs {
 /// The most hits one MCP answer holds (Claude Code truncates large tool results).
 const MCP_RECALL_LIMIT: u32 = 30;
 
-type ToolResult = std::result::Result<CallToolResult, ErrorData>;
+/// A tool's answer: its typed output (structured content, advertised as
+/// the tool's `outputSchema`), or the library's one-line message as a
+/// result with `isError: true`. The tools spell the type out:
+/// `#[tool]` finds the output schema by reading `Result<Json<T>, _>` in
+/// the signature.
+type Answer<T> = std::result::Result<Json<T>, CallToolResult>;
 
 #[tool_router]
 impl Server {
@@ -147,10 +152,10 @@ impl Server {
         description = "Read-only health report of the ktr installation: config, project dir, workdir, target, hooks, MCP registration, state dir, stuck operations. Each failed check says how to fix it.",
         annotations(read_only_hint = true)
     )]
-    async fn thread_rebuild_doctor(&self) -> ToolResult {
+    async fn thread_rebuild_doctor(&self) -> std::result::Result<Json<Doctor>, CallToolResult> {
         let config = self.config.clone();
         run("thread_rebuild_doctor", move || {
-            Ok(doctor::check(config.as_deref()))
+            Ok(Doctor::of(doctor::check(config.as_deref())))
         })
         .await
     }
@@ -162,7 +167,7 @@ impl Server {
     async fn thread_rebuild_dirty(
         &self,
         Parameters(args): Parameters<TranscriptArgs>,
-    ) -> ToolResult {
+    ) -> std::result::Result<Json<Dirty>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_dirty", move || {
             let (chosen, plan) = this.plan(args.transcript_path)?;
@@ -178,7 +183,7 @@ impl Server {
     async fn thread_rebuild_plan(
         &self,
         Parameters(args): Parameters<TranscriptArgs>,
-    ) -> ToolResult {
+    ) -> std::result::Result<Json<PlanView>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_plan", move || {
             let (chosen, plan) = this.plan(args.transcript_path)?;
@@ -194,14 +199,14 @@ impl Server {
     async fn thread_rebuild_request(
         &self,
         Parameters(args): Parameters<RequestArgs>,
-    ) -> ToolResult {
+    ) -> std::result::Result<Json<Changed>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_request", move || {
             let config = this.load_config()?;
             ktr_pipeline::operation::confirm(&args.confirmation, "REBUILD")?;
             let session = this.served.now(&config).binding(&config)?;
-            let target = Session::target_for(&config, session.as_deref())?;
-            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_deref())?;
+            let target = Session::target_for(&config, session.as_ref())?;
+            let op = Store::for_config(&config)?.request(&args.reason, &args.confirmation, session.as_ref())?;
             Ok(Changed {
                 operation: StatusView::of(&op),
                 target: Some(target),
@@ -215,14 +220,17 @@ impl Server {
         description = "Read-only status of a rebuild operation (default: the most recent): status, reasons, error, session_conflict, needs_attention, estimated vs measured context tokens, history.",
         annotations(read_only_hint = true)
     )]
-    async fn thread_rebuild_status(&self, Parameters(args): Parameters<StatusArgs>) -> ToolResult {
+    async fn thread_rebuild_status(
+        &self,
+        Parameters(args): Parameters<StatusArgs>,
+    ) -> std::result::Result<Json<Status>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_status", move || {
             let config = this.load_config()?;
             let store = Store::at(&config.state_dir).with_config(&config);
             let recovered = store.recover_stale()?;
             let op = match args.operation_id {
-                Some(id) => Some(store.load(&id)?),
+                Some(id) => Some(store.load(&OperationId::parse(&id)?)?),
                 None => store.latest()?,
             };
             let target = Target::from_config(&config);
@@ -247,11 +255,15 @@ impl Server {
         description = "Cancel a pending rebuild (only while it is still pending). Only after the human asked; confirmation must be exactly CANCEL.",
         annotations(read_only_hint = false, destructive_hint = false)
     )]
-    async fn thread_rebuild_cancel(&self, Parameters(args): Parameters<CancelArgs>) -> ToolResult {
+    async fn thread_rebuild_cancel(
+        &self,
+        Parameters(args): Parameters<CancelArgs>,
+    ) -> std::result::Result<Json<Changed>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_cancel", move || {
             let config = this.load_config()?;
-            let op = Store::for_config(&config)?.cancel(&args.operation_id, &args.confirmation)?;
+            let op = Store::for_config(&config)?
+                .cancel(&OperationId::parse(&args.operation_id)?, &args.confirmation)?;
             Ok(Changed {
                 operation: StatusView::of(&op),
                 target: None,
@@ -268,12 +280,12 @@ impl Server {
     async fn thread_rebuild_rollback_request(
         &self,
         Parameters(args): Parameters<RollbackArgs>,
-    ) -> ToolResult {
+    ) -> std::result::Result<Json<Changed>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_rollback_request", move || {
             let config = this.load_config()?;
             let op = Store::for_config(&config)?
-                .rollback_request(&args.operation_id, &args.confirmation)?;
+                .rollback_request(&OperationId::parse(&args.operation_id)?, &args.confirmation)?;
             Ok(Changed {
                 operation: StatusView::of(&op),
                 target: None,
@@ -287,7 +299,10 @@ impl Server {
         description = "Read-only verbatim search of everything this session's history held — earlier tool output, files read, commands run, thinking, injections, and every session it was rebuilt from (even when Claude Code deleted their transcripts: ktr's backups). No summaries, no scoring: each hit cites session, line, time, turn, kind, tool and its input, with a snippet (match in ⟦⟧) and an id for thread_rebuild_recall_get. Newest first; at most 30 hits per call (narrow with kinds/tool/sessions/since/until/turns).",
         annotations(read_only_hint = true)
     )]
-    async fn thread_rebuild_recall(&self, Parameters(args): Parameters<RecallArgs>) -> ToolResult {
+    async fn thread_rebuild_recall(
+        &self,
+        Parameters(args): Parameters<RecallArgs>,
+    ) -> std::result::Result<Json<Recalled>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_recall", move || {
             let config = this.load_config()?;
@@ -324,7 +339,7 @@ impl Server {
     async fn thread_rebuild_recall_get(
         &self,
         Parameters(args): Parameters<RecallGetArgs>,
-    ) -> ToolResult {
+    ) -> std::result::Result<Json<RecallPage>, CallToolResult> {
         let this = self.clone();
         run("thread_rebuild_recall_get", move || {
             let config = this.load_config()?;
@@ -375,25 +390,22 @@ impl Server {
 }
 
 /// Run a library call off the async thread and turn its outcome into a
-/// tool result; log one line to stderr.
-async fn run<T, F>(tool: &'static str, f: F) -> ToolResult
+/// tool answer; log one line to stderr.
+async fn run<T, F>(tool: &'static str, f: F) -> Answer<T>
 where
-    T: Serialize + Send + 'static,
+    T: Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
     let outcome = tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(Error::io(format!("{tool} stopped unexpectedly: {e}"))));
-    Ok(match outcome {
+    match outcome {
         Ok(value) => {
             eprintln!("ktr-mcp: {tool}: ok");
-            match serde_json::to_value(&value) {
-                Ok(v) => CallToolResult::structured(v),
-                Err(e) => error_result(tool, &format!("cannot encode the result: {e}")),
-            }
+            Ok(Json(value))
         }
-        Err(e) => error_result(tool, &e.message),
-    })
+        Err(e) => Err(error_result(tool, &e.message)),
+    }
 }
 
 fn error_result(tool: &str, message: &str) -> CallToolResult {

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use ktr_base::Error;
+use ktr_base::ids::{OperationId, SessionId};
 use lexopt::prelude::*;
 
 pub const HELP: &str = "\
@@ -113,14 +114,14 @@ pub struct RequestArgs {
     pub common: Common,
     pub confirm: String,
     pub reason: String,
-    pub session: Option<String>,
+    pub session: Option<SessionId>,
 }
 
 /// `ktr cancel` and `ktr rollback-request`: one operation and a word.
 #[derive(Debug, Default)]
 pub struct ConfirmArgs {
     pub common: Common,
-    pub operation: String,
+    pub operation: OperationId,
     pub confirm: String,
 }
 
@@ -128,7 +129,7 @@ pub struct ConfirmArgs {
 #[derive(Debug, Default)]
 pub struct StatusArgs {
     pub common: Common,
-    pub operation: Option<String>,
+    pub operation: Option<OperationId>,
 }
 
 /// `ktr ops`.
@@ -385,15 +386,14 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         )));
     }
     let operand = raw.operands.into_iter().next();
-    if let Some(id) = &raw.session {
-        ktr_base::ids::SessionId::parse(id)?;
-    }
+    let session = raw.session.as_deref().map(SessionId::parse).transpose()?;
+    let operation = || operand.as_deref().map(OperationId::parse).transpose();
     Ok(match command {
         "request" => Command::Request(RequestArgs {
             common,
             confirm: required(raw.confirm, "request", "--confirm REBUILD")?,
             reason: raw.reason.unwrap_or_else(|| DEFAULT_REASON.into()),
-            session: raw.session,
+            session,
         }),
         "cancel" | "rollback-request" => {
             let word = if command == "cancel" {
@@ -403,7 +403,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
             };
             let args = ConfirmArgs {
                 common,
-                operation: required(operand, command, "an operation id (see ktr ops)")?,
+                operation: required(operation()?, command, "an operation id (see ktr ops)")?,
                 confirm: required(raw.confirm, command, &format!("--confirm {word}"))?,
             };
             if command == "cancel" {
@@ -414,7 +414,7 @@ fn validate(raw: Raw) -> Result<Command, Error> {
         }
         "status" => Command::Status(StatusArgs {
             common,
-            operation: operand,
+            operation: operation()?,
         }),
         "ops" => Command::Ops(OpsArgs { common }),
         "config" => Command::Config(ConfigArgs {
@@ -499,7 +499,7 @@ fn forget_word(word: Option<&str>) -> Result<bool, Error> {
 }
 
 /// A value the command cannot do without.
-fn required(value: Option<String>, command: &str, what: &str) -> Result<String, Error> {
+fn required<T>(value: Option<T>, command: &str, what: &str) -> Result<T, Error> {
     value.ok_or_else(|| Error::usage(format!("ktr {command} needs {what}; see ktr --help")))
 }
 

@@ -27,6 +27,7 @@ use ktr_pipeline::window_cache;
 
 use crate::cli::DemoArgs;
 use crate::{dirty, out, status};
+use ktr_base::ids::OperationId;
 
 /// The example session: a companion + engineering conversation with tool
 /// calls, channel messages, a queued message, a slash command, a compaction.
@@ -184,7 +185,7 @@ fn heading(n: u32, title: &str, about: &str) {
 }
 
 /// Poll `id` until it is terminal, printing each transition as it lands.
-fn follow(store: &Store, id: &str, timeout: Duration) -> Result<Operation, Error> {
+fn follow(store: &Store, id: &OperationId, timeout: Duration) -> Result<Operation, Error> {
     let deadline = Instant::now() + timeout;
     let mut shown = 0;
     loop {

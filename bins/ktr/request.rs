@@ -9,7 +9,7 @@ use crate::{out, state, status};
 
 pub fn run(args: &RequestArgs) -> Result<u8, Error> {
     let (_, store) = state::open(args.common.config.as_deref())?;
-    let op = store.request(&args.reason, &args.confirm, args.session.as_deref())?;
+    let op = store.request(&args.reason, &args.confirm, args.session.as_ref())?;
     show(&StatusView::of(&op), args.common.json);
     Ok(0)
 }

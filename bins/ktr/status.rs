@@ -41,7 +41,7 @@ pub fn human(v: &StatusView) -> String {
     };
     let mut s = String::new();
     let mut line = |k: &str, v: String| s.push_str(&format!("{k:<18}{v}\n"));
-    line("operation", v.id.clone());
+    line("operation", v.id.to_string());
     line("status", v.status.to_string());
     line("next", v.next.clone());
     line("reasons", v.reasons.join("; "));

@@ -9,7 +9,8 @@ use std::process::Command;
 
 use crate::support::{OptionOrPanic, ResultOrPanic};
 use crate::support::{Sandbox, tree};
-use ktr_base::fsutil::sha256_file;
+use ktr_base::digest::Sha256;
+use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
@@ -202,7 +203,11 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
     let old = store.request("first", "REBUILD", None).unwrap();
     store.cancel(&old.id, "CANCEL").unwrap();
     let op = store
-        .request("window 4 MB", "REBUILD", Some("src-session"))
+        .request(
+            "window 4 MB",
+            "REBUILD",
+            Some(&SessionId::parse("src-session").unwrap()),
+        )
         .unwrap();
     sb.walk(&op.id, &TO_ACTIVATED, |op| {
         op.attempts = 2;
@@ -210,7 +215,7 @@ fn status_shows_the_latest_operation_with_estimate_and_measurement() {
         op.candidate = Some(CandidateFile {
             session_id: ktr_base::ids::SessionId::parse("new-session").unwrap(),
             path: "/p/new-session.jsonl".into(),
-            sha256: "ab".repeat(32),
+            sha256: Sha256::parse(&"ab".repeat(32)).unwrap(),
         });
         op.manifest_artifact = Some(ktr_pipeline::operation::ManifestRef {
             items: 7,
@@ -526,7 +531,7 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     fs::write(&path, format!("{{\"type\":\"user\",\"n\":{n}}}\n")).unwrap();
     op.candidate = Some(CandidateFile {
         session_id: ktr_base::ids::SessionId::parse(&sid).unwrap(),
-        sha256: sha256_file(&path).unwrap(),
+        sha256: Sha256::of_file(&path).unwrap(),
         path: path.clone(),
     });
     put(sb, op);
@@ -673,7 +678,7 @@ fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     forged.candidate = Some(CandidateFile {
         session_id: ktr_base::ids::SessionId::parse("elsewhere").unwrap(),
         path: outside.clone(),
-        sha256: sha256_file(&outside).unwrap(),
+        sha256: Sha256::of_file(&outside).unwrap(),
     });
     put(&sb, &forged);
     // And one edited to a session id that tries to climb out: such a file
@@ -1027,7 +1032,10 @@ fn status_shows_the_window_with_the_source_of_each_figure() {
     let sb = Sandbox::new();
     let session = "0a000000-0000-4000-8000-000000000001";
     let transcript = sb.add_transcript(session, &fs::read(crate::support::example()).unwrap());
-    let op = sb.store().request("x", "REBUILD", Some(session)).unwrap();
+    let op = sb
+        .store()
+        .request("x", "REBUILD", Some(&SessionId::parse(session).unwrap()))
+        .unwrap();
     sb.walk(&op.id, &[Status::Scheduled], |op| {
         op.transcript_path = Some(transcript.clone());
     });

@@ -119,7 +119,7 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
             op.candidate = Some(CandidateFile {
                 session_id: ktr_base::ids::SessionId::parse(new_id).unwrap(),
                 path: candidate.clone(),
-                sha256: plan.candidate.sha256(),
+                sha256: ktr_base::digest::Sha256::parse(&plan.candidate.sha256()).unwrap(),
             });
             for to in [Status::Running, Status::Verifying, Status::Activating] {
                 tx.transition(&mut op, to, "e2e stand-in")?;

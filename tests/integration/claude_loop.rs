@@ -493,7 +493,10 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     // bytes; from the switch on nothing writes it any more (checked again
     // after the probe below).
     let backup = op.backup.clone().expect("a frozen backup");
-    assert_eq!(sha256_file(&backup).ok(), op.source_sha256);
+    assert_eq!(
+        ktr_base::digest::Sha256::of_file(&backup).ok(),
+        op.source_sha256
+    );
     let frozen = fs::read(&backup).unwrap();
     assert!(
         String::from_utf8_lossy(&frozen).contains("ASSISTANT-L3"),

@@ -384,19 +384,10 @@ fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly
         everything(&asked).contains("thread_rebuild_status"),
         "the expansion names the tool"
     );
-    // ktr's nine tools, by their plugin names only.
+    // ktr's tools (SPEC §11), by their plugin names only.
     let names = tool_names(&asked);
-    for t in [
-        "doctor",
-        "dirty",
-        "plan",
-        "request",
-        "status",
-        "cancel",
-        "rollback_request",
-        "recall",
-        "recall_get",
-    ] {
+    for t in crate::support::mcp_tools("docs/SPEC.md") {
+        let t = t.trim_start_matches("thread_rebuild_");
         assert!(
             names.iter().any(|n| *n == format!("{PLUGIN_TOOL}{t}")),
             "{PLUGIN_TOOL}{t} is not offered: {names:?}"

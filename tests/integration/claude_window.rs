@@ -35,6 +35,7 @@ use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
 use crate::support::fake_api::{FakeApi, Rule, conversation, last_user_text, text, tool};
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_pipeline::operation::{Operation, Status, Store};
 use ktr_pipeline::pane::Input;
 
@@ -137,7 +138,11 @@ impl Session {
 
     fn request(&self) -> Operation {
         self.store
-            .request("issue 8 test", "REBUILD", Some(&self.id))
+            .request(
+                "issue 8 test",
+                "REBUILD",
+                Some(&SessionId::parse(&self.id).unwrap()),
+            )
             .unwrap()
     }
 
@@ -360,7 +365,10 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
         !text.contains("SAY-BLOCKED"),
         "the rebuilt session carries the blocked prompt too (it would be sent twice)"
     );
-    let final_op = s.store.load(done.id.as_str()).unwrap();
+    let final_op = s
+        .store
+        .load(&OperationId::parse(done.id.as_str()).unwrap())
+        .unwrap();
     assert!(
         final_op
             .history
@@ -455,7 +463,10 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
         w["overhead_tokens"],
         w["after_rebuild_tokens"],
         w["frees_percent"],
-        s.store.load(done.id.as_str()).unwrap().context_tokens(),
+        s.store
+            .load(&OperationId::parse(done.id.as_str()).unwrap())
+            .unwrap()
+            .context_tokens(),
         done.estimated_tokens,
     );
     let sent = conversation(&request);
@@ -511,7 +522,10 @@ fn a_draft_typed_after_the_switch_is_not_pasted_over(bin: &Path) {
         s.screen()
     );
     assert_eq!(
-        s.store.load(op.id.as_str()).unwrap().status,
+        s.store
+            .load(&OperationId::parse(op.id.as_str()).unwrap())
+            .unwrap()
+            .status,
         Status::Activated
     );
     s.tmux.wait_idle(TURN);
@@ -522,7 +536,7 @@ fn a_draft_typed_after_the_switch_is_not_pasted_over(bin: &Path) {
     fs::remove_file(&pause).unwrap();
     let noted = || {
         s.store
-            .load(op.id.as_str())
+            .load(&OperationId::parse(op.id.as_str()).unwrap())
             .unwrap()
             .history
             .last()

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::support::Sandbox;
+use ktr_base::ids::OperationId;
 
 const SESSION: &str = "5e55a9e0-0000-4000-8000-00000000dddd";
 
@@ -247,7 +248,9 @@ fn the_file_size_limit_is_a_clear_failure_not_a_silent_death() {
         error.contains("ulimit -f") && error.contains("File too large"),
         "{error}"
     );
-    let artifacts = store.artifacts_dir(ops[0].id.as_str()).unwrap();
+    let artifacts = store
+        .artifacts_dir(&OperationId::parse(ops[0].id.as_str()).unwrap())
+        .unwrap();
     assert_eq!(
         fs::read_dir(artifacts).unwrap().count(),
         0,

@@ -183,7 +183,7 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
         op.candidate = Some(CandidateFile {
             session_id: SessionId::parse("cand-0000").unwrap(),
             path: planted.clone(),
-            sha256: String::new(),
+            sha256: ktr_base::digest::Sha256::default(),
         });
         op.worker = Some(Worker {
             pid: 999_999_999,

@@ -1,4 +1,4 @@
-//! `ktr-mcp` over real stdio: the handshake, the nine tools, errors the
+//! `ktr-mcp` over real stdio: the handshake, the tools SPEC §11 lists, errors the
 //! model can read, and a clean exit when stdin closes. The fixture project
 //! holds `examples/session.jsonl`; nothing reaches a real installation.
 
@@ -8,22 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::Sandbox;
+use crate::support::{Sandbox, mcp_tools};
+use ktr_base::ids::OperationId;
 use ktr_pipeline::operation::Status;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
-const TOOLS: [&str; 9] = [
-    "thread_rebuild_doctor",
-    "thread_rebuild_dirty",
-    "thread_rebuild_plan",
-    "thread_rebuild_request",
-    "thread_rebuild_status",
-    "thread_rebuild_cancel",
-    "thread_rebuild_rollback_request",
-    "thread_rebuild_recall",
-    "thread_rebuild_recall_get",
-];
 
 /// A sandbox whose project holds the example session.
 /// A sandbox whose target (a pointer file) runs `SESSION`, with its transcript.
@@ -46,6 +36,8 @@ pub(crate) struct Client {
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
+    /// Each tool's `outputSchema`, from `tools/list` at the first call.
+    output_schemas: Option<Map<String, Value>>,
 }
 
 impl Client {
@@ -71,6 +63,7 @@ impl Client {
             stdout: BufReader::new(child.stdout.take().unwrap()),
             child,
             next_id: 1,
+            output_schemas: None,
         }
     }
 
@@ -113,16 +106,49 @@ impl Client {
         }
     }
 
-    /// Call a tool; returns (isError, structured content or text).
+    /// Call a tool; returns (isError, structured content or text). A
+    /// success must carry structured content that its tool's
+    /// `outputSchema` describes, and the same JSON as its text.
+    #[track_caller]
     #[allow(clippy::needless_pass_by_value)] // built inline with json!()
     pub(crate) fn call(&mut self, tool: &str, args: Value) -> (bool, Value) {
         let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
         let is_error = r["isError"].as_bool().unwrap_or(false);
         let text = r["content"][0]["text"].as_str().unwrap_or("").to_string();
         match r.get("structuredContent") {
-            Some(v) if !is_error => (false, v.clone()),
+            Some(v) if !is_error => {
+                let schema = self.output_schema(tool);
+                assert_conforms(&schema, v, tool);
+                assert_eq!(
+                    serde_json::from_str::<Value>(&text).ok().as_ref(),
+                    Some(v),
+                    "{tool}: the text block is not the structured content"
+                );
+                (false, v.clone())
+            }
             _ => (is_error, Value::String(text)),
         }
+    }
+
+    /// `tool`'s `outputSchema` as `tools/list` advertises it.
+    #[track_caller]
+    fn output_schema(&mut self, tool: &str) -> Value {
+        if self.output_schemas.is_none() {
+            let listed = self.request("tools/list", json!({}));
+            let schemas = listed["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    (
+                        t["name"].as_str().unwrap().to_string(),
+                        t["outputSchema"].clone(),
+                    )
+                })
+                .collect();
+            self.output_schemas = Some(schemas);
+        }
+        self.output_schemas.as_ref().unwrap()[tool].clone()
     }
 
     /// Close stdin and wait (at most 5 s) for the exit code.
@@ -143,6 +169,49 @@ impl Client {
     }
 }
 
+/// `value` is what `schema` (an MCP `outputSchema`) describes: an object
+/// with every required key, each known key of its declared JSON type, and
+/// no key the schema does not name unless it allows more.
+#[track_caller]
+fn assert_conforms(schema: &Value, value: &Value, tool: &str) {
+    assert_eq!(schema["type"], "object", "{tool}: outputSchema {schema}");
+    let object = value
+        .as_object()
+        .unwrap_or_else(|| panic!("{tool}: {value} is not an object"));
+    for key in schema["required"].as_array().into_iter().flatten() {
+        let key = key.as_str().unwrap();
+        assert!(object.contains_key(key), "{tool}: no {key:?} in {value}");
+    }
+    let properties = schema["properties"].as_object().unwrap();
+    for (key, field) in object {
+        let Some(declared) = properties.get(key) else {
+            assert_eq!(
+                schema["additionalProperties"], true,
+                "{tool}: {key:?} is not in the outputSchema"
+            );
+            continue;
+        };
+        let types: Vec<&str> = match &declared["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => continue,
+        };
+        let actual = match field {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_f64() => "number",
+            Value::Number(_) => "integer",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        assert!(
+            types.contains(&actual) || (actual == "integer" && types.contains(&"number")),
+            "{tool}: {key:?} is {actual}, the outputSchema says {types:?}"
+        );
+    }
+}
+
 fn ktr_plan_json(sb: &Sandbox, transcript: &Path) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
         .env("HOME", &sb.home)
@@ -156,7 +225,7 @@ fn ktr_plan_json(sb: &Sandbox, transcript: &Path) -> Value {
 }
 
 #[test]
-fn handshake_names_the_server_and_lists_exactly_the_nine_tools() {
+fn handshake_names_the_server_and_lists_exactly_the_tools_spec_section_11_names() {
     let (sb, _) = fixture();
     let (mut c, init) = Client::start(&sb, None);
     assert_eq!(init["serverInfo"]["name"], "ktr");
@@ -182,13 +251,29 @@ fn handshake_names_the_server_and_lists_exactly_the_nine_tools() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     names.sort_unstable();
-    let mut want = TOOLS.to_vec();
+    let mut want = mcp_tools("docs/SPEC.md");
     want.sort_unstable();
     assert_eq!(names, want);
+    for readme in ["README.md", "README.zh-CN.md"] {
+        assert_eq!(
+            mcp_tools(readme),
+            mcp_tools("docs/SPEC.md"),
+            "{readme}'s tool table is not SPEC §11's"
+        );
+    }
     for tool in tools.as_array().unwrap() {
         let schema = &tool["inputSchema"];
         assert_eq!(schema["type"], "object", "{tool}");
         assert!(!tool["description"].as_str().unwrap().is_empty());
+        let output = &tool["outputSchema"];
+        assert_eq!(
+            output["type"], "object",
+            "{tool} advertises no outputSchema"
+        );
+        assert!(
+            output["required"].as_array().is_some_and(|r| !r.is_empty()),
+            "{tool}: its outputSchema requires nothing"
+        );
         for (name, prop) in schema["properties"].as_object().unwrap() {
             assert!(
                 prop["description"].as_str().is_some_and(|d| !d.is_empty()),
@@ -427,7 +512,7 @@ fn request_status_cancel_and_rollback_act_on_the_operation_store() {
         json!({"reason": "window 90 % noise", "confirmation": "REBUILD"}),
     );
     assert!(!err, "{req}");
-    let id = req["operation"]["id"].as_str().unwrap().to_string();
+    let id = OperationId::parse(req["operation"]["id"].as_str().unwrap()).unwrap();
     assert_eq!(req["operation"]["status"], "pending");
     assert!(
         req["next"]

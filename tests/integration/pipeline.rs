@@ -14,6 +14,7 @@ use ktr_pipeline::operation::{Operation, Status, manifest};
 use ktr_pipeline::target::{SWITCHING_NOTICE, WAITING_NOTICE};
 
 use Status::*;
+use ktr_base::ids::SessionId;
 
 fn mode(path: &std::path::Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -40,8 +41,8 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
         &candidate.path,
         &Expected {
             session_id: &candidate.session_id,
-            backup_sha256: op.source_sha256.as_deref().unwrap(),
-            candidate_sha256: &candidate.sha256,
+            backup_sha256: op.source_sha256.as_ref().unwrap().as_str(),
+            candidate_sha256: candidate.sha256.as_str(),
             manifest: &manifest.items,
             left_out: &manifest.left_out,
         },
@@ -95,7 +96,7 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
     );
     assert_candidate_verifies(&rig, &op);
     // Prepare recorded what it saw; activate what it left.
-    assert_eq!(op.source_sha256.as_deref(), Some(source_sha.as_str()));
+    assert_eq!(op.source_sha256.as_ref().unwrap(), &source_sha);
     assert_eq!(op.target_before.as_deref(), Some(pane_before.as_str()));
     assert_eq!(op.target_after.as_deref(), Some(rig.pane_pid().as_str()));
     assert_ne!(op.target_after, op.target_before);
@@ -583,6 +584,14 @@ fn rollback_refuses_when_the_target_changed_since_activation() {
     let server = rig.tmux.as_ref().unwrap();
     server.tmux(&["respawn-pane", "-k", "-t", "t:0.0", "sleep", "3600"]);
     let pane = rig.pane_pid();
+    // The killed stand-in claude must be gone before the Stop hook is fed,
+    // or `stop` hands the hook to a process that never runs it.
+    assert!(
+        crate::support::wait_for(crate::support::rig::SETTLE, || rig
+            .claude_of(&candidate.session_id)
+            .is_none()),
+        "the candidate's claude outlived respawn-pane -k"
+    );
     rig.stop(&candidate.session_id, &candidate.path);
     let op = rig.wait_terminal(&op.id);
     assert_eq!((op.status, op.session_conflict), (Failed, true));
@@ -689,9 +698,7 @@ fn a_long_transcript_keeps_the_operation_file_small_and_verify_checks_the_manife
     long_transcript(&rig.source, 3000, 100);
     let op = rig.rebuild_paused_at("verify:start");
     let store = rig.store();
-    let size = fs::metadata(store.operation_path(&op.id).unwrap())
-        .unwrap()
-        .len();
+    let size = fs::metadata(store.operation_path(&op.id)).unwrap().len();
     let op = store.load(&op.id).unwrap();
     let recorded = op.manifest_artifact.clone().unwrap();
     assert!(size <= 64 << 10, "the operation file has {size} bytes");
@@ -1015,7 +1022,9 @@ fn tmux_ktr_prompt_tells_a_collision_with_the_switch_line_from_a_prompt() {
         assert_eq!(code, 0, "{out}");
         out
     };
-    let line = ktr_pipeline::target::resume_line(candidate.session_id.as_str());
+    let line = ktr_pipeline::target::resume_line(
+        &SessionId::parse(candidate.session_id.as_str()).unwrap(),
+    );
     let out = prompt(&format!("my draft words{line}"));
     assert!(
         out.contains("ktr typed its switch line while you were typing"),
@@ -1097,6 +1106,6 @@ fn a_long_step_shows_its_progress_in_status_mcp_and_the_statusline() {
     let json: serde_json::Value =
         serde_json::from_str(&rig.ktr(&["status", &op.id, "--json"])).unwrap();
     assert!(json.get("progress").is_none(), "{json:#}");
-    let file = rig.store().progress_path(&op.id).unwrap();
+    let file = rig.store().progress_path(&op.id);
     assert!(!file.exists(), "{} left behind", file.display());
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::support::Sandbox;
-use ktr_base::ids::SessionId;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_pipeline::operation::{CandidateFile, Operation, Status};
 
 const A: &str = "aaaaaaaa-0000-4000-8000-000000000001";
@@ -100,7 +100,7 @@ fn rebuilt(sb: &Sandbox, source: &str, candidate: &str) -> String {
     op.candidate = Some(CandidateFile {
         session_id: SessionId::parse(candidate).unwrap(),
         path: sb.project.join(format!("{candidate}.jsonl")),
-        sha256: String::new(),
+        sha256: ktr_base::digest::Sha256::default(),
     });
     op.status = Status::Activated;
     store.with_lock(|tx| tx.save(&mut op)).unwrap();
@@ -678,7 +678,7 @@ fn resumed(sb: &Sandbox, session: &str) -> Value {
 fn not_acked(sb: &Sandbox, id: &str) {
     sb.store()
         .with_lock(|tx| {
-            let mut op = tx.load(id)?;
+            let mut op = tx.load(&OperationId::parse(id).unwrap())?;
             op.ack = None;
             tx.save(&mut op)
         })
@@ -698,7 +698,7 @@ fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
     assert_eq!(stats.selected_turns, 2);
     sb.store()
         .with_lock(|tx| {
-            let mut op = tx.load(&ops[2])?;
+            let mut op = tx.load(&OperationId::parse(&ops[2]).unwrap())?;
             op.stats = Some(stats);
             tx.save(&mut op)
         })

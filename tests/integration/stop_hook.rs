@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use crate::support::OptionOrPanic;
 use crate::support::Sandbox;
+use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{CandidateFile, Operation, Status};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -240,7 +241,7 @@ fn a_session_bound_operation_ignores_other_sessions() {
     let other = sandbox.transcript(SESSION);
     let op = sandbox
         .store()
-        .request("big", "REBUILD", Some(mine))
+        .request("big", "REBUILD", Some(&SessionId::parse(mine).unwrap()))
         .unwrap();
     assert_eq!(
         sandbox.hook(STOP, &sandbox.stop_input(SESSION, &other)),
@@ -405,7 +406,7 @@ fn activated_operation(sandbox: &Sandbox, candidate: &str) -> Operation {
             op.candidate = Some(CandidateFile {
                 session_id: ktr_base::ids::SessionId::parse(candidate).unwrap(),
                 path: PathBuf::from(format!("/nowhere/{candidate}.jsonl")),
-                sha256: "0".repeat(64),
+                sha256: ktr_base::digest::Sha256::parse(&"0".repeat(64)).unwrap(),
             });
         },
     )

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::support::rig::{Kind, Rig, SRC, UNHEALTHY_WINDOW, UNIT};
 use crate::support::{stand_in, wait_for};
+use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{Operation, Status};
 
 /// The second session of the project (not in the target).
@@ -20,7 +21,11 @@ const OTHER: &str = "b7e2c4d1-9a3f-4c5e-8d21-6f0a1b2c3d4e";
 fn rebuild_of(rig: &Rig, session: &str) -> Operation {
     let op = rig
         .store()
-        .request("test rebuild", "REBUILD", Some(session))
+        .request(
+            "test rebuild",
+            "REBUILD",
+            Some(&SessionId::parse(session).unwrap()),
+        )
         .unwrap();
     let transcript = rig.sandbox.project.join(format!("{session}.jsonl"));
     rig.stop(session, &transcript);

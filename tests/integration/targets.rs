@@ -8,10 +8,15 @@ use std::time::Duration;
 
 use crate::support::{Sandbox, TmuxServer, stand_in, wait_for};
 use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
 use ktr_pipeline::process;
 use ktr_pipeline::target::{Pointer, Systemd, Target, Tmux};
 
 const SESSION: &str = "0b7c9a4e-5d3f-4e21-9c8a-1f2e3d4c5b6a";
+
+fn session() -> SessionId {
+    SessionId::parse(SESSION).unwrap()
+}
 
 /// A config whose resume command is the stand-in claude, recording to `record`.
 fn config(sandbox: &Sandbox, record: &Path, mode: &str) -> Config {
@@ -70,7 +75,7 @@ fn tmux_switch_respawns_the_pane_with_workdir_env_and_argv() {
     let before = target.identity().unwrap();
     let record = sandbox.root().join("claude.record");
     let config = config(&sandbox, &record, "stay");
-    target.switch(SESSION, &config).unwrap();
+    target.switch(&session(), &config).unwrap();
     assert!(
         wait_for(Duration::from_secs(10), || record.exists()),
         "the resumed program never started"
@@ -87,10 +92,15 @@ fn tmux_switch_respawns_the_pane_with_workdir_env_and_argv() {
         !process::pid_alive(before.parse().unwrap()),
         "the old process was killed"
     );
-    let healthy = target.health(SESSION, Duration::from_millis(1200)).unwrap();
+    let healthy = target
+        .health(&session(), Duration::from_millis(1200))
+        .unwrap();
     assert_eq!(healthy, after);
     let err = target
-        .health("another-session", Duration::from_millis(300))
+        .health(
+            &SessionId::parse("another-session").unwrap(),
+            Duration::from_millis(300),
+        )
         .unwrap_err();
     assert!(
         err.message.contains("does not run session another-session"),
@@ -107,10 +117,10 @@ fn tmux_health_fails_when_the_resumed_program_exits() {
     let target = tmux_target(&server);
     let record = sandbox.root().join("claude.record");
     target
-        .switch(SESSION, &config(&sandbox, &record, "exit"))
+        .switch(&session(), &config(&sandbox, &record, "exit"))
         .unwrap();
     let err = target
-        .health(SESSION, Duration::from_millis(1500))
+        .health(&session(), Duration::from_millis(1500))
         .unwrap_err();
     assert!(err.message.contains(SESSION), "{err}");
     assert!(record.exists(), "it did start");
@@ -123,9 +133,9 @@ fn tmux_health_fails_when_the_pane_disappears() {
     let target = tmux_target(&server);
     let record = sandbox.root().join("claude.record");
     target
-        .switch(SESSION, &config(&sandbox, &record, "exit"))
+        .switch(&session(), &config(&sandbox, &record, "exit"))
         .unwrap();
-    assert!(target.health(SESSION, Duration::from_secs(1)).is_err());
+    assert!(target.health(&session(), Duration::from_secs(1)).is_err());
 }
 
 #[test]
@@ -136,10 +146,10 @@ fn tmux_switch_refuses_a_missing_workdir_and_bad_session_ids_without_touching_th
     let before = target.identity().unwrap();
     let record = sandbox.root().join("claude.record");
     let mut config = config(&sandbox, &record, "stay");
-    let err = target.switch("../../etc", &config).unwrap_err();
+    let err = SessionId::parse("../../etc").unwrap_err();
     assert!(err.message.starts_with("invalid session id"), "{err}");
     config.claude_workdir = sandbox.root().join("gone");
-    let err = target.switch(SESSION, &config).unwrap_err();
+    let err = target.switch(&session(), &config).unwrap_err();
     assert!(err.message.contains("is not a directory"), "{err}");
     assert_eq!(target.identity().unwrap(), before);
 }
@@ -150,22 +160,24 @@ fn pointer_target_reads_writes_and_checks_the_file() {
     let path = sandbox.root().join("new-dir/resume_session");
     let target = Target::Pointer(Pointer { path: path.clone() });
     assert_eq!(target.identity().unwrap(), "", "no pointer yet");
-    assert!(target.health(SESSION, Duration::ZERO).is_err());
+    assert!(target.health(&session(), Duration::ZERO).is_err());
     let config = config(&sandbox, &sandbox.root().join("unused"), "stay");
-    target.switch(SESSION, &config).unwrap();
+    target.switch(&session(), &config).unwrap();
     assert_eq!(fs::read_to_string(&path).unwrap(), format!("{SESSION}\n"));
     assert_eq!(
         fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o600
     );
     assert_eq!(target.identity().unwrap(), SESSION);
-    assert_eq!(target.health(SESSION, Duration::ZERO).unwrap(), SESSION);
-    let err = target.health("other", Duration::ZERO).unwrap_err();
+    assert_eq!(target.health(&session(), Duration::ZERO).unwrap(), SESSION);
+    let err = target
+        .health(&SessionId::parse("other").unwrap(), Duration::ZERO)
+        .unwrap_err();
     assert!(
         err.message.contains("names") && err.message.contains("not other"),
         "{err}"
     );
-    assert!(target.switch("a b", &config).is_err());
+    assert!(SessionId::parse("a b").is_err());
     assert_eq!(
         target.identity().unwrap(),
         SESSION,
@@ -210,14 +222,16 @@ fn systemd_user_target_talks_to_the_user_manager() {
     assert_eq!(target.identity().unwrap(), "0", "the unit is stopped");
 
     let config = config(&sandbox, &sandbox.root().join("unused"), "stay");
-    target.switch(SESSION, &config).unwrap();
+    target.switch(&session(), &config).unwrap();
     assert_eq!(
         fs::read_to_string(&pointer).unwrap(),
         format!("{SESSION}\n")
     );
     let main_pid = target.identity().unwrap();
     assert_eq!(
-        target.health(SESSION, Duration::from_millis(800)).unwrap(),
+        target
+            .health(&session(), Duration::from_millis(800))
+            .unwrap(),
         main_pid
     );
     let calls = fs::read_to_string(dir.join("calls")).unwrap();

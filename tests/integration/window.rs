@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::stop_hook::message;
 use crate::support::{Sandbox, example};
+use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::Status;
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -243,7 +244,7 @@ fn a_manual_compact_is_never_blocked() {
     let op = s
         .sandbox
         .store()
-        .request("full", "REBUILD", Some(SESSION))
+        .request("full", "REBUILD", Some(&SessionId::parse(SESSION).unwrap()))
         .unwrap();
     assert_eq!(
         s.precompact("manual"),
@@ -679,7 +680,7 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
     let op = s
         .sandbox
         .store()
-        .request("x", "REBUILD", Some(SESSION))
+        .request("x", "REBUILD", Some(&SessionId::parse(SESSION).unwrap()))
         .unwrap();
     let transcript = s.transcript.clone();
     s.sandbox.walk(&op.id, &[Status::Scheduled], |op| {

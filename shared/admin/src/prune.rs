@@ -171,7 +171,7 @@ pub fn prune(
                 Ok(None) => {}
                 Err(why) => outcome.kept.push(keep(why)),
             }
-            let op_path = store.operation_path(&op.id)?;
+            let op_path = store.operation_path(&op.id);
             files.push(Doomed {
                 bytes: fs::metadata(&op_path).map_or(0, |m| m.len()),
                 path: op_path,
@@ -228,7 +228,7 @@ fn last_copy_of(op: &Operation, config: &Config) -> Option<String> {
     let link = lineage::link_of(op)?;
     let backup = op.backup.as_ref()?;
     let live = config.project_dir.join(format!("{}.jsonl", link.source));
-    (backup.is_file() && !live.exists()).then_some(link.source)
+    (backup.is_file() && !live.exists()).then(|| link.source.to_string())
 }
 
 /// The candidate transcript of `op` if it may be deleted; `Ok(None)` when
@@ -310,7 +310,7 @@ pub(crate) fn leftover_candidate(
 }
 
 /// `artifacts/<id>/` if it is a real directory.
-fn artifacts(store: &Store, id: &str) -> std::result::Result<Option<Doomed>, String> {
+fn artifacts(store: &Store, id: &OperationId) -> std::result::Result<Option<Doomed>, String> {
     OperationId::parse(id).map_err(|e| e.message)?;
     let dir = store.dir().join("artifacts").join(id);
     match fs::symlink_metadata(&dir) {

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use ktr_base::config::Config;
+use ktr_base::ids::OperationId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::time::{Timestamp, parse_rfc3339};
 use ktr_engine::window;
@@ -21,7 +22,7 @@ use ktr_pipeline::window_cache;
 /// by its length (it holds one entry per carried item and can be long).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusView {
-    pub id: String,
+    pub id: OperationId,
     pub status: Status,
     /// Activated, cancelled, failed or rolled back: blocks nothing.
     pub terminal: bool,
@@ -121,7 +122,7 @@ impl StatusView {
     /// The view of `op`.
     pub fn of(op: &Operation) -> StatusView {
         StatusView {
-            id: op.id.to_string(),
+            id: op.id.clone(),
             status: op.status,
             terminal: op.status.is_terminal(),
             next: next_step(op),
@@ -138,12 +139,12 @@ impl StatusView {
             rollback_ok: op.rollback_ok,
             candidate_session_id: op.candidate.as_ref().map(|c| c.session_id.to_string()),
             candidate_path: op.candidate.as_ref().map(|c| c.path.clone()),
-            candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.clone()),
+            candidate_sha256: op.candidate.as_ref().map(|c| c.sha256.to_string()),
             candidate_discarded: op
                 .candidate
                 .as_ref()
                 .is_some_and(|c| !matches!(op.status, Status::Activated) && !c.path.exists()),
-            source_sha256: op.source_sha256.clone(),
+            source_sha256: op.source_sha256.as_ref().map(ToString::to_string),
             backup: op.backup.clone(),
             prepared_at: op.prepared_at.clone(),
             manifest_items: op.manifest_artifact.as_ref().map_or(0, |m| m.items),
@@ -200,9 +201,9 @@ impl StatusView {
     #[must_use]
     pub fn with_window(mut self, op: &Operation, config: &Config) -> StatusView {
         let (session, path) = match (&op.candidate, op.status) {
-            (Some(c), Status::Activated) => (c.session_id.to_string(), c.path.clone()),
+            (Some(c), Status::Activated) => (&c.session_id, c.path.clone()),
             _ => match (&op.session_id, &op.transcript_path) {
-                (Some(s), Some(p)) => (s.to_string(), p.clone()),
+                (Some(s), Some(p)) => (s, p.clone()),
                 _ => return self,
             },
         };
@@ -212,7 +213,7 @@ impl StatusView {
         let Ok(tail) = window::usage::read_tail(&path) else {
             return self;
         };
-        let size = window_cache::size_for(config, &session, None, tail.model.as_deref());
+        let size = window_cache::size_for(config, session, None, tail.model.as_deref());
         let (point, point_source) = window_cache::compaction::setting().point(size.tokens);
         let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
         self.window = Some(WindowView {
@@ -238,7 +239,7 @@ impl StatusView {
                 ),
                 None => "not planned yet (`ktr plan` shows it)".into(),
             },
-            session_id: session,
+            session_id: session.to_string(),
         });
         self
     }
@@ -399,7 +400,7 @@ mod tests {
         o.candidate = Some(CandidateFile {
             session_id: SessionId::parse("new").unwrap(),
             path: "/p/new.jsonl".into(),
-            sha256: "ab".into(),
+            sha256: ktr_base::digest::Sha256::of_bytes(b"new"),
         });
         o.manifest_artifact = Some(ktr_pipeline::operation::ManifestRef {
             items: 3,

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::digest;
 use crate::error::{Error, Result};
 use crate::open::{Links, open_regular};
 
@@ -105,7 +106,12 @@ pub fn write_cache_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 
 /// Copy `src` to `dst` atomically (streamed, never held in memory) with
 /// permission `mode`. Returns the SHA-256 of the bytes copied.
-pub fn copy_atomic(src: &Path, dst: &Path, mode: u32, existing: Existing) -> Result<String> {
+pub fn copy_atomic(
+    src: &Path,
+    dst: &Path,
+    mode: u32,
+    existing: Existing,
+) -> Result<digest::Sha256> {
     let mut input = open_regular(src, Links::Refuse).map_err(|e| Error::io_at("read", src, &e))?;
     write_atomic_with(dst, mode, existing, |file| {
         let mut hasher = Sha256::new();
@@ -118,7 +124,7 @@ pub fn copy_atomic(src: &Path, dst: &Path, mode: u32, existing: Existing) -> Res
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n])?;
         }
-        Ok(hex(&hasher.finalize()))
+        Ok(digest::Sha256::of_hasher(hasher))
     })
 }
 
@@ -411,7 +417,7 @@ mod tests {
         let content = "line\n".repeat(40_000);
         fs::write(&src, &content).unwrap();
         let digest = copy_atomic(&src, &dst, 0o600, Existing::Refuse).unwrap();
-        assert_eq!(digest, sha256_hex(content.as_bytes()));
+        assert_eq!(digest, crate::digest::Sha256::of_bytes(content.as_bytes()));
         assert_eq!(sha256_file(&dst).unwrap(), digest);
         assert_eq!(
             fs::metadata(&dst).unwrap().permissions().mode() & 0o777,

@@ -55,6 +55,13 @@ impl SessionId {
         )
         .map(SessionId)
     }
+
+    /// The session a transcript (or its backup) is named after:
+    /// `<session id>.jsonl`.
+    pub fn of_transcript(path: &std::path::Path) -> Result<SessionId> {
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        SessionId::parse(&stem)
+    }
 }
 
 /// `name` is 1 to `max` bytes, each `allowed`; else a usage error naming

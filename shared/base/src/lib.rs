@@ -1,6 +1,6 @@
 //! The base every ktr layer stands on: the one [`Error`], the [`config`],
 //! durable writes ([`fsutil`]), reading files ktr did not write ([`open`]),
-//! typed [`ids`] and [`time`], and [`text::printable`] for what a person reads.
+//! typed [`ids`], [`time`] and [`digest`]s, and [`text::printable`] for what a person reads.
 //!
 //! The layers above, each its own crate so the compiler enforces the
 //! direction (`admin → pipeline → engine → base`):
@@ -14,6 +14,7 @@
 //! docs/ARCHITECTURE.md has the map; docs/SPEC.md is the contract.
 
 pub mod config;
+pub mod digest;
 pub mod error;
 pub mod fsutil;
 pub mod ids;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::process::ProcessId;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
+use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, read_capped};
 use ktr_base::time::{now_rfc3339, parse_rfc3339};
 
@@ -51,7 +52,7 @@ fn file(dir: &Path, pid: u32) -> PathBuf {
 
 /// Record that `claude` serves `session_id` now (0600, atomic), and forget
 /// the bindings of processes that are gone. The state dir must exist.
-pub fn record(state_dir: &Path, claude: ProcessId, session_id: &str) -> Result<Binding> {
+pub fn record(state_dir: &Path, claude: ProcessId, session_id: &SessionId) -> Result<Binding> {
     if !state_dir.is_dir() {
         return Err(Error::refused(format!(
             "state dir {} does not exist",
@@ -110,7 +111,7 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let me = ProcessId::of(std::process::id()).unwrap();
         let s = "5e55e55e-0000-4000-8000-000000000001";
-        record(state.path(), me, s).unwrap();
+        record(state.path(), me, &SessionId::parse(s).unwrap()).unwrap();
         let found = of(&dir(state.path()), me).unwrap();
         assert_eq!((found.session_id.as_str(), found.claude), (s, me));
         assert!(found.time().is_some());
@@ -123,7 +124,7 @@ mod tests {
         assert_eq!(of(&dir(state.path()), reused), None);
         // The newest resume wins.
         let t = "5e55e55e-0000-4000-8000-000000000002";
-        record(state.path(), me, t).unwrap();
+        record(state.path(), me, &SessionId::parse(t).unwrap()).unwrap();
         assert_eq!(of(&dir(state.path()), me).unwrap().session_id, t);
     }
 
@@ -143,7 +144,12 @@ mod tests {
         };
         std::fs::write(file(&d, gone.pid), serde_json::to_vec(&stale).unwrap()).unwrap();
         let me = ProcessId::of(std::process::id()).unwrap();
-        record(state.path(), me, "5e55e55e-0000-4000-8000-000000000001").unwrap();
+        record(
+            state.path(),
+            me,
+            &SessionId::parse("5e55e55e-0000-4000-8000-000000000001").unwrap(),
+        )
+        .unwrap();
         assert!(!file(&d, gone.pid).exists());
         assert!(file(&d, me.pid).exists());
     }
@@ -152,7 +158,7 @@ mod tests {
     fn without_a_state_dir_nothing_is_created() {
         let missing = Path::new("/nonexistent/ktr-state");
         let me = ProcessId::of(std::process::id()).unwrap();
-        assert!(record(missing, me, "x").is_err());
+        assert!(record(missing, me, &SessionId::parse("x").unwrap()).is_err());
         assert!(!missing.exists());
     }
 }

@@ -35,7 +35,7 @@ use crate::pane::Input;
 use crate::target::Target;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic, write_cache_atomic};
-use ktr_base::ids::SessionId;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, read_capped};
 
 /// The most prompt text kept, in bytes. A longer prompt is recorded
@@ -128,7 +128,7 @@ pub fn block(
     state_dir: &Path,
     session: &SessionId,
     prompt_id: Option<&str>,
-    operation: &str,
+    operation: &OperationId,
 ) -> Result<Option<Kept>> {
     let last = path(state_dir, session, "last");
     let Some(mut kept) = read(&last)? else {
@@ -151,9 +151,13 @@ pub fn block(
 
 /// The blocked prompt of `session` kept for operation `operation`; None
 /// when there is none, or it belongs to another operation.
-pub fn blocked(state_dir: &Path, session: &SessionId, operation: &str) -> Result<Option<Kept>> {
+pub fn blocked(
+    state_dir: &Path,
+    session: &SessionId,
+    operation: &OperationId,
+) -> Result<Option<Kept>> {
     Ok(read(&blocked_path(state_dir, session))?
-        .filter(|k| k.operation.as_deref() == Some(operation)))
+        .filter(|k| k.operation.as_deref() == Some(operation.as_str())))
 }
 
 /// Forget the blocked prompt of `session` (it stays in the rebuilt
@@ -233,7 +237,12 @@ pub fn back_notice(back: &PromptBack) -> String {
 /// when `op` has nothing to put back. The file is claimed before the paste
 /// and removed after it; a paste that cannot be done (the person is
 /// typing, tmux fails) gives the file back and says where the text is.
-pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target) -> Option<String> {
+pub fn put_back(
+    state_dir: &Path,
+    op: &Operation,
+    source: &SessionId,
+    target: &Target,
+) -> Option<String> {
     let back = op.prompt_back.as_ref()?;
     let Target::Tmux(_) = target else {
         return None;
@@ -252,7 +261,7 @@ pub fn put_back(state_dir: &Path, op: &Operation, source: &str, target: &Target)
             back.chars
         ));
     }
-    let kept = match blocked(state_dir, &session, op.id.as_str()) {
+    let kept = match blocked(state_dir, &session, &op.id) {
         Ok(Some(k)) => k,
         Ok(None) => {
             return Some(format!(
@@ -398,6 +407,11 @@ mod tests {
         SessionId::parse("0b0e8a52-6c47-4c3a-9f3e-1d2a3b4c5d6e").unwrap()
     }
 
+    /// The operation a test blocks for (`"a"`), or another one.
+    fn op(id: &str) -> OperationId {
+        OperationId::parse(id).unwrap()
+    }
+
     #[test]
     fn a_kept_prompt_is_blocked_once_for_its_operation() {
         let dir = tempfile::tempdir().unwrap();
@@ -417,16 +431,24 @@ mod tests {
             0o700
         );
         // Another prompt's compaction: nothing of this one comes back.
-        assert_eq!(block(state, &session(), Some("p2"), "op").unwrap(), None);
-        let kept = block(state, &session(), Some("p1"), "op").unwrap().unwrap();
+        assert_eq!(
+            block(state, &session(), Some("p2"), &op("a")).unwrap(),
+            None
+        );
+        let kept = block(state, &session(), Some("p1"), &op("a"))
+            .unwrap()
+            .unwrap();
         assert_eq!(kept.text.as_deref(), Some("line one\nline two;"));
         assert!(!last.exists());
-        assert_eq!(blocked(state, &session(), "other-op").unwrap(), None);
-        assert_eq!(blocked(state, &session(), "op").unwrap(), Some(kept));
+        assert_eq!(blocked(state, &session(), &op("b")).unwrap(), None);
+        assert_eq!(blocked(state, &session(), &op("a")).unwrap(), Some(kept));
         // Blocking again finds nothing: never twice.
-        assert_eq!(block(state, &session(), Some("p1"), "op").unwrap(), None);
+        assert_eq!(
+            block(state, &session(), Some("p1"), &op("a")).unwrap(),
+            None
+        );
         forget(state, &session());
-        assert_eq!(blocked(state, &session(), "op").unwrap(), None);
+        assert_eq!(blocked(state, &session(), &op("a")).unwrap(), None);
     }
 
     #[test]
@@ -434,7 +456,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let long = "é".repeat(CAP / 2 + 1);
         keep(dir.path(), &session(), Some("p"), &long).unwrap();
-        let kept = block(dir.path(), &session(), Some("p"), "op")
+        let kept = block(dir.path(), &session(), Some("p"), &op("a"))
             .unwrap()
             .unwrap();
         assert_eq!(kept.text, None);
@@ -442,7 +464,7 @@ mod tests {
         // Exactly at the cap (JSON-escaped control characters too) still fits.
         let edge = "\u{1}".repeat(CAP);
         keep(dir.path(), &session(), Some("q"), &edge).unwrap();
-        let kept = block(dir.path(), &session(), Some("q"), "op")
+        let kept = block(dir.path(), &session(), Some("q"), &op("a"))
             .unwrap()
             .unwrap();
         assert_eq!(kept.text.as_deref(), Some(edge.as_str()));
@@ -456,26 +478,26 @@ mod tests {
         let blocked_file = blocked_path(state, &session());
         // Damaged.
         std::fs::write(&blocked_file, b"{not json").unwrap();
-        let e = blocked(state, &session(), "op").unwrap_err();
+        let e = blocked(state, &session(), &op("a")).unwrap_err();
         assert!(e.message.contains("not a prompt ktr kept"), "{}", e.message);
         assert!(!e.message.contains('\n'));
         assert!(blocked_file.exists(), "a damaged file must not be removed");
         // Huge.
         std::fs::write(&blocked_file, vec![b' '; FILE_CAP as usize + 1]).unwrap();
-        let e = blocked(state, &session(), "op").unwrap_err();
+        let e = blocked(state, &session(), &op("a")).unwrap_err();
         assert!(e.message.contains("larger than"), "{}", e.message);
         // A FIFO (never blocks).
         std::fs::remove_file(&blocked_file).unwrap();
         let c = std::ffi::CString::new(blocked_file.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: mkfifo(3) with a NUL-terminated path; no memory is shared.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(blocked(state, &session(), "op").is_err());
+        assert!(blocked(state, &session(), &op("a")).is_err());
         // A symlink to a file elsewhere.
         std::fs::remove_file(&blocked_file).unwrap();
         let elsewhere = state.join("elsewhere");
         std::fs::write(&elsewhere, b"{}").unwrap();
         std::os::unix::fs::symlink(&elsewhere, &blocked_file).unwrap();
-        assert!(blocked(state, &session(), "op").is_err());
+        assert!(blocked(state, &session(), &op("a")).is_err());
     }
 
     #[test]

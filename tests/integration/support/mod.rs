@@ -112,6 +112,19 @@ pub fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// The MCP tools a document's tables list (rows starting with a
+/// backquoted `thread_rebuild_…` name), in order. SPEC.md §11 is where the tools are named and counted; the
+/// tests compare the server and the READMEs with it.
+pub fn mcp_tools(doc: &str) -> Vec<String> {
+    fs::read_to_string(repo_file(doc))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `thread_rebuild_"))
+        .filter_map(|rest| rest.split_once('`'))
+        .map(|(name, _)| format!("thread_rebuild_{name}"))
+        .collect()
+}
+
 /// The example transcript (`examples/session.jsonl`).
 pub fn example() -> PathBuf {
     repo_file("examples/session.jsonl")

@@ -14,6 +14,7 @@ use ktr_pipeline::operation::{Operation, Status, Store};
 
 use super::systemd::RealSystemd;
 use super::{Sandbox, TmuxServer, example, stand_in, wait_for};
+use ktr_base::ids::OperationId;
 
 /// The source session: `examples/session.jsonl` under this id.
 pub const SRC: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
@@ -491,7 +492,7 @@ impl Rig {
         let store = self.store();
         let mut last = None;
         wait_for(SETTLE, || {
-            last = store.load(id).ok();
+            last = store.load(&OperationId::parse(id).unwrap()).ok();
             last.as_ref().is_some_and(&done)
         });
         let op = last.expect("operation readable");

@@ -14,6 +14,7 @@ use ktr_pipeline::operation::{Operation, Status, Store};
 
 use super::plan::Outcome;
 use super::{stand_in, wait_for};
+use ktr_base::ids::OperationId;
 
 /// What Claude Code passes a Stop hook as `last_assistant_message`: the
 /// last text of the transcript's last assistant record with text ("done"
@@ -165,7 +166,7 @@ impl Sandbox {
     pub fn walk(&self, id: &str, path: &[Status], edit: impl FnOnce(&mut Operation)) -> Operation {
         self.store()
             .with_lock(|tx| {
-                let mut op = tx.load(id)?;
+                let mut op = tx.load(&OperationId::parse(id).unwrap())?;
                 edit(&mut op);
                 for to in path {
                     tx.transition(&mut op, *to, "test")?;

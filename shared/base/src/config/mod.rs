@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::ids::SessionId;
 
 mod keys;
 mod paths;
@@ -417,7 +418,7 @@ impl Config {
     }
 
     /// The resume argv with `{session_id}` replaced.
-    pub fn resume_argv(&self, session_id: &str) -> Vec<String> {
+    pub fn resume_argv(&self, session_id: &SessionId) -> Vec<String> {
         self.resume_command
             .iter()
             .map(|a| {

@@ -93,7 +93,7 @@ fn resume_command_string_is_split_like_a_shell() {
     )
     .unwrap();
     assert_eq!(
-        c.resume_argv("abc"),
+        c.resume_argv(&crate::ids::SessionId::parse("abc").unwrap()),
         [
             "claude",
             "--resume",

@@ -15,11 +15,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 
 use super::Store;
+use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{AtomicFile, Existing, hex};
+use ktr_base::fsutil::{AtomicFile, Existing};
+use ktr_base::ids::OperationId;
 use ktr_base::open::{Links, open_regular};
 use ktr_engine::ManifestEntry;
 use ktr_engine::conserve::{Items, LeftOuts};
@@ -58,7 +60,7 @@ pub enum Line {
 #[serde(default)]
 pub struct ManifestRef {
     /// SHA-256 of the artifact's bytes.
-    pub sha256: String,
+    pub sha256: Sha256,
     /// The artifact's size.
     pub bytes: u64,
     /// Carried items (manifest entries).
@@ -81,7 +83,7 @@ pub struct Manifest {
 
 /// Where operation `id`'s manifest artifact is (the artifacts dir is
 /// created and checked like for the backup).
-pub fn path(store: &Store, id: &str) -> Result<PathBuf> {
+pub fn path(store: &Store, id: &OperationId) -> Result<PathBuf> {
     Ok(store.artifacts_dir(id)?.join(FILE))
 }
 
@@ -91,7 +93,7 @@ pub struct ManifestWriter {
     out: AtomicFile,
     path: PathBuf,
     pending: Vec<u8>,
-    hasher: Sha256,
+    hasher: sha2::Sha256,
     summary: ManifestRef,
 }
 
@@ -99,7 +101,7 @@ impl ManifestWriter {
     /// Start the artifact of operation `id`. One left by an earlier attempt
     /// is replaced at [`finish`](Self::finish); anything but a regular file
     /// at the path (a planted symlink) is refused.
-    pub fn create(store: &Store, id: &str) -> Result<ManifestWriter> {
+    pub fn create(store: &Store, id: &OperationId) -> Result<ManifestWriter> {
         let path = path(store, id)?;
         if let Ok(meta) = path.symlink_metadata()
             && !meta.is_file()
@@ -113,7 +115,7 @@ impl ManifestWriter {
             out: AtomicFile::create(&path, 0o600, Existing::Replace)?,
             path,
             pending: Vec::with_capacity(FLUSH_AT + 1024),
-            hasher: Sha256::new(),
+            hasher: sha2::Sha256::new(),
             summary: ManifestRef::default(),
         })
     }
@@ -168,7 +170,7 @@ impl ManifestWriter {
     pub fn finish(mut self) -> Result<ManifestRef> {
         self.flush()?;
         let mut summary = std::mem::take(&mut self.summary);
-        summary.sha256 = hex(&self.hasher.clone().finalize());
+        summary.sha256 = Sha256::of_hasher(self.hasher.clone());
         self.out.commit()?;
         Ok(summary)
     }
@@ -190,7 +192,7 @@ enum LineRef<'a> {
 /// far (a caller acting on lines must wait for `Ok`).
 pub fn for_each(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     recorded: &ManifestRef,
     mut each: impl FnMut(Line) -> Result<()>,
 ) -> Result<()> {
@@ -212,7 +214,7 @@ pub fn for_each(
         }
     })?;
     let mut reader = BufReader::new(file.take(recorded.bytes + 1));
-    let (mut hasher, mut bytes, mut seen) = (Sha256::new(), 0u64, ManifestRef::default());
+    let (mut hasher, mut bytes, mut seen) = (sha2::Sha256::new(), 0u64, ManifestRef::default());
     let mut line = Vec::new();
     for number in 1u64.. {
         line.clear();
@@ -239,12 +241,12 @@ pub fn for_each(
         }
         each(parsed)?;
     }
-    let digest = hex(&hasher.finalize());
+    let digest = Sha256::of_hasher(hasher);
     if digest != recorded.sha256 {
         return Err(changed(&format!(
             "sha256 {} recorded, {} on disk",
-            short(&recorded.sha256),
-            short(&digest)
+            recorded.sha256.short(),
+            digest.short()
         )));
     }
     let counts = |r: &ManifestRef| (r.items, r.left_out, r.malformed_lines);
@@ -258,7 +260,7 @@ pub fn for_each(
 /// pass, each pass checking the digest and counts again.
 pub struct Artifact<'a> {
     pub store: &'a Store,
-    pub id: &'a str,
+    pub id: &'a OperationId,
     pub recorded: &'a ManifestRef,
 }
 
@@ -281,7 +283,7 @@ impl LeftOuts for Artifact<'_> {
 }
 
 /// Read the whole artifact into memory (see [`for_each`]).
-pub fn read(store: &Store, id: &str, recorded: &ManifestRef) -> Result<Manifest> {
+pub fn read(store: &Store, id: &OperationId, recorded: &ManifestRef) -> Result<Manifest> {
     let mut manifest = Manifest::default();
     for_each(store, id, recorded, |line| {
         match line {
@@ -296,7 +298,7 @@ pub fn read(store: &Store, id: &str, recorded: &ManifestRef) -> Result<Manifest>
 
 /// Remove operation `id`'s artifact, if any (a discarded attempt: it goes
 /// with the backup). Never creates the artifacts dir.
-pub fn remove(store: &Store, id: &str) {
+pub fn remove(store: &Store, id: &OperationId) {
     if ktr_base::ids::OperationId::parse(id).is_ok() {
         let _ = std::fs::remove_file(store.dir().join("artifacts").join(id).join(FILE));
     }
@@ -343,10 +345,6 @@ pub fn bounded_stats(report: &PlanReport, source: &Path) -> PlanReport {
         unknown_attachment_types: bounded_map(&report.unknown_attachment_types),
         ..report.clone()
     }
-}
-
-fn short(digest: &str) -> &str {
-    digest.get(..12).unwrap_or(digest)
 }
 
 /// How many records were left out for each reason (`local_command`,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Stage, Store};
 use ktr_base::fsutil::{Existing, write_atomic};
+use ktr_base::ids::OperationId;
 use ktr_base::open::{Links, cap, read_capped};
 use ktr_base::time::Timestamp;
 use ktr_engine::meter::Meter;
@@ -74,16 +75,15 @@ impl Progress {
 }
 
 impl Store {
-    /// `artifacts/<id>/progress.json` (not created; the id is validated).
-    pub fn progress_path(&self, id: &str) -> ktr_base::error::Result<PathBuf> {
-        self.operation_path(id)?;
-        Ok(self.dir().join("artifacts").join(id).join("progress.json"))
+    /// `artifacts/<id>/progress.json` (not created).
+    pub fn progress_path(&self, id: &OperationId) -> PathBuf {
+        self.dir().join("artifacts").join(id).join("progress.json")
     }
 
     /// The progress of operation `id`'s running step, if one is written.
     /// Best effort: unreadable or damaged is the same as none.
-    pub fn progress(&self, id: &str) -> Option<Progress> {
-        let path = self.progress_path(id).ok()?;
+    pub fn progress(&self, id: &OperationId) -> Option<Progress> {
+        let path = self.progress_path(id);
         let bytes = read_capped(&path, cap::CACHE, Links::Refuse).ok()??;
         serde_json::from_slice(&bytes).ok()
     }
@@ -95,16 +95,14 @@ impl Store {
 /// progress could not be shown.
 pub fn watching<R>(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     stage: Stage,
     step: &str,
     total_bytes: u64,
     meter: &Meter,
     work: impl FnOnce() -> R,
 ) -> R {
-    let Ok(path) = store.progress_path(id) else {
-        return work();
-    };
+    let path = store.progress_path(id);
     let started_at = Timestamp::now();
     let write = &|done_bytes: u64| {
         let progress = Progress {
@@ -172,7 +170,7 @@ mod tests {
     fn the_file_is_there_while_the_step_runs_and_gone_after() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let id = "0123abcd-0000-4000-8000-000000000001";
+        let id = &OperationId::parse("0123abcd-0000-4000-8000-000000000001").unwrap();
         store.artifacts_dir(id).unwrap();
         let meter = Meter::default();
         let (go, wait) = mpsc::channel::<()>();

@@ -10,6 +10,7 @@ use super::manifest::ManifestRef;
 use super::{Stage, Status};
 use crate::process::{self, ProcessId};
 use crate::target::Ran;
+use ktr_base::digest::Sha256;
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::Timestamp;
 use ktr_engine::{ConservationCounts, PlanReport};
@@ -99,7 +100,7 @@ impl Worker {
 pub struct CandidateFile {
     pub session_id: SessionId,
     pub path: PathBuf,
-    pub sha256: String,
+    pub sha256: Sha256,
 }
 
 /// A target as seen at one moment: its identity and the session it ran
@@ -159,7 +160,7 @@ pub struct Operation {
     pub attempts: u32,
     pub worker: Option<Worker>,
     /// Digest of the frozen source backup.
-    pub source_sha256: Option<String>,
+    pub source_sha256: Option<Sha256>,
     pub candidate: Option<CandidateFile>,
     /// The manifest artifact (`artifacts/<id>/manifest.jsonl`: one entry
     /// per carried item (SPEC §7), the records left out, the malformed
@@ -251,14 +252,14 @@ pub struct BlockedPrompt {
     /// The session of ktr's own `/resume <id>` line when the prompt ended
     /// with it: the in-place switch collided with the person's typing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collided_with: Option<String>,
+    pub collided_with: Option<SessionId>,
 }
 
 impl BlockedPrompt {
     /// Whether this prompt is ktr's switch to `session` mixed with a
     /// person's keys.
-    pub fn collision_with(&self, session: &str) -> bool {
-        self.collided_with.as_deref() == Some(session)
+    pub fn collision_with(&self, session: &SessionId) -> bool {
+        self.collided_with.as_ref() == Some(session)
     }
 }
 

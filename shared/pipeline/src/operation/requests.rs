@@ -3,7 +3,7 @@
 
 use super::{Operation, Stage, Status, Store, Worker};
 use ktr_base::error::{Error, Result};
-use ktr_base::ids::SessionId;
+use ktr_base::ids::{OperationId, SessionId};
 
 impl Store {
     /// What the configured target runs now (None without a target, or
@@ -22,7 +22,7 @@ impl Store {
         &self,
         reason: &str,
         confirmation: &str,
-        session: Option<&str>,
+        session: Option<&SessionId>,
     ) -> Result<Operation> {
         confirm(confirmation, "REBUILD")?;
         let reason = reason.trim();
@@ -31,7 +31,7 @@ impl Store {
                 "a reason is required: say why the session should be rebuilt",
             ));
         }
-        let session = session.map(SessionId::parse).transpose()?;
+        let session = session.cloned();
         if let Some(project) = self.project.as_ref().filter(|p| !p.is_dir()) {
             return Err(Error::config(format!(
                 "project_dir {} is not a directory, so no Stop hook could ever schedule this request; set project_dir to the Claude Code project folder (`ktr doctor`)",
@@ -99,7 +99,7 @@ impl Store {
 
     /// Cancel a pending operation (`CANCEL`). A tmux pane's border notice
     /// that the switch waits for the person goes with it.
-    pub fn cancel(&self, id: &str, confirmation: &str) -> Result<Operation> {
+    pub fn cancel(&self, id: &OperationId, confirmation: &str) -> Result<Operation> {
         confirm(confirmation, "CANCEL")?;
         let op = self.with_lock(|tx| {
             let mut op = tx.load_in(id, Status::Pending, "a pending operation can be cancelled")?;
@@ -113,7 +113,7 @@ impl Store {
     }
 
     /// Ask to switch an activated operation back to the old session (`ROLLBACK`).
-    pub fn rollback_request(&self, id: &str, confirmation: &str) -> Result<Operation> {
+    pub fn rollback_request(&self, id: &OperationId, confirmation: &str) -> Result<Operation> {
         confirm(confirmation, "ROLLBACK")?;
         self.recover_stale()?;
         self.with_lock(|tx| {
@@ -138,7 +138,7 @@ impl Store {
     /// worker for `stage`, and move to `to` (`to == stage.expects()` only
     /// records the worker). Refused while another live process is the
     /// recorded worker.
-    pub fn claim(&self, id: &str, stage: Stage, to: Status) -> Result<Operation> {
+    pub fn claim(&self, id: &OperationId, stage: Stage, to: Status) -> Result<Operation> {
         let expected = stage.expects();
         let stage_name = stage.name();
         self.with_lock(|tx| {

@@ -200,15 +200,13 @@ impl Store {
         &self.dir
     }
 
-    /// The path of an operation file (the id is validated).
-    pub fn operation_path(&self, id: &str) -> Result<PathBuf> {
-        OperationId::parse(id)?;
-        Ok(self.dir.join("operations").join(format!("{id}.json")))
+    /// The path of an operation file.
+    pub fn operation_path(&self, id: &OperationId) -> PathBuf {
+        self.dir.join("operations").join(format!("{id}.json"))
     }
 
     /// `artifacts/<id>/`, created 0700.
-    pub fn artifacts_dir(&self, id: &str) -> Result<PathBuf> {
-        OperationId::parse(id)?;
+    pub fn artifacts_dir(&self, id: &OperationId) -> Result<PathBuf> {
         let dir = self.dir.join("artifacts").join(id);
         ensure_private_dir(&self.dir.join("artifacts"), 0o700)?;
         ensure_private_dir(&dir, 0o700)?;
@@ -262,21 +260,21 @@ impl Store {
     }
 
     /// Load one operation; a missing one is [`ktr_base::ErrorKind::NotFound`].
-    pub fn load(&self, id: &str) -> Result<Operation> {
+    pub fn load(&self, id: &OperationId) -> Result<Operation> {
         self.try_load(id)?
             .ok_or_else(|| Error::not_found(format!("no operation {id}; `ktr ops` lists them")))
     }
 
     /// Load one operation, `None` when there is no such file.
-    pub fn try_load(&self, id: &str) -> Result<Option<Operation>> {
+    pub fn try_load(&self, id: &OperationId) -> Result<Option<Operation>> {
         self.read_as(id)
     }
 
     /// Read operation file `id` as `T` (the whole [`Operation`], or just
     /// its [`Header`]); `id_of` names the id the file claims, which must be
     /// its file name.
-    fn read_as<T: Loaded>(&self, id: &str) -> Result<Option<T>> {
-        let path = self.operation_path(id)?;
+    fn read_as<T: Loaded>(&self, id: &OperationId) -> Result<Option<T>> {
+        let path = self.operation_path(id);
         let Some(bytes) = read_capped(&path, cap::OPERATION, Links::Refuse)
             .map_err(|e| damaged(&path, &e.message))?
         else {
@@ -296,7 +294,7 @@ impl Store {
             )));
         }
         let named = read.id();
-        if **named != *id {
+        if named != id {
             return Err(damaged(
                 &path,
                 &format!("it names operation {:?}", named.to_string()),
@@ -342,9 +340,11 @@ impl Store {
                 continue;
             }
             let loaded = match name.strip_suffix(".json") {
-                Some(id) => self.read_as(id).and_then(|r| {
-                    r.ok_or_else(|| Error::io(format!("{} vanished", entry.path().display())))
-                }),
+                Some(id) => OperationId::parse(id)
+                    .and_then(|id| self.read_as(&id))
+                    .and_then(|r| {
+                        r.ok_or_else(|| Error::io(format!("{} vanished", entry.path().display())))
+                    }),
                 None => Err(Error::io("not named <operation id>.json")),
             };
             match loaded {
@@ -422,13 +422,13 @@ impl Store {
 
 impl Locked<'_> {
     /// Load one operation (under the lock).
-    pub fn load(&self, id: &str) -> Result<Operation> {
+    pub fn load(&self, id: &OperationId) -> Result<Operation> {
         self.store.load(id)
     }
 
     /// Load `id` and require it to be in `status`; otherwise refuse with
     /// "operation ID is S; only <rule>".
-    pub fn load_in(&self, id: &str, status: Status, rule: &str) -> Result<Operation> {
+    pub fn load_in(&self, id: &OperationId, status: Status, rule: &str) -> Result<Operation> {
         let op = self.load(id)?;
         if op.status != status {
             return Err(Error::refused(format!(
@@ -516,7 +516,7 @@ impl Locked<'_> {
         op.updated_at = Timestamp::now();
         op.schema = SCHEMA;
         op.cap_lists();
-        let path = self.store.operation_path(&op.id)?;
+        let path = self.store.operation_path(&op.id);
         let mut bytes = serde_json::to_vec_pretty(op)
             .map_err(|e| Error::io(format!("cannot encode operation {}: {e}", op.id)))?;
         bytes.push(b'\n');
@@ -579,7 +579,7 @@ impl Locked<'_> {
     /// each operation's history): a log that cannot be written — a planted
     /// symlink, a full disk — is said on stderr and never undoes or hides a
     /// transition that was saved.
-    pub(super) fn log(&self, id: &str, from: Status, to: Status, note: &str) {
+    pub(super) fn log(&self, id: &OperationId, from: Status, to: Status, note: &str) {
         let path = self.store.dir.join("ktr.log");
         let line = serde_json::json!({"ts": now_rfc3339(), "op": id, "from": from, "to": to, "note": note});
         let written = append_private(&path).and_then(|mut file| {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::target::Target;
 
-use ktr_base::ids::OperationId;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::parse_rfc3339;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ fn assert_refused<T: std::fmt::Debug>(result: ktr_base::Result<T>, needle: &str)
 }
 
 /// Drive `id` along `path` of statuses.
-fn walk(store: &Store, id: &str, path: &[Status]) -> Operation {
+fn walk(store: &Store, id: &OperationId, path: &[Status]) -> Operation {
     store
         .with_lock(|tx| {
             let mut op = tx.load(id)?;
@@ -58,7 +58,7 @@ fn dead_worker(stage: Stage) -> Worker {
     }
 }
 
-fn set_worker(store: &Store, id: &str, worker: Worker) {
+fn set_worker(store: &Store, id: &OperationId, worker: Worker) {
     store
         .with_lock(|tx| {
             let mut op = tx.load(id)?;
@@ -132,7 +132,9 @@ fn a_forbidden_transition_is_refused_and_changes_nothing() {
 #[test]
 fn a_full_life_is_logged_and_active_follows_it() {
     let (_t, store) = store();
-    let op = store.request("big", "REBUILD", Some("sess-1")).unwrap();
+    let op = store
+        .request("big", "REBUILD", Some(&SessionId::parse("sess-1").unwrap()))
+        .unwrap();
     use Status::*;
     let op = walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
     assert_eq!(store.active(), Some((op.id.clone(), Activating)));
@@ -167,7 +169,7 @@ fn files_and_dirs_are_private() {
     for f in ["active", "ktr.log", "coordinator.lock"] {
         assert_eq!(mode(&store.dir().join(f)), 0o600, "{f}");
     }
-    assert_eq!(mode(&store.operation_path(&op.id).unwrap()), 0o600);
+    assert_eq!(mode(&store.operation_path(&op.id)), 0o600);
     // Atomic writes leave no temp files behind.
     let names: Vec<_> = fs::read_dir(store.dir().join("operations"))
         .unwrap()
@@ -189,16 +191,18 @@ fn bad_ids_never_reach_a_path() {
         &"a".repeat(65),
         "a\0b",
     ] {
-        let err = store.load(bad).unwrap_err();
+        // The store takes only an `OperationId`: a bad id is refused
+        // where it is parsed, before any path exists.
+        let err = OperationId::parse(bad).unwrap_err();
         assert!(
             err.message.starts_with("invalid operation id"),
             "{bad:?}: {err}"
         );
-        assert!(store.artifacts_dir(bad).is_err());
-        assert!(store.cancel(bad, "CANCEL").is_err());
     }
     assert!(OperationId::parse(&uuid::Uuid::new_v4().to_string()).is_ok());
-    let missing = store.load("0123-abcd").unwrap_err();
+    let missing = store
+        .load(&OperationId::parse("0123-abcd").unwrap())
+        .unwrap_err();
     assert!(
         missing.message.contains("no operation 0123-abcd"),
         "{missing}"
@@ -235,7 +239,11 @@ fn repeated_requests_merge_into_the_pending_operation() {
         .request("dirty ledger over budget", "REBUILD", None)
         .unwrap();
     let b = store
-        .request("image viewed", "REBUILD", Some("s1"))
+        .request(
+            "image viewed",
+            "REBUILD",
+            Some(&SessionId::parse("s1").unwrap()),
+        )
         .unwrap();
     let c = store
         .request("dirty ledger over budget", "REBUILD", None)
@@ -251,7 +259,7 @@ fn repeated_requests_merge_into_the_pending_operation() {
         "an unbound request binds when a session is given"
     );
     assert_refused(
-        store.request("x", "REBUILD", Some("s2")),
+        store.request("x", "REBUILD", Some(&SessionId::parse("s2").unwrap())),
         "pending for session s1",
     );
     assert_eq!(store.list().unwrap().len(), 1);
@@ -493,9 +501,9 @@ fn a_death_while_activating_records_the_target_and_needs_attention() {
 #[test]
 fn operation_files_tolerate_missing_and_unknown_fields() {
     let (_t, store) = store();
-    let id = "0000-1111";
+    let id = &OperationId::parse("0000-1111").unwrap();
     fs::write(
-        store.operation_path(id).unwrap(),
+        store.operation_path(id),
         format!(r#"{{"id":"{id}","status":"rollback_scheduled","from_the_future":1}}"#),
     )
     .unwrap();
@@ -504,7 +512,7 @@ fn operation_files_tolerate_missing_and_unknown_fields() {
         (op.status, op.attempts, op.manifest_artifact),
         (Status::RollbackScheduled, 0, None)
     );
-    fs::write(store.operation_path(id).unwrap(), "{").unwrap();
+    fs::write(store.operation_path(id), "{").unwrap();
     assert_refused(store.load(id), "is damaged");
     assert_eq!(
         store.list().unwrap().len(),
@@ -548,7 +556,7 @@ fn manifest_entry(position: usize) -> ktr_engine::ManifestEntry {
 
 /// Write an artifact of `items` entries, two records left out and three
 /// malformed lines for operation `id`.
-fn write_manifest(store: &Store, id: &str, items: usize) -> ManifestRef {
+fn write_manifest(store: &Store, id: &OperationId, items: usize) -> ManifestRef {
     use ktr_engine::plan::LeftOut;
     use ktr_engine::turns::LeftOutReason;
     let mut writer = ManifestWriter::create(store, id).unwrap();
@@ -679,18 +687,18 @@ fn the_stats_an_operation_keeps_are_bounded() {
 
 /// Operation `id` of `store` with `edit` applied to its JSON, written as a
 /// hostile editor would.
-fn edited(store: &Store, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+fn edited(store: &Store, edit: impl FnOnce(&mut serde_json::Value)) -> OperationId {
     let op = requested(store);
-    let path = store.operation_path(&op.id).unwrap();
+    let path = store.operation_path(&op.id);
     let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     edit(&mut json);
     fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
-    op.id.to_string()
+    op.id
 }
 
 /// Loading `id` fails naming `needle`, and listings count it as damaged.
 #[track_caller]
-fn assert_damaged(store: &Store, id: &str, needle: &str) {
+fn assert_damaged(store: &Store, id: &OperationId, needle: &str) {
     assert_refused(store.load(id), needle);
     let scanned = store.scan().unwrap();
     assert!(scanned.operations.is_empty(), "loaded anyway");
@@ -706,7 +714,7 @@ fn a_written_operation_names_its_schema() {
     let (_t, store) = store();
     let op = requested(&store);
     let json: serde_json::Value =
-        serde_json::from_slice(&fs::read(store.operation_path(&op.id).unwrap()).unwrap()).unwrap();
+        serde_json::from_slice(&fs::read(store.operation_path(&op.id)).unwrap()).unwrap();
     assert_eq!(json["schema"], SCHEMA);
 }
 
@@ -728,7 +736,7 @@ fn an_unreadable_time_is_damage_that_names_its_field() {
     ] {
         let id = edited(&store, |j| j[field] = value.into());
         assert_damaged(&store, &id, field);
-        fs::remove_file(store.operation_path(&id).unwrap()).unwrap();
+        fs::remove_file(store.operation_path(&id)).unwrap();
     }
     let id = edited(&store, |j| {
         j["history"] = serde_json::json!([{"at": "not a time", "from": "pending", "to": "cancelled", "note": ""}]);
@@ -749,6 +757,35 @@ fn a_time_far_in_the_future_is_damage_not_an_operation_that_never_expires() {
     );
 }
 
+/// A digest as the operation file keeps one.
+const DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+#[test]
+fn a_digest_that_is_not_64_lower_case_hex_characters_is_damage_that_names_its_field() {
+    let (_t, store) = store();
+    for (field, value, needle) in [
+        (
+            "source_sha256",
+            serde_json::json!("abc"),
+            "source_sha256: invalid sha256 \"abc\"",
+        ),
+        (
+            "candidate",
+            serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": DIGEST.to_uppercase()}),
+            "candidate.sha256: invalid sha256",
+        ),
+        (
+            "manifest_artifact",
+            serde_json::json!({"sha256": "", "bytes": 0}),
+            "manifest_artifact.sha256: invalid sha256",
+        ),
+    ] {
+        let id = edited(&store, |j| j[field] = value.clone());
+        assert_damaged(&store, &id, needle);
+        fs::remove_file(store.operation_path(&id)).unwrap();
+    }
+}
+
 #[test]
 fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
     let (_t, store) = store();
@@ -758,12 +795,12 @@ fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
         ("backup", serde_json::json!(elsewhere), "backup"),
         (
             "candidate",
-            serde_json::json!({"session_id": "abc", "path": "/p/../../etc/abc.jsonl", "sha256": "x"}),
+            serde_json::json!({"session_id": "abc", "path": "/p/../../etc/abc.jsonl", "sha256": DIGEST}),
             "candidate path",
         ),
         (
             "candidate",
-            serde_json::json!({"session_id": "abc", "path": "/p/other.jsonl", "sha256": "x"}),
+            serde_json::json!({"session_id": "abc", "path": "/p/other.jsonl", "sha256": DIGEST}),
             "candidate path",
         ),
         (
@@ -774,16 +811,16 @@ fn paths_an_operation_file_names_must_be_where_ktr_puts_them() {
     ] {
         let id = edited(&store, |j| j[field] = value.clone());
         assert_damaged(&store, &id, needle);
-        fs::remove_file(store.operation_path(&id).unwrap()).unwrap();
+        fs::remove_file(store.operation_path(&id)).unwrap();
     }
     // Where ktr puts them, they load.
     let id = edited(&store, |_| {});
     let backup = store.dir().join("artifacts").join(&id).join("s.jsonl");
-    let path = store.operation_path(&id).unwrap();
+    let path = store.operation_path(&id);
     let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     json["backup"] = serde_json::json!(backup);
     json["candidate"] =
-        serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": "x"});
+        serde_json::json!({"session_id": "abc", "path": "/p/abc.jsonl", "sha256": DIGEST});
     fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
     assert_eq!(store.load(&id).unwrap().backup, Some(backup));
 }
@@ -824,12 +861,7 @@ fn lists_that_grow_with_an_operations_life_are_capped_when_saved() {
     assert!(saved.history.iter().all(|t| t.note.chars().count() <= 1001));
     assert_eq!(saved.reasons.len(), record::LIST_KEPT);
     assert_eq!(saved.reasons.last().unwrap(), "reason 499");
-    assert!(
-        fs::metadata(store.operation_path(&op.id).unwrap())
-            .unwrap()
-            .len()
-            < 256 << 10
-    );
+    assert!(fs::metadata(store.operation_path(&op.id)).unwrap().len() < 256 << 10);
 }
 
 #[test]
@@ -839,15 +871,14 @@ fn two_operations_in_flight_keep_the_newest_live_one_and_fail_the_other() {
     // Only a lost `active` lets a second one be written: plant it.
     let newer_id = OperationId::new_random();
     let mut json: serde_json::Value =
-        serde_json::from_slice(&fs::read(store.operation_path(&older.id).unwrap()).unwrap())
-            .unwrap();
+        serde_json::from_slice(&fs::read(store.operation_path(&older.id)).unwrap()).unwrap();
     json["id"] = newer_id.to_string().into();
     json["created_at"] =
         ktr_base::time::Timestamp::at(older.created_at.time() + Duration::from_secs(5))
             .to_string()
             .into();
     fs::write(
-        store.operation_path(&newer_id).unwrap(),
+        store.operation_path(&newer_id),
         serde_json::to_vec(&json).unwrap(),
     )
     .unwrap();

@@ -10,7 +10,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::operation::Operation;
-use ktr_base::fsutil::{Existing, copy_atomic, ensure_private_dir, sha256_file};
+use ktr_base::digest::Sha256;
+use ktr_base::fsutil::{Existing, copy_atomic, ensure_private_dir};
+use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::{Error, Result};
 
@@ -25,7 +27,7 @@ pub struct Copied {
 }
 
 /// `<from>/<session>/tool-results/`, if both are real folders (no symlink).
-fn side_dir(from: &Path, session: &str) -> Option<PathBuf> {
+fn side_dir(from: &Path, session: &SessionId) -> Option<PathBuf> {
     let real = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     let dir = from.join(session).join("tool-results");
     (real(&from.join(session)) && real(&dir)).then_some(dir)
@@ -33,7 +35,7 @@ fn side_dir(from: &Path, session: &str) -> Option<PathBuf> {
 
 /// The bytes of the regular files [`copy_side_files`] would copy (the
 /// room a rebuild needs for them beside the backup).
-pub fn side_bytes(from: &Path, session: &str) -> u64 {
+pub fn side_bytes(from: &Path, session: &SessionId) -> u64 {
     let Some(src) = side_dir(from, session) else {
         return 0;
     };
@@ -51,7 +53,7 @@ pub fn side_bytes(from: &Path, session: &str) -> u64 {
 /// Copy the regular files of `<from>/<session>/tool-results/` into
 /// `<to>/<session>/tool-results/` (0700 folders, 0600 files); files already
 /// there are left as they are.
-pub fn copy_side_files(from: &Path, to: &Path, session: &str) -> Result<Copied> {
+pub fn copy_side_files(from: &Path, to: &Path, session: &SessionId) -> Result<Copied> {
     let mut copied = Copied::default();
     let Some(src) = side_dir(from, session) else {
         return Ok(copied);
@@ -96,7 +98,8 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
     if fs::symlink_metadata(&live).is_ok() {
         return Ok(None);
     }
-    let want = op.source_sha256.as_deref().ok_or_else(|| {
+    let session = SessionId::of_transcript(backup)?;
+    let want = op.source_sha256.as_ref().ok_or_else(|| {
         Error::refused(format!(
             "{} is gone and operation {} recorded no digest of its backup: restore it by hand from {}",
             live.display(),
@@ -106,32 +109,28 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
     })?;
     let artifacts = backup.parent().unwrap_or(Path::new("/"));
     let backup = confine(backup, artifacts, "backup", Exists::Must)?;
-    let on_disk = sha256_file(&backup)?;
-    if on_disk != want {
+    let on_disk = Sha256::of_file(&backup)?;
+    if on_disk != *want {
         return Err(Error::refused(format!(
             "the backup {} no longer has the digest frozen with it (sha256 {} ≠ {}); not restoring it — look at it by hand",
             backup.display(),
-            &on_disk[..12],
-            &want[..12.min(want.len())]
+            on_disk.short(),
+            want.short()
         )));
     }
     let copied = copy_atomic(&backup, &live, 0o600, Existing::Refuse)?;
-    if copied != want {
+    if copied != *want {
         let _ = fs::remove_file(&live);
         return Err(Error::io(format!(
             "restoring {} from its backup copied other bytes; removed it again",
             live.display()
         )));
     }
-    let session = Path::new(name)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let side = copy_side_files(artifacts, project, &session)?;
     Ok(Some(format!(
         "{} was gone (Claude Code's cleanup): restored from the backup, sha256 {} verified{}",
         live.display(),
-        &want[..12.min(want.len())],
+        want.short(),
         if side.files > 0 {
             format!(", with {} tool-results files", side.files)
         } else {

@@ -19,7 +19,7 @@ pub enum HitFile {
         offloaded: Option<String>,
     },
     Backup {
-        operation: String,
+        operation: OperationId,
         offloaded: Option<String>,
     },
 }
@@ -36,11 +36,11 @@ const NAME_MAX: usize = 200;
 /// The hit id prefix of a file.
 pub fn token(file: &HitFile) -> String {
     let (kind, id, name) = match file {
-        HitFile::Live { session, offloaded } => ("live", session, offloaded),
+        HitFile::Live { session, offloaded } => ("live", session.as_str(), offloaded),
         HitFile::Backup {
             operation,
             offloaded,
-        } => ("backup", operation, offloaded),
+        } => ("backup", operation.as_str(), offloaded),
     };
     match name {
         Some(n) => format!("{kind}:{id}:{n}"),
@@ -92,13 +92,10 @@ impl HitId {
                     offloaded,
                 }
             }
-            "backup" => {
-                OperationId::parse(id).map_err(|_| bad("not an operation id"))?;
-                HitFile::Backup {
-                    operation: id.to_string(),
-                    offloaded,
-                }
-            }
+            "backup" => HitFile::Backup {
+                operation: OperationId::parse(id).map_err(|_| bad("not an operation id"))?,
+                offloaded,
+            },
             _ => return Err(bad("it starts with neither live: nor backup:")),
         };
         Ok(HitId { file, offset })

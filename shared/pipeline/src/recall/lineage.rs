@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::operation::{Operation, Status, Store};
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, read_capped};
 use ktr_base::{Error, Result};
 
@@ -24,9 +25,9 @@ const DEPTH_MAX: usize = 10_000;
 /// One rebuild: `source` was rebuilt onto `candidate` by `operation`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Link {
-    pub source: String,
-    pub candidate: String,
-    pub operation: String,
+    pub source: SessionId,
+    pub candidate: SessionId,
+    pub operation: OperationId,
     /// When the operation was created (RFC 3339).
     pub at: String,
 }
@@ -39,7 +40,7 @@ pub struct Member {
     pub live: Option<PathBuf>,
     /// The operation that rebuilt this session onto the next one, and its
     /// frozen backup, if that is still there.
-    pub rebuilt_by: Option<String>,
+    pub rebuilt_by: Option<OperationId>,
     pub backup: Option<PathBuf>,
     /// When it was rebuilt.
     pub rebuilt_at: Option<String>,
@@ -79,21 +80,21 @@ pub fn link_of(op: &Operation) -> Option<Link> {
     }
     Some(Link {
         source: source_session(op)?,
-        candidate: candidate.session_id.to_string(),
-        operation: op.id.to_string(),
+        candidate: candidate.session_id.clone(),
+        operation: op.id.clone(),
         at: op.created_at.to_string(),
     })
 }
 
 /// The source session: the backup's name (`artifacts/<id>/<session>.jsonl`),
 /// else the operation's session, else its transcript's name.
-fn source_session(op: &Operation) -> Option<String> {
-    let stem = |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned());
+fn source_session(op: &Operation) -> Option<SessionId> {
+    let named = |p: &Path| SessionId::of_transcript(p).ok();
     op.backup
         .as_deref()
-        .and_then(stem)
-        .or_else(|| op.session_id.as_ref().map(ToString::to_string))
-        .or_else(|| op.transcript_path.as_deref().and_then(stem))
+        .and_then(named)
+        .or_else(|| op.session_id.clone())
+        .or_else(|| op.transcript_path.as_deref().and_then(named))
 }
 
 /// `<state>/lineage.jsonl`: links of pruned operations.
@@ -105,7 +106,6 @@ fn kept_links(state: &Path) -> Result<Vec<Link>> {
     Ok(bytes
         .split(|&b| b == b'\n')
         .filter_map(|line| serde_json::from_slice::<Link>(line).ok())
-        .filter(|l| ktr_base::ids::SessionId::parse(&l.source).is_ok())
         .collect())
 }
 
@@ -118,11 +118,11 @@ pub fn lineage(store: &Store, project: &Path, current: &str) -> Result<Vec<Membe
     let mut seen = HashSet::from([current.to_string()]);
     let mut at = current.to_string();
     while let Some(link) = by_candidate.get(at.as_str()) {
-        if !seen.insert(link.source.clone()) || members.len() >= DEPTH_MAX {
+        if !seen.insert(link.source.to_string()) || members.len() >= DEPTH_MAX {
             break;
         }
         members.push(member(store, project, &link.source, Some(link)));
-        at = link.source.clone();
+        at = link.source.to_string();
     }
     Ok(members)
 }

@@ -59,27 +59,31 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<(Oper
         return Ok(None);
     }
     let state_dir = locate_state_dir(config_arg)?;
-    SessionId::parse(&hook.session_id)?;
-    let recorded = record(&Store::at(&state_dir), &hook);
+    let session_id = SessionId::parse(&hook.session_id)?;
+    let recorded = record(&Store::at(&state_dir), &hook, &session_id);
     // After the operation's receipt: whoever waits for the binding then
     // finds the receipt too.
-    bind(&state_dir, &hook.session_id);
+    bind(&state_dir, &session_id);
     recorded
 }
 
 /// Record the receipt in the operation whose candidate was resumed.
-fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<(Operation, bool)>> {
-    let Some(op) = find_operation(store, &hook.session_id) else {
+fn record(
+    store: &Store,
+    hook: &SessionStartInput,
+    session_id: &SessionId,
+) -> Result<Option<(Operation, bool)>> {
+    let Some(op) = find_operation(store, session_id) else {
         return Ok(None);
     };
     let ack = Ack {
         at: Timestamp::now(),
-        session_id: SessionId::parse(&hook.session_id)?,
+        session_id: session_id.clone(),
         context_tokens: hook.context_tokens.as_ref().and_then(as_tokens),
     };
     store.with_lock(|tx| {
         let mut op = tx.load(&op.id)?;
-        if !awaits_ack(&op, &hook.session_id) {
+        if !awaits_ack(&op, session_id) {
             return Ok(None);
         }
         let artifacts = store.artifacts_dir(&op.id)?;
@@ -109,7 +113,7 @@ fn record(store: &Store, hook: &SessionStartInput) -> Result<Option<(Operation, 
 /// its MCP servers' environment still name the session it started with.
 /// Reported on stderr when it cannot be recorded (no state dir yet: no
 /// ktr operation can be concerned).
-fn bind(state_dir: &Path, session_id: &str) {
+fn bind(state_dir: &Path, session_id: &SessionId) {
     let Some(claude) = crate::process::runner_of(std::process::id()) else {
         eprintln!("ktr-ack: the Claude Code process that ran this hook cannot be found");
         return;
@@ -142,8 +146,7 @@ fn remember_receipt(store: &Store, op: &Operation, ack: &Ack) {
         offset: meta.len(),
         at: ack.at.to_string(),
     };
-    if let Err(e) =
-        window_cache::overhead::remember_receipt(store.dir(), ack.session_id.as_str(), &receipt)
+    if let Err(e) = window_cache::overhead::remember_receipt(store.dir(), &ack.session_id, &receipt)
     {
         eprintln!("ktr-ack: the window account will not measure the overhead of this rebuild: {e}");
     }
@@ -157,7 +160,7 @@ fn append_line(path: &Path, ack: &Ack) -> Result<()> {
 
 /// The operation whose candidate is `session_id`: the active one first,
 /// else the newest activating/activated one.
-fn find_operation(store: &Store, session_id: &str) -> Option<Operation> {
+fn find_operation(store: &Store, session_id: &SessionId) -> Option<Operation> {
     let active = store.active().and_then(|(id, _)| store.load(&id).ok());
     if let Some(op) = active.filter(|op| awaits_ack(op, session_id)) {
         return Some(op);
@@ -170,12 +173,12 @@ fn find_operation(store: &Store, session_id: &str) -> Option<Operation> {
         .find(|op| awaits_ack(op, session_id))
 }
 
-fn awaits_ack(op: &Operation, session_id: &str) -> bool {
+fn awaits_ack(op: &Operation, session_id: &SessionId) -> bool {
     matches!(op.status, Status::Activating | Status::Activated)
         && op
             .candidate
             .as_ref()
-            .is_some_and(|c| c.session_id == session_id)
+            .is_some_and(|c| c.session_id == *session_id)
 }
 
 /// Token counts arrive as JSON numbers (integer or float).

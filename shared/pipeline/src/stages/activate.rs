@@ -17,8 +17,9 @@ use crate::process;
 use crate::stages::prompt::PROBE;
 use crate::target::{Receipt, Target};
 use ktr_base::config::{Activation, Config, home_dir};
+use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::sha256_file;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::parse_rfc3339;
 
 /// How often the operation file is read while waiting for `ktr-ack`.
@@ -55,7 +56,12 @@ const PROBE_MIN: Duration = Duration::from_secs(60);
 /// Healthy → `activated`. Unhealthy → the old session is resumed the same
 /// way: `rolled_back` if that is healthy, else `failed` with
 /// `rollback_ok: false` and `needs_attention`.
-pub fn activate(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
+pub fn activate(
+    config: &Config,
+    store: &Store,
+    id: &OperationId,
+    steps: &mut Steps,
+) -> Result<Outcome> {
     store.claim(id, Stage::Activate, Status::Verifying)?;
     guarded(store, id, steps, |steps| {
         pause_point(Stage::Activate, "start");
@@ -106,7 +112,7 @@ fn give_prompt_back(
     };
     steps.say(&line);
     let noted = store.with_lock(|tx| {
-        let mut op = tx.load(op.id.as_str())?;
+        let mut op = tx.load(&op.id)?;
         if let Some(last) = op.history.last_mut() {
             last.note.push_str("; ");
             last.note.push_str(&line);
@@ -126,7 +132,7 @@ fn give_prompt_back(
 fn switch_over(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     target: &Target,
     op: &Operation,
     steps: &mut Steps,
@@ -134,8 +140,8 @@ fn switch_over(
     let new_id = op
         .candidate
         .as_ref()
-        .map(|c| c.session_id.to_string())
-        .unwrap_or_default();
+        .map(|c| c.session_id.clone())
+        .ok_or_else(|| Error::refused(format!("operation {id} has no candidate to switch to")))?;
     pause_point(Stage::Activate, "checked");
     // The gate is up (`activating`): ktr-prompt refuses new prompts of
     // the source. Let a turn that began just before it show itself.
@@ -243,9 +249,9 @@ fn switch_over(
 /// The switch is healthy: `activated`, with how it switched.
 fn activated(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     target: &Target,
-    new_id: &str,
+    new_id: &SessionId,
     identity: &str,
     how: &str,
     steps: &mut Steps,
@@ -268,7 +274,7 @@ fn activated(
 /// Right before the respawn fallback: no turn began since the scheduling
 /// Stop and `ktr-prompt` refused no prompt (the in-place attempt may have
 /// taken seconds); else back to `pending`, the target untouched.
-fn before_respawn(tx: &mut Locked, config: &Config, id: &str) -> Result<Operation> {
+fn before_respawn(tx: &mut Locked, config: &Config, id: &OperationId) -> Result<Operation> {
     let mut op = tx.load(id)?;
     super::ensure_ours(&op, Status::Activating)?;
     let source = op
@@ -295,7 +301,7 @@ fn compare_and_swap(
     tx: &mut Locked,
     config: &Config,
     target: &Target,
-    id: &str,
+    id: &OperationId,
 ) -> Result<Operation> {
     let mut op = tx.load(id)?;
     super::ensure_ours(&op, Status::Verifying)?;
@@ -323,7 +329,7 @@ fn compare_and_swap(
             return Ok(op);
         }
     };
-    if sha256_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
+    if Sha256::of_file(&candidate.path).ok().as_ref() != Some(&candidate.sha256) {
         let why = format!(
             "candidate {} changed or vanished after verification",
             candidate.path.display()
@@ -378,7 +384,12 @@ fn compare_and_swap(
 /// `ktr-prompt` refused no prompt since the gate went up (its text is on
 /// its way back to the input line), and the pane shows neither a draft nor
 /// a running turn. Else back to `pending` (the target untouched).
-fn last_look(tx: &mut Locked, config: &Config, target: &Target, id: &str) -> Result<Operation> {
+fn last_look(
+    tx: &mut Locked,
+    config: &Config,
+    target: &Target,
+    id: &OperationId,
+) -> Result<Operation> {
     let mut op = tx.load(id)?;
     super::ensure_ours(&op, Status::Activating)?;
     let source = op
@@ -522,8 +533,8 @@ fn healthy(
     config: &Config,
     store: &Store,
     target: &Target,
-    id: &str,
-    new_id: &str,
+    id: &OperationId,
+    new_id: &SessionId,
 ) -> Result<String> {
     let wait = seconds(config.healthcheck_seconds);
     // When ktr-ack recorded the receipt for `new_id` (its own clock; an
@@ -533,7 +544,7 @@ fn healthy(
         Ok(op
             .ack
             .as_ref()
-            .filter(|a| a.session_id == new_id)
+            .filter(|a| a.session_id == *new_id)
             .map(|a| parse_rfc3339(&a.at).unwrap_or_else(std::time::SystemTime::now)))
     };
     if config.activation == Activation::Tmux && ack_installed(config) {
@@ -582,7 +593,7 @@ fn probe_wanted(config: &Config) -> bool {
 /// ktr-prompt refuses it, so Claude Code loads the session, reports the
 /// resume (`ktr-ack`) and exits without calling the model. An error when it
 /// cannot load the session or takes longer than the health window allows.
-fn probe(config: &Config, new_id: &str) -> Result<()> {
+fn probe(config: &Config, new_id: &SessionId) -> Result<()> {
     let mut argv = vec![
         "env".to_string(),
         "-C".to_string(),

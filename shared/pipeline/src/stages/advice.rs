@@ -88,7 +88,7 @@ pub fn advice(
     let compaction = window_cache::compaction::setting();
     let percent_of = |tail: &Tail| {
         let used = tail.usage.as_ref()?.tokens;
-        let size = window_cache::size_for(&config, session.as_str(), None, tail.model.as_deref());
+        let size = window_cache::size_for(&config, session, None, tail.model.as_deref());
         let point = compaction.point(size.tokens).0.max(1);
         Some((window::percent(used, point), point))
     };
@@ -117,21 +117,14 @@ pub fn advice(
         // only the bytes appended since the last call).
         let _ = window_cache::running::advance(
             &config,
-            session.as_str(),
+            session,
             transcript,
             ktr_engine::window::running::STEP_BYTES,
         );
         return None;
     }
-    let w = window_cache::for_hook(
-        &config,
-        session.as_str(),
-        transcript,
-        None,
-        Some(tail),
-        &compaction,
-    )
-    .ok()??;
+    let w = window_cache::for_hook(&config, session, transcript, None, Some(tail), &compaction)
+        .ok()??;
     let band = w.band(advise).filter(|b| *b > shown)?;
     put(&marker, &band.to_string()).then(|| advice_line(&w))
 }

@@ -29,7 +29,7 @@ use ktr_base::ids::OperationId;
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Args {
     pub config: Option<PathBuf>,
-    pub operation: Option<String>,
+    pub operation: Option<OperationId>,
     pub transcript: Option<PathBuf>,
     pub confirm: Option<String>,
     pub reason: Option<String>,
@@ -60,15 +60,13 @@ impl Args {
                 .map_err(|_| bad("arguments must be valid UTF-8".into()))?;
             match flag.as_str() {
                 "config" => out.config = Some(PathBuf::from(value)),
-                "operation" => out.operation = Some(value),
+                "operation" => out.operation = Some(OperationId::parse(&value)?),
                 "transcript" => out.transcript = Some(PathBuf::from(value)),
                 "confirm" => out.confirm = Some(value),
                 _ => out.reason = Some(value),
             }
         }
-        if let Some(id) = &out.operation {
-            OperationId::parse(id)?;
-        } else if stage != Stage::Prepare {
+        if out.operation.is_none() && stage != Stage::Prepare {
             return Err(bad("--operation ID is required".into()));
         }
         Ok(out)
@@ -168,7 +166,7 @@ pub fn execute(
                 args.confirm.as_deref(),
                 args.reason.as_deref(),
             )?;
-            (op.id.into(), Some(by_hand.chain))
+            (op.id, Some(by_hand.chain))
         }
         (None, None) => {
             return Err(Error::usage(format!("{stage}: --operation ID is required")));

@@ -24,6 +24,7 @@ use crate::pane::Input;
 use crate::process::ProcessId;
 use crate::target::{Target, resume_line};
 use ktr_base::config::{Activation, Config};
+use ktr_base::ids::{OperationId, SessionId};
 
 /// How often the receipt and the screen are looked at.
 const POLL: Duration = Duration::from_millis(40);
@@ -79,10 +80,10 @@ pub fn switch(
     stage: Stage,
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     target: &Target,
     claude: Option<ProcessId>,
-    to: &str,
+    to: &SessionId,
 ) -> Switched {
     if config.activation != Activation::Tmux {
         return Switched::NotTried(format!("{target} has no keyboard"));
@@ -155,15 +156,20 @@ fn quiet_input(target: &Target) -> ktr_base::error::Result<Option<Input>> {
 }
 
 /// `ktr-ack` recorded, after `since`, that `claude` resumed `to`.
-fn received(bindings: &std::path::Path, claude: ProcessId, to: &str, since: SystemTime) -> bool {
+fn received(
+    bindings: &std::path::Path,
+    claude: ProcessId,
+    to: &SessionId,
+    since: SystemTime,
+) -> bool {
     // ktr-ack's clock has millisecond precision.
     let since = since - Duration::from_millis(2);
     binding::of(bindings, claude)
-        .is_some_and(|b| b.session_id == to && b.time().is_some_and(|at| at >= since))
+        .is_some_and(|b| b.session_id == *to && b.time().is_some_and(|at| at >= since))
 }
 
 /// `ktr-prompt` refused a prompt holding ktr's own switch line.
-fn collided(store: &Store, id: &str, to: &str) -> bool {
+fn collided(store: &Store, id: &OperationId, to: &SessionId) -> bool {
     store
         .load(id)
         .is_ok_and(|op| op.blocked_prompts.iter().any(|p| p.collision_with(to)))
@@ -171,7 +177,7 @@ fn collided(store: &Store, id: &str, to: &str) -> bool {
 
 /// After the receipt: the process shows the resumed session (Claude Code's
 /// input box, no turn running) by `until`.
-fn shown(target: &Target, claude: ProcessId, to: &str, until: Instant) -> Switched {
+fn shown(target: &Target, claude: ProcessId, to: &SessionId, until: Instant) -> Switched {
     loop {
         if !claude.alive() {
             return Switched::Unhealthy(format!(
@@ -198,7 +204,7 @@ fn shown(target: &Target, claude: ProcessId, to: &str, until: Instant) -> Switch
 /// person's keys with ktr's `/resume <id>` after them. Take ktr's line out
 /// (backspaces from the end, the cursor's place) once it is there, and
 /// describe what is left.
-fn take_back(target: &Target, to: &str) -> String {
+fn take_back(target: &Target, to: &SessionId) -> String {
     let line = resume_line(to);
     let deadline = Instant::now() + GIVEN_BACK;
     loop {

@@ -43,6 +43,7 @@ use crate::process;
 use ktr_base::config::{Activation, Config};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, write_atomic};
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::now_rfc3339;
 
 #[doc(no_inline)]
@@ -97,7 +98,7 @@ pub struct Steps {
 
 impl Steps {
     /// A log for `stage` working on operation `id`, echoed to stderr.
-    pub fn new(stage: Stage, id: &str) -> Steps {
+    pub fn new(stage: Stage, id: &OperationId) -> Steps {
         Steps {
             prefix: format!("{}[{}] {id}", stage.program(), std::process::id()),
             lines: Vec::new(),
@@ -106,7 +107,7 @@ impl Steps {
     }
 
     /// A log that only collects (nothing on stderr).
-    pub fn quiet(stage: Stage, id: &str) -> Steps {
+    pub fn quiet(stage: Stage, id: &OperationId) -> Steps {
         Steps {
             echo: false,
             ..Steps::new(stage, id)
@@ -114,7 +115,7 @@ impl Steps {
     }
 
     /// Switch to another stage (in-process chains).
-    fn enter(&mut self, stage: Stage, id: &str) {
+    fn enter(&mut self, stage: Stage, id: &OperationId) {
         self.prefix = format!("{}[{}] {id}", stage.program(), std::process::id());
     }
 
@@ -136,7 +137,7 @@ impl Steps {
 /// A stage as an executable runs it, one signature for all four, so that
 /// each executable names — and links — only its own (`transcript` is for
 /// prepare only).
-pub type StageFn = fn(&Config, &Store, &str, Option<&Path>, &mut Steps) -> Result<Outcome>;
+pub type StageFn = fn(&Config, &Store, &OperationId, Option<&Path>, &mut Steps) -> Result<Outcome>;
 
 /// A stage that takes no transcript, as a [`StageFn`] (prepare has the
 /// shape already).
@@ -146,7 +147,7 @@ macro_rules! without_transcript {
         pub fn $name(
             config: &Config,
             store: &Store,
-            id: &str,
+            id: &OperationId,
             _: Option<&Path>,
             steps: &mut Steps,
         ) -> Result<Outcome> {
@@ -174,7 +175,7 @@ pub fn run(
     stage: Stage,
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     transcript: Option<&Path>,
     steps: &mut Steps,
 ) -> Result<Outcome> {
@@ -205,7 +206,7 @@ pub fn run_chain(
 pub fn command(
     config: &Config,
     stage: Stage,
-    op_id: &str,
+    op_id: &OperationId,
     transcript: Option<&Path>,
 ) -> Result<Vec<String>> {
     let bin_dir = match std::env::var_os("KTR_BIN_DIR").filter(|v| !v.is_empty()) {
@@ -260,7 +261,7 @@ pub fn spawn(
     config: &Config,
     store: &Store,
     stage: Stage,
-    op_id: &str,
+    op_id: &OperationId,
     transcript: Option<&Path>,
 ) -> Result<u32> {
     let argv = command(config, stage, op_id, transcript)?;
@@ -325,7 +326,7 @@ fn last_line(path: &Path) -> Option<String> {
 pub fn hand_off(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     next: Stage,
     steps: &mut Steps,
 ) -> Result<Operation> {
@@ -366,7 +367,7 @@ pub fn hand_off(
 /// that never ran. An operation that is already terminal is left alone.
 pub fn abandon(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     reason: &str,
     edit: impl FnOnce(&mut Operation),
 ) -> Result<Operation> {
@@ -404,7 +405,7 @@ fn fail_in(
 /// failure instead of escaping.
 fn guarded(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     steps: &mut Steps,
     work: impl FnOnce(&mut Steps) -> Result<Outcome>,
 ) -> Result<Outcome> {
@@ -422,7 +423,7 @@ fn guarded(
 /// `to` with `note` when given.
 fn update(
     store: &Store,
-    id: &str,
+    id: &OperationId,
     status: Status,
     to: Option<(Status, &str)>,
     edit: impl FnOnce(&mut Operation),
@@ -455,13 +456,14 @@ fn ensure_ours(op: &Operation, status: Status) -> Result<()> {
 }
 
 /// The source session id: the transcript's file name.
-fn source_session(op: &Operation) -> Result<String> {
-    op.transcript_path
-        .as_deref()
-        .and_then(|p| p.file_stem())
-        .map(|s| s.to_string_lossy().into_owned())
-        .or_else(|| op.session_id.as_ref().map(ToString::to_string))
-        .ok_or_else(|| Error::refused(format!("operation {} has no source session", op.id)))
+fn source_session(op: &Operation) -> Result<SessionId> {
+    match op.transcript_path.as_deref() {
+        Some(path) => SessionId::of_transcript(path),
+        None => op
+            .session_id
+            .clone()
+            .ok_or_else(|| Error::refused(format!("operation {} has no source session", op.id))),
+    }
 }
 
 /// Seconds from a config value, never negative.

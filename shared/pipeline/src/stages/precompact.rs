@@ -110,10 +110,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     let config = Config::load(config_arg)?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
-    let active = store
-        .active()
-        .map(|(id, _)| store.load(id.as_str()))
-        .transpose()?;
+    let active = store.active().map(|(id, _)| store.load(&id)).transpose()?;
     let pending_id = match active {
         Some(op) if op.status == Status::Pending => {
             if op.session_id.as_ref().is_some_and(|s| *s != session) {
@@ -122,7 +119,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
                     op.id
                 )));
             }
-            Some(op.id.to_string())
+            Some(op.id)
         }
         Some(op) => {
             return Ok(Verdict::Allow(format!(
@@ -147,14 +144,15 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     }
     let id = match pending_id {
         Some(id) => id,
-        None => store
-            .request(
-                "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
-                "REBUILD",
-                Some(session.as_str()),
-            )?
-            .id
-            .to_string(),
+        None => {
+            store
+                .request(
+                    "Claude Code was about to auto-compact (on_auto_compaction = \"rebuild\")",
+                    "REBUILD",
+                    Some(&session),
+                )?
+                .id
+        }
     };
     // The prompt that triggered it comes back after the switch: marked
     // before the rebuild starts, so prepare sees it.
@@ -215,7 +213,7 @@ fn rebuild_possible(
 ) -> std::result::Result<(), String> {
     let target = Target::from_config(config);
     target
-        .check_runs(process::runner_of(std::process::id()), session.as_str())
+        .check_runs(process::runner_of(std::process::id()), session)
         .map_err(|e| format!("the target does not run this session ({})", e.message))?;
     let ours = store.list().map_err(|e| e.message)?;
     let last = ours
@@ -233,7 +231,7 @@ fn rebuild_possible(
     }
     if let Ok(Some(w)) = window_cache::for_hook(
         config,
-        session.as_str(),
+        session,
         transcript,
         None,
         None,
@@ -257,9 +255,10 @@ fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {
         Exists::Must,
     )
     .ok()
-    .and_then(|path| {
+    .zip(SessionId::parse(&hook.session_id).ok())
+    .and_then(|(path, session)| {
         let compaction = window_cache::compaction::setting();
-        window_cache::for_hook(config, &hook.session_id, &path, None, None, &compaction).ok()
+        window_cache::for_hook(config, &session, &path, None, None, &compaction).ok()
     })
     .flatten()
     .filter(window::Window::fits)

@@ -16,9 +16,10 @@ use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
 use crate::target::Target;
 use crate::window_cache;
 use ktr_base::config::{Activation, Config};
+use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{Existing, copy_atomic, sha256_file, write_atomic};
-use ktr_base::ids::SessionId;
+use ktr_base::fsutil::{Existing, copy_atomic, write_atomic};
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::Timestamp;
 use ktr_engine::candidate::{ManifestEntry, Sink};
@@ -42,7 +43,7 @@ use ktr_engine::window::usage::read_tail_seeking;
 pub fn prepare(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     transcript: Option<&Path>,
     steps: &mut Steps,
 ) -> Result<Outcome> {
@@ -76,7 +77,7 @@ pub fn prepare(
 fn run(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     op: &Operation,
     transcript: Option<&Path>,
     steps: &mut Steps,
@@ -173,7 +174,7 @@ fn run(
         })?;
         let manifest_ref = written.manifest.clone();
         let mut stats = manifest::bounded_stats(&plan.report, &source);
-        stats.source_sha256.clone_from(&frozen.sha256); // the backup's, checked by the freeze
+        stats.source_sha256 = frozen.sha256.to_string(); // the backup's, checked by the freeze
         if let Some(reason) = &plan.report.blocked_reason {
             let _ = std::fs::remove_file(&part);
             steps.say(format!("blocked: {reason}"));
@@ -263,12 +264,7 @@ pub fn schedule_by_hand(
         Error::usage("pointer mode needs --transcript PATH (the session the runner resumes)")
     })?;
     let source = plan::resolve_transcript(config, Some(transcript))?;
-    let session = SessionId::parse(
-        &source
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    )?;
+    let session = SessionId::of_transcript(&source)?;
     store.recover_stale()?;
     match store.active() {
         None => {
@@ -280,7 +276,7 @@ pub fn schedule_by_hand(
             store.request(
                 reason.unwrap_or("pointer-mode rebuild"),
                 word,
-                Some(session.as_str()),
+                Some(&session),
             )?;
         }
         Some((_, Status::Pending)) => {}
@@ -359,7 +355,7 @@ const CLOSE_TAIL: u64 = 256 * 1024;
 /// A stable, verified copy of the source.
 struct Frozen {
     backup: PathBuf,
-    sha256: String,
+    sha256: Sha256,
     /// When the stable window began: transcripts modified later compete.
     at: SystemTime,
 }
@@ -377,7 +373,7 @@ struct Frozen {
 fn freeze(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     source: &Path,
     reply: Option<&str>,
     steps: &mut Steps,
@@ -400,7 +396,7 @@ fn freeze(
     let timeout = seconds(config.stable_file_timeout_seconds);
     let started = Instant::now();
     let mut at = SystemTime::now();
-    let mut previous = sha256_file(source)?;
+    let mut previous = Sha256::of_file(source)?;
     let mut said_closed = false;
     loop {
         if started.elapsed() >= timeout {
@@ -423,7 +419,7 @@ fn freeze(
                 waited.elapsed().as_secs_f64()
             ));
         }
-        let (now, digest) = (SystemTime::now(), sha256_file(source)?);
+        let (now, digest) = (SystemTime::now(), Sha256::of_file(source)?);
         if digest != previous {
             (at, previous) = (now, digest.clone());
             if !closed {
@@ -432,11 +428,11 @@ fn freeze(
         }
         // A backup left by an earlier attempt of this operation is replaced.
         let copied = copy_atomic(source, &backup, 0o600, Existing::Replace)?;
-        let on_disk = sha256_file(&backup)?;
+        let on_disk = Sha256::of_file(&backup)?;
         if copied == digest && on_disk == digest {
             steps.say(format!(
                 "source stable (sha256 {}); frozen to {}",
-                &digest[..12],
+                digest.short(),
                 backup.display()
             ));
             return Ok(Frozen {
@@ -453,22 +449,23 @@ fn freeze(
 /// The bytes of the source's `<session>/tool-results/`, kept beside its
 /// backup: part of the room a rebuild needs.
 fn side_bytes(source: &Path) -> u64 {
-    source
-        .parent()
-        .zip(source.file_stem())
-        .map_or(0, |(project, session)| {
-            crate::recall::archive::side_bytes(project, &session.to_string_lossy())
-        })
+    project_and_session(source).map_or(0, |(project, session)| {
+        crate::recall::archive::side_bytes(project, &session)
+    })
+}
+
+/// The folder of a transcript and the session its name gives.
+fn project_and_session(source: &Path) -> Option<(&Path, SessionId)> {
+    Some((source.parent()?, SessionId::of_transcript(source).ok()?))
 }
 
 /// Keep the source's `<session>/tool-results/` beside its backup: Claude
 /// Code's cleanup deletes them with the transcript (issue 28).
 fn keep_side_files(source: &Path, artifacts: &Path, steps: &mut Steps) -> Result<()> {
-    let (Some(project), Some(session)) = (source.parent(), source.file_stem()) else {
+    let Some((project, session)) = project_and_session(source) else {
         return Ok(());
     };
-    let kept =
-        crate::recall::archive::copy_side_files(project, artifacts, &session.to_string_lossy())?;
+    let kept = crate::recall::archive::copy_side_files(project, artifacts, &session)?;
     if kept.files > 0 {
         steps.say(format!(
             "kept {} tool-results files ({} bytes) beside the backup",
@@ -592,7 +589,7 @@ struct Streamed {
 
 /// What [`Streamed`] wrote.
 struct Written {
-    sha256: String,
+    sha256: Sha256,
     bytes: u64,
     manifest: ManifestRef,
 }
@@ -631,7 +628,7 @@ impl Streamed {
             self.manifest.push_malformed_line(*line)?;
         }
         Ok(Written {
-            sha256: ktr_base::fsutil::hex(&self.hasher.finalize()),
+            sha256: Sha256::of_hasher(self.hasher),
             bytes: self.bytes,
             manifest: self.manifest.finish()?,
         })
@@ -742,10 +739,8 @@ fn prompt_back_for(
     steps: &mut Steps,
 ) -> Option<crate::operation::PromptBack> {
     use crate::prompt_back;
-    let session = super::source_session(op)
-        .ok()
-        .and_then(|s| SessionId::parse(&s).ok())?;
-    let kept = match prompt_back::blocked(store.dir(), &session, op.id.as_str()) {
+    let session = super::source_session(op).ok()?;
+    let kept = match prompt_back::blocked(store.dir(), &session, &op.id) {
         Ok(Some(kept)) => kept,
         Ok(None) => return None,
         Err(e) => {

@@ -160,15 +160,10 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
 
 /// The session an in-place switch of `op` types `/resume` for: the
 /// candidate while activating, the source while rolling back.
-fn switched_to(op: &Operation) -> Option<String> {
+fn switched_to(op: &Operation) -> Option<SessionId> {
     match op.status {
-        Status::Activating => op.candidate.as_ref().map(|c| c.session_id.to_string()),
-        Status::RollingBack => op
-            .transcript_path
-            .as_deref()
-            .and_then(|p| p.file_stem())
-            .map(|s| s.to_string_lossy().into_owned())
-            .or_else(|| op.session_id.as_ref().map(ToString::to_string)),
+        Status::Activating => op.candidate.as_ref().map(|c| c.session_id.clone()),
+        Status::RollingBack => super::source_session(op).ok(),
         _ => None,
     }
 }

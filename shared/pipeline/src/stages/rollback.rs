@@ -13,6 +13,7 @@ use crate::operation::{Locked, Operation, Status, Store};
 use crate::target::Target;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::OperationId;
 
 /// Roll operation `id` back (status `rollback_scheduled` → `rolling_back`,
 /// the gate up: `ktr-prompt` refuses the rebuilt session's prompts): the
@@ -23,7 +24,12 @@ use ktr_base::error::{Error, Result};
 /// back to `rollback_pending` (the next Stop tries again). Then resume the
 /// source session — in place (`/resume <old-id>`), else by respawning — and
 /// check its health: `rolled_back`, or `failed` with `needs_attention`.
-pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
+pub fn rollback(
+    config: &Config,
+    store: &Store,
+    id: &OperationId,
+    steps: &mut Steps,
+) -> Result<Outcome> {
     let op = store.claim(id, Stage::Rollback, Status::RollingBack)?;
     guarded(store, id, steps, |steps| {
         let target = Target::from_config(config);
@@ -45,7 +51,7 @@ pub fn rollback(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> 
 fn switch_back(
     config: &Config,
     store: &Store,
-    id: &str,
+    id: &OperationId,
     target: &Target,
     op: &Operation,
     steps: &mut Steps,
@@ -138,18 +144,16 @@ fn target_moved(target: &Target, op: &Operation) -> Result<Option<String>> {
         // Scheduled before the Stop hook recorded its Claude: identity only.
         return Ok(None);
     }
-    Ok(
-        target_guard::runs_source(target, op, candidate.session_id.as_str())
-            .err()
-            .map(|e| e.message),
-    )
+    Ok(target_guard::runs_source(target, op, &candidate.session_id)
+        .err()
+        .map(|e| e.message))
 }
 
 /// The last look with the gate up: no turn of the rebuilt session since
 /// the Stop that scheduled the rollback, no prompt refused since the gate
 /// went up, and the pane shows neither a draft nor a running turn. Else
 /// back to `rollback_pending`, the target untouched.
-fn last_look(tx: &mut Locked, target: &Target, id: &str) -> Result<Operation> {
+fn last_look(tx: &mut Locked, target: &Target, id: &OperationId) -> Result<Operation> {
     let mut op = tx.load(id)?;
     super::ensure_ours(&op, Status::RollingBack)?;
     let transcript = op

@@ -116,7 +116,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     if let (Some(dir), Some(sid), Some(tokens)) = (&state_dir, &session, size)
         && Store::open(dir).is_ok()
     {
-        remembered::remember(dir, sid.as_str(), tokens, model.as_deref());
+        remembered::remember(dir, sid, tokens, model.as_deref());
     }
     // After a compaction Claude Code 2.1.328 reports a zeroed
     // `current_usage` until the next reply (measured: every field 0); the
@@ -163,7 +163,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
             match status {
                 Status::Pending => text.push_str(" · rebuild pending"),
                 Status::RollbackPending => text.push_str(" · rollback pending"),
-                _ => match store.progress(id.as_str()) {
+                _ => match store.progress(&id) {
                     Some(p) => text.push_str(&format!(" · rebuilding {}%", p.percent())),
                     None => text.push_str(" · rebuilding"),
                 },
@@ -192,14 +192,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
-    match window_cache::for_hook(
-        &config,
-        sid.as_str(),
-        &transcript,
-        Some(reported),
-        None,
-        &compaction,
-    ) {
+    match window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction) {
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }
@@ -236,7 +229,7 @@ fn estimated(
     };
     let window = window_cache::for_hook(
         &config,
-        session?.as_str(),
+        session?,
         &transcript,
         Some(reported),
         None,

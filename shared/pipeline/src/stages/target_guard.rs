@@ -5,13 +5,14 @@
 use crate::operation::Operation;
 use crate::target::{Running, Target};
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 
 /// The target runs the session being rebuilt: for tmux and systemd the
 /// Claude Code process whose Stop hook scheduled the rebuild
 /// (`op.claude`) is the pane's process / the unit's `MainPID` or one of its
 /// descendants; for a pointer, the pointer names `source`. Returns what the
 /// target runs. The refusal names both sides; nothing is touched.
-pub fn runs_source(target: &Target, op: &Operation, source: &str) -> Result<Running> {
+pub fn runs_source(target: &Target, op: &Operation, source: &SessionId) -> Result<Running> {
     target.check_runs(op.claude, source)
 }
 

@@ -6,6 +6,7 @@ use crate::operation::Verification;
 use crate::operation::{Status, Store, manifest, progress};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::OperationId;
 use ktr_engine::conserve::{Expected, check};
 use ktr_engine::meter::Meter;
 
@@ -15,7 +16,12 @@ use ktr_engine::meter::Meter;
 /// rebuild, the conservation check). Passing records the report and
 /// names `ktr-activate` next; failing discards the candidate and fails the
 /// operation with the reason.
-pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Result<Outcome> {
+pub fn verify(
+    config: &Config,
+    store: &Store,
+    id: &OperationId,
+    steps: &mut Steps,
+) -> Result<Outcome> {
     let op = store.claim(id, Stage::Verify, Status::Verifying)?;
     guarded(store, id, steps, |steps| {
         pause_point(Stage::Verify, "start");
@@ -37,8 +43,8 @@ pub fn verify(config: &Config, store: &Store, id: &str, steps: &mut Steps) -> Re
         };
         let expected = Expected {
             session_id: &candidate.session_id,
-            backup_sha256: &source_sha256,
-            candidate_sha256: &candidate.sha256,
+            backup_sha256: source_sha256.as_str(),
+            candidate_sha256: candidate.sha256.as_str(),
             manifest: &artifact,
             left_out: &artifact,
         };

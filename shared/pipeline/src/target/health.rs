@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::process;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 
 /// How often health is sampled.
 const HEALTH_POLL: Duration = Duration::from_millis(50);
@@ -25,7 +26,7 @@ pub struct Receipt<'a> {
 /// from before the process was first seen, up to the last sample that saw
 /// it alive); no receipt by the end of `wait` is an error.
 pub(super) fn watch_until(
-    session_id: &str,
+    session_id: &SessionId,
     wait: Duration,
     pid_of: impl Fn() -> Result<u32>,
     mut receipt: Option<Receipt<'_>>,
@@ -98,14 +99,14 @@ pub(super) fn watch_until(
 
 /// `pid` is alive and it (or a descendant, for wrapper scripts) has the
 /// session id on its command line.
-pub(super) fn runs_session(pid: u32, session_id: &str) -> Result<()> {
+pub(super) fn runs_session(pid: u32, session_id: &SessionId) -> Result<()> {
     if !process::pid_alive(pid) {
         return Err(Error::refused(format!("process {pid} is not running")));
     }
     let found = process::with_descendants(pid)
         .into_iter()
         .filter_map(process::cmdline)
-        .any(|argv| argv.iter().any(|a| a.contains(session_id)));
+        .any(|argv| argv.iter().any(|a| a.contains(session_id.as_str())));
     if found {
         Ok(())
     } else {
@@ -122,6 +123,10 @@ mod tests {
     use super::*;
 
     const SESSION: &str = "5e55e55e-0000-4000-8000-000000000001";
+
+    fn session() -> SessionId {
+        SessionId::parse(SESSION).unwrap()
+    }
 
     /// A process with `SESSION` on its command line that lives `seconds`
     /// (reaped by a thread as soon as it exits); returns its pid.
@@ -156,7 +161,7 @@ mod tests {
                 .map(|s| wall + Duration::from_secs_f64(s)))
         };
         let result = watch_until(
-            SESSION,
+            &session(),
             Duration::from_secs_f64(wait),
             || Ok(pid),
             Some(Receipt {
@@ -190,7 +195,7 @@ mod tests {
         };
         let mut received = || Ok((started.elapsed().as_secs_f64() >= noticed).then_some(recorded));
         let result = watch_until(
-            SESSION,
+            &session(),
             Duration::from_secs(5),
             || Ok(pid),
             Some(Receipt {
@@ -255,7 +260,7 @@ mod tests {
     fn without_a_receipt_the_whole_window_is_watched() {
         let pid = claude_for(10.0);
         let started = Instant::now();
-        let result = watch_until(SESSION, Duration::from_millis(600), || Ok(pid), None);
+        let result = watch_until(&session(), Duration::from_millis(600), || Ok(pid), None);
         end(pid);
         assert_eq!(result.unwrap(), pid.to_string());
         assert!(started.elapsed() >= Duration::from_millis(600));

@@ -125,7 +125,7 @@ impl Target {
 
     /// Run session `session_id` in the target, as `config` says
     /// (`resume_command`, `resume_env`, `claude_workdir`).
-    pub fn switch(&self, session_id: &str, config: &Config) -> Result<()> {
+    pub fn switch(&self, session_id: &SessionId, config: &Config) -> Result<()> {
         SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.respawn(session_id, config),
@@ -167,11 +167,11 @@ impl Target {
     /// descendants is `claude` (the Claude Code process whose Stop hook
     /// scheduled the rebuild); for a pointer, the pointer names `session`.
     /// The reason names both sides; nothing is touched.
-    pub fn check_runs(&self, claude: Option<ProcessId>, session: &str) -> Result<Running> {
+    pub fn check_runs(&self, claude: Option<ProcessId>, session: &SessionId) -> Result<Running> {
         let running = self.running()?;
         let short = |s: &str| s.chars().take(8).collect::<String>() + "…";
         if let Target::Pointer(p) = self {
-            if running.session.as_deref() == Some(session) {
+            if running.session.as_deref() == Some(session.as_str()) {
                 return Ok(running);
             }
             return Err(Error::refused(format!(
@@ -287,7 +287,7 @@ impl Target {
     /// Switch the Claude Code in a tmux pane to `session_id` in place:
     /// type `/resume <id>` and Enter into it. Only a tmux pane has a
     /// keyboard; the other targets refuse (they switch by [`Target::switch`]).
-    pub fn type_resume(&self, session_id: &str) -> Result<()> {
+    pub fn type_resume(&self, session_id: &SessionId) -> Result<()> {
         SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.type_resume(session_id),
@@ -323,7 +323,7 @@ impl Target {
     /// `wait`, a live process whose command line (or a descendant's)
     /// contains the id must appear and then stay the same process. Pointer:
     /// the content equals the id. Returns the identity seen when healthy.
-    pub fn health(&self, session_id: &str, wait: Duration) -> Result<String> {
+    pub fn health(&self, session_id: &SessionId, wait: Duration) -> Result<String> {
         self.health_until(session_id, wait, None)
     }
 
@@ -331,7 +331,7 @@ impl Target {
     /// (process targets; a pointer has no process to prove anything).
     pub fn health_until(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         wait: Duration,
         receipt: Option<Receipt<'_>>,
     ) -> Result<String> {
@@ -345,7 +345,7 @@ impl Target {
             }
             Target::Pointer(p) => {
                 let now = p.read()?;
-                if now == session_id {
+                if *session_id == now {
                     Ok(now)
                 } else {
                     Err(Error::refused(format!(

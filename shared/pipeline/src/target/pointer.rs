@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
+use ktr_base::ids::SessionId;
 
 /// A pointer file naming the session a `claude -p --resume` loop uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +26,7 @@ impl Pointer {
 
 /// Atomically write `session_id` into a pointer file (0600), creating its
 /// directory (0700) if it does not exist yet.
-pub(super) fn write_pointer(path: &Path, session_id: &str) -> Result<()> {
+pub(super) fn write_pointer(path: &Path, session_id: &SessionId) -> Result<()> {
     if let Some(parent) = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty() && !p.exists())

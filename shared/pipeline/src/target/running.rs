@@ -36,7 +36,7 @@ pub struct SessionProcess {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Ran {
     /// The session it ran.
-    pub session: String,
+    pub session: SessionId,
     /// The command line of the process running it (tmux, systemd; empty for a pointer).
     #[serde(default)]
     pub argv: Vec<String>,
@@ -49,15 +49,15 @@ impl Running {
     /// What to record before switching away from `session`: the process
     /// found running it, or just the session (pointer, or a command line
     /// that does not name it).
-    pub fn ran(&self, session: &str) -> Ran {
+    pub fn ran(&self, session: &SessionId) -> Ran {
         match &self.process {
-            Some(p) if p.session == session => Ran {
-                session: session.to_string(),
+            Some(p) if p.session == *session => Ran {
+                session: session.clone(),
                 argv: p.argv.clone(),
                 cwd: p.cwd.clone(),
             },
             _ => Ran {
-                session: session.to_string(),
+                session: session.clone(),
                 argv: Vec::new(),
                 cwd: None,
             },
@@ -130,7 +130,7 @@ pub fn session_arg(argv: &[String]) -> Option<String> {
 /// says `--resume S` / `-r S`; with `--session-id S` (which starts a new
 /// session under that id and is refused for an existing one, measured on
 /// 2.1.328) turned into `--resume S`; None when it does not name `session`.
-pub(super) fn resume_form(argv: &[String], session: &str) -> Option<Vec<String>> {
+pub(super) fn resume_form(argv: &[String], session: &SessionId) -> Option<Vec<String>> {
     if argv.len() < 2 || session_arg(argv).as_deref() != Some(session) {
         return None;
     }
@@ -184,24 +184,25 @@ mod tests {
 
     #[test]
     fn what_ran_is_restored_as_a_resume_of_the_same_session() {
-        let s = "aaaaaaaa-1111-4222-8333-444444444444";
+        let id = SessionId::parse("aaaaaaaa-1111-4222-8333-444444444444").unwrap();
+        let s = id.as_str();
         let same = argv(&["/bin/claude", "--model", "opus", "--resume", s]);
-        assert_eq!(resume_form(&same, s), Some(same.clone()));
+        assert_eq!(resume_form(&same, &id), Some(same.clone()));
         assert_eq!(
-            resume_form(&argv(&["claude", "--session-id", s, "--verbose"]), s),
+            resume_form(&argv(&["claude", "--session-id", s, "--verbose"]), &id),
             Some(argv(&["claude", "--resume", s, "--verbose"]))
         );
         assert_eq!(
-            resume_form(&argv(&["claude", &format!("--session-id={s}")]), s),
+            resume_form(&argv(&["claude", &format!("--session-id={s}")]), &id),
             Some(argv(&["claude", &format!("--resume={s}")]))
         );
         assert_eq!(
-            resume_form(&argv(&["claude"]), s),
+            resume_form(&argv(&["claude"]), &id),
             None,
             "a plain start: resume_command"
         );
         assert_eq!(
-            resume_form(&argv(&["claude", "--resume", "other"]), s),
+            resume_form(&argv(&["claude", "--resume", "other"]), &id),
             None
         );
     }

@@ -12,6 +12,7 @@ use super::pointer::write_pointer;
 use crate::process;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, write_atomic};
+use ktr_base::ids::SessionId;
 
 /// A systemd service whose start script reads the pointer file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +121,7 @@ impl Systemd {
         }
     }
 
-    pub(super) fn restart_on(&self, session_id: &str) -> Result<()> {
+    pub(super) fn restart_on(&self, session_id: &SessionId) -> Result<()> {
         let before = match fs::read(&self.pointer) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

@@ -7,6 +7,7 @@ use super::CONTROL_TIMEOUT;
 use crate::process;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 
 /// A tmux pane.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +28,7 @@ impl Tmux {
     /// Type `/resume <session_id>` and Enter into the pane, in one tmux
     /// command (no key of an attached client lands between the line and
     /// its Enter).
-    pub(super) fn type_resume(&self, session_id: &str) -> Result<()> {
+    pub(super) fn type_resume(&self, session_id: &SessionId) -> Result<()> {
         let line = resume_line(session_id);
         let argv = self.argv(&[
             "send-keys",
@@ -113,7 +114,7 @@ impl Tmux {
 
     /// `tmux set-option -p -t T remain-on-exit on`, then
     /// `tmux respawn-pane -k -t T -c WORKDIR [-e K=V…] -- argv…`.
-    pub(super) fn respawn(&self, session_id: &str, config: &Config) -> Result<()> {
+    pub(super) fn respawn(&self, session_id: &SessionId, config: &Config) -> Result<()> {
         let workdir = &config.claude_workdir;
         if !workdir.is_dir() {
             return Err(Error::refused(format!(
@@ -159,6 +160,6 @@ impl Tmux {
 }
 
 /// What ktr types to switch a Claude Code in place: `/resume <id>`.
-pub fn resume_line(session_id: &str) -> String {
+pub fn resume_line(session_id: &SessionId) -> String {
     format!("/resume {session_id}")
 }

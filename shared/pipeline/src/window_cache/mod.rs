@@ -22,6 +22,7 @@ use std::path::Path;
 
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 use ktr_engine::plan::PlanReport;
 use ktr_engine::window::{Advise, CompactionSetting, Inputs, Window, derive, size, usage};
 
@@ -71,7 +72,7 @@ pub struct Reported {
 /// When the transcript cannot be read.
 pub fn for_hook(
     config: &Config,
-    session_id: &str,
+    session_id: &SessionId,
     transcript: &Path,
     reported: Option<Reported>,
     tail: Option<usage::Tail>,
@@ -116,7 +117,7 @@ pub fn for_hook(
 /// report or the model id ([`size::resolve`]).
 pub fn size_for(
     config: &Config,
-    session_id: &str,
+    session_id: &SessionId,
     reported: Option<u64>,
     model: Option<&str>,
 ) -> size::Size {
@@ -135,13 +136,15 @@ pub fn size_for(
 
 /// The account for a plan (`ktr plan`, `ktr dirty`, the MCP tools,
 /// `prepare`): the tail's usage, the planned conversation and the window's
-/// tally. Writes nothing.
+/// tally. Writes nothing. `session_id` is None when the transcript's name
+/// is not a session id (a copy, a corpus file): no cache names it, so its
+/// overhead is measured from the transcript alone.
 ///
 /// # Errors
 /// When the transcript's tail cannot be read.
 pub fn for_plan(
     config: &Config,
-    session_id: &str,
+    session_id: Option<&SessionId>,
     transcript: &Path,
     window_estimate: u64,
     carried_estimate: u64,
@@ -149,7 +152,9 @@ pub fn for_plan(
     let tail = usage::read_tail(transcript).map_err(|e| Error::io_at("read", transcript, &e))?;
     let size = size::resolve(
         config.context_window_tokens,
-        remembered::read(&config.state_dir, session_id).as_ref(),
+        session_id
+            .and_then(|s| remembered::read(&config.state_dir, s))
+            .as_ref(),
         tail.model.as_deref(),
     );
     Ok(derive(&Inputs {
@@ -158,7 +163,10 @@ pub fn for_plan(
         window_estimate,
         carried_estimate,
         size,
-        overhead: overhead::resolve(&config.state_dir, session_id, transcript, false),
+        overhead: match session_id {
+            Some(s) => overhead::resolve(&config.state_dir, s, transcript, false),
+            None => overhead::uncached(&config.state_dir, transcript),
+        },
         advise: advise_of(config),
         compaction: compaction::setting(),
     }))
@@ -177,9 +185,10 @@ pub fn measure(
     report: &mut PlanReport,
     window_estimate: u64,
 ) -> Result<()> {
+    let session = SessionId::parse(&report.session_id).ok();
     let w = for_plan(
         config,
-        &report.session_id,
+        session.as_ref(),
         path,
         window_estimate,
         report.estimated_tokens,

@@ -9,11 +9,12 @@
 use std::path::{Path, PathBuf};
 
 use ktr_base::error::Result;
+use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, cap, read_capped};
 use ktr_engine::window::Sourced;
 use ktr_engine::window::overhead::{Measured, Receipt, measure, pick};
 
-fn session_path(state_dir: &Path, session_id: &str) -> PathBuf {
+fn session_path(state_dir: &Path, session_id: &SessionId) -> PathBuf {
     state_dir
         .join("window")
         .join(format!("{session_id}.overhead.json"))
@@ -23,7 +24,7 @@ fn global_path(state_dir: &Path) -> PathBuf {
     state_dir.join("window").join("overhead.json")
 }
 
-fn receipt_path(state_dir: &Path, session_id: &str) -> PathBuf {
+fn receipt_path(state_dir: &Path, session_id: &SessionId) -> PathBuf {
     state_dir
         .join("window")
         .join(format!("{session_id}.receipt.json"))
@@ -45,7 +46,7 @@ fn write(path: &Path, m: &Measured) {
 ///
 /// # Errors
 /// When the state dir's `window/` folder or the file cannot be written.
-pub fn remember_receipt(state_dir: &Path, session_id: &str, receipt: &Receipt) -> Result<()> {
+pub fn remember_receipt(state_dir: &Path, session_id: &SessionId, receipt: &Receipt) -> Result<()> {
     let bytes = serde_json::to_vec(receipt).expect("a receipt serializes");
     super::write_cache(&receipt_path(state_dir, session_id), &bytes)
 }
@@ -53,7 +54,12 @@ pub fn remember_receipt(state_dir: &Path, session_id: &str, receipt: &Receipt) -
 /// The overhead for `session_id`, and where it came from ([`pick`]). With
 /// `remember`, a new measurement is kept in the state dir (the hooks);
 /// without, nothing is written (`ktr plan`, `ktr dirty`).
-pub fn resolve(state_dir: &Path, session_id: &str, transcript: &Path, remember: bool) -> Sourced {
+pub fn resolve(
+    state_dir: &Path,
+    session_id: &SessionId,
+    transcript: &Path,
+    remember: bool,
+) -> Sourced {
     // A session cached as "nothing to measure" before ktr-ack kept its
     // receipt (the statusline may run first) is measured again.
     let cached = read::<Measured>(&session_path(state_dir, session_id)).filter(|m| {
@@ -70,7 +76,24 @@ pub fn resolve(state_dir: &Path, session_id: &str, transcript: &Path, remember: 
         }
         Some(m)
     });
-    pick(own.as_ref(), || read::<Measured>(&global_path(state_dir)))
+    or_global(state_dir, own.as_ref())
+}
+
+/// `own` measurement, else the newest of any session ([`pick`]).
+fn or_global(state_dir: &Path, own: Option<&Measured>) -> Sourced {
+    pick(own, || read::<Measured>(&global_path(state_dir)))
+}
+
+/// The overhead for a transcript whose name is not a session id, so no
+/// cache or receipt can be its own: measured from the transcript (nothing
+/// written), else the global measurement.
+pub fn uncached(state_dir: &Path, transcript: &Path) -> Sourced {
+    let name = transcript
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let own = measure(&name, transcript, None);
+    or_global(state_dir, own.as_ref())
 }
 
 #[cfg(test)]
@@ -132,10 +155,15 @@ mod tests {
             ],
         );
         // Before ktr-ack's receipt: nothing to measure, and that is cached.
-        let before = resolve(&state, "new", &path, true);
+        let before = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
         assert_eq!(before.tokens, DEFAULT_OVERHEAD);
-        remember_receipt(&state, "new", &receipt(offset, 3000)).unwrap();
-        let s = resolve(&state, "new", &path, true);
+        remember_receipt(
+            &state,
+            &SessionId::parse("new").unwrap(),
+            &receipt(offset, 3000),
+        )
+        .unwrap();
+        let s = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
         let prompt = estimate_tokens("next prompt");
         assert_eq!(s.tokens, 20_000 - 3000 - prompt, "{}", s.source);
         assert_eq!(
@@ -147,7 +175,7 @@ mod tests {
         // Remembered for sessions measured neither way.
         let other = dir.path().join("other.jsonl");
         std::fs::write(&other, format!("{}\n", user("no reply yet"))).unwrap();
-        let s = resolve(&state, "other", &other, false);
+        let s = resolve(&state, &SessionId::parse("other").unwrap(), &other, false);
         assert_eq!(s.tokens, 20_000 - 3000 - prompt);
         assert!(
             s.source
@@ -161,18 +189,23 @@ mod tests {
     fn no_reply_since_the_rebuild_or_implausible_numbers_fall_back_and_say_why() {
         let dir = tempfile::tempdir().unwrap();
         let (state, path, offset) = rebuilt(dir.path(), &[]);
-        remember_receipt(&state, "new", &receipt(offset, 3000)).unwrap();
-        let s = resolve(&state, "new", &path, true);
+        remember_receipt(
+            &state,
+            &SessionId::parse("new").unwrap(),
+            &receipt(offset, 3000),
+        )
+        .unwrap();
+        let s = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
         assert_eq!(s.tokens, DEFAULT_OVERHEAD);
         assert!(
-            !session_path(&state, "new").exists(),
+            !session_path(&state, &SessionId::parse("new").unwrap()).exists(),
             "measured again later"
         );
         // A first reply smaller than the carried count: not an overhead.
         let mut body = std::fs::read_to_string(&path).unwrap();
         body.push_str(&format!("{}\n{}\n", user("p"), reply(3500, "T4")));
         std::fs::write(&path, body).unwrap();
-        let s = resolve(&state, "new", &path, true);
+        let s = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
         assert_eq!(s.tokens, DEFAULT_OVERHEAD);
         assert!(
             s.source.contains(

@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, cap, read_capped};
 use ktr_engine::window::running::{self, Running};
 
 /// Where the running account of `session_id` is kept.
-pub fn path(state_dir: &Path, session_id: &str) -> PathBuf {
+pub fn path(state_dir: &Path, session_id: &SessionId) -> PathBuf {
     state_dir
         .join("window")
         .join(format!("{session_id}.running.json"))
@@ -23,7 +24,7 @@ pub fn path(state_dir: &Path, session_id: &str) -> PathBuf {
 /// When the transcript cannot be read or the account cannot be saved.
 pub fn advance(
     config: &Config,
-    session_id: &str,
+    session_id: &SessionId,
     transcript: &Path,
     step: u64,
 ) -> Result<(Running, bool)> {
