@@ -1,13 +1,20 @@
 //! The source read once for both the scan and its digest (issue 25: `ktr
 //! plan` within 5× `wc -l`). A second thread reads the file a chunk at a
 //! time, hashes each chunk and hands it to the scan through [`Reader`] (a
-//! `BufRead`): the scan's core spends no time in `read(2)`, the file is
-//! copied out of the page cache once instead of twice, and the digest
-//! covers exactly the bytes the scan read.
+//! `BufRead`): the scan's core spends no time in `read(2)` and the file is
+//! copied out of the page cache once instead of twice.
+//!
+//! The scan never waits for that thread: when the next chunk is not there
+//! yet (the machine is busy and the thread was not scheduled), the scan
+//! reads the chunk itself and drops the thread's copy of it when it comes.
+//! Either way the digest is of the file's first `len` bytes as that thread
+//! read them; a file changed meanwhile is noticed by the plan (size and
+//! modification time before and after).
 
 use std::fs::File;
 use std::io::{self, BufRead, Read};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::os::unix::fs::FileExt;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::{Scope, ScopedJoinHandle};
 
 use sha2::{Digest as _, Sha256};
@@ -19,80 +26,145 @@ const CHUNK: u64 = 1 << 18;
 /// twice: those in flight and those handed back for reuse).
 const AHEAD: usize = 8;
 
-/// The scan's side: the chunks, in order.
-pub struct Reader {
-    chunks: Receiver<io::Result<Vec<u8>>>,
+/// A chunk: its number and bytes (`CHUNK` of them, fewer at the end).
+type Chunk = (u64, Vec<u8>);
+
+/// The scan's side: the file's chunks, in order.
+pub struct Reader<'f> {
+    file: &'f File,
+    len: u64,
+    chunks: Receiver<io::Result<Chunk>>,
     spent: SyncSender<Vec<u8>>,
+    /// The chunk being read and how far.
     current: Vec<u8>,
     at: usize,
-    ended: bool,
+    /// The number of the next chunk the scan needs.
+    next: u64,
+    /// The thread's chunks are no longer needed (it ended or failed).
+    alone: bool,
 }
 
 /// What the reading thread returns: the SHA-256 (hex) of the bytes it
 /// read, and how many.
 pub type Digested = io::Result<(String, u64)>;
 
-/// Start reading the first `len` bytes of `file` (from its current
-/// position, a freshly opened file's start) on a thread of `scope`.
+/// Start reading the first `len` bytes of `file` on a thread of `scope`.
 pub fn start<'scope>(
     scope: &'scope Scope<'scope, '_>,
     file: &'scope File,
     len: u64,
-) -> (Reader, ScopedJoinHandle<'scope, Digested>) {
-    let (to_scan, chunks) = sync_channel::<io::Result<Vec<u8>>>(AHEAD);
+) -> (Reader<'scope>, ScopedJoinHandle<'scope, Digested>) {
+    let (to_scan, chunks) = sync_channel::<io::Result<Chunk>>(AHEAD);
     let (spent, to_reuse) = sync_channel::<Vec<u8>>(AHEAD);
     let reading = scope.spawn(move || {
-        let mut source = file.take(len);
         let mut hasher = Sha256::new();
         let mut read = 0u64;
-        loop {
-            let mut chunk = to_reuse.try_recv().unwrap_or_default();
-            chunk.clear();
-            match source.by_ref().take(CHUNK).read_to_end(&mut chunk) {
+        let mut number = 0u64;
+        // Once the scan is gone (it ended, or stopped at an error), the
+        // file is still read to its `len` for the digest.
+        let mut scan_gone = false;
+        let mut spare = None;
+        while read < len {
+            let mut chunk = spare
+                .take()
+                .or_else(|| to_reuse.try_recv().ok())
+                .unwrap_or_default();
+            let n = match read_chunk(file, len, number, &mut chunk) {
                 Ok(0) => break,
-                Ok(n) => {
-                    hasher.update(&chunk);
-                    read += n as u64;
-                    // The scan stopped early (an error): nothing more to read.
-                    if to_scan.send(Ok(chunk)).is_err() {
-                        break;
-                    }
-                }
+                Ok(n) => n,
                 Err(e) => {
                     let kind = e.kind();
                     let message = e.to_string();
-                    let _ = to_scan.send(Err(e));
+                    if !scan_gone {
+                        let _ = to_scan.send(Err(e));
+                    }
                     return Err(io::Error::new(kind, message));
                 }
+            };
+            hasher.update(&chunk);
+            read += n as u64;
+            number += 1;
+            if scan_gone {
+                spare = Some(chunk);
+            } else if let Err(back) = to_scan.send(Ok((number - 1, chunk))) {
+                scan_gone = true;
+                spare = back.0.ok().map(|(_, chunk)| chunk);
             }
         }
         Ok((ktr_base::fsutil::hex(&hasher.finalize()), read))
     });
     let reader = Reader {
+        file,
+        len,
         chunks,
         spent,
         current: Vec::new(),
         at: 0,
-        ended: false,
+        next: 0,
+        alone: false,
     };
     (reader, reading)
 }
 
-impl BufRead for Reader {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        if self.at == self.current.len() && !self.ended {
-            let spent = std::mem::take(&mut self.current);
-            if spent.capacity() > 0 {
-                let _ = self.spent.try_send(spent);
-            }
-            self.at = 0;
-            match self.chunks.recv() {
-                Ok(Ok(chunk)) => self.current = chunk,
+/// Read chunk `number` of the first `len` bytes of `file` into `buf`
+/// (replacing what it held): how many bytes (0 past the end).
+fn read_chunk(file: &File, len: u64, number: u64, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let from = number.saturating_mul(CHUNK).min(len);
+    let want = usize::try_from((len - from).min(CHUNK)).unwrap_or(0);
+    buf.resize(want, 0);
+    let mut done = 0;
+    while done < want {
+        match file.read_at(&mut buf[done..], from + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(done);
+    Ok(done)
+}
+
+impl Reader<'_> {
+    /// The next chunk: the thread's, or read here when it is not there yet.
+    fn next_chunk(&mut self) -> io::Result<Vec<u8>> {
+        let mut buf = std::mem::take(&mut self.current);
+        while !self.alone {
+            match self.chunks.try_recv() {
+                Ok(Ok((number, chunk))) if number == self.next => {
+                    if buf.capacity() > 0 {
+                        let _ = self.spent.try_send(buf);
+                    }
+                    return Ok(chunk);
+                }
+                // One the scan read itself already.
+                Ok(Ok((_, old))) => {
+                    let _ = self.spent.try_send(old);
+                }
                 Ok(Err(e)) => {
-                    self.ended = true;
+                    self.alone = true;
                     return Err(e);
                 }
-                Err(_) => self.ended = true,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.alone = true,
+            }
+        }
+        read_chunk(self.file, self.len, self.next, &mut buf)?;
+        Ok(buf)
+    }
+}
+
+impl BufRead for Reader<'_> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.at == self.current.len() && self.next.saturating_mul(CHUNK) < self.len {
+            let chunk = self.next_chunk()?;
+            self.current = chunk;
+            self.at = 0;
+            if self.current.is_empty() {
+                // The file is shorter than `len` now: the end.
+                self.next = u64::MAX;
+            } else {
+                self.next += 1;
             }
         }
         Ok(&self.current[self.at..])
@@ -103,7 +175,7 @@ impl BufRead for Reader {
     }
 }
 
-impl Read for Reader {
+impl Read for Reader<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let available = self.fill_buf()?;
         let n = available.len().min(out.len());
@@ -152,18 +224,45 @@ mod tests {
         }
     }
 
-    /// A scan that stops early never leaves the reading thread waiting.
+    /// A scan that stops early never leaves the reading thread waiting,
+    /// and the digest is still of the whole `len`.
     #[test]
     fn a_scan_that_stops_early_ends_the_reading() {
+        let body = vec![b'x'; 40 * CHUNK as usize];
         let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&vec![b'x'; 40 * CHUNK as usize]).unwrap();
-        file.rewind().unwrap();
+        file.write_all(&body).unwrap();
         std::thread::scope(|s| {
             let (mut reader, reading) = start(s, &file, 40 * CHUNK);
             assert!(!reader.fill_buf().unwrap().is_empty());
             drop(reader);
-            let (_, read) = reading.join().unwrap().unwrap();
-            assert!(read < 40 * CHUNK, "{read}");
+            let digested = reading.join().unwrap().unwrap();
+            assert_eq!(digested, (ktr_base::fsutil::sha256_hex(&body), 40 * CHUNK));
         });
+    }
+
+    /// When the thread's chunks are late, the scan reads them itself (here:
+    /// all of them, the thread never started) and gets the same bytes.
+    #[test]
+    fn the_scan_reads_a_late_chunk_itself() {
+        let body: Vec<u8> = (0..(2 * CHUNK as usize + 99))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&body).unwrap();
+        let (_to_scan, chunks) = sync_channel(AHEAD);
+        let (spent, _to_reuse) = sync_channel(AHEAD);
+        let mut reader = Reader {
+            file: &file,
+            len: body.len() as u64,
+            chunks,
+            spent,
+            current: Vec::new(),
+            at: 0,
+            next: 0,
+            alone: false,
+        };
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got, body);
     }
 }
