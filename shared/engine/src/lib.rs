@@ -20,6 +20,7 @@ pub mod meter;
 pub mod options;
 pub mod plan;
 pub(crate) mod rawjson;
+mod readahead;
 pub mod recall;
 pub mod reread;
 pub(crate) mod scan;

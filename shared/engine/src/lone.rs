@@ -78,10 +78,45 @@ fn walk(b: &[u8], mut f: impl FnMut(usize, u32)) -> bool {
     reserved
 }
 
+/// [`walk`], visiting only the `\\u` escapes of surrogates: what it
+/// finds is the same (a test checks), found several times faster where
+/// escapes are dense (a tool result holds a `\\n` every line), since
+/// a backslash is searched for only where `\\ud` or `\\uD` is.
+///
+/// `walk` pairs each backslash with the byte after it, so a backslash
+/// starts an escape exactly when the run of backslashes ending at it is
+/// odd; an escape's other bytes are never backslashes, so a surrogate
+/// escape is never inside another escape, except the low half of a pair,
+/// which `paired_until` skips.
+fn surrogate_escapes(b: &[u8], mut f: impl FnMut(usize, u32)) -> bool {
+    let mut reserved = false;
+    let mut paired_until = 0;
+    for at in memchr::memmem::find_iter(b, b"\\u") {
+        if at < paired_until
+            || !matches!(b.get(at + 2), Some(b'd' | b'D'))
+            || b[..at].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1
+        {
+            continue;
+        }
+        match unit(b, at) {
+            Some(u) if is_high(u) => match unit(b, at + 6) {
+                Some(low) if is_low(low) => {
+                    reserved |= u >= 0xDBFE;
+                    paired_until = at + 12;
+                }
+                _ => f(at, u),
+            },
+            Some(u) if is_low(u) => f(at, u),
+            _ => {}
+        }
+    }
+    reserved
+}
+
 /// What `line` holds (its raw bytes, before [`map_line`]).
 pub fn survey(line: &[u8]) -> Surrogates {
     let mut lone = 0;
-    let escaped = walk(line, |_, _| lone += 1);
+    let escaped = surrogate_escapes(line, |_, _| lone += 1);
     // U+10F800..U+10FFFF in UTF-8: F4 8F A0..BF xx.
     let raw = memchr::memmem::find_iter(line, b"\xF4\x8F")
         .any(|at| line.get(at + 2).is_some_and(|b| (0xA0..=0xBF).contains(b)));
@@ -213,6 +248,31 @@ mod tests {
         assert!(survey(br#"{"t":"\udbfe\udc3d"}"#).reserved);
         assert!(!survey(br#"{"t":"\udbfd\udfff \ud83d"}"#).reserved);
         assert_eq!(survey(br#"{"t":"\ud83d \ud83d"}"#).lone, 2);
+    }
+
+    /// `survey`'s search of surrogate escapes finds what [`walk`] finds,
+    /// on lines made of escapes' pieces in every order (a fixed seed).
+    #[test]
+    fn the_quick_survey_agrees_with_the_walk() {
+        const PIECES: [&str; 14] = [
+            "\\", "u", "d", "D", "8", "3", "d8", "de", "00", "c", "ff", "\"", "x", "\\ud83d",
+        ];
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200_000 {
+            let n = (next() % 24) as usize;
+            let line: String = (0..n).map(|_| PIECES[(next() % 14) as usize]).collect();
+            let b = line.as_bytes();
+            let (mut slow, mut quick) = (Vec::new(), Vec::new());
+            let slow_reserved = walk(b, |at, u| slow.push((at, u)));
+            let quick_reserved = surrogate_escapes(b, |at, u| quick.push((at, u)));
+            assert_eq!((slow, slow_reserved), (quick, quick_reserved), "{line}");
+        }
     }
 
     #[test]

@@ -282,27 +282,37 @@ fn build_file(
         .metadata()
         .map_err(|e| Error::io_at("stat", path, &e))?;
     let len = at_open.len();
-    // The digest is computed on a second core while this one parses.
+    // The digest is computed on a second core, which also reads the file
+    // for the scan on this one ([`crate::readahead`]).
     std::thread::scope(|s| {
-        let digest = digest.then(|| s.spawn(|| ktr_base::fsutil::sha256_prefix(&file, len)));
-        let mut planned = plan(
-            options,
-            path,
-            Metered::new(BufReader::with_capacity(1 << 16, (&file).take(len)), meter),
-            &file,
-            new_session_id,
-            sink,
-        )?;
-        let digested = match digest {
-            Some(digest) => {
-                let (sha256, digested) = digest
-                    .join()
-                    .map_err(|_| Error::io(format!("digest of {} failed", path.display())))?
-                    .map_err(|e| Error::io_at("read", path, &e))?;
-                planned.report.source_sha256 = sha256;
-                digested
-            }
-            None => len,
+        let (mut planned, digested) = if digest {
+            let (reader, reading) = crate::readahead::start(s, &file, len);
+            let planned = plan(
+                options,
+                path,
+                Metered::new(reader, meter),
+                &file,
+                new_session_id,
+                sink,
+            );
+            let digest = reading
+                .join()
+                .map_err(|_| Error::io(format!("digest of {} failed", path.display())))?;
+            let mut planned = planned?;
+            let (sha256, digested) = digest.map_err(|e| Error::io_at("read", path, &e))?;
+            planned.report.source_sha256 = sha256;
+            (planned, digested)
+        } else {
+            let input = BufReader::with_capacity(1 << 16, (&file).take(len));
+            let planned = plan(
+                options,
+                path,
+                Metered::new(input, meter),
+                &file,
+                new_session_id,
+                sink,
+            )?;
+            (planned, len)
         };
         planned.report.source_changed_while_read =
             digested != len || planned.report.source_bytes != len || changed_since(&file, &at_open);

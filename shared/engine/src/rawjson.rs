@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use memchr::{memchr, memchr2};
+use memchr::memchr;
 
 /// The raw text of `key`'s value in the JSON object `raw`, if present.
 /// Returns `None` for anything that is not a well-formed object.
@@ -156,19 +156,33 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// Index just past the closing quote of the string starting at `start`.
-fn string_end(b: &[u8], start: usize) -> Option<usize> {
+///
+/// Only quotes are searched for (a tool result holds a backslash every
+/// 20 bytes or so, a quote far less often): a quote is escaped exactly
+/// when an odd run of backslashes ends right before it, because each
+/// backslash escapes the byte after it.
+pub(crate) fn string_end(b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     loop {
-        let at = i + memchr2(b'"', b'\\', &b[i..])?;
-        if b[at] == b'\\' {
-            i = at + 2;
-            if i > b.len() {
-                return None;
-            }
+        let at = i + memchr(b'"', b.get(i..)?)?;
+        if escaped(b, start + 1, at) {
+            i = at + 1;
         } else {
             return Some(at + 1);
         }
     }
+}
+
+/// Whether an odd run of backslashes, none before `from`, ends right
+/// before `at`.
+pub(crate) fn escaped(b: &[u8], from: usize, at: usize) -> bool {
+    b[from..at]
+        .iter()
+        .rev()
+        .take_while(|&&c| c == b'\\')
+        .count()
+        % 2
+        == 1
 }
 
 /// Index just past the value starting at `start`.
@@ -290,6 +304,38 @@ mod tests {
         assert_eq!(elements("[]"), Some(vec![]));
         for bad in ["", "{}", "[1", "[1,", "[1 2]"] {
             assert_eq!(elements(bad), None, "{bad}");
+        }
+    }
+
+    /// The quote search ends a string where walking its escapes one by
+    /// one does, on strings made of escapes' pieces (a fixed seed).
+    #[test]
+    fn string_end_agrees_with_walking_the_escapes() {
+        fn walked(b: &[u8]) -> Option<usize> {
+            let mut i = 1;
+            while i < b.len() {
+                match b[i] {
+                    b'\\' => i += 2,
+                    b'"' => return Some(i + 1),
+                    _ => i += 1,
+                }
+            }
+            None
+        }
+        const PIECES: [&str; 6] = ["\\", "\"", "a", "\\\"", "\\\\", "u"];
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let n = (seed % 16) as usize;
+            let mut s = String::from("\"");
+            let mut x = seed;
+            for _ in 0..n {
+                s.push_str(PIECES[(x % 6) as usize]);
+                x /= 6;
+            }
+            assert_eq!(string_end(s.as_bytes(), 0), walked(s.as_bytes()), "{s}");
         }
     }
 

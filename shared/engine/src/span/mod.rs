@@ -279,9 +279,17 @@ fn parts(text: &str) -> Vec<Part<'_>> {
     parts_with(text, &prefix(), "\0")
 }
 
-/// Whether `text` holds a token (a cheap test first: a NUL).
+/// Whether no span is known on this thread: then no text holds a token,
+/// and nothing needs searching for one (a file of lines shorter than
+/// [`LONG`], the common case).
+fn none_known() -> bool {
+    TABLE.with_borrow(HashMap::is_empty)
+}
+
+/// Whether `text` holds a token (cheap tests first: any span known, a NUL).
 pub fn has(text: &str) -> bool {
-    memchr::memchr(0, text.as_bytes()).is_some()
+    !none_known()
+        && memchr::memchr(0, text.as_bytes()).is_some()
         && memchr::memmem::find(text.as_bytes(), prefix().as_bytes()).is_some()
 }
 
@@ -456,7 +464,7 @@ pub fn comparable(text: String) -> String {
 /// The length `raw` (JSON text from a skeleton) had in its file: each
 /// token counted as the string it stands for.
 pub fn json_len(raw: &str) -> usize {
-    if memchr::memmem::find(raw.as_bytes(), b"\\u0000ktr-span:").is_none() {
+    if none_known() || memchr::memmem::find(raw.as_bytes(), b"\\u0000ktr-span:").is_none() {
         return raw.len();
     }
     parts_with(raw, &json_prefix(), "\\u0000")
@@ -474,7 +482,7 @@ pub fn json_len(raw: &str) -> usize {
 /// the raw escaped bytes of its text, copied from the source a chunk at a
 /// time.
 pub fn expand_json(json: &str, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-    if memchr::memmem::find(json.as_bytes(), b"\\u0000ktr-span:").is_none() {
+    if none_known() || memchr::memmem::find(json.as_bytes(), b"\\u0000ktr-span:").is_none() {
         return out(json.as_bytes());
     }
     for part in parts_with(json, &json_prefix(), "\\u0000") {
