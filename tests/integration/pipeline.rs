@@ -126,8 +126,15 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
         None,
         "nothing blocks the next request"
     );
-    // Each stage logged its steps.
-    let log = fs::read_to_string(rig.sandbox.state.join("worker.log")).unwrap();
+    // Each stage logged its steps. Activate writes its last line after the
+    // operation file says `activated` (the log follows what happened), so
+    // the test waits for it instead of reading the log at once.
+    let worker_log = rig.sandbox.state.join("worker.log");
+    let read_log = || fs::read_to_string(&worker_log).unwrap_or_default();
+    crate::support::wait_for(std::time::Duration::from_secs(20), || {
+        read_log().contains("activated: tmux pane t:0.0")
+    });
+    let log = read_log();
     for stage in ["ktr-prepare", "ktr-verify", "ktr-activate"] {
         assert!(
             log.contains(&format!("{stage}[")),
