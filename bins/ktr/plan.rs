@@ -3,6 +3,7 @@
 use ktr_admin::report;
 use ktr_base::Error;
 use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
 use ktr_engine::candidate::{Discard, ManifestEntry, Sink};
 use ktr_engine::plan;
 use ktr_pipeline::window_cache;
@@ -14,7 +15,13 @@ pub fn run(args: &PlanArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = plan::resolve_transcript(&config, given.as_deref())?;
-    let new_session = args.new_session.as_deref();
+    // Parsed here, where it enters: the engine takes a SessionId.
+    let new_session = args
+        .new_session
+        .as_deref()
+        .map(SessionId::parse)
+        .transpose()?;
+    let new_session = new_session.as_ref();
     let blocked = match (args.common.json, args.show_candidate) {
         (true, true) => {
             let mut plan = plan::build(&config, &path, new_session)?;

@@ -22,6 +22,7 @@ use crate::claude_resume::residue_sent;
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{FakeApi, Logged, last_user_text};
 use crate::support::plan::{STAMP_PREFIX as STAMP, fixture_path as fixture};
+use crate::support::sid;
 use crate::support::{ResultOrPanic, claude_bin, corpus_dir, example};
 use ktr_base::config::{Config, HistoryMode};
 use ktr_engine::classify::INJECTED_TAGS;
@@ -802,12 +803,12 @@ fn differential(env: &ClaudeEnv, api: &FakeApi, case: &Case) -> Row {
     };
     let config = env.config("");
     let id = fixed_id(&format!("rebuilt:{}", case.name));
-    let mut plan = plan::build(&config, &case.source, Some(&id)).unwrap();
+    let mut plan = plan::build(&config, &case.source, Some(&sid(&id))).unwrap();
     if plan.report.malformed_lines > 0 {
         plan = plan::build(
             &env.config("on_malformed_line = \"skip\""),
             &case.source,
-            Some(&id),
+            Some(&sid(&id)),
         )
         .unwrap();
     }
@@ -959,7 +960,7 @@ fn the_rebuilt_window_shows_what_the_original_resume_shows_minus_residue() {
 /// Plan `source` into a candidate file `<dir>/<name>.jsonl`; its path.
 fn rebuild_into(config: &Config, source: &Path, dir: &Path, name: &str) -> (PathBuf, Plan) {
     let id = fixed_id(name);
-    let plan = plan::build(config, source, Some(&id)).unwrap();
+    let plan = plan::build(config, source, Some(&sid(&id))).unwrap();
     assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
     let path = dir.join(format!("{id}.jsonl"));
     fs::write(&path, plan.candidate.bytes()).unwrap();

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::FakeApi;
+use crate::support::sid;
 use crate::support::{claude_bin, wait_for};
 
 const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
@@ -110,7 +111,7 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
     // Stand in for prepare/verify/activate: write the candidate and walk the
     // operation to `activating`; then the CLI resumes the candidate.
     let new_id = "5e55a0e0-0000-4000-8000-00000000e2e5";
-    let plan = ktr_engine::plan::build(&config, &source, Some(new_id)).unwrap();
+    let plan = ktr_engine::plan::build(&config, &source, Some(&sid(new_id))).unwrap();
     let candidate = env.transcript(new_id);
     fs::write(&candidate, plan.candidate.bytes()).unwrap();
     store

@@ -16,6 +16,7 @@ use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{
     FakeApi, Logged, Rule, all_strings, message_texts, text, thinking, tool,
 };
+use crate::support::sid;
 use crate::support::{claude, claude_bin, example};
 use ktr_base::config::Config;
 use ktr_engine::conserve::{self, Expected};
@@ -280,7 +281,7 @@ fn pre_compaction_items(source: &Path, plan: &plan::Plan) -> usize {
 /// Plan `source` with a fixed new id; it must not be blocked.
 #[track_caller]
 fn plan_of(config: &Config, source: &Path, id: &str) -> plan::Plan {
-    let plan = plan::build(config, source, Some(id)).unwrap();
+    let plan = plan::build(config, source, Some(&sid(id))).unwrap();
     assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
     plan
 }
@@ -650,7 +651,7 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
         &backup,
         &path,
         &Expected {
-            session_id: &bad.candidate.session_id,
+            session_id: &sid(&bad.candidate.session_id),
             backup_sha256: &ktr_base::fsutil::sha256_file(&backup).unwrap(),
             candidate_sha256: &digest,
             manifest: &bad.candidate.manifest,

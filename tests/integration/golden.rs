@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::support;
+use crate::support::sid;
 
 const SESSION: &str = "0a1b2c3d-0000-4000-8000-00000000901d";
 
@@ -56,7 +57,7 @@ fn digests(group: &str, files: &[PathBuf]) -> BTreeMap<String, String> {
         ))
         .unwrap();
         for path in files {
-            let plan = ktr_engine::plan::build(&config, path, Some(SESSION))
+            let plan = ktr_engine::plan::build(&config, path, Some(&sid(SESSION)))
                 .unwrap_or_else(|e| panic!("plan of {} failed: {e}", path.display()));
             let manifest = serde_json::to_vec(&plan.candidate.manifest).unwrap();
             let digest = format!(

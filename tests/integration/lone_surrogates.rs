@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::FakeApi;
 use crate::support::plan::{Plan, Report, fixture_bytes};
+use crate::support::sid;
 use crate::support::{Sandbox, claude_bin};
 
 const FIXTURE: &str = "lone_surrogates";
@@ -106,9 +107,13 @@ fn the_real_cli_resumes_a_candidate_with_lone_surrogates() {
     let config = env.config("");
     let id = "5e55a9e0-0000-4000-8000-00000000eeee";
     let source = env.sandbox.project.join("source.jsonl");
-    let plan =
-        ktr_engine::plan::build_from_bytes(&config, &source, &fixture_bytes(FIXTURE), Some(id))
-            .unwrap();
+    let plan = ktr_engine::plan::build_from_bytes(
+        &config,
+        &source,
+        &fixture_bytes(FIXTURE),
+        Some(&sid(id)),
+    )
+    .unwrap();
     assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
     fs::create_dir_all(&env.sandbox.project).unwrap();
     fs::write(env.transcript(id), plan.candidate.bytes()).unwrap();

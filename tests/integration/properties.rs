@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::support::sid;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
@@ -211,8 +212,8 @@ proptest! {
         let source = dir.join("source.jsonl");
         std::fs::write(&source, render(&records)).unwrap();
         let config = config(&dir);
-        let plan = ktr_engine::plan::build(&config, &source, Some(SESSION)).unwrap();
-        let again = ktr_engine::plan::build(&config, &source, Some(SESSION)).unwrap();
+        let plan = ktr_engine::plan::build(&config, &source, Some(&sid(SESSION))).unwrap();
+        let again = ktr_engine::plan::build(&config, &source, Some(&sid(SESSION))).unwrap();
         prop_assert_eq!(plan.candidate.bytes(), again.candidate.bytes());
         prop_assert_eq!(plan.candidate.lines.len(), plan.candidate.manifest.len());
         let mut previous = Value::Null;
@@ -242,7 +243,7 @@ proptest! {
         std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
         let sha = ktr_base::fsutil::sha256_file(&candidate).unwrap();
         let verified = ktr_engine::conserve::check(&config, &source, &candidate, &ktr_engine::conserve::Expected {
-            session_id: SESSION,
+            session_id: &sid(SESSION),
             backup_sha256: &ktr_base::fsutil::sha256_file(&source).unwrap(),
             candidate_sha256: &sha,
             manifest: &plan.candidate.manifest,

@@ -7,6 +7,7 @@ use ktr_engine::conserve::{self, Expected};
 use ktr_engine::plan::{self, Plan};
 
 use crate::support::ResultOrPanic;
+use crate::support::sid;
 use crate::support::{Sandbox, corpus_dir, example};
 
 const SESSION: &str = "0b6f4c1e-2d3a-4b5c-8d9e-0f1a2b3c4d5e";
@@ -30,7 +31,7 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
     let config = sandbox.load_config();
     let backup = sandbox.project.join("source.jsonl");
     std::fs::copy(source, &backup).unwrap();
-    let plan = plan::build(&config, &backup, Some(SESSION)).unwrap();
+    let plan = plan::build(&config, &backup, Some(&sid(SESSION))).unwrap();
     let candidate = sandbox.project.join(format!("{SESSION}.jsonl"));
     std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
     Prepared {
@@ -51,7 +52,7 @@ impl Prepared {
             &self.backup,
             &self.candidate,
             &Expected {
-                session_id: SESSION,
+                session_id: &sid(SESSION),
                 backup_sha256: &self.backup_sha256,
                 candidate_sha256: &sha,
                 manifest: &self.plan.candidate.manifest,
@@ -179,7 +180,7 @@ fn a_lost_turn_is_caught_by_conservation() {
         })
         .collect();
     let expected = Expected {
-        session_id: SESSION,
+        session_id: &sid(SESSION),
         backup_sha256: "",
         candidate_sha256: "",
         manifest: &plan.candidate.manifest,

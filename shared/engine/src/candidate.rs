@@ -15,6 +15,7 @@ use crate::transcript::is_timestamp;
 use crate::turns::{Item, ItemKind, Role, Selection};
 use ktr_base::error::Result;
 use ktr_base::fsutil::sha256_hex;
+use ktr_base::ids::SessionId;
 
 /// Namespace of item uuids (a fixed, documented constant).
 pub const ITEM_NAMESPACE: Uuid = Uuid::from_u128(0x6b74_7200_5f1e_4c2a_9d3b_7a11_c0de_0001);
@@ -191,7 +192,7 @@ pub fn write(
     options: &EngineOptions<'_>,
     sel: &Selection,
     events: &[Event],
-    session_id: &str,
+    session_id: &SessionId,
     earliest: Option<&str>,
     rd: &Reread<'_>,
     sink: &mut dyn Sink,
@@ -201,7 +202,7 @@ pub fn write(
         return Ok(startup.len() + turns.items().len());
     }
     let mut out = Writer {
-        session_id,
+        session_id: session_id.as_str(),
         sink,
         lines: 0,
         previous_uuid: None,

@@ -24,11 +24,12 @@ use crate::plan::{self, LeftOut};
 use crate::transcript::is_timestamp;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{sha256_file, sha256_file_with};
+use ktr_base::ids::SessionId;
 
 /// What the operation recorded at prepare time. The manifest is read as a
 /// stream (a long session's manifest does not fit the memory budget).
 pub struct Expected<'a> {
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     /// The frozen backup's digest (the source's at the freeze).
     pub backup_sha256: &'a str,
     pub candidate_sha256: &'a str,

@@ -21,6 +21,7 @@ use crate::scan::{Markers, NotSpeechCounts, Options, Scan};
 use crate::turns::{self, LeftOutReason, Role, Selection};
 use ktr_base::config::{HistoryMode, OnMalformed};
 use ktr_base::error::{Error, Result};
+use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, Links, confine, open_regular};
 
 /// How much of the first/last carried text the report shows.
@@ -221,7 +222,7 @@ fn transcript_in(project: &Path, path: &Path) -> Option<std::fs::Metadata> {
 pub fn build<'o>(
     options: impl Into<EngineOptions<'o>>,
     path: &Path,
-    new_session_id: Option<&str>,
+    new_session_id: Option<&SessionId>,
 ) -> Result<Plan> {
     let options = &options.into();
     let mut candidate = Candidate::default();
@@ -246,7 +247,7 @@ pub fn assess<'o>(options: impl Into<EngineOptions<'o>>, path: &Path) -> Result<
 pub fn build_into<'o>(
     options: impl Into<EngineOptions<'o>>,
     path: &Path,
-    new_session_id: Option<&str>,
+    new_session_id: Option<&SessionId>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
     let options = &options.into();
@@ -260,7 +261,7 @@ pub fn build_into<'o>(
 pub fn build_frozen_into<'o>(
     options: impl Into<EngineOptions<'o>>,
     path: &Path,
-    new_session_id: Option<&str>,
+    new_session_id: Option<&SessionId>,
     sink: &mut dyn Sink,
     meter: &Meter,
 ) -> Result<Planned> {
@@ -271,7 +272,7 @@ pub fn build_frozen_into<'o>(
 fn build_file(
     options: &EngineOptions<'_>,
     path: &Path,
-    new_session_id: Option<&str>,
+    new_session_id: Option<&SessionId>,
     sink: &mut dyn Sink,
     digest: bool,
     meter: &Meter,
@@ -333,7 +334,7 @@ pub fn build_from_bytes<'o>(
     options: impl Into<EngineOptions<'o>>,
     path: &Path,
     bytes: &[u8],
-    new_session_id: Option<&str>,
+    new_session_id: Option<&SessionId>,
 ) -> Result<Plan> {
     let options = &options.into();
     let mut candidate = Candidate::default();
@@ -348,7 +349,7 @@ fn plan<R: BufRead>(
     path: &Path,
     input: R,
     again: &dyn Bytes,
-    new_session_id: Option<&str>,
+    new_session_id: Option<&SessionId>,
     sink: &mut dyn Sink,
 ) -> Result<Planned> {
     crate::span::forget_all();
@@ -365,13 +366,7 @@ fn plan<R: BufRead>(
     scan.nodes = Vec::new();
     let mut sel = turns::select(&scan.events, &history.events, options, &rd)?;
     block_on_input_problems(options, &scan, &mut sel);
-    let session_id = match new_session_id {
-        Some(id) => {
-            ktr_base::ids::SessionId::parse(id)?;
-            id.to_string()
-        }
-        None => uuid::Uuid::new_v4().to_string(),
-    };
+    let session_id = new_session_id.map_or_else(SessionId::new_random, Clone::clone);
     let lines = candidate::write(
         options,
         &sel,
@@ -489,7 +484,7 @@ fn plan<R: BufRead>(
         report,
         window_estimate: crate::window::window_estimate(&scan.window),
         startup_text: sel.startup_text,
-        session_id,
+        session_id: session_id.as_str().to_string(),
         lines,
     })
 }

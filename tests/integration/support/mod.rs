@@ -100,6 +100,12 @@ pub fn ktr_as(home: &Path, config: &Path, args: &[&str]) -> Result<String, Strin
 }
 
 /// What a finished command printed: stdout, then stderr.
+/// A session id a test names (the engine takes [`ktr_base::ids::SessionId`]).
+#[track_caller]
+pub fn sid(id: &str) -> ktr_base::ids::SessionId {
+    ktr_base::ids::SessionId::parse(id).unwrap()
+}
+
 pub fn printed(out: &std::process::Output) -> String {
     format!(
         "{}{}",
