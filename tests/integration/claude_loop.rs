@@ -821,63 +821,83 @@ fn a_claude_code_that_does_not_take_resume_is_respawned() {
     );
 }
 
-/// ktr's `/resume <id>` line meets keys a person typed in the same
-/// instant (issue 24 item 2): the person's `my draft words` land after
-/// ktr saw the empty input line and before its line (the test pause
-/// `activate:typing`). Claude Code submits `my draft words/resume <id>`;
-/// ktr-prompt refuses it as a collision, Claude Code gives the whole text
-/// back, ktr takes its own line out again: the person's words are in the
-/// input line exactly as typed, nothing reached the model, nothing was
-/// switched, and the operation waits (`pending`). When they send it, it is
-/// answered in the old session and the next Stop switches in place.
-#[test]
-#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
-    let bin = claude_bin();
-    let _serial = serial();
-    let pause = std::env::temp_dir().join(format!("ktr-collide-pause-{}", std::process::id()));
-    let pause_file = pause.display().to_string();
-    let lp = Loop::start(
-        &bin,
-        &[
-            ("KTR_TEST_PAUSE_AT", "activate:typing"),
-            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
-        ],
-    );
-    let pane = lp.tmux.pane_pid();
-    lp.talk_until_the_request();
-    let paused = || {
+/// A stage's test pause (`KTR_TEST_PAUSE_AT`): the stage writes the file
+/// and waits until the test removes it.
+struct Pause {
+    file: PathBuf,
+    at: &'static str,
+}
+
+impl Pause {
+    fn new(at: &'static str) -> Pause {
+        let name = format!("ktr-pause-{}-{}", at.replace(':', "-"), std::process::id());
+        Pause {
+            file: std::env::temp_dir().join(name),
+            at,
+        }
+    }
+
+    /// The variables that make the stage stop there.
+    fn env(&self) -> [(&'static str, String); 2] {
+        [
+            ("KTR_TEST_PAUSE_AT", self.at.to_string()),
+            ("KTR_TEST_PAUSE_FILE", self.file.display().to_string()),
+        ]
+    }
+
+    #[track_caller]
+    fn reached(&self, lp: &Loop) {
         assert!(
-            crate::support::wait_for(PIPELINE, || pause.exists()),
-            "activation never reached its pause\n{}",
+            crate::support::wait_for(PIPELINE, || self.file.exists()),
+            "{} never reached its pause\n{}",
+            self.at,
             lp.diagnosis()
         );
-    };
-    paused();
-    let draft = "my draft words";
+    }
+
+    fn release(&self) {
+        fs::remove_file(&self.file).unwrap();
+    }
+}
+
+/// At `pause` (right before a stage types its `/resume` line) the person
+/// types `draft`: Claude Code submits their words with ktr's line after
+/// them, ktr-prompt refuses that as a collision, Claude Code gives the
+/// whole text back and ktr takes its own line out again. The operation
+/// waits (`waits_as`), the words are in the input line as typed, nothing
+/// reached the model, the pane kept its process and still serves `serves`.
+/// Then the person sends it: answered once, whole, and the stage runs again.
+#[track_caller]
+fn collide(lp: &Loop, pause: &Pause, draft: &str, waits_as: Status, serves: &str) -> Logged {
+    let pane = lp.tmux.pane_pid();
+    pause.reached(lp);
     lp.tmux.run(&["send-keys", "-t", claude::PANE, "-l", draft]);
     lp.wait_input(&Input::Draft(draft.into()));
-    fs::remove_file(&pause).unwrap();
-
-    let op = lp.wait_status("the switch to be called off", |s| s == Status::Pending);
+    pause.release();
+    let op = lp.wait_status("the switch to be called off", |s| {
+        s == waits_as || s.is_terminal()
+    });
+    assert_eq!(op.status, waits_as, "{}", notes(&op));
     assert!(
         notes(&op).contains("collided with keys typed in the same instant")
             && notes(&op).contains(&format!("leaving the person's {} characters", draft.len())),
         "{}",
         notes(&op)
     );
-    assert_eq!(op.blocked_prompts.len(), 1, "{:?}", op.blocked_prompts);
-    assert_eq!(op.blocked_prompts[0].text, draft);
-    assert!(op.blocked_prompts[0].collided_with.is_some());
+    assert!(
+        op.blocked_prompts
+            .iter()
+            .any(|p| p.text == draft && p.collided_with.is_some()),
+        "{:?}",
+        op.blocked_prompts
+    );
     lp.wait_input(&Input::Draft(draft.into()));
     assert!(
         lp.api.wait_turn(draft, Duration::ZERO).is_none(),
         "the collided prompt reached the model"
     );
     assert_eq!(lp.tmux.pane_pid(), pane);
-    lp.assert_pane_serves(&lp.source_id);
-
-    // Sent: answered in the old session, then switched in place.
+    lp.assert_pane_serves(serves);
     lp.tmux.run(&["send-keys", "-t", claude::PANE, "Enter"]);
     let sent = lp
         .api
@@ -888,18 +908,46 @@ fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
         draft,
         "sent whole and alone"
     );
-    paused();
-    fs::remove_file(&pause).unwrap();
-    let op = lp.wait_activated();
-    assert_eq!(lp.tmux.pane_pid(), pane);
-    lp.assert_pane_serves(op.candidate.as_ref().unwrap().session_id.as_str());
-    let sent_times = lp
-        .api
+    pause.reached(lp);
+    pause.release();
+    sent
+}
+
+/// How many requests carried `draft` as their newest prompt.
+fn times_sent(lp: &Loop, draft: &str) -> usize {
+    lp.api
         .turns()
         .iter()
         .filter(|r| crate::support::fake_api::last_user_text(r.messages()).contains(draft))
-        .count();
-    assert_eq!(sent_times, 1, "the draft was sent {sent_times} times");
+        .count()
+}
+
+/// ktr's `/resume <id>` line meets keys a person typed in the same
+/// instant (issue 24 item 2): the person's `my draft words` land after
+/// ktr saw the empty input line and before its line (the test pause
+/// `activate:typing`); [`collide`]: the operation waits (`pending`), the
+/// words come back whole; sent, they are answered in the old session and
+/// the next Stop switches in place.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let pause = Pause::new("activate:typing");
+    let env = pause.env();
+    let lp = Loop::start(&bin, &[(env[0].0, &env[0].1), (env[1].0, &env[1].1)]);
+    let pane = lp.tmux.pane_pid();
+    lp.talk_until_the_request();
+    let draft = "my draft words";
+    collide(&lp, &pause, draft, Status::Pending, &lp.source_id);
+    let op = lp.wait_activated();
+    assert_eq!(lp.tmux.pane_pid(), pane);
+    lp.assert_pane_serves(op.candidate.as_ref().unwrap().session_id.as_str());
+    assert_eq!(
+        times_sent(&lp, draft),
+        1,
+        "the draft was not sent exactly once"
+    );
 }
 
 /// An in-place switch that is not healthy goes back in place (issue 24
@@ -961,25 +1009,18 @@ fn an_unhealthy_in_place_switch_goes_back_in_place() {
 }
 
 /// A rollback's `/resume <old-id>` line meets keys a person typed in the
-/// same instant (issue 24 item 3: the same protections as activation): the
-/// person's words come back to the input line exactly as typed, nothing
-/// reaches the model, the rollback waits (`rollback_pending`); sent, they
-/// are answered in the rebuilt session, and the next Stop rolls back in
-/// place.
+/// same instant (issue 24 item 3: the same protections as activation),
+/// [`collide`] at `rollback:typing`: the rollback waits
+/// (`rollback_pending`); sent, the words are answered in the rebuilt
+/// session, and the next Stop rolls back in place.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_rollback_line_that_collides_with_typing_gives_the_text_back_and_waits() {
     let bin = claude_bin();
     let _serial = serial();
-    let pause = std::env::temp_dir().join(format!("ktr-rollback-pause-{}", std::process::id()));
-    let pause_file = pause.display().to_string();
-    let lp = Loop::start(
-        &bin,
-        &[
-            ("KTR_TEST_PAUSE_AT", "rollback:typing"),
-            ("KTR_TEST_PAUSE_FILE", pause_file.as_str()),
-        ],
-    );
+    let pause = Pause::new("rollback:typing");
+    let env = pause.env();
+    let lp = Loop::start(&bin, &[(env[0].0, &env[0].1), (env[1].0, &env[1].1)]);
     let pane = lp.tmux.pane_pid();
     lp.talk_until_the_request();
     let op = lp.wait_activated();
@@ -996,67 +1037,23 @@ fn a_rollback_line_that_collides_with_typing_gives_the_text_back_and_waits() {
     )]);
     lp.tmux
         .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
-    let paused = || {
-        assert!(
-            crate::support::wait_for(PIPELINE, || pause.exists()),
-            "the rollback never reached its pause\n{}",
-            lp.diagnosis()
-        );
-    };
-    paused();
     let draft = "my rollback draft";
-    lp.tmux.run(&["send-keys", "-t", claude::PANE, "-l", draft]);
-    lp.wait_input(&Input::Draft(draft.into()));
-    fs::remove_file(&pause).unwrap();
-
-    let op = lp.wait_status("the rollback to be called off", |s| {
-        s == Status::RollbackPending || s.is_terminal()
-    });
-    assert_eq!(op.status, Status::RollbackPending, "{}", notes(&op));
-    assert!(
-        notes(&op).contains("collided with keys typed in the same instant")
-            && notes(&op).contains(&format!("leaving the person's {} characters", draft.len())),
-        "{}",
-        notes(&op)
-    );
-    lp.wait_input(&Input::Draft(draft.into()));
-    assert!(
-        lp.api.wait_turn(draft, Duration::ZERO).is_none(),
-        "the collided prompt reached the model"
-    );
-    assert_eq!(lp.tmux.pane_pid(), pane);
-    lp.assert_pane_serves(&new_id);
-
-    // Sent: answered in the rebuilt session, then rolled back in place.
-    lp.tmux.run(&["send-keys", "-t", claude::PANE, "Enter"]);
-    let sent = lp
-        .api
-        .wait_turn(draft, TURN)
-        .or_panic(|| format!("the draft was never sent\n{}", lp.diagnosis()));
-    assert_eq!(
-        crate::support::fake_api::last_user_text(sent.messages()),
-        draft,
-        "sent whole and alone"
-    );
+    let sent = collide(&lp, &pause, draft, Status::RollbackPending, &new_id);
     let mut everything = String::new();
     all_strings(&sent.body["messages"], &mut everything);
     assert!(
         !everything.contains("TOOL-OUTPUT-LINE"),
         "the draft was not answered in the rebuilt session"
     );
-    paused();
-    fs::remove_file(&pause).unwrap();
     let op = lp.wait_status("the rollback to finish", Status::is_terminal);
     assert_eq!(op.status, Status::RolledBack, "{}", notes(&op));
     assert_eq!(lp.tmux.pane_pid(), pane);
     lp.assert_pane_serves(&lp.source_id);
-    let sent_times = lp
-        .api
-        .turns()
-        .iter()
-        .filter(|r| crate::support::fake_api::last_user_text(r.messages()).contains(draft))
-        .count();
-    assert_eq!(sent_times, 1, "the draft was sent {sent_times} times");
+    assert_eq!(
+        times_sent(&lp, draft),
+        1,
+        "the draft was not sent exactly once"
+    );
 }
 
 /// `kill SIGNAL pid` on a process this test started.

@@ -132,6 +132,15 @@ impl Session {
         self.tmux.wait_idle(TURN);
     }
 
+    /// How many requests to the model had `needle` in their newest prompt.
+    fn asked(&self, needle: &str) -> usize {
+        self.api
+            .turns()
+            .iter()
+            .filter(|t| last_user_text(t.messages()).contains(needle))
+            .count()
+    }
+
     fn transcript(&self) -> PathBuf {
         self.env.transcript(&self.id)
     }
@@ -346,16 +355,9 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
         "no notice on the pane border: {:?}",
         notice()
     );
-    let asked = |needle: &str| {
-        s.api
-            .turns()
-            .iter()
-            .filter(|t| last_user_text(t.messages()).contains(needle))
-            .count()
-    };
     thread::sleep(Duration::from_secs(1));
     assert_eq!(
-        asked("SAY-BLOCKED"),
+        s.asked("SAY-BLOCKED"),
         0,
         "the blocked prompt was sent by itself"
     );
@@ -398,7 +400,7 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
     assert_eq!(sent.matches("SAY-BLOCKED").count(), 1, "{sent}");
     assert!(sent.contains("its second line"), "{sent}");
     assert!(!sent.contains("No response requested"), "{sent}");
-    assert_eq!(asked("SAY-BLOCKED"), 1, "answered more than once");
+    assert_eq!(s.asked("SAY-BLOCKED"), 1, "answered more than once");
     let shown = std::process::Command::new("tmux")
         .args([
             "-L",
@@ -1144,13 +1146,11 @@ fn the_guard_below_the_hard_limit_lets_the_prompt_through(bin: &Path) {
         "not started by the guard: {:?}",
         done.history
     );
-    let asked = s
-        .api
-        .turns()
-        .iter()
-        .filter(|t| last_user_text(t.messages()).contains("SAY-BLOCKED"))
-        .count();
-    assert_eq!(asked, 1, "the prompt was not sent exactly once");
+    assert_eq!(
+        s.asked("SAY-BLOCKED"),
+        1,
+        "the prompt was not sent exactly once"
+    );
     assert_eq!(s.boundaries(), 0, "Claude Code compacted although blocked");
     let rebuilt = s
         .env
@@ -1192,13 +1192,7 @@ fn the_guard_at_the_hard_limit_gives_the_prompt_back(bin: &Path) {
             matches!(Input::of_screen(sc), Input::Draft(d)
                 if d.contains("SAY-BLOCKED at the hard limit"))
         });
-    let asked = s
-        .api
-        .turns()
-        .iter()
-        .filter(|t| last_user_text(t.messages()).contains("SAY-BLOCKED"))
-        .count();
-    assert_eq!(asked, 0, "the blocked prompt was sent");
+    assert_eq!(s.asked("SAY-BLOCKED"), 0, "the blocked prompt was sent");
 }
 
 /// Issue 27 item 5: what a person sees when the guard blocks depends on

@@ -21,6 +21,15 @@ const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 /// The uuid of the example transcript's last record.
 const EXAMPLE_LAST: &str = "5a8cc3ba-a142-5c1e-8360-fb4063d51856";
 
+/// The fields every main-chain record of the test's session carries.
+fn record(kind: &str, uuid: &str, parent: &str) -> serde_json::Value {
+    serde_json::json!({
+        "parentUuid": parent, "isSidechain": false, "type": kind, "uuid": uuid,
+        "timestamp": "2026-11-20T09:00:00.000Z", "sessionId": SESSION,
+        "cwd": "/work", "version": "2.1.328", "userType": "external",
+    })
+}
+
 /// A session in a sandbox: the example conversation, then turns whose
 /// replies report the usage the test chooses.
 struct Session {
@@ -64,17 +73,10 @@ impl Session {
     fn turn_said(&mut self, tag: &str, tokens: u64, reply_text: &str) -> String {
         let user = uuid::Uuid::new_v4().to_string();
         let reply = uuid::Uuid::new_v4().to_string();
-        let common = |kind: &str, uuid: &str, parent: &str| {
-            serde_json::json!({
-                "parentUuid": parent, "isSidechain": false, "type": kind, "uuid": uuid,
-                "timestamp": "2026-11-20T09:00:00.000Z", "sessionId": SESSION,
-                "cwd": "/work", "version": "2.1.328", "userType": "external",
-            })
-        };
-        let mut u = common("user", &user, &self.parent);
+        let mut u = record("user", &user, &self.parent);
         u["message"] = serde_json::json!({"role": "user", "content": format!("SAY-{tag}")});
         u["promptId"] = format!("prompt-{tag}").into();
-        let mut a = common("assistant", &reply, &user);
+        let mut a = record("assistant", &reply, &user);
         a["message"] = serde_json::json!({
             "id": format!("msg_{tag}"), "type": "message", "role": "assistant",
             "model": "claude-opus-5-5",
@@ -90,6 +92,10 @@ impl Session {
     /// Append a turn whose reply reports `tokens`.
     fn turn(&mut self, tag: &str, tokens: u64) {
         let lines = self.turn_lines(tag, tokens);
+        self.append(&lines);
+    }
+
+    fn append(&self, lines: &str) {
         fs::OpenOptions::new()
             .append(true)
             .open(&self.transcript)
@@ -103,32 +109,19 @@ impl Session {
     fn compacted(&mut self, summary: &str) {
         let boundary = uuid::Uuid::new_v4().to_string();
         let user = uuid::Uuid::new_v4().to_string();
-        let lines = format!(
-            "{}\n{}\n",
-            serde_json::json!({
-                "parentUuid": null, "logicalParentUuid": self.parent, "isSidechain": false,
-                "type": "system", "subtype": "compact_boundary",
-                "content": "Conversation compacted", "isMeta": false, "uuid": boundary,
-                "timestamp": "2026-11-20T09:00:00.000Z", "sessionId": SESSION,
-                "cwd": "/work", "version": "2.1.328", "userType": "external",
-                "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": 130_000},
-            }),
-            serde_json::json!({
-                "parentUuid": boundary, "isSidechain": false, "type": "user", "uuid": user,
-                "timestamp": "2026-11-20T09:00:01.000Z", "sessionId": SESSION,
-                "cwd": "/work", "version": "2.1.328", "userType": "external",
-                "isCompactSummary": true, "isVisibleInTranscriptOnly": true,
-                "message": {"role": "user", "content": format!(
-                    "This session is being continued from a previous conversation that ran out of context. {summary}")},
-            }),
-        );
+        let mut b = record("system", &boundary, "");
+        b["parentUuid"] = serde_json::Value::Null;
+        b["logicalParentUuid"] = self.parent.clone().into();
+        b["subtype"] = "compact_boundary".into();
+        b["content"] = "Conversation compacted".into();
+        b["compactMetadata"] = serde_json::json!({"trigger": "auto", "preTokens": 130_000});
+        let mut u = record("user", &user, &boundary);
+        u["isCompactSummary"] = true.into();
+        u["isVisibleInTranscriptOnly"] = true.into();
+        u["message"] = serde_json::json!({"role": "user", "content": format!(
+            "This session is being continued from a previous conversation that ran out of context. {summary}")});
         self.parent = user;
-        fs::OpenOptions::new()
-            .append(true)
-            .open(&self.transcript)
-            .unwrap()
-            .write_all(lines.as_bytes())
-            .unwrap();
+        self.append(&format!("{b}\n{u}\n"));
     }
 
     /// The Stop hook's output after the reply `REPLY-<tag>`.
