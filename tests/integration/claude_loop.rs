@@ -224,6 +224,22 @@ impl Loop {
         self.tmux.wait_idle(TURN);
     }
 
+    /// The person asks for a rollback of `op`; the model calls the tool.
+    fn ask_rollback(&self, op: &Operation) {
+        self.api.add_rules(vec![Rule::new(
+            "ROLLBACK-ASK",
+            vec![
+                vec![tool(
+                    "mcp__ktr__thread_rebuild_rollback_request",
+                    json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
+                )],
+                vec![text("ASSISTANT-L5 好的，回滚已请求。")],
+            ],
+        )]);
+        self.tmux
+            .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
+    }
+
     /// Type a probe and return the request it sent to the model.
     #[track_caller]
     pub(crate) fn probe(&self, line: &str, needle: &str, marker: &str) -> Logged {
@@ -1025,18 +1041,7 @@ fn a_rollback_line_that_collides_with_typing_gives_the_text_back_and_waits() {
     lp.talk_until_the_request();
     let op = lp.wait_activated();
     let new_id = op.candidate.clone().unwrap().session_id.to_string();
-    lp.api.add_rules(vec![Rule::new(
-        "ROLLBACK-ASK",
-        vec![
-            vec![tool(
-                "mcp__ktr__thread_rebuild_rollback_request",
-                json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
-            )],
-            vec![text("ASSISTANT-L5 好的，回滚已请求。")],
-        ],
-    )]);
-    lp.tmux
-        .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
+    lp.ask_rollback(&op);
     let draft = "my rollback draft";
     let sent = collide(&lp, &pause, draft, Status::RollbackPending, &new_id);
     let mut everything = String::new();
@@ -1157,18 +1162,7 @@ fn measure_switch(bin: &Path, run: usize, runs: usize, in_place: bool) {
         span(switched, ack),
         span(ack, at(Status::Activated)),
     );
-    lp.api.add_rules(vec![Rule::new(
-        "ROLLBACK-ASK",
-        vec![
-            vec![tool(
-                "mcp__ktr__thread_rebuild_rollback_request",
-                json!({"operation_id": op.id, "confirmation": "ROLLBACK"}),
-            )],
-            vec![text("ASSISTANT-L5 好的，回滚已请求。")],
-        ],
-    )]);
-    lp.tmux
-        .type_line("USER-L5 回到旧窗口 ROLLBACK-ASK，我确认。");
+    lp.ask_rollback(&op);
     let op = lp.wait_status("the rollback to finish", |s| {
         matches!(s, Status::RolledBack | Status::Failed)
     });

@@ -44,6 +44,28 @@ pub struct Reader<'f> {
     alone: bool,
 }
 
+impl<'f> Reader<'f> {
+    /// A reader of the first `len` bytes of `file` that takes the reading
+    /// thread's `chunks` and gives their buffers back through `spent`.
+    fn new(
+        file: &'f File,
+        len: u64,
+        chunks: Receiver<io::Result<Chunk>>,
+        spent: SyncSender<Vec<u8>>,
+    ) -> Reader<'f> {
+        Reader {
+            file,
+            len,
+            chunks,
+            spent,
+            current: Vec::new(),
+            at: 0,
+            next: 0,
+            alone: false,
+        }
+    }
+}
+
 /// What the reading thread returns: the SHA-256 (hex) of the bytes it
 /// read, and how many.
 pub type Digested = io::Result<(String, u64)>;
@@ -93,17 +115,7 @@ pub fn start<'scope>(
         }
         Ok((ktr_base::fsutil::hex(&hasher.finalize()), read))
     });
-    let reader = Reader {
-        file,
-        len,
-        chunks,
-        spent,
-        current: Vec::new(),
-        at: 0,
-        next: 0,
-        alone: false,
-    };
-    (reader, reading)
+    (Reader::new(file, len, chunks, spent), reading)
 }
 
 /// Read chunk `number` of the first `len` bytes of `file` into `buf`
@@ -251,16 +263,7 @@ mod tests {
         file.write_all(&body).unwrap();
         let (_to_scan, chunks) = sync_channel(AHEAD);
         let (spent, _to_reuse) = sync_channel(AHEAD);
-        let mut reader = Reader {
-            file: &file,
-            len: body.len() as u64,
-            chunks,
-            spent,
-            current: Vec::new(),
-            at: 0,
-            next: 0,
-            alone: false,
-        };
+        let mut reader = Reader::new(&file, body.len() as u64, chunks, spent);
         let mut got = Vec::new();
         reader.read_to_end(&mut got).unwrap();
         assert_eq!(got, body);

@@ -103,6 +103,10 @@ mod tests {
     use ktr_engine::window::account::DEFAULT_OVERHEAD;
     use serde_json::json;
 
+    fn sid(id: &str) -> SessionId {
+        SessionId::parse(id).unwrap()
+    }
+
     fn reply(tokens: u64, at: &str) -> String {
         json!({"type": "assistant", "timestamp": at,
             "message": {"model": "claude-opus-5-5", "role": "assistant", "content": [],
@@ -155,15 +159,10 @@ mod tests {
             ],
         );
         // Before ktr-ack's receipt: nothing to measure, and that is cached.
-        let before = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
+        let before = resolve(&state, &sid("new"), &path, true);
         assert_eq!(before.tokens, DEFAULT_OVERHEAD);
-        remember_receipt(
-            &state,
-            &SessionId::parse("new").unwrap(),
-            &receipt(offset, 3000),
-        )
-        .unwrap();
-        let s = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
+        remember_receipt(&state, &sid("new"), &receipt(offset, 3000)).unwrap();
+        let s = resolve(&state, &sid("new"), &path, true);
         let prompt = estimate_tokens("next prompt");
         assert_eq!(s.tokens, 20_000 - 3000 - prompt, "{}", s.source);
         assert_eq!(
@@ -175,7 +174,7 @@ mod tests {
         // Remembered for sessions measured neither way.
         let other = dir.path().join("other.jsonl");
         std::fs::write(&other, format!("{}\n", user("no reply yet"))).unwrap();
-        let s = resolve(&state, &SessionId::parse("other").unwrap(), &other, false);
+        let s = resolve(&state, &sid("other"), &other, false);
         assert_eq!(s.tokens, 20_000 - 3000 - prompt);
         assert!(
             s.source
@@ -189,23 +188,18 @@ mod tests {
     fn no_reply_since_the_rebuild_or_implausible_numbers_fall_back_and_say_why() {
         let dir = tempfile::tempdir().unwrap();
         let (state, path, offset) = rebuilt(dir.path(), &[]);
-        remember_receipt(
-            &state,
-            &SessionId::parse("new").unwrap(),
-            &receipt(offset, 3000),
-        )
-        .unwrap();
-        let s = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
+        remember_receipt(&state, &sid("new"), &receipt(offset, 3000)).unwrap();
+        let s = resolve(&state, &sid("new"), &path, true);
         assert_eq!(s.tokens, DEFAULT_OVERHEAD);
         assert!(
-            !session_path(&state, &SessionId::parse("new").unwrap()).exists(),
+            !session_path(&state, &sid("new")).exists(),
             "measured again later"
         );
         // A first reply smaller than the carried count: not an overhead.
         let mut body = std::fs::read_to_string(&path).unwrap();
         body.push_str(&format!("{}\n{}\n", user("p"), reply(3500, "T4")));
         std::fs::write(&path, body).unwrap();
-        let s = resolve(&state, &SessionId::parse("new").unwrap(), &path, true);
+        let s = resolve(&state, &sid("new"), &path, true);
         assert_eq!(s.tokens, DEFAULT_OVERHEAD);
         assert!(
             s.source.contains(
