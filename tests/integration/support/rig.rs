@@ -586,9 +586,23 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // A stage still paused (a failed test) must not outlive it.
-        if let Ok(pid) = fs::read_to_string(&self.pause_file) {
-            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        // A stage still paused (a failed test) must not outlive it. Only
+        // that stage: a pid left in the file by a stage that has ended may
+        // since belong to anything (pid_max is 32768 here; a CI run wraps
+        // it), e.g. another test's systemd manager.
+        let Some(pid) = fs::read_to_string(&self.pause_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        else {
+            return;
+        };
+        let config = self.sandbox.config.display().to_string();
+        let ours = ktr_pipeline::process::cmdline(pid)
+            .is_some_and(|argv| argv.iter().any(|a| a == &config));
+        if ours {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
         }
     }
 }

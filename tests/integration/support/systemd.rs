@@ -25,15 +25,23 @@ pub struct RealSystemd {
     pub dir: PathBuf,
     /// `SYSD_NAME`: its cgroup under the host's cgroup2 root.
     pub name: String,
-    /// The host pid of the manager (PID 1 inside): killing it ends the
-    /// whole pid namespace, even when the script's files are gone.
-    pid1: u32,
+    /// The manager's process (PID 1 inside; host pid and start time):
+    /// killing it ends the whole pid namespace, even when the script's
+    /// files are gone. The start time keeps a reused pid (`pid_max` is 32768
+    /// here, and a CI run wraps it) from being killed instead.
+    pid1: Option<ktr_pipeline::process::ProcessId>,
 }
 
 impl RealSystemd {
     /// Start a manager in `dir` (created), named uniquely for this process.
     #[track_caller]
     pub fn start(dir: &Path) -> RealSystemd {
+        RealSystemd::start_once(dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The error says what the script, the manager's stderr and its
+    /// console said (and how unshare ended: 128+N is signal N).
+    fn start_once(dir: &Path) -> Result<RealSystemd, String> {
         static N: AtomicUsize = AtomicUsize::new(0);
         fs::create_dir_all(dir).unwrap();
         let mut sysd = RealSystemd {
@@ -43,7 +51,7 @@ impl RealSystemd {
                 std::process::id(),
                 N.fetch_add(1, Ordering::SeqCst)
             ),
-            pid1: 0,
+            pid1: None,
         };
         let out = sysd.script().arg("start").output().unwrap();
         // Read before the assertion, so that a manager that started but
@@ -51,15 +59,17 @@ impl RealSystemd {
         sysd.pid1 = fs::read_to_string(dir.join("pid1"))
             .ok()
             .and_then(|p| p.trim().parse().ok())
-            .unwrap_or(0);
-        assert!(
-            out.status.success(),
-            "real systemd did not start: {}{}\nmanager.log: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            fs::read_to_string(dir.join("manager.log")).unwrap_or_default()
-        );
-        sysd
+            .and_then(ktr_pipeline::process::ProcessId::of);
+        if !out.status.success() {
+            return Err(format!(
+                "real systemd did not start: {}{}\nmanager.log: {}\nconsole.log: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                fs::read_to_string(dir.join("manager.log")).unwrap_or_default(),
+                fs::read_to_string(dir.join("console.log")).unwrap_or_default()
+            ));
+        }
+        Ok(sysd)
     }
 
     /// The script, told which manager through `env` arguments, so that a
@@ -135,9 +145,9 @@ impl Drop for RealSystemd {
             .status();
         // The script stops what its files name; if they were gone, the
         // manager would outlive the test: end its namespace by its pid.
-        if self.pid1 > 0 && ktr_pipeline::process::pid_alive(self.pid1) {
+        if let Some(pid1) = self.pid1.filter(|p| p.alive()) {
             let _ = Command::new("kill")
-                .args(["-KILL", &self.pid1.to_string()])
+                .args(["-KILL", &pid1.pid.to_string()])
                 .status();
         }
     }
