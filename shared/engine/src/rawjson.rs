@@ -101,6 +101,24 @@ pub fn text(raw: &str) -> Option<Cow<'_, str>> {
     Some(Cow::Owned(out))
 }
 
+/// Every string *value* of the JSON text `raw` (quotes included; keys are
+/// skipped), in order. `raw` is JSON the line parse has validated: a quote
+/// outside a string always opens one.
+pub fn string_values(raw: &str) -> impl Iterator<Item = &str> {
+    let b = raw.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        loop {
+            let start = i + memchr(b'"', b.get(i..)?)?;
+            let end = string_end(b, start)?;
+            i = end;
+            if b.get(skip_ws(b, end)) != Some(&b':') {
+                return Some(&raw[start..end]);
+            }
+        }
+    })
+}
+
 /// The character an escape stands for and the bytes it takes after its
 /// backslash.
 fn escape(b: &[u8]) -> Option<(char, usize)> {
@@ -236,6 +254,14 @@ mod tests {
             top_level_str(r#"{ "type" : "text" }"#, "type"),
             Some("text")
         );
+    }
+
+    #[test]
+    fn string_values_are_every_value_and_no_key() {
+        let raw = r#"{"a":"x\"y","b":[1,"\\",{"c" : "\u00e9"}],"d":{"e":"f"},"g":true}"#;
+        let values: Vec<&str> = string_values(raw).collect();
+        assert_eq!(values, [r#""x\"y""#, r#""\\""#, r#""\u00e9""#, r#""f""#]);
+        assert_eq!(string_values("[]").count(), 0);
     }
 
     #[test]
