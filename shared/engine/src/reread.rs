@@ -64,11 +64,14 @@ impl Bytes for &[u8] {
 /// decodes to `text`, when they hold an escape: searched in the record's
 /// `message` first, then in the whole line; the first match. `None` when
 /// no string decodes to `text` (a text ktr made or stripped), when the
-/// match holds no escape, and for a text holding a span (its raw bytes are
-/// copied already, [`crate::span`]). `lone`: the line may hold lone
-/// surrogates, decoded as their stand-ins ([`crate::lone`]).
+/// match holds no escape or the line no escape `serde_json` would write
+/// otherwise (its bytes would be the same), and for a text holding a span
+/// (its raw bytes are copied already, [`crate::span`]). `lone`: the line
+/// may hold lone surrogates, decoded as their stand-ins ([`crate::lone`]).
 fn written(line: &[u8], text: &str, lone: bool) -> Option<String> {
-    if text.is_empty() || memchr::memchr(b'\\', line).is_none() || crate::span::has(text) {
+    // A line written as `serde_json` writes (JSON.stringify, which wrote
+    // nearly every line) needs no search: its strings would come out the same.
+    if text.is_empty() || crate::rawjson::canonical_escapes(line) || crate::span::has(text) {
         return None;
     }
     let line = std::str::from_utf8(line).ok()?;
