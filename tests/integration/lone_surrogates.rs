@@ -21,12 +21,12 @@ const SESSION: &str = "5e55a9e0-0000-4000-8000-00000000bbbb";
 
 /// The fixture's carried texts as JSON strings, escapes as the candidate
 /// must write them: lone surrogates leading and trailing, in user and
-/// assistant text, a NUL. (A valid pair is written as its character, as
-/// before.)
+/// assistant text, a NUL. (A valid pair stays the escaped pair the source
+/// wrote: the candidate keeps the source's escaping, `escapes.rs`.)
 const CARRIED: &[&str] = &[
     r#""\ud83d leading: a split emoji starts this message""#,
     r#""trailing: the answer ends with half an emoji \ud83d""#,
-    r#""a NUL \u0000 in the middle, a pair 😀, an escaped backslash \\ud83d, and a lone low one at the end \ude00""#,
+    r#""a NUL \u0000 in the middle, a pair \ud83d\ude00, an escaped backslash \\ud83d, and a lone low one at the end \ude00""#,
     r#""\ude00\ud83d reversed halves, both lone""#,
     r#""plain words to close""#,
     r#""Closed.""#,

@@ -28,6 +28,7 @@ mod claude_typing;
 mod claude_window;
 mod corpus;
 mod doctor;
+mod escapes;
 mod full_disk;
 mod golden;
 mod hostile;

@@ -5,6 +5,7 @@
 //! in [`ITEM_NAMESPACE`].
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::left_out::LeftOut;
@@ -167,7 +168,7 @@ struct AttachmentOut<'a> {
 enum MessageOut<'a> {
     User {
         role: &'static str,
-        content: &'a str,
+        content: Text<'a>,
     },
     Assistant {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,7 +182,41 @@ enum MessageOut<'a> {
 struct TextBlock<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    text: &'a str,
+    text: Text<'a>,
+}
+
+/// A carried text: written by `serde_json`, or as a JSON string that keeps
+/// the source's own escaping ([`kept`]).
+#[derive(Clone, Copy, Serialize)]
+#[serde(untagged)]
+enum Text<'a> {
+    Plain(&'a str),
+    Kept(&'a RawValue),
+}
+
+/// `text` (the carried text) as a JSON string in which the part that is
+/// `said` (the source's text) keeps its raw bytes `json`, as the source
+/// escaped them; the rest (a stamp line before it, an expansion after) is
+/// escaped by `serde_json`. `None` when `said` is not in `text` (an elided
+/// or made text): the text is then written by `serde_json` alone.
+fn kept(text: &str, said: &str, json: &str) -> Option<Box<RawValue>> {
+    let at = if text.ends_with(said) {
+        text.len() - said.len()
+    } else {
+        memchr::memmem::find(text.as_bytes(), said.as_bytes())?
+    };
+    let escaped = |s: &str| {
+        let quoted = serde_json::to_string(s).expect("a string is plain JSON");
+        quoted[1..quoted.len() - 1].to_string()
+    };
+    let (before, after) = (&text[..at], &text[at + said.len()..]);
+    let mut out = String::with_capacity(json.len() + before.len() + after.len() + 8);
+    out.push('"');
+    out.push_str(&escaped(before));
+    out.push_str(json);
+    out.push_str(&escaped(after));
+    out.push('"');
+    RawValue::from_string(out).ok()
 }
 
 /// Write the candidate of `sel` under `session_id` into `sink`: the
@@ -216,6 +251,9 @@ pub fn write(
     for item in turns.items() {
         let (said, meta) = rd.said_and_meta(&events[item.event()])?;
         let source_sha256 = out.digest(said.raw.as_deref().unwrap_or(&said.text))?;
+        // A text the source wrote with escapes: kept to find it in the
+        // carried text (a short text: a long one is a span).
+        let written = said.json.map(|json| (said.text.clone(), json));
         // The record is read once: its text (moved, not copied: it may be
         // huge) and its time serve the item.
         let text = item.text(
@@ -224,7 +262,8 @@ pub fn write(
             options,
             Some((said.text, meta.timestamp.as_deref())),
         )?;
-        out.item(item, &text, source_sha256, &meta)?;
+        let kept = written.and_then(|(said, json)| kept(&text, &said, &json));
+        out.item(item, &text, kept.as_deref(), source_sha256, &meta)?;
     }
     Ok(out.lines)
 }
@@ -353,18 +392,31 @@ impl Writer<'_> {
         self.push(&json, entry, timestamp)
     }
 
-    fn item(&mut self, item: &Item, text: &str, source_sha256: String, meta: &Meta) -> Result<()> {
+    /// `kept`: the text as a JSON string that keeps the source's escaping
+    /// ([`kept`]), when there is one.
+    fn item(
+        &mut self,
+        item: &Item,
+        text: &str,
+        kept: Option<&RawValue>,
+        source_sha256: String,
+        meta: &Meta,
+    ) -> Result<()> {
         let (uuid, timestamp) = self.next(meta);
+        let written = kept.map_or(Text::Plain(text), Text::Kept);
         let message = match item.role {
             // (items of turns are never attachments)
             Role::User | Role::Attachment => MessageOut::User {
                 role: "user",
-                content: text,
+                content: written,
             },
             Role::Assistant => MessageOut::Assistant {
                 id: meta.message_id.as_deref(),
                 role: "assistant",
-                content: [TextBlock { kind: "text", text }],
+                content: [TextBlock {
+                    kind: "text",
+                    text: written,
+                }],
             },
         };
         let line = LineOut {

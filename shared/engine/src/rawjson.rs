@@ -101,6 +101,57 @@ pub fn text(raw: &str) -> Option<Cow<'_, str>> {
     Some(Cow::Owned(out))
 }
 
+/// Whether every escape in the JSON text `raw` is the one `serde_json`
+/// (and JavaScript's `JSON.stringify`) writes: `\"`, `\\`, `\b`, `\f`,
+/// `\n`, `\r`, `\t`, and `\u00xx` (lowercase) for the other control
+/// characters. Then decoding a string of `raw` and writing it again gives
+/// the same bytes.
+pub fn canonical_escapes(raw: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(j) = memchr(b'\\', raw.get(i..).unwrap_or_default()) {
+        let at = i + j;
+        match raw.get(at + 1) {
+            Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => i = at + 2,
+            Some(b'u') => {
+                let Some(digits) = raw.get(at + 2..at + 6) else {
+                    return false;
+                };
+                let lower = digits
+                    .iter()
+                    .all(|d| matches!(d, b'0'..=b'9' | b'a'..=b'f'));
+                match hex4(digits) {
+                    Some(v)
+                        if lower && v < 0x20 && !matches!(v, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D) =>
+                    {
+                        i = at + 6;
+                    }
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Every string *value* of the JSON text `raw` (quotes included; keys are
+/// skipped), in order. `raw` is JSON the line parse has validated: a quote
+/// outside a string always opens one.
+pub fn string_values(raw: &str) -> impl Iterator<Item = &str> {
+    let b = raw.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        loop {
+            let start = i + memchr(b'"', b.get(i..)?)?;
+            let end = string_end(b, start)?;
+            i = end;
+            if b.get(skip_ws(b, end)) != Some(&b':') {
+                return Some(&raw[start..end]);
+            }
+        }
+    })
+}
+
 /// The character an escape stands for and the bytes it takes after its
 /// backslash.
 fn escape(b: &[u8]) -> Option<(char, usize)> {
@@ -236,6 +287,36 @@ mod tests {
             top_level_str(r#"{ "type" : "text" }"#, "type"),
             Some("text")
         );
+    }
+
+    #[test]
+    fn canonical_escapes_are_the_ones_serde_writes() {
+        for c in (0u32..0x80).chain([0xE9, 0x4F60, 0x1F600]) {
+            let s = char::from_u32(c).unwrap().to_string();
+            let json = serde_json::to_string(&s).unwrap();
+            assert!(canonical_escapes(json.as_bytes()), "{json}");
+        }
+        assert!(canonical_escapes(br#"{"a":"\\u00e9 \\/ \" \u001f"}"#));
+        for raw in [
+            r"\u00e9",
+            r"\/",
+            r"\u000a",
+            r"\u001F",
+            r"\u0008",
+            r"\ud83d\ude00",
+            r"\u007f",
+            r"\u00",
+        ] {
+            assert!(!canonical_escapes(raw.as_bytes()), "{raw}");
+        }
+    }
+
+    #[test]
+    fn string_values_are_every_value_and_no_key() {
+        let raw = r#"{"a":"x\"y","b":[1,"\\",{"c" : "\u00e9"}],"d":{"e":"f"},"g":true}"#;
+        let values: Vec<&str> = string_values(raw).collect();
+        assert_eq!(values, [r#""x\"y""#, r#""\\""#, r#""\u00e9""#, r#""f""#]);
+        assert_eq!(string_values("[]").count(), 0);
     }
 
     #[test]

@@ -60,6 +60,50 @@ impl Bytes for &[u8] {
     }
 }
 
+/// The raw bytes (inside the quotes) of the string value of `line` that
+/// decodes to `text`, when they hold an escape: searched in the record's
+/// `message` first, then in the whole line; the first match. `None` when
+/// no string decodes to `text` (a text ktr made or stripped), when the
+/// match holds no escape or the line no escape `serde_json` would write
+/// otherwise (its bytes would be the same), and for a text holding a span
+/// (its raw bytes are copied already, [`crate::span`]). `lone`: the line
+/// may hold lone surrogates, decoded as their stand-ins ([`crate::lone`]).
+fn written(line: &[u8], text: &str, lone: bool) -> Option<String> {
+    // A line written as `serde_json` writes (JSON.stringify, which wrote
+    // nearly every line) needs no search: its strings would come out the same.
+    if text.is_empty() || crate::rawjson::canonical_escapes(line) || crate::span::has(text) {
+        return None;
+    }
+    let line = std::str::from_utf8(line).ok()?;
+    let scopes = crate::rawjson::top_level(line, "message")
+        .into_iter()
+        .chain([line]);
+    for scope in scopes {
+        for raw in crate::rawjson::string_values(scope) {
+            let inner = &raw[1..raw.len() - 1];
+            // An escape is 2 to 6 bytes for 1 (`\u0001`); raw text is 1 for 1.
+            if inner.len() < text.len() || inner.len() > text.len().saturating_mul(6) {
+                continue;
+            }
+            if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
+                if inner == text {
+                    return None;
+                }
+                continue;
+            }
+            let mapped = if lone {
+                crate::lone::map_line(raw.as_bytes()).and_then(|m| String::from_utf8(m).ok())
+            } else {
+                None
+            };
+            if crate::rawjson::text(mapped.as_deref().unwrap_or(raw)).as_deref() == Some(text) {
+                return Some(inner.to_string());
+            }
+        }
+    }
+    None
+}
+
 /// The text of one speech event, read again.
 #[derive(Debug, Clone, Default)]
 pub struct Said {
@@ -72,6 +116,11 @@ pub struct Said {
     pub snapshot: Option<String>,
     /// The `attachment` object of a `SessionStart` context, verbatim.
     pub attachment: Option<String>,
+    /// How the source wrote `text`: the raw bytes (inside the quotes) of
+    /// the JSON string that decodes to it, when they hold an escape
+    /// (`serde_json` would write a string without one the same way). Only
+    /// [`Reread::said_and_meta`] looks for it, for the candidate writer.
+    pub json: Option<String>,
 }
 
 /// Reads events of one planned transcript again.
@@ -114,6 +163,16 @@ impl<'a> Reread<'a> {
         at: LineRef,
         f: impl FnOnce(&mut Record<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.with_line(at, |r, _| f(r))
+    }
+
+    /// [`Reread::with_record`], `f` also given the line as read (before
+    /// lone surrogates are mapped; a long line's skeleton).
+    fn with_line<T>(
+        &self,
+        at: LineRef,
+        f: impl FnOnce(&mut Record<'_>, &[u8]) -> Result<T>,
+    ) -> Result<T> {
         let mut buf = self.buf.borrow_mut();
         let again = |e: std::io::Error| changed(at, &format!("cannot be read again ({e})"));
         if at.len >= crate::span::LONG as u64 {
@@ -133,7 +192,7 @@ impl<'a> Reread<'a> {
         let mapped = crate::lone::map_line(&buf);
         let parsed = transcript::parse_line(mapped.as_deref().unwrap_or(&buf));
         match parsed {
-            Line::Record(mut r) => f(&mut r),
+            Line::Record(mut r) => f(&mut r, &buf),
             _ => Err(changed(at, "no longer holds a record")),
         }
     }
@@ -144,9 +203,12 @@ impl<'a> Reread<'a> {
     }
 
     /// The text of `event` and the fields its candidate line copies.
+    /// The text's own escaping is looked for too ([`Said::json`]).
     pub fn said_and_meta(&self, event: &Event) -> Result<(Said, Meta)> {
-        self.with_record(event.at(), |r| {
-            Ok((self.read(event, r)?, scan::meta(event.line(), r)))
+        self.with_line(event.at(), |r, line| {
+            let mut said = self.read(event, r)?;
+            said.json = written(line, &said.text, self.lone_surrogates);
+            Ok((said, scan::meta(event.line(), r)))
         })
     }
 
