@@ -8,7 +8,6 @@
 //! decoded texts, as before.
 
 use std::fs;
-use std::time::Duration;
 
 use crate::support::Sandbox;
 use crate::support::claude::ClaudeEnv;
@@ -205,18 +204,7 @@ fn the_real_cli_resumes_a_candidate_with_kept_escapes() {
     assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
     let candidate = String::from_utf8(plan.candidate.bytes()).unwrap();
     assert_kept(&candidate);
-    fs::create_dir_all(&env.sandbox.project).unwrap();
-    fs::write(env.transcript(id), candidate).unwrap();
-    let run = env.resume(id, "PROBE-ESCAPES");
-    assert!(
-        run.status.success(),
-        "claude --resume failed: {} {}",
-        run.stdout,
-        run.stderr
-    );
-    let request = api
-        .wait_turn("PROBE-ESCAPES", Duration::from_secs(5))
-        .expect("a request carried the probe");
+    let request = env.resume_written(&api, id, candidate.as_bytes(), "PROBE-ESCAPES");
     let body: serde_json::Value = serde_json::from_slice(&request.raw).unwrap();
     let mut sent = String::new();
     crate::support::fake_api::all_strings(&body, &mut sent);

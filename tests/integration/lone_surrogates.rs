@@ -6,7 +6,6 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::time::Duration;
 
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::FakeApi;
@@ -115,18 +114,7 @@ fn the_real_cli_resumes_a_candidate_with_lone_surrogates() {
     )
     .unwrap();
     assert!(!plan.is_blocked(), "{:?}", plan.report.blocked_reason);
-    fs::create_dir_all(&env.sandbox.project).unwrap();
-    fs::write(env.transcript(id), plan.candidate.bytes()).unwrap();
-    let run = env.resume(id, "PROBE-LONE");
-    assert!(
-        run.status.success(),
-        "claude --resume failed: {} {}",
-        run.stdout,
-        run.stderr
-    );
-    let request = api
-        .wait_turn("PROBE-LONE", Duration::from_secs(5))
-        .expect("a request carried the probe");
+    let request = env.resume_written(&api, id, &plan.candidate.bytes(), "PROBE-LONE");
     // Claude Code loads them and sends each lone surrogate as U+FFFD (its
     // request body is UTF-8), the NUL escaped: as it does for the source.
     for sent in [

@@ -151,6 +151,30 @@ impl ClaudeEnv {
     }
 
     /// `claude -p --resume SESSION PROMPT`.
+    /// Write `candidate` as session `id`'s transcript, resume it with
+    /// `claude -p --resume id probe` (which must succeed) and return the
+    /// request the fake `api` got carrying `probe`.
+    #[track_caller]
+    pub fn resume_written(
+        &self,
+        api: &super::fake_api::FakeApi,
+        id: &str,
+        candidate: &[u8],
+        probe: &str,
+    ) -> super::fake_api::Logged {
+        fs::create_dir_all(&self.sandbox.project).unwrap();
+        fs::write(self.transcript(id), candidate).unwrap();
+        let run = self.resume(id, probe);
+        assert!(
+            run.status.success(),
+            "claude --resume failed: {} {}",
+            run.stdout,
+            run.stderr
+        );
+        api.wait_turn(probe, Duration::from_secs(5))
+            .expect("a request carried the probe")
+    }
+
     pub fn resume(&self, session: &str, prompt: &str) -> Run {
         self.run(
             &["-p", "--resume", session, prompt],
