@@ -83,3 +83,50 @@ fn the_chain_verifies_and_switches_to_a_copied_long_text() {
         "the source is untouched"
     );
 }
+
+/// A conversation that starts with a `SessionStart` hook's context whose
+/// raw JSON string inside is `raw`: the line, and the transcript.
+fn with_startup_context(raw: &str) -> (String, String) {
+    let attachment = format!(
+        r#"{{"type":"attachment","uuid":"00000000-0000-4000-8000-000000000000","parentUuid":null,"isSidechain":false,"sessionId":"{SESSION}","timestamp":"2026-11-01T09:00:00.000Z","cwd":"/w","version":"2.1.328","attachment":{{"type":"hook_additional_context","content":"{raw}","hookName":"SessionStart:startup","toolUseID":"SessionStart","hookEvent":"SessionStart"}}}}"#
+    ) + "\n";
+    let rest = transcript("Hello again.").replacen(
+        r#""parentUuid":null"#,
+        r#""parentUuid":"00000000-0000-4000-8000-000000000000""#,
+        1,
+    );
+    (attachment.clone(), attachment + &rest)
+}
+
+/// The `attachment` value of a carried startup context, as raw JSON.
+fn startup_attachment(line: &str) -> &str {
+    let at = line.find(r#""attachment":{"#).expect("an attachment line") + r#""attachment":"#.len();
+    &line[at..line.len() - 1]
+}
+
+#[test]
+fn a_long_startup_context_is_copied_byte_for_byte_through_plan_and_the_chain() {
+    let sandbox = Sandbox::new();
+    let pointer = sandbox.write_pointer_config(SESSION, "context_window_tokens = 1000000000");
+    let raw = escaped_text(3 << 20);
+    let (line, source) = with_startup_context(&raw);
+    let path = sandbox.add_transcript(SESSION, source.as_bytes());
+    let want = startup_attachment(line.trim_end());
+
+    let out = sandbox.run("plan", Some(&path), &["--show-candidate"]);
+    out.assert_exit(0);
+    let planned = String::from_utf8(out.stdout_bytes.clone()).unwrap();
+    let first = planned.lines().next().unwrap();
+    assert_eq!(startup_attachment(first), want, "the attachment as written");
+    assert_carried_raw(&planned, &raw);
+
+    let candidate = sandbox.rebuild_by_hand(&path, &pointer, SESSION);
+    let first = candidate.lines().next().unwrap();
+    assert_eq!(startup_attachment(first), want, "the attachment as written");
+    assert_carried_raw(&candidate, &raw);
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        source,
+        "the source is untouched"
+    );
+}

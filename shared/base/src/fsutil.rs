@@ -131,7 +131,7 @@ pub fn copy_atomic(
 /// The mechanics of every atomic write: `fill` a new temp file in the same
 /// directory, `fsync`, rename (or link, for [`Existing::Refuse`]) over
 /// `path`, `fsync` the directory. The temp file is removed on failure.
-fn write_atomic_with<T>(
+pub fn write_atomic_with<T>(
     path: &Path,
     mode: u32,
     existing: Existing,

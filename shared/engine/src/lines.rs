@@ -341,6 +341,13 @@ mod tests {
         let token = v["t"].as_str().unwrap().to_string();
         let decoded: String = serde_json::from_str(&format!("\"{text}\"")).unwrap();
         assert_eq!(span::expand(&token).unwrap(), decoded);
+        // Frozen (the startup snapshot), it is read again on any thread,
+        // whose span table knows nothing of it.
+        let frozen = span::Frozen::of(&format!("head\n\n{token}")).unwrap();
+        let again = std::thread::spawn(move || frozen.expand().unwrap())
+            .join()
+            .unwrap();
+        assert_eq!(again, format!("head\n\n{decoded}"));
         let json = serde_json::to_string(&format!("stamp\n{token}")).unwrap();
         let mut out = Vec::new();
         span::expand_json(&json, &mut |b| {

@@ -107,8 +107,9 @@ pub struct Planned {
     pub report: PlanReport,
     /// Formula estimate of what the current window holds (for the window account).
     pub window_estimate: u64,
-    /// The frozen startup text (`startup_snapshot.txt`), if any.
-    pub startup_text: Option<String>,
+    /// The frozen startup text (`startup_snapshot.txt`), if any: read
+    /// again a chunk at a time ([`crate::span::Frozen`]).
+    pub startup_text: Option<crate::span::Frozen>,
     /// The new session id the candidate was written under.
     pub session_id: String,
     /// Lines written into the sink.
@@ -123,8 +124,9 @@ pub struct Plan {
     /// Formula estimate of what the current window holds (for the window account).
     pub window_estimate: u64,
     pub candidate: Candidate,
-    /// The frozen startup text (`startup_snapshot.txt`), if any.
-    pub startup_text: Option<String>,
+    /// The frozen startup text (`startup_snapshot.txt`), if any: read
+    /// again a chunk at a time ([`crate::span::Frozen`]).
+    pub startup_text: Option<crate::span::Frozen>,
 }
 
 impl Planned {
@@ -483,7 +485,7 @@ fn plan<R: BufRead>(
     Ok(Planned {
         report,
         window_estimate: crate::window::window_estimate(&scan.window),
-        startup_text: sel.startup_text,
+        startup_text: sel.startup_frozen,
         session_id: session_id.as_str().to_string(),
         lines,
     })

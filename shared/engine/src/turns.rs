@@ -201,8 +201,11 @@ pub struct Selection {
     pub dropped_oldest_turns: usize,
     pub leading_assistant_turns: usize,
     pub startup_sha256: Option<String>,
-    /// The frozen startup text (`startup_snapshot.txt`).
+    /// The frozen startup text (`startup_snapshot.txt`): while selecting,
+    /// this thread's text (a long context a span's token, see [`span`]).
     pub startup_text: Option<String>,
+    /// [`Selection::startup_text`], frozen: never held whole.
+    pub startup_frozen: Option<span::Frozen>,
     /// Events of the `SessionStart` contexts carried as attachment lines
     /// ahead of the first item (today's format of the startup snapshot).
     pub startup_context: Vec<usize>,
@@ -328,12 +331,14 @@ pub fn select(
         sel.left_out.push((s, LeftOutReason::LocalCommand));
     }
     if !sel.startup_context.is_empty() {
-        // The frozen text is kept whole (a long context's spans read again).
-        sel.startup_text = sel.startup_text.as_deref().map(span::expand).transpose()?;
-        sel.startup_sha256 = sel
+        // A long context stays spans of the source: digested and frozen
+        // as a stream of decoded chunks, never held whole.
+        sel.startup_sha256 = sel.startup_text.as_deref().map(span::sha256).transpose()?;
+        sel.startup_frozen = sel
             .startup_text
             .as_deref()
-            .map(|t| ktr_base::fsutil::sha256_hex(t.as_bytes()));
+            .map(span::Frozen::of)
+            .transpose()?;
     }
     let mut turns = builder.turns;
     sel.source_turns = turns.len();
@@ -503,7 +508,7 @@ fn freeze_reminder(
     };
     let text = options.startup_header_template.replace("{timestamp}", &ts) + "\n" + &raw;
     sel.startup_sha256 = Some(span::sha256(&raw)?);
-    sel.startup_text = Some(span::expand(&text)?);
+    sel.startup_frozen = Some(span::Frozen::of(&text)?);
     let markers = Markers::new(options.stamp_template, options.startup_header_template);
     builder.user(Item::made(
         Role::User,

@@ -426,7 +426,69 @@ pub fn sha256(text: &str) -> Result<String> {
     Ok(ktr_base::fsutil::hex(&h.finalize()))
 }
 
-/// The decoded `text`, whole (a bounded text only: the startup snapshot).
+/// A text held as its own pieces and the places its spans are read from:
+/// the frozen startup text (`startup_snapshot.txt`), which may be huge and
+/// is written after the plan, on another thread than the span table's.
+#[derive(Clone, Default)]
+pub struct Frozen {
+    parts: Vec<FrozenPart>,
+}
+
+#[derive(Clone)]
+enum FrozenPart {
+    Text(String),
+    Span(Source),
+}
+
+impl std::fmt::Debug for Frozen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frozen")
+            .field("parts", &self.parts.len())
+            .finish()
+    }
+}
+
+impl Frozen {
+    /// `text` (which may hold tokens of this thread's spans), frozen.
+    pub fn of(text: &str) -> Result<Frozen> {
+        let mut parts = Vec::new();
+        if has(text) {
+            for part in self::parts(text) {
+                parts.push(match part {
+                    Part::Text(t) => FrozenPart::Text(t.to_string()),
+                    Part::Span(d) => FrozenPart::Span(source_of(&d)?),
+                });
+            }
+        } else {
+            parts.push(FrozenPart::Text(text.to_string()));
+        }
+        Ok(Frozen { parts })
+    }
+
+    /// Call `f` with the decoded text a piece at a time (on any thread).
+    pub fn for_each_chunk(&self, f: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
+        for part in &self.parts {
+            match part {
+                FrozenPart::Text(t) => f(t)?,
+                FrozenPart::Span(source) => decode_source(source, f)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The decoded text, whole (a bounded text only: tests).
+    pub fn expand(&self) -> Result<String> {
+        let mut out = String::new();
+        self.for_each_chunk(&mut |s| {
+            out.push_str(s);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+/// The decoded `text`, whole (a bounded text only; the startup snapshot
+/// is [`Frozen`], streamed).
 pub fn expand(text: &str) -> Result<String> {
     if !has(text) {
         return Ok(text.to_string());

@@ -18,7 +18,7 @@ use crate::window_cache;
 use ktr_base::config::{Activation, Config};
 use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{Existing, copy_atomic, write_atomic};
+use ktr_base::fsutil::{Existing, copy_atomic, write_atomic_with};
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::Timestamp;
@@ -192,7 +192,24 @@ fn run(
         ));
         if let Some(snapshot) = &plan.startup_text {
             let path = artifacts.join("startup_snapshot.txt");
-            write_atomic(&path, snapshot.as_bytes(), 0o600, Existing::Replace)?;
+            // Streamed: a long startup context is read again from the
+            // frozen source a chunk at a time, never held whole.
+            write_atomic_with(&path, 0o600, Existing::Replace, |file| {
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+                let mut failed = None;
+                let read = snapshot.for_each_chunk(&mut |s| {
+                    out.write_all(s.as_bytes()).map_err(|e| {
+                        let error = Error::io(e.to_string());
+                        failed = Some(e);
+                        error
+                    })
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                read.map_err(|e| std::io::Error::other(e.message))?;
+                out.flush()
+            })?;
             steps.say(format!("startup snapshot frozen to {}", path.display()));
         }
         let target_before = Target::from_config(config).identity().map_err(|e| {
