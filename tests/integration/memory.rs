@@ -137,21 +137,7 @@ fn a_huge_message_is_planned_without_being_held_whole() {
     let sandbox = Sandbox::new();
     sandbox.write_config("context_window_tokens = 1000000000\nstamp_turns = false");
     let (path, prompt) = huge_transcript(&sandbox, SIZE);
-    let candidate = sandbox.root().join("candidate.jsonl");
-    let (code, peak) = run_measured(
-        Command::new(KTR)
-            .args(["plan", "--show-candidate", "--config"])
-            .arg(&sandbox.config)
-            .arg("--transcript")
-            .arg(&path)
-            .env_clear()
-            .env("HOME", &sandbox.home)
-            .env("TMPDIR", sandbox.root())
-            .stdout(fs::File::create(&candidate).unwrap())
-            .stderr(Stdio::null()),
-        "ktr",
-    );
-    assert_eq!(code, Some(0));
+    let (candidate, peak) = planned_measured(&sandbox, &path);
     assert!(
         carried_user_texts(&candidate).contains(&prompt),
         "the huge prompt is carried verbatim"
@@ -168,24 +154,7 @@ fn a_huge_message_is_prepared_verified_and_switched_without_being_held_whole() {
         "context_window_tokens = 1000000000\nstamp_turns = false",
     );
     let (path, prompt) = huge_transcript(&sandbox, SIZE);
-    let log = sandbox.root().join("prepare.log");
-    // In pointer mode one ktr-prepare process runs the whole chain:
-    // prepare, verify, activate.
-    let (code, peak) = run_measured(
-        sandbox
-            .command(env!("CARGO_BIN_EXE_ktr-prepare"))
-            .arg("--transcript")
-            .arg(&path)
-            .args(["--confirm", "REBUILD"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap()),
-        "ktr-prepare",
-    );
-    assert_eq!(code, Some(0), "{}", fs::read_to_string(&log).unwrap());
-    let new_session = fs::read_to_string(&pointer).unwrap().trim().to_string();
-    assert_ne!(new_session, SESSION, "the pointer names the new session");
-    let candidate = path.with_file_name(format!("{new_session}.jsonl"));
+    let (candidate, peak) = chained_measured(&sandbox, &path, &pointer);
     assert!(
         carried_user_texts(&candidate).contains(&prompt),
         "the huge prompt is carried verbatim"
@@ -247,21 +216,7 @@ fn a_huge_startup_context_is_planned_without_being_held_whole() {
     let sandbox = Sandbox::new();
     sandbox.write_config("context_window_tokens = 1000000000\nstamp_turns = false");
     let (path, context) = huge_startup_context(&sandbox, SIZE);
-    let candidate = sandbox.root().join("candidate.jsonl");
-    let (code, peak) = run_measured(
-        Command::new(KTR)
-            .args(["plan", "--show-candidate", "--config"])
-            .arg(&sandbox.config)
-            .arg("--transcript")
-            .arg(&path)
-            .env_clear()
-            .env("HOME", &sandbox.home)
-            .env("TMPDIR", sandbox.root())
-            .stdout(fs::File::create(&candidate).unwrap())
-            .stderr(Stdio::null()),
-        "ktr",
-    );
-    assert_eq!(code, Some(0));
+    let (candidate, peak) = planned_measured(&sandbox, &path);
     assert!(
         attachment_json(&first_line(&candidate)) == attachment_json(&context),
         "the huge startup context is carried byte for byte"
@@ -278,22 +233,7 @@ fn a_huge_startup_context_is_prepared_verified_and_switched_without_being_held_w
         "context_window_tokens = 1000000000\nstamp_turns = false",
     );
     let (path, context) = huge_startup_context(&sandbox, SIZE);
-    let log = sandbox.root().join("prepare.log");
-    let (code, peak) = run_measured(
-        sandbox
-            .command(env!("CARGO_BIN_EXE_ktr-prepare"))
-            .arg("--transcript")
-            .arg(&path)
-            .args(["--confirm", "REBUILD"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap()),
-        "ktr-prepare",
-    );
-    assert_eq!(code, Some(0), "{}", fs::read_to_string(&log).unwrap());
-    let new_session = fs::read_to_string(&pointer).unwrap().trim().to_string();
-    assert_ne!(new_session, SESSION, "the pointer names the new session");
-    let candidate = path.with_file_name(format!("{new_session}.jsonl"));
+    let (candidate, peak) = chained_measured(&sandbox, &path, &pointer);
     assert!(
         attachment_json(&first_line(&candidate)) == attachment_json(&context),
         "the huge startup context is carried byte for byte"
@@ -304,6 +244,53 @@ fn a_huge_startup_context_is_prepared_verified_and_switched_without_being_held_w
         "the startup snapshot frozen is the context, whole"
     );
     assert_never_held_whole("the chain (ktr-prepare), startup context", peak, SIZE);
+}
+
+/// `ktr plan --show-candidate` of `path`, measured: the candidate it
+/// printed (a file) and the peak.
+fn planned_measured(sandbox: &Sandbox, path: &std::path::Path) -> (std::path::PathBuf, u64) {
+    let candidate = sandbox.root().join("candidate.jsonl");
+    let (code, peak) = run_measured(
+        Command::new(KTR)
+            .args(["plan", "--show-candidate", "--config"])
+            .arg(&sandbox.config)
+            .arg("--transcript")
+            .arg(path)
+            .env_clear()
+            .env("HOME", &sandbox.home)
+            .env("TMPDIR", sandbox.root())
+            .stdout(fs::File::create(&candidate).unwrap())
+            .stderr(Stdio::null()),
+        "ktr",
+    );
+    assert_eq!(code, Some(0));
+    (candidate, peak)
+}
+
+/// The whole chain on `path`, measured: in pointer mode one ktr-prepare
+/// process runs prepare, verify and activate. The candidate the pointer
+/// names now, and the peak.
+fn chained_measured(
+    sandbox: &Sandbox,
+    path: &std::path::Path,
+    pointer: &std::path::Path,
+) -> (std::path::PathBuf, u64) {
+    let log = sandbox.root().join("prepare.log");
+    let (code, peak) = run_measured(
+        sandbox
+            .command(env!("CARGO_BIN_EXE_ktr-prepare"))
+            .arg("--transcript")
+            .arg(path)
+            .args(["--confirm", "REBUILD"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap()),
+        "ktr-prepare",
+    );
+    assert_eq!(code, Some(0), "{}", fs::read_to_string(&log).unwrap());
+    let new_session = fs::read_to_string(pointer).unwrap().trim().to_string();
+    assert_ne!(new_session, SESSION, "the pointer names the new session");
+    (path.with_file_name(format!("{new_session}.jsonl")), peak)
 }
 
 /// The one file named `name` under `dir`.
