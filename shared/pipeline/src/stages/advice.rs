@@ -298,9 +298,9 @@ fn ascii_escaped(text: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_advice_line_says_how_far_the_compaction_point_is_and_an_assumed_size() {
-        let inputs = |used: u64, source: &str| window::Inputs {
+    /// A reply of `used` tokens on `model`'s window, with `compaction`.
+    fn inputs(used: u64, model: &str, compaction: window::CompactionSetting) -> window::Inputs {
+        window::Inputs {
             used: Some(window::usage::Usage {
                 tokens: used,
                 at: None,
@@ -309,7 +309,7 @@ mod tests {
             missing: None,
             window_estimate: used,
             carried_estimate: 10_000,
-            size: window::size::from_model(Some(source)),
+            size: window::size::from_model(Some(model)),
             overhead: window::Sourced {
                 tokens: 14_000,
                 source: "test".into(),
@@ -318,8 +318,13 @@ mod tests {
                 at_percent: 70,
                 min_free_percent: 50,
             },
-            compaction: window::CompactionSetting::default(),
-        };
+            compaction,
+        }
+    }
+
+    #[test]
+    fn the_advice_line_says_how_far_the_compaction_point_is_and_an_assumed_size() {
+        let inputs = |used, model| inputs(used, model, window::CompactionSetting::default());
         let line = advice_line(&window::derive(&inputs(155_000, "claude-new-9")));
         assert!(
             line.starts_with(
@@ -338,30 +343,12 @@ mod tests {
 
     #[test]
     fn the_advice_line_names_the_setting_claude_code_uses() {
-        let with = |used: u64, compaction: window::Compaction, source: &str| {
-            window::derive(&window::Inputs {
-                used: Some(window::usage::Usage {
-                    tokens: used,
-                    at: None,
-                    model: None,
-                }),
-                missing: None,
-                window_estimate: used,
-                carried_estimate: 10_000,
-                size: window::size::from_model(Some("claude-opus-5-5")),
-                overhead: window::Sourced {
-                    tokens: 14_000,
-                    source: "test".into(),
-                },
-                advise: window::Advise {
-                    at_percent: 70,
-                    min_free_percent: 50,
-                },
-                compaction: window::CompactionSetting {
-                    compaction,
-                    source: source.into(),
-                },
-            })
+        let with = |used, compaction, source: &str| {
+            let setting = window::CompactionSetting {
+                compaction,
+                source: source.into(),
+            };
+            window::derive(&inputs(used, "claude-opus-5-5", setting))
         };
         // 60 % of (1M − 20k) = 588k.
         let w = with(
