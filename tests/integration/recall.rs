@@ -90,9 +90,19 @@ fn session(tag: &str, day: &str) -> String {
 
 /// Record that `source` was rebuilt onto `candidate` (an activated
 /// operation with the source's frozen backup).
-fn rebuilt(sb: &Sandbox, source: &str, candidate: &str) -> String {
+/// An activated rebuild `source` → `candidate`, created at `created_at`.
+/// Real operations follow one another (one in flight at a time); ones
+/// made back to back here could share a millisecond, and the store orders
+/// equal times by the random id, so each gets its own time.
+fn rebuilt(
+    sb: &Sandbox,
+    source: &str,
+    candidate: &str,
+    created_at: std::time::SystemTime,
+) -> String {
     let store = sb.store();
     let mut op = Operation::new("test", Some(SessionId::parse(source).unwrap()));
+    op.created_at = ktr_base::time::Timestamp::parse(&ktr_base::time::rfc3339(created_at)).unwrap();
     let dir = store.artifacts_dir(&op.id).unwrap();
     let backup = dir.join(format!("{source}.jsonl"));
     fs::copy(sb.project.join(format!("{source}.jsonl")), &backup).unwrap();
@@ -117,7 +127,9 @@ fn lineage() -> (Sandbox, Vec<String>) {
             from,
             session(&from[..1], &format!("2026-0{}-01", i + 1)).as_bytes(),
         );
-        ops.push(rebuilt(&sb, from, to));
+        let created_at =
+            std::time::SystemTime::now() - std::time::Duration::from_secs(10 - i as u64);
+        ops.push(rebuilt(&sb, from, to, created_at));
     }
     sb.add_transcript(D, session("d", "2026-04-01").as_bytes());
     fs::remove_file(sb.project.join(format!("{A}.jsonl"))).unwrap();
@@ -509,7 +521,8 @@ fn prune_keeps_the_last_copy_of_a_history_without_forget_and_keeps_every_link() 
             .join("operations")
             .join(format!("{}.json", ops[1]))
             .exists(),
-        "B's operation went"
+        "B's operation went: {}",
+        out.stdout
     );
     // The lineage is still whole: B's link was kept.
     let v = recall(&sb, &["output-"]);
