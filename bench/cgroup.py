@@ -12,6 +12,11 @@ not charged to the run) and reports:
 * ``written``: the program's ``write_bytes`` (``/proc/<pid>/io``, last sample);
 * ``wall``: seconds.
 
+Workloads (``--only``): ``plan-huge``/``chain-huge`` (one typed prompt of
+``--huge-mb``), ``plan-tools`` (tool-heavy, against ``wc -l``),
+``plan-lines`` (~1M conversation lines), ``plan-startup``/``chain-startup``
+(a SessionStart hook context of ``--startup-mb``).
+
 Usage (both builds side by side, same round)::
 
     python3 bench/cgroup.py --bins base=/tmp/base/target/release --bins new=target/release \\
@@ -149,9 +154,11 @@ def main() -> int:
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--huge-mb", type=float, default=100)
     p.add_argument("--tools-mb", type=float, default=100)
+    p.add_argument("--startup-mb", type=float, default=100, help="the SessionStart context of plan-/chain-startup")
     p.add_argument("--lines-mb", type=float, default=680, help="conversation-heavy file (~1M lines at 680)")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--only", default="plan-huge,chain-huge,plan-tools,plan-lines")
+    p.add_argument("--only", default="plan-huge,chain-huge,plan-tools,plan-lines",
+                   help="of plan-huge,chain-huge,plan-tools,plan-lines,plan-startup,chain-startup")
     a = p.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     huge = generate(a.work / f"huge-{a.huge_mb:g}.jsonl", "--turns", "4", "--mix", "chat",
@@ -160,13 +167,17 @@ def main() -> int:
     lines = None
     if "plan-lines" in a.only:
         lines = generate(a.work / f"lines-{a.lines_mb:g}.jsonl", "--mix", "chat", "--size-mb", f"{a.lines_mb:g}")
+    startup = None
+    if "startup" in a.only:
+        startup = generate(a.work / f"startup-{a.startup_mb:g}.jsonl", "--turns", "4", "--mix", "chat",
+                           "--huge-startup-mb", f"{a.startup_mb:g}")
     warm(tools)
     t0 = time.perf_counter()
     subprocess.run(["wc", "-l", str(tools)], check=True, stdout=subprocess.DEVNULL)
     wc = time.perf_counter() - t0
     print(f"huge: {huge.stat().st_size / 1e6:.0f} MB; tools: {tools.stat().st_size / 1e6:.0f} MB, wc -l {wc:.3f} s")
     workloads = {"plan-huge": (plan, huge), "chain-huge": (chain, huge), "plan-tools": (plan, tools),
-                 "plan-lines": (plan, lines)}
+                 "plan-lines": (plan, lines), "plan-startup": (plan, startup), "chain-startup": (chain, startup)}
     n = 0
     for name in a.only.split(","):
         run, source = workloads[name]

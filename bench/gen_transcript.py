@@ -357,12 +357,13 @@ class SessionGenerator:
     """Produces one session, turn by turn, until the target size is reached."""
 
     def __init__(self, seed: int, target_bytes: int, out, mix: str = "tools", max_turns: int = 0,
-                 huge_bytes: int = 0):
+                 huge_bytes: int = 0, startup_bytes: int = 0):
         self.rng = random.Random(seed)
         self.target = target_bytes
         self.mix = mix                # "tools" (residue-heavy) or "chat" (conversation-heavy)
         self.max_turns = max_turns    # stop after this many turns instead of at target_bytes
         self.huge_bytes = huge_bytes  # one typed prompt of about this many bytes (0: none)
+        self.startup_bytes = startup_bytes  # a SessionStart context of about this many bytes (0: short)
         self.w = Writer(out)
         self.clock = Clock(self.rng, seed)
         self.pools = Pools(self.rng)
@@ -468,6 +469,9 @@ class SessionGenerator:
 
     def session_start_hooks(self) -> None:
         ctx = "PROJECT MEMORY\n\n" + "\n".join(self.rng.choices(ZH_SENTENCES + EN_SENTENCES, k=12))
+        if self.startup_bytes:
+            ctx += "\n\n" + self.long_text(self.startup_bytes)
+            self.startup_bytes = 0
         stdout = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": ctx}}, indent=2)
         self.attachment({"type": "hook_success", "hookName": "SessionStart:startup", "toolUseID": self.new_uuid(),
                          "hookEvent": "SessionStart", "content": "", "stdout": stdout, "stderr": "", "exitCode": 0,
@@ -477,12 +481,17 @@ class SessionGenerator:
 
     def huge_text(self) -> str:
         """One very long typed message (pasted logs and chat), about ``huge_bytes`` bytes."""
+        text = self.long_text(self.huge_bytes)
+        self.huge_bytes = 0
+        return text
+
+    def long_text(self, size_bytes: int) -> str:
+        """Pasted logs and chat, about ``size_bytes`` bytes."""
         parts, size = [], 0
-        while size < self.huge_bytes:
+        while size < size_bytes:
             part = self.sentences(20, 40, True, True) + "\n" + "\n".join(self.rng.choices(self.pools.log, k=20))
             parts.append(part)
             size += len(part.encode()) + 2
-        self.huge_bytes = 0
         return "\n\n".join(parts)
 
     def typed_prompt(self, first: bool) -> None:
@@ -509,7 +518,8 @@ class SessionGenerator:
                 content = [{"type": "text", "text": reminder}, {"type": "text", "text": text}]
         else:
             content = text
-        rec = {"parentUuid": None if first else self.leaf, "isSidechain": False, "promptId": self.new_uuid(),
+        chained = not first or self.leaf is not None  # after a startup context written first
+        rec = {"parentUuid": self.leaf if chained else None, "isSidechain": False, "promptId": self.new_uuid(),
                "type": "user", "message": {"role": "user", "content": content}, "uuid": u,
                "timestamp": self.clock.tick(1, 5), "permissionMode": "default", "promptSource": "user",
                "origin": {"kind": "human"}}
@@ -705,13 +715,19 @@ class SessionGenerator:
     def turn(self, first: bool) -> None:
         self.count_user_speech()
         channel = not first and self.rng.random() < 0.25
+        # A huge startup context comes first, as Claude Code writes it
+        # (the default order is kept: the seeded files stay the same).
+        early_start = first and self.startup_bytes
+        if early_start:
+            self.session_start_hooks()
         if channel:
             chat_msg = self.channel_prompt()
         else:
             self.typed_prompt(first)
             chat_msg = None
         if first:
-            self.session_start_hooks()
+            if not early_start:
+                self.session_start_hooks()
             self.skill_listing(initial=True)
         if self.mix == "chat":
             steps = self.rng.choice((0, 0, 0, 0, 0, 0, 0, 0, 1, 1))
@@ -798,13 +814,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=0, help="stop after this many turns (overrides --size-mb)")
     p.add_argument("--huge-message-mb", type=float, default=0.0,
                    help="one typed prompt (the second) of about this many MB")
+    p.add_argument("--huge-startup-mb", type=float, default=0.0,
+                   help="a SessionStart hook context (the first records) of about this many MB")
     a = p.parse_args(argv)
-    if a.size_mb <= 0 or a.turns < 0 or a.huge_message_mb < 0:
-        p.error("--size-mb must be > 0; --turns and --huge-message-mb must be >= 0")
+    if a.size_mb <= 0 or a.turns < 0 or a.huge_message_mb < 0 or a.huge_startup_mb < 0:
+        p.error("--size-mb must be > 0; --turns, --huge-message-mb and --huge-startup-mb must be >= 0")
     target = int(a.size_mb * MB)
     out = sys.stdout.buffer if a.out == "-" else open(a.out, "wb", buffering=1 << 20)
     try:
-        gen = SessionGenerator(a.seed, target, out, a.mix, a.turns, int(a.huge_message_mb * MB))
+        gen = SessionGenerator(a.seed, target, out, a.mix, a.turns, int(a.huge_message_mb * MB),
+                               int(a.huge_startup_mb * MB))
         gen.run()
     finally:
         if out is not sys.stdout.buffer:
