@@ -22,7 +22,7 @@ use crate::binding;
 use crate::operation::Store;
 use crate::pane::Input;
 use crate::process::ProcessId;
-use crate::target::{Target, resume_line};
+use crate::target::{Keeper, Target, resume_line};
 use ktr_base::config::{Activation, Config};
 use ktr_base::ids::{OperationId, SessionId};
 
@@ -30,6 +30,8 @@ use ktr_base::ids::{OperationId, SessionId};
 const POLL: Duration = Duration::from_millis(40);
 /// How long the input line must stay empty right before ktr types into it.
 const QUIET: Duration = Duration::from_millis(120);
+/// How much longer than the longest switch a key-keeping popup may stay.
+const KEEP_SPARE: Duration = Duration::from_secs(5);
 /// How long a refused prompt's text takes to come back to the input line.
 const GIVEN_BACK: Duration = Duration::from_secs(3);
 
@@ -108,12 +110,90 @@ pub fn switch(
         }
         Err(e) => return Switched::NotTried(format!("cannot read the pane: {}", e.message)),
     }
+    let wait = seconds(config.healthcheck_seconds);
+    let mut keeper = keep_keys(config, stage, id, target, wait);
+    if keeper.holding() > 0 {
+        // The popups hold the person's keys now: what reached the input
+        // line before they opened shows within QUIET, and nothing else can.
+        thread::sleep(QUIET);
+        match target.input() {
+            Ok(Some(Input::Idle)) => {}
+            Ok(Some(Input::Draft(text))) => {
+                keeper.finish();
+                return Switched::Busy(format!(
+                    "the input line holds a draft that was not sent ({} characters)",
+                    text.chars().count()
+                ));
+            }
+            Ok(Some(Input::Running)) => {
+                keeper.finish();
+                return Switched::Busy("the pane shows a running turn".into());
+            }
+            Ok(None | Some(Input::Unknown)) => {
+                keeper.finish();
+                return Switched::NotTried("the pane does not show Claude Code's input box".into());
+            }
+            Err(e) => {
+                keeper.finish();
+                return Switched::NotTried(format!("cannot read the pane: {}", e.message));
+            }
+        }
+    }
+    let switched = typed(stage, config, store, id, target, claude, to, wait);
+    let kept = keeper.finish();
+    if !kept.is_empty() {
+        eprintln!("ktr: {kept}");
+    }
+    switched
+}
+
+/// The key keeper's popups on the clients showing the pane, for the rest
+/// of the switch: they outlive the longest switch (the receipt's wait,
+/// then half of it for the screen) by a few seconds, then replay and
+/// close by themselves. None when `ktr-keep` is not installed beside
+/// this executable.
+fn keep_keys(
+    config: &Config,
+    stage: Stage,
+    id: &OperationId,
+    target: &Target,
+    wait: Duration,
+) -> Keeper {
+    let Some(program) = super::bin_dir()
+        .ok()
+        .map(|d| d.join("ktr-keep"))
+        .filter(|p| p.is_file())
+    else {
+        return Keeper::none();
+    };
+    let dir = config
+        .state_dir
+        .join("keep")
+        .join(format!("{id}-{}", stage.name()));
+    let keeper = target.keep_keys(&program, &dir, wait * 3 / 2 + KEEP_SPARE);
+    for why in keeper.missed() {
+        eprintln!("ktr: no key-keeping popup: {why}");
+    }
+    keeper
+}
+
+/// Type the line and wait for the resumed session.
+#[allow(clippy::too_many_arguments)]
+fn typed(
+    stage: Stage,
+    config: &Config,
+    store: &Store,
+    id: &OperationId,
+    target: &Target,
+    claude: ProcessId,
+    to: &SessionId,
+    wait: Duration,
+) -> Switched {
     pause_point(stage, "typing");
     let since = SystemTime::now();
     if let Err(e) = target.type_resume(to) {
         return Switched::NotTaken(format!("typing /resume failed: {}", e.message));
     }
-    let wait = seconds(config.healthcheck_seconds);
     let deadline = Instant::now() + wait;
     let bindings = binding::dir(&config.state_dir);
     loop {
