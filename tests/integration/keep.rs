@@ -83,6 +83,21 @@ impl Rig {
         self.target().keep_keys(program, &self.keep_dir, max)
     }
 
+    /// A popup on the person's client that finishes by itself after `max`,
+    /// and `text` typed into it (recorded, not yet replayed).
+    fn keep_typed(&self, max: Duration, text: &str) -> Keeper {
+        let keeper = self.keep(max);
+        assert_eq!(keeper.holding(), 1, "no popup: {:?}", keeper.missed());
+        self.type_text(text);
+        assert!(
+            wait_for(Duration::from_secs(5), || self.recorded() == text.len()),
+            "the recorder wrote down {} of {} bytes",
+            self.recorded(),
+            text.len()
+        );
+        keeper
+    }
+
     /// Keys through the client, as a person's keyboard sends them.
     fn type_text(&self, text: &str) {
         for c in text.chars() {
@@ -168,10 +183,7 @@ fn keys_typed_through_a_client_during_the_switch_reach_the_pane_whole_and_in_ord
 #[test]
 fn a_recorder_past_its_lifetime_replays_and_closes_by_itself_and_only_once() {
     let rig = Rig::start();
-    let mut keeper = rig.keep(Duration::from_secs(2));
-    assert_eq!(keeper.holding(), 1, "no popup: {:?}", keeper.missed());
-    rig.type_text("late 日");
-    assert!(wait_for(Duration::from_secs(5), || rig.recorded() == 8));
+    let mut keeper = rig.keep_typed(Duration::from_secs(2), "late 日");
     // Nobody finishes it: the switch was killed.
     assert!(
         wait_for(Duration::from_secs(6), || rig.received()
@@ -190,10 +202,7 @@ fn a_recorder_past_its_lifetime_replays_and_closes_by_itself_and_only_once() {
 #[test]
 fn a_killed_recorder_loses_no_recorded_key() {
     let rig = Rig::start();
-    let mut keeper = rig.keep(Duration::from_secs(30));
-    assert_eq!(keeper.holding(), 1, "no popup: {:?}", keeper.missed());
-    rig.type_text("kept");
-    assert!(wait_for(Duration::from_secs(5), || rig.recorded() == 4));
+    let mut keeper = rig.keep_typed(Duration::from_secs(30), "kept");
     let pid = fs::read_to_string(rig.keep_dir.join("0/ready")).unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-KILL", pid.trim()])

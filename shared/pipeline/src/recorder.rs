@@ -38,6 +38,9 @@ pub const NOTICE: &str = "ktr: switching session \u{2014} keep typing, your keys
 
 /// How often the recorder looks for the stop file.
 const POLL_MS: i32 = 40;
+/// How many times at most the recorder looks for keys that came while it
+/// replayed.
+const DRAIN_ROUNDS: usize = 8;
 /// How many bytes one `send-keys -H` carries.
 const CHUNK: usize = 256;
 
@@ -183,18 +186,29 @@ pub fn record(args: &Args) -> Result<()> {
     {
         gone = read_into(POLL_MS, &mut keys, &mut log, &mut screen);
     }
-    // What is left, without waiting; replayed while the popup still holds
-    // the keyboard, then once more for keys that came meanwhile.
+    // What is left, without waiting, replayed while the popup still holds
+    // the keyboard; then again for keys that came meanwhile, until a
+    // short wait brings none (a few rounds at most: a replay takes ~20 ms).
     let mut replayed = 0;
-    for wait in [0, POLL_MS] {
-        if !gone {
-            loop {
-                let before = keys.len();
-                gone = read_into(wait, &mut keys, &mut log, &mut screen);
-                if gone || keys.len() == before {
-                    break;
-                }
+    for round in 0..=DRAIN_ROUNDS {
+        let before = keys.len();
+        for _ in 0..DRAIN_ROUNDS {
+            if gone {
+                break;
             }
+            let had = keys.len();
+            gone = read_into(
+                if round == 0 { 0 } else { POLL_MS },
+                &mut keys,
+                &mut log,
+                &mut screen,
+            );
+            if keys.len() == had {
+                break;
+            }
+        }
+        if round > 0 && keys.len() == before {
+            break;
         }
         replayed = replay(&tmux, &keys, replayed, files)?;
     }

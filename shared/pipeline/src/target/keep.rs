@@ -261,28 +261,27 @@ impl Tmux {
         }
         let deadline = Instant::now() + OPEN;
         for (client, files, mut popup) in opening {
-            match ready_by(&files, &mut popup, deadline) {
-                Some(recorder) => keeper.held.push(Held {
+            if let Opened::Holding(recorder) = ready_by(&files, &mut popup, deadline) {
+                keeper.held.push(Held {
                     client,
                     files,
                     popup,
                     recorder,
-                }),
-                None => {
-                    let close = tmux.argv(&["display-popup", "-C", "-c", &client]);
-                    let _ = process::run_checked(&close, CONTROL_TIMEOUT);
-                    let _ = popup.kill();
-                    let _ = popup.wait();
-                    // Whatever it recorded before it was closed.
-                    let rest = recorder::unreplayed(&files);
-                    if tmux.send_bytes(&rest).is_ok() {
-                        let _ = recorder::mark_replayed(&files);
-                    }
-                    keeper
-                        .missed
-                        .push(format!("the popup on {client} did not open"));
-                }
+                });
+                continue;
             }
+            let close = tmux.argv(&["display-popup", "-C", "-c", &client]);
+            let _ = process::run_checked(&close, CONTROL_TIMEOUT);
+            let _ = popup.kill();
+            let _ = popup.wait();
+            // Whatever it recorded before it was closed.
+            let rest = recorder::unreplayed(&files);
+            if tmux.send_bytes(&rest).is_ok() {
+                let _ = recorder::mark_replayed(&files);
+            }
+            keeper
+                .missed
+                .push(format!("the popup on {client} did not open"));
         }
         keeper.dir = Some(dir.to_path_buf());
         keeper.tmux = Some(tmux);
@@ -290,15 +289,23 @@ impl Tmux {
     }
 }
 
+/// Whether a popup's recorder holds the keyboard.
+enum Opened {
+    /// It does (the recorder, when its pid could be read).
+    Holding(Option<ProcessId>),
+    /// The popup ended first, or did not open in time.
+    Not,
+}
+
 /// Wait until the recorder in `popup` holds the keyboard (its `ready` file
-/// names its pid); None when the popup ended first or `deadline` passed.
-fn ready_by(files: &Files, popup: &mut Child, deadline: Instant) -> Option<Option<ProcessId>> {
+/// names its pid), at most until `deadline`.
+fn ready_by(files: &Files, popup: &mut Child, deadline: Instant) -> Opened {
     loop {
         if let Ok(pid) = std::fs::read_to_string(files.ready()) {
-            return Some(pid.trim().parse().ok().and_then(ProcessId::of));
+            return Opened::Holding(pid.trim().parse().ok().and_then(ProcessId::of));
         }
         if !matches!(popup.try_wait(), Ok(None)) || Instant::now() >= deadline {
-            return None;
+            return Opened::Not;
         }
         thread::sleep(Duration::from_millis(3));
     }
