@@ -12,7 +12,9 @@
 //! to +3 s around it, then presses Enter. They retype only what visibly did
 //! not get through (nothing of it in the input line, nothing sent). A third
 //! kind begins a draft during the reply (−1.5 s to −0.3 s) and leaves it
-//! unsent.
+//! unsent. A fourth begins typing the moment ktr-keep's popup appears on
+//! their screen, i.e. while Claude Code loads the resumed session (the keys
+//! it would drop); the popup must have kept some of them.
 //!
 //! Pass: the fake API received each intended prompt exactly once and whole,
 //! and answered it, and the session it was sent in holds it with its reply
@@ -53,6 +55,8 @@ enum Kind {
     Rollback,
     /// A draft typed during the reply and left unsent.
     Draft,
+    /// A rebuild; typing begins when ktr-keep's popup appears.
+    InLoad,
 }
 
 /// A small seeded generator (xorshift64*): the trials repeat from the seed.
@@ -82,9 +86,12 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     let mut rng = Rng(seed);
     let (mut seen, mut shown, mut popup, mut retyped, mut failures) = (0, 0, 0, 0, Vec::new());
     for n in 0..trials {
-        let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft][n % 3];
+        let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft, Kind::InLoad][n % 4];
         // A draft is begun during the reply (before the switch).
-        let offset_ms = if kind == Kind::Draft {
+        // InLoad's moment is the popup's (offset 0 is printed).
+        let offset_ms = if kind == Kind::InLoad {
+            0
+        } else if kind == Kind::Draft {
             rng.between(-1500, -300)
         } else {
             rng.between(-500, 3000)
@@ -245,7 +252,17 @@ impl Trial {
                 .checked_sub(Duration::from_millis(offset_ms.unsigned_abs()))
                 .unwrap()
         };
-        thread::sleep(start.saturating_duration_since(Instant::now()));
+        if kind == Kind::InLoad {
+            Self::wait(
+                || {
+                    self.person_screen()
+                        .contains(ktr_pipeline::recorder::NOTICE)
+                },
+                "ktr-keep's popup",
+            )?;
+        } else {
+            thread::sleep(start.saturating_duration_since(Instant::now()));
+        }
         self.api.set_turn_delay(Duration::ZERO);
         let (draft, prompt) = match kind {
             Kind::Draft => (Some(format!("{tag}-DRAFT kept for later")), None),
@@ -267,6 +284,9 @@ impl Trial {
         self.until_answered(&prompt, rng, &mut typed)?;
         self.once_and_whole(&fire)?;
         self.once_and_whole(&prompt)?;
+        if kind == Kind::InLoad && self.kept() == 0 {
+            return Err("typed while the popup was up, but ktr-keep kept no key".into());
+        }
         let op = self.wait_op(
             |op| op.status.is_terminal() || op.status == Status::Pending,
             "the switch",
