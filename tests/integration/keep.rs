@@ -229,3 +229,38 @@ fn without_a_client_nothing_is_held() {
     assert_eq!(keeper.holding(), 0);
     assert_eq!(keeper.finish(), "");
 }
+
+#[test]
+fn a_client_that_detaches_keeps_what_it_typed() {
+    let rig = Rig::start();
+    let mut keeper = rig.keep_typed(Duration::from_secs(30), "bye 日");
+    rig.pane.tmux(&["detach-client", "-s", "cc"]);
+    // The popup's tty goes away with the client: the recorder replays.
+    assert!(
+        wait_for(Duration::from_secs(5), || rig.received()
+            == "bye 日".as_bytes()),
+        "after the detach the pane has {:?}",
+        String::from_utf8_lossy(&rig.received())
+    );
+    let said = keeper.finish();
+    assert_eq!(rig.received(), "bye 日".as_bytes(), "{said}");
+}
+
+#[test]
+fn a_popup_that_cannot_open_leaves_the_keyboard_as_it_was() {
+    let rig = Rig::start();
+    let mut keeper = rig.target().keep_keys(
+        Path::new("/nonexistent/ktr-keep"),
+        &rig.keep_dir,
+        Duration::from_secs(5),
+    );
+    assert_eq!(keeper.holding(), 0);
+    assert!(
+        keeper.missed().iter().any(|m| m.contains("did not open")),
+        "{:?}",
+        keeper.missed()
+    );
+    rig.type_text("x");
+    assert!(wait_for(Duration::from_secs(5), || rig.received() == b"x"));
+    assert_eq!(keeper.finish(), "");
+}
