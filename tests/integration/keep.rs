@@ -239,8 +239,9 @@ fn a_client_that_detaches_keeps_what_it_typed() {
     assert!(
         wait_for(Duration::from_secs(5), || rig.received()
             == "bye 日".as_bytes()),
-        "after the detach the pane has {:?}",
-        String::from_utf8_lossy(&rig.received())
+        "after the detach the pane has {:?}; the recorder said {:?}",
+        String::from_utf8_lossy(&rig.received()),
+        fs::read_to_string(rig.keep_dir.join("0/error"))
     );
     let said = keeper.finish();
     assert_eq!(rig.received(), "bye 日".as_bytes(), "{said}");

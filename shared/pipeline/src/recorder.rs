@@ -63,6 +63,10 @@ impl Files {
     pub fn stop(&self) -> PathBuf {
         self.dir.join("stop")
     }
+    /// Why the recorder stopped short (one line), if it did.
+    pub fn error(&self) -> PathBuf {
+        self.dir.join("error")
+    }
     /// How many bytes of `keys` are in the pane (decimal).
     pub fn replayed(&self) -> PathBuf {
         self.dir.join("replayed")
@@ -101,6 +105,8 @@ pub fn main() {
         Ok(Some(args)) => match record(&args) {
             Ok(()) => 0,
             Err(e) => {
+                // The popup may be gone with its screen: the switch reads it here.
+                let _ = fs::write(args.files.error(), &e.message);
                 eprintln!("ktr-keep: {}", e.message);
                 1
             }

@@ -88,12 +88,12 @@ impl Keeper {
         let deadline = Instant::now() + FINISH;
         let (mut kept, mut problems) = (0usize, Vec::new());
         for mut h in held {
-            if !exited_by(&mut h.popup, deadline) {
+            if !ended_by(&mut h, deadline) {
                 // Close the popup (the recorder replays on SIGHUP), then
                 // make sure it is gone before its keys are replayed here.
                 let close = tmux.argv(&["display-popup", "-C", "-c", &h.client]);
                 let _ = process::run_checked(&close, CONTROL_TIMEOUT);
-                if !exited_by(&mut h.popup, Instant::now() + Duration::from_secs(1)) {
+                if !ended_by(&mut h, Instant::now() + Duration::from_secs(1)) {
                     if let Some(r) = h.recorder.filter(|r| r.alive()) {
                         // SAFETY: kill(2) on the recorder checked to be alive.
                         unsafe { libc::kill(r.pid as libc::pid_t, libc::SIGKILL) };
@@ -146,6 +146,27 @@ impl Drop for Keeper {
         if said.contains('(') {
             eprintln!("ktr: {said}");
         }
+    }
+}
+
+/// The popup closed and its recorder is gone by `deadline` (the popup
+/// closes with its client before the recorder has replayed; only then is
+/// `replayed` final).
+fn ended_by(h: &mut Held, deadline: Instant) -> bool {
+    if !exited_by(&mut h.popup, deadline) {
+        return false;
+    }
+    let Some(recorder) = h.recorder else {
+        return true;
+    };
+    loop {
+        if !recorder.alive() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
     }
 }
 

@@ -84,7 +84,7 @@ impl Tmux {
         }
         let mut argv = self.argv(&["send-keys", "-t", &self.target, "-H"]);
         argv.extend(bytes.iter().map(|b| format!("{b:02x}")));
-        process::run_checked(&argv, CONTROL_TIMEOUT).map(drop)
+        process::run_checked_apart(&argv, CONTROL_TIMEOUT).map(drop)
     }
 
     pub(super) fn argv(&self, args: &[&str]) -> Vec<String> {
