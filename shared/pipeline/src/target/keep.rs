@@ -103,6 +103,9 @@ impl Keeper {
                     problems.push(format!("the popup on {} did not close; killed", h.client));
                 }
             }
+            if let Ok(why) = std::fs::read_to_string(h.files.error()) {
+                problems.push(format!("the recorder on {} said: {}", h.client, why.trim()));
+            }
             let rest = recorder::unreplayed(&h.files);
             if !rest.is_empty() {
                 match tmux.send_bytes(&rest) {
