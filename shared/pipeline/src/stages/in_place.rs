@@ -12,7 +12,11 @@
 //! respawn fallback; a line that collided with a person's keys (Claude Code
 //! submitted it as part of their prompt, which `ktr-prompt` refused and
 //! Claude Code gave back) is taken out of the input line again, leaving
-//! the person's text as they typed it.
+//! the person's text as they typed it. From the last look at the idle
+//! input line to the end of the switch, `ktr-keep`'s popup on each
+//! attached client holds the keys a person types (Claude Code drops those
+//! typed while it loads the resumed session) and types them in after
+//! ([`crate::target::Keeper`]).
 
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -96,55 +100,52 @@ pub fn switch(
     let Some(claude) = claude.filter(|c| c.alive()) else {
         return Switched::NotTried("no live Claude Code process recorded for the pane".into());
     };
-    match quiet_input(target) {
-        Ok(Some(Input::Idle)) => {}
-        Ok(Some(Input::Draft(text))) => {
-            return Switched::Busy(format!(
-                "the input line holds a draft that was not sent ({} characters)",
-                text.chars().count()
-            ));
-        }
-        Ok(Some(Input::Running)) => return Switched::Busy("the pane shows a running turn".into()),
-        Ok(None | Some(Input::Unknown)) => {
-            return Switched::NotTried("the pane does not show Claude Code's input box".into());
-        }
-        Err(e) => return Switched::NotTried(format!("cannot read the pane: {}", e.message)),
+    if let Some(not) = not_idle(quiet_input(target)) {
+        return not;
     }
     let wait = seconds(config.healthcheck_seconds);
-    let mut keeper = keep_keys(config, stage, id, target, wait);
+    let keeper = keep_keys(config, stage, id, target, wait);
     if keeper.holding() > 0 {
         // The popups hold the person's keys now: what reached the input
         // line before they opened shows within QUIET, and nothing else can.
         thread::sleep(QUIET);
-        match target.input() {
-            Ok(Some(Input::Idle)) => {}
-            Ok(Some(Input::Draft(text))) => {
-                keeper.finish();
-                return Switched::Busy(format!(
-                    "the input line holds a draft that was not sent ({} characters)",
-                    text.chars().count()
-                ));
-            }
-            Ok(Some(Input::Running)) => {
-                keeper.finish();
-                return Switched::Busy("the pane shows a running turn".into());
-            }
-            Ok(None | Some(Input::Unknown)) => {
-                keeper.finish();
-                return Switched::NotTried("the pane does not show Claude Code's input box".into());
-            }
-            Err(e) => {
-                keeper.finish();
-                return Switched::NotTried(format!("cannot read the pane: {}", e.message));
-            }
+        if let Some(not) = not_idle(target.input()) {
+            finished(keeper);
+            return not;
         }
     }
     let switched = typed(stage, config, store, id, target, claude, to, wait);
+    finished(keeper);
+    switched
+}
+
+/// Why ktr must not type now, from a look at the input line (None: it is
+/// idle and empty).
+fn not_idle(look: ktr_base::error::Result<Option<Input>>) -> Option<Switched> {
+    match look {
+        Ok(Some(Input::Idle)) => None,
+        Ok(Some(Input::Draft(text))) => Some(Switched::Busy(format!(
+            "the input line holds a draft that was not sent ({} characters)",
+            text.chars().count()
+        ))),
+        Ok(Some(Input::Running)) => Some(Switched::Busy("the pane shows a running turn".into())),
+        Ok(None | Some(Input::Unknown)) => Some(Switched::NotTried(
+            "the pane does not show Claude Code's input box".into(),
+        )),
+        Err(e) => Some(Switched::NotTried(format!(
+            "cannot read the pane: {}",
+            e.message
+        ))),
+    }
+}
+
+/// Finish the popups (the keys typed meanwhile go into the pane) and log
+/// what they kept.
+fn finished(mut keeper: Keeper) {
     let kept = keeper.finish();
     if !kept.is_empty() {
         eprintln!("ktr: {kept}");
     }
-    switched
 }
 
 /// The key keeper's popups on the clients showing the pane, for the rest
