@@ -12,14 +12,21 @@
 //! to +3 s around it, then presses Enter. They retype only what visibly did
 //! not get through (nothing of it in the input line, nothing sent). A third
 //! kind begins a draft during the reply (−1.5 s to −0.3 s) and leaves it
-//! unsent.
+//! unsent. A fourth begins typing the moment ktr-keep's popup appears on
+//! their screen, i.e. while Claude Code loads the resumed session (the keys
+//! it would drop); the popup must have kept some of them.
 //!
 //! Pass: the fake API received each intended prompt exactly once and whole,
 //! and answered it, and the session it was sent in holds it with its reply
 //! (a rollback that waited for it switches away from that session after);
 //! a draft is still in the input line (capture-pane); ktr's border notice
-//! was on the person's screen in ≥ 90 % of the samples taken while they
-//! typed and ktr had a notice up.
+//! (or ktr-keep's popup, which starts with `ktr: ` too) was on the
+//! person's screen in ≥ 90 % of the samples taken while they typed and ktr
+//! had a notice up; and nothing was ever typed again: ktr-keep's popup
+//! holds the keys Claude Code would drop while it loads the resumed
+//! session and types them in after (before it, ~1 in 30 trials lost the
+//! first keys). Each trial prints how many samples showed the popup and
+//! how many bytes it kept (the stages' log).
 //!
 //! `KTR_TYPING_TRIALS` (default 6) trials in a row, `KTR_TYPING_SEED` (the
 //! seed, printed) — e.g. `KTR_TYPING_TRIALS=30 cargo test --test integration
@@ -48,6 +55,8 @@ enum Kind {
     Rollback,
     /// A draft typed during the reply and left unsent.
     Draft,
+    /// A rebuild; typing begins when ktr-keep's popup appears.
+    InLoad,
 }
 
 /// A small seeded generator (xorshift64*): the trials repeat from the seed.
@@ -75,11 +84,14 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     let seed: u64 = env_or("KTR_TYPING_SEED", uuid::Uuid::new_v4().as_u128() as u64 | 1);
     eprintln!("typing: {trials} trials, KTR_TYPING_SEED={seed}");
     let mut rng = Rng(seed);
-    let (mut seen, mut shown, mut failures) = (0, 0, Vec::new());
+    let (mut seen, mut shown, mut popup, mut retyped, mut failures) = (0, 0, 0, 0, Vec::new());
     for n in 0..trials {
-        let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft][n % 3];
+        let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft, Kind::InLoad][n % 4];
         // A draft is begun during the reply (before the switch).
-        let offset_ms = if kind == Kind::Draft {
+        // InLoad's moment is the popup's (offset 0 is printed).
+        let offset_ms = if kind == Kind::InLoad {
+            0
+        } else if kind == Kind::Draft {
             rng.between(-1500, -300)
         } else {
             rng.between(-500, 3000)
@@ -90,8 +102,12 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
             "typing: trial {n} {kind:?} offset {offset_ms} ms: {}",
             match &result {
                 Ok(r) => format!(
-                    "ok ({}/{} samples with the notice, {} retyped)",
-                    r.shown, r.seen, r.retyped
+                    "ok ({}/{} samples with the notice, {} with the key-keeping popup, {} retyped, {} bytes kept by the popup)",
+                    r.shown,
+                    r.seen,
+                    r.popup,
+                    r.retyped,
+                    trial.kept()
                 ),
                 Err(e) => format!("LOST: {}", e.lines().next().unwrap_or("")),
             }
@@ -100,6 +116,8 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
             Ok(r) => {
                 seen += r.seen;
                 shown += r.shown;
+                popup += r.popup;
+                retyped += r.retyped;
             }
             Err(e) => failures.push(format!(
                 "trial {n} ({kind:?}, {offset_ms} ms): {e}\n{}",
@@ -113,7 +131,13 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
         failures.join("\n\n")
     );
     eprintln!(
-        "typing: the notice was on the person's screen in {shown} of {seen} samples taken while ktr had one up"
+        "typing: the notice was on the person's screen in {shown} of {seen} samples taken while ktr had one up ({popup} with the key-keeping popup); {retyped} prompts retyped"
+    );
+    // The popup holds every key typed while Claude Code loads the resumed
+    // session and replays it after: nothing is ever to be typed again.
+    assert_eq!(
+        retyped, 0,
+        "seed {seed}: keys were lost: the person typed a prompt again {retyped} times"
     );
     assert!(
         seen == 0 || shown * 10 >= seen * 9,
@@ -127,6 +151,8 @@ struct Typed {
     seen: usize,
     /// Of those, how many showed it.
     shown: usize,
+    /// Of those, how many showed ktr-keep's popup.
+    popup: usize,
     /// How often the person typed the prompt again.
     retyped: usize,
 }
@@ -226,7 +252,17 @@ impl Trial {
                 .checked_sub(Duration::from_millis(offset_ms.unsigned_abs()))
                 .unwrap()
         };
-        thread::sleep(start.saturating_duration_since(Instant::now()));
+        if kind == Kind::InLoad {
+            Self::wait(
+                || {
+                    self.person_screen()
+                        .contains(ktr_pipeline::recorder::NOTICE)
+                },
+                "ktr-keep's popup",
+            )?;
+        } else {
+            thread::sleep(start.saturating_duration_since(Instant::now()));
+        }
         self.api.set_turn_delay(Duration::ZERO);
         let (draft, prompt) = match kind {
             Kind::Draft => (Some(format!("{tag}-DRAFT kept for later")), None),
@@ -235,6 +271,7 @@ impl Trial {
         let mut typed = Typed {
             seen: 0,
             shown: 0,
+            popup: 0,
             retyped: 0,
         };
         let words = draft.as_ref().or(prompt.as_ref()).unwrap();
@@ -247,6 +284,9 @@ impl Trial {
         self.until_answered(&prompt, rng, &mut typed)?;
         self.once_and_whole(&fire)?;
         self.once_and_whole(&prompt)?;
+        if kind == Kind::InLoad && self.kept() == 0 {
+            return Err("typed while the popup was up, but ktr-keep kept no key".into());
+        }
         let op = self.wait_op(
             |op| op.status.is_terminal() || op.status == Status::Pending,
             "the switch",
@@ -328,7 +368,9 @@ impl Trial {
                 .tmux(&["send-keys", "-t", "out:0.0", "-l", &c.to_string()]);
             if self.notice_up() {
                 typed.seen += 1;
-                typed.shown += usize::from(self.person_screen().contains("ktr: "));
+                let screen = self.person_screen();
+                typed.shown += usize::from(screen.contains("ktr: "));
+                typed.popup += usize::from(screen.contains(ktr_pipeline::recorder::NOTICE));
             }
             thread::sleep(Duration::from_millis(rng.between(30, 150).unsigned_abs()));
         }
@@ -518,6 +560,17 @@ impl Trial {
 
     fn ktr(&self, args: &[&str]) -> Result<String, String> {
         crate::support::ktr_as(&self.env.sandbox.home, &self.config, args)
+    }
+
+    /// The bytes ktr-keep's popups kept and replayed in this trial (the
+    /// stages' log).
+    fn kept(&self) -> usize {
+        fs::read_to_string(self.store.worker_log())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split("ktr: kept and replayed ").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse::<usize>().ok())
+            .sum()
     }
 
     fn diagnosis(&self) -> String {

@@ -33,6 +33,7 @@ mod full_disk;
 mod golden;
 mod hostile;
 mod install;
+mod keep;
 mod kill;
 mod lone_surrogates;
 mod long_texts;

@@ -12,6 +12,7 @@ pub mod plugin;
 pub mod process;
 pub mod prompt_back;
 pub mod recall;
+pub mod recorder;
 pub mod stages;
 pub mod target;
 pub mod window_cache;

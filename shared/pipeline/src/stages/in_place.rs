@@ -12,7 +12,11 @@
 //! respawn fallback; a line that collided with a person's keys (Claude Code
 //! submitted it as part of their prompt, which `ktr-prompt` refused and
 //! Claude Code gave back) is taken out of the input line again, leaving
-//! the person's text as they typed it.
+//! the person's text as they typed it. From the last look at the idle
+//! input line to the end of the switch, `ktr-keep`'s popup on each
+//! attached client holds the keys a person types (Claude Code drops those
+//! typed while it loads the resumed session) and types them in after
+//! ([`crate::target::Keeper`]).
 
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -22,7 +26,7 @@ use crate::binding;
 use crate::operation::Store;
 use crate::pane::Input;
 use crate::process::ProcessId;
-use crate::target::{Target, resume_line};
+use crate::target::{Keeper, Target, resume_line};
 use ktr_base::config::{Activation, Config};
 use ktr_base::ids::{OperationId, SessionId};
 
@@ -30,6 +34,8 @@ use ktr_base::ids::{OperationId, SessionId};
 const POLL: Duration = Duration::from_millis(40);
 /// How long the input line must stay empty right before ktr types into it.
 const QUIET: Duration = Duration::from_millis(120);
+/// How much longer than the longest switch a key-keeping popup may stay.
+const KEEP_SPARE: Duration = Duration::from_secs(5);
 /// How long a refused prompt's text takes to come back to the input line.
 const GIVEN_BACK: Duration = Duration::from_secs(3);
 
@@ -94,26 +100,101 @@ pub fn switch(
     let Some(claude) = claude.filter(|c| c.alive()) else {
         return Switched::NotTried("no live Claude Code process recorded for the pane".into());
     };
-    match quiet_input(target) {
-        Ok(Some(Input::Idle)) => {}
-        Ok(Some(Input::Draft(text))) => {
-            return Switched::Busy(format!(
-                "the input line holds a draft that was not sent ({} characters)",
-                text.chars().count()
-            ));
-        }
-        Ok(Some(Input::Running)) => return Switched::Busy("the pane shows a running turn".into()),
-        Ok(None | Some(Input::Unknown)) => {
-            return Switched::NotTried("the pane does not show Claude Code's input box".into());
-        }
-        Err(e) => return Switched::NotTried(format!("cannot read the pane: {}", e.message)),
+    if let Some(not) = not_idle(quiet_input(target)) {
+        return not;
     }
+    let wait = seconds(config.healthcheck_seconds);
+    let keeper = keep_keys(config, stage, id, target, wait);
+    if keeper.holding() > 0 {
+        // The popups hold the person's keys now: what reached the input
+        // line before they opened shows within QUIET, and nothing else can.
+        thread::sleep(QUIET);
+        if let Some(not) = not_idle(target.input()) {
+            finished(keeper);
+            return not;
+        }
+    }
+    let switched = typed(stage, config, store, id, target, claude, to, wait);
+    finished(keeper);
+    switched
+}
+
+/// Why ktr must not type now, from a look at the input line (None: it is
+/// idle and empty).
+fn not_idle(look: ktr_base::error::Result<Option<Input>>) -> Option<Switched> {
+    match look {
+        Ok(Some(Input::Idle)) => None,
+        Ok(Some(Input::Draft(text))) => Some(Switched::Busy(format!(
+            "the input line holds a draft that was not sent ({} characters)",
+            text.chars().count()
+        ))),
+        Ok(Some(Input::Running)) => Some(Switched::Busy("the pane shows a running turn".into())),
+        Ok(None | Some(Input::Unknown)) => Some(Switched::NotTried(
+            "the pane does not show Claude Code's input box".into(),
+        )),
+        Err(e) => Some(Switched::NotTried(format!(
+            "cannot read the pane: {}",
+            e.message
+        ))),
+    }
+}
+
+/// Finish the popups (the keys typed meanwhile go into the pane) and log
+/// what they kept.
+fn finished(mut keeper: Keeper) {
+    let kept = keeper.finish();
+    if !kept.is_empty() {
+        eprintln!("ktr: {kept}");
+    }
+}
+
+/// The key keeper's popups on the clients showing the pane, for the rest
+/// of the switch: they outlive the longest switch (the receipt's wait,
+/// then half of it for the screen) by a few seconds, then replay and
+/// close by themselves. None when `ktr-keep` is not installed beside
+/// this executable.
+fn keep_keys(
+    config: &Config,
+    stage: Stage,
+    id: &OperationId,
+    target: &Target,
+    wait: Duration,
+) -> Keeper {
+    let Some(program) = super::bin_dir()
+        .ok()
+        .map(|d| d.join("ktr-keep"))
+        .filter(|p| p.is_file())
+    else {
+        return Keeper::none();
+    };
+    let dir = config
+        .state_dir
+        .join("keep")
+        .join(format!("{id}-{}", stage.name()));
+    let keeper = target.keep_keys(&program, &dir, wait * 3 / 2 + KEEP_SPARE);
+    for why in keeper.missed() {
+        eprintln!("ktr: no key-keeping popup: {why}");
+    }
+    keeper
+}
+
+/// Type the line and wait for the resumed session.
+#[allow(clippy::too_many_arguments)]
+fn typed(
+    stage: Stage,
+    config: &Config,
+    store: &Store,
+    id: &OperationId,
+    target: &Target,
+    claude: ProcessId,
+    to: &SessionId,
+    wait: Duration,
+) -> Switched {
     pause_point(stage, "typing");
     let since = SystemTime::now();
     if let Err(e) = target.type_resume(to) {
         return Switched::NotTaken(format!("typing /resume failed: {}", e.message));
     }
-    let wait = seconds(config.healthcheck_seconds);
     let deadline = Instant::now() + wait;
     let bindings = binding::dir(&config.state_dir);
     loop {

@@ -197,6 +197,19 @@ pub fn run_chain(
     Ok(outcome)
 }
 
+/// Where ktr's executables are: `$KTR_BIN_DIR`, else beside the current one.
+pub fn bin_dir() -> Result<PathBuf> {
+    match std::env::var_os("KTR_BIN_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .ok_or_else(|| {
+                Error::io("cannot find the directory of the ktr executables; set KTR_BIN_DIR")
+            }),
+    }
+}
+
 /// The command line that starts `stage` for operation `op_id`: the
 /// executable beside the current one (or in `$KTR_BIN_DIR`), with
 /// `--config` (absolute) and `--operation`; with `activation = "systemd"`
@@ -209,15 +222,7 @@ pub fn command(
     op_id: &OperationId,
     transcript: Option<&Path>,
 ) -> Result<Vec<String>> {
-    let bin_dir = match std::env::var_os("KTR_BIN_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(Path::to_path_buf))
-            .ok_or_else(|| {
-                Error::io("cannot find the directory of the ktr executables; set KTR_BIN_DIR")
-            })?,
-    };
+    let bin_dir = bin_dir()?;
     let config_path = config
         .source
         .as_deref()

@@ -16,6 +16,7 @@
 //! share: what runs there ([`running`]) and the health watch ([`health`]).
 
 mod health;
+mod keep;
 mod notice;
 mod pointer;
 mod running;
@@ -32,6 +33,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
 pub use health::Receipt;
+pub use keep::Keeper;
 pub use pointer::Pointer;
 pub use running::{Ran, Running, SessionProcess, session_arg};
 pub use systemd::{Systemd, UnitState};
@@ -294,6 +296,23 @@ impl Target {
             Target::Systemd(_) | Target::Pointer(_) => Err(Error::refused(format!(
                 "{self} has no keyboard to type /resume into"
             ))),
+        }
+    }
+
+    /// Hold the keyboard of every tmux client showing the pane with a
+    /// popup running `program` (`ktr-keep`) until the returned keeper is
+    /// finished, then replay the keys typed meanwhile into the pane
+    /// ([`Keeper`]). Files under `dir`; each recorder finishes by itself
+    /// after `max`. Nothing for the other targets.
+    pub fn keep_keys(
+        &self,
+        program: &std::path::Path,
+        dir: &std::path::Path,
+        max: Duration,
+    ) -> Keeper {
+        match self {
+            Target::Tmux(t) => t.keep_keys(program, dir, max),
+            Target::Systemd(_) | Target::Pointer(_) => Keeper::none(),
         }
     }
 
