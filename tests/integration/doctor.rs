@@ -256,3 +256,36 @@ fn fifos_folders_and_symlinks_are_not_counted_as_transcripts() {
         "{detail}"
     );
 }
+
+/// `ktr-keep` beside the stages: without it an in-place switch has no
+/// popup, and doctor says what that costs; only for tmux in place.
+#[test]
+fn doctor_warns_when_the_key_keeper_is_not_beside_the_stages() {
+    let sb = Sandbox::new();
+    sb.transcript("s1");
+    let c = check(&report(&sb), "key keeper").clone();
+    assert_eq!(c["level"], "warn", "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ktr-keep is missing: an in-place switch runs without its popup"),
+        "{c}"
+    );
+    assert!(c["fix"].as_str().unwrap().contains("./install"), "{c}");
+
+    fs::copy(env!("CARGO_BIN_EXE_ktr-keep"), sb.bin.join("ktr-keep")).unwrap();
+    let c = check(&report(&sb), "key keeper").clone();
+    assert_eq!(c["level"], "ok", "{c}");
+
+    sb.write_config("tmux_switch_in_place = false");
+    let r = report(&sb);
+    assert!(
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["name"] != "key keeper"),
+        "no keeper check when nothing switches in place: {r:#}"
+    );
+}

@@ -26,6 +26,7 @@ use crate::settings;
 use ktr_base::config::{self, Config, home_dir};
 use ktr_pipeline::operation::{Active, Store};
 use ktr_pipeline::process;
+use ktr_pipeline::stages;
 use ktr_pipeline::target::Target;
 
 /// How a check came out.
@@ -152,6 +153,7 @@ fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
     } else {
         checks.push(target(config));
     }
+    checks.extend(key_keeper(config));
     checks.push(hooks(&config.claude_workdir, this));
     checks.push(statusline(&config.claude_workdir));
     checks.push(mcp(&config.claude_workdir, this));
@@ -371,6 +373,36 @@ fn target(config: &Config) -> Check {
             config.resume_command[0]
         ),
     )
+}
+
+/// `ktr-keep` beside the stages, for a tmux target that switches in place.
+fn key_keeper(config: &Config) -> Option<Check> {
+    const NAME: &str = "key keeper";
+    if config.activation != config::Activation::Tmux || !config.tmux_switch_in_place {
+        return None;
+    }
+    let program = match stages::keeper_program() {
+        Ok(program) => program,
+        Err(e) => return Some(warn(NAME, e.message, "set KTR_BIN_DIR or reinstall ktr")),
+    };
+    Some(if program.is_file() {
+        pass(
+            NAME,
+            format!(
+                "{} holds the keys typed while Claude Code loads a resumed session",
+                program.display()
+            ),
+        )
+    } else {
+        warn(
+            NAME,
+            format!(
+                "{} is missing: an in-place switch runs without its popup, and keys typed while Claude Code loads the resumed session are dropped",
+                program.display()
+            ),
+            "reinstall ktr (./install) so that ktr-keep is beside ktr-activate",
+        )
+    })
 }
 
 fn target_unreadable(config: &Config, target: &Target, message: &str) -> Check {

@@ -160,11 +160,7 @@ fn keep_keys(
     target: &Target,
     wait: Duration,
 ) -> Keeper {
-    let Some(program) = super::bin_dir()
-        .ok()
-        .map(|d| d.join("ktr-keep"))
-        .filter(|p| p.is_file())
-    else {
+    let Some(program) = super::keeper_program().ok().filter(|p| p.is_file()) else {
         return Keeper::none();
     };
     let dir = config

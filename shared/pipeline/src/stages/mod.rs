@@ -210,6 +210,12 @@ pub fn bin_dir() -> Result<PathBuf> {
     }
 }
 
+/// `ktr-keep`, the key keeper of an in-place switch, beside the stages
+/// ([`bin_dir`]); it may be missing (then there is no popup).
+pub fn keeper_program() -> Result<PathBuf> {
+    Ok(bin_dir()?.join("ktr-keep"))
+}
+
 /// The command line that starts `stage` for operation `op_id`: the
 /// executable beside the current one (or in `$KTR_BIN_DIR`), with
 /// `--config` (absolute) and `--operation`; with `activation = "systemd"`
