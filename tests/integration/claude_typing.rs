@@ -221,6 +221,14 @@ impl Trial {
         self.type_keys(&format!("{tag}-ONE hello"), rng);
         self.enter();
         Self::wait(|| self.answered(&format!("{tag}-ONE")), "ONE answered")?;
+        // The request is for the reply that fires the switch: made before
+        // ONE's Stop hook ran, that Stop would schedule it (and a prompt
+        // typed during its prepare sends it back to `pending` until a later
+        // Stop, not to a draft's wait).
+        Self::wait(
+            || self.stopped_after(&format!("{tag}-R-ONE")),
+            "ONE's Stop hooks",
+        )?;
         self.ktr(&[
             "request",
             "--confirm",
@@ -515,6 +523,20 @@ impl Trial {
 
     /// How many transcripts of the project hold `prompt` and, after it,
     /// `reply`.
+    /// Claude Code recorded that the Stop hooks ran after `reply` (its
+    /// `stop_hook_summary`, written after every Stop, output or not).
+    fn stopped_after(&self, reply: &str) -> bool {
+        let source = self
+            .env
+            .sandbox
+            .project
+            .join(format!("{}.jsonl", self.source_id));
+        fs::read_to_string(source).is_ok_and(|t| {
+            t.find(reply)
+                .is_some_and(|at| t[at..].contains(r#""subtype":"stop_hook_summary""#))
+        })
+    }
+
     fn transcripts_holding(&self, prompt: &str, reply: &str) -> usize {
         fs::read_dir(&self.env.sandbox.project).map_or(0, |entries| {
             entries
