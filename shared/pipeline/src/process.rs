@@ -172,6 +172,23 @@ pub fn cwd(pid: u32) -> Option<std::path::PathBuf> {
     fs::read_link(format!("/proc/{pid}/cwd")).ok()
 }
 
+/// Make `command`'s child lead a new session (`setsid(2)`): no controlling
+/// terminal, outside the caller's process group, so a terminal's SIGHUP
+/// does not reach it.
+fn in_new_session(command: &mut Command) {
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory of ours.
+    // (std's CommandExt::setsid is still unstable; libc is already in the
+    // dependency graph through getrandom, so this costs nothing to build.)
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Start `argv` as a detached worker: a new session (`setsid(2)`, so it has
 /// no controlling terminal and is outside the caller's process group and is
 /// not hit by the SIGHUP a pane kill sends), stdin `/dev/null`, stdout and
@@ -193,17 +210,7 @@ pub fn spawn_detached(argv: &[String], env: &[(String, String)], log_file: &Path
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err_log);
-    // SAFETY: setsid(2) is async-signal-safe and touches no memory of ours.
-    // (std's CommandExt::setsid is still unstable; libc is already in the
-    // dependency graph through getrandom, so this costs nothing to build.)
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    in_new_session(&mut command);
     let child = command
         .spawn()
         .map_err(|e| Error::io(format!("cannot start {program}: {e}")))?;
@@ -278,16 +285,8 @@ fn run_as(argv: &[String], timeout: Duration, own_session: bool) -> Result<Outpu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if own_session {
-        // SAFETY: setsid(2) is async-signal-safe and touches no memory of
-        // ours. Its new process group is the child's own, as below.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // Its new process group is the child's own, as below.
+        in_new_session(&mut command);
     } else {
         command.process_group(0);
     }
