@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
             }
             assert!(c.stable_file_seconds < c.stable_file_timeout_seconds);
             assert!(!c.state_dir.as_os_str().is_empty());
-            let _ = c.resume_argv("s");
+            let _ = c.resume_argv(&ktr_base::ids::SessionId::new_random());
         }
         Err(e) => assert!(!e.message.contains('\n'), "one line: {}", e.message),
     }

@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         &config,
         Path::new("fuzz.jsonl"),
         data,
-        Some("00000000-0000-4000-8000-000000000000"),
+        Some(&ktr_base::ids::SessionId::parse("00000000-0000-4000-8000-000000000000").unwrap()),
     ) else {
         return;
     };

@@ -3,12 +3,13 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_pipeline::operation::Store;
 
 /// A sandbox (temp dir kept for the run) with a config and one pending
-/// operation bound to session `bound-elsewhere`.
-pub fn sandbox() -> &'static (PathBuf, PathBuf, String) {
-    static SANDBOX: OnceLock<(PathBuf, PathBuf, String)> = OnceLock::new();
+/// operation bound to a session the fuzzed hooks are not in.
+pub fn sandbox() -> &'static (PathBuf, PathBuf, OperationId) {
+    static SANDBOX: OnceLock<(PathBuf, PathBuf, OperationId)> = OnceLock::new();
     SANDBOX.get_or_init(|| {
         let root = std::env::temp_dir().join(format!("ktr-fuzz-hooks-{}", std::process::id()));
         let (project, state) = (root.join("project"), root.join("state"));
@@ -29,8 +30,8 @@ pub fn sandbox() -> &'static (PathBuf, PathBuf, String) {
         unsafe { std::env::set_var("KTR_BIN_DIR", root.join("no-stages")) };
         let store = Store::open(&state).unwrap();
         let op = store
-            .request("fuzz", "REBUILD", Some("bound-elsewhere"))
+            .request("fuzz", "REBUILD", Some(&SessionId::new_random()))
             .unwrap();
-        (config, state, op.id.to_string())
+        (config, state, op.id)
     })
 }
