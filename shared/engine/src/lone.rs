@@ -91,7 +91,10 @@ fn walk(b: &[u8], mut f: impl FnMut(usize, u32)) -> bool {
 fn surrogate_escapes(b: &[u8], mut f: impl FnMut(usize, u32)) -> bool {
     let mut reserved = false;
     let mut paired_until = 0;
-    for at in memchr::memmem::find_iter(b, b"\\u") {
+    // Built once: a searcher costs more to set up than a short line to search.
+    static ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+    for at in ESCAPE.find_iter(b) {
         if at < paired_until
             || !matches!(b.get(at + 2), Some(b'd' | b'D'))
             || b[..at].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1
@@ -117,9 +120,12 @@ fn surrogate_escapes(b: &[u8], mut f: impl FnMut(usize, u32)) -> bool {
 pub fn survey(line: &[u8]) -> Surrogates {
     let mut lone = 0;
     let escaped = surrogate_escapes(line, |_, _| lone += 1);
-    // U+10F800..U+10FFFF in UTF-8: F4 8F A0..BF xx.
-    let raw = memchr::memmem::find_iter(line, b"\xF4\x8F")
-        .any(|at| line.get(at + 2).is_some_and(|b| (0xA0..=0xBF).contains(b)));
+    // U+10F800..U+10FFFF in UTF-8: F4 8F A0..BF xx (F4 alone is rare in
+    // text, and one byte is searched for faster than two).
+    let raw = memchr::memchr_iter(0xF4, line).any(|at| {
+        line.get(at + 1) == Some(&0x8F)
+            && line.get(at + 2).is_some_and(|b| (0xA0..=0xBF).contains(b))
+    });
     Surrogates {
         lone,
         reserved: escaped || raw,
