@@ -519,3 +519,44 @@ fn corpus_sweep() {
         failures.join("\n")
     );
 }
+
+/// Every line of every real transcript (and each of its prefixes cut at
+/// a quote, a backslash or a brace: a line still being written) reads the
+/// same through the record walk as through `serde_json`, or is left to
+/// `serde_json` (issue 25).
+#[test]
+#[ignore = "needs the corpus (KTR_CORPUS, default ../shared/corpus)"]
+fn corpus_records_walk_as_serde_json_reads_them() {
+    let dir = corpus_dir();
+    let (mut walked, mut left, mut cuts) = (0usize, 0usize, 0usize);
+    for entry in fs::read_dir(&dir).expect("read corpus dir").flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        let bytes = fs::read(&path).expect("read a corpus transcript");
+        for line in bytes.split(|&b| b == b'\n') {
+            let Ok(text) = std::str::from_utf8(line) else {
+                continue;
+            };
+            match ktr_engine::transcript::walk_check(text) {
+                Ok(true) => walked += 1,
+                Ok(false) => left += 1,
+                Err(e) => panic!("{}: {}", path.display(), short(&e, 600)),
+            }
+            // A few cuts per line (every 997th structural byte).
+            let marks = text.match_indices(['"', '\\', '{', '}']).step_by(997);
+            for (at, _) in marks {
+                cuts += 1;
+                if let Err(e) = ktr_engine::transcript::walk_check(&text[..at]) {
+                    panic!("{}: {}", path.display(), short(&e, 600));
+                }
+            }
+        }
+    }
+    assert!(
+        walked > 1_000,
+        "{walked} records walked, {left} left to serde_json"
+    );
+    eprintln!("{walked} records walked, {left} lines left to serde_json, {cuts} cut lines checked");
+}

@@ -12,6 +12,7 @@ pub(crate) mod chain;
 pub mod classify;
 pub mod conserve;
 pub mod inline_str;
+pub mod jsonskip;
 pub mod ledger;
 pub mod left_out;
 pub mod lines;

@@ -18,6 +18,16 @@ use serde_json::value::RawValue;
 
 use crate::rawjson;
 
+mod walk;
+
+/// The record walk against `serde_json` on one line, for the tests and the
+/// fuzz target: `Ok(true)` both read the same record, `Ok(false)` the
+/// walk left the line to `serde_json`, `Err` they differ.
+#[doc(hidden)]
+pub fn walk_check(text: &str) -> Result<bool, String> {
+    walk::check(text)
+}
+
 /// One line of a transcript as the reader saw it.
 pub enum Line<'a> {
     /// Empty or whitespace only: ignored, not malformed.
@@ -68,9 +78,31 @@ pub fn parse_line(bytes: &[u8]) -> Line<'_> {
     if !text.trim_start().starts_with('{') {
         return Line::Malformed("not a JSON object");
     }
+    // The walk gives up on whatever it is not sure of; `serde_json`
+    // decides those lines (and is what the walk is tested against).
+    if let Some(record) = walk::record(text) {
+        return Line::Record(Box::new(record));
+    }
     match serde_json::from_str::<Record<'_>>(text) {
         Ok(record) => Line::Record(Box::new(record)),
         Err(_) => Line::Malformed("not valid JSON"),
+    }
+}
+
+/// A JSON value as it is written in the line (valid JSON), not decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    /// The value's JSON text.
+    pub fn get(&self) -> &'a str {
+        self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Raw(<&'de RawValue>::deserialize(d)?.get()))
     }
 }
 
@@ -134,12 +166,34 @@ impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Str<'a>> {
         // it into its scratch buffer first). Lone surrogates were mapped
         // before the parse (`lone`); one left here fails the line.
         let raw = <&'de RawValue>::deserialize(d)?.get();
+        Lenient::<Str<'a>>::from_raw(raw).ok_or_else(unpaired)
+    }
+}
+
+impl<'a> Lenient<Str<'a>> {
+    /// From a value's JSON text: a string decoded, anything else absent;
+    /// `None` when the string holds an unpaired surrogate (then the line
+    /// is not valid).
+    fn from_raw(raw: &'a str) -> Option<Self> {
         if !raw.starts_with('"') {
-            return Ok(Lenient(None));
+            return Some(Lenient(None));
         }
-        rawjson::text(raw)
-            .map(|t| Lenient(Some(t)))
-            .ok_or_else(|| serde::de::Error::custom("unpaired surrogate in a string"))
+        rawjson::text(raw).map(|t| Lenient(Some(t)))
+    }
+}
+
+fn unpaired<E: serde::de::Error>() -> E {
+    E::custom("unpaired surrogate in a string")
+}
+
+impl Lenient<bool> {
+    /// From a value's JSON text: `true` or `false`, anything else absent.
+    fn from_raw(raw: &str) -> Self {
+        Lenient(match raw {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        })
     }
 }
 
@@ -147,14 +201,7 @@ impl<'de> Deserialize<'de> for Lenient<bool> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = <&RawValue>::deserialize(d);
         // Borrowed RawValue works for serde_json input; fall back to absent.
-        Ok(Lenient(match raw {
-            Ok(r) => match r.get() {
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => None,
-            },
-            Err(_) => None,
-        }))
+        Ok(raw.map_or(Lenient(None), |r| Lenient::<bool>::from_raw(r.get())))
     }
 }
 
@@ -230,14 +277,20 @@ pub struct Record<'a> {
     #[serde(borrow, default)]
     pub message: Message<'a>,
     #[serde(borrow, default)]
-    pub attachment: Option<&'a RawValue>,
+    pub attachment: Option<Raw<'a>>,
     #[serde(borrow, default)]
-    pub tool_use_result: Option<&'a RawValue>,
+    pub tool_use_result: Option<Raw<'a>>,
 }
 
 fn lenient_origin<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Origin<'a>>, D::Error> {
     let raw = <&'de RawValue>::deserialize(d)?;
-    Ok(serde_json::from_str(raw.get()).ok())
+    Ok(origin_of(raw.get()))
+}
+
+/// `origin` read from its raw JSON: anything but an object of the right
+/// shape reads as absent.
+fn origin_of(raw: &str) -> Option<Origin<'_>> {
+    serde_json::from_str(raw).ok()
 }
 
 impl Record<'_> {
@@ -328,10 +381,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
         // Taken raw and split or decoded here (see `Lenient<Str>`).
         let raw = <&'de RawValue>::deserialize(d)?.get();
         Ok(match raw.as_bytes().first() {
-            Some(b'"') => Content::Text(
-                rawjson::text(raw)
-                    .ok_or_else(|| serde::de::Error::custom("unpaired surrogate in a string"))?,
-            ),
+            Some(b'"') => Content::Text(rawjson::text(raw).ok_or_else(unpaired)?),
             Some(b'[') => Content::Blocks(rawjson::elements(raw).unwrap_or_default()),
             _ => Content::None,
         })
@@ -424,7 +474,7 @@ pub struct Attachment<'a> {
 
 impl<'a> Attachment<'a> {
     /// Parse an attachment; anything unexpected reads as an empty attachment.
-    pub fn parse(raw: &'a RawValue) -> Attachment<'a> {
+    pub fn parse(raw: Raw<'a>) -> Attachment<'a> {
         serde_json::from_str(raw.get()).unwrap_or_default()
     }
     /// The attachment's `type`, or "" when absent.

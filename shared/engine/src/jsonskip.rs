@@ -1,0 +1,301 @@
+//! Skipping a JSON value exactly as `serde_json` does when it skips one
+//! (`IgnoredAny`, `RawValue`: its `ignore_value`), but faster (issue 25:
+//! `ktr plan` within 5× `wc -l`). A tool result is a long string with an
+//! escape every 20 bytes or so; `serde_json` looks at it 8 bytes at a
+//! time and starts again after each escape, this looks at it 64 bytes at
+//! a time and walks the escapes of a block by its bit mask.
+//!
+//! The input is text (valid UTF-8). What is accepted is what
+//! `serde_json::from_str::<IgnoredAny>` accepts: whitespace is space, tab,
+//! `\n` and `\r`; a string holds no byte below 0x20 and only the escapes
+//! `\" \\ \/ \b \f \n \r \t \uXXXX` (any four hex digits: a lone surrogate
+//! is skipped as `serde_json` skips it); numbers follow the JSON grammar
+//! (their value is not looked at); nesting has no limit. The differential
+//! tests and the fuzz target hold it to that.
+
+/// Index of the first byte at or after `i` that is not JSON whitespace.
+pub fn ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\n' | b'\t' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the JSON value starting at `i` (no whitespace before
+/// it); `None` when no valid value starts there.
+pub fn value(b: &[u8], i: usize) -> Option<usize> {
+    // Open arrays and objects (`[` or `{`), innermost last.
+    let mut open: Vec<u8> = Vec::new();
+    let mut i = i;
+    loop {
+        // A value.
+        i = match *b.get(i)? {
+            b'"' => string(b, i + 1)?,
+            b'n' => ident(b, i, b"null")?,
+            b't' => ident(b, i, b"true")?,
+            b'f' => ident(b, i, b"false")?,
+            b'-' => number(b, i + 1)?,
+            b'0'..=b'9' => number(b, i)?,
+            frame @ (b'[' | b'{') => {
+                let next = ws(b, i + 1);
+                let close = if frame == b'[' { b']' } else { b'}' };
+                if b.get(next) == Some(&close) {
+                    next + 1
+                } else {
+                    open.push(frame);
+                    i = member(b, next, frame)?;
+                    continue;
+                }
+            }
+            _ => return None,
+        };
+        // After a value: the next member of the innermost open container,
+        // or its end (and then that of the one around it).
+        loop {
+            let Some(&frame) = open.last() else {
+                return Some(i);
+            };
+            i = ws(b, i);
+            match (b.get(i)?, frame) {
+                (b',', _) => {
+                    i = member(b, ws(b, i + 1), frame)?;
+                    break;
+                }
+                (b']', b'[') | (b'}', b'{') => {
+                    open.pop();
+                    i += 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Where the value of the next member of a `frame` starts: at `i` in an
+/// array; after `"key":` in an object.
+fn member(b: &[u8], i: usize, frame: u8) -> Option<usize> {
+    if frame == b'[' {
+        return Some(i);
+    }
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let i = ws(b, string(b, i + 1)?);
+    (b.get(i) == Some(&b':')).then(|| ws(b, i + 1))
+}
+
+/// Index just past the literal `word` at `i`.
+fn ident(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    (b.get(i..i + word.len())? == word).then_some(i + word.len())
+}
+
+/// Index just past the number whose digits start at `i` (after any `-`).
+fn number(b: &[u8], i: usize) -> Option<usize> {
+    let digits = |mut i: usize| {
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = match b.get(i)? {
+        b'0' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => return None,
+        b'0' => i + 1,
+        b'1'..=b'9' => digits(i + 1),
+        _ => return None,
+    };
+    if b.get(i) == Some(&b'.') {
+        let end = digits(i + 1);
+        if end == i + 1 {
+            return None;
+        }
+        i = end;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let end = digits(i);
+        if end == i {
+            return None;
+        }
+        i = end;
+    }
+    Some(i)
+}
+
+/// Bytes looked at together.
+const BLOCK: usize = 64;
+
+/// Index just past the closing quote of the string whose first byte
+/// (after the opening quote) is at `i`; `None` when it is not a valid
+/// JSON string (a control character, a bad escape, no closing quote).
+pub fn string(b: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(block) = b.get(i..i + BLOCK) {
+        let base = i;
+        let mut mask = special(block.try_into().ok()?);
+        while mask != 0 {
+            let at = base + mask.trailing_zeros() as usize;
+            match b[at] {
+                b'\\' => i = escape(b, at + 1)?,
+                b'"' => return Some(at + 1),
+                _ => return None,
+            }
+            // The escape's own bytes (an escaped quote or backslash) are
+            // not looked at again.
+            let done = i - base;
+            mask = if done >= BLOCK {
+                0
+            } else {
+                mask & (u64::MAX << done)
+            };
+        }
+        i = i.max(base + BLOCK);
+    }
+    // The last bytes, one at a time.
+    loop {
+        match *b.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i = escape(b, i + 1)?,
+            c if c < 0x20 => return None,
+            _ => i += 1,
+        }
+    }
+}
+
+/// One bit per byte of `block` (bit 0: its first byte) that ends or
+/// interrupts a run of plain string bytes: `"`, `\` or a control
+/// character. Written so that the compiler compares the block a vector at
+/// a time.
+fn special(block: &[u8; BLOCK]) -> u64 {
+    let mut flags = [0u8; BLOCK];
+    for (f, &c) in flags.iter_mut().zip(block) {
+        *f = u8::from(c == b'"') | u8::from(c == b'\\') | u8::from(c < 0x20);
+    }
+    let mut mask = 0u64;
+    for (k, eight) in flags.chunks_exact(8).enumerate() {
+        let word = u64::from_le_bytes(eight.try_into().unwrap_or_default());
+        // Byte j (0 or 1) of `word` to bit j of the top byte.
+        mask |= (word.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k);
+    }
+    mask
+}
+
+/// Escape letters that stand alone (`\n`, `\"` …); `u` takes four hex
+/// digits after it.
+const SIMPLE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut k = 0;
+    let letters = b"\"\\/bfnrt";
+    while k < letters.len() {
+        t[letters[k] as usize] = true;
+        k += 1;
+    }
+    t
+};
+
+/// Index just past the escape whose letter is at `i` (after its `\`).
+#[inline]
+fn escape(b: &[u8], i: usize) -> Option<usize> {
+    let letter = *b.get(i)?;
+    if SIMPLE[usize::from(letter)] {
+        return Some(i + 1);
+    }
+    (letter == b'u' && b.get(i + 1..i + 5)?.iter().all(u8::is_ascii_hexdigit)).then_some(i + 5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::IgnoredAny;
+
+    /// What `serde_json` says of `text` as one value (with whitespace
+    /// around it), and what [`value`] says.
+    #[track_caller]
+    fn agrees(text: &str) {
+        let theirs = serde_json::from_str::<IgnoredAny>(text).is_ok();
+        let b = text.as_bytes();
+        let start = ws(b, 0);
+        let ours = value(b, start).is_some_and(|end| ws(b, end) == b.len());
+        assert_eq!(ours, theirs, "{text:?}");
+    }
+
+    #[test]
+    fn accepts_and_refuses_what_serde_json_does() {
+        for text in [
+            "null",
+            "true",
+            "false",
+            "nul",
+            "nulll",
+            "tru",
+            "-",
+            "-0",
+            "01",
+            "0",
+            "10",
+            "1.",
+            "1.5",
+            "1e",
+            "1e+",
+            "1e+5",
+            "1E-05",
+            "-1.0e3",
+            ".5",
+            "+1",
+            "1x",
+            "\"\"",
+            "\"a\"",
+            "\"a",
+            "\"\\u12\"",
+            "\"\\u12G4\"",
+            "\"\\uD800\"",
+            "\"\\q\"",
+            "\"\\/\"",
+            "\"a\tb\"",
+            "\"\u{7f}\u{80}é中\"",
+            "[]",
+            "[ ]",
+            "[1,]",
+            "[,1]",
+            "[1 2]",
+            "[1,2]",
+            "{}",
+            "{ }",
+            "{\"a\":1}",
+            "{\"a\" : [ {} , [] ] }",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{\"a\":1,}",
+            "{1:2}",
+            "{\"a\":1 \"b\":2}",
+            "[}",
+            "{]",
+            "[[[[[[]]]]]]",
+            "[[[[[[]]]]]",
+            " \r\n\t1 ",
+            "1 2",
+            "",
+        ] {
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn strings_across_blocks_agree_at_every_offset() {
+        // An escape, a quote or a control character at every position of
+        // a block and across the block's end.
+        for special in [
+            "\\n", "\\\"", "\\\\", "\\u00e9", "\\ud83d", "\\x", "\u{1}", "\"", "é",
+        ] {
+            for at in 0..2 * BLOCK + 3 {
+                let text = format!("\"{}{special}{}\"", "a".repeat(at), "b".repeat(70));
+                agrees(&text);
+                let cut = format!("\"{}{special}", "a".repeat(at));
+                agrees(&cut);
+            }
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        agrees(&deep);
+    }
+}
