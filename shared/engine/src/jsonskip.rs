@@ -12,6 +12,17 @@
 //! is skipped as `serde_json` skips it); numbers follow the JSON grammar
 //! (their value is not looked at); nesting has no limit. The differential
 //! tests and the fuzz target hold it to that.
+//!
+//! On the way it notes what the caller may want to know ([`Seen`]): a
+//! `\u` escape of a surrogate, so that only a line holding one is searched
+//! for lone surrogates ([`crate::lone`]).
+
+/// What skipping met.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Seen {
+    /// A `\uXXXX` escape of a surrogate (D800–DFFF), paired or not.
+    pub surrogate_escape: bool,
+}
 
 /// Index of the first byte at or after `i` that is not JSON whitespace.
 pub fn ws(b: &[u8], mut i: usize) -> usize {
@@ -23,14 +34,14 @@ pub fn ws(b: &[u8], mut i: usize) -> usize {
 
 /// Index just past the JSON value starting at `i` (no whitespace before
 /// it); `None` when no valid value starts there.
-pub fn value(b: &[u8], i: usize) -> Option<usize> {
+pub fn value(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
     // Open arrays and objects (`[` or `{`), innermost last.
     let mut open: Vec<u8> = Vec::new();
     let mut i = i;
     loop {
         // A value.
         i = match *b.get(i)? {
-            b'"' => string(b, i + 1)?,
+            b'"' => string(b, i + 1, seen)?,
             b'n' => ident(b, i, b"null")?,
             b't' => ident(b, i, b"true")?,
             b'f' => ident(b, i, b"false")?,
@@ -43,7 +54,7 @@ pub fn value(b: &[u8], i: usize) -> Option<usize> {
                     next + 1
                 } else {
                     open.push(frame);
-                    i = member(b, next, frame)?;
+                    i = member(b, next, frame, seen)?;
                     continue;
                 }
             }
@@ -58,7 +69,7 @@ pub fn value(b: &[u8], i: usize) -> Option<usize> {
             i = ws(b, i);
             match (b.get(i)?, frame) {
                 (b',', _) => {
-                    i = member(b, ws(b, i + 1), frame)?;
+                    i = member(b, ws(b, i + 1), frame, seen)?;
                     break;
                 }
                 (b']', b'[') | (b'}', b'{') => {
@@ -73,14 +84,14 @@ pub fn value(b: &[u8], i: usize) -> Option<usize> {
 
 /// Where the value of the next member of a `frame` starts: at `i` in an
 /// array; after `"key":` in an object.
-fn member(b: &[u8], i: usize, frame: u8) -> Option<usize> {
+fn member(b: &[u8], i: usize, frame: u8, seen: &mut Seen) -> Option<usize> {
     if frame == b'[' {
         return Some(i);
     }
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let i = ws(b, string(b, i + 1)?);
+    let i = ws(b, string(b, i + 1, seen)?);
     (b.get(i) == Some(&b':')).then(|| ws(b, i + 1))
 }
 
@@ -130,14 +141,14 @@ const BLOCK: usize = 64;
 /// Index just past the closing quote of the string whose first byte
 /// (after the opening quote) is at `i`; `None` when it is not a valid
 /// JSON string (a control character, a bad escape, no closing quote).
-pub fn string(b: &[u8], mut i: usize) -> Option<usize> {
+pub fn string(b: &[u8], mut i: usize, seen: &mut Seen) -> Option<usize> {
     while let Some(block) = b.get(i..i + BLOCK) {
         let base = i;
         let mut mask = special(block.try_into().ok()?);
         while mask != 0 {
             let at = base + mask.trailing_zeros() as usize;
             match b[at] {
-                b'\\' => i = escape(b, at + 1)?,
+                b'\\' => i = escape(b, at + 1, seen)?,
                 b'"' => return Some(at + 1),
                 _ => return None,
             }
@@ -156,7 +167,7 @@ pub fn string(b: &[u8], mut i: usize) -> Option<usize> {
     loop {
         match *b.get(i)? {
             b'"' => return Some(i + 1),
-            b'\\' => i = escape(b, i + 1)?,
+            b'\\' => i = escape(b, i + 1, seen)?,
             c if c < 0x20 => return None,
             _ => i += 1,
         }
@@ -194,14 +205,21 @@ const SIMPLE: [bool; 256] = {
     t
 };
 
-/// Index just past the escape whose letter is at `i` (after its `\`).
+/// Index just past the escape whose letter is at `i` (after its `\\`).
 #[inline]
-fn escape(b: &[u8], i: usize) -> Option<usize> {
+fn escape(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
     let letter = *b.get(i)?;
     if SIMPLE[usize::from(letter)] {
         return Some(i + 1);
     }
-    (letter == b'u' && b.get(i + 1..i + 5)?.iter().all(u8::is_ascii_hexdigit)).then_some(i + 5)
+    let digits = b.get(i + 1..i + 5)?;
+    if letter != b'u' || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    // D800–DFFF: `d` or `D`, then 8–F.
+    seen.surrogate_escape |= matches!(digits[0], b'd' | b'D')
+        && matches!(digits[1], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F');
+    Some(i + 5)
 }
 
 #[cfg(test)]
@@ -216,7 +234,7 @@ mod tests {
         let theirs = serde_json::from_str::<IgnoredAny>(text).is_ok();
         let b = text.as_bytes();
         let start = ws(b, 0);
-        let ours = value(b, start).is_some_and(|end| ws(b, end) == b.len());
+        let ours = value(b, start, &mut Seen::default()).is_some_and(|end| ws(b, end) == b.len());
         assert_eq!(ours, theirs, "{text:?}");
     }
 
@@ -297,5 +315,32 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         agrees(&deep);
+    }
+
+    #[test]
+    fn surrogate_escapes_are_seen_and_nothing_else_is() {
+        let seen = |text: &str| {
+            let mut seen = Seen::default();
+            value(text.as_bytes(), 0, &mut seen).unwrap();
+            seen.surrogate_escape
+        };
+        for text in [
+            r#""\ud83d""#,
+            r#""\uDE00""#,
+            r#"["\ud83d\ude00"]"#,
+            r#"{"k\uD800":1}"#,
+        ] {
+            assert!(seen(text), "{text}");
+        }
+        let long = format!("\"{}\\udfff\"", "x".repeat(200));
+        assert!(seen(&long));
+        for text in [
+            r#""\u00e9 \ue000 \ud7ff""#,
+            r#""\\ud83d""#,
+            r#""ud83d""#,
+            "1",
+        ] {
+            assert!(!seen(text), "{text}");
+        }
     }
 }

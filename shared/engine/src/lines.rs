@@ -37,6 +37,8 @@ pub struct Lines<R> {
     offset: u64,
     buf: Vec<u8>,
     ready: Option<Vec<u8>>,
+    /// Survey each line for lone surrogates and map them.
+    survey: bool,
 }
 
 impl<R: BufRead> Lines<R> {
@@ -48,6 +50,17 @@ impl<R: BufRead> Lines<R> {
             offset: 0,
             buf: Vec::with_capacity(1 << 16),
             ready: None,
+            survey: true,
+        }
+    }
+
+    /// Lines as they are: no survey (`surrogates` left empty), nothing
+    /// mapped; the caller surveys the lines that need it (the scan: those
+    /// whose record walk met a surrogate escape).
+    pub fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
+        Lines {
+            survey: false,
+            ..Lines::new(input, file)
         }
     }
 
@@ -78,7 +91,11 @@ impl<R: BufRead> Lines<R> {
             (Some(skeleton), true) => skeleton,
             (None, true) => trim_newline(&self.buf),
         };
-        let surrogates = lone::survey(parse);
+        let surrogates = if self.survey {
+            lone::survey(parse)
+        } else {
+            lone::Surrogates::default()
+        };
         let mapped = (surrogates.lone > 0)
             .then(|| lone::map_line(parse))
             .flatten();

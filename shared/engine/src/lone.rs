@@ -120,16 +120,21 @@ fn surrogate_escapes(b: &[u8], mut f: impl FnMut(usize, u32)) -> bool {
 pub fn survey(line: &[u8]) -> Surrogates {
     let mut lone = 0;
     let escaped = surrogate_escapes(line, |_, _| lone += 1);
-    // U+10F800..U+10FFFF in UTF-8: F4 8F A0..BF xx (F4 alone is rare in
-    // text, and one byte is searched for faster than two).
-    let raw = memchr::memchr_iter(0xF4, line).any(|at| {
-        line.get(at + 1) == Some(&0x8F)
-            && line.get(at + 2).is_some_and(|b| (0xA0..=0xBF).contains(b))
-    });
     Surrogates {
         lone,
-        reserved: escaped || raw,
+        reserved: escaped || reserved_raw(line),
     }
+}
+
+/// Whether `line` holds a character of the stand-ins' range written as
+/// itself (not escaped).
+pub fn reserved_raw(line: &[u8]) -> bool {
+    // U+10F800..U+10FFFF in UTF-8: F4 8F A0..BF xx (F4 alone is rare in
+    // text, and one byte is searched for faster than two).
+    memchr::memchr_iter(0xF4, line).any(|at| {
+        line.get(at + 1) == Some(&0x8F)
+            && line.get(at + 2).is_some_and(|b| (0xA0..=0xBF).contains(b))
+    })
 }
 
 /// `line` with every lone surrogate escape replaced by the escaped pair of

@@ -41,8 +41,12 @@ pub enum Line<'a> {
 pub use crate::lines::LineAt;
 
 /// Read `input` line by line, calling `f(line, parsed)`: each line as
-/// [`crate::lines::Lines`] makes it ready (a long one as its skeleton,
-/// lone surrogates mapped).
+/// [`crate::lines::Lines`] makes it ready (a long one as its skeleton),
+/// lone surrogates mapped ([`crate::lone`]).
+///
+/// A line whose record walk met no surrogate escape holds no lone
+/// surrogate: only the lines that hold a surrogate escape (or that the
+/// walk left to `serde_json`) are surveyed, mapped and parsed again.
 ///
 /// A final line without `\n` is passed like any other (a parse failure
 /// there is reported as malformed; the stability wait of prepare decides
@@ -51,13 +55,28 @@ pub fn for_each_line<R: BufRead>(
     input: R,
     mut f: impl FnMut(LineAt, Line<'_>),
 ) -> std::io::Result<()> {
-    let mut lines = crate::lines::Lines::new(input, None);
-    while let Some((at, bytes)) = lines.next_line()? {
-        let parsed = match bytes {
-            Some(bytes) => parse_line(bytes),
-            None => Line::Malformed("not valid JSON"),
+    let mut lines = crate::lines::Lines::unsurveyed(input, None);
+    while let Some((mut at, bytes)) = lines.next_line()? {
+        let Some(bytes) = bytes else {
+            f(at, Line::Malformed("not valid JSON"));
+            continue;
         };
-        f(at, parsed);
+        if let Ok(text) = object_text(bytes)
+            && let Some((record, seen)) = walk::record(text)
+            && !seen.surrogate_escape
+        {
+            at.surrogates = crate::lone::Surrogates {
+                lone: 0,
+                reserved: crate::lone::reserved_raw(bytes),
+            };
+            f(at, Line::Record(Box::new(record)));
+            continue;
+        }
+        at.surrogates = crate::lone::survey(bytes);
+        let mapped = (at.surrogates.lone > 0)
+            .then(|| crate::lone::map_line(bytes))
+            .flatten();
+        f(at, parse_line(mapped.as_deref().unwrap_or(bytes)));
     }
     Ok(())
 }
@@ -67,20 +86,30 @@ fn utf8(bytes: &[u8]) -> Option<&str> {
     simdutf8::basic::from_utf8(bytes).ok()
 }
 
-/// Parse one line (without its newline).
-pub fn parse_line(bytes: &[u8]) -> Line<'_> {
+/// The text of a line that may hold a JSON object, or what the line is
+/// instead (blank, not UTF-8, not an object).
+fn object_text(bytes: &[u8]) -> Result<&str, Line<'_>> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Line::Blank;
+        return Err(Line::Blank);
     }
     let Some(text) = utf8(bytes) else {
-        return Line::Malformed("not valid UTF-8");
+        return Err(Line::Malformed("not valid UTF-8"));
     };
     if !text.trim_start().starts_with('{') {
-        return Line::Malformed("not a JSON object");
+        return Err(Line::Malformed("not a JSON object"));
     }
+    Ok(text)
+}
+
+/// Parse one line (without its newline).
+pub fn parse_line(bytes: &[u8]) -> Line<'_> {
+    let text = match object_text(bytes) {
+        Ok(text) => text,
+        Err(line) => return line,
+    };
     // The walk gives up on whatever it is not sure of; `serde_json`
     // decides those lines (and is what the walk is tested against).
-    if let Some(record) = walk::record(text) {
+    if let Some((record, _)) = walk::record(text) {
         return Line::Record(Box::new(record));
     }
     match serde_json::from_str::<Record<'_>>(text) {

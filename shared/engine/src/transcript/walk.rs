@@ -12,33 +12,35 @@
 //! `record_walk` fuzz target compare the two.
 
 use super::{Content, Lenient, Message, Parent, Raw, Record, Str, origin_of};
-use crate::jsonskip::{self, ws};
+use crate::jsonskip::{self, Seen, ws};
 use crate::rawjson;
 use std::fmt::Write as _;
 
-/// The record on the line `text`, or `None` (let `serde_json` decide).
-pub(super) fn record(text: &str) -> Option<Record<'_>> {
+/// The record on the line `text` and what skipping its values met, or
+/// `None` (let `serde_json` decide).
+pub(super) fn record(text: &str) -> Option<(Record<'_>, Seen)> {
     let mut r = Record::default();
+    let mut seen = Seen::default();
     // One bit per field already given.
     let mut given = 0u32;
-    let end = members(text, ws(text.as_bytes(), 0), |key, at| {
+    let end = members(text, ws(text.as_bytes(), 0), &mut seen, |key, at, seen| {
         let Some(field) = FIELDS.iter().position(|f| *f == key) else {
-            return jsonskip::value(text.as_bytes(), at);
+            return jsonskip::value(text.as_bytes(), at, seen);
         };
         if given & (1 << field) != 0 {
             return None;
         }
         given |= 1 << field;
         if key == "message" {
-            let (message, end) = message(text, at)?;
+            let (message, end) = message(text, at, seen)?;
             r.message = message;
             return Some(end);
         }
-        let end = jsonskip::value(text.as_bytes(), at)?;
+        let end = jsonskip::value(text.as_bytes(), at, seen)?;
         set(&mut r, key, &text[at..end])?;
         Some(end)
     })?;
-    (ws(text.as_bytes(), end) == text.len()).then_some(r)
+    (ws(text.as_bytes(), end) == text.len()).then_some((r, seen))
 }
 
 /// The fields of [`Record`], as the line names them.
@@ -102,17 +104,17 @@ fn set<'a>(r: &mut Record<'a>, key: &str, raw: &'a str) -> Option<()> {
 
 /// The `message` object at `at` and where it ends (`None`: not an object,
 /// or give up).
-fn message(text: &str, at: usize) -> Option<(Message<'_>, usize)> {
+fn message<'a>(text: &'a str, at: usize, seen: &mut Seen) -> Option<(Message<'a>, usize)> {
     let b = text.as_bytes();
     let mut m = Message::default();
-    let end = members(text, at, |key, at| {
+    let end = members(text, at, seen, |key, at, seen| {
         let end = match key {
             "content" => {
-                let (content, end) = content(text, at)?;
+                let (content, end) = content(text, at, seen)?;
                 m.content = content;
                 return Some(end);
             }
-            _ => jsonskip::value(b, at)?,
+            _ => jsonskip::value(b, at, seen)?,
         };
         let raw = &text[at..end];
         match key {
@@ -127,10 +129,10 @@ fn message(text: &str, at: usize) -> Option<(Message<'_>, usize)> {
 }
 
 /// `message.content` at `at`: its blocks found as it is skipped.
-fn content(text: &str, at: usize) -> Option<(Content<'_>, usize)> {
+fn content<'a>(text: &'a str, at: usize, seen: &mut Seen) -> Option<(Content<'a>, usize)> {
     let b = text.as_bytes();
     if b.get(at) != Some(&b'[') {
-        let end = jsonskip::value(b, at)?;
+        let end = jsonskip::value(b, at, seen)?;
         let raw = &text[at..end];
         let content = match b[at] {
             b'"' => Content::Text(rawjson::text(raw)?),
@@ -144,7 +146,7 @@ fn content(text: &str, at: usize) -> Option<(Content<'_>, usize)> {
         return Some((Content::Blocks(blocks), i + 1));
     }
     loop {
-        let end = jsonskip::value(b, i)?;
+        let end = jsonskip::value(b, i, seen)?;
         blocks.push(&text[i..end]);
         i = ws(b, end);
         match b.get(i)? {
@@ -155,14 +157,15 @@ fn content(text: &str, at: usize) -> Option<(Content<'_>, usize)> {
     }
 }
 
-/// Walk the object at `at`: `each(key, value_start)` skips or reads each
-/// member's value and says where it ends. Returns the index past the
+/// Walk the object at `at`: `each(key, value_start, seen)` skips or reads
+/// each member's value and says where it ends. Returns the index past the
 /// closing brace; `None` when the object is not valid JSON, a key holds
 /// an escape, or `each` gave up.
 fn members<'a>(
     text: &'a str,
     at: usize,
-    mut each: impl FnMut(&'a str, usize) -> Option<usize>,
+    seen: &mut Seen,
+    mut each: impl FnMut(&'a str, usize, &mut Seen) -> Option<usize>,
 ) -> Option<usize> {
     let b = text.as_bytes();
     if b.get(at) != Some(&b'{') {
@@ -176,7 +179,7 @@ fn members<'a>(
         if b.get(i) != Some(&b'"') {
             return None;
         }
-        let key_end = jsonskip::string(b, i + 1)?;
+        let key_end = jsonskip::string(b, i + 1, seen)?;
         let key = &text[i + 1..key_end - 1];
         if key.contains('\\') {
             return None;
@@ -185,7 +188,7 @@ fn members<'a>(
         if b.get(i) != Some(&b':') {
             return None;
         }
-        i = ws(b, each(key, ws(b, i + 1))?);
+        i = ws(b, each(key, ws(b, i + 1), seen)?);
         match b.get(i)? {
             b',' => i = ws(b, i + 1),
             b'}' => return Some(i + 1),
@@ -198,7 +201,7 @@ fn members<'a>(
 /// record, `Ok(false)` the walk gave up, `Err` they differ (a defect).
 pub fn check(text: &str) -> Result<bool, String> {
     let theirs = serde_json::from_str::<Record<'_>>(text).ok();
-    match (record(text), theirs) {
+    match (record(text).map(|(r, _)| r), theirs) {
         (Some(ours), Some(theirs)) if shown(&ours) == shown(&theirs) => Ok(true),
         (Some(ours), Some(theirs)) => Err(format!(
             "the walk read {text:?} as {} but serde_json as {}",
