@@ -315,6 +315,19 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         agrees(&deep);
+        // Objects and arrays mixed, deeply nested, closed right and wrong.
+        for depth in [63, 64, 65, 130] {
+            let opens: String = (0..depth)
+                .map(|k| if k % 3 == 0 { "{\"k\":" } else { "[" })
+                .collect();
+            let closes: String = (0..depth)
+                .rev()
+                .map(|k| if k % 3 == 0 { "}" } else { "]" })
+                .collect();
+            agrees(&format!("{opens}1{closes}"));
+            agrees(&format!("{opens}1{}", closes.replacen(']', "}", 1)));
+            agrees(&format!("{opens}1{}", &closes[1..]));
+        }
     }
 
     #[test]
