@@ -521,8 +521,6 @@ impl Trial {
         .is_some()
     }
 
-    /// How many transcripts of the project hold `prompt` and, after it,
-    /// `reply`.
     /// Claude Code recorded that the Stop hooks ran after `reply` (its
     /// `stop_hook_summary`, written after every Stop, output or not).
     fn stopped_after(&self, reply: &str) -> bool {
@@ -537,6 +535,8 @@ impl Trial {
         })
     }
 
+    /// How many transcripts of the project hold `prompt` and, after it,
+    /// `reply`.
     fn transcripts_holding(&self, prompt: &str, reply: &str) -> usize {
         fs::read_dir(&self.env.sandbox.project).map_or(0, |entries| {
             entries
