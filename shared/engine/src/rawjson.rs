@@ -10,32 +10,34 @@ use std::borrow::Cow;
 
 use memchr::memchr;
 
+use crate::jsonskip::ws;
+
 /// The raw text of `key`'s value in the JSON object `raw`, if present.
 /// Returns `None` for anything that is not a well-formed object.
 pub fn top_level<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     let b = raw.as_bytes();
-    let mut i = skip_ws(b, 0);
+    let mut i = ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i += 1;
     loop {
-        i = skip_ws(b, i);
+        i = ws(b, i);
         if b.get(i) != Some(&b'"') {
             return None;
         }
         let key_end = string_end(b, i)?;
         let this_key = &raw[i + 1..key_end - 1];
-        i = skip_ws(b, key_end);
+        i = ws(b, key_end);
         if b.get(i) != Some(&b':') {
             return None;
         }
-        let value_start = skip_ws(b, i + 1);
+        let value_start = ws(b, i + 1);
         let value_end = value_end(b, value_start)?;
         if this_key == key {
             return Some(&raw[value_start..value_end]);
         }
-        i = skip_ws(b, value_end);
+        i = ws(b, value_end);
         match b.get(i) {
             Some(b',') => i += 1,
             _ => return None,
@@ -54,21 +56,21 @@ pub fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
 /// is not a well-formed array.
 pub fn elements(raw: &str) -> Option<Vec<&str>> {
     let b = raw.as_bytes();
-    let mut i = skip_ws(b, 0);
+    let mut i = ws(b, 0);
     if b.get(i) != Some(&b'[') {
         return None;
     }
     let mut out = Vec::new();
-    i = skip_ws(b, i + 1);
+    i = ws(b, i + 1);
     if b.get(i) == Some(&b']') {
         return Some(out);
     }
     loop {
         let end = value_end(b, i)?;
         out.push(&raw[i..end]);
-        i = skip_ws(b, end);
+        i = ws(b, end);
         match b.get(i) {
-            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b',') => i = ws(b, i + 1),
             Some(b']') => return Some(out),
             _ => return None,
         }
@@ -145,7 +147,7 @@ pub fn string_values(raw: &str) -> impl Iterator<Item = &str> {
             let start = i + memchr(b'"', b.get(i..)?)?;
             let end = string_end(b, start)?;
             i = end;
-            if b.get(skip_ws(b, end)) != Some(&b':') {
+            if b.get(ws(b, end)) != Some(&b':') {
                 return Some(&raw[start..end]);
             }
         }
@@ -197,13 +199,6 @@ pub(crate) fn simple_escape(kind: u8) -> Option<char> {
 fn hex4(digits: &[u8]) -> Option<u32> {
     let s = std::str::from_utf8(digits.get(..4)?).ok()?;
     u32::from_str_radix(s, 16).ok()
-}
-
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
-        i += 1;
-    }
-    i
 }
 
 /// Index just past the closing quote of the string starting at `start`.
