@@ -91,14 +91,11 @@ impl<R: BufRead> Lines<R> {
             (Some(skeleton), true) => skeleton,
             (None, true) => trim_newline(&self.buf),
         };
-        let surrogates = if self.survey {
-            lone::survey(parse)
+        let (surrogates, mapped) = if self.survey {
+            lone::survey_and_map(parse)
         } else {
-            lone::Surrogates::default()
+            (lone::Surrogates::default(), None)
         };
-        let mapped = (surrogates.lone > 0)
-            .then(|| lone::map_line(parse))
-            .flatten();
         if mapped.is_some() {
             self.ready = mapped;
         }

@@ -126,6 +126,14 @@ pub fn survey(line: &[u8]) -> Surrogates {
     }
 }
 
+/// What `line` holds ([`survey`]) and, when it holds a lone surrogate,
+/// the line mapped for the parse ([`map_line`]).
+pub fn survey_and_map(line: &[u8]) -> (Surrogates, Option<Vec<u8>>) {
+    let surrogates = survey(line);
+    let mapped = (surrogates.lone > 0).then(|| map_line(line)).flatten();
+    (surrogates, mapped)
+}
+
 /// Whether `line` holds a character of the stand-ins' range written as
 /// itself (not escaped).
 pub fn reserved_raw(line: &[u8]) -> bool {

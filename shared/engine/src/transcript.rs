@@ -72,10 +72,8 @@ pub fn for_each_line<R: BufRead>(
             f(at, Line::Record(Box::new(record)));
             continue;
         }
-        at.surrogates = crate::lone::survey(bytes);
-        let mapped = (at.surrogates.lone > 0)
-            .then(|| crate::lone::map_line(bytes))
-            .flatten();
+        let mapped;
+        (at.surrogates, mapped) = crate::lone::survey_and_map(bytes);
         f(at, parse_line(mapped.as_deref().unwrap_or(bytes)));
     }
     Ok(())
