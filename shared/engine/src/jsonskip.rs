@@ -3,7 +3,9 @@
 //! `ktr plan` within 5× `wc -l`). A tool result is a long string with an
 //! escape every 20 bytes or so; `serde_json` looks at it 8 bytes at a
 //! time and starts again after each escape, this looks at it 64 bytes at
-//! a time and walks the escapes of a block by its bit mask.
+//! a time as bit masks ([`block`]): the string's end, its control bytes
+//! and its escaped bytes without a loop over the escapes; only `\u` and
+//! the rarer escape letters are looked at one by one.
 //!
 //! The input is text (valid UTF-8). What is accepted is what
 //! `serde_json::from_str::<IgnoredAny>` accepts: whitespace is space, tab,
@@ -16,6 +18,10 @@
 //! On the way it notes what the caller may want to know ([`Seen`]): a
 //! `\u` escape of a surrogate, so that only a line holding one is searched
 //! for lone surrogates ([`crate::lone`]).
+
+mod block;
+
+use block::{BLOCK, Letters, Plain};
 
 /// What skipping met.
 #[derive(Debug, Default, Clone, Copy)]
@@ -135,61 +141,60 @@ fn number(b: &[u8], i: usize) -> Option<usize> {
     Some(i)
 }
 
-/// Bytes looked at together.
-const BLOCK: usize = 64;
-
 /// Index just past the closing quote of the string whose first byte
 /// (after the opening quote) is at `i`; `None` when it is not a valid
 /// JSON string (a control character, a bad escape, no closing quote).
+///
+/// A block at a time: the string ends at the block's first quote that no
+/// backslash escapes; before it, no control byte and every escaped byte
+/// one of JSON's escape letters (each `\u` followed by four hex digits).
+/// The last bytes of `b` are looked at as a block padded with plain bytes.
 pub fn string(b: &[u8], mut i: usize, seen: &mut Seen) -> Option<usize> {
-    while let Some(block) = b.get(i..i + BLOCK) {
-        let base = i;
-        let mut mask = special(block.try_into().ok()?);
-        while mask != 0 {
-            let at = base + mask.trailing_zeros() as usize;
-            match b[at] {
-                b'\\' => i = escape(b, at + 1, seen)?,
-                b'"' => return Some(at + 1),
-                _ => return None,
-            }
-            // The escape's own bytes (an escaped quote or backslash) are
-            // not looked at again.
-            let done = i - base;
-            mask = if done >= BLOCK {
-                0
-            } else {
-                mask & (u64::MAX << done)
-            };
-        }
-        i = i.max(base + BLOCK);
-    }
-    // The last bytes, one at a time.
+    let mut carry = 0u64;
+    let mut padded = [b'a'; BLOCK];
     loop {
-        match *b.get(i)? {
-            b'"' => return Some(i + 1),
-            b'\\' => i = escape(b, i + 1, seen)?,
-            c if c < 0x20 => return None,
-            _ => i += 1,
+        let rest = b.get(i..)?;
+        let block = if let Some(block) = rest.first_chunk::<BLOCK>() {
+            block
+        } else {
+            padded[..rest.len()].copy_from_slice(rest);
+            &padded
+        };
+        let Plain {
+            quote,
+            backslash,
+            control,
+        } = block::plain(block);
+        let escaped = if backslash | carry == 0 {
+            0
+        } else {
+            block::escaped(backslash, &mut carry)
+        };
+        let ends = quote & !escaped;
+        // The string's bytes in this block: those before its end.
+        let inside = ends.wrapping_sub(1) & !ends;
+        if control & inside != 0 {
+            return None;
         }
+        let escaped = escaped & inside;
+        if escaped != 0 {
+            let Letters { common, u } = block::letters(block);
+            // `\u` and the rarer letters one at a time.
+            let mut rest = escaped & (u | !(common | quote | backslash));
+            while rest != 0 {
+                escape(b, i + rest.trailing_zeros() as usize, seen)?;
+                rest &= rest - 1;
+            }
+        }
+        if ends != 0 {
+            return Some(i + ends.trailing_zeros() as usize + 1);
+        }
+        if rest.len() <= BLOCK {
+            // No closing quote.
+            return None;
+        }
+        i += BLOCK;
     }
-}
-
-/// One bit per byte of `block` (bit 0: its first byte) that ends or
-/// interrupts a run of plain string bytes: `"`, `\` or a control
-/// character. Written so that the compiler compares the block a vector at
-/// a time.
-fn special(block: &[u8; BLOCK]) -> u64 {
-    let mut flags = [0u8; BLOCK];
-    for (f, &c) in flags.iter_mut().zip(block) {
-        *f = u8::from(c == b'"') | u8::from(c == b'\\') | u8::from(c < 0x20);
-    }
-    let mut mask = 0u64;
-    for (k, eight) in flags.chunks_exact(8).enumerate() {
-        let word = u64::from_le_bytes(eight.try_into().unwrap_or_default());
-        // Byte j (0 or 1) of `word` to bit j of the top byte.
-        mask |= (word.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k);
-    }
-    mask
 }
 
 /// Escape letters that stand alone (`\n`, `\"` …); `u` takes four hex
@@ -327,6 +332,42 @@ mod tests {
             agrees(&format!("{opens}1{closes}"));
             agrees(&format!("{opens}1{}", closes.replacen(']', "}", 1)));
             agrees(&format!("{opens}1{}", &closes[1..]));
+        }
+    }
+
+    #[test]
+    fn strings_dense_with_escapes_agree() {
+        // Pseudo-random strings of escapes, runs of backslashes, quotes,
+        // hex digits and control bytes, crossing block ends anywhere.
+        let pieces = [
+            "a", "é", "\\", "\\\\", "\\n", "\\\"", "\\u", "\\ud83d", "\\uDE00", "\\u00e9", "0f",
+            "\\x", "\"", "\u{1}", "\t", "\\/", "\\b", "u", "\\\\\\",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        for _ in 0..20_000 {
+            let mut text = String::from("\"");
+            let plain = next(100);
+            text.push_str(&"p".repeat(plain));
+            for _ in 0..next(40) {
+                // Mostly valid pieces, so that many strings get far.
+                let k = if next(8) == 0 {
+                    next(pieces.len())
+                } else {
+                    next(10)
+                };
+                text.push_str(pieces[k]);
+            }
+            if next(4) != 0 {
+                text.push('"');
+            }
+            agrees(&text);
+            agrees(&format!("[{text}, 1]"));
         }
     }
 
