@@ -7,9 +7,13 @@
     directory; reused while generator, seed and size are unchanged), writes a
     throwaway config in a temp dir, then times ``wc -l FILE`` and
     ``ktr plan --config CFG --transcript FILE --json`` (output discarded),
-    interleaved, warm cache, and prints the medians, the ktr/wc ratio, MB/s
-    and ktr's peak RSS (``ru_maxrss`` of each ktr child, read with
-    ``os.wait4``). With ``--sizes`` the table shows whether RSS depends on size.
+    interleaved, warm cache, on the file as the page cache holds it and on a
+    copy written just now (copied out of the page cache faster), and prints
+    the medians, the worse ktr/wc ratio, MB/s and ktr's peak RSS (``ru_maxrss``
+    of each ktr child, read with ``os.wait4``); when ``openssl`` is there, also
+    ``openssl dgst -sha256 FILE``: the digest the plan report holds, alone,
+    which no plan can beat. With ``--sizes`` the table shows whether RSS
+    depends on size.
 
 ``python3 bench/run.py stop-hook [--runs 500]``
     Stop hook latency: ``ktr-stop`` with nothing pending, fed a Claude Code
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -73,7 +78,7 @@ def dist_build(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 MB = 1_000_000
 MIB = 1024 * 1024
 
-TARGET_PLAN_RATIO = 8.0      # ktr plan within 8x of wc -l
+TARGET_PLAN_RATIO = 5.0      # ktr plan within 5x of wc -l (issue 25; 8x before)
 TARGET_RSS_MIB = 32.0        # peak RSS below 32 MiB, independent of size
 RSS_SLOPE_MIB = 1.0          # "independent of size": grows < 1 MiB per 100 MB
 TARGET_STOP_RATIO = 3.0      # Stop hook within 3x of /bin/true
@@ -270,7 +275,27 @@ def summarise_plan_json(text: str, expected: dict) -> str:
 
 
 def bench_plan_file(ktr: Path, path: Path, runs: int, expected: dict | None = None) -> dict:
-    """Time wc -l and ktr plan on one file; return the figures."""
+    """Time wc -l and ktr plan on one file, then on a copy of it written just now; return the
+    figures, the ratio being the worse of the two.
+
+    The page cache holds a file just written in larger pieces than one read back from disk,
+    and copies it out faster: on the 100 MB bench file wc -l took 15.7 ms on a fresh copy and
+    25 ms on the file read back, ktr plan (which also hashes every byte) 75 and 83 ms. Which
+    state a user's transcript is in is not known, so both are measured."""
+    fresh = path.with_name(str(uuid.uuid5(uuid.NAMESPACE_URL, path.name)) + ".jsonl")
+    shutil.copyfile(path, fresh)
+    try:
+        old = bench_plan_state(ktr, path, runs, expected)
+        new = bench_plan_state(ktr, fresh, runs, expected)
+    finally:
+        fresh.unlink(missing_ok=True)
+    worse = max(old, new, key=lambda r: r["ratio"])
+    return {**worse, "path": path, "rss_mib": max(old["rss_mib"], new["rss_mib"]),
+            "rss_exact": old["rss_exact"] and new["rss_exact"], "states": {"read back": old, "just written": new}}
+
+
+def bench_plan_state(ktr: Path, path: Path, runs: int, expected: dict | None = None) -> dict:
+    """Time wc -l and ktr plan on one file as the page cache holds it; return the figures."""
     wc = shutil.which("wc")
     if wc is None:
         raise BenchError("wc not found on PATH")
@@ -293,12 +318,18 @@ def bench_plan_file(ktr: Path, path: Path, runs: int, expected: dict | None = No
             raise BenchError(f"ktr plan failed (exit {rc}) on {path}:\n  {' '.join(ktr_argv)}\n  {msg}")
         said = summarise_plan_json(Path(out).read_text(errors="replace"), expected or {})
 
-        wc_t, ktr_t, ktr_rss, exact = [], [], [], True
+        # The SHA-256 of the file, which the plan report includes: ktr plan cannot be faster.
+        openssl = shutil.which("openssl")
+        sha_argv = [openssl, "dgst", "-sha256", str(path)] if openssl else None
+        wc_t, sha_t, ktr_t, ktr_rss, exact = [], [], [], [], True
         for i in range(runs):
             t, _, rc = spawn(wc_argv)
             if rc != 0:
                 raise BenchError(f"wc -l failed (exit {rc})")
             wc_t.append(t)
+            if sha_argv:
+                t, _, rc = spawn(sha_argv)
+                sha_t.append(t if rc == 0 else float("nan"))
             t, _, rc = spawn(ktr_argv, stderr=err)
             if rc != 0:
                 msg = Path(err).read_text(errors="replace").strip()
@@ -313,6 +344,7 @@ def bench_plan_file(ktr: Path, path: Path, runs: int, expected: dict | None = No
     return {"path": path, "bytes": nbytes, "wc_ms": wc_ms, "ktr_ms": ktr_ms, "ratio": ktr_ms / wc_ms,
             "ktr_mbps": nbytes / MB / (ktr_ms / 1000), "wc_mbps": nbytes / MB / (wc_ms / 1000),
             "ktr_min_ms": min(ktr_t) * 1000, "ktr_max_ms": max(ktr_t) * 1000,
+            "sha_ms": median_ms(sha_t) if sha_t else None,
             "rss_mib": max(ktr_rss) / 1024, "rss_exact": exact, "said": said}
 
 
@@ -328,10 +360,15 @@ def cmd_plan(a: argparse.Namespace) -> int:
         r = bench_plan_file(ktr, path, a.runs, summary)
         results.append(r)
         print(f"\n{path.relative_to(REPO)}  ({r['bytes'] / MB:.1f} MB)")
-        print(f"  wc -l                  median {r['wc_ms']:9.1f} ms  {r['wc_mbps']:7.0f} MB/s")
-        print(f"  ktr plan --json        median {r['ktr_ms']:9.1f} ms  {r['ktr_mbps']:7.0f} MB/s"
-              f"  (min {r['ktr_min_ms']:.1f}, max {r['ktr_max_ms']:.1f})")
-        print(f"  ratio ktr/wc           {r['ratio']:.2f}x   target <= {TARGET_PLAN_RATIO:g}x: "
+        for state, s in r["states"].items():
+            print(f"  file {state}:")
+            print(f"    wc -l                median {s['wc_ms']:9.1f} ms  {s['wc_mbps']:7.0f} MB/s")
+            if s["sha_ms"] is not None:
+                print(f"    openssl dgst -sha256 median {s['sha_ms']:9.1f} ms  {s['sha_ms'] / s['wc_ms']:.2f}x"
+                      "  (the digest in the plan report, alone)")
+            print(f"    ktr plan --json      median {s['ktr_ms']:9.1f} ms  {s['ktr_mbps']:7.0f} MB/s"
+                  f"  (min {s['ktr_min_ms']:.1f}, max {s['ktr_max_ms']:.1f})  {s['ratio']:.2f}x")
+        print(f"  ratio ktr/wc, worse    {r['ratio']:.2f}x   target <= {TARGET_PLAN_RATIO:g}x: "
               f"{verdict(r['ratio'] <= TARGET_PLAN_RATIO)}")
         how = "max of runs, /usr/bin/time -f %M" if r["rss_exact"] else "UPPER BOUND: no /usr/bin/time"
         print(f"  ktr peak RSS           {r['rss_mib']:.1f} MiB   target < {TARGET_RSS_MIB:g} MiB: "
