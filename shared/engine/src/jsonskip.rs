@@ -180,10 +180,10 @@ pub fn string(b: &[u8], mut i: usize, seen: &mut Seen) -> Option<usize> {
         if escaped != 0 {
             let Letters { common, u } = block::letters(block);
             // `\u` and the rarer letters one at a time.
-            let mut rest = escaped & (u | !(common | quote | backslash));
-            while rest != 0 {
-                escape(b, i + rest.trailing_zeros() as usize, seen)?;
-                rest &= rest - 1;
+            let mut one_by_one = escaped & (u | !(common | quote | backslash));
+            while one_by_one != 0 {
+                escape(b, i + one_by_one.trailing_zeros() as usize, seen)?;
+                one_by_one &= one_by_one - 1;
             }
         }
         if ends != 0 {

@@ -142,8 +142,8 @@ pub struct Reader<'f> {
     next: u64,
 }
 
-/// What the reading thread returns: the SHA-256 (hex) of the bytes it
-/// read, and how many.
+/// What the hashing thread returns: the SHA-256 (hex) of the bytes it
+/// hashed (read by either side), and how many.
 pub type Digested = io::Result<(String, u64)>;
 
 /// Start hashing the first `len` bytes of `file` on a thread of `scope`;
@@ -363,7 +363,7 @@ mod tests {
         }
     }
 
-    /// A scan that stops early never leaves the reading thread waiting,
+    /// A scan that stops early never leaves the hashing thread waiting,
     /// and the digest is still of the whole `len`.
     #[test]
     fn a_scan_that_stops_early_ends_the_reading() {
