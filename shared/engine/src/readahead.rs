@@ -140,6 +140,9 @@ pub struct Reader<'f> {
     at: usize,
     /// The number of the next chunk the scan needs.
     next: u64,
+    /// Reading the next chunk failed: every later call fails the same way
+    /// (that chunk is nobody's to read again).
+    failed: Option<(io::ErrorKind, String)>,
 }
 
 /// What the hashing thread returns: the SHA-256 (hex) of the bytes it
@@ -250,6 +253,7 @@ impl<'f> Reader<'f> {
             current: Arc::default(),
             at: 0,
             next: 0,
+            failed: None,
         }
     }
 
@@ -295,7 +299,12 @@ impl Drop for Reader<'_> {
 impl BufRead for Reader<'_> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.at == self.current.len() && self.next.saturating_mul(CHUNK) < self.len {
-            let chunk = self.next_chunk()?;
+            if let Some((kind, message)) = &self.failed {
+                return Err(io::Error::new(*kind, message.clone()));
+            }
+            let chunk = self.next_chunk().inspect_err(|e| {
+                self.failed = Some((e.kind(), e.to_string()));
+            })?;
             let old = std::mem::replace(&mut self.current, chunk);
             self.shared.done_with(old);
             self.at = 0;
@@ -455,5 +464,29 @@ mod tests {
         let mut got = Vec::new();
         reader.read_to_end(&mut got).unwrap();
         assert!(got == body);
+    }
+
+    /// A chunk the scan failed to read is nobody's to read again: asking
+    /// again fails again instead of waiting for it forever.
+    #[test]
+    fn a_failed_read_fails_again_instead_of_waiting() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t");
+            std::fs::write(&path, vec![b'z'; 3 * CHUNK as usize]).unwrap();
+            // Open for writing only: every read fails (EBADF).
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            // No hashing side (and not gone): the scan claims the chunk.
+            let mut reader = Reader::new(&file, 3 * CHUNK);
+            let first = reader.fill_buf().map(<[u8]>::len).map_err(|e| e.kind());
+            let again = reader.fill_buf().map(<[u8]>::len).map_err(|e| e.kind());
+            let _ = done.send((first, again));
+        });
+        let (first, again) = finished
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the scan waited for a chunk nobody will read");
+        assert!(first.is_err(), "{first:?}");
+        assert_eq!(again, first);
     }
 }
