@@ -60,13 +60,11 @@ mod sse2 {
 
     /// The block's four vectors, each with its place in the masks.
     fn vectors(block: &[u8; BLOCK]) -> impl Iterator<Item = (u32, m128i)> + '_ {
-        block
-            .chunks_exact(16)
+        let (sixteens, _) = block.as_chunks::<16>();
+        sixteens
+            .iter()
             .zip((0..).step_by(16))
-            .map(|(sixteen, at)| {
-                let sixteen: &[u8; 16] = sixteen.try_into().unwrap_or(&[0; 16]);
-                (at, load_unaligned_m128i(sixteen))
-            })
+            .map(|(sixteen, at)| (at, load_unaligned_m128i(sixteen)))
     }
 
     fn bits(hits: m128i, at: u32) -> u64 {
@@ -115,8 +113,9 @@ pub mod portable {
     /// Bit `bit` of each byte of `flags`, as a mask.
     fn plane(flags: &[u8; BLOCK], bit: u32) -> u64 {
         let mut mask = 0u64;
-        for (k, eight) in flags.chunks_exact(8).enumerate() {
-            let word = u64::from_le_bytes(eight.try_into().unwrap_or_default());
+        let (eights, _) = flags.as_chunks::<8>();
+        for (k, &eight) in eights.iter().enumerate() {
+            let word = u64::from_le_bytes(eight);
             let ones = (word >> bit) & 0x0101_0101_0101_0101;
             // Byte j (0 or 1) of `ones` to bit j of the top byte.
             mask |= (ones.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k);
