@@ -1,27 +1,20 @@
 //! The source read once for both the scan and its digest (issue 25: `ktr
-//! plan` within 5× `wc -l`). A second thread hashes the file a chunk at a
-//! time; the file is copied out of the page cache once, by whichever side
-//! needs a chunk first, and the other side takes that copy:
+//! plan` within 5× `wc -l`). A second thread reads the file a chunk at a
+//! time, hashes each chunk and hands it to the scan through [`Reader`] (a
+//! `BufRead`): the scan's core spends no time in `read(2)` and the file is
+//! copied out of the page cache once instead of twice.
 //!
-//! - the hashing thread reads the chunks it gets to first and hands them to
-//!   the scan through [`Reader`] (a `BufRead`), so that the scan's core
-//!   spends no time in `read(2)` while it is the slower side;
-//! - when the scan needs a chunk nobody has read yet (the hashing side is
-//!   behind: SHA-256 is the slower of the two on a tool-heavy file), the
-//!   scan reads it and hands it to the hashing side, which then only hashes
-//!   it. The work on the two cores evens out instead of one core copying
-//!   everything and the other waiting.
-//!
-//! Memory: at most [`AHEAD`] chunks waiting on each side. The digest is of
-//! the file's first `len` bytes as they were read, the same bytes the scan
-//! saw; a file changed meanwhile is noticed by the plan (size and
+//! The scan never waits for that thread: when the next chunk is not there
+//! yet (the machine is busy and the thread was not scheduled), the scan
+//! reads the chunk itself and drops the thread's copy of it when it comes.
+//! Either way the digest is of the file's first `len` bytes as that thread
+//! read them; a file changed meanwhile is noticed by the plan (size and
 //! modification time before and after).
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, Read};
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::{Scope, ScopedJoinHandle};
 
 use sha2::{Digest as _, Sha256};
@@ -29,197 +22,100 @@ use sha2::{Digest as _, Sha256};
 /// Bytes read at a time.
 const CHUNK: u64 = 1 << 18;
 
-/// Chunks waiting for a side at most.
-const AHEAD: u64 = 8;
+/// Chunks read ahead of the scan at most (memory: about this many chunks,
+/// twice: those in flight and those handed back for reuse).
+const AHEAD: usize = 8;
 
-/// A chunk as read (`CHUNK` bytes, fewer at the end, none past it),
-/// shared by the side that read it and the other.
-type Chunk = Arc<Vec<u8>>;
-
-/// A chunk's number and what reading it gave.
-type Handed = (u64, io::Result<Chunk>);
-
-/// Who reads.
-#[derive(Clone, Copy)]
-enum Side {
-    Scan,
-    Hashing,
-}
-
-/// What the two sides share.
-struct Shared {
-    state: Mutex<State>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct State {
-    /// Chunks 0..claimed are read, or being read, by one side.
-    claimed: u64,
-    /// Chunks 0..hashed are hashed.
-    hashed: u64,
-    /// Chunks the hashing side read, for the scan, in order.
-    to_scan: VecDeque<Handed>,
-    /// Chunks the scan read, for the hashing side, in order.
-    to_hash: VecDeque<Handed>,
-    /// Buffers of chunks both sides are done with.
-    spare: Vec<Vec<u8>>,
-    /// Chunks read from the file by the scan and by the hashing side.
-    reads: [u64; 2],
-    /// The scan ended: the hashing side reads the rest itself.
-    scan_gone: bool,
-    /// The hashing side ended (done, failed): the scan reads the rest
-    /// itself.
-    hashing_gone: bool,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn wait<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        self.changed
-            .wait(state)
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Change the state and wake the other side.
-    fn update<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
-        let out = change(&mut self.lock());
-        self.changed.notify_all();
-        out
-    }
-
-    /// Read chunk `number` of the first `len` bytes of `file` into a spare
-    /// buffer (for the scan's side, or the hashing one); the result twice:
-    /// for this side and for the other.
-    fn read(
-        &self,
-        side: Side,
-        file: &File,
-        len: u64,
-        number: u64,
-    ) -> (io::Result<Chunk>, io::Result<Chunk>) {
-        let mut buf = {
-            let mut state = self.lock();
-            state.reads[side as usize] += 1;
-            state.spare.pop().unwrap_or_default()
-        };
-        match read_chunk(file, len, number, &mut buf) {
-            Ok(_) => {
-                let chunk = Arc::new(buf);
-                (Ok(Arc::clone(&chunk)), Ok(chunk))
-            }
-            Err(e) => {
-                let again = io::Error::new(e.kind(), e.to_string());
-                (Err(e), Err(again))
-            }
-        }
-    }
-
-    /// A side is done with `chunk`: its buffer is kept for another chunk
-    /// once the other side is done with it too.
-    fn done_with(&self, chunk: Chunk) {
-        if let Some(buf) = Arc::into_inner(chunk) {
-            let mut state = self.lock();
-            if state.spare.len() < 2 * AHEAD as usize + 2 {
-                state.spare.push(buf);
-            }
-        }
-    }
-}
+/// A chunk: its number and bytes (`CHUNK` of them, fewer at the end).
+type Chunk = (u64, Vec<u8>);
 
 /// The scan's side: the file's chunks, in order.
 pub struct Reader<'f> {
     file: &'f File,
     len: u64,
-    shared: Arc<Shared>,
+    chunks: Receiver<io::Result<Chunk>>,
+    spent: SyncSender<Vec<u8>>,
     /// The chunk being read and how far.
-    current: Chunk,
+    current: Vec<u8>,
     at: usize,
     /// The number of the next chunk the scan needs.
     next: u64,
-    /// Reading the next chunk failed: every later call fails the same way
-    /// (that chunk is nobody's to read again).
-    failed: Option<(io::ErrorKind, String)>,
+    /// The thread's chunks are no longer needed (it ended or failed).
+    alone: bool,
 }
 
-/// What the hashing thread returns: the SHA-256 (hex) of the bytes it
-/// hashed (read by either side), and how many.
+impl<'f> Reader<'f> {
+    /// A reader of the first `len` bytes of `file` that takes the reading
+    /// thread's `chunks` and gives their buffers back through `spent`.
+    fn new(
+        file: &'f File,
+        len: u64,
+        chunks: Receiver<io::Result<Chunk>>,
+        spent: SyncSender<Vec<u8>>,
+    ) -> Reader<'f> {
+        Reader {
+            file,
+            len,
+            chunks,
+            spent,
+            current: Vec::new(),
+            at: 0,
+            next: 0,
+            alone: false,
+        }
+    }
+}
+
+/// What the reading thread returns: the SHA-256 (hex) of the bytes it
+/// read, and how many.
 pub type Digested = io::Result<(String, u64)>;
 
-/// Start hashing the first `len` bytes of `file` on a thread of `scope`;
-/// the scan reads them through the [`Reader`].
+/// Start reading the first `len` bytes of `file` on a thread of `scope`.
 pub fn start<'scope>(
     scope: &'scope Scope<'scope, '_>,
     file: &'scope File,
     len: u64,
 ) -> (Reader<'scope>, ScopedJoinHandle<'scope, Digested>) {
-    let reader = Reader::new(file, len);
-    let shared = Arc::clone(&reader.shared);
-    let hashing = scope.spawn(move || {
-        // However the hashing ends, the scan is told.
-        struct Gone<'s>(&'s Shared);
-        impl Drop for Gone<'_> {
-            fn drop(&mut self) {
-                self.0.update(|state| state.hashing_gone = true);
+    let (to_scan, chunks) = sync_channel::<io::Result<Chunk>>(AHEAD);
+    let (spent, to_reuse) = sync_channel::<Vec<u8>>(AHEAD);
+    let reading = scope.spawn(move || {
+        let mut hasher = Sha256::new();
+        let mut read = 0u64;
+        let mut number = 0u64;
+        // Once the scan is gone (it ended, or stopped at an error), the
+        // file is still read to its `len` for the digest.
+        let mut scan_gone = false;
+        let mut spare = None;
+        while read < len {
+            let mut chunk = spare
+                .take()
+                .or_else(|| to_reuse.try_recv().ok())
+                .unwrap_or_default();
+            let n = match read_chunk(file, len, number, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    let kind = e.kind();
+                    let message = e.to_string();
+                    if !scan_gone {
+                        let _ = to_scan.send(Err(e));
+                    }
+                    return Err(io::Error::new(kind, message));
+                }
+            };
+            hasher.update(&chunk);
+            read += n as u64;
+            number += 1;
+            if scan_gone {
+                spare = Some(chunk);
+            } else if let Err(back) = to_scan.send(Ok((number - 1, chunk))) {
+                scan_gone = true;
+                spare = back.0.ok().map(|(_, chunk)| chunk);
             }
         }
-        let _gone = Gone(&shared);
-        hash(&shared, file, len)
+        Ok((ktr_base::fsutil::hex(&hasher.finalize()), read))
     });
-    (reader, hashing)
-}
-
-/// The hashing side: every chunk in order, read here or taken from the
-/// scan.
-fn hash(shared: &Shared, file: &File, len: u64) -> Digested {
-    let mut hasher = Sha256::new();
-    let mut read = 0u64;
-    let mut number = 0u64;
-    while number.saturating_mul(CHUNK) < len {
-        let from_scan = {
-            let mut state = shared.lock();
-            loop {
-                if state.to_hash.front().is_some_and(|(n, _)| *n == number) {
-                    break state.to_hash.pop_front().map(|(_, chunk)| chunk);
-                }
-                if state.scan_gone {
-                    state.claimed = state.claimed.max(number + 1);
-                    break None;
-                }
-                // Read it here unless the scan has not taken what was read
-                // for it yet (or it is the scan's, being read now).
-                if state.claimed == number && state.to_scan.len() < AHEAD as usize {
-                    state.claimed += 1;
-                    break None;
-                }
-                state = shared.wait(state);
-            }
-        };
-        let chunk = if let Some(chunk) = from_scan {
-            chunk?
-        } else {
-            let (here, for_scan) = shared.read(Side::Hashing, file, len, number);
-            shared.update(|state| {
-                if !state.scan_gone {
-                    state.to_scan.push_back((number, for_scan));
-                }
-            });
-            here?
-        };
-        if chunk.is_empty() {
-            // The file is shorter than `len` now.
-            break;
-        }
-        hasher.update(&chunk[..]);
-        read += chunk.len() as u64;
-        number += 1;
-        shared.done_with(chunk);
-        shared.update(|state| state.hashed = number);
-    }
-    Ok((ktr_base::fsutil::hex(&hasher.finalize()), read))
+    (Reader::new(file, len, chunks, spent), reading)
 }
 
 /// Read chunk `number` of the first `len` bytes of `file` into `buf`
@@ -241,72 +137,40 @@ fn read_chunk(file: &File, len: u64, number: u64, buf: &mut Vec<u8>) -> io::Resu
     Ok(done)
 }
 
-impl<'f> Reader<'f> {
-    fn new(file: &'f File, len: u64) -> Reader<'f> {
-        Reader {
-            file,
-            len,
-            shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
-                changed: Condvar::new(),
-            }),
-            current: Arc::default(),
-            at: 0,
-            next: 0,
-            failed: None,
-        }
-    }
-
-    /// The next chunk: the hashing side's, or read here when nobody has
-    /// read it yet (and the hashing side is not too far behind to take it).
-    fn next_chunk(&mut self) -> io::Result<Chunk> {
-        let number = self.next;
-        let shared = &*self.shared;
-        let mut state = shared.lock();
-        loop {
-            if state.to_scan.front().is_some_and(|(n, _)| *n == number) {
-                let handed = state.to_scan.pop_front().map(|(_, chunk)| chunk);
-                drop(state);
-                shared.changed.notify_all();
-                return handed.unwrap_or_else(|| Ok(Arc::default()));
-            }
-            let alone = state.hashing_gone;
-            if alone || (state.claimed == number && number - state.hashed < AHEAD) {
-                if !alone {
-                    state.claimed += 1;
+impl Reader<'_> {
+    /// The next chunk: the thread's, or read here when it is not there yet.
+    fn next_chunk(&mut self) -> io::Result<Vec<u8>> {
+        let mut buf = std::mem::take(&mut self.current);
+        while !self.alone {
+            match self.chunks.try_recv() {
+                Ok(Ok((number, chunk))) if number == self.next => {
+                    if buf.capacity() > 0 {
+                        let _ = self.spent.try_send(buf);
+                    }
+                    return Ok(chunk);
                 }
-                drop(state);
-                let (here, for_hashing) = shared.read(Side::Scan, self.file, self.len, number);
-                if !alone {
-                    shared.update(|state| state.to_hash.push_back((number, for_hashing)));
+                // One the scan read itself already.
+                Ok(Ok((_, old))) => {
+                    let _ = self.spent.try_send(old);
                 }
-                return here;
+                Ok(Err(e)) => {
+                    self.alone = true;
+                    return Err(e);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.alone = true,
             }
-            state = shared.wait(state);
         }
-    }
-}
-
-impl Drop for Reader<'_> {
-    fn drop(&mut self) {
-        self.shared.update(|state| {
-            state.scan_gone = true;
-            state.to_scan.clear();
-        });
+        read_chunk(self.file, self.len, self.next, &mut buf)?;
+        Ok(buf)
     }
 }
 
 impl BufRead for Reader<'_> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.at == self.current.len() && self.next.saturating_mul(CHUNK) < self.len {
-            if let Some((kind, message)) = &self.failed {
-                return Err(io::Error::new(*kind, message.clone()));
-            }
-            let chunk = self.next_chunk().inspect_err(|e| {
-                self.failed = Some((e.kind(), e.to_string()));
-            })?;
-            let old = std::mem::replace(&mut self.current, chunk);
-            self.shared.done_with(old);
+            let chunk = self.next_chunk()?;
+            self.current = chunk;
             self.at = 0;
             if self.current.is_empty() {
                 // The file is shorter than `len` now: the end.
@@ -372,7 +236,7 @@ mod tests {
         }
     }
 
-    /// A scan that stops early never leaves the hashing thread waiting,
+    /// A scan that stops early never leaves the reading thread waiting,
     /// and the digest is still of the whole `len`.
     #[test]
     fn a_scan_that_stops_early_ends_the_reading() {
@@ -388,8 +252,8 @@ mod tests {
         });
     }
 
-    /// When nobody has read a chunk yet, the scan reads it itself (here:
-    /// all of them, no hashing side) and gets the same bytes.
+    /// When the thread's chunks are late, the scan reads them itself (here:
+    /// all of them, the thread never started) and gets the same bytes.
     #[test]
     fn the_scan_reads_a_late_chunk_itself() {
         let body: Vec<u8> = (0..(2 * CHUNK as usize + 99))
@@ -397,96 +261,11 @@ mod tests {
             .collect();
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&body).unwrap();
-        let mut reader = Reader::new(&file, body.len() as u64);
+        let (_to_scan, chunks) = sync_channel(AHEAD);
+        let (spent, _to_reuse) = sync_channel(AHEAD);
+        let mut reader = Reader::new(&file, body.len() as u64, chunks, spent);
         let mut got = Vec::new();
         reader.read_to_end(&mut got).unwrap();
         assert_eq!(got, body);
-    }
-
-    /// Each chunk is read from the file once, by one side or the other,
-    /// whichever side is the slower, and both get every byte in order.
-    #[test]
-    fn every_chunk_is_read_once_and_both_sides_get_it() {
-        let chunks = 12;
-        let body: Vec<u8> = (0..(chunks * CHUNK as usize + 777))
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
-            .collect();
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&body).unwrap();
-        let want_digest = (ktr_base::fsutil::sha256_hex(&body), body.len() as u64);
-        let mut by_scan = 0;
-        for round in 0..16 {
-            let (got, digested, reads) = std::thread::scope(|s| {
-                let (mut reader, reading) = start(s, &file, body.len() as u64);
-                let shared = Arc::clone(&reader.shared);
-                let mut got = Vec::new();
-                loop {
-                    let n = reader.fill_buf().unwrap().len();
-                    if n == 0 {
-                        break;
-                    }
-                    got.extend_from_slice(&reader.fill_buf().unwrap()[..n]);
-                    reader.consume(n);
-                    if round % 3 == 0 {
-                        // A slow scan: the hashing side reads ahead.
-                        std::thread::sleep(std::time::Duration::from_micros(300));
-                    }
-                }
-                drop(reader);
-                let digested = reading.join().unwrap().unwrap();
-                let reads = shared.lock().reads;
-                (got, digested, reads)
-            });
-            assert!(got == body, "round {round}: the scan's bytes differ");
-            assert_eq!(digested, want_digest, "round {round}");
-            let [scan, hashing] = reads;
-            assert_eq!(
-                scan + hashing,
-                chunks as u64 + 1,
-                "round {round}: {reads:?}"
-            );
-            by_scan += scan;
-        }
-        // The scan never sleeps in most rounds and hashing is slower than
-        // copying lines: the scan reads some chunks itself.
-        assert!(by_scan > 0, "the scan never read a chunk itself");
-    }
-
-    /// When the hashing side has ended (here: failed), the scan reads
-    /// every chunk itself, however far ahead.
-    #[test]
-    fn a_scan_left_alone_reads_the_rest() {
-        let body = vec![b'y'; 3 * AHEAD as usize * CHUNK as usize];
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&body).unwrap();
-        let mut reader = Reader::new(&file, body.len() as u64);
-        reader.shared.update(|state| state.hashing_gone = true);
-        let mut got = Vec::new();
-        reader.read_to_end(&mut got).unwrap();
-        assert!(got == body);
-    }
-
-    /// A chunk the scan failed to read is nobody's to read again: asking
-    /// again fails again instead of waiting for it forever.
-    #[test]
-    fn a_failed_read_fails_again_instead_of_waiting() {
-        let (done, finished) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("t");
-            std::fs::write(&path, vec![b'z'; 3 * CHUNK as usize]).unwrap();
-            // Open for writing only: every read fails (EBADF).
-            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-            // No hashing side (and not gone): the scan claims the chunk.
-            let mut reader = Reader::new(&file, 3 * CHUNK);
-            let first = reader.fill_buf().map(<[u8]>::len).map_err(|e| e.kind());
-            let again = reader.fill_buf().map(<[u8]>::len).map_err(|e| e.kind());
-            let _ = done.send((first, again));
-        });
-        let (first, again) = finished
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .expect("the scan waited for a chunk nobody will read");
-        assert!(first.is_err(), "{first:?}");
-        assert_eq!(again, first);
     }
 }
