@@ -538,6 +538,21 @@ fn with_candidate(sb: &Sandbox, op: &mut Operation, n: u8) -> PathBuf {
     path
 }
 
+/// A key keeper's file left by `stage` of operation `id` (SPEC §12:
+/// `keep/<op>-<stage>/<n>/keys`): its path.
+#[track_caller]
+fn left_keys(sb: &Sandbox, id: &str, stage: &str) -> PathBuf {
+    let dir = sb
+        .state
+        .join("keep")
+        .join(format!("{id}-{stage}"))
+        .join("1");
+    fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    fs::write(&keys, "what a person typed").unwrap();
+    keys
+}
+
 #[test]
 fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     use Status::*;
@@ -584,6 +599,10 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     p.updated_at = stamp(OLD);
     p.created_at = stamp("2020-03-01T00:00:00.000Z");
     put(&sb, &p);
+    // Keys a person typed during a switch that the keeper could not replay:
+    // they go with their operation, and only with it.
+    let failed_keys = left_keys(&sb, &failed.id, "activate");
+    let kept_keys = left_keys(&sb, &activated_new.id, "rollback");
 
     let before = tree(sb.root());
     let dry = Ktr::new(&sb)
@@ -621,6 +640,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
     let op_file = |op: &Operation| sb.state.join(format!("operations/{}.json", op.id));
     let art = |op: &Operation| sb.state.join("artifacts").join(&op.id);
     let mut expected = vec![failed_candidate.clone()];
+    expected.extend(failed_keys.ancestors().take(3).map(Path::to_path_buf));
     for op in [&failed, &cancelled, &died, &resumed, &activated_old] {
         expected.push(op_file(op));
         expected.push(art(op));
@@ -640,6 +660,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
         &op_file(&recent),
         &op_file(&p),
         &art(&activated_new),
+        &kept_keys,
     ] {
         assert!(kept.exists(), "{} was kept", kept.display());
     }
@@ -947,6 +968,14 @@ fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
     let ran = with_candidate(&sb, &mut activated, 2);
     let theirs = sb.state.join("notes-of-the-operator.txt");
     fs::write(&theirs, "mine").unwrap();
+    // What a person typed, kept by ktr: a prompt held for a paste-back and
+    // keys the keeper could not replay; and the bindings and lineage links.
+    fs::create_dir_all(sb.state.join("prompts")).unwrap();
+    fs::write(sb.state.join("prompts/s.last"), "{\"prompt\":\"hi\"}").unwrap();
+    left_keys(&sb, &failed.id, "activate");
+    fs::create_dir_all(sb.state.join("claude")).unwrap();
+    fs::write(sb.state.join("claude/4242.json"), "{}").unwrap();
+    fs::write(sb.state.join("lineage.jsonl"), "{}\n").unwrap();
 
     Ktr::new(&sb)
         .args(["purge"])
@@ -981,6 +1010,10 @@ fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
         "active",
         "ktr.log",
         "coordinator.lock",
+        "prompts",
+        "keep",
+        "claude",
+        "lineage.jsonl",
     ] {
         assert!(!sb.state.join(gone).exists(), "{gone} left behind");
     }

@@ -2,7 +2,8 @@
 //!
 //! What may go, for a *terminal* operation whose last update is older than
 //! the limit: its operation file, its artifacts dir (backup copy of the
-//! source, snapshot, ack receipt), and — only for a failed or cancelled
+//! source, snapshot, ack receipt), the key keeper's folders its switches
+//! left (`keep/<id>-<stage>/`: keys a person typed), and — only for a failed or cancelled
 //! operation that never reached `activating` — a candidate transcript the
 //! stages left behind in `project_dir`, if it is still byte for byte what
 //! ktr wrote (no Claude Code ever resumed it), no pointer names it and no
@@ -34,15 +35,15 @@ use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::sha256_file;
 use ktr_base::ids::{OperationId, SessionId};
-use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::operation::{Operation, Stage, Status, Store};
 use ktr_pipeline::recall::lineage;
 
 /// One file or directory prune deletes (or would delete).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Doomed {
     pub path: PathBuf,
-    /// `operation`, `artifacts`, `candidate` or `prompt` (prune); `file`, `folder`
-    /// or `candidate` (purge).
+    /// `operation`, `artifacts`, `keys`, `candidate` or `prompt` (prune);
+    /// `file`, `folder` or `candidate` (purge).
     pub what: &'static str,
     pub bytes: u64,
 }
@@ -170,6 +171,12 @@ pub fn prune(
                 Ok(Some(doomed)) => files.push(doomed),
                 Ok(None) => {}
                 Err(why) => outcome.kept.push(keep(why)),
+            }
+            for kept_keys in keys_left(store, &op.id) {
+                match kept_keys {
+                    Ok(doomed) => files.push(doomed),
+                    Err(why) => outcome.kept.push(keep(why)),
+                }
             }
             let op_path = store.operation_path(&op.id);
             files.push(Doomed {
@@ -312,13 +319,28 @@ pub(crate) fn leftover_candidate(
 /// `artifacts/<id>/` if it is a real directory.
 fn artifacts(store: &Store, id: &OperationId) -> std::result::Result<Option<Doomed>, String> {
     OperationId::parse(id).map_err(|e| e.message)?;
-    let dir = store.dir().join("artifacts").join(id);
+    real_dir(store.dir().join("artifacts").join(id), "artifacts")
+}
+
+/// The key keeper's folders an operation's switches left behind
+/// (`keep/<id>-activate/`, `keep/<id>-rollback/`: keys a person typed that
+/// could not all be replayed, or a stage killed mid-switch).
+fn keys_left(store: &Store, id: &OperationId) -> Vec<std::result::Result<Doomed, String>> {
+    [Stage::Activate, Stage::Rollback]
+        .into_iter()
+        .filter_map(|stage| real_dir(store.keys_dir(id, stage), "keys").transpose())
+        .collect()
+}
+
+/// `dir` as `what` to delete if it is a real directory; `Ok(None)` when
+/// it does not exist; `Err(why)` when something else stands there.
+fn real_dir(dir: PathBuf, what: &'static str) -> std::result::Result<Option<Doomed>, String> {
     match fs::symlink_metadata(&dir) {
         Err(_) => Ok(None),
         Ok(m) if m.is_dir() => Ok(Some(Doomed {
             bytes: tree_bytes(&dir),
             path: dir,
-            what: "artifacts",
+            what,
         })),
         Ok(_) => Err(format!(
             "{} is not a directory (a symlink?): left alone",
@@ -343,7 +365,7 @@ pub(crate) fn tree_bytes(dir: &Path) -> u64 {
 }
 
 pub(crate) fn remove(doomed: &Doomed) -> Result<()> {
-    let result = if matches!(doomed.what, "artifacts" | "folder") {
+    let result = if matches!(doomed.what, "artifacts" | "keys" | "folder") {
         // remove_dir_all never follows symlinks inside the tree.
         fs::remove_dir_all(&doomed.path)
     } else {

@@ -1,8 +1,9 @@
 //! `ktr purge`: what uninstalling leaves behind, and removing it.
 //!
 //! ktr keeps copies of the conversation: the frozen backups under
-//! `artifacts/`, the operation files, the logs, the window caches and the
-//! resume pointer in the state dir, and in `project_dir` the candidates it
+//! `artifacts/`, the operation files, the logs, the window caches, the
+//! prompts and keys kept for a person, the lineage links and the resume
+//! pointer in the state dir, and in `project_dir` the candidates it
 //! wrote. Purge removes ktr's own files from the state dir (by name: never
 //! anything else that happens to live there, never through a symlink) and
 //! the candidates that were never activated and are still byte for byte
@@ -19,13 +20,23 @@ use crate::prune::{Doomed, leftover_candidate, remove, tree_bytes};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_pipeline::operation::Store;
+use ktr_pipeline::recall::lineage::LINKS_FILE;
 
-/// The names ktr itself creates directly inside its state dir.
+/// The names ktr itself creates directly inside its state dir: the
+/// operations and their artifacts, damaged state set aside, the window
+/// caches, prompts kept for a paste-back (`prompt_back::dir`: text a person
+/// typed), the key keeper's files (`Store::keys_dir`: keys a person typed),
+/// Claude Code's session bindings (`binding::dir`), the lineage links prune
+/// kept, the logs and the lock.
 const OWN: &[&str] = &[
     "operations",
     "artifacts",
     "damaged",
     "window",
+    "prompts",
+    "keep",
+    "claude",
+    LINKS_FILE,
     "active",
     "ktr.log",
     "worker.log",

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::record::SCHEMA;
-use super::{Operation, Status, Transition};
+use super::{Operation, Stage, Status, Transition};
 use crate::target::Target;
 use ktr_base::config::{Config, expand_home, home_dir};
 use ktr_base::error::{Error, Result};
@@ -211,6 +211,13 @@ impl Store {
         ensure_private_dir(&self.dir.join("artifacts"), 0o700)?;
         ensure_private_dir(&dir, 0o700)?;
         Ok(dir)
+    }
+
+    /// `keep/<id>-<stage>/`: the key keeper's files of one in-place switch
+    /// (SPEC §12: what a person typed while Claude Code loaded). Removed
+    /// after a replay that lost nothing; `ktr prune` takes what is left.
+    pub fn keys_dir(&self, id: &OperationId, stage: Stage) -> PathBuf {
+        self.dir.join("keep").join(format!("{id}-{}", stage.name()))
     }
 
     /// Where detached stages write their output.

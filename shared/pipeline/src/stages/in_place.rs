@@ -104,7 +104,7 @@ pub fn switch(
         return not;
     }
     let wait = seconds(config.healthcheck_seconds);
-    let keeper = keep_keys(config, stage, id, target, wait);
+    let keeper = keep_keys(store, stage, id, target, wait);
     if keeper.holding() > 0 {
         // The popups hold the person's keys now: what reached the input
         // line before they opened shows within QUIET, and nothing else can.
@@ -154,7 +154,7 @@ fn finished(mut keeper: Keeper) {
 /// close by themselves. None when `ktr-keep` is not installed beside
 /// this executable.
 fn keep_keys(
-    config: &Config,
+    store: &Store,
     stage: Stage,
     id: &OperationId,
     target: &Target,
@@ -163,10 +163,7 @@ fn keep_keys(
     let Some(program) = super::keeper_program().ok().filter(|p| p.is_file()) else {
         return Keeper::none();
     };
-    let dir = config
-        .state_dir
-        .join("keep")
-        .join(format!("{id}-{}", stage.name()));
+    let dir = store.keys_dir(id, stage);
     let keeper = target.keep_keys(&program, &dir, wait * 3 / 2 + KEEP_SPARE);
     for why in keeper.missed() {
         eprintln!("ktr: no key-keeping popup: {why}");
