@@ -3,11 +3,11 @@
 //! What may go, for a *terminal* operation whose last update is older than
 //! the limit: its operation file, its artifacts dir (backup copy of the
 //! source, snapshot, ack receipt), the key keeper's folders its switches
-//! left (`keep/<id>-<stage>/`: keys a person typed), and — only for a failed or cancelled
-//! operation that never reached `activating` — a candidate transcript the
-//! stages left behind in `project_dir`, if it is still byte for byte what
-//! ktr wrote (no Claude Code ever resumed it), no pointer names it and no
-//! other operation used it as its source.
+//! left (`keep/<id>-<stage>/`: keys a person typed), and — only for a
+//! failed or cancelled operation that never reached `activating` — a
+//! candidate transcript the stages left behind in `project_dir`, if it is
+//! still byte for byte what ktr wrote (no Claude Code ever resumed it), no
+//! pointer names it and no other operation used it as its source.
 //!
 //! What never goes without the word `FORGET`: the last copy of a session's
 //! history — the backup of an activated operation whose source transcript

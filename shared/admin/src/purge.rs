@@ -19,23 +19,23 @@ use serde::Serialize;
 use crate::prune::{Doomed, leftover_candidate, remove, tree_bytes};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
-use ktr_pipeline::operation::Store;
+use ktr_pipeline::operation::{KEYS_DIR, Store};
 use ktr_pipeline::recall::lineage::LINKS_FILE;
+use ktr_pipeline::{binding, prompt_back};
 
 /// The names ktr itself creates directly inside its state dir: the
 /// operations and their artifacts, damaged state set aside, the window
-/// caches, prompts kept for a paste-back (`prompt_back::dir`: text a person
-/// typed), the key keeper's files (`Store::keys_dir`: keys a person typed),
-/// Claude Code's session bindings (`binding::dir`), the lineage links prune
-/// kept, the logs and the lock.
+/// caches, prompts kept for a paste-back (text a person typed), the key
+/// keeper's files (keys a person typed), Claude Code's session bindings,
+/// the lineage links prune kept, the logs and the lock.
 const OWN: &[&str] = &[
     "operations",
     "artifacts",
     "damaged",
     "window",
-    "prompts",
-    "keep",
-    "claude",
+    prompt_back::DIR,
+    KEYS_DIR,
+    binding::DIR,
     LINKS_FILE,
     "active",
     "ktr.log",

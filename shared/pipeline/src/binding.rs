@@ -41,9 +41,12 @@ impl Binding {
     }
 }
 
+/// The bindings' directory's name in a state dir.
+pub const DIR: &str = "claude";
+
 /// The bindings' directory in a state dir.
 pub fn dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("claude")
+    state_dir.join(DIR)
 }
 
 fn file(dir: &Path, pid: u32) -> PathBuf {

@@ -67,9 +67,12 @@ pub struct Kept {
     pub operation: Option<String>,
 }
 
+/// The prompts' directory's name in a state dir.
+pub const DIR: &str = "prompts";
+
 /// `<state_dir>/prompts`.
 pub fn dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("prompts")
+    state_dir.join(DIR)
 }
 
 fn path(state_dir: &Path, session: &SessionId, ext: &str) -> PathBuf {

@@ -41,8 +41,8 @@ pub use requests::confirm;
 pub use stage::Stage;
 pub use status::Status;
 pub use store::{
-    Active, DEFAULT_STATE_DIR, Damaged, HOOK_LOCK_WAIT, LOCK_TIMEOUT, Locked, Scanned, Store,
-    locate_for_hooks, locate_state_dir,
+    Active, DEFAULT_STATE_DIR, Damaged, HOOK_LOCK_WAIT, KEYS_DIR, LOCK_TIMEOUT, Locked, Scanned,
+    Store, locate_for_hooks, locate_state_dir,
 };
 
 #[cfg(test)]

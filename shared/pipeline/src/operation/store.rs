@@ -12,6 +12,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::record::SCHEMA;
+
+/// The key keeper's directory's name in a state dir ([`Store::keys_dir`]).
+pub const KEYS_DIR: &str = "keep";
 use super::{Operation, Stage, Status, Transition};
 use crate::target::Target;
 use ktr_base::config::{Config, expand_home, home_dir};
@@ -217,7 +220,9 @@ impl Store {
     /// (SPEC §12: what a person typed while Claude Code loaded). Removed
     /// after a replay that lost nothing; `ktr prune` takes what is left.
     pub fn keys_dir(&self, id: &OperationId, stage: Stage) -> PathBuf {
-        self.dir.join("keep").join(format!("{id}-{}", stage.name()))
+        self.dir
+            .join(KEYS_DIR)
+            .join(format!("{id}-{}", stage.name()))
     }
 
     /// Where detached stages write their output.
