@@ -350,9 +350,10 @@ fn get_pages_a_large_result_in_16_kb_pieces_that_join_to_the_original() {
     );
 }
 
-#[test]
-fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_them() {
-    let sb = Sandbox::new();
+/// A session whose `make big` output Claude Code offloaded to
+/// `tool-results/b1x.txt`; `quoted` is written between the call and the
+/// result that names the file (given that result's text).
+fn offloaded_session(sb: &Sandbox, quoted: impl Fn(&str) -> String) {
     let dir = sb.project.join(D).join("tool-results");
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join("b1x.txt"), "first\nthe OFFLOADED-MARKER line\n").unwrap();
@@ -368,10 +369,17 @@ fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_t
             &json!({"command": "make big"}),
             "2026-01-01T00:00:01Z",
         ),
+        quoted(&reference),
         result("toolu_9", &reference, "2026-01-01T00:00:02Z"),
     ]
     .concat();
     sb.add_transcript(D, text.as_bytes());
+}
+
+#[test]
+fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_them() {
+    let sb = Sandbox::new();
+    offloaded_session(&sb, |_| String::new());
     let v = recall(&sb, &["offloaded-marker"]);
     let hit = &hits(&v)[0];
     assert_eq!(hit["kind"], "tool_result");
@@ -388,6 +396,26 @@ fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_t
         out.stdout,
         out.stderr
     );
+}
+
+/// Claude Code 2.1.328 also logs a request's body (`api-request-blob`, no
+/// timestamp), which quotes the result; whether it lands before or after
+/// the result's own record is a race. The result's record is the citation
+/// either way (a CI run once cited the blob: no tool, no time).
+#[test]
+fn an_offloaded_result_is_cited_by_its_result_not_by_a_request_that_quotes_it() {
+    let sb = Sandbox::new();
+    offloaded_session(&sb, |reference| {
+        line(
+            &json!({"type": "api-request-blob", "hash": "be68", "message": {"role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": reference}]}}),
+        )
+    });
+    let v = recall(&sb, &["offloaded-marker"]);
+    let hit = &hits(&v)[0];
+    assert_eq!(hit["line"], 4, "{hit}");
+    assert_eq!(hit["tool"], "Bash", "{hit}");
+    assert_eq!(hit["timestamp"], "2026-01-01T00:00:02Z", "{hit}");
 }
 
 #[test]

@@ -17,14 +17,25 @@ pub fn cite(source: &Source, hits: &mut [Hit]) -> Result<()> {
     let files: Vec<String> = unique(hits.iter().filter_map(|h| h.via.clone()));
     if !files.is_empty() {
         let needles: Vec<String> = files.iter().map(|f| format!("tool-results/{f}")).collect();
+        // The citing record is the tool result that names the file. Claude
+        // Code also logs records that only quote it (`api-request-blob`:
+        // a request's body, written before or after the result's record as
+        // the writes race): such a record cites a hit only until the
+        // result's own record is found.
+        let mut by_result = vec![false; hits.len()];
         pass(source, &needles, |i, at, value| {
             let result = record::parts(value)
                 .into_iter()
                 .find(|p| p.kind == Kind::ToolResult);
-            for h in hits
+            for (h, by_result) in hits
                 .iter_mut()
-                .filter(|h| h.via.as_deref() == Some(files[i].as_str()) && h.line == 0)
+                .zip(by_result.iter_mut())
+                .filter(|(h, _)| h.via.as_deref() == Some(files[i].as_str()))
             {
+                if *by_result || (h.line != 0 && result.is_none()) {
+                    continue;
+                }
+                *by_result = result.is_some();
                 h.line = at.line;
                 h.turn = at.turn;
                 h.timestamp = record::timestamp(value).map(str::to_string);
