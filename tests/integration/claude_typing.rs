@@ -85,6 +85,8 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     eprintln!("typing: {trials} trials, KTR_TYPING_SEED={seed}");
     let mut rng = Rng(seed);
     let (mut seen, mut shown, mut popup, mut retyped, mut failures) = (0, 0, 0, 0, Vec::new());
+    // What the person's screen and the stages showed when a prompt was lost.
+    let mut losses = Vec::new();
     for n in 0..trials {
         let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft, Kind::InLoad][n % 4];
         // A draft is begun during the reply (before the switch).
@@ -118,6 +120,13 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
                 shown += r.shown;
                 popup += r.popup;
                 retyped += r.retyped;
+                if r.retyped > 0 {
+                    losses.push(format!(
+                        "trial {n} ({kind:?}): {}\n{}",
+                        r.lost_at,
+                        trial.diagnosis()
+                    ));
+                }
             }
             Err(e) => failures.push(format!(
                 "trial {n} ({kind:?}, {offset_ms} ms): {e}\n{}",
@@ -136,8 +145,10 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     // The popup holds every key typed while Claude Code loads the resumed
     // session and replays it after: nothing is ever to be typed again.
     assert_eq!(
-        retyped, 0,
-        "seed {seed}: keys were lost: the person typed a prompt again {retyped} times"
+        retyped,
+        0,
+        "seed {seed}: keys were lost: the person typed a prompt again {retyped} times\n{}",
+        losses.join("\n\n")
     );
     assert!(
         seen == 0 || shown * 10 >= seen * 9,
@@ -155,6 +166,8 @@ struct Typed {
     popup: usize,
     /// How often the person typed the prompt again.
     retyped: usize,
+    /// When and what the person saw the first time they typed it again.
+    lost_at: String,
 }
 
 /// One installation: the CLI in server A, the person's client in server B.
@@ -281,6 +294,7 @@ impl Trial {
             shown: 0,
             popup: 0,
             retyped: 0,
+            lost_at: String::new(),
         };
         let words = draft.as_ref().or(prompt.as_ref()).unwrap();
         self.type_watching(words, rng, &mut typed);
@@ -374,9 +388,13 @@ impl Trial {
         for c in words.chars() {
             self.outer
                 .tmux(&["send-keys", "-t", "out:0.0", "-l", &c.to_string()]);
-            if self.notice_up() {
+            // A sample counts when ktr's notice was up before and after
+            // the look: one taken as it came down (the popup closing, the
+            // border notice removed) shows the client redrawing, not a
+            // notice that was missing.
+            let screen = self.notice_up().then(|| self.person_screen());
+            if let Some(screen) = screen.filter(|_| self.notice_up()) {
                 typed.seen += 1;
-                let screen = self.person_screen();
                 typed.shown += usize::from(screen.contains("ktr: "));
                 typed.popup += usize::from(screen.contains(ktr_pipeline::recorder::NOTICE));
             }
@@ -455,6 +473,13 @@ impl Trial {
                 Input::Idle if !sent && quiet_since.elapsed() > Duration::from_secs(4) => {
                     // Nothing of it on screen and nothing sent: type it again.
                     typed.retyped += 1;
+                    if typed.lost_at.is_empty() {
+                        typed.lost_at = format!(
+                            "retyped at {}; the screen then:\n{}",
+                            ktr_base::time::now_rfc3339(),
+                            self.person_screen()
+                        );
+                    }
                     self.type_watching(prompt, rng, typed);
                     self.enter();
                     quiet_since = Instant::now();
