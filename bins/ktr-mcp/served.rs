@@ -12,7 +12,7 @@ use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::{Error, Result};
 use ktr_engine::plan;
-use ktr_pipeline::target::Target;
+use ktr_pipeline::targets::Target;
 use ktr_pipeline::{binding, process};
 
 /// The environment variable Claude Code gives its MCP servers.

@@ -18,7 +18,7 @@ use ktr_base::ids::OperationId;
 use ktr_base::{Error, Result};
 use ktr_engine::plan;
 use ktr_pipeline::operation::Store;
-use ktr_pipeline::target::Target;
+use ktr_pipeline::targets::Target;
 use ktr_pipeline::window_cache;
 
 use crate::outputs::{Changed, Dirty, Doctor, PlanView, RecallPage, Recalled, Status};

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use ktr_admin::report::{StatusView, age, human_age};
 use ktr_base::Error;
-use ktr_pipeline::target::Target;
+use ktr_pipeline::targets::Target;
 
 use crate::cli::StatusArgs;
 use crate::{out, state};

@@ -323,7 +323,7 @@ impl Loop {
         let bound = ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid())
             .map(|b| b.session_id)
             // Never resumed: the session it started with.
-            .or_else(|| ktr_pipeline::target::session_arg(&self.tmux.pane_argv()));
+            .or_else(|| ktr_pipeline::targets::session_arg(&self.tmux.pane_argv()));
         assert_eq!(
             bound.as_deref(),
             Some(session),

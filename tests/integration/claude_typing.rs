@@ -536,7 +536,7 @@ impl Trial {
 
     /// Whether ktr has its notice up on the CLI's pane.
     fn notice_up(&self) -> bool {
-        ktr_pipeline::target::Target::Tmux(ktr_pipeline::target::Tmux {
+        ktr_pipeline::targets::Target::Tmux(ktr_pipeline::targets::Tmux {
             program: "tmux".into(),
             socket: Some(self.tmux.server.socket.clone()),
             target: PANE.into(),
@@ -578,7 +578,7 @@ impl Trial {
         let bindings = ktr_pipeline::binding::dir(self.store.dir());
         ktr_pipeline::binding::of_pid(&bindings, self.tmux.pane_pid())
             .map(|b| b.session_id)
-            .or_else(|| ktr_pipeline::target::session_arg(&self.tmux.pane_argv()))
+            .or_else(|| ktr_pipeline::targets::session_arg(&self.tmux.pane_argv()))
             .unwrap_or_else(|| self.source_id.clone())
     }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::{TmuxServer, wait_for};
-use ktr_pipeline::target::{Keeper, Target, Tmux};
+use ktr_pipeline::targets::{Keeper, Target, Tmux};
 
 /// The pane's program and the person's client.
 struct Rig {

@@ -11,7 +11,7 @@ use crate::support::rig::{Kind, Rig, SRC, UNHEALTHY_WINDOW, UNIT};
 use ktr_base::fsutil::sha256_hex;
 use ktr_engine::conserve::{Expected, check};
 use ktr_pipeline::operation::{Operation, Status, manifest};
-use ktr_pipeline::target::{SWITCHING_NOTICE, WAITING_NOTICE};
+use ktr_pipeline::targets::{SWITCHING_NOTICE, WAITING_NOTICE};
 
 use Status::*;
 use ktr_base::ids::SessionId;
@@ -1029,7 +1029,7 @@ fn tmux_ktr_prompt_tells_a_collision_with_the_switch_line_from_a_prompt() {
         assert_eq!(code, 0, "{out}");
         out
     };
-    let line = ktr_pipeline::target::resume_line(
+    let line = ktr_pipeline::targets::resume_line(
         &SessionId::parse(candidate.session_id.as_str()).unwrap(),
     );
     let out = prompt(&format!("my draft words{line}"));

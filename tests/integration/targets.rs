@@ -10,7 +10,7 @@ use crate::support::{Sandbox, TmuxServer, stand_in, wait_for};
 use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_pipeline::process;
-use ktr_pipeline::target::{Pointer, Systemd, Target, Tmux};
+use ktr_pipeline::targets::{Pointer, Systemd, Target, Tmux};
 
 const SESSION: &str = "0b7c9a4e-5d3f-4e21-9c8a-1f2e3d4c5b6a";
 

@@ -27,7 +27,7 @@ use ktr_base::config::{self, Config, home_dir};
 use ktr_pipeline::operation::{Active, Store};
 use ktr_pipeline::process;
 use ktr_pipeline::stages;
-use ktr_pipeline::target::Target;
+use ktr_pipeline::targets::Target;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -540,7 +540,7 @@ fn systemd_pointer(config: &Config, main_pid: Option<u32>) -> Check {
     let running = main_pid.filter(|p| *p > 0).and_then(|pid| {
         ktr_pipeline::process::with_descendants(pid)
             .into_iter()
-            .find_map(|p| ktr_pipeline::target::session_arg(&ktr_pipeline::process::cmdline(p)?))
+            .find_map(|p| ktr_pipeline::targets::session_arg(&ktr_pipeline::process::cmdline(p)?))
     });
     let pointer = match std::fs::read_to_string(path) {
         Ok(text) => text.trim().to_string(),

@@ -250,7 +250,7 @@ impl StatusView {
     /// pending request bound to a session the target does not run, says
     /// so in `next` (it waits for a Stop that may never come).
     #[must_use]
-    pub fn looking_at(mut self, target: &ktr_pipeline::target::Target) -> StatusView {
+    pub fn looking_at(mut self, target: &ktr_pipeline::targets::Target) -> StatusView {
         let Ok(running) = target.running() else {
             return self;
         };

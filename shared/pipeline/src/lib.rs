@@ -1,6 +1,6 @@
 //! The pipeline: acts on a plan. The operation file and its state machine
 //! ([`operation`]), the stages and hooks that move it ([`stages`]), what
-//! gets switched ([`target`]), the process control they share
+//! gets switched ([`targets`]), the process control they share
 //! ([`process`]) and what the hooks remember about the window ([`window_cache`]).
 
 pub mod binding;
@@ -14,5 +14,5 @@ pub mod prompt_back;
 pub mod recall;
 pub mod recorder;
 pub mod stages;
-pub mod target;
+pub mod targets;
 pub mod window_cache;

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::operation::{Operation, PromptBack};
 use crate::pane::Input;
-use crate::target::Target;
+use crate::targets::Target;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic, write_cache_atomic};
 use ktr_base::ids::{OperationId, SessionId};

@@ -3,7 +3,7 @@
 //! Claude Code 2.1.328 drops keys typed in the ~0.15 s after the `/resume`
 //! Enter, while it loads the resumed session. While ktr switches, each
 //! tmux client showing the pane gets a popup running this recorder
-//! ([`crate::target::Keeper`]): it owns that client's keyboard, puts its
+//! ([`crate::targets::Keeper`]): it owns that client's keyboard, puts its
 //! tty in raw mode, shows a notice and what was typed, and appends every
 //! byte it reads to `<dir>/keys` at once. When `<dir>/stop` appears (the
 //! switch is over), after `--max-seconds`, on SIGHUP/SIGTERM or when its
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::target::Tmux;
+use crate::targets::Tmux;
 use ktr_base::error::{Error, Result};
 
 pub const HELP: &str = "\

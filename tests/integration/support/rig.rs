@@ -533,7 +533,7 @@ impl Rig {
     /// ktr's notice on the pane's border, if any.
     pub fn notice(&self) -> Option<String> {
         let tmux = self.tmux.as_ref()?;
-        ktr_pipeline::target::Target::Tmux(ktr_pipeline::target::Tmux {
+        ktr_pipeline::targets::Target::Tmux(ktr_pipeline::targets::Tmux {
             program: "tmux".into(),
             socket: Some(tmux.socket.clone()),
             target: "t:0.0".into(),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::manifest::ManifestRef;
 use super::{Stage, Status};
 use crate::process::{self, ProcessId};
-use crate::target::Ran;
+use crate::targets::Ran;
 use ktr_base::digest::Sha256;
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::Timestamp;

@@ -16,7 +16,7 @@ use super::record::SCHEMA;
 /// The key keeper's directory's name in a state dir ([`Store::keys_dir`]).
 pub const KEYS_DIR: &str = "keep";
 use super::{Operation, Stage, Status, Transition};
-use crate::target::Target;
+use crate::targets::Target;
 use ktr_base::config::{Config, expand_home, home_dir};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::target::Target;
+use crate::targets::Target;
 
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::time::parse_rfc3339;
@@ -483,7 +483,7 @@ fn a_death_while_activating_records_the_target_and_needs_attention() {
     fs::write(&pointer, "new-session\n").unwrap();
     let store = store
         .with_grace(Duration::ZERO)
-        .with_target(Target::Pointer(crate::target::Pointer { path: pointer }));
+        .with_target(Target::Pointer(crate::targets::Pointer { path: pointer }));
     let op = requested(&store);
     walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
     set_worker(&store, &op.id, dead_worker(Stage::Activate));

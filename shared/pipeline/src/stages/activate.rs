@@ -15,7 +15,7 @@ use crate::operation::{Locked, Operation, Status, Store, discard_candidate, mani
 use crate::pane::Input;
 use crate::process;
 use crate::stages::prompt::PROBE;
-use crate::target::{Receipt, Target};
+use crate::targets::{Receipt, Target};
 use ktr_base::config::{Activation, Config, home_dir};
 use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
@@ -763,10 +763,10 @@ pub(super) fn restore(
 
 /// What the target ran before the switch (`target_ran`; the source session
 /// for operations recorded before it existed).
-pub(super) fn ran_before(op: &Operation) -> Result<crate::target::Ran> {
+pub(super) fn ran_before(op: &Operation) -> Result<crate::targets::Ran> {
     Ok(match &op.target_ran {
         Some(ran) => ran.clone(),
-        None => crate::target::Ran {
+        None => crate::targets::Ran {
             session: source_session(op)?,
             argv: Vec::new(),
             cwd: None,
@@ -779,7 +779,7 @@ pub(super) fn ran_before(op: &Operation) -> Result<crate::target::Ran> {
 pub(super) fn respawn_back(
     config: &Config,
     target: &Target,
-    ran: &crate::target::Ran,
+    ran: &crate::targets::Ran,
     switched: impl FnOnce(),
 ) -> Result<(String, String)> {
     target.restore(ran, config)?;

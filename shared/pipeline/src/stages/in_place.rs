@@ -16,7 +16,7 @@
 //! input line to the end of the switch, `ktr-keep`'s popup on each
 //! attached client holds the keys a person types (Claude Code drops those
 //! typed while it loads the resumed session) and types them in after
-//! ([`crate::target::Keeper`]).
+//! ([`crate::targets::Keeper`]).
 
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -26,7 +26,7 @@ use crate::binding;
 use crate::operation::Store;
 use crate::pane::Input;
 use crate::process::ProcessId;
-use crate::target::{Keeper, Target, resume_line};
+use crate::targets::{Keeper, Target, resume_line};
 use ktr_base::config::{Activation, Config};
 use ktr_base::ids::{OperationId, SessionId};
 
@@ -71,7 +71,7 @@ pub fn noticed(
     waits_as: crate::operation::Status,
     run: impl FnOnce() -> ktr_base::error::Result<super::Outcome>,
 ) -> ktr_base::error::Result<super::Outcome> {
-    let notice = target.notice(crate::target::SWITCHING_NOTICE);
+    let notice = target.notice(crate::targets::SWITCHING_NOTICE);
     let outcome = run();
     if outcome
         .as_ref()

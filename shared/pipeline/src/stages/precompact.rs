@@ -32,7 +32,7 @@ use crate::process;
 use crate::prompt_back;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Scheduled};
-use crate::target::Target;
+use crate::targets::Target;
 use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::error::Result;
 use ktr_base::ids::SessionId;

@@ -13,7 +13,7 @@ use super::{Outcome, Stage, Steps, guarded, pause_point, seconds, space, target_
 use crate::operation::manifest::{self, ManifestRef, ManifestWriter};
 use crate::operation::progress;
 use crate::operation::{CandidateFile, Operation, Status, Store, Worker};
-use crate::target::Target;
+use crate::targets::Target;
 use crate::window_cache;
 use ktr_base::config::{Activation, Config};
 use ktr_base::digest::Sha256;

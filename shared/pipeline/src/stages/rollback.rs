@@ -10,7 +10,7 @@ use super::in_place::{self, Switched};
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session, target_guard};
 use crate::gate::turn_since_stop;
 use crate::operation::{Locked, Operation, Status, Store};
-use crate::target::Target;
+use crate::targets::Target;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::OperationId;

@@ -3,7 +3,7 @@
 //! rebuilt, and it is still what it was when the rebuild was requested.
 
 use crate::operation::Operation;
-use crate::target::{Running, Target};
+use crate::targets::{Running, Target};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
