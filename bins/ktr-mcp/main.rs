@@ -25,15 +25,14 @@ use rmcp::service::ServerInitializeError;
 
 use ktr_base::ids::SessionId;
 
+const PROGRAM: &str = "ktr-mcp";
+
 const USAGE: &str = "usage: ktr-mcp [--config PATH] [--session ID] [--plugin]";
 
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
-        Err(message) => {
-            eprintln!("ktr-mcp: {message}; {USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(message) => ktr_base::cli::usage_error(PROGRAM, &format!("{message}; {USAGE}")),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -116,16 +115,13 @@ fn parse_args() -> Result<Args, String> {
                 args.session = Some(SessionId::parse(&id).map_err(|e| e.message)?);
             }
             Long("plugin") => args.plugin = true,
-            Short('h') | Long("help") => {
-                println!(
-                    "{USAGE}\nMCP stdio server exposing the thread_rebuild_* tools (SPEC §11 lists them)."
-                );
-                std::process::exit(0);
-            }
-            Short('V') | Long("version") => {
-                println!("ktr-mcp {}", env!("CARGO_PKG_VERSION"));
-                std::process::exit(0);
-            }
+            Short('h') | Long("help") => ktr_base::cli::help(
+                PROGRAM,
+                &format!(
+                    "{PROGRAM}: the MCP stdio server exposing the thread_rebuild_* tools (SPEC §11 lists them).\n\n{USAGE}"
+                ),
+            ),
+            Short('V') | Long("version") => ktr_base::cli::version(PROGRAM),
             other => return Err(other.unexpected().to_string()),
         }
     }

@@ -29,13 +29,7 @@ pub fn json<T: serde::Serialize>(value: &T) {
 
 /// Exit quietly with 0 if stdout was a closed pipe, with 1 on another error.
 fn written(result: std::io::Result<()>) {
-    if let Err(e) = result {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("ktr: cannot write output: {e}");
-        std::process::exit(1);
-    }
+    ktr_base::cli::written("ktr", result);
 }
 
 /// A byte count in a human unit.

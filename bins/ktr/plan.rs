@@ -73,7 +73,13 @@ struct Printed<W>(W);
 
 impl<W: std::io::Write> Sink for Printed<W> {
     fn line(&mut self, json: &str, _: ManifestEntry) -> Result<(), Error> {
-        let failed = |e: std::io::Error| Error::io(format!("cannot print the candidate: {e}"));
+        let failed = |e: std::io::Error| {
+            // A reader that went away (`| head`) ends the program quietly.
+            if ktr_base::cli::is_closed_pipe(&e) {
+                std::process::exit(0);
+            }
+            Error::io(format!("cannot print the candidate: {e}"))
+        };
         ktr_engine::span::expand_json(json, &mut |b| self.0.write_all(b).map_err(failed))?;
         self.0.write_all(b"\n").map_err(failed)
     }

@@ -26,6 +26,7 @@ mod claude_switch;
 mod claude_turns;
 mod claude_typing;
 mod claude_window;
+mod cli;
 mod corpus;
 mod doctor;
 mod escapes;

@@ -13,6 +13,7 @@
 //!
 //! docs/ARCHITECTURE.md has the map; docs/SPEC.md is the contract.
 
+pub mod cli;
 pub mod config;
 pub mod digest;
 pub mod error;

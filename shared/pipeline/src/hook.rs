@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::{plugin, process};
+use ktr_base::cli::Call;
 use ktr_base::error::{Error, Result};
 
 /// Larger hook input than this is refused unread.
@@ -187,33 +188,30 @@ impl Invocation {
     }
 }
 
-/// How a hook was called.
+/// The words a hook was run with: `[--config PATH]` and the declared flags
+/// given.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Call {
-    /// `--help`: print the usage and exit 0.
-    Help,
-    /// `[--config PATH]` and the declared flags given.
-    Run {
-        config: Option<PathBuf>,
-        flags: Vec<&'static str>,
-    },
+pub struct Words {
+    pub config: Option<PathBuf>,
+    pub flags: Vec<&'static str>,
 }
 
-/// Parse `[--config PATH] [--FLAG…] | --help` for the hook `name`, whose
-/// declared flags (without `--`) are `flags`.
+/// Parse `[--config PATH] [--FLAG…] | --help | --version` for the hook
+/// `name`, whose declared flags (without `--`) are `flags`.
 pub fn parse_args(
     name: &str,
     flags: &[&'static str],
     args: impl IntoIterator<Item = OsString>,
-) -> Result<Call> {
+) -> Result<Call<Words>> {
     use lexopt::prelude::*;
     let mut config = None;
     let mut given = Vec::new();
     let mut parser = lexopt::Parser::from_iter(std::iter::once(OsString::from(name)).chain(args));
-    let usage = |e: &dyn std::fmt::Display| Error::usage(format!("{name}: {e}"));
+    let usage = |e: &dyn std::fmt::Display| Error::usage(e.to_string());
     while let Some(arg) = parser.next().map_err(|e| usage(&e))? {
         match arg {
             Long("help") | Short('h') => return Ok(Call::Help),
+            Long("version") | Short('V') => return Ok(Call::Version),
             Long("config") => config = Some(PathBuf::from(parser.value().map_err(|e| usage(&e))?)),
             Long(flag) if flags.contains(&flag) => {
                 given.extend(flags.iter().copied().filter(|f| *f == flag));
@@ -221,16 +219,16 @@ pub fn parse_args(
             other => {
                 let extra: String = flags.iter().map(|f| format!(" [--{f}]")).collect();
                 return Err(usage(&format!(
-                    "unexpected {}; usage: {name} [--config PATH]{extra}",
+                    "{}; usage: {name} [--config PATH]{extra}",
                     other.unexpected()
                 )));
             }
         }
     }
-    Ok(Call::Run {
+    Ok(Call::Run(Words {
         config,
         flags: given,
-    })
+    }))
 }
 
 /// Run a hook binary: parse the command line, read stdin (before anything
@@ -255,11 +253,9 @@ pub fn main_with_flags(
     let mut declared = flags.to_vec();
     declared.push(plugin::FLAG);
     let reply = match parse_args(name, &declared, std::env::args_os().skip(1)) {
-        Ok(Call::Help) => {
-            println!("{help}");
-            std::process::exit(0);
-        }
-        Ok(Call::Run { config, flags }) => match process::read_stdin_capped(STDIN_LIMIT) {
+        Ok(Call::Help) => ktr_base::cli::help(name, help),
+        Ok(Call::Version) => ktr_base::cli::version(name),
+        Ok(Call::Run(Words { config, flags })) => match process::read_stdin_capped(STDIN_LIMIT) {
             Ok(input)
                 if flags.contains(&plugin::FLAG)
                     && !plugin::serves(config.as_deref(), input.as_deref()) =>
@@ -273,11 +269,14 @@ pub fn main_with_flags(
             }),
             Err(e) => Reply::Message(format!("ktr: cannot read the {name} hook input: {e}")),
         },
-        Err(e) => Reply::Message(format!("ktr: {e}")),
+        // Claude Code reads a hook's exit 2 as "block" (a UserPromptSubmit
+        // hook's erases the person's prompt), so a hook called with words it
+        // does not take says so on the terminal and still exits 0.
+        Err(e) => Reply::Message(format!("{name}: {e}")),
     };
     let line = reply.to_json();
     if !line.is_empty() {
-        println!("{line}");
+        ktr_base::cli::print_line(name, &line);
     }
     std::process::exit(0);
 }
@@ -294,21 +293,25 @@ mod tests {
     fn hooks_take_config_or_help_and_refuse_anything_else() {
         assert_eq!(
             parse_args("ktr-stop", &[], args(&["--config", "/c.toml"])).unwrap(),
-            Call::Run {
+            Call::Run(Words {
                 config: Some("/c.toml".into()),
                 flags: vec![]
-            }
+            })
         );
         assert_eq!(
             parse_args("ktr-stop", &[], args(&[])).unwrap(),
-            Call::Run {
+            Call::Run(Words {
                 config: None,
                 flags: vec![]
-            }
+            })
         );
         assert_eq!(
             parse_args("ktr-ack", &[], args(&["--help"])).unwrap(),
             Call::Help
+        );
+        assert_eq!(
+            parse_args("ktr-ack", &[], args(&["--version"])).unwrap(),
+            Call::Version
         );
         let err = parse_args("ktr-stop", &[], args(&["--bogus"])).unwrap_err();
         assert!(
@@ -323,13 +326,16 @@ mod tests {
                 args(&["--segment"])
             )
             .unwrap(),
-            Call::Run {
+            Call::Run(Words {
                 config: None,
                 flags: vec!["segment"]
-            }
+            })
         );
         let err = parse_args("ktr-stop", &[], args(&["--segment"])).unwrap_err();
-        assert!(err.message.contains("unexpected"), "{err}");
+        assert!(
+            err.message.starts_with("invalid option '--segment'"),
+            "{err}"
+        );
         let err = parse_args("ktr-statusline", &["segment"], args(&["--x"])).unwrap_err();
         assert!(
             err.message

@@ -23,9 +23,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::targets::Tmux;
+use ktr_base::cli::Call;
 use ktr_base::error::{Error, Result};
 
+const PROGRAM: &str = "ktr-keep";
+
+const USAGE: &str = "usage: ktr-keep --dir DIR --pane PANE [--socket SOCKET] [--max-seconds N]";
+
 pub const HELP: &str = "\
+ktr-keep: the key recorder of a tmux in-place switch.
+
 usage: ktr-keep --dir DIR --pane PANE [--socket SOCKET] [--max-seconds N]
 
 Run by ktr-activate / ktr-rollback in a tmux popup while they switch a Claude
@@ -98,11 +105,9 @@ pub struct Args {
 pub fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let code = match parse(args) {
-        Ok(None) => {
-            println!("{HELP}");
-            0
-        }
-        Ok(Some(args)) => match record(&args) {
+        Ok(Call::Help) => ktr_base::cli::help(PROGRAM, HELP),
+        Ok(Call::Version) => ktr_base::cli::version(PROGRAM),
+        Ok(Call::Run(args)) => match record(&args) {
             Ok(()) => 0,
             Err(e) => {
                 // The popup may be gone with its screen: the switch reads it here.
@@ -111,15 +116,12 @@ pub fn main() {
                 1
             }
         },
-        Err(e) => {
-            eprintln!("ktr-keep: {}\n{HELP}", e.message);
-            2
-        }
+        Err(e) => ktr_base::cli::usage_error(PROGRAM, &format!("{}; {USAGE}", e.message)),
     };
     std::process::exit(code);
 }
 
-fn parse(args: Vec<OsString>) -> Result<Option<Args>> {
+fn parse(args: Vec<OsString>) -> Result<Call<Args>> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
     let (mut dir, mut pane, mut socket, mut max) = (None, None, None, 30.0_f64);
@@ -132,7 +134,8 @@ fn parse(args: Vec<OsString>) -> Result<Option<Args>> {
             Long("max-seconds") => {
                 max = parser.value().map_err(bad)?.parse().map_err(bad)?;
             }
-            Long("help") | Short('h') => return Ok(None),
+            Long("help") | Short('h') => return Ok(Call::Help),
+            Long("version") | Short('V') => return Ok(Call::Version),
             _ => return Err(bad(arg.unexpected())),
         }
     }
@@ -142,7 +145,7 @@ fn parse(args: Vec<OsString>) -> Result<Option<Args>> {
     if !max.is_finite() || max <= 0.0 {
         return Err(Error::usage("--max-seconds must be a positive number"));
     }
-    Ok(Some(Args {
+    Ok(Call::Run(Args {
         files: Files { dir },
         pane,
         socket,
@@ -361,10 +364,11 @@ mod tests {
             "--max-seconds",
             "2.5",
         ]))
-        .unwrap()
         .unwrap();
+        let Call::Run(ok) = ok else { panic!("{ok:?}") };
         assert_eq!(ok.pane, "%1");
         assert_eq!(ok.max, Duration::from_millis(2500));
-        assert!(parse(args(&["--help"])).unwrap().is_none());
+        assert!(matches!(parse(args(&["--help"])), Ok(Call::Help)));
+        assert!(matches!(parse(args(&["--version"])), Ok(Call::Version)));
     }
 }

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 use super::{Outcome, Stage, StageFn, Steps, hand_off, prepare, run_chain, schedule_by_hand};
 use crate::operation::{Status, Store};
+use ktr_base::cli::Call;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::OperationId;
@@ -37,16 +38,15 @@ pub struct Args {
 
 impl Args {
     /// Parse `args` (without the program name) for `stage`.
-    pub fn parse(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result<Args> {
+    pub fn parse(stage: Stage, args: impl IntoIterator<Item = OsString>) -> Result<Call<Args>> {
         use lexopt::prelude::*;
-        let bad = |what: String| Error::usage(format!("{stage}: {what}; usage: {}", usage(stage)));
+        let bad = |what: String| Error::usage(format!("{what}; usage: {}", usage(stage)));
         let mut out = Args::default();
         let mut parser = lexopt::Parser::from_args(args);
         while let Some(arg) = parser.next().map_err(|e| bad(e.to_string()))? {
             let flag = match arg {
-                Long("help") | Short('h') => {
-                    return Err(Error::usage(format!("usage: {}", usage(stage))));
-                }
+                Long("help") | Short('h') => return Ok(Call::Help),
+                Long("version") | Short('V') => return Ok(Call::Version),
                 Long(name @ ("config" | "operation")) => name.to_string(),
                 Long(name @ ("transcript" | "confirm" | "reason")) if stage == Stage::Prepare => {
                     name.to_string()
@@ -69,8 +69,22 @@ impl Args {
         if out.operation.is_none() && stage != Stage::Prepare {
             return Err(bad("--operation ID is required".into()));
         }
-        Ok(out)
+        Ok(Call::Run(out))
     }
+}
+
+/// What `--help` prints.
+fn help(stage: Stage) -> String {
+    let what = match stage {
+        Stage::Prepare => "stage 1 of a rebuild: build the candidate session",
+        Stage::Verify => "stage 2 of a rebuild: check the candidate against its source",
+        Stage::Activate => "stage 3 of a rebuild: switch the target to the candidate",
+        Stage::Rollback => "switch the target back to the session a rebuild replaced",
+    };
+    format!(
+        "{stage}: {what} (run by ktr's hooks and stages; docs/SPEC.md §12).\n\nusage: {}",
+        usage(stage)
+    )
 }
 
 fn usage(stage: Stage) -> String {
@@ -132,7 +146,7 @@ pub struct ByHand {
 fn exit_with(stage: Stage, result: Result<Outcome>) -> ! {
     let code = match result {
         Ok(outcome) => {
-            println!("{}", outcome.summary());
+            ktr_base::cli::print_line(&stage.to_string(), &outcome.summary());
             i32::from(outcome.operation.status == Status::Failed)
         }
         Err(e) => {
@@ -152,7 +166,11 @@ pub fn execute(
     by_hand: Option<&ByHand>,
     args: impl IntoIterator<Item = OsString>,
 ) -> Result<Outcome> {
-    let args = Args::parse(stage, args)?;
+    let args = match Args::parse(stage, args)? {
+        Call::Run(args) => args,
+        Call::Help => ktr_base::cli::help(&stage.to_string(), &help(stage)),
+        Call::Version => ktr_base::cli::version(&stage.to_string()),
+    };
     let config = Config::load(args.config.as_deref())?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
@@ -169,7 +187,7 @@ pub fn execute(
             (op.id, Some(by_hand.chain))
         }
         (None, None) => {
-            return Err(Error::usage(format!("{stage}: --operation ID is required")));
+            return Err(Error::usage("--operation ID is required"));
         }
     };
     let mut steps = Steps::new(stage, &id);
@@ -190,8 +208,38 @@ pub fn execute(
 mod tests {
     use super::*;
 
-    fn parse(stage: Stage, words: &[&str]) -> Result<Args> {
+    fn call(stage: Stage, words: &[&str]) -> Result<Call<Args>> {
         Args::parse(stage, words.iter().map(OsString::from))
+    }
+
+    fn parse(stage: Stage, words: &[&str]) -> Result<Args> {
+        call(stage, words).map(|call| match call {
+            Call::Run(args) => args,
+            other => panic!("{words:?} is a call to run, not {other:?}"),
+        })
+    }
+
+    #[test]
+    fn help_and_version_are_answered_before_anything_is_required() {
+        for stage in [
+            Stage::Prepare,
+            Stage::Verify,
+            Stage::Activate,
+            Stage::Rollback,
+        ] {
+            assert_eq!(call(stage, &["--help"]).unwrap(), Call::Help);
+            assert_eq!(call(stage, &["-h"]).unwrap(), Call::Help);
+            assert_eq!(call(stage, &["--version"]).unwrap(), Call::Version);
+            assert!(help(stage).contains(&usage(stage)), "{stage}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_does_not_name_the_program_itself() {
+        // The program's name is put in front once, where the error is printed.
+        let err = parse(Stage::Activate, &["--bogus"]).unwrap_err();
+        assert!(!err.message.contains("ktr-activate:"), "{err}");
+        assert!(err.message.starts_with("invalid option '--bogus'"), "{err}");
     }
 
     #[test]
