@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 25's memory targets: what the machine pays for a run, not only RSS.
+"""The memory targets: what the machine pays for a run, not only RSS.
 
 Each run goes into a fresh cgroup v1 memory group (root; the source is read
 once beforehand by this process, outside the group, so its page cache is

@@ -50,8 +50,8 @@ DATA = common.DATA
 GEN = common.GEN
 MB = common.MB
 
-TARGETS_S = {20_000: 5.0, 50_000: 12.0}  # issue 12: the whole chain
-# Issue 25: memory bounded by design (no allocator tricks): with one huge
+TARGETS_S = {20_000: 5.0, 50_000: 12.0}  # the whole chain
+# Memory bounded by design (no allocator tricks): with one huge
 # message (--huge-message-mb) the chain's and plan's peak RSS <= 32 MiB
 # (bench/cgroup.py measures what a memory cgroup is charged); per-record
 # tables may grow with the record count, so no RSS target by turns. Linear:

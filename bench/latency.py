@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Switch latency with the real Claude Code CLI (issues 12 item 4, 24 item 5; Python 3.11 stdlib only).
+"""Switch latency with the real Claude Code CLI (Python 3.11 stdlib only).
 
 ``python3 bench/latency.py [--runs 5] [--release]``
     Runs the ignored test ``claude_loop::switch_latency_with_no_activation_delay``
@@ -36,8 +36,8 @@ import run  # noqa: E402  (bench/run.py: the dist build ./install ships)
 
 REPO = Path(__file__).resolve().parent.parent
 TEST = "claude_loop::switch_latency_with_no_activation_delay"
-TARGET_S = 1.5  # issue 24: end of reply -> activated in place, median
-TARGET_RATIO = 0.6  # issue 24: in place <= 0.6 x the respawn path, same run
+TARGET_S = 1.5  # end of reply -> activated in place, median
+TARGET_RATIO = 0.6  # in place <= 0.6 x the respawn path, same run
 
 
 def main(argv: list[str] | None = None) -> int:

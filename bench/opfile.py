@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Operation-file size and ``ktr status --json`` time right after prepare (issue 12 item 3).
+"""Operation-file size and ``ktr status --json`` time right after prepare.
 
 ``python3 bench/opfile.py [--bins target/debug] [--compare DIR] [--turns 116000] [--data DIR] [--runs 20]``
     Generates (or reuses) ``gen_transcript.py --mix chat --turns N`` in ``--data``

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The plugin's hooks in a project ktr does not serve (issue 29): each must be
+"""The plugin's hooks in a project ktr does not serve: each must be
 a silent no-op costing at most 2x ``/bin/true``.
 
 Runs every hook binary the plugin calls (``ktr-stop``, ``ktr-prompt``,

@@ -78,7 +78,7 @@ def dist_build(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 MB = 1_000_000
 MIB = 1024 * 1024
 
-TARGET_PLAN_RATIO = 5.0      # ktr plan within 5x of wc -l (issue 25; 8x before)
+TARGET_PLAN_RATIO = 5.0      # ktr plan within 5x of wc -l (8x before)
 TARGET_RSS_MIB = 32.0        # peak RSS below 32 MiB, independent of size
 RSS_SLOPE_MIB = 1.0          # "independent of size": grows < 1 MiB per 100 MB
 TARGET_STOP_RATIO = 3.0      # Stop hook within 3x of /bin/true

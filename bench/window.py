@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Window-aware hooks benchmark (issue 8), Python 3.11 stdlib only.
+"""Window-aware hooks benchmark, Python 3.11 stdlib only.
 
 ``python3 bench/window.py [--size-mb 100] [--runs 200] [--no-build | --bin-dir DIR] [--check]``
 
@@ -20,7 +20,7 @@ that let the hooks' running account catch up with the file):
 3. ``ktr-statusline --segment`` fed a statusline JSON as Claude Code 2.1.328
    sends it.
 
-Target for each (issue 27): median within 2x of ``/bin/true``. Exit 0 measured (misses
+Target for each: median within 2x of ``/bin/true``. Exit 0 measured (misses
 printed as MISS; ``--check`` exits 3 on a miss), 1 failure, 2 usage error.
 """
 

@@ -1,4 +1,4 @@
-//! What each tool answers (issue 26: typed outputs, not `json!`): one
+//! What each tool answers (typed outputs, not `json!`): one
 //! struct per answer, serialized as the tool result's structured content
 //! and advertised as the tool's `outputSchema` (`rmcp::Json`). The model
 //! reads these field names; `tests/integration/mcp.rs` checks every answer

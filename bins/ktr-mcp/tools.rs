@@ -1,4 +1,4 @@
-//! The tools (SPEC §11, and recall: issue 28), each a thin call into the library. Every
+//! The tools (SPEC §11, and recall), each a thin call into the library. Every
 //! failure reaches the model as a tool result with `isError: true` and the
 //! library's one-line message; successes are structured JSON.
 

@@ -1,5 +1,4 @@
-//! `ktr-precompact`: the compaction guard, Claude Code's `PreCompact` hook
-//! (issue 8 §3).
+//! `ktr-precompact`: the compaction guard, Claude Code's `PreCompact` hook.
 //!
 //! Before Claude Code auto-compacts a session with a rebuild pending (or
 //! with the standing approval `on_auto_compaction = "rebuild"`), it blocks

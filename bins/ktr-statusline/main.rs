@@ -1,4 +1,4 @@
-//! `ktr-statusline`: Claude Code's `statusLine` command (issue 8 §4).
+//! `ktr-statusline`: Claude Code's `statusLine` command.
 //!
 //! Prints one line such as `Opus · work · ktr 78% · rebuild→4%` for the
 //! JSON Claude Code pipes it, and remembers the session's window size.

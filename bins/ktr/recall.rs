@@ -1,4 +1,4 @@
-//! `ktr recall QUERY`: search the lineage verbatim (issue 28); `ktr recall
+//! `ktr recall QUERY`: search the lineage verbatim; `ktr recall
 //! --get HIT_ID [--page N]`: one hit whole. Its own words are parsed
 //! here (the command has many filters no other command shares).
 

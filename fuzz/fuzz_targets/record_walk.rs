@@ -1,4 +1,4 @@
-//! Fuzz the record walk against `serde_json` (issue 25): on any text the
+//! Fuzz the record walk against `serde_json`: on any text the
 //! walk reads the record `serde_json` reads, or leaves the line to it;
 //! and skipping a value accepts exactly what `serde_json` accepts.
 #![no_main]

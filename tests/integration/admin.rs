@@ -665,7 +665,7 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
         assert!(kept.exists(), "{} was kept", kept.display());
     }
     // Nothing that stayed was changed; the one new file keeps the lineage
-    // link of the activated operation that went (issue 28).
+    // link of the activated operation that went.
     let links = sb.state.join("lineage.jsonl");
     for (path, digest) in after.iter().filter(|(p, _)| **p != links) {
         assert_eq!(before.get(path), Some(digest), "{}", path.display());
@@ -947,7 +947,7 @@ fn stamp(at: &str) -> ktr_base::time::Timestamp {
     ktr_base::time::Timestamp::parse(at).unwrap()
 }
 
-/// Issue 29 operator item 1: purge removes ktr's own copies of the
+/// Purge removes ktr's own copies of the
 /// conversation — the state dir's files and the candidates never
 /// activated — and never a source transcript, the transcript of a session
 /// that ran, or anything else in the state dir; without the word it only
@@ -1030,7 +1030,7 @@ fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
     assert_eq!(tree(sb.root()), before);
 }
 
-/// Issue 27 (low): every label of `ktr plan` stands in its own column —
+/// Every label of `ktr plan` stands in its own column —
 /// none runs into its value (`…expansion0`).
 #[test]
 fn plan_labels_never_run_into_their_values() {
@@ -1057,7 +1057,7 @@ fn plan_labels_never_run_into_their_values() {
     }
 }
 
-/// Issue 27 item 5: `ktr status` (and `--json`) carry the window of the
+/// `ktr status` (and `--json`) carry the window of the
 /// operation's session: used, size, compaction point, after a rebuild,
 /// each with its source.
 #[test]

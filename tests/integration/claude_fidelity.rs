@@ -1,4 +1,4 @@
-//! Fidelity, proven per transcript against the real CLI (issue 10): resume
+//! Fidelity, proven per transcript against the real CLI: resume
 //! the ORIGINAL transcript and the REBUILT candidate with the same probe
 //! prompt against the fake API, and compare the two requests text by text.
 //!

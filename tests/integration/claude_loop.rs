@@ -679,7 +679,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 }
 
 /// Everything that ties the Claude Code process to a session follows an
-/// in-place switch (issue 24 item 1): after the first rebuild the same
+/// in-place switch: after the first rebuild the same
 /// process — whose command line and whose MCP server's
 /// `CLAUDE_CODE_SESSION_ID` still name the first session — asks for a
 /// second rebuild through MCP. The request binds to the rebuilt session
@@ -939,7 +939,7 @@ fn times_sent(lp: &Loop, draft: &str) -> usize {
 }
 
 /// ktr's `/resume <id>` line meets keys a person typed in the same
-/// instant (issue 24 item 2): the person's `my draft words` land after
+/// instant: the person's `my draft words` land after
 /// ktr saw the empty input line and before its line (the test pause
 /// `activate:typing`); [`collide`]: the operation waits (`pending`), the
 /// words come back whole; sent, they are answered in the old session and
@@ -966,8 +966,8 @@ fn a_switch_line_that_collides_with_typing_gives_the_text_back_and_waits() {
     );
 }
 
-/// An in-place switch that is not healthy goes back in place (issue 24
-/// item 1): the candidate's resume is judged unhealthy (the debug-only
+/// An in-place switch that is not healthy goes back in place: the
+/// candidate's resume is judged unhealthy (the debug-only
 /// `KTR_TEST_UNHEALTHY_SWITCH`: the real CLI resumes a valid candidate
 /// healthily), and ktr types `/resume <old-id>` into the same Claude Code.
 /// The operation ends `rolled_back` with the reason, the pane keeps its
@@ -1025,7 +1025,7 @@ fn an_unhealthy_in_place_switch_goes_back_in_place() {
 }
 
 /// A rollback's `/resume <old-id>` line meets keys a person typed in the
-/// same instant (issue 24 item 3: the same protections as activation),
+/// same instant (the same protections as activation),
 /// [`collide`] at `rollback:typing`: the rollback waits
 /// (`rollback_pending`); sent, the words are answered in the rebuilt
 /// session, and the next Stop rolls back in place.
@@ -1076,7 +1076,7 @@ fn signal(pid: u32, signal: &str) {
 /// refuses it (the timestamp check), the operation fails, the candidate is
 /// discarded, and the pane keeps running the old session, whose next
 /// request carries the old history.
-/// Issues 12 item 4 and 24 item 5 as a benchmark, not a check of speed:
+/// The switch's latency as a benchmark, not a check of speed:
 /// end of reply (the fake API sent the reply's `message_stop`) →
 /// `activated`, then the same for a rollback (→ `rolled_back`), with
 /// `activation_delay_seconds = 0` and every other key at its default, in

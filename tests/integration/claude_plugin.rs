@@ -1,4 +1,4 @@
-//! ktr as a Claude Code plugin (issue 29), with the real CLI: the checkout
+//! ktr as a Claude Code plugin, with the real CLI: the checkout
 //! is a marketplace whose plugin `ktr` (in `plugin/`) carries the hooks, the
 //! MCP server and the `/ktr:` commands. `claude plugin validate` finds
 //! nothing to warn about; `./install --plugin` fills `plugin/bin` and runs

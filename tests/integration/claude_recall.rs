@@ -1,4 +1,4 @@
-//! Recall through the real interactive CLI (issue 28): a long tool output
+//! Recall through the real interactive CLI: a long tool output
 //! that Claude Code offloads to `<session>/tool-results/`; a rebuild; the
 //! new session's first request carries ktr-ack's one-line notice; the
 //! (scripted) model calls `thread_rebuild_recall` for a line of that

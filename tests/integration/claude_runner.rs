@@ -1,4 +1,4 @@
-//! `examples/runner.sh` with the real Claude Code CLI (issue 13): a rebuild
+//! `examples/runner.sh` with the real Claude Code CLI: a rebuild
 //! requested while a `claude -p` turn runs, with the next prompt already
 //! queued, loses nothing — the next prompt runs on the rebuilt session,
 //! which carries every earlier turn — and the runner says what happened.
@@ -297,7 +297,7 @@ fn a_failing_rebuild_is_reported_by_the_runner_and_the_old_session_stays() {
     );
 }
 
-/// Issue 27 item 4, pointer mode: the first session's reply reports a full
+/// The first session's reply reports a full
 /// window; the runner's next prompt makes Claude Code auto-compact, ktr's
 /// guard blocks it (`claude -p` exits 1, "Prompt is too long") and starts
 /// the rebuild; once it is activated the runner sends that prompt once

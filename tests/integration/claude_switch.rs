@@ -1,5 +1,5 @@
 //! `/resume <id>` typed into the running interactive Claude Code: what the
-//! real CLI does with it (issue 24), measured, and the in-place switch ktr
+//! real CLI does with it, measured, and the in-place switch ktr
 //! builds on it.
 //!
 //! Ignored by default: they need the real CLI (`KTR_CLAUDE_BIN`).

@@ -1,4 +1,4 @@
-//! The switch never interrupts a turn (issue 14), through the real
+//! The switch never interrupts a turn, through the real
 //! interactive Claude Code CLI in tmux with ktr installed by `install`.
 //!
 //! Each trial: one quick exchange, `ktr request`, then a prompt whose reply

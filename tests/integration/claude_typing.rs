@@ -1,5 +1,4 @@
-//! A person typing through an attached tmux client while ktr switches
-//! (issue 24, "what must be shown").
+//! A person typing through an attached tmux client while ktr switches.
 //!
 //! The real CLI runs in a private tmux server (`cc:0.0`); a second private
 //! server's pane runs `tmux attach` to it: the person's keys go through that

@@ -1,4 +1,4 @@
-//! Window-aware ktr through the real interactive Claude Code CLI (issue 8),
+//! Window-aware ktr through the real interactive Claude Code CLI,
 //! with a fake Messages API that reports whatever usage the test chooses
 //! ([`FakeApi::set_usage`]):
 //!
@@ -7,20 +7,20 @@
 //! - (b) a reply at 99.9 % with a pending rebuild → `PreCompact(auto)` → ktr
 //!   blocks it and the pane is switched; the blocked (two-line) prompt is
 //!   back in the input line, not sent, with ktr's notice on the border
-//!   (issue 27 item 4); after Enter the model gets it once, with every
+//!  ; after Enter the model gets it once, with every
 //!   carried text and no tool output; then
 //!   `ktr dirty` on the rebuilt session, before and after its first reply,
-//!   advises no second rebuild (issue 8: "right after a rebuild") and the
+//!   advises no second rebuild ("right after a rebuild") and the
 //!   overhead is measured from `ktr-ack`'s receipt;
 //! - (d) `/compact` typed by hand is never blocked, even with the standing
 //!   approval `on_auto_compaction = "rebuild"`; (c) with `"advise"` Claude
 //!   Code compacts and the next Stop hook shows the line.
 //!
-//! - issue 27 item 4 again: a draft typed right before the paste is never
+//! - again: a draft typed right before the paste is never
 //!   pasted over.
 //!
 //! The four sessions are independent and run in parallel threads. A second
-//! test covers issue 27 items 1–3 (stranded sessions; advice per reply
+//! test covers the guard's refusals (stranded sessions; advice per reply
 //! over 20 turns; the bands on 200k and 1M windows); a third, what the
 //! guard's block does below Claude Code's hard limit (the prompt is sent
 //! and answered, the switch follows) and at it (the prompt comes back).
@@ -148,7 +148,7 @@ impl Session {
     fn request(&self) -> Operation {
         self.store
             .request(
-                "issue 8 test",
+                "window test",
                 "REBUILD",
                 Some(&SessionId::parse(&self.id).unwrap()),
             )
@@ -201,7 +201,7 @@ fn rules() -> Vec<Rule> {
             vec![text("REPLY-TOOL done")],
         ],
     )];
-    // Issue 27 item 2: every turn gets the same short reply.
+    // Every turn gets the same short reply.
     rules.push(Rule::new("TURN-", vec![vec![text("OK")]]));
     for n in [
         "ONE", "TWO", "THREE", "72", "73", "FULL", "AFTER", "PROBE", "BLOCKED", "REFILL", "AGAIN",
@@ -272,7 +272,7 @@ fn assert_no_second_rebuild(v: &serde_json::Value, when: &str, turns: u64) {
         "{when}: advised another rebuild: {w:#}"
     );
     // In tokens, not percent: this conversation is a few hundred tokens,
-    // so the few records a rebuilt session gains at once (since issue 28
+    // so the few records a rebuilt session gains at once (since recall,
     // also ktr's one line of context about the recall tool) are a fifth of
     // it (measured: 889 tokens, 20.9 %); in a real window they are noise.
     let frees = w["used_tokens"]
@@ -626,7 +626,7 @@ fn the_window_through_the_interactive_cli() {
     side_by_side(&bin, &scenarios);
 }
 
-/// Issue 27 item 1, a stranded session: Claude Code runs in another tmux
+/// A stranded session: Claude Code runs in another tmux
 /// window than ktr's target (a second `claude`), or ktr's hooks look at a
 /// tmux server that is not there. With the standing approval
 /// `on_auto_compaction = "rebuild"`, the guard must not block (the
@@ -981,7 +981,7 @@ fn side_by_side(bin: &Path, scenarios: &[fn(&Path)]) {
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
 
-/// Issue 27 item 3: with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=pct` Claude Code
+/// With `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=pct` Claude Code
 /// compacts at `point` (a reply reporting `point − 50` is followed by a
 /// prompt that is sent; one reporting `point` by a compaction), and ktr's
 /// advice names that point.
@@ -1010,7 +1010,7 @@ fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64
     s.wait_boundaries(1, &format!("no compaction at {point}"));
 }
 
-/// Issue 27 item 3: with `autoCompactEnabled: false` in settings.json a
+/// With `autoCompactEnabled: false` in settings.json a
 /// reply past the usual point is followed by a prompt that is sent, not
 /// compacted, until the hard limit (window − 23,000): a reply reporting
 /// 977,000 of 1M is followed by "Context limit reached", and ktr's advice
@@ -1068,7 +1068,7 @@ fn issue_27_the_compaction_setting_through_the_interactive_cli() {
     side_by_side(&bin, &scenarios);
 }
 
-/// Issue 27 item 5: the statusline must not keep `rebuilding` (or any
+/// The statusline must not keep `rebuilding` (or any
 /// stale figure) until the next turn. ktr's `statusLine` asks Claude Code
 /// to run it again every 2 s (`refreshInterval`, honoured since 2.1.97):
 /// here, with nobody typing, a statusline cache that is removed is written
@@ -1195,7 +1195,7 @@ fn the_guard_at_the_hard_limit_gives_the_prompt_back(bin: &Path) {
     assert_eq!(s.asked("SAY-BLOCKED"), 0, "the blocked prompt was sent");
 }
 
-/// Issue 27 item 5: what a person sees when the guard blocks depends on
+/// What a person sees when the guard blocks depends on
 /// where the window stands (docs/SPEC.md §10).
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
@@ -1207,7 +1207,7 @@ fn issue_27_the_guard_below_and_at_the_hard_limit() {
     side_by_side(&claude_bin(), &scenarios);
 }
 
-/// Issue 27 item 5: after a compaction Claude Code 2.1.328 sends the
+/// After a compaction Claude Code 2.1.328 sends the
 /// statusline a zeroed `current_usage` until the next reply (measured:
 /// every field 0, for as long as the reply takes); ktr's segment then
 /// shows what `ktr dirty` shows (`ktr ≈N%`, an estimate), not `ktr 0%`.

@@ -523,7 +523,7 @@ fn corpus_sweep() {
 /// Every line of every real transcript (and each of its prefixes cut at
 /// a quote, a backslash or a brace: a line still being written) reads the
 /// same through the record walk as through `serde_json`, or is left to
-/// `serde_json` (issue 25).
+/// `serde_json`.
 #[test]
 #[ignore = "needs the corpus (KTR_CORPUS, default ../shared/corpus)"]
 fn corpus_records_walk_as_serde_json_reads_them() {

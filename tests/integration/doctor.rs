@@ -212,7 +212,7 @@ fn the_target_check_says_what_runs_in_the_pane_on_the_configured_socket() {
     server.kill();
 }
 
-/// Issue 30 item 3: a lost `active` with a request pending is repaired by
+/// A lost `active` with a request pending is repaired by
 /// doctor, which says what it repaired (it used to say ok).
 #[test]
 fn a_lost_active_is_repaired_and_doctor_says_so() {
@@ -234,7 +234,7 @@ fn a_lost_active_is_repaired_and_doctor_says_so() {
     );
 }
 
-/// Issue 30 item 7: only regular `*.jsonl` files count as transcripts.
+/// Only regular `*.jsonl` files count as transcripts.
 #[test]
 fn fifos_folders_and_symlinks_are_not_counted_as_transcripts() {
     let sb = Sandbox::new();

@@ -1,4 +1,4 @@
-//! The candidate keeps the source's own escaping (issue 25 items 2 and 6).
+//! The candidate keeps the source's own escaping.
 //!
 //! A carried text is written as the source wrote it: `\u00e9`, `\/`,
 //! `\u4f60`, an escaped control character or quote stays that escape in

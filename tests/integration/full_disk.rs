@@ -1,4 +1,4 @@
-//! A full or limited disk (issue 25 item 4): the operation ends `failed`
+//! A full or limited disk: the operation ends `failed`
 //! with one line saying where and how much room the rebuild needs, no
 //! partial file is left, the source is untouched, and the failure is
 //! recorded even on a full disk. The state dir is a small private tmpfs
@@ -174,7 +174,7 @@ fn prepare_refuses_early_when_the_state_dir_has_no_room() {
     assert_eq!(fs::read(&source).unwrap(), bytes, "the source is untouched");
 }
 
-/// Issue 28: the `tool-results/` kept beside the backup count in the room
+/// The `tool-results/` kept beside the backup count in the room
 /// a rebuild needs — a source that alone fits is refused early when its
 /// side files would not.
 #[test]

@@ -1,4 +1,4 @@
-//! Hostile input and a tampered state dir (issue 11): every case is a clear
+//! Hostile input and a tampered state dir: every case is a clear
 //! one-line error or a no-op, never a hang, a panic, or a read or write
 //! outside its place. Real binaries, each in its own sandbox.
 
@@ -514,7 +514,7 @@ fn the_mcp_server_answers_every_malformed_message_with_its_id_and_keeps_running(
     assert_eq!(by_id(2.into()), [0], "and so does what follows");
 }
 
-/// Issue 30 item 9: a hook given a config that is not there acts on no
+/// A hook given a config that is not there acts on no
 /// state dir at all — never the default one in `HOME`, which on an
 /// operator's machine is the live installation.
 #[test]
@@ -576,7 +576,7 @@ fn traced_hook(sandbox: &Sandbox, bin: &str, stdin: &str) -> (i32, String) {
     (code, fs::read_to_string(&log).unwrap_or_default())
 }
 
-/// Issue 30 item 1: the statusline and the compaction guard take Claude
+/// The statusline and the compaction guard take Claude
 /// Code's `transcript_path` only by the one path rule — a FIFO no longer
 /// hangs them, and a device, a file outside the project or a symlink out
 /// of it is never opened.
@@ -613,7 +613,7 @@ fn the_statusline_and_the_guard_open_no_transcript_outside_the_rule() {
     }
 }
 
-/// Issue 30 item 2: a FIFO planted at any of the window caches in the
+/// A FIFO planted at any of the window caches in the
 /// state dir hangs neither a hook, `ktr dirty`, `ktr plan` nor prepare's
 /// plan: the caches are read non-blocking, as regular files only.
 #[test]
@@ -669,7 +669,7 @@ fn fifos_planted_at_the_window_caches_hang_nothing() {
     }
 }
 
-/// Issue 30 item 6: what a person reads from `ktr` never carries a
+/// What a person reads from `ktr` never carries a
 /// terminal escape sequence from data (a reason the model or a person
 /// typed), neither on stdout nor in a hook's message.
 #[test]
@@ -694,7 +694,7 @@ fn human_output_carries_no_escape_sequences_from_data() {
     );
 }
 
-/// Issue 30 item 8, the hooks' one lock rule: a prompt waits at most a
+/// The hooks' one lock rule: a prompt waits at most a
 /// second for a held lock (it waited 10 s), then loses nothing and says
 /// so — through, marked as unmarked, outside a switch; refused (Claude
 /// Code gives the text back) while one may be under way.
@@ -736,7 +736,7 @@ fn under_lock_contention_a_prompt_answers_within_a_second_or_so_and_says_what_ha
     }
 }
 
-/// Issue 30 item 5: an operation file that names `/etc/shadow` as its
+/// An operation file that names `/etc/shadow` as its
 /// backup is damaged at load — `ktr-verify` (which hashes the backup) and
 /// `ktr status` refuse it in one line and never open the file it names.
 #[test]

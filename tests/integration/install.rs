@@ -748,7 +748,7 @@ fn a_broken_settings_file_stops_the_install_and_stays_untouched() {
     assert!(out.contains("nothing was installed"), "{out}");
 }
 
-/// Issue 29 operator item 1: uninstall says what ktr leaves on disk (its
+/// Uninstall says what ktr leaves on disk (its
 /// copies of the conversation) and where; `--purge PURGE` removes them.
 #[test]
 fn uninstall_names_what_ktr_leaves_and_purge_removes_it() {
@@ -797,7 +797,7 @@ fn uninstall_names_what_ktr_leaves_and_purge_removes_it() {
     assert!(!h.prefix.join("ktr").exists());
 }
 
-/// `./install --plugin` (issue 29) refuses, before writing anything, what
+/// `./install --plugin` refuses, before writing anything, what
 /// would make the plugin's hooks run twice or never find their config.
 #[test]
 fn the_plugin_install_refuses_a_second_wiring_and_a_config_it_would_not_find() {

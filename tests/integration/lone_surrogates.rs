@@ -1,4 +1,4 @@
-//! Lone surrogates and escaped NULs (issue 25 item 3): `\ud83d` alone is
+//! Lone surrogates and escaped NULs: `\ud83d` alone is
 //! what JavaScript writes for half an emoji, and Claude Code loads it, so
 //! ktr reads such a line, carries the text as it was written and counts it
 //! in the plan report. (Before, the line was "not valid JSON": the rebuild

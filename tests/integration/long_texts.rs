@@ -1,4 +1,4 @@
-//! Long texts (issue 25 item 2): a string of 1 MiB or more is a span of
+//! Long texts: a string of 1 MiB or more is a span of
 //! the source, never held; the candidate copies its raw escaped bytes, so
 //! the source's own escaping survives byte for byte (`\u00e9`, `\/`, a
 //! lone surrogate), after a stamp or not, through plan and the whole chain.

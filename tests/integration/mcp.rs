@@ -649,7 +649,7 @@ fn bad_arguments_are_a_usage_error() {
     );
 }
 
-/// Issue 28: the recall tools over stdio — a hit cites its tool and turn,
+/// The recall tools over stdio — a hit cites its tool and turn,
 /// `get` reads it whole, a limit past the MCP cap is one clear error.
 #[test]
 fn recall_finds_a_tool_result_verbatim_and_get_reads_it() {

@@ -1,4 +1,4 @@
-//! Flat memory (issues 12 and 25): one huge message, or one huge
+//! Flat memory: one huge message, or one huge
 //! `SessionStart` startup context, is planned, prepared, verified and
 //! switched to without a process ever holding it whole (by design: a long
 //! text is a span of its file, see `engine/span`).

@@ -223,7 +223,7 @@ fn with_ktr_ack_installed_a_missing_receipt_falls_back() {
     assert_eq!(rig.resumed().as_deref(), Some(SRC));
 }
 
-/// Issue 12 item 4: a new Claude Code that exits before its
+/// A new Claude Code that exits before its
 /// `SessionStart` receipt is never activated (the receipt comes later, from
 /// a leftover child), and the old session runs again.
 #[test]
@@ -239,7 +239,7 @@ fn a_claude_that_exits_before_its_receipt_is_never_activated() {
     assert_falls_back_unhealthy(&rig);
 }
 
-/// Issue 12 item 4: a new Claude Code that sent its receipt but exits
+/// A new Claude Code that sent its receipt but exits
 /// within `healthcheck_min_seconds` after it is never activated.
 #[test]
 fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_never_activated() {
@@ -440,7 +440,7 @@ fn append_lines(path: &std::path::Path, lines: &[String]) {
 
 /// The Stop hook starts before Claude Code flushed the turn: prepare waits
 /// for the reply the hook named (`last_assistant_message`) before it
-/// freezes, so the frozen copy holds the finished turn (issue 12 item 4).
+/// freezes, so the frozen copy holds the finished turn.
 #[test]
 fn the_freeze_waits_for_the_reply_of_the_scheduling_stop() {
     let rig = Rig::tmux();
@@ -695,7 +695,7 @@ fn long_transcript(path: &std::path::Path, turns: usize, malformed: usize) {
     fs::write(path, out).unwrap();
 }
 
-/// Issue 12 item 3: whatever the transcript, the operation file stays
+/// Whatever the transcript, the operation file stays
 /// small (the manifest is an artifact beside the backup, lists that grow
 /// with the transcript are cut), `ktr status` reads only that small file,
 /// and ktr-verify refuses a manifest artifact edited after prepare.
@@ -930,7 +930,7 @@ fn stages_refuse_an_operation_in_the_wrong_status() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// The keyboard is never held (issue 24: keys typed during a hold were
+/// The keyboard is never held (keys typed during a hold were
 /// lost); what ktr does is on the pane's top border instead, which stays
 /// visible while a person types: "switching" from the gate up to the end
 /// of the switch, "waits for you" while it waits, nothing once done.

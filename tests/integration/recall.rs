@@ -1,4 +1,4 @@
-//! `ktr recall` (issue 28): a verbatim search over the lineage — the
+//! `ktr recall`: a verbatim search over the lineage — the
 //! current session and every session it was rebuilt from, read from the
 //! live transcripts or, once Claude Code deleted them, from ktr's backups.
 

@@ -331,7 +331,7 @@ fn fifty_simultaneous_stop_hooks_start_exactly_one_worker() {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .collect();
     let scheduled = stdout.iter().filter(|s| s.contains("scheduled")).count();
-    // The others are quiet, or (the lock wait is short, issue 11 item 12)
+    // The others are quiet, or (the lock wait is short)
     // say they will retry at the next Stop; none changes anything.
     let quiet = stdout
         .iter()
@@ -488,7 +488,7 @@ fn ack_records_the_measured_context_of_the_resumed_candidate() {
     assert_eq!(op.status, Status::Activated, "an ack changes no status");
 }
 
-/// Issue 30 item 3: `active` is only the fast path's cache. Deleted,
+/// `active` is only the fast path's cache. Deleted,
 /// garbage, a FIFO or 50 MB, it is rebuilt from the operation files and
 /// the pending request is scheduled as if nothing had happened.
 #[test]
@@ -529,7 +529,7 @@ fn a_lost_or_damaged_active_never_kills_a_pending_request() {
     }
 }
 
-/// Issue 30 item 4: a `ktr.log` that cannot be opened (a planted symlink)
+/// A `ktr.log` that cannot be opened (a planted symlink)
 /// no longer makes the Stop hook say the request "stays pending" while it
 /// was in fact scheduled: the log is a convenience, the operation file is
 /// the record.

@@ -1,4 +1,4 @@
-//! The target must run the session being rebuilt (issue 15): two Claude
+//! The target must run the session being rebuilt: two Claude
 //! Code sessions in one project, only one of them in the target. A rebuild
 //! of the other is refused before anything is killed; the running one is
 //! rebuilt; a pane started from a shell works; the fallback puts back
@@ -32,7 +32,7 @@ fn rebuild_of(rig: &Rig, session: &str) -> Operation {
     rig.wait_terminal(&op.id)
 }
 
-/// The refusal of issue 15: failed before prepare wrote anything, naming
+/// The refusal when the target runs another session: failed before prepare wrote anything, naming
 /// both sessions, with the target untouched.
 #[track_caller]
 fn assert_refused_for_the_other(rig: &Rig, op: &Operation, expected: &str) {
@@ -432,7 +432,7 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
     fs::write(&rig.pointer, format!("{SRC}\n")).unwrap();
 
     // No pointer yet (the unit's first start): a warning that names the
-    // session to write and how (issue 29), not a failure.
+    // session to write and how, not a failure.
     fs::remove_file(&rig.pointer).unwrap();
     let checks = doctor(&rig);
     let (ok, detail) = check(&checks, "pointer");
@@ -458,7 +458,7 @@ fn systemd_doctor_checks_the_unit_the_pointer_and_systemd_run() {
         !ok && detail.contains("nosuch.service is not installed (LoadState=not-found)"),
         "{detail}"
     );
-    // …and nothing is said "ok" about a unit that is not there (issue 29).
+    // …and nothing is said "ok" about a unit that is not there.
     let said: Vec<String> = doctor(&rig).into_iter().map(|(name, _, _)| name).collect();
     for name in ["target", "pointer", "systemd rights", "systemd-run"] {
         assert!(!said.iter().any(|n| n == name), "{name} checked: {said:?}");

@@ -1,4 +1,4 @@
-//! Window-aware ktr (issue 8) through the real binaries, with transcripts
+//! Window-aware ktr through the real binaries, with transcripts
 //! whose replies record the usage a test chooses: the Stop hook's advice,
 //! the compaction guard `ktr-precompact`, and `ktr-statusline`.
 
@@ -441,7 +441,7 @@ fn check_statusline_size(s: &Session) {
     assert_eq!(v["window"]["size_tokens"], 1_000_000, "{}", v["window"]);
 }
 
-/// Issue 30 item 6: a model name or a folder name with terminal escape
+/// A model name or a folder name with terminal escape
 /// sequences is printed with them made harmless.
 #[test]
 fn the_statusline_never_prints_escape_sequences_from_its_input() {
@@ -457,7 +457,7 @@ fn the_statusline_never_prints_escape_sequences_from_its_input() {
     assert_eq!(out, "Opus?]0;pwned??[2J · proj?[31m?1m · ktr –\n");
 }
 
-/// Issue 27 item 1: the guard blocks only when a rebuild can really
+/// The guard blocks only when a rebuild can really
 /// replace the compaction — the target runs this session, the rebuild it
 /// started last time did not fail — else it lets Claude Code compact and
 /// says why, and nothing is started (it used to block every prompt).
@@ -526,7 +526,7 @@ fn the_guard_never_blocks_twice_for_the_same_failure() {
     assert_eq!(s.sandbox.store().list().unwrap().len(), 1, "no new request");
 }
 
-/// Issue 27 item 2: the advice is about the reply that just ended,
+/// The advice is about the reply that just ended,
 /// provably (its prompt's `promptId`), never an earlier one whose text
 /// looks the same. Each Stop hook starts before its turn is in the file
 /// (as Claude Code 2.1.328 does), every reply says "Noted.", and the usage
@@ -583,7 +583,7 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
     }
 }
 
-/// Issue 27 item 3: on a 200k window Claude Code compacts at ≈ 167k, so
+/// On a 200k window Claude Code compacts at ≈ 167k, so
 /// the bands are measured against that point and the last one leaves
 /// room for one long reply; a model ktr does not know is taken as 200k,
 /// and the line says so.
@@ -613,7 +613,7 @@ fn the_bands_are_measured_against_the_compaction_point_of_a_200k_window() {
     assert!(message(&s.stop("E")).contains("≈ 20k tokens until Claude Code compacts"));
 }
 
-/// Issue 27 item 3: the bands, the advice line, the statusline and
+/// The bands, the advice line, the statusline and
 /// `ktr status` follow the setting Claude Code uses — the hooks see its
 /// environment (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`) and its settings
 /// (`autoCompactEnabled: false`), and each names it.
@@ -714,7 +714,7 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
     );
 }
 
-/// Issue 27 item 5: after a compaction Claude Code 2.1.328 reports a
+/// After a compaction Claude Code 2.1.328 reports a
 /// zeroed `current_usage` until the next reply (measured with the real
 /// CLI: every field 0); the statusline then shows what `ktr dirty` shows,
 /// not `ktr 0%`: the transcript's last usage, or after a compaction

@@ -1,4 +1,4 @@
-//! Claude Code's transcript retention against the lineage (issue 28):
+//! Claude Code's transcript retention against the lineage:
 //! `cleanupPeriodDays` (settings; default 30, minimum 1) deletes a
 //! transcript that has not changed for that long, and a session ktr
 //! rebuilt from never changes again. `ktr doctor` says when the oldest

@@ -2,7 +2,7 @@
 //!
 //! `ktr plan`'s report lists every record it leaves out with its uuid; a
 //! capped plan of a months-long session leaves out hundreds of thousands.
-//! A `String` each would be as many small allocations (issue 12: flat
+//! A `String` each would be as many small allocations (flat
 //! memory); inline, the list is one compact table. A string longer than a
 //! uuid's room is boxed as usual.
 

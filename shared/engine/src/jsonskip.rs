@@ -1,6 +1,6 @@
 //! Skipping a JSON value exactly as `serde_json` does when it skips one
-//! (`IgnoredAny`, `RawValue`: its `ignore_value`), but faster (issue 25:
-//! `ktr plan` within 5× `wc -l`). A tool result is a long string with an
+//! (`IgnoredAny`, `RawValue`: its `ignore_value`), but faster
+//! (`ktr plan` within 5× `wc -l`). A tool result is a long string with an
 //! escape every 20 bytes or so; `serde_json` looks at it 8 bytes at a
 //! time and starts again after each escape, this looks at it 64 bytes at
 //! a time as bit masks ([`block`]): the string's end, its control bytes

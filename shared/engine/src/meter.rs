@@ -1,5 +1,5 @@
 //! How far a long read has come: the scan adds the bytes it consumed to a
-//! [`Meter`] that another thread (the pipeline's progress file, issue 29)
+//! [`Meter`] that another thread (the pipeline's progress file)
 //! reads. The engine only counts; it writes nothing.
 
 use std::io::{BufRead, Read};

@@ -1,4 +1,4 @@
-//! What the engine needs to know of the config (issue 26): how to read a
+//! What the engine needs to know of the config: how to read a
 //! transcript and what a rebuild carries — 16 of the config's keys, none
 //! of its paths but the project folder, nothing about targets, hooks or
 //! the state dir. Borrowed from the [`Config`], so building one on a

@@ -89,7 +89,7 @@ pub struct PlanReport {
     pub poison_hits: usize,
     pub blocked_reason: Option<String>,
     pub ledger: LedgerReport,
-    /// The window: used, size, after a rebuild, advice (issue 8).
+    /// The window: used, size, after a rebuild, advice.
     pub window: Option<crate::window::Window>,
     pub first_carried: Option<Preview>,
     pub last_carried: Option<Preview>,

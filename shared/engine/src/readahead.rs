@@ -1,4 +1,4 @@
-//! The source read once for both the scan and its digest (issue 25: `ktr
+//! The source read once for both the scan and its digest (`ktr
 //! plan` within 5× `wc -l`). A second thread reads the file a chunk at a
 //! time, hashes each chunk and hands it to the scan through [`Reader`] (a
 //! `BufRead`): the scan's core spends no time in `read(2)` and the file is

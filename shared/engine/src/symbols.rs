@@ -2,7 +2,7 @@
 //!
 //! The keys are 64-bit hashes of the strings (see `scan::key_of`). This is
 //! the scan's only table with random access, so it is built to keep memory
-//! flat (issue 12): a single hash table of every uuid would be touched all
+//! flat: a single hash table of every uuid would be touched all
 //! over on every record. Instead the keys go into *generations*
 //! of [`GENERATION`] keys each. The newest generation takes the inserts;
 //! an older one is only read, and only when its Bloom filter says it may

@@ -107,7 +107,7 @@ pub enum Body {
 
 /// The turns of the conversation: each a user question (or channel
 /// message…) and the answer that followed. The items of all turns are one
-/// table (one large block, not one small block a turn: issue 12), the turns
+/// table (one large block, not one small block a turn: flat memory), the turns
 /// are where each starts in it.
 #[derive(Debug, Clone, Default)]
 pub struct Turns {

@@ -1,4 +1,4 @@
-//! The prompt the compaction guard blocked comes back (SPEC §10, issue 27).
+//! The prompt the compaction guard blocked comes back (SPEC §10).
 //!
 //! Claude Code 2.1.328 runs `UserPromptSubmit` with the prompt's text
 //! **before** `PreCompact(auto)` (measured: the same `prompt_id` in both),

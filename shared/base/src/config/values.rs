@@ -41,7 +41,7 @@ impl std::fmt::Display for HistoryMode {
 }
 
 /// What `ktr-precompact` does when Claude Code is about to auto-compact
-/// and no rebuild is pending (issue 8 §3).
+/// and no rebuild is pending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnAutoCompaction {
     /// Let it compact; say that a lossless rebuild was possible.

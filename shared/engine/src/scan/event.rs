@@ -80,7 +80,7 @@ pub struct TextFacts {
 /// where it is, and the facts of its text. Nothing of the text is kept.
 ///
 /// One is kept per speech record of the file, so it is packed into 48
-/// bytes (issue 12: memory grows with the conversation); the accessors
+/// bytes (memory grows with the conversation); the accessors
 /// give the wide types. Lines and texts are at most 4 GiB and a file has
 /// at most 2³² − 1 lines ([`super::Scan::read`] refuses bigger ones).
 #[derive(Debug, Clone)]

@@ -337,8 +337,7 @@ mod tests {
     use crate::turns::Item;
 
     /// One of each is kept per record (per speech record, per carried
-    /// record) of the file: their size is the plan's memory per turn
-    /// (issue 12).
+    /// record) of the file: their size is the plan's memory per turn.
     #[test]
     fn the_per_record_tables_stay_packed() {
         assert_eq!(size_of::<Node>(), 32);

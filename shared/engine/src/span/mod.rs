@@ -1,4 +1,4 @@
-//! Long strings are spans of the file they were read from (issue 25).
+//! Long strings are spans of the file they were read from.
 //!
 //! A string value of [`LONG`] raw bytes or more (a pasted 100 MB log, a
 //! huge tool result) is never held. Reading its line ([`skeleton`]), ktr

@@ -1,4 +1,4 @@
-//! A record read by walking its line once (issue 25: `ktr plan` within 5×
+//! A record read by walking its line once (`ktr plan` within 5×
 //! `wc -l`). Through `serde_json`, a tool result's text was skipped two
 //! or three times (the message's content taken raw, split into blocks,
 //! each block taken raw again); here every value is skipped once, by

@@ -1,4 +1,4 @@
-//! What the window holds and what a rebuild would leave (issue 8 §1),
+//! What the window holds and what a rebuild would leave,
 //! with every number's derivation.
 //!
 //! - used: the API's own count ([`super::usage`]), else an estimate
@@ -242,7 +242,7 @@ impl Window {
 
     /// A `carry_max_tokens` (formula units, what the cap counts) whose
     /// rebuild fits under the compaction point. Never more than the room
-    /// itself (issue 27 item 5): a formula that overestimates (calibration
+    /// itself: a formula that overestimates (calibration
     /// below 1) would otherwise suggest a cap larger than the window, which
     /// the next plan refuses again when the cap and the estimate count a
     /// little differently (the last turn is always kept).

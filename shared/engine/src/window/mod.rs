@@ -1,4 +1,4 @@
-//! Window accounting (issue 8): how full Claude Code's context window is
+//! Window accounting: how full Claude Code's context window is
 //! (the API's own count, from the transcript's tail), how large it is, and
 //! what a rebuild would leave, every number with its derivation.
 //!

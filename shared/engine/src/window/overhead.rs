@@ -1,4 +1,4 @@
-//! The fixed overhead of a fresh window (issue 8 §1): system prompt, tools
+//! The fixed overhead of a fresh window: system prompt, tools
 //! and the attachments Claude Code adds on every start. Measured, not
 //! guessed, from one of two receipts:
 //!

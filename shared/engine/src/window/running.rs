@@ -1,4 +1,4 @@
-//! The running account the hooks keep (issue 8 §2, §4): the formula
+//! The running account the hooks keep: the formula
 //! estimate of the conversation a rebuild would carry and of the current
 //! window, brought up to date from the bytes appended since the last call,
 //! at most [`STEP_BYTES`] per call, so a hook never reads the whole file at

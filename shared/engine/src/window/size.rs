@@ -1,4 +1,4 @@
-//! How large the window is (issue 8 §1): config `context_window_tokens`,
+//! How large the window is: config `context_window_tokens`,
 //! else what the statusline last reported for this session, else the
 //! model id. The source always travels with the number.
 

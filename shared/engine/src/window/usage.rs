@@ -1,4 +1,4 @@
-//! The window as the API measured it (issue 8 §1): the newest main-chain
+//! The window as the API measured it: the newest main-chain
 //! assistant record's `message.usage`, found by reading only the end of
 //! the transcript.
 //!

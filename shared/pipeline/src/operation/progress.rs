@@ -1,4 +1,4 @@
-//! How far a long step has come (issue 29): `artifacts/<id>/progress.json`,
+//! How far a long step has come: `artifacts/<id>/progress.json`,
 //! written about once a second by a watcher thread while the step runs and
 //! removed when it ends. `ktr status`, the MCP status tool and the
 //! statusline read it; a stage killed mid-step leaves a stale file that

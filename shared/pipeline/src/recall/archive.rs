@@ -1,4 +1,4 @@
-//! The backups as the archive of record (issue 28, item 0). Claude Code
+//! The backups as the archive of record. Claude Code
 //! deletes a transcript that has not changed for `cleanupPeriodDays`, and
 //! with it the session's `<session>/tool-results/` folder; a session ktr
 //! rebuilt from stops changing at the switch. So prepare keeps the side

@@ -1,4 +1,4 @@
-//! Recall over the lineage (issue 28): which files a search reads — the
+//! Recall over the lineage: which files a search reads — the
 //! current session and every session it was rebuilt from, or every
 //! transcript of the project — each through the one path rule, and `get`
 //! of one hit by its id. The search itself is the engine's

@@ -1,4 +1,4 @@
-//! The one line a rebuilt session is told (issue 28, item 4): ktr-ack's
+//! The one line a rebuilt session is told: ktr-ack's
 //! first `SessionStart(resume)` answer for the candidate adds it as
 //! `additionalContext`, so the model knows what the rebuild left out of its
 //! window and that recall finds it verbatim. Only when the MCP server is

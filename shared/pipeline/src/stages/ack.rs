@@ -32,7 +32,7 @@ pub fn ack(call: Invocation) -> Reply {
             eprintln!("ktr-ack: recorded the resume of operation {}", op.id);
             let message = resend_notice(&op);
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-            // Once per rebuilt session: its first receipt (issue 28).
+            // Once per rebuilt session: its first receipt.
             match first
                 .then(|| home.and_then(|h| crate::recall::notice::context_for(&op, &h)))
                 .flatten()

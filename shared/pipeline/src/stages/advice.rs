@@ -1,4 +1,4 @@
-//! Advice at the right time (issue 8 §2): what the Stop hook says about
+//! Advice at the right time: what the Stop hook says about
 //! the window when nothing is pending. It never requests anything.
 //!
 //! Also the hand-over of lines other hooks could not show: Claude Code
@@ -68,7 +68,7 @@ pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) 
     })
 }
 
-/// The advice line for a finished reply (issue 8 §2), or None. Reads only
+/// The advice line for a finished reply, or None. Reads only
 /// the transcript's tail and the bytes appended since the last call; never
 /// requests anything. One line per band per session: the band shown is kept
 /// in `<state_dir>/window/<session>.advised`, lowered again when the window

@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn what_claude_code_writes_after_the_stop_hook_is_residue() {
         // ktr's own Stop-hook line, recorded by Claude Code after the
-        // freeze (issue 24: 9 of ~75 rebuilds went back to pending on it).
+        // freeze (9 of ~75 rebuilds went back to pending on it).
         let after_stop = [
             serde_json::json!({"type": "system", "subtype": "stop_hook_summary"}),
             attachment("hook_success"),

@@ -1,5 +1,4 @@
-//! The compaction guard, `ktr-precompact`: Claude Code's `PreCompact` hook
-//! (issue 8 §3).
+//! The compaction guard, `ktr-precompact`: Claude Code's `PreCompact` hook.
 //!
 //! Claude Code compacts a full window lossily. When it is about to do so on
 //! its own (`trigger: "auto"`) and a rebuild is pending for this session, or

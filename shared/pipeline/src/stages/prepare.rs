@@ -477,7 +477,7 @@ fn project_and_session(source: &Path) -> Option<(&Path, SessionId)> {
 }
 
 /// Keep the source's `<session>/tool-results/` beside its backup: Claude
-/// Code's cleanup deletes them with the transcript (issue 28).
+/// Code's cleanup deletes them with the transcript.
 fn keep_side_files(source: &Path, artifacts: &Path, steps: &mut Steps) -> Result<()> {
     let Some((project, session)) = project_and_session(source) else {
         return Ok(());

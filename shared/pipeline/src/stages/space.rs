@@ -1,4 +1,4 @@
-//! Room on disk for a rebuild (issue 25 item 4). Prepare measures what it
+//! Room on disk for a rebuild. Prepare measures what it
 //! will write before it writes anything, and refuses early when a
 //! directory has less room; a write that still finds none (the disk filled
 //! meanwhile, a quota, `ulimit -f`) fails the operation with the same one
@@ -64,7 +64,7 @@ impl Need {
     /// What the rebuild of a `source_len`-byte transcript needs: in the
     /// state dir the backup, the candidate (at most the source's size), the
     /// manifest (at most a quarter of it: one short line per record) and
-    /// the copies of its `side_bytes` of `tool-results/` (issue 28).
+    /// the copies of its `side_bytes` of `tool-results/`.
     pub fn of(source_len: u64, side_bytes: u64, state_dir: &Path, project_dir: &Path) -> Need {
         let same = match (state_dir.metadata(), project_dir.metadata()) {
             (Ok(s), Ok(p)) => s.dev() == p.dev(),

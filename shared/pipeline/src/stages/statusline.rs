@@ -1,4 +1,4 @@
-//! `ktr-statusline`: a Claude Code `statusLine` command (issue 8 §4).
+//! `ktr-statusline`: a Claude Code `statusLine` command.
 //!
 //! Claude Code pipes it a JSON object after every change (at most every
 //! 300 ms) and shows its first line. It prints one short segment such as
@@ -122,7 +122,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     // `current_usage` until the next reply (measured: every field 0); the
     // figure is then what `ktr dirty` shows — the transcript's last usage,
     // or after the boundary the overhead plus the estimate of the window —
-    // marked as an estimate (issue 27 item 5: `ktr 0%` while `dirty` said
+    // marked as an estimate (`ktr 0%` while `dirty` said
     // 13 %).
     let compaction = window_cache::compaction::setting();
     let (used, approx) = match used {

@@ -2,7 +2,7 @@
 //! them (SPEC §12): a line on the pane's top border.
 //!
 //! A status-line message (`display-message`) is cleared by the next key a
-//! client receives, so a person who is typing never sees it (issue 24: 0 of
+//! client receives, so a person who is typing never sees it (0 of
 //! N screen samples). The pane border stays: ktr turns it on for this pane
 //! only (`pane-border-status top`, pane option) with its own text as the
 //! border's format (so no program in the pane can overwrite it, unlike the

@@ -1,4 +1,4 @@
-//! Where Claude Code compacts, as its setting says (issue 27 item 3): the
+//! Where Claude Code compacts, as its setting says: the
 //! hooks and the statusline run inside Claude Code, so they see its
 //! environment and read its small settings files (capped reads).
 //!

@@ -1,4 +1,4 @@
-//! The window caches (issue 26: the engine writes nothing): what the hooks
+//! The window caches (the engine writes nothing): what the hooks
 //! and the statusline remember between calls under `<state_dir>/window/`,
 //! and the accounts built from them with the engine's window arithmetic
 //! ([`ktr_engine::window`]).
