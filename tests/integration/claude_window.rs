@@ -6,8 +6,8 @@
 //!   again at 73 %; (e) the statusline shows ktr's segment;
 //! - (b) a reply at 99.9 % with a pending rebuild → `PreCompact(auto)` → ktr
 //!   blocks it and the pane is switched; the blocked (two-line) prompt is
-//!   back in the input line, not sent, with ktr's notice on the border
-//!  ; after Enter the model gets it once, with every
+//!   back in the input line, not sent, with ktr's notice on the border;
+//!   after Enter the model gets it once, with every
 //!   carried text and no tool output; then
 //!   `ktr dirty` on the rebuilt session, before and after its first reply,
 //!   advises no second rebuild ("right after a rebuild") and the
