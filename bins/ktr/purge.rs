@@ -56,7 +56,7 @@ fn human(p: &Purge) -> String {
     } else {
         format!(
             "{verb} {} (ktr's copies of the conversation: frozen backups, operation files, logs, \
-             never-activated candidates); nothing removed: run again with --confirm PURGE\n",
+             never-activated candidates); nothing removed: `ktr purge --confirm PURGE` removes them\n",
             out::bytes(p.bytes)
         )
     });

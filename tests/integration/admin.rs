@@ -982,7 +982,7 @@ fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
         .run()
         .code(0)
         .stdout_contains("would remove candidate")
-        .stdout_contains("nothing removed: run again with --confirm PURGE");
+        .stdout_contains("nothing removed: `ktr purge --confirm PURGE` removes them");
     // (The first look made the lock file; a second changes nothing.)
     let before = tree(sb.root());
     Ktr::new(&sb).args(["purge", "--json"]).run().code(0);

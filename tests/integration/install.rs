@@ -780,11 +780,29 @@ fn uninstall_names_what_ktr_leaves_and_purge_removes_it() {
         out.contains("would remove folder") && out.contains(&state.display().to_string()),
         "names what stays and where: {out}"
     );
-    assert!(
-        out.contains("./install --uninstall --purge PURGE removes them"),
-        "{out}"
-    );
     assert!(state.join("ktr.log").exists());
+    // The hint names a command that works after the uninstall, as printed.
+    let hint = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ktr's state and candidates stay; "))
+        .and_then(|l| l.strip_suffix(" removes them (also after this uninstall)"))
+        .unwrap_or_else(|| panic!("no purge hint: {out}"));
+    let words: Vec<&str> = hint.split(' ').collect();
+    assert_eq!(&words[1..4], ["--uninstall", "--purge", "PURGE"], "{hint}");
+    let after = Command::new("sh")
+        .args(&words)
+        .env_clear()
+        .env("HOME", &h.home)
+        .env("PATH", format!("{}:/usr/bin:/bin", h.path_dir.display()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&after.stderr).into_owned()
+        + &String::from_utf8_lossy(&after.stdout);
+    assert_eq!(after.status.code(), Some(0), "{hint}: {said}");
+    assert!(!state.exists(), "the hint's command purged: {said}");
+    assert!(source.exists(), "a source transcript is never removed");
+    fs::create_dir_all(state.join("artifacts/0000aaaa-0000-4000-8000-000000000001")).unwrap();
+    fs::write(state.join("ktr.log"), "{}\n").unwrap();
 
     assert_eq!(h.install(&[]).1, 0);
     let (out, code) = h.install(&["--uninstall", "--purge", "yes"]);
