@@ -956,6 +956,8 @@ fn stamp(at: &str) -> ktr_base::time::Timestamp {
 fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
     use Status::*;
     let sb = Sandbox::new();
+    // ktr made the state dir (with its marker); the operator's file came later.
+    sb.store();
     let source = sb.project.join("source-session.jsonl");
     fs::write(&source, "{\"type\":\"user\"}\n").unwrap();
     let mut failed = finished(&sb, &[Scheduled, Running, Failed], OLD);

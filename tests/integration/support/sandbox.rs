@@ -115,10 +115,14 @@ impl Sandbox {
     /// Write the config file: a safe base (a tmux target on no server, a
     /// resume command that cannot start Claude) plus `extra` TOML lines.
     pub fn write_config(&self, extra: &str) {
+        self.write_config_with_state(&self.state.display().to_string(), extra);
+    }
+
+    /// [`Sandbox::write_config`] with `state_dir` written as given.
+    pub fn write_config_with_state(&self, state_dir: &str, extra: &str) {
         let text = format!(
-            "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\ntmux_target = \"ktr-test-nowhere:0.0\"\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\n{extra}\n",
+            "project_dir = {:?}\nstate_dir = {state_dir:?}\nclaude_workdir = {:?}\ntmux_target = \"ktr-test-nowhere:0.0\"\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\n{extra}\n",
             self.project,
-            self.state,
             self.work,
             stand_in("fake-claude"),
         );
