@@ -62,15 +62,20 @@ fn traced_ktr(sb: &Sandbox, args: &[&str]) -> (Option<i32>, String, Vec<String>)
     )
 }
 
-/// `ktr-ack` as the SessionStart(resume) hook, under strace: removals seen.
-fn traced_ack(sb: &Sandbox) -> Vec<String> {
+/// A hook under strace: removals seen.
+fn traced_hook(sb: &Sandbox, bin: &str, input: &str) -> Vec<String> {
     let log = sb
         .root()
         .join(format!("strace-{}.log", uuid::Uuid::new_v4()));
-    let cmd = straced(&log, REMOVALS, env!("CARGO_BIN_EXE_ktr-ack"));
-    let (_, code) = Sandbox::run_hook(sb.command_via(cmd), &resume_input(sb), &[]);
+    let cmd = straced(&log, REMOVALS, bin);
+    let (_, code) = Sandbox::run_hook(sb.command_via(cmd), input, &[]);
     assert_eq!(code, 0, "a hook never fails Claude Code");
     removals(&log)
+}
+
+/// `ktr-ack` as the SessionStart(resume) hook, under strace: removals seen.
+fn traced_ack(sb: &Sandbox) -> Vec<String> {
+    traced_hook(sb, env!("CARGO_BIN_EXE_ktr-ack"), &resume_input(sb))
 }
 
 /// A person's folder holding what ktr would call its own names.
@@ -95,7 +100,8 @@ fn lived_in(dir: &Path) {
 fn a_state_dir_that_is_home_root_or_holds_the_project_is_refused_and_nothing_is_removed() {
     let sb = Sandbox::new();
     lived_in(&sb.home);
-    sb.write_config_with_state("~", "");
+    // With the standing approval the prompt hook keeps prompts too.
+    sb.write_config_with_state("~", "on_auto_compaction = \"rebuild\"");
     let before = tree(&sb.home);
     let (code, stderr, removed) = traced_ktr(&sb, &["purge", "--confirm", "PURGE"]);
     assert_eq!(code, Some(2), "{stderr}");
@@ -108,6 +114,12 @@ fn a_state_dir_that_is_home_root_or_holds_the_project_is_refused_and_nothing_is_
     // The resume hook runs with no config check and no confirmation.
     let removed = traced_ack(&sb);
     assert!(removed.is_empty(), "ktr-ack removed: {removed:#?}");
+    let prompt = serde_json::json!({
+        "session_id": SESSION, "prompt": "hello", "prompt_id": "p-1",
+        "hook_event_name": "UserPromptSubmit", "cwd": sb.work,
+    });
+    let removed = traced_hook(&sb, env!("CARGO_BIN_EXE_ktr-prompt"), &prompt.to_string());
+    assert!(removed.is_empty(), "ktr-prompt removed: {removed:#?}");
     assert_eq!(tree(&sb.home), before, "nothing in the home folder changed");
     assert!(!sb.home.join(MARKER).exists());
 
