@@ -126,3 +126,67 @@ fn a_rollback_to_a_deleted_transcript_restores_it_and_its_whole_folder_from_the_
         "no subagent transcript put where sessions live: {top:?}"
     );
 }
+
+/// Measured with the real CLI: a subagent's transcript lands in
+/// `<session>/subagents/`, and a rebuild keeps it beside the backup.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_subagents_transcript_from_the_real_cli_is_kept_beside_the_backup() {
+    use crate::claude_loop::{Loop, TALK, serial};
+    use crate::support::claude_bin;
+    use crate::support::fake_api::{Rule, text, tool};
+    let bin = claude_bin();
+    let _serial = serial();
+    let lp = Loop::start(&bin, &[]);
+    lp.api.add_rules(vec![
+        Rule::new(
+            "SUBAGENT-ASK",
+            vec![
+                vec![tool(
+                    "Agent",
+                    serde_json::json!({
+                        "description": "look around",
+                        "prompt": "SUBAGENT-TASK say the word SUBAGENT-WORD",
+                        "subagent_type": "general-purpose",
+                    }),
+                )],
+                vec![text("ASSISTANT-S1 the helper answered")],
+            ],
+        ),
+        Rule::new(
+            "SUBAGENT-TASK",
+            vec![vec![text("SUBAGENT-REPLY SUBAGENT-WORD")]],
+        ),
+    ]);
+    lp.say("USER-S1 ask a helper SUBAGENT-ASK", "ASSISTANT-S1");
+    let folder = lp.env.sandbox.project.join(&lp.source_id);
+    let side = contents(&folder);
+    let subagents: Vec<&PathBuf> = side
+        .keys()
+        .filter(|p| p.starts_with("subagents") && p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert!(
+        !subagents.is_empty(),
+        "2.1.328 wrote no subagent transcript under {}: {:?}",
+        folder.display(),
+        side.keys().collect::<Vec<_>>()
+    );
+    eprintln!(
+        "2.1.328 wrote in <session>/: {:?}",
+        side.keys().collect::<Vec<_>>()
+    );
+    let (ask, replied) = TALK[2];
+    lp.say(ask, replied);
+    let op = lp.wait_activated();
+    let kept = contents(
+        &lp.env
+            .sandbox
+            .state
+            .join("artifacts")
+            .join(&*op.id)
+            .join(&lp.source_id),
+    );
+    for path in subagents {
+        assert_eq!(kept.get(path), side.get(path), "{}", path.display());
+    }
+}
