@@ -1125,7 +1125,10 @@ fn prune_removes_prompts_kept_longer_than_the_retention_and_nothing_else() {
     let outside = sb.root().join("outside.txt");
     fs::write(&outside, "not ktr's").unwrap();
     std::os::unix::fs::symlink(&outside, prompts.join("link.last")).unwrap();
-    for f in [&old, &blocked, &prompts.join("link.last")] {
+    // Not a name ktr writes there: a person's file stays, however old.
+    let notes = prompts.join("notes.txt");
+    fs::write(&notes, "mine").unwrap();
+    for f in [&old, &blocked, &prompts.join("link.last"), &notes] {
         let touched = Command::new("touch")
             .args(["-h", "-d", "40 days ago"])
             .arg(f)
@@ -1158,4 +1161,5 @@ fn prune_removes_prompts_kept_longer_than_the_retention_and_nothing_else() {
         "a symlink is not ktr's file"
     );
     assert_eq!(fs::read_to_string(&outside).unwrap(), "not ktr's");
+    assert!(notes.exists(), "only the forms ktr writes are pruned");
 }

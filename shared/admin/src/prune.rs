@@ -210,8 +210,22 @@ pub fn prune(
     })
 }
 
-/// The regular files of `<state_dir>/prompts/` last written at least
-/// `limit` before `now` (a prompt kept for a paste-back that never came).
+/// What follows the session id in the name of a prompt file ktr (or the
+/// pointer runner) writes: kept, blocked, being pasted, pasted, put
+/// back, being sent again. A name of any other form is not pruned (purge
+/// still removes the whole folder).
+const PROMPT_STATES: &[&str] = &[
+    "last",
+    "blocked",
+    "pasting",
+    "paste",
+    "back",
+    "blocked.resending",
+];
+
+/// The files of `<state_dir>/prompts/` in the form ktr writes them (a
+/// regular file `<session id>.<state>`) last written at least `limit`
+/// before `now` (a prompt kept for a paste-back that never came).
 fn old_prompts(state_dir: &Path, now: SystemTime, limit: Duration) -> Vec<Doomed> {
     let Ok(entries) = fs::read_dir(ktr_pipeline::prompt_back::dir(state_dir)) else {
         return Vec::new();
@@ -219,6 +233,10 @@ fn old_prompts(state_dir: &Path, now: SystemTime, limit: Duration) -> Vec<Doomed
     let mut old: Vec<Doomed> = entries
         .flatten()
         .filter_map(|e| {
+            let name = e.file_name();
+            let (session, state) = name.to_str()?.split_once('.')?;
+            SessionId::parse(session).ok()?;
+            PROMPT_STATES.contains(&state).then_some(())?;
             let meta = e.metadata().ok().filter(fs::Metadata::is_file)?;
             let written = meta.modified().ok()?;
             (now.duration_since(written).ok()? >= limit).then(|| Doomed {

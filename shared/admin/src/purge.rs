@@ -126,7 +126,7 @@ fn own_files(state_dir: &Path, config: &Config, purge: &mut Purge) {
                 continue;
             }
         };
-        purge.files.push(Doomed { bytes, path, what });
+        purge.files.push(Doomed { path, what, bytes });
     }
 }
 

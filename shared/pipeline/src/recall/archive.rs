@@ -67,7 +67,7 @@ fn side_files(dir: &Path) -> Vec<(PathBuf, u64)> {
             }
             match entry.file_type() {
                 Ok(t) if t.is_dir() && depth < DEPTH_MAX => {
-                    stack.push((rel.join(&name), depth + 1))
+                    stack.push((rel.join(&name), depth + 1));
                 }
                 Ok(t) if t.is_file() => {
                     let len = entry.metadata().map_or(0, |m| m.len());
