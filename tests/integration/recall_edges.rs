@@ -7,7 +7,7 @@
 use std::fs;
 
 use crate::recall::{B, D, hits, lineage, recall};
-use crate::support::{Sandbox, mkfifo, straced};
+use crate::support::{Sandbox, mkfifo};
 
 #[test]
 fn a_record_with_a_lone_surrogate_is_searched_and_read() {
@@ -34,27 +34,19 @@ fn a_current_session_whose_transcript_is_a_fifo_is_named_as_one_and_never_opened
     let sb = Sandbox::new();
     let fifo = sb.project.join(format!("{D}.jsonl"));
     mkfifo(&fifo);
-    let log = sb.root().join("recall.strace");
-    let out = straced(&log, "open,openat,openat2", env!("CARGO_BIN_EXE_ktr"))
-        .args(["recall", "--json", "--current", D, "anything", "--config"])
-        .arg(&sb.config)
-        .env("HOME", &sb.home)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (out, trace) = sb.ktr_traced(
+        "open,openat,openat2",
+        "recall",
+        &["--json", "--current", D, "anything"],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["lost"][0]["session"], D, "{v}");
     let why = v["lost"][0]["why"].as_str().unwrap();
     assert!(
         why.contains("is a FIFO") && why.contains("reads only regular files"),
         "{why}"
     );
-    let trace = fs::read_to_string(&log).unwrap();
     assert!(
         !trace.lines().any(|l| l.contains(&format!("{D}.jsonl"))),
         "the FIFO was opened:\n{trace}"

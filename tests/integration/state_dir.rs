@@ -7,7 +7,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::Stdio;
 
 use crate::support::{Sandbox, straced, tree};
 use ktr_base::state_dir::MARKER;
@@ -27,9 +26,8 @@ fn resume_input(sb: &Sandbox) -> String {
 }
 
 /// The removals and renames strace saw, one per line.
-fn removals(log: &Path) -> Vec<String> {
-    fs::read_to_string(log)
-        .unwrap_or_default()
+fn removals(trace: &str) -> Vec<String> {
+    trace
         .lines()
         .filter(|l| ["unlink", "rmdir", "rename"].iter().any(|c| l.contains(c)))
         .map(str::to_string)
@@ -38,28 +36,10 @@ fn removals(log: &Path) -> Vec<String> {
 
 const REMOVALS: &str = "unlink,unlinkat,rmdir,rename,renameat,renameat2";
 
-/// `ktr ARGS` under strace with the sandbox's environment: exit code,
-/// stderr, removals seen.
-fn traced_ktr(sb: &Sandbox, args: &[&str]) -> (Option<i32>, String, Vec<String>) {
-    let log = sb
-        .root()
-        .join(format!("strace-{}.log", uuid::Uuid::new_v4()));
-    let out = straced(&log, REMOVALS, env!("CARGO_BIN_EXE_ktr"))
-        .args(args)
-        .arg("--config")
-        .arg(&sb.config)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &sb.home)
-        .env("LANG", "C.UTF-8")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        removals(&log),
-    )
+/// `ktr COMMAND FLAGS` under strace: exit code, stderr, removals seen.
+fn traced_ktr(sb: &Sandbox, command: &str, flags: &[&str]) -> (Option<i32>, String, Vec<String>) {
+    let (out, trace) = sb.ktr_traced(REMOVALS, command, flags);
+    (out.code, out.stderr, removals(&trace))
 }
 
 /// A hook under strace: removals seen.
@@ -70,7 +50,7 @@ fn traced_hook(sb: &Sandbox, bin: &str, input: &str) -> Vec<String> {
     let cmd = straced(&log, REMOVALS, bin);
     let (_, code) = Sandbox::run_hook(sb.command_via(cmd), input, &[]);
     assert_eq!(code, 0, "a hook never fails Claude Code");
-    removals(&log)
+    removals(&fs::read_to_string(&log).unwrap_or_default())
 }
 
 /// `ktr-ack` as the SessionStart(resume) hook, under strace: removals seen.
@@ -103,7 +83,7 @@ fn a_state_dir_that_is_home_root_or_holds_the_project_is_refused_and_nothing_is_
     // With the standing approval the prompt hook keeps prompts too.
     sb.write_config_with_state("~", "on_auto_compaction = \"rebuild\"");
     let before = tree(&sb.home);
-    let (code, stderr, removed) = traced_ktr(&sb, &["purge", "--confirm", "PURGE"]);
+    let (code, stderr, removed) = traced_ktr(&sb, "purge", &["--confirm", "PURGE"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -147,7 +127,7 @@ fn a_folder_with_other_files_is_refused_and_one_of_ktrs_names_only_is_adopted() 
     fs::write(shared.join("thesis.tex"), "mine").unwrap();
     sb.write_config_with_state(&shared.display().to_string(), "");
     let before = tree(&shared);
-    let (code, stderr, removed) = traced_ktr(&sb, &["prune", "--older-than", "0", "--yes"]);
+    let (code, stderr, removed) = traced_ktr(&sb, "prune", &["--older-than", "0", "--yes"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("which ktr did not make") && stderr.contains("thesis.tex"),
@@ -234,7 +214,7 @@ fn purge_removes_a_name_only_in_the_form_ktr_writes_it() {
     let outside = sb.root().join("outside");
     fs::write(&outside, "mine").unwrap();
     std::os::unix::fs::symlink(&outside, sb.state.join("active")).unwrap();
-    let (code, stderr, removed) = traced_ktr(&sb, &["purge", "--confirm", "PURGE"]);
+    let (code, stderr, removed) = traced_ktr(&sb, "purge", &["--confirm", "PURGE"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         removed.iter().all(|l| !["ktr.log", "mine.txt", "active"]
