@@ -278,10 +278,11 @@ impl Copies {
     fn backed_up(&self, op: &Operation) -> Option<String> {
         let backup = op.backup.as_ref()?;
         let session = SessionId::of_transcript(backup).ok()?;
+        // Only a regular file is a copy: a link, FIFO or folder in the
+        // transcript's place holds nothing of it.
+        let copy = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
         let live = self.project.join(format!("{session}.jsonl"));
-        let there = |p: &Path| fs::symlink_metadata(p).is_ok();
-        (fs::symlink_metadata(backup).is_ok_and(|m| m.is_file()) && !there(&live))
-            .then(|| session.to_string())
+        (copy(backup) && !copy(&live)).then(|| session.to_string())
     }
 
     /// The session whose only copy left is `op`'s backup.
