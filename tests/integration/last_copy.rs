@@ -35,8 +35,21 @@ fn prune_keeps_the_only_copy_of_a_session_whose_operation_failed_and_its_link() 
         .join("artifacts")
         .join(&ops[0])
         .join(format!("{A}.jsonl"));
-    let out = sb.run("prune", None, &["--older-than", "0", "--yes"]);
+    let (out, trace) = sb.ktr_traced(
+        "unlink,unlinkat,rmdir,rename,renameat,renameat2",
+        "prune",
+        &["--older-than", "0", "--yes"],
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let touched: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains(&ops[0]) || l.contains(&format!("{A}.jsonl")))
+        .collect();
+    assert!(touched.is_empty(), "{touched:#?}");
+    assert!(
+        trace.contains(&format!("{}.json", ops[1])),
+        "B's operation file was removed: {trace}"
+    );
     assert!(
         out.stdout
             .contains(&format!("only copy left of session {A}")),
