@@ -161,8 +161,9 @@ pub struct Recalled {
     pub total: Option<u64>,
     /// Sessions searched: this one and those it was rebuilt from.
     pub sessions_in_lineage: usize,
-    /// Sessions of the lineage whose text is gone.
-    pub lost_sessions: Vec<String>,
+    /// Sessions of the lineage whose text is gone: `session` and `why`.
+    #[schemars(with = "Vec<Nested>")]
+    pub lost_sessions: Vec<ktr_pipeline::recall::Lost>,
     /// Everything was read.
     pub complete: bool,
     pub files_searched: u32,

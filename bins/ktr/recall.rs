@@ -167,10 +167,10 @@ fn human(a: &Answer) -> String {
         s.push_str(&hit_line(h));
     }
     s.push_str(&summary(&a.found));
-    if !a.lost.is_empty() {
+    for lost in &a.lost {
         s.push_str(&format!(
-            "not searched (every copy is gone): {}\n",
-            a.lost.join(", ")
+            "not searched: session {}: {}\n",
+            lost.session, lost.why
         ));
     }
     s

@@ -956,6 +956,8 @@ fn stamp(at: &str) -> ktr_base::time::Timestamp {
 fn purge_removes_only_ktrs_copies_and_only_with_the_word() {
     use Status::*;
     let sb = Sandbox::new();
+    // ktr made the state dir (with its marker); the operator's file came later.
+    sb.store();
     let source = sb.project.join("source-session.jsonl");
     fs::write(&source, "{\"type\":\"user\"}\n").unwrap();
     let mut failed = finished(&sb, &[Scheduled, Running, Failed], OLD);
@@ -1123,7 +1125,10 @@ fn prune_removes_prompts_kept_longer_than_the_retention_and_nothing_else() {
     let outside = sb.root().join("outside.txt");
     fs::write(&outside, "not ktr's").unwrap();
     std::os::unix::fs::symlink(&outside, prompts.join("link.last")).unwrap();
-    for f in [&old, &blocked, &prompts.join("link.last")] {
+    // Not a name ktr writes there: a person's file stays, however old.
+    let notes = prompts.join("notes.txt");
+    fs::write(&notes, "mine").unwrap();
+    for f in [&old, &blocked, &prompts.join("link.last"), &notes] {
         let touched = Command::new("touch")
             .args(["-h", "-d", "40 days ago"])
             .arg(f)
@@ -1156,4 +1161,5 @@ fn prune_removes_prompts_kept_longer_than_the_retention_and_nothing_else() {
         "a symlink is not ktr's file"
     );
     assert_eq!(fs::read_to_string(&outside).unwrap(), "not ktr's");
+    assert!(notes.exists(), "only the forms ktr writes are pruned");
 }

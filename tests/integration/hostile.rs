@@ -10,6 +10,7 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::Sandbox;
+use crate::support::mkfifo;
 use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{CandidateFile, Stage, Status, Worker};
 
@@ -58,14 +59,6 @@ fn hook_message(out: &Output) -> String {
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v["systemMessage"].as_str().unwrap_or("").to_string()
-}
-
-fn mkfifo(path: &Path) {
-    let made = std::process::Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(made.success());
 }
 
 #[test]
@@ -560,18 +553,7 @@ fn traced_hook(sandbox: &Sandbox, bin: &str, stdin: &str) -> (i32, String) {
     let log = sandbox
         .home
         .join(format!("strace-{}.log", uuid::Uuid::new_v4()));
-    let mut cmd = std::process::Command::new("timeout");
-    cmd.args([
-        "8",
-        "strace",
-        "-f",
-        "-qq",
-        "-e",
-        "trace=open,openat,openat2",
-        "-o",
-    ])
-    .arg(&log)
-    .arg(bin);
+    let cmd = crate::support::straced(&log, "open,openat,openat2", bin);
     let (_, code) = Sandbox::run_hook(sandbox.command_via(cmd), stdin, &[]);
     (code, fs::read_to_string(&log).unwrap_or_default())
 }

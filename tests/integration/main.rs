@@ -15,6 +15,7 @@
 mod support;
 
 mod admin;
+mod archive;
 mod claude_fidelity;
 mod claude_hooks;
 mod claude_loop;
@@ -36,6 +37,7 @@ mod hostile;
 mod install;
 mod keep;
 mod kill;
+mod last_copy;
 mod lone_surrogates;
 mod long_texts;
 mod mcp;
@@ -43,8 +45,10 @@ mod memory;
 mod pipeline;
 mod properties;
 mod recall;
+mod recall_edges;
 mod rules;
 mod runner;
+mod state_dir;
 mod stop_hook;
 mod target_binding;
 mod targets;

@@ -10,9 +10,10 @@
 //! pointer names it and no other operation used it as its source.
 //!
 //! What never goes without the word `FORGET`: the last copy of a session's
-//! history — the backup of an activated operation whose source transcript
-//! Claude Code has already deleted (its `cleanupPeriodDays`); the outcome
-//! names the session. A pruned operation's lineage link (source →
+//! history — the only backup left of a session whose transcript Claude
+//! Code has already deleted (its `cleanupPeriodDays`), whatever its
+//! operation's status (a failed rollback leaves the operation `failed`);
+//! the outcome names the session. A pruned operation's lineage link (source →
 //! candidate) is kept in `<state>/lineage.jsonl`, so recall still finds
 //! the lineage.
 //!
@@ -114,6 +115,7 @@ pub fn prune(
         };
         outcome.bytes += outcome.prompts.iter().map(|f| f.bytes).sum::<u64>();
         let mut links = Vec::new();
+        let mut copies = Copies::of(&ops, config);
         for op in &ops {
             let keep = |why: String| Kept {
                 id: op.id.to_string(),
@@ -148,7 +150,7 @@ pub fn prune(
                     continue;
                 }
             }
-            if let Some(session) = last_copy_of(op, config) {
+            if let Some(session) = copies.last_one(op) {
                 if !forget {
                     outcome.kept.push(keep(format!(
                         "its backup is the only copy left of session {session}'s history (Claude Code deleted the transcript); ktr prune --confirm FORGET removes it"
@@ -157,6 +159,7 @@ pub fn prune(
                 }
                 outcome.forgotten.push(session);
             }
+            copies.gone(op);
             links.extend(lineage::link_of(op));
             let mut files = Vec::new();
             match leftover_candidate(op, &ops, config, true) {
@@ -207,8 +210,22 @@ pub fn prune(
     })
 }
 
-/// The regular files of `<state_dir>/prompts/` last written at least
-/// `limit` before `now` (a prompt kept for a paste-back that never came).
+/// What follows the session id in the name of a prompt file ktr (or the
+/// pointer runner) writes: kept, blocked, being pasted, pasted, put
+/// back, being sent again. A name of any other form is not pruned (purge
+/// still removes the whole folder).
+const PROMPT_STATES: &[&str] = &[
+    "last",
+    "blocked",
+    "pasting",
+    "paste",
+    "back",
+    "blocked.resending",
+];
+
+/// The files of `<state_dir>/prompts/` in the form ktr writes them (a
+/// regular file `<session id>.<state>`) last written at least `limit`
+/// before `now` (a prompt kept for a paste-back that never came).
 fn old_prompts(state_dir: &Path, now: SystemTime, limit: Duration) -> Vec<Doomed> {
     let Ok(entries) = fs::read_dir(ktr_pipeline::prompt_back::dir(state_dir)) else {
         return Vec::new();
@@ -216,6 +233,10 @@ fn old_prompts(state_dir: &Path, now: SystemTime, limit: Duration) -> Vec<Doomed
     let mut old: Vec<Doomed> = entries
         .flatten()
         .filter_map(|e| {
+            let name = e.file_name();
+            let (session, state) = name.to_str()?.split_once('.')?;
+            SessionId::parse(session).ok()?;
+            PROMPT_STATES.contains(&state).then_some(())?;
             let meta = e.metadata().ok().filter(fs::Metadata::is_file)?;
             let written = meta.modified().ok()?;
             (now.duration_since(written).ok()? >= limit).then(|| Doomed {
@@ -229,13 +250,55 @@ fn old_prompts(state_dir: &Path, now: SystemTime, limit: Duration) -> Vec<Doomed
     old
 }
 
-/// The session whose only copy is `op`'s backup: an operation that
-/// switched sessions, whose source transcript is gone from `project_dir`.
-fn last_copy_of(op: &Operation, config: &Config) -> Option<String> {
-    let link = lineage::link_of(op)?;
-    let backup = op.backup.as_ref()?;
-    let live = config.project_dir.join(format!("{}.jsonl", link.source));
-    (backup.is_file() && !live.exists()).then(|| link.source.to_string())
+/// The copies of each session whose transcript Claude Code deleted: the
+/// backups on disk that hold it (any operation, whatever its status: a
+/// backup is always of a session that ran). Prune goes oldest first, so
+/// the newest backup of a session (the fullest) is the one left.
+struct Copies {
+    project: PathBuf,
+    left: std::collections::HashMap<String, usize>,
+}
+
+impl Copies {
+    fn of(ops: &[Operation], config: &Config) -> Copies {
+        let mut copies = Copies {
+            project: config.project_dir.clone(),
+            left: std::collections::HashMap::new(),
+        };
+        for op in ops {
+            if let Some(session) = copies.backed_up(op) {
+                *copies.left.entry(session).or_default() += 1;
+            }
+        }
+        copies
+    }
+
+    /// The session `op`'s backup holds, when that backup is on disk and
+    /// the session's transcript is gone from `project_dir`.
+    fn backed_up(&self, op: &Operation) -> Option<String> {
+        let backup = op.backup.as_ref()?;
+        let session = SessionId::of_transcript(backup).ok()?;
+        // Only a regular file is a copy: a link, FIFO or folder in the
+        // transcript's place holds nothing of it.
+        let copy = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+        let live = self.project.join(format!("{session}.jsonl"));
+        (copy(backup) && !copy(&live)).then(|| session.to_string())
+    }
+
+    /// The session whose only copy left is `op`'s backup.
+    fn last_one(&self, op: &Operation) -> Option<String> {
+        let session = self.backed_up(op)?;
+        (self.left.get(&session).copied().unwrap_or(0) <= 1).then_some(session)
+    }
+
+    /// `op` is pruned: its backup is one copy fewer.
+    fn gone(&mut self, op: &Operation) {
+        if let Some(session) = self.backed_up(op)
+            && let Some(n) = self.left.get_mut(&session)
+        {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 /// The candidate transcript of `op` if it may be deleted; `Ok(None)` when

@@ -19,29 +19,8 @@ use serde::Serialize;
 use crate::prune::{Doomed, leftover_candidate, remove, tree_bytes};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
-use ktr_pipeline::operation::{KEYS_DIR, Store};
-use ktr_pipeline::recall::lineage::LINKS_FILE;
-use ktr_pipeline::{binding, prompt_back};
-
-/// The names ktr itself creates directly inside its state dir: the
-/// operations and their artifacts, damaged state set aside, the window
-/// caches, prompts kept for a paste-back (text a person typed), the key
-/// keeper's files (keys a person typed), Claude Code's session bindings,
-/// the lineage links prune kept, the logs and the lock.
-const OWN: &[&str] = &[
-    "operations",
-    "artifacts",
-    "damaged",
-    "window",
-    prompt_back::DIR,
-    KEYS_DIR,
-    binding::DIR,
-    LINKS_FILE,
-    "active",
-    "ktr.log",
-    "worker.log",
-    "coordinator.lock",
-];
+use ktr_base::state_dir::{self, Form, MARKER};
+use ktr_pipeline::operation::Store;
 
 /// What purge removes (or would), and what it leaves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -108,39 +87,62 @@ pub fn purge(store: &Store, config: &Config, delete: bool) -> Result<Purge> {
     Ok(purge)
 }
 
-/// ktr's own entries of the state dir, each a real file or folder (a
-/// symlink is named and left alone), and the resume pointer when it lies
-/// there.
+/// ktr's own entries of the state dir, each only in the form ktr writes
+/// it (a folder or a regular file; a symlink, or a file where ktr makes a
+/// folder, is named and left alone), the resume pointer when it lies
+/// there, and last the marker.
 fn own_files(state_dir: &Path, config: &Config, purge: &mut Purge) {
     let pointer = config
         .resume_pointer_path
         .parent()
         .filter(|p| *p == state_dir)
-        .and(config.resume_pointer_path.file_name());
-    for name in OWN.iter().copied().chain(pointer.and_then(|n| n.to_str())) {
+        .and(config.resume_pointer_path.file_name())
+        .and_then(|n| n.to_str());
+    let names = state_dir::NAMES
+        .iter()
+        .copied()
+        .chain(pointer.map(|n| (n, Form::File)))
+        .chain([(MARKER, Form::File)]);
+    for (name, form) in names {
         let path = state_dir.join(name);
         let Ok(meta) = fs::symlink_metadata(&path) else {
             continue;
         };
-        let what = if meta.is_dir() {
-            "folder"
-        } else if meta.is_file() {
-            "file"
-        } else {
-            purge.kept.push((
-                path,
-                "not a regular file or folder (a symlink?): left alone".into(),
-            ));
-            continue;
+        let (what, bytes) = match form {
+            Form::Folder if meta.is_dir() => ("folder", tree_bytes(&path)),
+            Form::File if meta.is_file() => ("file", meta.len()),
+            _ => {
+                purge.kept.push((
+                    path,
+                    format!(
+                        "not the {} ktr writes there (a symlink?): left alone",
+                        if form == Form::Folder {
+                            "folder"
+                        } else {
+                            "regular file"
+                        }
+                    ),
+                ));
+                continue;
+            }
         };
-        purge.files.push(Doomed {
-            bytes: if meta.is_dir() {
-                tree_bytes(&path)
-            } else {
-                meta.len()
-            },
-            path,
-            what,
-        });
+        purge.files.push(Doomed { path, what, bytes });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ktr_base::state_dir::NAMES;
+    use ktr_pipeline::operation::KEYS_DIR;
+    use ktr_pipeline::recall::lineage::LINKS_FILE;
+    use ktr_pipeline::{binding, prompt_back};
+
+    /// The names the pipeline writes under are the ones the state dir
+    /// rule and purge know.
+    #[test]
+    fn the_pipeline_writes_only_names_the_state_dir_rule_knows() {
+        for name in [prompt_back::DIR, KEYS_DIR, binding::DIR, LINKS_FILE] {
+            assert!(NAMES.iter().any(|(n, _)| *n == name), "{name}");
+        }
     }
 }

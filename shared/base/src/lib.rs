@@ -1,5 +1,6 @@
 //! The base every ktr layer stands on: the one [`Error`], the [`config`],
 //! durable writes ([`fsutil`]), reading files ktr did not write ([`open`]),
+//! the rule that the state dir is ktr's own ([`state_dir`]),
 //! typed [`ids`], [`time`] and [`digest`]s, and [`text::printable`] for what a person reads.
 //!
 //! The layers above, each its own crate so the compiler enforces the
@@ -20,6 +21,7 @@ pub mod error;
 pub mod fsutil;
 pub mod ids;
 pub mod open;
+pub mod state_dir;
 pub mod text;
 pub mod time;
 

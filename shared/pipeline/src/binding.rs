@@ -62,6 +62,8 @@ pub fn record(state_dir: &Path, claude: ProcessId, session_id: &SessionId) -> Re
             state_dir.display()
         )));
     }
+    let home = ktr_base::config::home_dir();
+    ktr_base::state_dir::claim(state_dir, ktr_base::state_dir::place_of_home(&home))?;
     let dir = dir(state_dir);
     ensure_private_dir(&dir, 0o700)?;
     let binding = Binding {
@@ -88,18 +90,29 @@ pub fn of_pid(bindings: &Path, pid: u32) -> Option<Binding> {
     of(bindings, ProcessId::of(pid)?)
 }
 
-/// Remove the bindings of processes that no longer run (and unreadable ones).
+/// Remove the bindings of processes that no longer run. Only what ktr
+/// wrote goes: a regular file named `<pid>.json` (never a link) that
+/// holds a binding of that pid; anything else in the folder stays.
 fn prune(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
-        let live = read_capped(&entry.path(), CAP, Links::Refuse)
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix(".json"))
+            .filter(|n| !n.starts_with('+'))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dead = read_capped(&entry.path(), CAP, Links::Refuse)
             .ok()
             .flatten()
             .and_then(|b| serde_json::from_slice::<Binding>(&b).ok())
-            .is_some_and(|b| b.claude.alive());
-        if !live {
+            .is_some_and(|b| b.claude.pid == pid && !b.claude.alive());
+        if dead {
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -59,6 +59,27 @@ impl<T, E> ResultOrPanic<T, E> for Result<T, E> {
     }
 }
 
+/// `bin` under `strace -f` (at most 8 s), logging the system calls
+/// `calls` (`trace=` syntax, e.g. `unlink,unlinkat,rmdir`) into `log`.
+pub fn straced(log: &Path, calls: &str, bin: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.args(["8", "strace", "-f", "-qq", "-e"])
+        .arg(format!("trace={calls}"))
+        .arg("-o")
+        .arg(log)
+        .arg(bin);
+    cmd
+}
+
+/// Make a FIFO at `path`.
+pub fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
 /// A file of this repository, by its path from the root.
 /// `cmd` with nothing of the caller's installation: `HOME` and `XDG_*`
 /// name a folder that does not exist, and no `KTR_*` variable is passed.

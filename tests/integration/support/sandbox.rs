@@ -115,10 +115,14 @@ impl Sandbox {
     /// Write the config file: a safe base (a tmux target on no server, a
     /// resume command that cannot start Claude) plus `extra` TOML lines.
     pub fn write_config(&self, extra: &str) {
+        self.write_config_with_state(&self.state.display().to_string(), extra);
+    }
+
+    /// [`Sandbox::write_config`] with `state_dir` written as given.
+    pub fn write_config_with_state(&self, state_dir: &str, extra: &str) {
         let text = format!(
-            "project_dir = {:?}\nstate_dir = {:?}\nclaude_workdir = {:?}\ntmux_target = \"ktr-test-nowhere:0.0\"\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\n{extra}\n",
+            "project_dir = {:?}\nstate_dir = {state_dir:?}\nclaude_workdir = {:?}\ntmux_target = \"ktr-test-nowhere:0.0\"\nresume_command = [{:?}, \"--resume\", \"{{session_id}}\"]\n{extra}\n",
             self.project,
-            self.state,
             self.work,
             stand_in("fake-claude"),
         );
@@ -317,7 +321,31 @@ impl Sandbox {
     /// Run `ktr ARGS` with the sandbox environment (HOME etc. point inside it).
     #[track_caller]
     pub fn ktr(&self, args: &[OsString]) -> Outcome {
-        let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
+        self.ktr_via(Command::new(env!("CARGO_BIN_EXE_ktr")), args)
+    }
+
+    /// `ktr COMMAND --config CONFIG FLAGS…` under strace, logging the
+    /// system calls `calls`: the outcome and the log.
+    #[track_caller]
+    pub fn ktr_traced(&self, calls: &str, command: &str, flags: &[&str]) -> (Outcome, String) {
+        let log = self
+            .root
+            .join(format!("strace-{}.log", uuid::Uuid::new_v4()));
+        let traced = super::straced(&log, calls, env!("CARGO_BIN_EXE_ktr"));
+        let mut args: Vec<OsString> = vec![
+            command.into(),
+            "--config".into(),
+            self.config.clone().into(),
+        ];
+        args.extend(flags.iter().map(OsString::from));
+        let out = self.ktr_via(traced, &args);
+        (out, fs::read_to_string(&log).unwrap_or_default())
+    }
+
+    /// [`Sandbox::ktr`] through `cmd` (ktr itself, or a tracer that runs it).
+    #[track_caller]
+    fn ktr_via(&self, mut cmd: Command, args: &[OsString]) -> Outcome {
+        let out = cmd
             .args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

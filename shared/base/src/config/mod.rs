@@ -170,8 +170,29 @@ impl Config {
         let mut config = Self::from_toml(&text)
             .map_err(|e| Error::config(format!("config {}: {}", path.display(), e.message)))?;
         config.anchor_relative_paths(&path);
+        config.check_state_dir()?;
         config.source = Some(path);
         Ok(config)
+    }
+
+    /// The state dir must be a folder of ktr's own ([`crate::state_dir`]).
+    pub fn check_state_dir(&self) -> Result<()> {
+        let home = home_dir();
+        crate::state_dir::check(&self.state_dir, self.state_place(&home))
+    }
+
+    /// Where the state dir stands, for [`crate::state_dir`]'s rule.
+    pub fn state_place<'a>(&'a self, home: &'a Path) -> crate::state_dir::Place<'a> {
+        crate::state_dir::Place {
+            home,
+            project: Some(&self.project_dir),
+            pointer: self
+                .resume_pointer_path
+                .parent()
+                .filter(|p| *p == self.state_dir)
+                .and(self.resume_pointer_path.file_name())
+                .and_then(|n| n.to_str()),
+        }
     }
 
     /// Relative paths in a config file mean "beside the config file", not
@@ -233,6 +254,17 @@ impl Config {
             return Err(Keys::rule(
                 "tmux_target",
                 "must be non-empty and contain no control characters",
+            ));
+        }
+        // tmux reads an argument that ends in `;` as its command separator
+        // (and `\;` as a literal `;`): such a target names another pane or
+        // splits ktr's command in two.
+        if tmux_target.ends_with(';') {
+            return Err(Keys::rule(
+                "tmux_target",
+                &format!(
+                    "must not end in ';' (tmux reads it as its command separator; got {tmux_target:?}): name the pane as session:window.pane or %id"
+                ),
             ));
         }
         let tmux_socket = keys.string("tmux_socket", "")?;

@@ -65,6 +65,19 @@ fn rules_are_enforced() {
     );
     assert!(err("project_dir = \"/p\"\npoison_pattern = \"(\"").contains("poison_pattern"));
     assert!(err("project_dir = \"/p\"\ntmux_target = \"a\\nb\"").contains("tmux_target"));
+    // tmux takes an argument ending in `;` for its command separator.
+    for target in [";", "cc:0.0;", "cc\\\\;"] {
+        let e = err(&format!("project_dir = \"/p\"\ntmux_target = \"{target}\""));
+        assert!(
+            e.starts_with("tmux_target must not end in ';'"),
+            "{target}: {e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+    }
+    for fine in ["cc:0.0", "%3", "my session:1.2", "a;b"] {
+        let text = format!("project_dir = \"/p\"\ntmux_target = \"{fine}\"");
+        assert_eq!(Config::from_toml(&text).unwrap().tmux_target, fine);
+    }
     assert_eq!(
         err("project_dir = \"/p\"\nsystemd_restart_timeout_seconds = 3"),
         "systemd_restart_timeout_seconds must be between 10 and 3600"

@@ -51,9 +51,9 @@ pub fn record(path: &Path, offset: u64, page: u32) -> Result<Page> {
     let mut bytes = vec![0u8; line_len as usize];
     file.read_exact_at(&mut bytes, offset)
         .map_err(|e| Error::io_at("read", path, &e))?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    let value: Value = record::decode(&bytes).ok_or_else(|| {
         Error::io(format!(
-            "the record at byte {offset} of {} is not JSON: {e}",
+            "the record at byte {offset} of {} is not JSON",
             path.display()
         ))
     })?;
@@ -109,7 +109,7 @@ fn rendered(value: &Value) -> String {
             out.push_str(&format!(" {tool}"));
         }
         out.push('\n');
-        out.push_str(&part.text);
+        out.extend(part.text.chars().map(record::visible));
         out.push_str("\n\n");
     }
     out

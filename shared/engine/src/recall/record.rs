@@ -73,6 +73,27 @@ pub struct Part<'a> {
     pub text: std::borrow::Cow<'a, str>,
 }
 
+/// A line as JSON. A string holding a lone surrogate (half an emoji, as
+/// JavaScript writes it: Claude Code loads it, `serde_json` refuses it)
+/// is read with the surrogate's stand-in ([`crate::lone`]), so the rest of
+/// the record is searched as any other.
+pub fn decode(bytes: &[u8]) -> Option<Value> {
+    serde_json::from_slice(bytes).ok().or_else(|| {
+        let mapped = crate::lone::map_line(bytes)?;
+        serde_json::from_slice(&mapped).ok()
+    })
+}
+
+/// A character as a person is shown it: a lone surrogate's stand-in as
+/// U+FFFD, the replacement character (what a terminal shows for it).
+pub fn visible(c: char) -> char {
+    if crate::lone::is_stand_in(c) {
+        char::REPLACEMENT_CHARACTER
+    } else {
+        c
+    }
+}
+
 /// The record's `timestamp`, if it has one.
 pub fn timestamp(record: &Value) -> Option<&str> {
     record.get("timestamp").and_then(Value::as_str)

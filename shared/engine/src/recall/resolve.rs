@@ -111,7 +111,7 @@ fn pass(source: &Source, needles: &[String], mut on: impl FnMut(usize, At, &Valu
             matched.sort_unstable();
             matched.dedup();
             if !matched.is_empty()
-                && let Ok(value) = serde_json::from_slice::<Value>(bytes)
+                && let Some(value) = record::decode(bytes)
             {
                 for i in matched {
                     on(i, at, &value);

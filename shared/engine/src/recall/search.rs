@@ -6,8 +6,6 @@ use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use serde_json::Value;
-
 use super::lines::{self, Flow, Line};
 use super::record::{self, Kind, Part};
 use super::{Found, Hit, Search, Source, resolve, snippet, turn};
@@ -174,7 +172,7 @@ impl Scan<'_> {
 
     /// Decode a line that may match and keep each part that does.
     fn record(&mut self, offset: u64, bytes: &[u8]) {
-        let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
+        let Some(value) = record::decode(bytes) else {
             return;
         };
         let timestamp = record::timestamp(&value);
@@ -338,7 +336,7 @@ impl ToolIds {
         {
             return;
         }
-        let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        let Some(value) = record::decode(line) else {
             return;
         };
         for part in record::parts(&value) {

@@ -43,7 +43,11 @@ pub fn around(text: &str, start: usize, end: usize) -> String {
 
 /// Line breaks and other control characters as a space: one line.
 fn flat(c: char) -> char {
-    if c.is_control() { ' ' } else { c }
+    if c.is_control() {
+        ' '
+    } else {
+        super::record::visible(c)
+    }
 }
 
 #[cfg(test)]

@@ -128,6 +128,26 @@ impl Store {
                     other.id, other.status
                 )));
             }
+            let later = superseding(&op, &tx.store().list()?);
+            if !later.is_empty() {
+                let order: Vec<String> = later
+                    .iter()
+                    .chain([&op])
+                    .map(|o| o.id.to_string())
+                    .collect();
+                return Err(Error::refused(format!(
+                    "operation {id} is superseded: its session {} was rebuilt again by {}; the running session is not the one it switched to. Roll back newest first, one at a time: {}",
+                    op.candidate
+                        .as_ref()
+                        .map_or("", |c| c.session_id.as_str()),
+                    later.last().map_or("", |o| o.id.as_str()),
+                    order
+                        .iter()
+                        .map(|o| format!("ktr rollback-request {o} --confirm ROLLBACK"))
+                        .collect::<Vec<_>>()
+                        .join(", then ")
+                )));
+            }
             tx.transition(&mut op, Status::RollbackPending, "rollback requested")?;
             Ok(op)
         })
@@ -169,6 +189,30 @@ impl Store {
             Ok(op)
         })
     }
+}
+
+/// The activated operations that rebuilt `op`'s session again, newest
+/// first: `op`'s candidate was the source of the next one, whose
+/// candidate was the source of the one after, and so on. Rolling `op`
+/// back while they stand would type `/resume` into a session that is not
+/// the one it switched to; they are rolled back first, in this order.
+fn superseding(op: &Operation, ops: &[Operation]) -> Vec<Operation> {
+    let mut chain: Vec<Operation> = Vec::new();
+    let mut at = op.candidate.as_ref().map(|c| c.session_id.clone());
+    while let Some(session) = at.take() {
+        let next = ops.iter().rev().find(|o| {
+            o.status == Status::Activated
+                && o.id != op.id
+                && !chain.iter().any(|c| c.id == o.id)
+                && crate::recall::lineage::source_session(o).as_ref() == Some(&session)
+        });
+        if let Some(next) = next {
+            at = next.candidate.as_ref().map(|c| c.session_id.clone());
+            chain.push(next.clone());
+        }
+    }
+    chain.reverse();
+    chain
 }
 
 /// Confirmation words are exact and case-sensitive.

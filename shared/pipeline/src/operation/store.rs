@@ -22,6 +22,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
 use ktr_base::ids::OperationId;
 use ktr_base::open::{Links, append_private, cap, read_capped};
+use ktr_base::state_dir;
 use ktr_base::time::{Timestamp, now_rfc3339};
 
 /// Default state dir when no config says otherwise.
@@ -143,7 +144,7 @@ pub struct Locked<'a> {
 impl Store {
     /// Open (and create, 0700) the state dir.
     pub fn open(dir: &Path) -> Result<Store> {
-        ensure_private_dir(dir, 0o700)?;
+        state_dir::claim(dir, state_dir::place_of_home(&home_dir()))?;
         ensure_private_dir(&dir.join("operations"), 0o700)?;
         Ok(Store {
             dir: dir.to_path_buf(),
@@ -157,6 +158,7 @@ impl Store {
     /// Open the configured state dir, with the configured target so that
     /// stale-worker recovery can record what the target runs.
     pub fn for_config(config: &Config) -> Result<Store> {
+        state_dir::claim(&config.state_dir, config.state_place(&home_dir()))?;
         let mut store = Store::open(&config.state_dir)?.with_config(config);
         store.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
         Ok(store)
@@ -389,7 +391,14 @@ impl Store {
         timeout: Duration,
         f: impl FnOnce(&mut Locked) -> Result<T>,
     ) -> Result<T> {
-        ensure_private_dir(&self.dir, 0o700)?;
+        let home = home_dir();
+        state_dir::claim(
+            &self.dir,
+            state_dir::Place {
+                project: self.project.as_deref(),
+                ..state_dir::place_of_home(&home)
+            },
+        )?;
         ensure_private_dir(&self.dir.join("operations"), 0o700)?;
         let path = self.dir.join("coordinator.lock");
         let file = OpenOptions::new()

@@ -1,10 +1,21 @@
 //! The backups as the archive of record. Claude Code
 //! deletes a transcript that has not changed for `cleanupPeriodDays`, and
-//! with it the session's `<session>/tool-results/` folder; a session ktr
-//! rebuilt from stops changing at the switch. So prepare keeps the side
-//! files beside the frozen backup, and a rollback to a session whose
+//! with it the session's folder `<session>/` beside it; a session ktr
+//! rebuilt from stops changing at the switch. So prepare keeps that whole
+//! folder beside the frozen backup, and a rollback to a session whose
 //! transcript is gone first puts it back from the backup — byte for byte,
 //! checked against the digest frozen with it.
+//!
+//! What 2.1.328 keeps in `<session>/` (read from its bundle: its cleanup
+//! removes these with the transcript): `tool-results/` (large tool
+//! outputs), `subagents/` (`agent-<id>.jsonl` and `agent-<id>.meta.json`,
+//! nested folders, `workflows/<run>/`), `workflows/`, `remote-agents/`,
+//! `mcp-tasks/`, and files such as `custom-title.json`, `archived.json`,
+//! `precompact.json`, `sent-prefix.json`, `resume-head.jsonl`. The copy
+//! takes every real folder and regular file in it, whatever new ones a
+//! later release adds; a subagent's `*.jsonl` stays inside the folder, so
+//! nothing ever takes it for a session (only `<session>.jsonl` directly in
+//! `project_dir` or `artifacts/<op>/` is one).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,6 +29,8 @@ use ktr_base::{Error, Result};
 
 /// The most side files kept per session.
 const SIDE_FILES_MAX: usize = 10_000;
+/// The deepest folder followed inside `<session>/`.
+const DEPTH_MAX: usize = 8;
 
 /// What was copied: files and bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,55 +39,83 @@ pub struct Copied {
     pub bytes: u64,
 }
 
-/// `<from>/<session>/tool-results/`, if both are real folders (no symlink).
+/// `<from>/<session>/`, if it is a real folder (no symlink).
 fn side_dir(from: &Path, session: &SessionId) -> Option<PathBuf> {
-    let real = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    let dir = from.join(session).join("tool-results");
-    (real(&from.join(session)) && real(&dir)).then_some(dir)
+    let dir = from.join(session);
+    fs::symlink_metadata(&dir)
+        .is_ok_and(|m| m.is_dir())
+        .then_some(dir)
+}
+
+/// The regular files under `dir` (real folders only, plain names, at
+/// most [`DEPTH_MAX`] deep and [`SIDE_FILES_MAX`] in all), as paths
+/// relative to `dir`, with their sizes.
+fn side_files(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut stack = vec![(PathBuf::new(), 0usize)];
+    while let Some((rel, depth)) = stack.pop() {
+        let Ok(entries) = fs::read_dir(dir.join(&rel)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if found.len() >= SIDE_FILES_MAX {
+                return found;
+            }
+            let name = entry.file_name();
+            if !super::hit_id::plain_name(&name.to_string_lossy()) {
+                continue;
+            }
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && depth < DEPTH_MAX => {
+                    stack.push((rel.join(&name), depth + 1));
+                }
+                Ok(t) if t.is_file() => {
+                    let len = entry.metadata().map_or(0, |m| m.len());
+                    found.push((rel.join(&name), len));
+                }
+                _ => {}
+            }
+        }
+    }
+    found
 }
 
 /// The bytes of the regular files [`copy_side_files`] would copy (the
 /// room a rebuild needs for them beside the backup).
 pub fn side_bytes(from: &Path, session: &SessionId) -> u64 {
-    let Some(src) = side_dir(from, session) else {
-        return 0;
-    };
-    let Ok(entries) = fs::read_dir(&src) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .take(SIDE_FILES_MAX)
-        .filter_map(|e| e.metadata().ok().filter(fs::Metadata::is_file))
-        .map(|m| m.len())
-        .sum()
+    side_dir(from, session).map_or(0, |dir| side_files(&dir).iter().map(|f| f.1).sum())
 }
 
-/// Copy the regular files of `<from>/<session>/tool-results/` into
-/// `<to>/<session>/tool-results/` (0700 folders, 0600 files); files already
-/// there are left as they are.
+/// Copy the session's folder `<from>/<session>/` (every regular file in
+/// its real folders) into `<to>/<session>/` (0700 folders, 0600 files);
+/// files already there are left as they are.
 pub fn copy_side_files(from: &Path, to: &Path, session: &SessionId) -> Result<Copied> {
     let mut copied = Copied::default();
     let Some(src) = side_dir(from, session) else {
         return Ok(copied);
     };
-    let entries = fs::read_dir(&src).map_err(|e| Error::io_at("list", &src, &e))?;
-    let dst = to.join(session).join("tool-results");
-    for entry in entries.flatten().take(SIDE_FILES_MAX) {
-        let name = entry.file_name();
-        if !super::hit_id::plain_name(&name.to_string_lossy()) {
-            continue;
-        }
-        let Ok(file) = confine(&entry.path(), &src, "tool result", Exists::Must) else {
+    let dst = to.join(session);
+    for (rel, _) in side_files(&src) {
+        let Some(parent) = rel.parent() else {
             continue;
         };
-        let target = dst.join(&name);
-        if target.exists() {
+        let Ok(file) = confine(
+            &src.join(&rel),
+            &src.join(parent),
+            "side file",
+            Exists::Must,
+        ) else {
+            continue;
+        };
+        let target = dst.join(&rel);
+        if fs::symlink_metadata(&target).is_ok() {
             continue;
         }
-        if copied.files == 0 {
-            ensure_private_dir(&to.join(session), 0o700)?;
-            ensure_private_dir(&dst, 0o700)?;
+        ensure_private_dir(&dst, 0o700)?;
+        let mut at = dst.clone();
+        for part in parent.components() {
+            at.push(part);
+            ensure_private_dir(&at, 0o700)?;
         }
         copy_atomic(&file, &target, 0o600, Existing::Refuse)?;
         copied.files += 1;
@@ -132,7 +173,7 @@ pub fn restore_source(project: &Path, op: &Operation) -> Result<Option<String>> 
         live.display(),
         want.short(),
         if side.files > 0 {
-            format!(", with {} tool-results files", side.files)
+            format!(", with {} files of its folder {session}/", side.files)
         } else {
             String::new()
         }

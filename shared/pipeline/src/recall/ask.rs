@@ -44,8 +44,8 @@ pub struct Answer {
     pub scope: &'static str,
     pub current: String,
     pub lineage: Vec<Member>,
-    /// Sessions of the lineage whose every copy is gone.
-    pub lost: Vec<String>,
+    /// Sessions of the lineage whose every copy is gone, with why.
+    pub lost: Vec<super::Lost>,
     #[serde(flatten)]
     pub found: Found,
 }

@@ -65,7 +65,9 @@ pub fn links(store: &Store) -> Result<Vec<Link>> {
     Ok(links)
 }
 
-/// The link an operation makes, if its candidate became the session.
+/// The link an operation makes, if its candidate became the session —
+/// whatever happened after (a rollback, a rollback that failed): the
+/// candidate ran, rebuilt from the source.
 pub fn link_of(op: &Operation) -> Option<Link> {
     let switched = matches!(
         op.status,
@@ -73,7 +75,7 @@ pub fn link_of(op: &Operation) -> Option<Link> {
             | Status::RollbackPending
             | Status::RollbackScheduled
             | Status::RollingBack
-    );
+    ) || op.history.iter().any(|t| t.to == Status::Activated);
     let candidate = op.candidate.as_ref()?;
     if !switched {
         return None;
@@ -88,7 +90,7 @@ pub fn link_of(op: &Operation) -> Option<Link> {
 
 /// The source session: the backup's name (`artifacts/<id>/<session>.jsonl`),
 /// else the operation's session, else its transcript's name.
-fn source_session(op: &Operation) -> Option<SessionId> {
+pub(crate) fn source_session(op: &Operation) -> Option<SessionId> {
     let named = |p: &Path| SessionId::of_transcript(p).ok();
     op.backup
         .as_deref()

@@ -14,4 +14,4 @@ mod sources;
 pub use ask::{Answer, Ask, parse_turns, recall};
 pub use hit_id::{HitFile, HitId};
 pub use lineage::{Link, Member, lineage};
-pub use sources::{Scope, Searched, get, sources};
+pub use sources::{Lost, Scope, Searched, get, sources};

@@ -4,6 +4,7 @@
 //! directly inside a real (not symlinked) `<session>/tool-results/` of
 //! either.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -46,8 +47,45 @@ pub struct Searched {
     pub sources: Vec<Source>,
     /// The lineage, newest first (empty for the project scope).
     pub lineage: Vec<Member>,
-    /// Sessions of the lineage no copy of which is left.
-    pub lost: Vec<String>,
+    /// Sessions of the lineage no copy of which is left, with why.
+    pub lost: Vec<Lost>,
+}
+
+/// A session of the lineage recall cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lost {
+    pub session: String,
+    pub why: String,
+}
+
+/// Why no copy of `m` can be read.
+fn why_lost(store: &Store, project: &Path, m: &Member) -> String {
+    let live = project.join(format!("{}.jsonl", m.session));
+    if let Ok(meta) = std::fs::symlink_metadata(&live) {
+        let ft = meta.file_type();
+        let what = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_symlink() {
+            "a symlink"
+        } else if ft.is_dir() {
+            "a folder"
+        } else {
+            "not a regular file"
+        };
+        return format!(
+            "its transcript {} is {what}: recall reads only regular files",
+            live.display()
+        );
+    }
+    match &m.rebuilt_by {
+        Some(op) if store.operation_path(op).exists() => {
+            format!("Claude Code deleted its transcript and the backup of operation {op} is gone")
+        }
+        Some(op) => format!(
+            "Claude Code deleted its transcript, and operation {op}, which kept its backup, was pruned (ktr prune --confirm FORGET)"
+        ),
+        None => format!("there is no transcript {}", live.display()),
+    }
 }
 
 /// The sources of a search, newest first; `sessions` (ids or their
@@ -89,7 +127,10 @@ pub fn sources(
             for m in out.lineage.iter().filter(|m| wanted(&m.session)) {
                 match member_source(store, &project, m)? {
                     Some(s) => out.sources.push(s),
-                    None => out.lost.push(m.session.clone()),
+                    None => out.lost.push(Lost {
+                        session: m.session.clone(),
+                        why: why_lost(store, &project, m),
+                    }),
                 }
             }
         }
@@ -200,6 +241,18 @@ fn project_transcripts(project: &Path) -> Result<Vec<(String, PathBuf)>> {
     Ok(found.into_iter().map(|(_, s, p)| (s, p)).collect())
 }
 
+/// The artifacts folder of the newest backup of `session` still on disk.
+/// A `live:` id found before Claude Code deleted the transcript names the
+/// same bytes there: a backup is a copy of the transcript's first bytes.
+fn backup_of(store: &Store, session: &str) -> Option<PathBuf> {
+    let name = format!("{session}.jsonl");
+    store.list().ok()?.into_iter().rev().find_map(|op| {
+        let dir = store.dir().join("artifacts").join(&op.id);
+        let backup = op.backup?;
+        (backup.file_name()? == name.as_str() && dir.join(&name).is_file()).then_some(dir)
+    })
+}
+
 /// Page `page` of the hit `id`.
 pub fn get(store: &Store, project: &Path, id: &str, page: u32) -> Result<Page> {
     let id = HitId::parse(id)?;
@@ -210,7 +263,16 @@ pub fn get(store: &Store, project: &Path, id: &str, page: u32) -> Result<Page> {
         ))
     })?;
     let (base, session, offloaded) = match &id.file {
-        HitFile::Live { session, offloaded } => (project.clone(), session.clone(), offloaded),
+        HitFile::Live { session, offloaded } => {
+            let live = project.join(format!("{session}.jsonl"));
+            let base = match std::fs::symlink_metadata(&live) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    backup_of(store, session).unwrap_or_else(|| project.clone())
+                }
+                _ => project.clone(),
+            };
+            (base, session.clone(), offloaded)
+        }
         HitFile::Backup {
             operation,
             offloaded,

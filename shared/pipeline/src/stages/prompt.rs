@@ -94,7 +94,14 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             Reply::Quiet
         });
     }
-    if let Ok(session) = SessionId::parse(&hook.session_id) {
+    let home = ktr_base::config::home_dir();
+    // Prompts are kept in, and taken back out of, ktr's own folder only.
+    let ours = ktr_base::state_dir::claim(&state_dir, ktr_base::state_dir::place_of_home(&home))
+        .map_err(|e| eprintln!("ktr-prompt: {e}"))
+        .is_ok();
+    if let Ok(session) = SessionId::parse(&hook.session_id)
+        && ours
+    {
         if has_prompts {
             prompt_back::prompt_sent(&state_dir, &session, || {
                 Config::load(config_arg)
