@@ -329,17 +329,31 @@ impl Rig {
     pub fn claude_of(&self, session: &str) -> Option<u32> {
         let hooks = format!("FAKE_CLAUDE_HOOKS={}", self.hooks.display());
         let program = stand_in("fake-claude").display().to_string();
-        fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let argv = ktr_pipeline::process::cmdline(pid)?;
-            let runs = argv.contains(&program)
-                && argv
-                    .windows(2)
-                    .any(|w| w[0] == "--resume" && w[1] == session);
-            let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
-            let ours = environ.split(|b| *b == 0).any(|v| v == hooks.as_bytes());
-            (runs && ours && ktr_pipeline::process::pid_alive(pid)).then_some(pid)
-        })
+        let matches: Vec<(u32, ktr_pipeline::process::Stat)> = fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|entry| {
+                let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                let argv = ktr_pipeline::process::cmdline(pid)?;
+                let runs = argv.contains(&program)
+                    && argv
+                        .windows(2)
+                        .any(|w| w[0] == "--resume" && w[1] == session);
+                let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+                let ours = environ.split(|b| *b == 0).any(|v| v == hooks.as_bytes());
+                let stat = ktr_pipeline::process::stat(pid)?;
+                (runs && ours && ktr_pipeline::process::pid_alive(pid)).then_some((pid, stat))
+            })
+            .collect();
+        // The stand-in is a shell script: every command it runs is first a
+        // fork with the same command line (`$(pwd)`, `sleep` before its
+        // exec). Such a child's parent is the stand-in itself; with pids
+        // wrapping (pid_max 32768) it can also come first in /proc.
+        matches
+            .iter()
+            .filter(|(_, stat)| !matches.iter().any(|(pid, _)| *pid == stat.ppid))
+            .min_by_key(|(_, stat)| stat.start_time)
+            .map(|(pid, _)| *pid)
     }
 
     /// Have the stand-in claude running `session` run `bin --config C`
