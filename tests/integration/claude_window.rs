@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
-use crate::support::fake_api::{FakeApi, Rule, conversation, last_user_text, text, tool};
+use crate::support::fake_api::{FakeApi, Rule, conversation, last_user_text, text, thinking, tool};
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_pipeline::operation::{Operation, Status, Store};
 use ktr_pipeline::pane::Input;
@@ -203,6 +203,21 @@ fn rules() -> Vec<Rule> {
     )];
     // Every turn gets the same short reply.
     rules.push(Rule::new("TURN-", vec![vec![text("OK")]]));
+    // A long answer: the conversation itself fills most of a small window
+    // (~85 % of it; the thinking before it is residue, not carried).
+    rules.push(Rule::new(
+        "SAY-LONG",
+        vec![vec![
+            thinking(
+                &"private reasoning, not carried. ".repeat(1_000),
+                "sig-long",
+            ),
+            text(&format!(
+                "{}REPLY-LONG",
+                "every word of this answer is conversation. ".repeat(4_000)
+            )),
+        ]],
+    ));
     for n in [
         "ONE", "TWO", "THREE", "72", "73", "FULL", "AFTER", "PROBE", "BLOCKED", "REFILL", "AGAIN",
     ] {
@@ -1010,6 +1025,86 @@ fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64
     s.wait_boundaries(1, &format!("no compaction at {point}"));
 }
 
+/// `CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000` on a 200k window: Claude Code
+/// compacts at min(200,000, 150,000) − 33,000 = 117,000. ktr's advice
+/// names that point before it; at it, with the standing approval, the
+/// guard blocks the compaction and ktr rebuilds instead.
+fn the_auto_compact_window_moves_the_point(bin: &Path) {
+    let s = Session::start_env(
+        bin,
+        "on_auto_compaction = \"rebuild\"",
+        &["--model", "claude-sonnet-4-6"],
+        None,
+        |_| vec![("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), "150000".into())],
+    );
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(117_000 - 50));
+    s.say("SAY-TWO below", "REPLY-TWO");
+    s.tmux
+        .wait_screen("the advice naming the moved point", TURN, |sc| {
+            sc.contains("of 117k, CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000)")
+        });
+    s.api.set_usage(None);
+    s.say("SAY-THREE next", "REPLY-THREE");
+    assert_eq!(s.boundaries(), 0, "compacted below 117,000");
+    assert!(
+        s.store.latest().unwrap().is_none(),
+        "a guard below the point"
+    );
+    s.api.set_usage(Some(117_000));
+    s.say("SAY-FULL at the point", "REPLY-FULL");
+    s.api.set_usage(None);
+    s.tmux.type_line("SAY-AFTER next");
+    let done = s.wait_status("the guard's rebuild at the moved point", |st| {
+        st == Status::Activated || st.is_terminal()
+    });
+    assert_eq!(done.status, Status::Activated, "{done:?}");
+    assert!(
+        done.history[0].note.contains("PreCompact hook"),
+        "not started by the guard: {:?}",
+        done.history
+    );
+    assert_eq!(s.boundaries(), 0, "Claude Code compacted although blocked");
+}
+
+/// A rebuild that would leave no room is not started: with
+/// `CLAUDE_CODE_AUTO_COMPACT_WINDOW=100000` Claude Code compacts at 67,000;
+/// a conversation that alone fills most of it would be rebuilt into a
+/// window over 70 % (`advise_at_percent`) of that point, so the guard lets
+/// Claude Code compact, says why, and starts nothing.
+fn the_guard_declines_a_rebuild_that_leaves_no_room(bin: &Path) {
+    let s = Session::start_env(
+        bin,
+        "on_auto_compaction = \"rebuild\"",
+        &["--model", "claude-sonnet-4-6"],
+        None,
+        |_| vec![("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), "100000".into())],
+    );
+    s.say("SAY-ONE hello", "REPLY-ONE");
+    s.api.set_usage(Some(67_000));
+    s.say("SAY-LONG tell me everything", "REPLY-LONG");
+    s.api.set_usage(None);
+    s.tmux.type_line("SAY-AFTER next");
+    s.wait_boundaries(1, "Claude Code did not compact at 67,000");
+    let declined = || {
+        stop_lines(&s.transcript()).into_iter().any(|l| {
+            l.starts_with(
+                "ktr: a rebuild cannot replace this compaction: a rebuild would start at ",
+            ) && l.contains("would leave no room")
+        })
+    };
+    s.tmux.wait_idle(TURN);
+    assert!(
+        crate::support::wait_for(TURN, declined),
+        "no reason among {:#?}",
+        stop_lines(&s.transcript())
+    );
+    assert!(
+        s.store.latest().unwrap().is_none(),
+        "the guard started a rebuild that leaves no room"
+    );
+}
+
 /// With `autoCompactEnabled: false` in settings.json a
 /// reply past the usual point is followed by a prompt that is sent, not
 /// compacted, until the hard limit (window − 23,000): a reply reporting
@@ -1056,9 +1151,11 @@ fn auto_compaction_off(bin: &Path) {
 
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn issue_27_the_compaction_setting_through_the_interactive_cli() {
+fn the_compaction_setting_through_the_interactive_cli() {
     let bin = claude_bin();
-    let scenarios: [fn(&Path); 3] = [
+    let scenarios: [fn(&Path); 5] = [
+        the_auto_compact_window_moves_the_point,
+        the_guard_declines_a_rebuild_that_leaves_no_room,
         // 1M: 60 % of 980,000 (window − 20k max output).
         |bin| the_override_moves_the_point(bin, &[], "60", 588_000),
         // 200k: 60 % of 180,000.

@@ -81,6 +81,14 @@ pub struct CompactionSetting {
     /// `Claude Code's default`, `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60`,
     /// `autoCompactEnabled false in ~/.claude/settings.json`, …
     pub source: String,
+    /// The auto-compact window (`CLAUDE_CODE_AUTO_COMPACT_WINDOW`, else
+    /// `autoCompactWindow` in the settings): Claude Code 2.1.328 computes
+    /// its compaction point from min(window, this) instead of the window.
+    /// It does not move the hard limit.
+    pub window_cap: Option<Sourced>,
+    /// `CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE`: the hard limit itself, in
+    /// tokens, instead of window − [`HARD_LIMIT_MARGIN`].
+    pub hard_limit: Option<Sourced>,
 }
 
 impl Default for CompactionSetting {
@@ -88,6 +96,8 @@ impl Default for CompactionSetting {
         CompactionSetting {
             compaction: Compaction::Default,
             source: "Claude Code's default".into(),
+            window_cap: None,
+            hard_limit: None,
         }
     }
 }
@@ -95,33 +105,71 @@ impl Default for CompactionSetting {
 impl CompactionSetting {
     /// The point for a window of `size` tokens and how it was derived.
     pub fn point(&self, size: u64) -> (u64, String) {
-        let default = compaction_point(size);
+        // What Claude Code computes the point from: the window, or the
+        // auto-compact window when that is smaller.
+        let (window, window_is) = match &self.window_cap {
+            Some(cap) if cap.tokens < size => {
+                (cap.tokens, format!("{} ({})", cap.tokens, cap.source))
+            }
+            Some(cap) => (
+                size,
+                format!("the window (≤ {}, {})", cap.tokens, cap.source),
+            ),
+            None => (size, "window".to_string()),
+        };
+        let default = compaction_point(window);
+        let with_cap = |text: String| match &self.window_cap {
+            Some(cap) => format!("{text}; auto-compact window {}", cap.source),
+            None => text,
+        };
         match self.compaction {
             Compaction::Default => (
                 default,
-                format!(
-                    "window − {COMPACTION_MARGIN} (Claude Code 2.1.328's default; {})",
+                with_cap(format!(
+                    "{window_is} − {COMPACTION_MARGIN} (Claude Code 2.1.328's default; {})",
                     self.source
-                ),
+                )),
             ),
             Compaction::Percent(p) => {
-                let moved = (size.saturating_sub(OUTPUT_RESERVE) as f64 * p / 100.0).floor();
+                let moved = (window.saturating_sub(OUTPUT_RESERVE) as f64 * p / 100.0).floor();
                 let moved = to_u64(moved).min(default);
                 (
                     moved,
-                    format!(
-                        "{}: min({p} % of (window − {OUTPUT_RESERVE}), window − {COMPACTION_MARGIN})",
+                    with_cap(format!(
+                        "{}: min({p} % of ({window_is} − {OUTPUT_RESERVE}), {window_is} − {COMPACTION_MARGIN})",
                         self.source
-                    ),
+                    )),
                 )
             }
-            Compaction::Off => (
-                size.saturating_sub(HARD_LIMIT_MARGIN),
-                format!(
-                    "{}: no auto-compaction; the window's hard limit, window − {HARD_LIMIT_MARGIN} (Claude Code refuses to send past it)",
-                    self.source
+            Compaction::Off => match &self.hard_limit {
+                Some(limit) => (
+                    limit.tokens,
+                    format!(
+                        "{}: no auto-compaction; the window's hard limit {} ({}; Claude Code refuses to send past it)",
+                        self.source, limit.tokens, limit.source
+                    ),
                 ),
-            ),
+                None => (
+                    size.saturating_sub(HARD_LIMIT_MARGIN),
+                    format!(
+                        "{}: no auto-compaction; the window's hard limit, window − {HARD_LIMIT_MARGIN} (Claude Code refuses to send past it)",
+                        self.source
+                    ),
+                ),
+            },
+        }
+    }
+
+    /// The setting that moved the point, as a person would write it
+    /// (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60`, `autoCompactEnabled false in
+    /// …`, `CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000`); None for Claude
+    /// Code's default.
+    pub fn named(&self) -> Option<String> {
+        let cap = self.window_cap.as_ref().map(|c| c.source.clone());
+        match (&self.compaction, cap) {
+            (Compaction::Default, cap) => cap,
+            (_, None) => Some(self.source.clone()),
+            (_, Some(cap)) => Some(format!("{}, {cap}", self.source)),
         }
     }
 
@@ -216,6 +264,11 @@ pub struct Window {
     /// How the compaction point was derived (the setting Claude Code uses).
     #[serde(default)]
     pub compaction_point_source: String,
+    /// The setting that moved the point from Claude Code's default, as a
+    /// person writes it (`CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000`); None
+    /// for the default.
+    #[serde(default)]
+    pub point_moved_by: Option<String>,
     /// False when Claude Code does not auto-compact: the point is then the
     /// window's hard limit.
     #[serde(default = "yes")]
@@ -224,6 +277,13 @@ pub struct Window {
     /// advice bands measure.
     #[serde(default)]
     pub point_percent: f64,
+    /// The most a rebuilt window may start at: `advise_at_percent` % of
+    /// the compaction point (all of it with advice off). A rebuild that
+    /// starts higher leaves no room — the next replies reach the point
+    /// again — so it "does not fit": the plan refuses it, the guard lets
+    /// Claude Code compact, the statusline shows no rebuild figure.
+    #[serde(default)]
+    pub rebuild_limit_tokens: u64,
     pub frees_percent: f64,
     /// Whether the fit under the compaction point was checked (only with
     /// the API's own count: uncalibrated estimates err high).
@@ -235,9 +295,20 @@ pub struct Window {
 }
 
 impl Window {
-    /// Whether the rebuilt window would fit under the compaction point.
+    /// Whether the rebuilt window would leave room under the compaction
+    /// point (starts at most at [`Window::rebuild_limit`]).
     pub fn fits(&self) -> bool {
-        self.after_rebuild_tokens <= self.compaction_point_tokens
+        self.after_rebuild_tokens <= self.rebuild_limit()
+    }
+
+    /// The most a rebuilt window may start at (`rebuild_limit_tokens`; the
+    /// compaction point itself for an account written before it existed).
+    pub fn rebuild_limit(&self) -> u64 {
+        if self.rebuild_limit_tokens == 0 {
+            self.compaction_point_tokens
+        } else {
+            self.rebuild_limit_tokens
+        }
     }
 
     /// A `carry_max_tokens` (formula units, what the cap counts) whose
@@ -247,9 +318,7 @@ impl Window {
     /// the next plan refuses again when the cap and the estimate count a
     /// little differently (the last turn is always kept).
     pub fn carry_cap_that_fits(&self) -> u64 {
-        let room = self
-            .compaction_point_tokens
-            .saturating_sub(self.overhead_tokens);
+        let room = self.rebuild_limit().saturating_sub(self.overhead_tokens);
         // Rounded down to a thousand so the suggestion is readable.
         (to_u64(room as f64 / self.calibration.max(1.0)) / 1000) * 1000
     }
@@ -322,6 +391,14 @@ pub fn derive(inp: &Inputs) -> Window {
     };
     let used_percent = percent(used, size);
     let point_percent = percent(used, point.max(1));
+    let limit_percent = match inp.advise.at_percent {
+        0 => 100,
+        p => u64::from(p.min(100)),
+    };
+    let rebuild_limit = point * limit_percent / 100;
+    derivation.push(format!(
+        "a rebuild leaves room when it starts at ≤ {rebuild_limit} = {limit_percent} % of the point (advise_at_percent)"
+    ));
     let mut window = Window {
         used_tokens: used,
         used_source,
@@ -339,8 +416,10 @@ pub fn derive(inp: &Inputs) -> Window {
         after_rebuild_percent: percent(after, size),
         compaction_point_tokens: point,
         compaction_point_source: point_source,
+        point_moved_by: inp.compaction.named(),
         auto_compaction: inp.compaction.auto(),
         point_percent,
+        rebuild_limit_tokens: rebuild_limit,
         frees_percent: frees,
         fit_checked: inp.used.is_some(),
         advice: "none".to_string(),
@@ -490,7 +569,8 @@ pub(super) mod tests {
             None
         );
         // Mostly conversation: a rebuild would not free half → no advice.
-        let w = derive(&inputs(Some(780_000), 1_536_000, 1_400_000));
+        let w = derive(&inputs(Some(780_000), 1_536_000, 1_000_000));
+        assert!(w.fits());
         assert_eq!(w.advice, "none");
     }
 
@@ -508,6 +588,7 @@ pub(super) mod tests {
         let set = |compaction| CompactionSetting {
             compaction,
             source: "test".into(),
+            ..CompactionSetting::default()
         };
         // Measured on 2.1.328: 60 % of (window − 20,000).
         assert_eq!(set(Compaction::Percent(60.0)).point(1_000_000).0, 588_000);
@@ -534,9 +615,63 @@ pub(super) mod tests {
         inp.compaction = set(Compaction::Off);
         let refusal = super::super::refusal(&derive(&inp)).unwrap();
         assert!(
-            refusal.contains("over the window's hard limit 977000"),
+            refusal.contains("over 683900 for the window's hard limit 977000"),
             "{refusal}"
         );
+    }
+
+    #[test]
+    fn the_auto_compact_window_moves_the_point_but_not_the_hard_limit() {
+        let capped = |compaction, tokens| CompactionSetting {
+            compaction,
+            source: "test".into(),
+            window_cap: Some(Sourced {
+                tokens,
+                source: format!("CLAUDE_CODE_AUTO_COMPACT_WINDOW={tokens}"),
+            }),
+            hard_limit: None,
+        };
+        // Measured on 2.1.328 (200k window): 150,000 → compacted after a
+        // reply at 118,570; 100,000 → after 70,000: min(window, value) − 33,000.
+        assert_eq!(
+            capped(Compaction::Default, 150_000).point(200_000).0,
+            117_000
+        );
+        assert_eq!(
+            capped(Compaction::Default, 100_000).point(200_000).0,
+            67_000
+        );
+        let (point, source) = capped(Compaction::Default, 150_000).point(200_000);
+        assert_eq!(point, 117_000);
+        assert!(
+            source.contains("CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000"),
+            "{source}"
+        );
+        // Above the window it changes nothing.
+        assert_eq!(
+            capped(Compaction::Default, 400_000).point(200_000).0,
+            167_000
+        );
+        // With the percent override: p % of (min(window, value) − 20,000).
+        assert_eq!(
+            capped(Compaction::Percent(60.0), 400_000)
+                .point(1_000_000)
+                .0,
+            228_000
+        );
+        // Off: the hard limit is the model's window's.
+        assert_eq!(capped(Compaction::Off, 150_000).point(200_000).0, 177_000);
+        let mut limited = capped(Compaction::Off, 150_000);
+        limited.hard_limit = Some(Sourced {
+            tokens: 120_000,
+            source: "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE=120000".into(),
+        });
+        assert_eq!(limited.point(200_000).0, 120_000);
+        assert_eq!(
+            capped(Compaction::Default, 150_000).named().as_deref(),
+            Some("CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000")
+        );
+        assert_eq!(CompactionSetting::default().named(), None);
     }
 
     #[test]
@@ -544,12 +679,37 @@ pub(super) mod tests {
         let w = derive(&inputs(Some(990_000), 1_956_000, 1_950_000));
         assert_eq!(w.advice, "cannot_fit");
         assert!(!w.fits());
-        // The room is 967,000 − 12,000 = 955,000; the formula counts twice
-        // what the API does (calibration 0.5), but the cap suggested is
-        // never more than the room: never more than the window.
+        // The room is 70 % of 967,000 − 12,000 = 664,900; the formula
+        // counts twice what the API does (calibration 0.5), but the cap
+        // suggested is never more than the room: never more than the window.
         assert_eq!(w.compaction_point_tokens, 967_000);
-        assert_eq!(w.carry_cap_that_fits(), 955_000);
+        assert_eq!(w.rebuild_limit(), 676_900);
+        assert_eq!(w.carry_cap_that_fits(), 664_000);
         assert!(w.carry_cap_that_fits() <= w.size_tokens);
+    }
+
+    #[test]
+    fn a_rebuild_that_leaves_no_room_does_not_fit() {
+        // 200k window: the point is 167,000, a rebuild must start at most at
+        // 70 % of it (116,900). Planned at 166,647 it would reach the point
+        // again with the next reply.
+        let mut inp = inputs(Some(190_000), 360_000, 310_000);
+        inp.size = Size {
+            tokens: 200_000,
+            source: "test".into(),
+        };
+        let w = derive(&inp);
+        assert_eq!(w.compaction_point_tokens, 167_000);
+        assert_eq!(w.rebuild_limit(), 116_900);
+        assert!(w.after_rebuild_tokens < w.compaction_point_tokens, "{w:?}");
+        assert!(w.after_rebuild_tokens > w.rebuild_limit(), "{w:?}");
+        assert!(!w.fits());
+        assert_eq!(w.advice, "cannot_fit");
+        let why = super::super::refusal(&w).unwrap();
+        assert!(why.contains("would leave no room"), "{why}");
+        // Advice off: the point itself is the limit.
+        inp.advise.at_percent = 0;
+        assert!(derive(&inp).fits());
     }
 
     #[test]

@@ -42,11 +42,13 @@ pub fn refusal(w: &Window) -> Option<String> {
     } else {
         "no carry_max_tokens fits: the overhead alone nearly fills the window".to_string()
     };
+    let over_point = w.after_rebuild_tokens > w.compaction_point_tokens;
     Some(format!(
-        "a rebuild would start at ≈ {} tokens (conversation {} + overhead {}), over {} {} for this {}-token window ({}; {}): {}; {fix}",
+        "a rebuild would start at ≈ {} tokens (conversation {} + overhead {}), over {} for {} {} of this {}-token window ({}; {}): {}; {fix}",
         w.after_rebuild_tokens,
         w.carried_tokens,
         w.overhead_tokens,
+        w.rebuild_limit(),
         if w.auto_compaction {
             "Claude Code's auto-compaction point"
         } else {
@@ -56,10 +58,11 @@ pub fn refusal(w: &Window) -> Option<String> {
         w.size_tokens,
         w.size_source,
         w.compaction_point_source,
-        if w.auto_compaction {
-            "Claude Code would compact the rebuilt window at once"
-        } else {
-            "the rebuilt window would not hold it"
+        match (over_point, w.auto_compaction) {
+            (true, true) => "Claude Code would compact the rebuilt window at once",
+            (true, false) => "the rebuilt window would not hold it",
+            (false, _) =>
+                "the rebuilt window would leave no room (over advise_at_percent of the point)",
         },
     ))
 }

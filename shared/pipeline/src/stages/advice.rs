@@ -148,23 +148,15 @@ pub fn advice_line(w: &window::Window) -> String {
             window::short(point),
             setting_of(w)
         ),
-        Some(left)
-            if w.compaction_point_source
-                .starts_with("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE") =>
-        {
-            format!(
-                "≈ {} tokens until Claude Code compacts ({} of {}, {})",
-                window::short(left),
-                window::short(w.used_tokens),
-                window::short(point),
-                setting_of(w)
-            )
-        }
         Some(left) => format!(
-            "≈ {} tokens until Claude Code compacts ({} of {})",
+            "≈ {} tokens until Claude Code compacts ({} of {}{})",
             window::short(left),
             window::short(w.used_tokens),
-            window::short(point)
+            window::short(point),
+            w.point_moved_by
+                .as_ref()
+                .map(|setting| format!(", {setting}"))
+                .unwrap_or_default()
         ),
         None => format!(
             "past the point where Claude Code compacts ({} of {}): the next prompt may compact this window",
@@ -347,6 +339,7 @@ mod tests {
             let setting = window::CompactionSetting {
                 compaction,
                 source: source.into(),
+                ..window::CompactionSetting::default()
             };
             window::derive(&inputs(used, "claude-opus-5-5", setting))
         };

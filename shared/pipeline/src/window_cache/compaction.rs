@@ -11,12 +11,29 @@
 //! - else `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=N` (parsed as a float, used
 //!   when 0 < N ≤ 100) moves the point to N % of (window − 20,000), never
 //!   later than the default;
-//! - else the default: window − 33,000.
+//! - else the default: window − 33,000;
+//! - the window those are computed from is min(window, the auto-compact
+//!   window): `CLAUDE_CODE_AUTO_COMPACT_WINDOW` (`150000`, `150k`, `1m`; a
+//!   value under 100,000 counts as 100,000; one that is no size is
+//!   ignored), else `autoCompactWindow` in the settings files (a number,
+//!   or `"auto"` for none); measured: `=150000` on a 200k window compacts
+//!   after a reply at 118,570, `=100000` after 70,000 (not after 66,800);
+//! - `CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE` (a positive number) is the hard
+//!   limit itself (default: window − 23,000); the auto-compact window does
+//!   not move the hard limit.
+//!
+//! Not followed: `modelSettings.<model>.autoCompactWindow` (per model; the
+//! hooks do not know the model before the first reply) and `/autocompact`
+//! (it keeps its choice in the session's own metadata).
 
 use std::path::{Path, PathBuf};
 
 use ktr_base::open::{Links, cap, read_capped};
-use ktr_engine::window::{Compaction, CompactionSetting};
+use ktr_engine::window::{Compaction, CompactionSetting, Sourced};
+
+/// The smallest auto-compact window Claude Code 2.1.328 takes: a smaller
+/// value counts as this.
+const MIN_AUTO_COMPACT_WINDOW: u64 = 100_000;
 
 /// The setting for this process (its environment, `$HOME`, its current
 /// folder).
@@ -48,11 +65,106 @@ pub fn resolve(
     files: &[PathBuf],
     legacy: Option<&Path>,
 ) -> CompactionSetting {
+    CompactionSetting {
+        window_cap: window_cap(env, files),
+        hard_limit: env("CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE")
+            .and_then(|raw| Some((parse_int(&raw).filter(|n| *n > 0)?, raw)))
+            .map(|(tokens, raw)| Sourced {
+                tokens,
+                source: format!("CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE={}", raw.trim()),
+            }),
+        ..how_it_compacts(env, files, legacy)
+    }
+}
+
+/// The auto-compact window: the environment's, else the last settings
+/// file's that names one.
+fn window_cap(env: &dyn Fn(&str) -> Option<String>, files: &[PathBuf]) -> Option<Sourced> {
+    if let Some(raw) = env("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
+        && let Some(tokens) = window_size(&raw)
+    {
+        return Some(Sourced {
+            tokens,
+            source: format!("CLAUDE_CODE_AUTO_COMPACT_WINDOW={}", raw.trim()),
+        });
+    }
+    let mut found = None;
+    for file in files {
+        match setting_value(file, "autoCompactWindow") {
+            Some(serde_json::Value::Number(n)) => {
+                found = n.as_u64().map(|tokens| Sourced {
+                    tokens: tokens.max(MIN_AUTO_COMPACT_WINDOW),
+                    source: format!("autoCompactWindow {tokens} in {}", file.display()),
+                });
+            }
+            // "auto" (or anything else) in a later file: no cap from the
+            // settings.
+            Some(_) => found = None,
+            None => {}
+        }
+    }
+    found
+}
+
+/// A size as Claude Code 2.1.328 reads `CLAUDE_CODE_AUTO_COMPACT_WINDOW`:
+/// `k`/`m` suffixes (`150k`, `1.5m`), else an integer (`150000`, `1e5`,
+/// `150,000`); under 100,000 counts as 100,000; None when it is no size.
+fn window_size(raw: &str) -> Option<u64> {
+    let r = raw.trim();
+    let last = r.chars().last()?.to_ascii_lowercase();
+    let tokens = match last {
+        'k' | 'm' => {
+            let unit = if last == 'k' { 1_000.0 } else { 1_000_000.0 };
+            (parse_float(&r[..r.len() - 1])? * unit).round()
+        }
+        _ => parse_int(r)? as f64,
+    };
+    // Claude Code refuses what is not a safe integer or is below 1.
+    if !(1.0..=9_007_199_254_740_991.0).contains(&tokens) {
+        return None;
+    }
+    Some((tokens as u64).max(MIN_AUTO_COMPACT_WINDOW))
+}
+
+/// An integer as Claude Code reads one from the environment: scientific
+/// notation (`1e5`, a whole number only), digits grouped by `,` `_` or a
+/// space (`150,000`), else JavaScript's `parseInt` (the leading digits).
+fn parse_int(raw: &str) -> Option<u64> {
+    let s = raw.trim();
+    if s.contains(['e', 'E']) {
+        let n: f64 = s.parse().ok()?;
+        return (n.fract() == 0.0 && n >= 0.0 && n < 9e15).then_some(n as u64);
+    }
+    let grouped = s.trim_start_matches('+');
+    let sep = grouped
+        .chars()
+        .find(|c| matches!(c, ',' | '_' | ' ' | '\u{a0}' | '\u{202f}'));
+    if let Some(sep) = sep {
+        let mut groups = grouped.split(sep);
+        let head = groups.next()?;
+        let well_formed = (1..=3).contains(&head.len())
+            && head.bytes().all(|b| b.is_ascii_digit())
+            && groups.all(|g| g.len() == 3 && g.bytes().all(|b| b.is_ascii_digit()));
+        if well_formed {
+            return grouped.replace(sep, "").parse().ok();
+        }
+    }
+    let digits: String = grouped.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Whether and how Claude Code compacts on its own.
+fn how_it_compacts(
+    env: &dyn Fn(&str) -> Option<String>,
+    files: &[PathBuf],
+    legacy: Option<&Path>,
+) -> CompactionSetting {
     for var in ["DISABLE_COMPACT", "DISABLE_AUTO_COMPACT"] {
         if env(var).is_some_and(|v| truthy(&v)) {
             return CompactionSetting {
                 compaction: Compaction::Off,
                 source: format!("{var} set"),
+                ..CompactionSetting::default()
             };
         }
     }
@@ -71,6 +183,7 @@ pub fn resolve(
         return CompactionSetting {
             compaction: Compaction::Off,
             source: format!("autoCompactEnabled false in {}", file.display()),
+            ..CompactionSetting::default()
         };
     }
     if let Some(raw) = env("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
@@ -79,6 +192,7 @@ pub fn resolve(
         return CompactionSetting {
             compaction: Compaction::Percent(p),
             source: format!("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE={}", raw.trim()),
+            ..CompactionSetting::default()
         };
     }
     CompactionSetting::default()
@@ -119,10 +233,16 @@ fn parse_float(raw: &str) -> Option<f64> {
 /// history there) and this runs on every Stop and statusline call: a file
 /// that does not name the key is not parsed.
 fn auto_compact_enabled(file: &Path) -> Option<bool> {
+    setting_value(file, "autoCompactEnabled")?.as_bool()
+}
+
+/// The top-level `key` of a settings file, if it sets one; a file that
+/// does not name the key is not parsed.
+fn setting_value(file: &Path, key: &str) -> Option<serde_json::Value> {
     let bytes = read_capped(file, cap::SETTINGS, Links::Follow).ok()??;
-    memchr::memmem::find(&bytes, b"\"autoCompactEnabled\"")?;
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    doc.get("autoCompactEnabled")?.as_bool()
+    memchr::memmem::find(&bytes, format!("\"{key}\"").as_bytes())?;
+    let mut doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    doc.get_mut(key).map(serde_json::Value::take)
 }
 
 #[cfg(test)]
@@ -146,6 +266,62 @@ mod tests {
         assert_eq!(parse_float("abc"), None);
         assert_eq!(parse_float(""), None);
         assert_eq!(parse_float("-5"), Some(-5.0));
+    }
+
+    #[test]
+    fn sizes_read_as_claude_code_reads_them() {
+        for (raw, want) in [
+            ("150000", Some(150_000)),
+            (" 150k ", Some(150_000)),
+            ("1.5m", Some(1_500_000)),
+            ("1M", Some(1_000_000)),
+            ("1e5", Some(100_000)),
+            ("150,000", Some(150_000)),
+            ("150000abc", Some(150_000)),
+            // Under the minimum: the minimum.
+            ("50000", Some(100_000)),
+            ("1", Some(100_000)),
+            // No size: ignored.
+            ("abc", None),
+            ("", None),
+            ("0", None),
+            ("-5", None),
+            ("1.5e5", Some(150_000)),
+            ("1.25e0", None),
+        ] {
+            assert_eq!(window_size(raw), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn the_auto_compact_window_and_the_hard_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("settings.json");
+        let local = dir.path().join("settings.local.json");
+        let files = [user.clone(), local.clone()];
+        let acw = env_of(&[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "150000")]);
+        let s = resolve(&acw, &files, None);
+        assert_eq!(s.compaction, Compaction::Default);
+        assert_eq!(s.window_cap.as_ref().map(|c| c.tokens), Some(150_000));
+        assert_eq!(s.point(200_000).0, 117_000);
+        // From the settings, later files winning; "auto" clears it.
+        std::fs::write(&user, r#"{"autoCompactWindow": 120000}"#).unwrap();
+        let s = resolve(&env_of(&[]), &files, None);
+        assert_eq!(s.point(200_000).0, 87_000);
+        assert!(s.window_cap.unwrap().source.contains("settings.json"));
+        std::fs::write(&local, r#"{"autoCompactWindow": "auto"}"#).unwrap();
+        assert_eq!(resolve(&env_of(&[]), &files, None).window_cap, None);
+        // The environment wins over the files.
+        std::fs::write(&local, "{}").unwrap();
+        assert_eq!(resolve(&acw, &files, None).point(200_000).0, 117_000);
+        // The hard limit.
+        let off = env_of(&[
+            ("DISABLE_AUTO_COMPACT", "1"),
+            ("CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE", "150000"),
+        ]);
+        let s = resolve(&off, &files, None);
+        assert_eq!(s.compaction, Compaction::Off);
+        assert_eq!(s.point(200_000).0, 150_000);
     }
 
     #[test]

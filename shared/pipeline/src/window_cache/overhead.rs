@@ -67,7 +67,15 @@ pub fn resolve(
     });
     let own = cached.or_else(|| {
         let receipt = read::<Receipt>(&receipt_path(state_dir, session_id));
-        let m = measure(session_id, transcript, receipt)?;
+        let mut m = measure(session_id, transcript, receipt)?;
+        if let Some(why) = implausible(state_dir, &m) {
+            // Kept as "nothing plausible measured" (its numbers stay, so the
+            // account says why), and said once, where it was decided.
+            m.tokens = None;
+            if remember {
+                let _ = crate::stages::append_log(&state_dir.join("worker.log"), &why);
+            }
+        }
         if remember {
             write(&session_path(state_dir, session_id), &m);
             if m.tokens.is_some() {
@@ -77,6 +85,30 @@ pub fn resolve(
         Some(m)
     });
     or_global(state_dir, own.as_ref())
+}
+
+/// An overhead is the system prompt, the tools and the per-start
+/// attachments: a measurement above this (or above twice the household's
+/// previous figure, when that is higher) measured something else — e.g. a
+/// long first reply right after a switch — and would make every later
+/// rebuild look as if it cannot fit.
+pub const PLAUSIBLE_OVERHEAD: u64 = 60_000;
+
+/// Why `m` is not taken as an overhead (a log line), or None when it is
+/// plausible: at most max([`PLAUSIBLE_OVERHEAD`], 2 × the household's
+/// previous figure).
+fn implausible(state_dir: &Path, m: &Measured) -> Option<String> {
+    let tokens = m.tokens?;
+    let previous = read::<Measured>(&global_path(state_dir))
+        .and_then(|g| g.tokens)
+        .unwrap_or(ktr_engine::window::account::DEFAULT_OVERHEAD);
+    let most = PLAUSIBLE_OVERHEAD.max(2 * previous);
+    (tokens > most).then(|| {
+        format!(
+            "ktr: session {}: a measured overhead of {tokens} tokens is over {most} (max({PLAUSIBLE_OVERHEAD}, 2 × the previous {previous})); not kept, the previous figure stays\n",
+            m.session_id
+        )
+    })
 }
 
 /// `own` measurement, else the newest of any session ([`pick`]).
@@ -182,6 +214,42 @@ mod tests {
             "{}",
             s.source
         );
+    }
+
+    #[test]
+    fn an_outlier_is_not_kept_as_the_households_overhead() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        // A fresh session measured at 20,000: the household's figure.
+        let fresh = dir.path().join("fresh.jsonl");
+        std::fs::write(&fresh, format!("{}\n{}\n", user("hi"), reply(20_000, "T1"))).unwrap();
+        let first = resolve(&state, &sid("fresh"), &fresh, true);
+        let kept = first.tokens;
+        assert!(kept > 19_000 && kept <= 20_000, "{}", first.source);
+        // Right after a switch, a first reply of 178,000 with a small
+        // receipt: 177k "overhead" is over max(60,000, 2 × 20k).
+        let (_, path, offset) = rebuilt(dir.path(), &[user("next prompt"), reply(178_000, "T2")]);
+        remember_receipt(&state, &sid("new"), &receipt(offset, 270)).unwrap();
+        let s = resolve(&state, &sid("new"), &path, true);
+        assert_eq!(s.tokens, kept, "{}", s.source);
+        assert!(
+            s.source.contains("gave no plausible overhead (178000"),
+            "{}",
+            s.source
+        );
+        let log = std::fs::read_to_string(state.join("worker.log")).unwrap();
+        assert!(log.contains("a measured overhead of 177"), "{log}");
+        assert!(log.contains("not kept, the previous figure stays"), "{log}");
+        // The household's figure stays what it was.
+        let other = dir.path().join("other.jsonl");
+        std::fs::write(&other, format!("{}\n", user("no reply yet"))).unwrap();
+        assert_eq!(resolve(&state, &sid("other"), &other, false).tokens, kept);
+        // 50,000 is plausible (under 60,000) and becomes the figure.
+        let big = dir.path().join("big.jsonl");
+        std::fs::write(&big, format!("{}\n{}\n", user("hi"), reply(50_000, "T3"))).unwrap();
+        assert!(resolve(&state, &sid("big"), &big, true).tokens > 49_000);
+        assert!(resolve(&state, &sid("other"), &other, false).tokens > 49_000);
     }
 
     #[test]
