@@ -106,20 +106,24 @@ fn resume_command_string_is_split_like_a_shell() {
 
 #[test]
 fn every_numeric_key_has_a_range_and_huge_values_name_the_key() {
-    for r in RANGES {
+    let numeric = KEYS.iter().filter_map(|k| match k.ty {
+        Type::Whole(r) | Type::Number(r) => Some((k.name, r)),
+        _ => None,
+    });
+    for (key, r) in numeric {
         for bad in ["1e300", "-1", "1e20", "nan", "inf"] {
-            let m = err(&format!("project_dir = \"/p\"\n{} = {bad}", r.key));
-            assert!(m.starts_with(r.key), "{} = {bad}: {m}", r.key);
+            let m = err(&format!("project_dir = \"/p\"\n{key} = {bad}"));
+            assert!(m.starts_with(key), "{key} = {bad}: {m}");
         }
-        let ok = Config::from_toml(&format!("project_dir = \"/p\"\n{} = {}", r.key, r.max));
+        let ok = Config::from_toml(&format!("project_dir = \"/p\"\n{key} = {}", r.max));
         // Keys bounded by another key too.
         let lower_ok = ![
             "stable_file_timeout_seconds",
             "stable_file_seconds",
             "healthcheck_min_seconds",
         ]
-        .contains(&r.key);
-        assert!(ok.is_ok() || !lower_ok, "{} = max refused", r.key);
+        .contains(&key);
+        assert!(ok.is_ok() || !lower_ok, "{key} = max refused");
     }
     assert_eq!(
         err("project_dir = \"/p\"\nhealthcheck_seconds = 1e300"),
@@ -132,15 +136,6 @@ fn every_numeric_key_has_a_range_and_huge_values_name_the_key() {
     assert!(
         err("project_dir = \"/p\"\nstate_dir = \"\"").starts_with("state_dir must not be empty")
     );
-    // Every documented range is what the README says.
-    let readme = include_str!("../../../../README.md");
-    for r in RANGES {
-        assert!(
-            readme.contains(&format!("`{}`", r.key)),
-            "README lacks {}",
-            r.key
-        );
-    }
 }
 
 #[test]
