@@ -47,5 +47,6 @@ mod runner;
 mod stop_hook;
 mod target_binding;
 mod targets;
+mod text_decisions;
 mod verify;
 mod window;

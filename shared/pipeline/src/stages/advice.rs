@@ -148,10 +148,7 @@ pub fn advice_line(w: &window::Window) -> String {
             window::short(point),
             setting_of(w)
         ),
-        Some(left)
-            if w.compaction_point_source
-                .starts_with("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE") =>
-        {
+        Some(left) if w.point_by_percent => {
             format!(
                 "≈ {} tokens until Claude Code compacts ({} of {}, {})",
                 window::short(left),
@@ -172,7 +169,7 @@ pub fn advice_line(w: &window::Window) -> String {
             window::short(point)
         ),
     };
-    let assumed = if w.size_source.contains("assumed") {
+    let assumed = if w.size_assumed {
         format!(" (window size: {})", w.size_source)
     } else {
         String::new()
