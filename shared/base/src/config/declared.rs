@@ -13,7 +13,7 @@ use super::ranges::{Range, range};
 pub struct Key {
     pub name: &'static str,
     pub ty: Type,
-    pub default: Default,
+    pub default: Unset,
     /// The rule in words for README's table (Markdown, one line); a range
     /// or the choices are put before it.
     pub doc: &'static str,
@@ -44,22 +44,22 @@ pub enum Type {
     Number(Range),
 }
 
-/// What an unset key means.
+/// What an unset key is: its default.
 #[derive(Debug, Clone, Copy)]
-pub enum Default {
+pub enum Unset {
     /// It must be set.
     Required,
-    /// Unset has this meaning (in words), and no value stands for it.
-    Unset(&'static str),
     /// This value, as a person writes it (a string without its quotes).
     Is(&'static str),
+    /// No value: this meaning, in words.
+    Means(&'static str),
 }
 
 const fn key(name: &'static str, ty: Type, default: &'static str, doc: &'static str) -> Key {
     Key {
         name,
         ty,
-        default: Default::Is(default),
+        default: Unset::Is(default),
         doc,
     }
 }
@@ -83,7 +83,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "project_dir",
         ty: Type::Path,
-        default: Default::Required,
+        default: Unset::Required,
         doc: "Claude Code project folder holding `<session>.jsonl`",
     },
     key(
@@ -107,7 +107,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "tmux_socket",
         ty: Type::Text,
-        default: Default::Unset("the default server"),
+        default: Unset::Means("the default server"),
         doc: "the tmux server of `tmux_target`: a name (`tmux -L NAME`) or a socket path (`tmux -S PATH`; inside tmux, `$TMUX` up to the first comma); `$KTR_TMUX_SOCKET` overrides it (the tests pin every process to a private server with it)",
     },
     key(
@@ -328,7 +328,7 @@ impl Key {
 
     /// The default as a TOML value (`None`: required or unset).
     pub(super) fn default_value(&self) -> Option<toml::Value> {
-        let Default::Is(text) = self.default else {
+        let Unset::Is(text) = self.default else {
             return None;
         };
         let literal = |text: &str| {
@@ -370,9 +370,9 @@ impl Key {
     /// The default cell of README's table.
     pub fn default_cell(&self) -> String {
         match self.default {
-            Default::Required => "required".into(),
-            Default::Unset(means) => format!("({means})"),
-            Default::Is(text) => format!("`{}`", text.replace('|', "\\|")),
+            Unset::Required => "required".into(),
+            Unset::Means(means) => format!("({means})"),
+            Unset::Is(text) => format!("`{}`", text.replace('|', "\\|")),
         }
     }
 }

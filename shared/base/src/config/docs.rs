@@ -2,7 +2,7 @@
 //! template, held to [`KEYS`]: a key missing or listed twice, or a default,
 //! range or choice that differs, fails here.
 
-use super::declared::{Default, KEYS, Key, Type, Words};
+use super::declared::{KEYS, Key, Type, Unset, Words};
 
 const README: &str = include_str!("../../../../README.md");
 const README_ZH: &str = include_str!("../../../../README.zh-CN.md");
@@ -76,13 +76,13 @@ fn drift(doc: &str, heading: &str, words: &Words) -> Vec<String> {
         };
         let (default, rule) = (&row[1], &row[2]);
         match key.default {
-            Default::Is(value) if !default.starts_with(&format!("`{value}`")) => {
+            Unset::Is(value) if !default.starts_with(&format!("`{value}`")) => {
                 problems.push(format!(
                     "{}: default {default}, declared `{value}`",
                     key.name
                 ));
             }
-            Default::Required | Default::Unset(_) if default.starts_with('`') => {
+            Unset::Required | Unset::Means(_) if default.starts_with('`') => {
                 problems.push(format!("{}: default {default}, declared none", key.name));
             }
             _ => {}

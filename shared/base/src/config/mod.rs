@@ -19,7 +19,7 @@ mod ranges;
 mod tests;
 mod values;
 
-pub use declared::{Default, KEYS, Key, Type, Words};
+pub use declared::{KEYS, Key, Type, Unset, Words};
 pub use error::ConfigError;
 use keys::Keys;
 pub use paths::{
