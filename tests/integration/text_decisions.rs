@@ -1,7 +1,8 @@
 //! No decision in ktr's code reads an error's or a note's words: rewording
 //! a message must never change what ktr does. Callers decide by typed
 //! values (`Error::find`, typed fields); this test reads the non-test
-//! source and fails on a comparison with a message's text.
+//! source and fails on a comparison with a message's text, and on a
+//! search for a phrase (words with a space) in any text.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +34,14 @@ const TESTS: &[&str] = &[
     "==r#\"",
 ];
 
+/// Phrases searched for in another program's words, which are the only
+/// sign it gives: (file, phrase).
+const OTHERS_WORDS: &[(&str, &str)] = &[
+    // tmux says on stderr that no server listens (targets::NoServer).
+    ("shared/pipeline/src/targets/tmux.rs", "no server running"),
+    ("shared/pipeline/src/targets/tmux.rs", "error connecting"),
+];
+
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -45,8 +54,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The code before the file's inline test module, without whitespace
-/// (so a chain split over lines reads as one).
+/// The code before the file's inline test module.
 fn non_test_code(text: &str) -> String {
     let mut rest = text;
     let mut code = String::new();
@@ -68,11 +76,14 @@ fn non_test_code(text: &str) -> String {
         rest = &rest[at + 1..];
     }
     code.push_str(rest);
-    code.split_whitespace().collect()
+    code
 }
 
+/// The comparisons with words in `code`, each with where it stands.
 fn comparisons(path: &str, code: &str) -> Vec<String> {
-    let mut found = Vec::new();
+    let mut found = phrases(path, code);
+    // Without whitespace, a chain split over lines reads as one.
+    let code: String = code.split_whitespace().collect();
     for subject in SUBJECTS {
         for test in TESTS {
             let needle = format!("{subject}{test}");
@@ -86,6 +97,33 @@ fn comparisons(path: &str, code: &str) -> Vec<String> {
                     end += 1;
                 }
                 found.push(format!("{path}: …{}…", &code[start..end]));
+            }
+        }
+    }
+    found
+}
+
+/// Searches for a phrase of two or more words: `.contains("two words")` and the like, on
+/// whatever text (not another program's words listed in [`OTHERS_WORDS`]).
+fn phrases(path: &str, code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for test in &TESTS[..5] {
+        let opening = format!("{test}\"");
+        for (at, _) in code.match_indices(&opening) {
+            let literal = &code[at + opening.len()..];
+            let Some(end) = literal.find('"') else {
+                continue;
+            };
+            let phrase = &literal[..end];
+            let others = OTHERS_WORDS
+                .iter()
+                .any(|(file, words)| path.ends_with(file) && phrase == *words);
+            let words = phrase
+                .split_whitespace()
+                .filter(|w| w.chars().any(char::is_alphabetic))
+                .count();
+            if words >= 2 && !others {
+                found.push(format!("{path}: {test}\"{phrase}\")"));
             }
         }
     }
@@ -133,6 +171,14 @@ fn the_check_finds_what_the_code_once_did() {
         (r#"if err.to_string().contains("denied") {"#, true),
         (r"if e.find::<ConfigError>().is_some() {", false),
         (r#"if w.used_source == "estimate" {"#, true),
+        (
+            r#"let lost = problems.iter().any(|p| p.contains("could not be replayed"));"#,
+            true,
+        ),
+        (
+            r#"if name.ends_with(".rs") && line.starts_with("//") {"#,
+            false,
+        ),
         ("if w.used_source == UsedSource::Estimate {", false),
     ] {
         let code = non_test_code(line);
@@ -144,4 +190,11 @@ fn the_check_finds_what_the_code_once_did() {
     assert!(comparisons("x.rs", &non_test_code(with_tests)).is_empty());
     let after_item = "#[cfg(test)]\nmod tests;\nfn b() { e.message.contains(\"x\"); }";
     assert_eq!(comparisons("x.rs", &non_test_code(after_item)).len(), 1);
+    // tmux's own words, where they are read.
+    let tmux = r#"said.contains("no server running")"#;
+    assert!(comparisons("shared/pipeline/src/targets/tmux.rs", tmux).is_empty());
+    assert_eq!(
+        comparisons("shared/pipeline/src/targets/x.rs", tmux).len(),
+        1
+    );
 }
