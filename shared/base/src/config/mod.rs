@@ -1,5 +1,8 @@
 //! Configuration (SPEC §2): a TOML file whose keys keep the names of the
 //! original tool. Unknown keys and wrong types are errors naming the key.
+//! Every key is declared once, in [`KEYS`] (`declared.rs`): its type,
+//! default, range and doc; [`Config::from_toml`] reads each one and checks
+//! its own rules beside the read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
