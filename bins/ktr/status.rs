@@ -112,10 +112,10 @@ pub fn human(v: &StatusView) -> String {
                 w.session_id.chars().take(8).collect::<String>(),
                 w.used_source,
                 w.size_source,
-                if w.compaction_point_source.contains("no auto-compaction") {
-                    "no auto-compaction, hard limit"
-                } else {
+                if w.auto_compaction {
                     "Claude Code compacts at"
+                } else {
+                    "no auto-compaction, hard limit"
                 },
                 short(w.compaction_point_tokens),
                 w.compaction_point_source,

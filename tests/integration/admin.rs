@@ -1103,11 +1103,21 @@ fn status_shows_the_window_with_the_source_of_each_figure() {
             .unwrap()
             .contains("not planned yet")
     );
+    assert_eq!(w["auto_compaction"], true, "{w:#}");
     Ktr::new(&sb)
         .arg("status")
         .run()
         .code(0)
         .stdout_contains("Claude Code compacts at");
+    // Auto-compaction off: the point is the hard limit, and status says so.
+    let off = |args: &[&str]| {
+        let mut ktr = Ktr::new(&sb).args(args);
+        ktr.cmd.env("DISABLE_AUTO_COMPACT", "1");
+        ktr.run().code(0)
+    };
+    let json = off(&["status", "--json"]).json();
+    assert_eq!(json["window"]["auto_compaction"], false, "{json:#}");
+    off(&["status"]).stdout_contains("no auto-compaction, hard limit");
 }
 
 #[test]

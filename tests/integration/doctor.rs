@@ -88,6 +88,31 @@ fn a_broken_config_exits_2_and_still_runs_the_checks_that_can_run() {
 }
 
 #[test]
+fn each_config_error_gets_its_own_way_out() {
+    let sb = Sandbox::new();
+    let path = sb.config.display().to_string();
+    let cases: [(&[u8], &str); 5] = [
+        (b"state_dir = \"/s\"\n", "add project_dir = "),
+        (b"project_dir = [\n", "fix the TOML syntax"),
+        (b"project_dir = \"/p\xff\"\n", "fix the TOML syntax"),
+        (
+            b"project_dir = \"/p\"\ncolour = 1\n",
+            "remove or rename that key",
+        ),
+        (
+            b"project_dir = \"/p\"\nhealthcheck_seconds = 0\n",
+            "set the key the message names",
+        ),
+    ];
+    for (config, way_out) in cases {
+        fs::write(&sb.config, config).unwrap();
+        let r = report(&sb);
+        let fix = check(&r, "config")["fix"].as_str().unwrap().to_string();
+        assert!(fix.contains(way_out) && fix.contains(&path), "{fix}");
+    }
+}
+
+#[test]
 fn hooks_and_mcp_must_use_this_config() {
     let sb = Sandbox::new();
     sb.transcript("s1");

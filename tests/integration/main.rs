@@ -52,5 +52,6 @@ mod state_dir;
 mod stop_hook;
 mod target_binding;
 mod targets;
+mod text_decisions;
 mod verify;
 mod window;

@@ -100,17 +100,22 @@ fn every_corpus_candidate_verifies() {
     }
 }
 
-fn tamper(edit: impl Fn(&str) -> String) -> String {
+/// The message of the failed verification of a candidate edited by
+/// `edit`, and the check that failed.
+fn tamper(edit: impl Fn(&str) -> String) -> (String, Option<conserve::Failed>) {
     let prepared = prepare(&example(), "");
     let original = std::fs::read_to_string(&prepared.candidate).unwrap();
     std::fs::write(&prepared.candidate, edit(&original)).unwrap();
-    prepared.verify().unwrap_err().message
+    let err = prepared.verify().unwrap_err();
+    let failed = err.find::<conserve::Failed>().copied();
+    (err.message, failed)
 }
 
 #[test]
 fn a_dropped_line_fails() {
-    let msg = tamper(|s| s.lines().skip(1).map(|l| format!("{l}\n")).collect());
+    let (msg, failed) = tamper(|s| s.lines().skip(1).map(|l| format!("{l}\n")).collect());
     assert!(msg.starts_with("verification failed"), "{msg}");
+    assert_eq!(failed, Some(conserve::Failed::Structure), "{msg}");
 }
 
 #[test]
@@ -119,19 +124,27 @@ fn a_backup_changed_after_planning_fails() {
     let mut backup = std::fs::read(&prepared.backup).unwrap();
     backup.extend_from_slice(b"\n");
     std::fs::write(&prepared.backup, backup).unwrap();
-    let msg = prepared.verify().unwrap_err().message;
-    assert!(msg.contains("no longer has the frozen digest"), "{msg}");
+    let err = prepared.verify().unwrap_err();
+    assert!(
+        err.message.contains("no longer has the frozen digest"),
+        "{err}"
+    );
+    assert_eq!(
+        err.find::<conserve::Failed>(),
+        Some(&conserve::Failed::Backup)
+    );
 }
 
 #[test]
 fn a_changed_word_fails() {
-    let msg = tamper(|s| s.replacen("喝水", "喝茶", 1));
+    let (msg, failed) = tamper(|s| s.replacen("喝水", "喝茶", 1));
     assert!(msg.contains("differs"), "{msg}");
+    assert!(failed.is_some(), "{msg}");
 }
 
 #[test]
 fn a_smuggled_tool_block_fails() {
-    let msg = tamper(|s| {
+    let (msg, failed) = tamper(|s| {
         s.replacen(
             "\"content\":[{\"type\":\"text\"",
             "\"content\":[{\"type\":\"tool_use\",\"name\":\"Bash\",\"input\":{}},{\"type\":\"text\"",
@@ -139,6 +152,7 @@ fn a_smuggled_tool_block_fails() {
         )
     });
     assert!(msg.contains("verification failed"), "{msg}");
+    assert!(failed.is_some(), "{msg}");
 }
 
 /// Each text with the source line of the manifest entry at its position.

@@ -23,11 +23,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::settings;
-use ktr_base::config::{self, Config, home_dir};
+use ktr_base::config::{self, Config, ConfigError, home_dir};
+use ktr_base::error::Error;
 use ktr_pipeline::operation::{Active, Store};
 use ktr_pipeline::process;
 use ktr_pipeline::stages;
-use ktr_pipeline::targets::Target;
+use ktr_pipeline::targets::{NoServer, Target};
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,7 +78,7 @@ pub fn check(config_path: Option<&Path>) -> Report {
             checks.push(fail(
                 "config",
                 e.message.clone(),
-                config_fix(&path, &e.message),
+                config_fix(&path, e.find::<ConfigError>()),
             ));
             // The default workdir (`~`): its settings are the user's.
             checks.push(hooks(&home_dir(), &this));
@@ -92,25 +93,29 @@ pub fn check(config_path: Option<&Path>) -> Report {
     }
 }
 
-/// A concrete way out of a config error.
-fn config_fix(path: &Path, message: &str) -> String {
+/// A concrete way out of a config error, chosen by what was wrong.
+fn config_fix(path: &Path, what: Option<&ConfigError>) -> String {
     let path = path.display();
-    if message.contains("cannot read config") {
-        format!(
+    match what {
+        Some(ConfigError::Missing { .. }) => format!(
             "run ./install (it writes a commented template to {path}), or create {path} with project_dir = \"~/.claude/projects/<encoded cwd>\""
-        )
-    } else if message.contains("project_dir is required") {
-        format!(
+        ),
+        Some(ConfigError::Required {
+            key: "project_dir", ..
+        }) => format!(
             "add project_dir = \"~/.claude/projects/<encoded cwd>\" to {path} (`ls -lt ~/.claude/projects/` lists them, newest first)"
-        )
-    } else if message.contains("unknown key") {
-        format!("edit {path}: remove or rename that key (README, Configuration, lists every key)")
-    } else if message.contains("not valid TOML") || message.contains("UTF-8") {
-        format!("edit {path}: fix the TOML syntax where the message says")
-    } else {
-        format!(
+        ),
+        Some(ConfigError::UnknownKey { .. }) => {
+            format!(
+                "edit {path}: remove or rename that key (README, Configuration, lists every key)"
+            )
+        }
+        Some(ConfigError::NotToml { .. } | ConfigError::NotUtf8 { .. }) => {
+            format!("edit {path}: fix the TOML syntax where the message says")
+        }
+        _ => format!(
             "edit {path}: set the key the message names as its rule says (README, Configuration)"
-        )
+        ),
     }
 }
 
@@ -351,7 +356,7 @@ fn target(config: &Config) -> Check {
     let target = Target::from_config(config);
     let running = match target.running() {
         Ok(running) => running,
-        Err(e) => return target_unreadable(config, &target, &e.message),
+        Err(e) => return target_unreadable(config, &target, &e),
     };
     let Some(pid) = running
         .root
@@ -405,11 +410,9 @@ fn key_keeper(config: &Config) -> Option<Check> {
     })
 }
 
-fn target_unreadable(config: &Config, target: &Target, message: &str) -> Check {
+fn target_unreadable(config: &Config, target: &Target, err: &Error) -> Check {
     let fix = match config.activation {
-        config::Activation::Tmux
-            if message.contains("no server running") || message.contains("error connecting") =>
-        {
+        config::Activation::Tmux if err.find::<NoServer>().is_some() => {
             "no tmux server answers there: start Claude Code's tmux session, or set tmux_socket to its server (the NAME of `tmux -L NAME`, or the socket path: `echo $TMUX` inside it, before the first comma)".to_string()
         }
         config::Activation::Tmux => format!(
@@ -425,7 +428,7 @@ fn target_unreadable(config: &Config, target: &Target, message: &str) -> Check {
     };
     fail(
         "target",
-        format!("{target}: identity unreadable: {message}"),
+        format!("{target}: identity unreadable: {}", err.message),
         fix,
     )
 }

@@ -113,6 +113,9 @@ pub struct WindowView {
     pub size_source: String,
     pub compaction_point_tokens: u64,
     pub compaction_point_source: String,
+    /// False when Claude Code does not auto-compact: the point is then the
+    /// window's hard limit.
+    pub auto_compaction: bool,
     /// What a rebuild starts at, by the plan prepare made; None before.
     pub after_rebuild_tokens: Option<u64>,
     pub after_rebuild_source: String,
@@ -214,7 +217,8 @@ impl StatusView {
             return self;
         };
         let size = window_cache::size_for(config, session, None, tail.model.as_deref());
-        let (point, point_source) = window_cache::compaction::setting().point(size.tokens);
+        let compaction = window_cache::compaction::setting();
+        let (point, point_source) = compaction.point(size.tokens);
         let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
         self.window = Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),
@@ -229,6 +233,7 @@ impl StatusView {
             },
             compaction_point_tokens: point,
             compaction_point_source: point_source,
+            auto_compaction: compaction.auto(),
             size_tokens: size.tokens,
             size_source: size.source,
             after_rebuild_tokens: planned.map(|w| w.after_rebuild_tokens),

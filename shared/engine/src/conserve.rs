@@ -87,17 +87,23 @@ pub fn check<'o>(
     // line (which decides below whether the two checks run side by side).
     let mut longest = LongestLine::default();
     if sha256_file_with(backup, |chunk| longest.feed(chunk))? != expected.backup_sha256 {
-        return Err(fail(format!(
-            "backup {} no longer has the frozen digest",
-            backup.display()
-        )));
+        return Err(fail(
+            Failed::Backup,
+            format!(
+                "backup {} no longer has the frozen digest",
+                backup.display()
+            ),
+        ));
     }
     let digest = sha256_file(candidate)?;
     if digest != expected.candidate_sha256 {
-        return Err(fail(format!(
-            "candidate digest {digest} differs from the recorded {}",
-            expected.candidate_sha256
-        )));
+        return Err(fail(
+            Failed::Digest,
+            format!(
+                "candidate digest {digest} differs from the recorded {}",
+                expected.candidate_sha256
+            ),
+        ));
     }
     let file = CandidateFile {
         path: candidate,
@@ -141,6 +147,7 @@ pub fn check<'o>(
     };
     if rebuilt? != digest {
         return Err(fail(
+            Failed::Rebuild,
             "candidate differs from a fresh rebuild of the frozen backup",
         ));
     }
@@ -180,8 +187,39 @@ impl LongestLine {
     }
 }
 
-fn fail(message: impl std::fmt::Display) -> Error {
-    Error::refused(format!("verification failed: {message}"))
+/// Which check found the candidate wrong: the value under every
+/// verification error ([`Error::find`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// The frozen backup no longer has its digest.
+    Backup,
+    /// The candidate is not the file prepare wrote.
+    Digest,
+    /// A line breaks the candidate's form or differs from the manifest.
+    Structure,
+    /// The candidate is not what a fresh rebuild of the backup gives.
+    Rebuild,
+    /// Text of the source is missing from the candidate.
+    Conservation,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let check = match self {
+            Failed::Backup => "backup",
+            Failed::Digest => "digest",
+            Failed::Structure => "structure",
+            Failed::Rebuild => "rebuild",
+            Failed::Conservation => "conservation",
+        };
+        write!(f, "the {check} check failed")
+    }
+}
+
+impl std::error::Error for Failed {}
+
+fn fail(check: Failed, message: impl std::fmt::Display) -> Error {
+    Error::refused(format!("verification failed: {message}")).because(check)
 }
 
 /// A rebuilt candidate, kept as its digest only.
@@ -231,21 +269,23 @@ impl CandidateFile<'_> {
             // Read as prepare read the source: long texts as spans, lone
             // surrogates through their stand-ins (`lines`).
             let Some((_, bytes)) = lines.next_line().map_err(read)? else {
-                return Err(fail(format!(
-                    "candidate has {i} lines, fewer than the manifest's entries"
-                )));
+                return Err(fail(
+                    Failed::Structure,
+                    format!("candidate has {i} lines, fewer than the manifest's entries"),
+                ));
             };
             // A line that is not valid JSON fails the structure check.
             let line = std::str::from_utf8(bytes.unwrap_or_default())
-                .map_err(|_| fail("candidate is not UTF-8"))?;
+                .map_err(|_| fail(Failed::Structure, "candidate is not UTF-8"))?;
             f(i, line, entry)?;
             i += 1;
             Ok(())
         })?;
         if lines.next_line().map_err(read)?.is_some() {
-            return Err(fail(format!(
-                "candidate has more lines than the manifest's {i} entries"
-            )));
+            return Err(fail(
+                Failed::Structure,
+                format!("candidate has more lines than the manifest's {i} entries"),
+            ));
         }
         Ok(i)
     }
@@ -279,7 +319,7 @@ fn check_line(
     entry: &ManifestEntry,
     previous: &mut Option<String>,
 ) -> Result<String> {
-    let at = |what: &str| fail(format!("line {}: {what}", i + 1));
+    let at = |what: &str| fail(Failed::Structure, format!("line {}: {what}", i + 1));
     let mut v: Value = serde_json::from_str(line).map_err(|_| at("not JSON"))?;
     let kind = v["type"].as_str().unwrap_or("");
     if kind != entry.role.as_str() {
@@ -538,9 +578,12 @@ pub fn conserve(
     }
     if let Some((number, piece)) = missing_anywhere(carried, aside)? {
         let preview: String = crate::span::head(&piece).chars().take(80).collect();
-        return Err(fail(format!(
-            "conservation: text of source line {number} is missing from the candidate: {preview:?}"
-        )));
+        return Err(fail(
+            Failed::Conservation,
+            format!(
+                "conservation: text of source line {number} is missing from the candidate: {preview:?}"
+            ),
+        ));
     }
     Ok(result)
 }

@@ -377,10 +377,28 @@ fn checked(argv: &[String], out: &Output) -> Result<String> {
             } else {
                 format!(": {first}")
             }
-        )));
+        ))
+        .because(Failed {
+            stderr: first.to_string(),
+        }));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// Under [`run_checked`]'s error: what the command said on stderr (its
+/// first line), for a caller that knows the command's words.
+#[derive(Debug)]
+pub struct Failed {
+    pub stderr: String,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the command failed: {}", self.stderr)
+    }
+}
+
+impl std::error::Error for Failed {}
 
 /// Read at most `limit` bytes of stdin. `Ok(None)` when the input was longer
 /// (the rest is drained so the writer never sees a broken pipe).

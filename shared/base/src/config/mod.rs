@@ -1,5 +1,8 @@
 //! Configuration (SPEC §2): a TOML file whose keys keep the names of the
 //! original tool. Unknown keys and wrong types are errors naming the key.
+//! Every key is declared once, in [`KEYS`] (`declared.rs`): its type,
+//! default, range and doc; [`Config::from_toml`] reads each one and checks
+//! its own rules beside the read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,6 +10,10 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 
+mod declared;
+#[cfg(test)]
+mod docs;
+mod error;
 mod keys;
 mod paths;
 mod pattern;
@@ -15,12 +22,14 @@ mod ranges;
 mod tests;
 mod values;
 
+pub use declared::{KEYS, Key, Type, Unset, Words};
+pub use error::ConfigError;
 use keys::Keys;
 pub use paths::{
     config_folder, encode_project_name, expand_home, home_dir, read_config_file, split_shell_words,
 };
 pub use pattern::Pattern;
-pub use ranges::{RANGES, Range};
+pub use ranges::Range;
 pub use values::{
     Activation, CarryOverflow, HistoryMode, OnAutoCompaction, OnMalformed, WindowSetting,
 };
@@ -90,56 +99,6 @@ pub struct Config {
     pub on_auto_compaction: OnAutoCompaction,
 }
 
-/// Default poison pattern (SPEC §2).
-pub const DEFAULT_POISON_PATTERN: &str =
-    "(AUP|Acceptable Use|policy violation|policy blocked|refusal loop|毒上下文|中毒|拒绝循环)";
-/// Default pattern for assistant speech sent through channel tools.
-pub const DEFAULT_REPLY_TOOL_PATTERN: &str = r"^mcp__[\w.-]*(companion|telegram)[\w.-]*__reply$";
-
-const KEYS: &[&str] = &[
-    "project_dir",
-    "state_dir",
-    "activation",
-    "tmux_target",
-    "tmux_socket",
-    "claude_workdir",
-    "verify_workdir_matches_project",
-    "resume_command",
-    "resume_env",
-    "systemd_unit",
-    "systemd_manager",
-    "resume_pointer_path",
-    "systemd_restart_timeout_seconds",
-    "dirty_budget_bytes",
-    "rebuild_on_original_image_view",
-    "carry_max_tokens",
-    "carry_overflow",
-    "max_event_chars",
-    "include_open_tail",
-    "freeze_startup_snapshot",
-    "carry_command_expansions",
-    "stamp_turns",
-    "stamp_template",
-    "startup_header_template",
-    "poison_pattern",
-    "reply_tool_pattern",
-    "on_malformed_line",
-    "history",
-    "activation_delay_seconds",
-    "stable_file_seconds",
-    "stable_file_timeout_seconds",
-    "healthcheck_seconds",
-    "healthcheck_min_seconds",
-    "source_change_retries",
-    "request_ttl_hours",
-    "pointer_health_probe",
-    "tmux_switch_in_place",
-    "context_window_tokens",
-    "advise_at_percent",
-    "advise_min_free_percent",
-    "on_auto_compaction",
-];
-
 impl Config {
     /// Where the config is looked for: `--config`, else `$KTR_CONFIG`, else
     /// `$XDG_CONFIG_HOME/ktr/config.toml`, else `~/.config/ktr/config.toml`.
@@ -159,16 +118,13 @@ impl Config {
     /// Load and validate the config file found by [`Config::locate`].
     pub fn load(explicit: Option<&Path>) -> Result<Config> {
         let path = Self::locate(explicit);
-        let bytes = read_config_file(&path)?.ok_or_else(|| {
-            Error::config(format!(
-                "cannot read config {}: it does not exist; create it (see README, Configuration) or pass --config PATH",
-                path.display()
-            ))
+        let bytes =
+            read_config_file(&path)?.ok_or_else(|| ConfigError::Missing { path: path.clone() })?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| ConfigError::NotUtf8 { path: path.clone() })?;
+        let mut config = Self::from_toml(&text).map_err(|e| {
+            Error::config(format!("config {}: {}", path.display(), e.message)).because(e)
         })?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| Error::config(format!("config {} is not valid UTF-8", path.display())))?;
-        let mut config = Self::from_toml(&text)
-            .map_err(|e| Error::config(format!("config {}: {}", path.display(), e.message)))?;
         config.anchor_relative_paths(&path);
         config.check_state_dir()?;
         config.source = Some(path);
@@ -214,42 +170,38 @@ impl Config {
 
     /// Parse and validate TOML text.
     pub fn from_toml(text: &str) -> Result<Config> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            Error::config(format!("not valid TOML: {}", e.message()))
-        })?;
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::NotToml {
+                    why: e.message().to_string(),
+                })?;
         let keys = Keys { table };
         keys.reject_unknown()?;
         let home = home_dir();
-        let activation = match keys.string("activation", "tmux")?.as_str() {
-            "tmux" => Activation::Tmux,
+        let activation = match keys.one_of("activation")? {
             "systemd" => Activation::Systemd,
             "pointer" => Activation::Pointer,
-            other => {
-                return Err(Keys::rule(
-                    "activation",
-                    &format!("must be tmux, systemd or pointer (got {other:?})"),
-                ));
-            }
+            _ => Activation::Tmux,
         };
-        let project_dir = match keys.table.get("project_dir") {
-            None => {
-                return Err(Error::config(
-                    "project_dir is required: set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>)",
-                ));
+        if !keys.is_set("project_dir") {
+            return Err(ConfigError::Required {
+                key: "project_dir",
+                how: "set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>)",
             }
-            Some(_) => expand_home(&keys.string("project_dir", "")?, &home),
-        };
+            .into());
+        }
+        let project_dir = expand_home(&keys.string("project_dir")?, &home);
         if project_dir.as_os_str().is_empty() {
             return Err(Keys::rule("project_dir", "must not be empty"));
         }
-        let state_dir = expand_home(&keys.string("state_dir", "~/.local/state/ktr")?, &home);
+        let state_dir = expand_home(&keys.string("state_dir")?, &home);
         if state_dir.as_os_str().is_empty() {
             return Err(Keys::rule(
                 "state_dir",
                 "must not be empty (leave it out for ~/.local/state/ktr)",
             ));
         }
-        let tmux_target = keys.string("tmux_target", "cc:0.0")?;
+        let tmux_target = keys.string("tmux_target")?;
         if tmux_target.is_empty() || tmux_target.chars().any(char::is_control) {
             return Err(Keys::rule(
                 "tmux_target",
@@ -267,7 +219,7 @@ impl Config {
                 ),
             ));
         }
-        let tmux_socket = keys.string("tmux_socket", "")?;
+        let tmux_socket = keys.string("tmux_socket")?;
         if tmux_socket.chars().any(char::is_control) {
             return Err(Keys::rule(
                 "tmux_socket",
@@ -281,73 +233,39 @@ impl Config {
                 tmux_socket
             }
         });
-        let claude_workdir = expand_home(&keys.string("claude_workdir", "~")?, &home);
+        let claude_workdir = expand_home(&keys.string("claude_workdir")?, &home);
         let resume_command = keys.resume_command()?;
         let resume_env = keys.string_map("resume_env")?;
-        let systemd_unit = keys.string("systemd_unit", "claude-session.service")?;
+        let systemd_unit = keys.string("systemd_unit")?;
         if activation == Activation::Systemd && !systemd_unit.ends_with(".service") {
             return Err(Keys::rule("systemd_unit", "must end in .service"));
         }
-        let systemd_user = match keys.string("systemd_manager", "system")?.as_str() {
-            "system" => false,
-            "user" => true,
-            other => {
-                return Err(Keys::rule(
-                    "systemd_manager",
-                    &format!("must be system or user (got {other:?})"),
-                ));
-            }
-        };
-        let resume_pointer_path = expand_home(
-            &keys.string("resume_pointer_path", "~/.local/state/ktr/resume_session")?,
-            &home,
-        );
+        let systemd_user = keys.one_of("systemd_manager")? == "user";
+        let resume_pointer_path = expand_home(&keys.string("resume_pointer_path")?, &home);
         let systemd_restart_timeout_seconds = keys.seconds("systemd_restart_timeout_seconds")?;
         let carry_max_tokens = keys.integer("carry_max_tokens")?;
-        let carry_overflow = match keys.string("carry_overflow", "drop_oldest")?.as_str() {
-            "drop_oldest" => CarryOverflow::DropOldest,
+        let carry_overflow = match keys.one_of("carry_overflow")? {
             "block" => CarryOverflow::Block,
-            other => {
-                return Err(Keys::rule(
-                    "carry_overflow",
-                    &format!("must be drop_oldest or block (got {other:?})"),
-                ));
-            }
+            _ => CarryOverflow::DropOldest,
         };
         let max_event_chars = keys.integer("max_event_chars")?;
-        let stamp_template = keys.string("stamp_template", "[发生时间: {timestamp}]")?;
+        let stamp_template = keys.string("stamp_template")?;
         if !stamp_template.contains("{timestamp}") {
             return Err(Keys::rule("stamp_template", "must contain {timestamp}"));
         }
-        let startup_header_template = keys.string(
-            "startup_header_template",
-            "[续窗启动快照 · 冻结于 {timestamp}]",
-        )?;
+        let startup_header_template = keys.string("startup_header_template")?;
         if startup_header_template.trim().is_empty() {
             return Err(Keys::rule("startup_header_template", "must not be empty"));
         }
-        let poison_pattern = keys.regex("poison_pattern", DEFAULT_POISON_PATTERN, true)?;
-        let reply_tool_pattern =
-            keys.regex("reply_tool_pattern", DEFAULT_REPLY_TOOL_PATTERN, false)?;
-        let on_malformed_line = match keys.string("on_malformed_line", "block")?.as_str() {
-            "block" => OnMalformed::Block,
+        let poison_pattern = keys.regex("poison_pattern")?;
+        let reply_tool_pattern = keys.regex("reply_tool_pattern")?;
+        let on_malformed_line = match keys.one_of("on_malformed_line")? {
             "skip" => OnMalformed::Skip,
-            other => {
-                return Err(Keys::rule(
-                    "on_malformed_line",
-                    &format!("must be block or skip (got {other:?})"),
-                ));
-            }
+            _ => OnMalformed::Block,
         };
-        let history = match keys.string("history", "chain")?.as_str() {
-            "chain" => HistoryMode::Chain,
+        let history = match keys.one_of("history")? {
             "file" => HistoryMode::File,
-            other => {
-                return Err(Keys::rule(
-                    "history",
-                    &format!("must be chain or file (got {other:?})"),
-                ));
-            }
+            _ => HistoryMode::Chain,
         };
         let activation_delay_seconds = keys.seconds("activation_delay_seconds")?;
         let stable_file_seconds = keys.seconds("stable_file_seconds")?;
@@ -359,13 +277,12 @@ impl Config {
             ));
         }
         let healthcheck_seconds = keys.seconds("healthcheck_seconds")?;
-        let healthcheck_min_seconds = if keys.table.contains_key("healthcheck_min_seconds") {
-            keys.seconds("healthcheck_min_seconds")?
+        let healthcheck_min_seconds = keys.seconds("healthcheck_min_seconds")?;
+        let healthcheck_min_seconds = if keys.is_set("healthcheck_min_seconds") {
+            healthcheck_min_seconds
         } else {
             // Half of a shorter window, so that the receipt has time to come.
-            Range::of("healthcheck_min_seconds")
-                .default
-                .min(healthcheck_seconds / 2.0)
+            healthcheck_min_seconds.min(healthcheck_seconds / 2.0)
         };
         if healthcheck_min_seconds > healthcheck_seconds {
             return Err(Keys::rule(
@@ -376,15 +293,9 @@ impl Config {
         let context_window_tokens = keys.window_size()?;
         let advise_at_percent = keys.percent("advise_at_percent")?;
         let advise_min_free_percent = keys.percent("advise_min_free_percent")?;
-        let on_auto_compaction = match keys.string("on_auto_compaction", "advise")?.as_str() {
-            "advise" => OnAutoCompaction::Advise,
+        let on_auto_compaction = match keys.one_of("on_auto_compaction")? {
             "rebuild" => OnAutoCompaction::Rebuild,
-            other => {
-                return Err(Keys::rule(
-                    "on_auto_compaction",
-                    &format!("must be advise or rebuild (got {other:?})"),
-                ));
-            }
+            _ => OnAutoCompaction::Advise,
         };
         Ok(Config {
             source: None,
@@ -394,7 +305,7 @@ impl Config {
             tmux_target,
             tmux_socket,
             claude_workdir,
-            verify_workdir_matches_project: keys.boolean("verify_workdir_matches_project", true)?,
+            verify_workdir_matches_project: keys.boolean("verify_workdir_matches_project")?,
             resume_command,
             resume_env,
             systemd_unit,
@@ -402,14 +313,14 @@ impl Config {
             resume_pointer_path,
             systemd_restart_timeout_seconds,
             dirty_budget_bytes: keys.integer("dirty_budget_bytes")?,
-            rebuild_on_original_image_view: keys.boolean("rebuild_on_original_image_view", true)?,
+            rebuild_on_original_image_view: keys.boolean("rebuild_on_original_image_view")?,
             carry_max_tokens,
             carry_overflow,
             max_event_chars,
-            include_open_tail: keys.boolean("include_open_tail", true)?,
-            freeze_startup_snapshot: keys.boolean("freeze_startup_snapshot", true)?,
-            carry_command_expansions: keys.boolean("carry_command_expansions", true)?,
-            stamp_turns: keys.boolean("stamp_turns", true)?,
+            include_open_tail: keys.boolean("include_open_tail")?,
+            freeze_startup_snapshot: keys.boolean("freeze_startup_snapshot")?,
+            carry_command_expansions: keys.boolean("carry_command_expansions")?,
+            stamp_turns: keys.boolean("stamp_turns")?,
             stamp_template,
             startup_header_template,
             poison_pattern,
@@ -423,8 +334,8 @@ impl Config {
             healthcheck_min_seconds,
             source_change_retries: keys.integer("source_change_retries")?,
             request_ttl_hours: keys.seconds("request_ttl_hours")?,
-            pointer_health_probe: keys.boolean("pointer_health_probe", true)?,
-            tmux_switch_in_place: keys.boolean("tmux_switch_in_place", true)?,
+            pointer_health_probe: keys.boolean("pointer_health_probe")?,
+            tmux_switch_in_place: keys.boolean("tmux_switch_in_place")?,
             context_window_tokens,
             advise_at_percent,
             advise_min_free_percent,

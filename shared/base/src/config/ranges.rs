@@ -1,13 +1,12 @@
-//! The numeric keys: one table of names, defaults and ranges.
+//! The range of a numeric key (its row in [`super::KEYS`]).
 
-/// The documented range of a numeric key (README, Configuration; the
-/// config template `install` writes). Every value outside it is refused
-/// with one line naming the key, so no later `Duration` or allocation can
-/// overflow on a value that passed validation.
+use super::declared::Words;
+
+/// The documented range of a numeric key. Every value outside it is
+/// refused with one line naming the key, so no later `Duration` or
+/// allocation can overflow on a value that passed validation.
 #[derive(Debug, Clone, Copy)]
 pub struct Range {
-    pub key: &'static str,
-    pub default: f64,
     /// Smallest value allowed (inclusive) …
     pub min: f64,
     /// … or strictly greater than this when `min_exclusive`.
@@ -18,10 +17,8 @@ pub struct Range {
     pub zero_is_off: bool,
 }
 
-pub(super) const fn range(key: &'static str, default: f64, min: f64, max: f64) -> Range {
+pub(super) const fn range(min: f64, max: f64) -> Range {
     Range {
-        key,
-        default,
         min,
         min_exclusive: false,
         max,
@@ -29,51 +26,7 @@ pub(super) const fn range(key: &'static str, default: f64, min: f64, max: f64) -
     }
 }
 
-/// Every numeric key, its default and its range.
-pub const RANGES: &[Range] = &[
-    range("systemd_restart_timeout_seconds", 180.0, 10.0, 3600.0),
-    range("dirty_budget_bytes", 524_288.0, 0.0, 1_099_511_627_776.0),
-    Range {
-        zero_is_off: true,
-        ..range("carry_max_tokens", 0.0, 5000.0, 100_000_000.0)
-    },
-    Range {
-        zero_is_off: true,
-        ..range("max_event_chars", 0.0, 500.0, 1_000_000_000.0)
-    },
-    range("activation_delay_seconds", 3.0, 0.0, 3600.0),
-    Range {
-        min_exclusive: true,
-        ..range("stable_file_seconds", 1.0, 0.0, 600.0)
-    },
-    Range {
-        min_exclusive: true,
-        ..range("stable_file_timeout_seconds", 10.0, 0.0, 3600.0)
-    },
-    Range {
-        min_exclusive: true,
-        ..range("healthcheck_seconds", 5.0, 0.0, 3600.0)
-    },
-    // Also at most healthcheck_seconds; the default is at most half of it.
-    range("healthcheck_min_seconds", 1.0, 0.0, 3600.0),
-    range("source_change_retries", 2.0, 0.0, 100.0),
-    Range {
-        min_exclusive: true,
-        ..range("request_ttl_hours", 24.0, 0.0, 87_600.0)
-    },
-    range("advise_at_percent", 70.0, 0.0, 100.0),
-    range("advise_min_free_percent", 50.0, 0.0, 100.0),
-];
-
 impl Range {
-    /// The row of `key` (every numeric key has one).
-    pub(super) fn of(key: &str) -> Range {
-        *RANGES
-            .iter()
-            .find(|r| r.key == key)
-            .unwrap_or_else(|| unreachable!("numeric key {key} has no row in RANGES"))
-    }
-
     /// `Ok` when `value` is allowed, else the rule in words.
     pub fn check(&self, value: f64) -> std::result::Result<(), String> {
         let above_min = if self.min_exclusive {
@@ -90,7 +43,7 @@ impl Range {
         }
     }
 
-    /// "must be between 10 and 3600" and the like.
+    /// "must be between 10 and 3600" and the like (an error's words).
     pub fn describe(&self) -> String {
         let lower = if self.min_exclusive {
             format!("greater than {} and at most {}", self.min, self.max)
@@ -102,5 +55,38 @@ impl Range {
         } else {
             format!("must be {lower}")
         }
+    }
+
+    /// "10 to 3600", "> 0 and ≤ 600", "0 or 500 to 1000000000": how the
+    /// docs' tables say it, in `words`' language.
+    pub fn words(&self, words: &Words) -> String {
+        let (min, max) = (number(self.min), number(self.max));
+        let span = if self.min_exclusive {
+            format!("> {min} {} ≤ {max}", words.and)
+        } else {
+            format!("{min} {} {max}", words.to)
+        };
+        if self.zero_is_off {
+            format!("0 {} {span}", words.or)
+        } else {
+            span
+        }
+    }
+}
+
+/// A bound as the docs write it: a large power of two as one (2⁴⁰).
+fn number(x: f64) -> String {
+    const SUPERSCRIPT: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    #[allow(clippy::cast_sign_loss)]
+    let whole = x as u64;
+    if x >= 1_048_576.0 && whole.is_power_of_two() {
+        let exponent = whole.trailing_zeros().to_string();
+        let sup: String = exponent
+            .bytes()
+            .map(|d| SUPERSCRIPT[usize::from(d - b'0')])
+            .collect();
+        format!("2{sup}")
+    } else {
+        x.to_string()
     }
 }

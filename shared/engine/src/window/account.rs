@@ -240,17 +240,30 @@ pub struct Inputs {
     pub compaction: CompactionSetting,
 }
 
+/// Where the used tokens come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsedSource {
+    /// The API's count for the last reply.
+    Usage,
+    /// No reply records usage: the formula's estimate.
+    Estimate,
+}
+
 /// What `window` reports (`ktr dirty --json`, the MCP tools, the hooks).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Window {
     pub used_tokens: u64,
     /// `usage` (the API's count) or `estimate`.
-    pub used_source: String,
+    pub used_source: UsedSource,
     /// When the API counted it.
     pub used_at: Option<String>,
     pub used_percent: f64,
     pub size_tokens: u64,
     pub size_source: String,
+    /// The size is assumed from the model id, not known.
+    #[serde(default)]
+    pub size_assumed: bool,
     pub carried_tokens: u64,
     pub carried_estimate_tokens: u64,
     /// Tokens the API counts per formula-estimated token.
@@ -347,7 +360,7 @@ pub fn derive(inp: &Inputs) -> Window {
                 .map(|t| format!(" ({t})"))
                 .unwrap_or_default()
         ));
-        (u.tokens, "usage".to_string(), u.at.clone())
+        (u.tokens, UsedSource::Usage, u.at.clone())
     } else {
         let used = overhead + inp.window_estimate;
         derivation.push(format!(
@@ -355,7 +368,7 @@ pub fn derive(inp: &Inputs) -> Window {
             inp.window_estimate,
             inp.missing.as_deref().unwrap_or("no usage recorded")
         ));
-        (used, "estimate".to_string(), None)
+        (used, UsedSource::Estimate, None)
     };
     let (calibration, calibration_source) = calibrate(inp, used);
     derivation.push(format!(
@@ -406,6 +419,7 @@ pub fn derive(inp: &Inputs) -> Window {
         used_percent,
         size_tokens: inp.size.tokens,
         size_source: inp.size.source.clone(),
+        size_assumed: inp.size.assumed,
         carried_tokens: carried,
         carried_estimate_tokens: inp.carried_estimate,
         calibration,
@@ -500,6 +514,7 @@ pub(super) mod tests {
             size: Size {
                 tokens: 1_000_000,
                 source: "test".into(),
+                assumed: false,
             },
             overhead: Sourced {
                 tokens: 12_000,
@@ -517,7 +532,7 @@ pub(super) mod tests {
     fn after_rebuild_is_calibrated_carried_plus_overhead() {
         // 612k used: 600k of content estimated at 1.2M formula tokens → factor 0.5.
         let w = derive(&inputs(Some(612_000), 1_200_000, 58_000));
-        assert_eq!(w.used_source, "usage");
+        assert_eq!(w.used_source, UsedSource::Usage);
         assert!((w.calibration - 0.5).abs() < 1e-9);
         assert_eq!(w.carried_tokens, 29_000);
         assert_eq!(w.after_rebuild_tokens, 41_000);
@@ -697,6 +712,7 @@ pub(super) mod tests {
         inp.size = Size {
             tokens: 200_000,
             source: "test".into(),
+            assumed: false,
         };
         let w = derive(&inp);
         assert_eq!(w.compaction_point_tokens, 167_000);
@@ -717,7 +733,7 @@ pub(super) mod tests {
         let mut inp = inputs(None, 50_000, 30_000);
         inp.missing = Some("no reply records usage".into());
         let w = derive(&inp);
-        assert_eq!(w.used_source, "estimate");
+        assert_eq!(w.used_source, UsedSource::Estimate);
         assert_eq!(w.used_tokens, 62_000);
         assert!((w.calibration - 1.0).abs() < 1e-9);
         assert_eq!(w.after_rebuild_tokens, 42_000);

@@ -14,8 +14,8 @@ pub mod size;
 pub mod usage;
 
 pub use account::{
-    Advise, Compaction, CompactionSetting, Inputs, Sourced, Window, compaction_point, derive,
-    percent,
+    Advise, Compaction, CompactionSetting, Inputs, Sourced, UsedSource, Window, compaction_point,
+    derive, percent,
 };
 
 use crate::ledger::Tally;
@@ -96,10 +96,10 @@ pub fn short(tokens: u64) -> String {
 
 /// The human one-liner that leads `ktr dirty`.
 pub fn one_line(w: &Window) -> String {
-    let measured = match (w.used_source.as_str(), &w.used_at) {
-        ("usage", Some(at)) => format!("measured by the API {}", clock(at)),
-        ("usage", None) => "measured by the API".to_string(),
-        _ => "estimated: no usage recorded".to_string(),
+    let measured = match (w.used_source, &w.used_at) {
+        (UsedSource::Usage, Some(at)) => format!("measured by the API {}", clock(at)),
+        (UsedSource::Usage, None) => "measured by the API".to_string(),
+        (UsedSource::Estimate, _) => "estimated: no usage recorded".to_string(),
     };
     let mut s = format!(
         "window {} / {} ({:.0} %, {measured}) · a rebuild would start at ≈ {} (conversation {} + overhead {})",

@@ -36,6 +36,9 @@ pub use ktr_base::config::WindowSetting;
 pub struct Size {
     pub tokens: u64,
     pub source: String,
+    /// Nothing said the size: it is assumed from the model id (or its absence).
+    #[serde(default)]
+    pub assumed: bool,
 }
 
 /// What `ktr-statusline` remembers about a session (the pipeline keeps it
@@ -59,12 +62,14 @@ pub fn resolve(
         return Size {
             tokens,
             source: "config context_window_tokens".into(),
+            assumed: false,
         };
     }
     if let Some(r) = remembered {
         return Size {
             tokens: r.context_window_size,
             source: format!("reported by the statusline {}", r.at),
+            assumed: false,
         };
     }
     from_model(model)
@@ -76,14 +81,17 @@ pub fn from_model(model: Option<&str>) -> Size {
         Some(m) if m.to_ascii_lowercase().ends_with("[1m]") || KNOWN_1M.contains(&m) => Size {
             tokens: ONE_MILLION,
             source: format!("model {m} (known 1M window)"),
+            assumed: false,
         },
         Some(m) => Size {
             tokens: DEFAULT_TOKENS,
             source: format!("model {m} (not known to have 1M; assumed 200k)"),
+            assumed: true,
         },
         None => Size {
             tokens: DEFAULT_TOKENS,
             source: "no model seen yet (assumed 200k)".into(),
+            assumed: true,
         },
     }
 }
@@ -122,6 +130,10 @@ mod tests {
         let other = resolve(WindowSetting::Auto, None, Some("claude-haiku-4-5"));
         assert_eq!(other.tokens, DEFAULT_TOKENS);
         assert!(other.source.contains("claude-haiku-4-5"));
+        // Only a size nothing said is assumed.
+        assert!(other.assumed && from_model(None).assumed);
+        assert!(!told.assumed && !fixed.assumed);
+        assert!(!resolve(WindowSetting::Auto, None, Some("claude-sonnet-5")).assumed);
         assert_eq!(
             resolve(WindowSetting::Auto, None, Some("claude-sonnet-5")).tokens,
             ONE_MILLION

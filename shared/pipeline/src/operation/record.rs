@@ -225,6 +225,11 @@ pub struct Operation {
     /// here: it stays in `<state_dir>/prompts/` ([`crate::prompt_back`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_back: Option<PromptBack>,
+    /// The compaction guard (`ktr-precompact`) started a stage of this
+    /// operation in place of Claude Code's compaction: when it fails, the
+    /// guard does not block the next compaction for the same failure.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub by_compaction_guard: bool,
 }
 
 /// What the operation knows of the blocked prompt it puts back.
@@ -302,6 +307,7 @@ impl Default for Operation {
             deferred: None,
             blocked_prompts: Vec::new(),
             prompt_back: None,
+            by_compaction_guard: false,
         }
     }
 }

@@ -164,7 +164,7 @@ pub fn advice_line(w: &window::Window) -> String {
             window::short(point)
         ),
     };
-    let assumed = if w.size_source.contains("assumed") {
+    let assumed = if w.size_assumed {
         format!(" (window size: {})", w.size_source)
     } else {
         String::new()

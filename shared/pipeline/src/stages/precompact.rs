@@ -30,7 +30,7 @@ use crate::operation::{Status, Store};
 use crate::process;
 use crate::prompt_back;
 use crate::stages::advice;
-use crate::stages::stop::{self, By, Scheduled};
+use crate::stages::stop::{self, By, Hook, Scheduled};
 use crate::targets::Target;
 use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::error::Result;
@@ -161,7 +161,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
             None
         });
     let by = By {
-        hook: HOOK,
+        hook: Hook::PreCompact,
         session: &session,
         transcript: &path,
         at: Timestamp::now(),
@@ -219,9 +219,7 @@ fn rebuild_possible(
         .iter()
         .rev()
         .find(|op| op.session_id.as_ref() == Some(session));
-    if let Some(op) = last.filter(|op| {
-        op.status == Status::Failed && op.history.iter().any(|t| t.note.starts_with(HOOK))
-    }) {
+    if let Some(op) = last.filter(|op| op.status == Status::Failed && op.by_compaction_guard) {
         return Err(format!(
             "the rebuild it started instead of the last compaction ({}) failed: {}",
             op.id,
@@ -241,9 +239,6 @@ fn rebuild_possible(
     }
     Ok(())
 }
-
-/// How this hook names itself in the history of what it started.
-const HOOK: &str = "PreCompact hook";
 
 /// The line shown when Claude Code compacts with `on_auto_compaction = "advise"`.
 fn compacted_line(config: &Config, hook: &PreCompactInput) -> String {

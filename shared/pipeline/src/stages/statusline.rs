@@ -19,7 +19,7 @@ use ktr_base::ids::SessionId;
 use ktr_base::open::{Exists, confine};
 use ktr_base::text::printable;
 use ktr_engine::window::usage::Usage;
-use ktr_engine::window::{Compaction, CompactionSetting};
+use ktr_engine::window::{Compaction, CompactionSetting, UsedSource};
 
 /// `ktr-statusline --help`.
 pub const HELP: &str = "ktr-statusline: Claude Code's statusLine command for ktr.
@@ -236,7 +236,10 @@ fn estimated(
         compaction,
     )
     .ok()??;
-    Some((window.used_tokens, window.used_source == "estimate"))
+    Some((
+        window.used_tokens,
+        window.used_source == UsedSource::Estimate,
+    ))
 }
 
 fn paint(text: &str, level: Level, color: bool) -> String {

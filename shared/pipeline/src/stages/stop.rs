@@ -99,7 +99,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         &config,
         &store,
         &By {
-            hook: "Stop hook",
+            hook: Hook::Stop,
             session: &session,
             transcript: &hook.transcript_path,
             at: stopped_at,
@@ -127,8 +127,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
 
 /// Which hook schedules, for which session, and what it may start.
 pub(crate) struct By<'a> {
-    /// "Stop hook", "`PreCompact` hook" (for the operation's history).
-    pub hook: &'static str,
+    pub hook: Hook,
     pub session: &'a SessionId,
     pub transcript: &'a Path,
     /// When the hook started (`scheduled_at`).
@@ -139,6 +138,23 @@ pub(crate) struct By<'a> {
     pub why: &'a str,
     /// The reply that just ended (the Stop hook's `last_assistant_message`).
     pub reply: Option<&'a str>,
+}
+
+/// The hook that schedules; its name goes into the operation's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hook {
+    Stop,
+    /// The compaction guard.
+    PreCompact,
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Hook::Stop => "Stop hook",
+            Hook::PreCompact => "PreCompact hook",
+        })
+    }
 }
 
 /// What [`schedule`] did.
@@ -192,6 +208,7 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
         op.scheduled_reply = by.reply.map(super::advice::reply_end);
         op.turn_started_at = None;
         op.blocked_prompts.clear();
+        op.by_compaction_guard |= by.hook == Hook::PreCompact;
         let note = format!(
             "{} of session {} started {name} (pid {pid}){}",
             by.hook, by.session, by.why

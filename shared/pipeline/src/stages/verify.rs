@@ -7,7 +7,7 @@ use crate::operation::{Status, Store, manifest, progress};
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::OperationId;
-use ktr_engine::conserve::{Expected, check};
+use ktr_engine::conserve::{self, Expected, check};
 use ktr_engine::meter::Meter;
 
 /// Verify operation `id` (status `verifying`): the backup still has the
@@ -64,7 +64,7 @@ pub fn verify(
             })
             .map_err(|mut e| {
                 // A changed or missing manifest artifact is found mid-check.
-                if !e.message.starts_with("verification failed") {
+                if e.find::<conserve::Failed>().is_none() {
                     e.message = format!("verification failed: {}", e.message);
                 }
                 e

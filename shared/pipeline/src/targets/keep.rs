@@ -77,8 +77,14 @@ impl Keeper {
     /// (killed, or its popup closed under it). Returns what happened, one
     /// line, empty when there were no popups.
     pub fn finish(&mut self) -> String {
+        self.settle().0
+    }
+
+    /// [`Keeper::finish`], and whether anything went wrong (the line then
+    /// says what).
+    fn settle(&mut self) -> (String, bool) {
         let Some(tmux) = self.tmux.take() else {
-            return String::new();
+            return (String::new(), false);
         };
         let held = std::mem::take(&mut self.held);
         let count = held.len();
@@ -86,7 +92,7 @@ impl Keeper {
             let _ = std::fs::write(h.files.stop(), b"");
         }
         let deadline = Instant::now() + FINISH;
-        let (mut kept, mut problems) = (0usize, Vec::new());
+        let (mut kept, mut problems, mut lost) = (0usize, Vec::new(), false);
         for mut h in held {
             if !ended_by(&mut h, deadline) {
                 // Close the popup (the recorder replays on SIGHUP), then
@@ -117,36 +123,38 @@ impl Keeper {
                             h.client
                         ));
                     }
-                    Err(e) => problems.push(format!(
-                        "{} bytes typed on {} could not be replayed ({}); they are in {}",
-                        rest.len(),
-                        h.client,
-                        e.message,
-                        h.files.keys().display()
-                    )),
+                    Err(e) => {
+                        lost = true;
+                        problems.push(format!(
+                            "{} bytes typed on {} could not be replayed ({}); they are in {}",
+                            rest.len(),
+                            h.client,
+                            e.message,
+                            h.files.keys().display()
+                        ));
+                    }
                 }
             }
             kept += std::fs::metadata(h.files.keys()).map_or(0, |m| m.len() as usize);
         }
-        let lost = problems.iter().any(|p| p.contains("could not be replayed"));
         if !lost && let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir);
         }
         if count == 0 {
-            return String::new();
+            return (String::new(), false);
         }
         let mut line = format!("kept and replayed {kept} bytes typed during the switch");
         if !problems.is_empty() {
             line.push_str(&format!(" ({})", problems.join("; ")));
         }
-        line
+        (line, !problems.is_empty())
     }
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        let said = self.finish();
-        if said.contains('(') {
+        let (said, troubled) = self.settle();
+        if troubled {
             eprintln!("ktr: {said}");
         }
     }

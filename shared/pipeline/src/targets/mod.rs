@@ -37,7 +37,7 @@ pub use keep::Keeper;
 pub use pointer::Pointer;
 pub use running::{Ran, Running, SessionProcess, session_arg};
 pub use systemd::{Systemd, UnitState};
-pub use tmux::{Tmux, resume_line};
+pub use tmux::{NoServer, Tmux, resume_line};
 
 use health::watch_until;
 use pointer::write_pointer;

@@ -106,7 +106,7 @@ impl Tmux {
             &self.target,
             "#{pane_pid} #{pane_dead}",
         ]);
-        let out = process::run_checked(&argv, CONTROL_TIMEOUT)?;
+        let out = process::run_checked(&argv, CONTROL_TIMEOUT).map_err(NoServer::sort)?;
         let mut words = out.split_whitespace();
         let pid = words
             .next()
@@ -174,4 +174,40 @@ impl Tmux {
 /// What ktr types to switch a Claude Code in place: `/resume <id>`.
 pub fn resume_line(session_id: &SessionId) -> String {
     format!("/resume {session_id}")
+}
+
+/// Under a tmux error: no tmux server answers at the socket (none runs
+/// there, or the socket is not one). The way out differs from a missing
+/// pane's, so doctor asks for it.
+#[derive(Debug)]
+pub struct NoServer {
+    cause: Error,
+}
+
+impl NoServer {
+    /// `err`, with a `NoServer` under it when tmux said so on stderr (its
+    /// words are the only sign tmux gives).
+    fn sort(err: Error) -> Error {
+        let said = err
+            .find::<process::Failed>()
+            .map_or("", |f| f.stderr.as_str());
+        if !(said.contains("no server running") || said.contains("error connecting")) {
+            return err;
+        }
+        let mut sorted = Error::io(err.message.clone());
+        sorted.kind = err.kind;
+        sorted.because(NoServer { cause: err })
+    }
+}
+
+impl std::fmt::Display for NoServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no tmux server answers at the socket")
+    }
+}
+
+impl std::error::Error for NoServer {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.cause)
+    }
 }

@@ -125,6 +125,7 @@ pub fn size_for(
         Some(tokens) if config.context_window_tokens == size::WindowSetting::Auto => size::Size {
             tokens,
             source: "reported by the statusline".into(),
+            assumed: false,
         },
         _ => size::resolve(
             config.context_window_tokens,
