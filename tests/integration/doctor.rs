@@ -273,8 +273,67 @@ fn doctor_warns_when_the_key_keeper_is_not_beside_the_stages() {
     );
 
     fs::copy(env!("CARGO_BIN_EXE_ktr-keep"), sb.bin.join("ktr-keep")).unwrap();
+    // No server: the switch could not find a client to hold, and says so.
+    let c = check(&report(&sb), "key keeper").clone();
+    assert_eq!(c["level"], "warn", "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cannot find the clients showing ktr-test-nowhere:0.0"),
+        "{c}"
+    );
+    // The pane, first with nobody watching it, then with a client.
+    let server = TmuxServer::start();
+    sb.write_config(&format!("tmux_socket = {:?}", server.socket));
+    fs::write(
+        &sb.config,
+        fs::read_to_string(&sb.config)
+            .unwrap()
+            .replace("ktr-test-nowhere:0.0", "t:0.0"),
+    )
+    .unwrap();
     let c = check(&report(&sb), "key keeper").clone();
     assert_eq!(c["level"], "ok", "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no popup would open now: no tmux client shows the pane"),
+        "{c}"
+    );
+    let _person = TmuxServer::start_on(
+        &TmuxServer::unique_socket("ktr-doctor-person"),
+        None,
+        &[
+            "-s",
+            "out",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "--",
+            "tmux",
+            "-L",
+            &server.socket,
+            "attach",
+            "-t",
+            "t",
+        ],
+    );
+    let attached = crate::support::wait_for(std::time::Duration::from_secs(10), || {
+        !server.tmux(&["list-clients"]).is_empty()
+    });
+    assert!(attached, "the client never attached");
+    let c = check(&report(&sb), "key keeper").clone();
+    assert_eq!(c["level"], "ok", "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("a popup would open on /dev/pts/"),
+        "{c}"
+    );
 
     sb.write_config("tmux_switch_in_place = false");
     let r = report(&sb);

@@ -60,7 +60,7 @@ fn hook_message(out: &Output) -> String {
     v["systemMessage"].as_str().unwrap_or("").to_string()
 }
 
-fn mkfifo(path: &Path) {
+pub(crate) fn mkfifo(path: &Path) {
     let made = std::process::Command::new("mkfifo")
         .arg(path)
         .status()
