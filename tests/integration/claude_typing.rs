@@ -331,13 +331,14 @@ impl Trial {
         self.until_answered(&prompt, rng, &mut typed)?;
         self.once_and_whole(&fire)?;
         self.once_and_whole(&prompt)?;
-        if matches!(kind, Kind::InLoad | Kind::AtResume) && self.kept() == 0 {
-            return Err("typed while the popup was up, but ktr-keep kept no key".into());
-        }
         let op = self.wait_op(
             |op| op.status.is_terminal() || op.status == Status::Pending,
             "the switch",
         )?;
+        // The stage logs what the popups kept once they closed.
+        if matches!(kind, Kind::InLoad | Kind::AtResume) && self.kept() == 0 {
+            return Err("typed while the popup was up, but ktr-keep kept no key".into());
+        }
         if !matches!(
             op.status,
             Status::Activated | Status::RolledBack | Status::Pending
