@@ -452,3 +452,46 @@ fn a_fifo_or_a_huge_file_among_the_recorders_files_is_refused_without_blocking()
     let err = recorder::unreplayed(&files).unwrap_err();
     assert!(err.message.contains("larger than"), "{err}");
 }
+
+/// A person typing on while the switch ends: the popup closes only in a
+/// pause of their typing, so no key reaches it after its recorder's last
+/// read (tmux drops what is in a closing popup's tty). Every key arrives,
+/// once, in order, whether it went through the popup or straight to the
+/// pane after it closed.
+#[test]
+fn a_person_typing_through_the_end_of_the_switch_loses_no_key() {
+    let rig = Rig::start();
+    let mut keeper = rig.keep(Duration::from_secs(30));
+    assert_eq!(keeper.holding(), 1, "no popup: {:?}", keeper.missed());
+    let typed: String = (0..120)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let typist = {
+        let socket = rig.person.socket.clone();
+        let typed = typed.clone();
+        thread::spawn(move || {
+            for c in typed.chars() {
+                let sent = std::process::Command::new("tmux")
+                    .args(["-L", &socket, "send-keys", "-t", "out:0.0", "-l"])
+                    .arg(c.to_string())
+                    .status()
+                    .unwrap();
+                assert!(sent.success());
+                thread::sleep(Duration::from_millis(15));
+            }
+        })
+    };
+    // The switch ends while they type.
+    thread::sleep(Duration::from_millis(400));
+    let said = keeper.finish();
+    typist.join().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || rig.received().len()
+            >= typed.len()),
+        "the pane has {} of {} keys: {:?} ({said})",
+        rig.received().len(),
+        typed.len(),
+        String::from_utf8_lossy(&rig.received())
+    );
+    assert_eq!(String::from_utf8_lossy(&rig.received()), typed, "{said}");
+}

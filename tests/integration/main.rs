@@ -17,6 +17,7 @@ mod support;
 mod admin;
 mod claude_fidelity;
 mod claude_hooks;
+mod claude_keys_after_resume;
 mod claude_loop;
 mod claude_paste_back;
 mod claude_plugin;
