@@ -57,33 +57,7 @@ impl Rig {
             env,
             &["-s", "cc", "-x", "100", "-y", "30", "sh", "-c", &logger],
         );
-        let person = TmuxServer::start_on(
-            &TmuxServer::unique_socket("ktr-keep-person"),
-            None,
-            &[
-                "-s",
-                "out",
-                "-x",
-                "110",
-                "-y",
-                "35",
-                "--",
-                "tmux",
-                "-L",
-                &pane.socket,
-                "attach",
-                "-t",
-                "cc",
-            ],
-        );
-        assert!(
-            wait_for(Duration::from_secs(10), || pane
-                .tmux(&["list-clients", "-F", "#{client_name}"])
-                .lines()
-                .count()
-                == 1),
-            "the person's client never attached"
-        );
+        let person = pane.person_attached("cc");
         Rig {
             program,
             keep_dir: dir.path().join("keep"),

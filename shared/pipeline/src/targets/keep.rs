@@ -64,6 +64,13 @@ impl Keeper {
         }
     }
 
+    /// No popup, for `why` (said in the stage's log).
+    fn without(why: String) -> Keeper {
+        let mut keeper = Keeper::none();
+        keeper.missed.push(why);
+        keeper
+    }
+
     /// How many clients' keyboards are held.
     pub fn holding(&self) -> usize {
         self.held.len()
@@ -319,29 +326,20 @@ impl Tmux {
     /// as they are (their keys go to the pane as always), with the reason
     /// in [`Keeper::missed`], as is why there is no popup at all.
     pub(super) fn keep_keys(&self, program: &Path, dir: &Path, max: Duration) -> Keeper {
-        let mut keeper = Keeper::none();
         let clients = match self.keeper_clients() {
             Ok(clients) => clients,
             Err(e) => {
-                keeper
-                    .missed
-                    .push(format!("cannot list the pane's clients: {}", e.message));
-                return keeper;
+                return Keeper::without(format!("cannot list the pane's clients: {}", e.message));
             }
         };
         if let Some(why) = clients.why_none() {
-            keeper.missed.push(why);
-            return keeper;
+            return Keeper::without(why);
         }
         let attempt = match fresh_dir(dir) {
             Ok(attempt) => attempt,
-            Err(e) => {
-                keeper
-                    .missed
-                    .push(format!("no folder for the keys: {}", e.message));
-                return keeper;
-            }
+            Err(e) => return Keeper::without(format!("no folder for the keys: {}", e.message)),
         };
+        let mut keeper = Keeper::none();
         let tmux = clients.pane;
         let (pane, socket) = (tmux.target.clone(), tmux.socket.clone().unwrap_or_default());
         let mut opening = Vec::new();
