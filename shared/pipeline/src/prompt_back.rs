@@ -100,7 +100,9 @@ pub fn keep(
         operation: None,
     };
     let dir = dir(state_dir);
-    if !dir.is_dir() {
+    // One lstat on the hook's path; anything but a real folder (a link to
+    // one elsewhere) goes through the full check, which refuses it.
+    if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
         ensure_private_dir(&dir, 0o700)?;
     }
     let json = serde_json::to_vec(&kept).map_err(|e| Error::io(e.to_string()))?;
@@ -510,6 +512,19 @@ mod tests {
         );
         forget(state, &session());
         assert_eq!(blocked(state, &session(), &op("a")).unwrap(), None);
+    }
+
+    #[test]
+    fn a_linked_prompts_folder_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, super::dir(&state)).unwrap();
+        let e = keep(&state, &session(), Some("p"), "text").unwrap_err();
+        assert!(e.message.contains("symlink"), "{}", e.message);
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     }
 
     #[test]
