@@ -55,7 +55,7 @@ const POLL_MS: i32 = 40;
 const QUIET_MS: i32 = 400;
 /// How long at most the popup waits for that pause after the switch is
 /// over (a person who never pauses: the keys still go in as they come).
-const PAUSE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const PAUSE_WAIT: Duration = Duration::from_secs(10);
 /// The most the recorder holds: past it, it stops holding the keyboard
 /// (replays and closes), well below what the switch reads back.
 const HOLD_MAX: usize = (ktr_base::open::cap::KEYS / 2) as usize;

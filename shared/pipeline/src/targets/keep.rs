@@ -27,8 +27,10 @@ use ktr_base::error::{Error, Result};
 
 /// How long a popup may take to hold the keyboard (13 ms measured).
 const OPEN: Duration = Duration::from_secs(2);
-/// How long the recorders may take to replay and close once told.
-const FINISH: Duration = Duration::from_secs(5);
+/// How long the recorders may take to replay and close once told: a
+/// person typing on keeps a popup up until they pause (at most
+/// [`recorder::PAUSE_WAIT`]), then it replays and closes.
+const FINISH: Duration = Duration::from_secs(recorder::PAUSE_WAIT.as_secs() + 5);
 /// The popup's widest, and its height (the border and three lines).
 const WIDTH: u32 = 72;
 const HEIGHT: u32 = 5;
