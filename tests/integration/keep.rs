@@ -113,6 +113,14 @@ impl Rig {
         fs::read(&self.received).unwrap()
     }
 
+    /// What the pane received once it is `want` (or after 5 s): send-keys
+    /// returns once tmux has the keys, the pane's program writes them down
+    /// a moment later.
+    fn settled(&self, want: &[u8]) -> Vec<u8> {
+        wait_for(Duration::from_secs(5), || self.received() == want);
+        self.received()
+    }
+
     fn screen(&self) -> String {
         self.person.tmux(&["capture-pane", "-p", "-t", "out:0.0"])
     }
@@ -187,7 +195,7 @@ fn keys_typed_through_a_client_during_the_switch_reach_the_pane_whole_and_in_ord
     want.extend_from_slice(typed.as_bytes());
     want.extend_from_slice(b"\r\x7fz");
     assert_eq!(
-        String::from_utf8_lossy(&rig.received()),
+        String::from_utf8_lossy(&rig.settled(&want)),
         String::from_utf8_lossy(&want),
         "{said}"
     );
@@ -235,7 +243,7 @@ fn a_killed_recorder_loses_no_recorded_key() {
         .unwrap();
     assert!(killed.success());
     let said = keeper.finish();
-    assert_eq!(rig.received(), b"kept", "{said}");
+    assert_eq!(rig.settled(b"kept"), b"kept", "{said}");
     assert!(said.contains("ktr replayed 4 bytes"), "{said}");
 }
 
@@ -325,7 +333,7 @@ fn the_keeper_holds_keys_without_a_utf8_locale() {
     assert_eq!(rig.received(), b"", "a key got past the popup");
     let said = keeper.finish();
     assert_eq!(
-        String::from_utf8_lossy(&rig.received()),
+        String::from_utf8_lossy(&rig.settled("no locale 日".as_bytes())),
         "no locale 日",
         "{said}"
     );
@@ -356,7 +364,11 @@ fn a_switch_tried_again_replays_only_what_its_own_recorder_read() {
         "the popup was not holding the keyboard"
     );
     let said = keeper.finish();
-    assert_eq!(String::from_utf8_lossy(&rig.received()), "abc", "{said}");
+    assert_eq!(
+        String::from_utf8_lossy(&rig.settled(b"abc")),
+        "abc",
+        "{said}"
+    );
     // What was left there before is still there, untouched.
     assert_eq!(
         fs::read(rig.keep_dir.join("1/0/keys")).unwrap(),
