@@ -35,7 +35,8 @@
 //! how many bytes it kept (the stages' log).
 //!
 //! `KTR_TYPING_TRIALS` (default 5, one of each kind) trials in a row for
-//! each locale in `KTR_TYPING_LOCALES` (default `utf8,none`),
+//! each locale in `KTR_TYPING_LOCALES` (default `utf8,none`), of the kinds
+//! in `KTR_TYPING_KINDS` (default all, e.g. `InLoad,AtResume`),
 //! `KTR_TYPING_SEED` (the seed, printed) — e.g. `KTR_TYPING_TRIALS=30
 //! cargo test --test integration claude_typing -- --ignored --nocapture`.
 
@@ -97,13 +98,18 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     let (mut seen, mut shown, mut popup, mut retyped, mut failures) = (0, 0, 0, 0, Vec::new());
     // What the person's screen and the stages showed when a prompt was lost.
     let mut losses = Vec::new();
-    let kinds = [
+    let named: String = env_or("KTR_TYPING_KINDS", String::new());
+    let kinds: Vec<Kind> = [
         Kind::Rebuild,
         Kind::Rollback,
         Kind::Draft,
         Kind::InLoad,
         Kind::AtResume,
-    ];
+    ]
+    .into_iter()
+    .filter(|k| named.is_empty() || named.split(',').any(|n| n == format!("{k:?}")))
+    .collect();
+    assert!(!kinds.is_empty(), "KTR_TYPING_KINDS={named} names no kind");
     let runs = locales
         .split(',')
         .flat_map(|l| (0..trials).map(move |n| (l, n)));
