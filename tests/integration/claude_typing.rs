@@ -13,7 +13,13 @@
 //! kind begins a draft during the reply (−1.5 s to −0.3 s) and leaves it
 //! unsent. A fourth begins typing the moment ktr-keep's popup appears on
 //! their screen, i.e. while Claude Code loads the resumed session (the keys
-//! it would drop); the popup must have kept some of them.
+//! it would drop); the popup must have kept some of them. A fifth begins
+//! the moment ktr's `/resume` line shows in the input line.
+//!
+//! Every trial runs once with a UTF-8 locale and once without any (no
+//! `LANG`, `LC_*` for the CLI, its tmux server, ktr's hooks and stages: a
+//! container, `env -i`, a service), where tmux 3.3a prints a format's
+//! control characters as `_`.
 //!
 //! Pass: the fake API received each intended prompt exactly once and whole,
 //! and answered it, and the session it was sent in holds it with its reply
@@ -27,9 +33,11 @@
 //! first keys). Each trial prints how many samples showed the popup and
 //! how many bytes it kept (the stages' log).
 //!
-//! `KTR_TYPING_TRIALS` (default 6) trials in a row, `KTR_TYPING_SEED` (the
-//! seed, printed) — e.g. `KTR_TYPING_TRIALS=30 cargo test --test integration
-//! claude_typing -- --ignored --nocapture`.
+//! `KTR_TYPING_TRIALS` (default 5, one of each kind) trials in a row for
+//! each locale in `KTR_TYPING_LOCALES` (default `utf8,none`), of the kinds
+//! in `KTR_TYPING_KINDS` (default all, e.g. `InLoad,AtResume`),
+//! `KTR_TYPING_SEED` (the seed, printed) — e.g. `KTR_TYPING_TRIALS=30
+//! cargo test --test integration claude_typing -- --ignored --nocapture`.
 
 use std::fs;
 use std::path::Path;
@@ -56,6 +64,8 @@ enum Kind {
     Draft,
     /// A rebuild; typing begins when ktr-keep's popup appears.
     InLoad,
+    /// A rebuild; typing begins when ktr's `/resume` line appears.
+    AtResume,
 }
 
 /// A small seeded generator (xorshift64*): the trials repeat from the seed.
@@ -79,28 +89,45 @@ impl Rng {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and tmux"]
 fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     let bin = crate::support::claude_bin();
-    let trials: usize = env_or("KTR_TYPING_TRIALS", 6);
+    let trials: usize = env_or("KTR_TYPING_TRIALS", 5);
+    let locales: String = env_or("KTR_TYPING_LOCALES", "utf8,none".to_string());
     let seed: u64 = env_or("KTR_TYPING_SEED", uuid::Uuid::new_v4().as_u128() as u64 | 1);
-    eprintln!("typing: {trials} trials, KTR_TYPING_SEED={seed}");
+    eprintln!("typing: {trials} trials for each of {locales}, KTR_TYPING_SEED={seed}");
     let mut rng = Rng(seed);
     let (mut seen, mut shown, mut popup, mut retyped, mut failures) = (0, 0, 0, 0, Vec::new());
     // What the person's screen and the stages showed when a prompt was lost.
     let mut losses = Vec::new();
-    for n in 0..trials {
-        let kind = [Kind::Rebuild, Kind::Rollback, Kind::Draft, Kind::InLoad][n % 4];
+    let named: String = env_or("KTR_TYPING_KINDS", String::new());
+    let kinds: Vec<Kind> = [
+        Kind::Rebuild,
+        Kind::Rollback,
+        Kind::Draft,
+        Kind::InLoad,
+        Kind::AtResume,
+    ]
+    .into_iter()
+    .filter(|k| named.is_empty() || named.split(',').any(|n| n == format!("{k:?}")))
+    .collect();
+    assert!(!kinds.is_empty(), "KTR_TYPING_KINDS={named} names no kind");
+    let runs = locales
+        .split(',')
+        .flat_map(|l| (0..trials).map(move |n| (l, n)));
+    for (locale, n) in runs {
+        let kind = kinds[n % kinds.len()];
         // A draft is begun during the reply (before the switch).
-        // InLoad's moment is the popup's (offset 0 is printed).
-        let offset_ms = if kind == Kind::InLoad {
+        // InLoad's and AtResume's moment is what they wait for (offset 0
+        // is printed).
+        let offset_ms = if matches!(kind, Kind::InLoad | Kind::AtResume) {
             0
         } else if kind == Kind::Draft {
             rng.between(-1500, -300)
         } else {
             rng.between(-500, 3000)
         };
-        let trial = Trial::start(&bin, n);
+        let trial = Trial::start(&bin, n, locale == "none");
         let result = trial.run(kind, offset_ms, &mut rng);
         eprintln!(
-            "typing: trial {n} {kind:?} offset {offset_ms} ms: {}",
+            "typing: {locale} trial {n} {kind:?} offset {offset_ms} ms: {}",
             match &result {
                 Ok(r) => format!(
                     "ok ({}/{} samples with the notice, {} with the key-keeping popup, {} retyped, {} bytes kept by the popup)",
@@ -121,14 +148,14 @@ fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
                 retyped += r.retyped;
                 if r.retyped > 0 {
                     losses.push(format!(
-                        "trial {n} ({kind:?}): {}\n{}",
+                        "{locale} trial {n} ({kind:?}): {}\n{}",
                         r.lost_at,
                         trial.diagnosis()
                     ));
                 }
             }
             Err(e) => failures.push(format!(
-                "trial {n} ({kind:?}, {offset_ms} ms): {e}\n{}",
+                "{locale} trial {n} ({kind:?}, {offset_ms} ms): {e}\n{}",
                 trial.diagnosis()
             )),
         }
@@ -183,7 +210,8 @@ struct Trial {
 }
 
 impl Trial {
-    fn start(bin: &Path, n: usize) -> Trial {
+    /// Trial `n`, with no locale at all when `without_locale`.
+    fn start(bin: &Path, n: usize, without_locale: bool) -> Trial {
         let tag = format!("Y{n:03}");
         let rules = ["ONE", "TWO", "THREE", "FOUR", "FIVE", "DRAFT"]
             .iter()
@@ -196,6 +224,7 @@ impl Trial {
             .collect();
         let api = FakeApi::start(rules);
         let mut env = ClaudeEnv::new(bin, &api);
+        env.without_locale = without_locale;
         let socket = Tmux::unique_socket();
         env.extra_env
             .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
@@ -280,6 +309,8 @@ impl Trial {
                 },
                 "ktr-keep's popup",
             )?;
+        } else if kind == Kind::AtResume {
+            self.at_resume_line()?;
         } else {
             thread::sleep(start.saturating_duration_since(Instant::now()));
         }
@@ -305,13 +336,14 @@ impl Trial {
         self.until_answered(&prompt, rng, &mut typed)?;
         self.once_and_whole(&fire)?;
         self.once_and_whole(&prompt)?;
-        if kind == Kind::InLoad && self.kept() == 0 {
-            return Err("typed while the popup was up, but ktr-keep kept no key".into());
-        }
         let op = self.wait_op(
             |op| op.status.is_terminal() || op.status == Status::Pending,
             "the switch",
         )?;
+        // The stage logs what the popups kept once they closed.
+        if matches!(kind, Kind::InLoad | Kind::AtResume) && self.kept() == 0 {
+            return Err("typed while the popup was up, but ktr-keep kept no key".into());
+        }
         if !matches!(
             op.status,
             Status::Activated | Status::RolledBack | Status::Pending
@@ -399,6 +431,18 @@ impl Trial {
             }
             thread::sleep(Duration::from_millis(rng.between(30, 150).unsigned_abs()));
         }
+    }
+
+    /// Wait until ktr's `/resume` line shows on the person's screen, looking
+    /// as often as a capture allows (the line stays up ~0.15 s).
+    fn at_resume_line(&self) -> Result<(), String> {
+        let deadline = Instant::now() + STEP;
+        while !self.person_screen().contains("/resume ") {
+            if Instant::now() > deadline {
+                return Err("ktr's /resume line never showed".into());
+            }
+        }
+        Ok(())
     }
 
     /// Type `words` through the client at human speed (no sampling).

@@ -43,17 +43,17 @@ use ktr_pipeline::pane::Input;
 const BLOCKED: &str = "SAY-BLOCKED the prompt that triggers the compaction\nand its second line";
 
 /// A turn of the CLI on a busy two-core machine.
-const TURN: Duration = Duration::from_secs(90);
+pub(crate) const TURN: Duration = Duration::from_secs(90);
 
 /// One interactive Claude Code with ktr's hooks and statusline installed
 /// (`ktr hooks merge`, as the installer does), on a private tmux server.
-struct Session {
-    tmux: Tmux,
-    api: FakeApi,
-    env: ClaudeEnv,
-    store: Store,
-    config: PathBuf,
-    id: String,
+pub(crate) struct Session {
+    pub(crate) tmux: Tmux,
+    pub(crate) api: FakeApi,
+    pub(crate) env: ClaudeEnv,
+    pub(crate) store: Store,
+    pub(crate) config: PathBuf,
+    pub(crate) id: String,
 }
 
 impl Session {
@@ -67,7 +67,7 @@ impl Session {
     /// [`Session::start`] with extra CLI arguments and, when `hooks_socket`
     /// is given, ktr's hooks pointed at that tmux server instead of the
     /// one the CLI runs in.
-    fn start_with(
+    pub(crate) fn start_with(
         bin: &Path,
         extra_config: &str,
         args: &[&str],
@@ -120,12 +120,12 @@ impl Session {
         }
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         self.tmux.screen_of(PANE)
     }
 
     /// Type `line`; wait for `marker` on the screen and the prompt.
-    fn say(&self, line: &str, marker: &str) {
+    pub(crate) fn say(&self, line: &str, marker: &str) {
         self.tmux.wait_idle(TURN);
         self.tmux.type_line(line);
         self.tmux.wait_screen(marker, TURN, |s| s.contains(marker));
@@ -133,7 +133,7 @@ impl Session {
     }
 
     /// How many requests to the model had `needle` in their newest prompt.
-    fn asked(&self, needle: &str) -> usize {
+    pub(crate) fn asked(&self, needle: &str) -> usize {
         self.api
             .turns()
             .iter()
@@ -141,7 +141,7 @@ impl Session {
             .count()
     }
 
-    fn transcript(&self) -> PathBuf {
+    pub(crate) fn transcript(&self) -> PathBuf {
         self.env.transcript(&self.id)
     }
 
@@ -155,7 +155,7 @@ impl Session {
             .unwrap()
     }
 
-    fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
+    pub(crate) fn wait_status(&self, what: &str, done: impl Fn(Status) -> bool) -> Operation {
         crate::support::wait_status(&self.store, what, TURN, done, || {
             format!(
                 "screen:\n{}\nworker.log:\n{}",
@@ -1210,7 +1210,7 @@ fn the_statusline_runs_again_while_nobody_types() {
 /// (`claude-sonnet-4-6`: compacts at 167,000, hard limit 177,000), with
 /// the standing approval `on_auto_compaction = "rebuild"`: the reply
 /// before the prompt reported `usage` input tokens.
-fn the_guard_blocks(bin: &Path, usage: u64) -> Session {
+pub(crate) fn the_guard_blocks(bin: &Path, usage: u64) -> Session {
     let s = Session::start_with(
         bin,
         "on_auto_compaction = \"rebuild\"",

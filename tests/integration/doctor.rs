@@ -203,11 +203,8 @@ fn a_project_dir_before_the_first_transcript_is_a_warning_that_says_so() {
     assert!(text.contains("warn project dir"), "{text}");
 }
 
-#[test]
-fn the_target_check_says_what_runs_in_the_pane_on_the_configured_socket() {
-    let server = TmuxServer::start();
-    let sb = Sandbox::new();
-    sb.transcript("s1");
+/// Configure the pane `t:0.0` of `server` as the target.
+fn target_pane_on(sb: &Sandbox, server: &TmuxServer) {
     sb.write_config(&format!("tmux_socket = {:?}", server.socket));
     fs::write(
         &sb.config,
@@ -216,6 +213,14 @@ fn the_target_check_says_what_runs_in_the_pane_on_the_configured_socket() {
             .replace("ktr-test-nowhere:0.0", "t:0.0"),
     )
     .unwrap();
+}
+
+#[test]
+fn the_target_check_says_what_runs_in_the_pane_on_the_configured_socket() {
+    let server = TmuxServer::start();
+    let sb = Sandbox::new();
+    sb.transcript("s1");
+    target_pane_on(&sb, &server);
     // KTR_TMUX_SOCKET is removed: the config key alone picks the server.
     let c = check(&report(&sb), "target").clone();
     let detail = c["detail"].as_str().unwrap();
@@ -298,8 +303,25 @@ fn doctor_warns_when_the_key_keeper_is_not_beside_the_stages() {
     );
 
     fs::copy(env!("CARGO_BIN_EXE_ktr-keep"), sb.bin.join("ktr-keep")).unwrap();
-    let c = check(&report(&sb), "key keeper").clone();
-    assert_eq!(c["level"], "ok", "{c}");
+    let keeper_says = |level: &str, words: &str| {
+        let c = check(&report(&sb), "key keeper").clone();
+        assert_eq!(c["level"], level, "{c}");
+        assert!(c["detail"].as_str().unwrap().contains(words), "{c}");
+    };
+    // No server: the switch could not find a client to hold, and says so.
+    keeper_says(
+        "warn",
+        "cannot find the clients showing ktr-test-nowhere:0.0",
+    );
+    // The pane, first with nobody watching it, then with a client.
+    let server = TmuxServer::start();
+    target_pane_on(&sb, &server);
+    keeper_says(
+        "ok",
+        "no popup would open now: no tmux client shows the pane",
+    );
+    let _person = server.person_attached("t");
+    keeper_says("ok", "a popup would open on /dev/pts/");
 
     sb.write_config("tmux_switch_in_place = false");
     let r = report(&sb);

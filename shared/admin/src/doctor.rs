@@ -391,13 +391,7 @@ fn key_keeper(config: &Config) -> Option<Check> {
         Err(e) => return Some(warn(NAME, e.message, "set KTR_BIN_DIR or reinstall ktr")),
     };
     Some(if program.is_file() {
-        pass(
-            NAME,
-            format!(
-                "{} holds the keys typed while Claude Code loads a resumed session",
-                program.display()
-            ),
-        )
+        keeper_clients(config, &program)
     } else {
         warn(
             NAME,
@@ -408,6 +402,43 @@ fn key_keeper(config: &Config) -> Option<Check> {
             "reinstall ktr (./install) so that ktr-keep is beside ktr-activate",
         )
     })
+}
+
+/// The clients the switch would hold, found as the switch finds them.
+fn keeper_clients(config: &Config, program: &Path) -> Check {
+    const NAME: &str = "key keeper";
+    let holds = format!(
+        "{} holds the keys typed while Claude Code loads a resumed session",
+        program.display()
+    );
+    let Target::Tmux(pane) = Target::from_config(config) else {
+        return pass(NAME, holds);
+    };
+    match pane.keeper_clients() {
+        Ok(clients) => {
+            if let Some(why) = clients.why_none() {
+                return pass(NAME, format!("{holds}; no popup would open now: {why}"));
+            }
+            let names: Vec<&str> = clients
+                .shown_on
+                .iter()
+                .filter(|c| c.skipped.is_none())
+                .map(|c| c.name.as_str())
+                .collect();
+            pass(
+                NAME,
+                format!("{holds}; a popup would open on {}", names.join(", ")),
+            )
+        }
+        Err(e) => warn(
+            NAME,
+            format!(
+                "{holds}, but the switch cannot find the clients showing {}: {}; no popup would open",
+                config.tmux_target, e.message
+            ),
+            "start Claude Code's tmux session (see the target check), or use tmux 3.2 or later",
+        ),
+    }
 }
 
 fn target_unreadable(config: &Config, target: &Target, err: &Error) -> Check {

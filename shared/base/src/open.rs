@@ -41,6 +41,12 @@ pub mod cap {
     pub const SETTINGS: u64 = 16 << 20;
     /// A cache file under `<state_dir>/window/` (a few hundred bytes).
     pub const CACHE: u64 = 64 << 10;
+    /// A key keeper's small file (`ready`, `replayed`, `error`): a number
+    /// or one line.
+    pub const KEEP_NOTE: u64 = 4 << 10;
+    /// A key keeper's `keys`: what a person typed during one switch (a
+    /// recorder stops holding the keyboard at half of it).
+    pub const KEYS: u64 = 16 << 20;
 }
 
 /// Open `path` read-only as a regular file. The open itself never blocks
@@ -169,6 +175,18 @@ pub fn directly_inside(dir: &Path, file: &File) -> bool {
     resolved(file).is_ok_and(|real| real.parent() == Some(dir))
 }
 
+/// Create `path` (0600) for writing, only if nothing is there: never
+/// through a symlink, never onto a file someone else left (`O_EXCL`).
+pub fn create_new_private(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::io_at("create", path, &e))
+}
+
 /// Open (create 0600) a log file for appending, refusing a symlink.
 pub fn append_private(path: &Path) -> Result<File> {
     let file = OpenOptions::new()
@@ -245,6 +263,11 @@ mod tests {
             append_private(&link).is_err(),
             "a log is never opened through a link"
         );
+        assert!(create_new_private(&link).is_err(), "nor a new file");
+        assert!(create_new_private(&big).is_err(), "nor one already there");
+        let fresh = dir.path().join("fresh");
+        create_new_private(&fresh).unwrap();
+        assert!(create_new_private(&fresh).is_err(), "created once");
     }
 
     #[test]

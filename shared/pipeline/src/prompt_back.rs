@@ -100,7 +100,9 @@ pub fn keep(
         operation: None,
     };
     let dir = dir(state_dir);
-    if !dir.is_dir() {
+    // One lstat on the hook's path; anything but a real folder (a link to
+    // one elsewhere) goes through the full check, which refuses it.
+    if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
         ensure_private_dir(&dir, 0o700)?;
     }
     let json = serde_json::to_vec(&kept).map_err(|e| Error::io(e.to_string()))?;
@@ -305,6 +307,7 @@ pub fn put_back(
         Err(why) => return Some(give_back(&why)),
     }
     let raw = path(state_dir, &session, "paste");
+    let text = typable(&unwrapped(&text));
     if let Err(e) = write_atomic(&raw, text.as_bytes(), 0o600, Existing::Replace) {
         return Some(give_back(&e.message));
     }
@@ -335,6 +338,63 @@ pub fn put_back(
             String::new()
         }
     ))
+}
+
+/// The person's own text from what Claude Code handed `UserPromptSubmit`:
+/// a collapsed paste (≥ 4 lines, `[Pasted text #1 +3 lines]` in the input
+/// line) comes as `\n\n<pasted_content id="…">\n` + the pasted text +
+/// `\n</pasted_content id="…">\n` (2.1.328, measured) where the paste
+/// stood, its own tags escaped as `<\pasted_content` / `<\/pasted_content`.
+/// Pasted back as it was, Claude Code would wrap it again around its own
+/// wrapper; so each wrapper gives way to the text pasted, as the person's
+/// input line held it. Anything that is not such a wrapper stays as it is.
+fn unwrapped(text: &str) -> String {
+    const OPEN: &str = "<pasted_content id=\"";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(OPEN) {
+        let after = &rest[at + OPEN.len()..];
+        let Some((id, body)) = after
+            .split_once("\">")
+            .filter(|(id, _)| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()))
+        else {
+            out.push_str(&rest[..at + OPEN.len()]);
+            rest = after;
+            continue;
+        };
+        let close = format!("</pasted_content id=\"{id}\">");
+        let Some(end) = body.find(&close) else {
+            out.push_str(&rest[..at + OPEN.len()]);
+            rest = after;
+            continue;
+        };
+        let before = &rest[..at];
+        out.push_str(before.strip_suffix("\n\n").unwrap_or(before));
+        let inner = &body[..end];
+        let inner = inner.strip_prefix('\n').unwrap_or(inner);
+        let inner = inner.strip_suffix('\n').unwrap_or(inner);
+        out.push_str(
+            &inner
+                .replace("<\\/pasted_content", "</pasted_content")
+                .replace("<\\pasted_content", "<pasted_content"),
+        );
+        let tail = &body[end + close.len()..];
+        rest = tail.strip_prefix('\n').unwrap_or(tail);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `text` as it may be pasted into a terminal program: C0 and C1 control
+/// characters other than newline and tab removed, a carriage return as a
+/// newline (`\r\n` as one). ESC above all: `ESC[201~` inside the text ends
+/// tmux's bracketed paste early, and what follows (a CR: Enter) would be
+/// typed as keys and send the prompt.
+fn typable(text: &str) -> String {
+    let text = text.replace("\r\n", "\n").replace('\r', "\n");
+    text.chars()
+        .filter(|&c| c == '\n' || c == '\t' || !c.is_control())
+        .collect()
 }
 
 /// The notice is taken down at the person's next prompt, which comes from
@@ -455,6 +515,19 @@ mod tests {
     }
 
     #[test]
+    fn a_linked_prompts_folder_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, super::dir(&state)).unwrap();
+        let e = keep(&state, &session(), Some("p"), "text").unwrap_err();
+        assert!(e.message.contains("symlink"), "{}", e.message);
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    #[test]
     fn a_prompt_over_the_cap_is_kept_without_its_text() {
         let dir = tempfile::tempdir().unwrap();
         let long = "é".repeat(CAP / 2 + 1);
@@ -501,6 +574,35 @@ mod tests {
         std::fs::write(&elsewhere, b"{}").unwrap();
         std::os::unix::fs::symlink(&elsewhere, &blocked_file).unwrap();
         assert!(blocked(state, &session(), &op("a")).is_err());
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_paste() {
+        assert_eq!(
+            typable("a\x1b[201~\rb\tc\r\nd\u{9b}e\u{7f}\u{0}f 日"),
+            "a[201~\nb\tc\nde\u{0}f 日".replace('\u{0}', "")
+        );
+    }
+
+    #[test]
+    fn a_collapsed_paste_is_the_text_pasted_once() {
+        // As 2.1.328 stored "typed first " + a five-line paste.
+        let stored = "typed first \n\n<pasted_content id=\"9a3b\">\nL1\nL2 <\\/pasted_content x>\nL3\nL4\nL5\n</pasted_content id=\"9a3b\">\n";
+        assert_eq!(
+            unwrapped(stored),
+            "typed first L1\nL2 </pasted_content x>\nL3\nL4\nL5"
+        );
+        // Two pastes, text after them; a tag that is not Claude Code's
+        // wrapper stays.
+        let two = "\n\n<pasted_content id=\"a1\">\nA\n</pasted_content id=\"a1\">\n and \n\n<pasted_content id=\"b2\">\nB\n</pasted_content id=\"b2\">\n end";
+        assert_eq!(unwrapped(two), "A and B end");
+        for plain in [
+            "no paste",
+            "<pasted_content id=\"zz\"> never closed",
+            "<pasted_content id=\"\">x</pasted_content id=\"\">",
+        ] {
+            assert_eq!(unwrapped(plain), plain);
+        }
     }
 
     #[test]

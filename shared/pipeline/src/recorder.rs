@@ -9,9 +9,19 @@
 //! switch is over), after `--max-seconds`, on SIGHUP/SIGTERM or when its
 //! tty goes away, it reads what is left without waiting, replays all the
 //! bytes into the pane (`tmux send-keys -H`, in order, still holding the
-//! keyboard), reads and replays once more, and exits, which closes the
-//! popup. `<dir>/replayed` says how many bytes of `keys` are in the pane,
-//! so a switch whose recorder was killed replays the rest itself.
+//! keyboard), and goes on reading and replaying until the person has not
+//! typed for [`QUIET_MS`], then exits, which closes the popup. A key that
+//! reaches the popup after its recorder's last read is lost (tmux closes
+//! the popup's tty with it), so the popup closes in a pause of the
+//! person's typing, never between two keys of a word. `<dir>/replayed`
+//! says how many bytes of `keys` are in the pane, so a switch whose
+//! recorder was killed replays the rest itself.
+//!
+//! `<dir>` is a fresh folder the switch made for this recorder alone: the
+//! recorder creates `keys` there (`O_EXCL`, never through a link) and
+//! refuses a folder that already holds one, so it replays only what it
+//! read itself. Every file here is read through [`ktr_base::open`]'s one
+//! rule: never through a link, never a FIFO, never more than a cap.
 //!
 //! Usage: `ktr-keep --dir DIR --pane PANE [--socket SOCKET] [--max-seconds N]`
 
@@ -25,6 +35,7 @@ use std::time::{Duration, Instant};
 use crate::targets::Tmux;
 use ktr_base::cli::Call;
 use ktr_base::error::{Error, Result};
+use ktr_base::open::{Links, cap};
 
 const PROGRAM: &str = "ktr-keep";
 
@@ -45,9 +56,16 @@ pub const NOTICE: &str = "ktr: switching session \u{2014} keep typing, your keys
 
 /// How often the recorder looks for the stop file.
 const POLL_MS: i32 = 40;
-/// How many times at most the recorder looks for keys that came while it
-/// replayed.
-const DRAIN_ROUNDS: usize = 8;
+/// How long the person must not have typed before the popup closes: longer
+/// than the gap between two keys of someone typing (measured 30–150 ms in
+/// the typing test), so the popup closes when they pause.
+const QUIET_MS: i32 = 400;
+/// How long at most the popup waits for that pause after the switch is
+/// over (a person who never pauses: the keys still go in as they come).
+pub(crate) const PAUSE_WAIT: Duration = Duration::from_secs(10);
+/// The most the recorder holds: past it, it stops holding the keyboard
+/// (replays and closes), well below what the switch reads back.
+const HOLD_MAX: usize = (ktr_base::open::cap::KEYS / 2) as usize;
 /// How many bytes one `send-keys -H` carries.
 const CHUNK: usize = 256;
 
@@ -79,12 +97,32 @@ impl Files {
         self.dir.join("replayed")
     }
 
-    /// The count in `replayed` (0 when there is none).
+    /// The count in `replayed` (0 when there is none or it is not ours).
     pub fn replayed_count(&self) -> usize {
-        fs::read_to_string(self.replayed())
-            .ok()
+        note(&self.replayed())
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// The recorder's pid, once it holds the keyboard.
+    pub fn ready_pid(&self) -> Option<Option<u32>> {
+        note(&self.ready()).map(|s| s.trim().parse().ok())
+    }
+
+    /// Why the recorder stopped short, if it said.
+    pub fn said(&self) -> Option<String> {
+        note(&self.error()).map(|s| s.trim().to_string())
+    }
+
+    /// Tell the recorder to finish (the file is created once, never
+    /// through a link).
+    pub fn tell_stop(&self) {
+        drop(ktr_base::open::create_new_private(&self.stop()));
+    }
+
+    /// The switch told it to finish.
+    fn stopped(&self) -> bool {
+        fs::symlink_metadata(self.stop()).is_ok()
     }
 
     fn write_replayed(&self, count: usize) -> Result<()> {
@@ -110,8 +148,11 @@ pub fn main() {
         Ok(Call::Run(args)) => match record(&args) {
             Ok(()) => 0,
             Err(e) => {
-                // The popup may be gone with its screen: the switch reads it here.
-                let _ = fs::write(args.files.error(), &e.message);
+                // The popup may be gone with its screen: the switch reads
+                // it here (created once, never through a link).
+                if let Ok(mut f) = ktr_base::open::create_new_private(&args.files.error()) {
+                    let _ = f.write_all(e.message.as_bytes());
+                }
                 eprintln!("ktr-keep: {}", e.message);
                 1
             }
@@ -176,7 +217,13 @@ pub fn record(args: &Args) -> Result<()> {
         bindings: None,
     };
     let files = &args.files;
-    let mut log = ktr_base::open::append_private(&files.keys())?;
+    let mut log = ktr_base::open::create_new_private(&files.keys()).map_err(|e| {
+        Error::refused(format!(
+            "{} is not a fresh folder for ktr-keep ({}); nothing was recorded",
+            files.dir.display(),
+            e.message
+        ))
+    })?;
     let raw = Raw::enter(0);
     let mut screen = std::io::stdout().lock();
     let _ = write!(screen, "\x1b[?25l{NOTICE}\r\n");
@@ -188,38 +235,39 @@ pub fn record(args: &Args) -> Result<()> {
     )?;
     let mut keys: Vec<u8> = Vec::new();
     let mut gone = false;
+    let full = |keys: &Vec<u8>| keys.len() >= HOLD_MAX;
     while !gone
+        && !full(&keys)
         && !SIGNALLED.load(Ordering::SeqCst)
         && started.elapsed() < args.max
-        && !files.stop().exists()
+        && !files.stopped()
     {
         gone = read_into(POLL_MS, &mut keys, &mut log, &mut screen);
     }
     // What is left, without waiting, replayed while the popup still holds
-    // the keyboard; then again for keys that came meanwhile, until a
-    // short wait brings none (a few rounds at most: a replay takes ~20 ms).
+    // the keyboard; then, still holding it, every key that comes, until
+    // the person has not typed for QUIET_MS (or the tty is gone, or a
+    // signal says to go now).
     let mut replayed = 0;
-    for round in 0..=DRAIN_ROUNDS {
-        let before = keys.len();
-        for _ in 0..DRAIN_ROUNDS {
-            if gone {
-                break;
-            }
-            let had = keys.len();
-            gone = read_into(
-                if round == 0 { 0 } else { POLL_MS },
-                &mut keys,
-                &mut log,
-                &mut screen,
-            );
-            if keys.len() == had {
-                break;
-            }
-        }
-        if round > 0 && keys.len() == before {
-            break;
+    let mut wait = 0;
+    let pause_by = Instant::now() + PAUSE_WAIT;
+    loop {
+        let had = keys.len();
+        if !gone {
+            gone = read_into(wait, &mut keys, &mut log, &mut screen);
         }
         replayed = replay(&tmux, &keys, replayed, files)?;
+        let came = keys.len() > had;
+        // A signal (the switch closing the popup) leaves no time to wait.
+        let hurried = SIGNALLED.load(Ordering::SeqCst);
+        if gone || full(&keys) || Instant::now() >= pause_by {
+            break;
+        }
+        if !came && (wait == QUIET_MS || hurried) {
+            break;
+        }
+        // Keys came: look again at once; none: wait for the pause.
+        wait = if came || hurried { 0 } else { QUIET_MS };
     }
     drop(raw);
     Ok(())
@@ -326,16 +374,26 @@ impl Drop for Raw {
     }
 }
 
-/// The keys of `files` not yet in the pane: `keys` past `replayed`.
-pub fn unreplayed(files: &Files) -> Vec<u8> {
-    let keys = fs::read(files.keys()).unwrap_or_default();
-    let from = files.replayed_count().min(keys.len());
-    keys[from..].to_vec()
+/// One of a recorder's small files, read by the one rule (None when it
+/// is not there or not a small regular file of ours).
+fn note(path: &std::path::Path) -> Option<String> {
+    ktr_base::open::read_capped(path, cap::KEEP_NOTE, Links::Refuse)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
-/// Mark `files`' keys as replayed up to their end (a switch replayed the rest).
-pub fn mark_replayed(files: &Files) -> Result<()> {
-    let len = fs::metadata(files.keys()).map_or(0, |m| m.len() as usize);
+/// The keys of `files` not yet in the pane (`keys` past `replayed`), and
+/// how many bytes `keys` holds.
+pub fn unreplayed(files: &Files) -> Result<(Vec<u8>, usize)> {
+    let keys =
+        ktr_base::open::read_capped(&files.keys(), cap::KEYS, Links::Refuse)?.unwrap_or_default();
+    let from = files.replayed_count().min(keys.len());
+    Ok((keys[from..].to_vec(), keys.len()))
+}
+
+/// Mark `files`' keys as replayed up to `len` (a switch replayed the rest).
+pub fn mark_replayed(files: &Files, len: usize) -> Result<()> {
     files.write_replayed(len)
 }
 

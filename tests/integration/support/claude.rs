@@ -44,6 +44,10 @@ pub struct ClaudeEnv {
     pub base_url: String,
     /// Extra variables for the CLI (after the fixed ones).
     pub extra_env: Vec<(String, String)>,
+    /// No `LANG`, `LC_ALL`, `LC_CTYPE` at all (a container, `env -i`, a
+    /// service): the CLI, its tmux server and ktr's hooks and stages run
+    /// without a UTF-8 locale.
+    pub without_locale: bool,
 }
 
 impl ClaudeEnv {
@@ -57,6 +61,7 @@ impl ClaudeEnv {
             tmpdir,
             base_url: api.base_url(),
             extra_env: Vec::new(),
+            without_locale: false,
         }
     }
 
@@ -80,9 +85,10 @@ impl ClaudeEnv {
     pub fn env(&self) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = ALLOWED
             .iter()
+            .filter(|k| !(self.without_locale && (**k == "LANG" || k.starts_with("LC_"))))
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
             .collect();
-        if !env.iter().any(|(k, _)| k == "LANG") {
+        if !self.without_locale && !env.iter().any(|(k, _)| k == "LANG") {
             env.push(("LANG".into(), "C.UTF-8".into()));
         }
         for (k, v) in [

@@ -96,6 +96,40 @@ impl TmuxServer {
             .unwrap_or_default()
     }
 
+    /// A person's terminal: a server of its own (session `out`, 110×35)
+    /// whose pane runs `tmux attach -t SESSION` to this server; returned
+    /// once this server lists the client.
+    #[track_caller]
+    pub fn person_attached(&self, session: &str) -> TmuxServer {
+        let person = TmuxServer::start_on(
+            &TmuxServer::unique_socket("ktr-person"),
+            None,
+            &[
+                "-s",
+                "out",
+                "-x",
+                "110",
+                "-y",
+                "35",
+                "--",
+                "tmux",
+                "-L",
+                &self.socket,
+                "attach",
+                "-t",
+                session,
+            ],
+        );
+        let attached = super::wait_for(std::time::Duration::from_secs(10), || {
+            self.tmux(&["list-clients", "-F", "#{client_name}"])
+                .lines()
+                .count()
+                == 1
+        });
+        assert!(attached, "the person's client never attached");
+        person
+    }
+
     /// Kill this server (only this one); quiet if it is already gone.
     pub fn kill(&self) {
         let _ = self

@@ -160,8 +160,19 @@ fn keep_keys(
     target: &Target,
     wait: Duration,
 ) -> Keeper {
-    let Some(program) = super::keeper_program().ok().filter(|p| p.is_file()) else {
-        return Keeper::none();
+    let program = match super::keeper_program() {
+        Ok(program) if program.is_file() => program,
+        Ok(program) => {
+            eprintln!(
+                "ktr: no key-keeping popup: {} is missing (reinstall ktr); keys typed while Claude Code loads the resumed session are dropped",
+                program.display()
+            );
+            return Keeper::none();
+        }
+        Err(e) => {
+            eprintln!("ktr: no key-keeping popup: {}", e.message);
+            return Keeper::none();
+        }
     };
     let dir = store.keys_dir(id, stage);
     let keeper = target.keep_keys(&program, &dir, wait * 3 / 2 + KEEP_SPARE);

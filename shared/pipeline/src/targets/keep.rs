@@ -13,6 +13,7 @@
 //! detaches, a recorder that dies: the switch goes on as without one, and
 //! what a recorder wrote down but did not replay is replayed here.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -22,11 +23,14 @@ use super::CONTROL_TIMEOUT;
 use super::tmux::Tmux;
 use crate::process::{self, ProcessId};
 use crate::recorder::{self, Files};
+use ktr_base::error::{Error, Result};
 
 /// How long a popup may take to hold the keyboard (13 ms measured).
 const OPEN: Duration = Duration::from_secs(2);
-/// How long the recorders may take to replay and close once told.
-const FINISH: Duration = Duration::from_secs(5);
+/// How long the recorders may take to replay and close once told: a
+/// person typing on keeps a popup up until they pause (at most
+/// [`recorder::PAUSE_WAIT`]), then it replays and closes.
+const FINISH: Duration = Duration::from_secs(recorder::PAUSE_WAIT.as_secs() + 5);
 /// The popup's widest, and its height (the border and three lines).
 const WIDTH: u32 = 72;
 const HEIGHT: u32 = 5;
@@ -62,6 +66,13 @@ impl Keeper {
         }
     }
 
+    /// No popup, for `why` (said in the stage's log).
+    fn without(why: String) -> Keeper {
+        let mut keeper = Keeper::none();
+        keeper.missed.push(why);
+        keeper
+    }
+
     /// How many clients' keyboards are held.
     pub fn holding(&self) -> usize {
         self.held.len()
@@ -89,7 +100,7 @@ impl Keeper {
         let held = std::mem::take(&mut self.held);
         let count = held.len();
         for h in &held {
-            let _ = std::fs::write(h.files.stop(), b"");
+            h.files.tell_stop();
         }
         let deadline = Instant::now() + FINISH;
         let (mut kept, mut problems, mut lost) = (0usize, Vec::new(), false);
@@ -109,14 +120,26 @@ impl Keeper {
                     problems.push(format!("the popup on {} did not close; killed", h.client));
                 }
             }
-            if let Ok(why) = std::fs::read_to_string(h.files.error()) {
-                problems.push(format!("the recorder on {} said: {}", h.client, why.trim()));
+            if let Some(why) = h.files.said() {
+                problems.push(format!("the recorder on {} said: {why}", h.client));
             }
-            let rest = recorder::unreplayed(&h.files);
+            let (rest, len) = match recorder::unreplayed(&h.files) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    problems.push(format!(
+                        "the keys typed on {} could not be replayed ({}); they are in {}",
+                        h.client,
+                        e.message,
+                        h.files.keys().display()
+                    ));
+                    continue;
+                }
+            };
+            kept += len;
             if !rest.is_empty() {
                 match tmux.send_bytes(&rest) {
                     Ok(()) => {
-                        let _ = recorder::mark_replayed(&h.files);
+                        let _ = recorder::mark_replayed(&h.files, len);
                         problems.push(format!(
                             "ktr replayed {} bytes the recorder on {} did not",
                             rest.len(),
@@ -135,10 +158,13 @@ impl Keeper {
                     }
                 }
             }
-            kept += std::fs::metadata(h.files.keys()).map_or(0, |m| m.len() as usize);
         }
         if !lost && let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir);
+            // The switch's folder, once no attempt is left in it.
+            if let Some(parent) = dir.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
         }
         if count == 0 {
             return (String::new(), false);
@@ -192,26 +218,69 @@ fn exited_by(child: &mut Child, deadline: Instant) -> bool {
     }
 }
 
+/// A tmux client as the key keeper sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    /// Why it gets no popup (None: it gets one).
+    pub skipped: Option<String>,
+}
+
+/// The pane as its server names it, and the clients showing it.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    /// The pane on its server's socket path.
+    pub pane: Tmux,
+    pub shown_on: Vec<Client>,
+}
+
+impl Clients {
+    /// Why no client gets a popup (None when one does).
+    pub fn why_none(&self) -> Option<String> {
+        if self.shown_on.iter().any(|c| c.skipped.is_none()) {
+            return None;
+        }
+        if self.shown_on.is_empty() {
+            return Some(format!(
+                "no tmux client shows the pane {} (nobody watches it: their keys cannot be typed meanwhile)",
+                self.pane.target
+            ));
+        }
+        Some(
+            self.shown_on
+                .iter()
+                .filter_map(|c| c.skipped.clone())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
+}
+
 impl Tmux {
-    /// Open a key-keeping popup running `program` (`ktr-keep`) on each
-    /// client that shows this pane; the recorders' files go under `dir`
-    /// and they finish by themselves after `max`. Clients whose popup did
-    /// not open are left as they are (their keys go to the pane as
-    /// always), with the reason in [`Keeper::missed`].
-    pub(super) fn keep_keys(&self, program: &Path, dir: &Path, max: Duration) -> Keeper {
-        let mut keeper = Keeper::none();
+    /// The clients that show this pane, as the key keeper opens popups on
+    /// them. Formats print no control character and put the one free-form
+    /// field last (a socket path, a client name may hold spaces), so no
+    /// locale can change how they split.
+    pub fn keeper_clients(&self) -> Result<Clients> {
         let here = self.argv(&[
             "display-message",
             "-p",
             "-t",
             &self.target,
-            "#{socket_path}\t#{pane_id}",
+            "#{pane_id} #{socket_path}",
         ]);
-        let Ok(here) = process::run_checked(&here, CONTROL_TIMEOUT) else {
-            return keeper;
-        };
-        let Some((socket, pane)) = here.trim_end().split_once('\t') else {
-            return keeper;
+        let here = process::run_checked(&here, CONTROL_TIMEOUT)?;
+        let here = here.trim_end_matches('\n');
+        let Some((pane, socket)) = here
+            .split_once(' ')
+            .filter(|(p, s)| p.starts_with('%') && !s.is_empty())
+        else {
+            return Err(Error::io(format!(
+                "tmux printed {here:?} for the pane's id and socket; is {} a tmux 3.2 or later?",
+                self.program
+            )));
         };
         let tmux = Tmux {
             program: self.program.clone(),
@@ -222,33 +291,82 @@ impl Tmux {
         let list = tmux.argv(&[
             "list-clients",
             "-F",
-            "#{client_name}\t#{pane_id}\t#{client_width}\t#{client_height}\t#{client_readonly}\t#{client_control_mode}",
+            "#{pane_id} #{client_width} #{client_height} #{client_readonly} #{client_control_mode} #{client_name}",
         ]);
-        let clients = process::run_checked(&list, CONTROL_TIMEOUT).unwrap_or_default();
-        let mut opening = Vec::new();
-        for line in clients.lines() {
-            let f: Vec<&str> = line.split('\t').collect();
-            let [client, shows, width, height, readonly, control] = f[..] else {
-                continue;
+        let mut shown_on = Vec::new();
+        for line in process::run_checked(&list, CONTROL_TIMEOUT)?.lines() {
+            let f: Vec<&str> = line.splitn(6, ' ').collect();
+            let [shows, width, height, readonly, control, name] = f[..] else {
+                return Err(Error::io(format!(
+                    "tmux listed a client as {line:?}, not as asked"
+                )));
             };
-            if shows != pane || readonly == "1" || control == "1" {
+            if shows != pane {
                 continue;
             }
-            let (width, height) = (
-                width.parse::<u32>().unwrap_or(0),
-                height.parse::<u32>().unwrap_or(0),
-            );
-            if width < 24 || height < HEIGHT + 4 {
-                keeper.missed.push(format!(
-                    "{client} is too small for a popup ({width}x{height})"
-                ));
+            let (width, height) = (width.parse().unwrap_or(0), height.parse().unwrap_or(0));
+            let skipped = if readonly == "1" {
+                Some(format!("{name} is read-only"))
+            } else if control == "1" {
+                Some(format!("{name} is a control-mode client"))
+            } else if width < 24 || height < HEIGHT + 4 {
+                Some(format!(
+                    "{name} is too small for a popup ({width}x{height})"
+                ))
+            } else {
+                None
+            };
+            shown_on.push(Client {
+                name: name.to_string(),
+                width,
+                height,
+                skipped,
+            });
+        }
+        Ok(Clients {
+            pane: tmux,
+            shown_on,
+        })
+    }
+
+    /// Open a key-keeping popup running `program` (`ktr-keep`) on each
+    /// client that shows this pane; the recorders' files go under a fresh
+    /// folder in `dir`, made for this attempt alone, and they finish by
+    /// themselves after `max`. Clients whose popup did not open are left
+    /// as they are (their keys go to the pane as always), with the reason
+    /// in [`Keeper::missed`], as is why there is no popup at all.
+    pub(super) fn keep_keys(&self, program: &Path, dir: &Path, max: Duration) -> Keeper {
+        let clients = match self.keeper_clients() {
+            Ok(clients) => clients,
+            Err(e) => {
+                return Keeper::without(format!("cannot list the pane's clients: {}", e.message));
+            }
+        };
+        if let Some(why) = clients.why_none() {
+            return Keeper::without(why);
+        }
+        let attempt = match fresh_dir(dir) {
+            Ok(attempt) => attempt,
+            Err(e) => return Keeper::without(format!("no folder for the keys: {}", e.message)),
+        };
+        let mut keeper = Keeper::none();
+        let tmux = clients.pane;
+        let (pane, socket) = (tmux.target.clone(), tmux.socket.clone().unwrap_or_default());
+        let mut opening = Vec::new();
+        for client in &clients.shown_on {
+            if let Some(why) = &client.skipped {
+                keeper.missed.push(why.clone());
                 continue;
             }
             let files = Files {
-                dir: dir.join(opening.len().to_string()),
+                dir: attempt.join(opening.len().to_string()),
             };
-            if let Err(e) = ktr_base::fsutil::ensure_private_dir(&files.dir, 0o700) {
-                keeper.missed.push(format!("{client}: {}", e.message));
+            if let Err(e) = create_private_dir(&files.dir) {
+                keeper.missed.push(format!(
+                    "{}: cannot create {}: {e}",
+                    client.name,
+                    files.dir.display()
+                ));
                 continue;
             }
             let command = [
@@ -256,9 +374,9 @@ impl Tmux {
                 "--dir".into(),
                 files.dir.to_string_lossy().into_owned(),
                 "--pane".into(),
-                pane.to_string(),
+                pane.clone(),
                 "--socket".into(),
-                socket.to_string(),
+                socket.clone(),
                 "--max-seconds".into(),
                 format!("{:.1}", max.as_secs_f64()),
             ]
@@ -266,11 +384,14 @@ impl Tmux {
             .map(|w| sh_quote(w))
             .collect::<Vec<_>>()
             .join(" ");
-            let (w, h) = ((width - 4).min(WIDTH).to_string(), HEIGHT.to_string());
+            let (w, h) = (
+                (client.width - 4).min(WIDTH).to_string(),
+                HEIGHT.to_string(),
+            );
             let argv = tmux.argv(&[
                 "display-popup",
                 "-c",
-                client,
+                &client.name,
                 "-E",
                 "-w",
                 &w,
@@ -285,10 +406,10 @@ impl Tmux {
                 .stderr(Stdio::null())
                 .spawn();
             match spawned {
-                Ok(popup) => opening.push((client.to_string(), files, popup)),
+                Ok(popup) => opening.push((client.name.clone(), files, popup)),
                 Err(e) => keeper
                     .missed
-                    .push(format!("{client}: cannot run {}: {e}", argv[0])),
+                    .push(format!("{}: cannot run {}: {e}", client.name, argv[0])),
             }
         }
         let deadline = Instant::now() + OPEN;
@@ -307,18 +428,49 @@ impl Tmux {
             let _ = popup.kill();
             let _ = popup.wait();
             // Whatever it recorded before it was closed.
-            let rest = recorder::unreplayed(&files);
-            if tmux.send_bytes(&rest).is_ok() {
-                let _ = recorder::mark_replayed(&files);
+            if let Ok((rest, len)) = recorder::unreplayed(&files)
+                && tmux.send_bytes(&rest).is_ok()
+            {
+                let _ = recorder::mark_replayed(&files, len);
             }
             keeper
                 .missed
                 .push(format!("the popup on {client} did not open"));
         }
-        keeper.dir = Some(dir.to_path_buf());
+        keeper.dir = Some(attempt);
         keeper.tmux = Some(tmux);
         keeper
     }
+}
+
+/// A new, empty folder for one attempt's recorders in `dir` (the
+/// switch's `keep/<op>-<stage>/`, which a deferred switch tries again):
+/// `<dir>/<n>`, created here and now (`mkdir` fails on anything already
+/// there), so no earlier attempt's `keys`, `stop` or `ready` is ever
+/// taken for this one's.
+fn fresh_dir(dir: &Path) -> Result<PathBuf> {
+    if let Some(keep) = dir.parent() {
+        ktr_base::fsutil::ensure_private_dir(keep, 0o700)?;
+    }
+    ktr_base::fsutil::ensure_private_dir(dir, 0o700)?;
+    for n in 1..=1000u32 {
+        let attempt = dir.join(n.to_string());
+        match create_private_dir(&attempt) {
+            Ok(()) => return Ok(attempt),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io_at("create directory", &attempt, &e)),
+        }
+    }
+    Err(Error::io(format!(
+        "{} holds 1000 earlier attempts; move it aside",
+        dir.display()
+    )))
+}
+
+/// Create `dir` (0700) only if nothing is there: a link or a folder left
+/// by anyone else is an error, never used.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
 }
 
 /// Whether a popup's recorder holds the keyboard.
@@ -333,8 +485,8 @@ enum Opened {
 /// names its pid), at most until `deadline`.
 fn ready_by(files: &Files, popup: &mut Child, deadline: Instant) -> Opened {
     loop {
-        if let Ok(pid) = std::fs::read_to_string(files.ready()) {
-            return Opened::Holding(pid.trim().parse().ok().and_then(ProcessId::of));
+        if let Some(pid) = files.ready_pid() {
+            return Opened::Holding(pid.and_then(ProcessId::of));
         }
         if !matches!(popup.try_wait(), Ok(None)) || Instant::now() >= deadline {
             return Opened::Not;

@@ -33,7 +33,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
 pub use health::Receipt;
-pub use keep::Keeper;
+pub use keep::{Client, Clients, Keeper};
 pub use pointer::Pointer;
 pub use running::{Ran, Running, SessionProcess, session_arg};
 pub use systemd::{Systemd, UnitState};

@@ -87,8 +87,13 @@ impl Tmux {
         process::run_checked_apart(&argv, CONTROL_TIMEOUT).map(drop)
     }
 
+    /// The command line of `tmux ARGS` for this pane's server. Always
+    /// `-u`: without a UTF-8 locale tmux 3.3a prints every control
+    /// character of a format (a tab) and every character past ASCII (ktr's
+    /// notice) as `_`; `-u` makes it print them as they are, whatever
+    /// locale the stage, a hook or a service runs in.
     pub(super) fn argv(&self, args: &[&str]) -> Vec<String> {
-        let mut argv = vec![self.program.clone()];
+        let mut argv = vec![self.program.clone(), "-u".to_string()];
         if let Some(socket) = &self.socket {
             let flag = if socket.contains('/') { "-S" } else { "-L" };
             argv.extend([flag.to_string(), socket.clone()]);

@@ -133,7 +133,7 @@ fn parse_int(raw: &str) -> Option<u64> {
     let s = raw.trim();
     if s.contains(['e', 'E']) {
         let n: f64 = s.parse().ok()?;
-        return (n.fract() == 0.0 && n >= 0.0 && n < 9e15).then_some(n as u64);
+        return (n.fract() == 0.0 && (0.0..9e15).contains(&n)).then_some(n as u64);
     }
     let grouped = s.trim_start_matches('+');
     let sep = grouped
