@@ -702,28 +702,29 @@ fn stranded(s: &Session, pane: &str, why: &str) {
             !screen.contains("Context limit reached"),
             "round {round}: blocked ({why}):\n{screen}"
         );
-        // The reason reaches the person with the next Stop (on screen, cut
-        // at the pane's width; whole in the transcript, where Claude Code
-        // records the Stop hook's line).
-        s.tmux
-            .wait_screen_of(pane, "the guard's reason", TURN, |sc| {
-                sc.contains("a rebuild cannot replace this compaction: the target does not")
-            });
+        // The reason reaches the person with the next Stop, one short
+        // sentence (Claude Code records the Stop hook's line in the
+        // transcript); the details are in `ktr status`.
         let reasons = || {
             stop_lines(&transcript(&id))
                 .into_iter()
                 .filter(|l| {
-                    l.starts_with(
-                        "ktr: a rebuild cannot replace this compaction: the target does not run this session (",
-                    ) && l.contains(why)
-                        && l.ends_with("Claude Code compacted this window (lossy) instead")
+                    l == "ktr: this session is not the one ktr switches (see ktr status); Claude Code compacted it"
                 })
                 .count()
         };
         assert!(
             crate::support::wait_for(TURN, || reasons() > round),
-            "round {round}: no reason naming {why:?} among {:#?}",
+            "round {round}: no reason among {:#?}",
             stop_lines(&transcript(&id))
+        );
+        let out = s.env.sandbox.run("status", None, &["--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("ktr status --json: {e}\n{}{}", out.stdout, out.stderr));
+        let found = &v["not_switched"];
+        assert!(
+            found["session_id"] == id.as_str() && found["why"].as_str().unwrap_or("").contains(why),
+            "round {round}: ktr status does not name {why:?}: {v:#}"
         );
     }
     assert!(
@@ -1044,6 +1045,15 @@ fn the_auto_compact_window_moves_the_point(bin: &Path) {
         .wait_screen("the advice naming the moved point", TURN, |sc| {
             sc.contains("of 117k, CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000)")
         });
+    // With the standing approval it says what will happen: nothing to ask for.
+    let advice = stop_lines(&s.transcript())
+        .into_iter()
+        .find(|l| l.contains("until Claude Code compacts"))
+        .unwrap_or_default();
+    assert!(
+        advice.contains("; ktr will rebuild instead (≈ ") && !advice.contains("REBUILD"),
+        "{advice}"
+    );
     s.api.set_usage(None);
     s.say("SAY-THREE next", "REPLY-THREE");
     assert_eq!(s.boundaries(), 0, "compacted below 117,000");
