@@ -269,19 +269,18 @@ fn dirty(s: &Session, transcript: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("ktr dirty --json: {e}\n{}{}", out.stdout, out.stderr))
 }
 
-/// Right after a rebuild `ktr dirty` must not advise another one. With
-/// `advise_at_percent = 1` and a 100k window (config: the guard is not
-/// affected, the carried conversation fits) the small rebuilt window is
-/// inside an advice band, so only the account (what a rebuild would free)
-/// keeps it quiet: counting Claude Code's per-start attachments as residue
-/// would free most of it.
+/// Right after a rebuild `ktr dirty` must not advise another one. The
+/// scenarios run on a 100k window with `advise_at_percent = 10`: a rebuild
+/// fits only when it starts at ≤ 10 % of the point (6,700), which the small
+/// carried conversation does. (They used `advise_at_percent = 1` to put the
+/// rebuilt window inside a band; under the fit rule a window in a band is
+/// one no rebuild of it fits, so no setting can: what keeps `dirty` quiet
+/// is checked on the account itself — what a rebuild would free, and the
+/// residue: counting Claude Code's per-start attachments as residue would
+/// free most of it.)
 #[track_caller]
 fn assert_no_second_rebuild(v: &serde_json::Value, when: &str, turns: u64) {
     let w = &v["window"];
-    assert!(
-        w["used_percent"].as_f64().unwrap() >= 1.0,
-        "{when}: the window is not in the advice band, the check proves nothing: {w}"
-    );
     assert_eq!(
         w["advice"], "none",
         "{when}: advised another rebuild: {w:#}"
@@ -312,7 +311,10 @@ fn assert_no_second_rebuild(v: &serde_json::Value, when: &str, turns: u64) {
 
 /// (b), then `ktr dirty` on the rebuilt session.
 fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
-    let s = Session::start(bin, "advise_at_percent = 1\ncontext_window_tokens = 100000");
+    let s = Session::start(
+        bin,
+        "advise_at_percent = 10\ncontext_window_tokens = 100000",
+    );
     s.say("TOOL-TURN run it", "REPLY-TOOL");
     s.say("SAY-TWO 你好", "REPLY-TWO");
     s.api.set_usage(Some(999_000));
@@ -512,7 +514,7 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
 fn a_draft_typed_after_the_switch_is_not_pasted_over(bin: &Path) {
     let s = Session::start_env(
         bin,
-        "advise_at_percent = 1\ncontext_window_tokens = 100000",
+        "advise_at_percent = 10\ncontext_window_tokens = 100000",
         &[],
         None,
         |env| {
