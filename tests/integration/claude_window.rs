@@ -1047,11 +1047,19 @@ fn the_auto_compact_window_moves_the_point(bin: &Path) {
         .wait_screen("the advice naming the moved point", TURN, |sc| {
             sc.contains("of 117k, CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000)")
         });
-    // With the standing approval it says what will happen: nothing to ask for.
-    let advice = stop_lines(&s.transcript())
-        .into_iter()
-        .find(|l| l.contains("until Claude Code compacts"))
-        .unwrap_or_default();
+    // With the standing approval it says what will happen: nothing to ask
+    // for (whole in the transcript, once Claude Code wrote it there).
+    let advice = || {
+        stop_lines(&s.transcript())
+            .into_iter()
+            .find(|l| l.contains("until Claude Code compacts"))
+    };
+    assert!(
+        crate::support::wait_for(TURN, || advice().is_some()),
+        "no advice among {:#?}",
+        stop_lines(&s.transcript())
+    );
+    let advice = advice().unwrap_or_default();
     assert!(
         advice.contains("; ktr will rebuild instead (≈ ") && !advice.contains("REBUILD"),
         "{advice}"

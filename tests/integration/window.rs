@@ -54,6 +54,20 @@ impl Session {
         )
     }
 
+    /// A session the target does not run (a pointer naming another), with
+    /// the standing approval.
+    fn targeting_another() -> Session {
+        let sandbox = Sandbox::new();
+        let pointer = sandbox.root().join("pointer");
+        fs::write(&pointer, "someone-else\n").unwrap();
+        Session::with_config(
+            sandbox,
+            &format!(
+                "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\non_auto_compaction = \"rebuild\""
+            ),
+        )
+    }
+
     /// A session with the sandbox's own target (a tmux pane on no server).
     fn with_config(sandbox: Sandbox, extra_config: &str) -> Session {
         sandbox.write_config(extra_config);
@@ -482,15 +496,7 @@ fn the_guard_never_strands_a_session_the_target_does_not_run() {
     assert!(s.sandbox.records("ktr-prepare").is_empty());
 
     // The target runs another session (the pointer names it).
-    let sandbox = Sandbox::new();
-    let pointer = sandbox.root().join("pointer");
-    fs::write(&pointer, "someone-else\n").unwrap();
-    let mut s = Session::with_config(
-        sandbox,
-        &format!(
-            "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\non_auto_compaction = \"rebuild\""
-        ),
-    );
+    let mut s = Session::targeting_another();
     s.turn("FULL", 999_000);
     let out = s.precompact("auto");
     assert!(out.get("decision").is_none(), "{out}");
@@ -785,15 +791,7 @@ fn the_advice_says_what_will_happen() {
     );
 
     // The target (a pointer) names another session.
-    let sandbox = Sandbox::new();
-    let pointer = sandbox.root().join("pointer");
-    fs::write(&pointer, "someone-else\n").unwrap();
-    let mut s = Session::with_config(
-        sandbox,
-        &format!(
-            "activation = \"pointer\"\nresume_pointer_path = {pointer:?}\non_auto_compaction = \"rebuild\""
-        ),
-    );
+    let mut s = Session::targeting_another();
     s.turn("72", 720_000);
     assert_eq!(
         message(&s.stop("72")),
