@@ -19,7 +19,11 @@ struct Dirty<'a> {
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
-    let path = plan::resolve_transcript(&config, given.as_deref())?;
+    let path = match given {
+        Some(given) => plan::resolve_transcript(&config, Some(&given))?,
+        // The session the Claude Code that runs this serves, else the newest.
+        None => ktr_pipeline::binding::default_transcript(&config)?,
+    };
     let plan = window_cache::assess(&config, &path)?;
     if args.common.json {
         out::json(&Dirty {

@@ -2,9 +2,10 @@
 //!
 //! Claude Code pipes it a JSON object after every change (at most every
 //! 300 ms) and shows its first line. It prints one short segment such as
-//! `ktr 78% · rebuild→4%` (how full the window is, and where a rebuild
-//! would bring it), and remembers the session's `context_window_size` in
-//! the state dir for the ledger. Fast: what Claude Code reports, the
+//! `ktr 78% of 1M · rebuild→4%` (how full the window is, its size, and
+//! where a rebuild would bring it, when a rebuild frees something), and
+//! remembers the session's `context_window_size` in the state dir for the
+//! ledger. Fast: what Claude Code reports, the
 //! running account (bytes appended since the last call) and small caches;
 //! never the whole transcript. Never fails: a problem shows as `ktr ?`.
 
@@ -24,7 +25,7 @@ use ktr_engine::window::{Compaction, CompactionSetting, UsedSource};
 /// `ktr-statusline --help`.
 pub const HELP: &str = "ktr-statusline: Claude Code's statusLine command for ktr.
 Usage: ktr-statusline [--config PATH] [--segment] [--color]   (Claude Code's JSON on stdin)
-Prints the model, the folder and ktr's segment, e.g. `Opus · work · ktr 78% · rebuild→4%`.
+Prints the model, the folder and ktr's segment, e.g. `Opus · work · ktr 78% of 1M · rebuild→4%`.
 --segment prints only ktr's part (to embed in a statusline you already have);
 --color colors it (never when NO_COLOR is set).";
 
@@ -138,6 +139,9 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     #[allow(clippy::cast_precision_loss)]
     let percent = size.map_or(0.0, |s| used as f64 * 100.0 / s as f64);
     let mut text = format!("ktr {}{percent:.0}%", if approx { "≈" } else { "" });
+    if let Some(s) = size {
+        text.push_str(&format!(" of {}", ktr_engine::window::short(s)));
+    }
     // The colour measures the window against where Claude Code compacts
     // (its setting: CLAUDE_AUTOCOMPACT_PCT_OVERRIDE, autoCompactEnabled);
     // a moved or absent point is named.
@@ -192,7 +196,10 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
+    // The rebuild figure only when a rebuild frees something (right after
+    // one it would not).
     match window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction) {
+        Ok(Some(w)) if w.after_rebuild_tokens >= w.used_tokens => {}
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }
