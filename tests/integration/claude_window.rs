@@ -963,7 +963,7 @@ fn advice_lines(transcript: &Path) -> Vec<(usize, String)> {
 
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn issue_27_the_guard_and_the_advice_through_the_interactive_cli() {
+fn the_guard_and_the_advice_through_the_interactive_cli() {
     let bin = claude_bin();
     let scenarios: [fn(&Path); 4] = [
         stranded_in_a_second_window,
@@ -1004,19 +1004,41 @@ fn side_by_side(bin: &Path, scenarios: &[fn(&Path)]) {
 /// prompt that is sent; one reporting `point` by a compaction), and ktr's
 /// advice names that point.
 fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64) {
-    let s = Session::start_env(bin, "", args, None, |_| {
-        vec![("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE".into(), pct.into())]
-    });
+    let setting = ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", pct);
+    the_point_is(bin, args, setting, point, true);
+}
+
+/// `CLAUDE_CODE_AUTO_COMPACT_WINDOW` above the window (300,000 on a 200k
+/// window) moves nothing: Claude Code compacts at its default, 167,000,
+/// and ktr's advice names no setting.
+fn an_auto_compact_window_above_the_window_moves_nothing(bin: &Path) {
+    let setting = ("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "300000");
+    the_point_is(
+        bin,
+        &["--model", "claude-sonnet-4-6"],
+        setting,
+        167_000,
+        false,
+    );
+}
+
+/// With the environment `setting` Claude Code compacts at `point`, and
+/// ktr's advice shows that point (naming the setting when it `moved` it).
+fn the_point_is(bin: &Path, args: &[&str], setting: (&str, &str), point: u64, moved: bool) {
+    let (name, value) = setting;
+    let s = Session::start_env(bin, "", args, None, |_| vec![(name.into(), value.into())]);
     // The first reply of a fresh session measures the overhead.
     s.say("SAY-ONE hello", "REPLY-ONE");
     s.api.set_usage(Some(point - 50));
     s.say("SAY-TWO below", "REPLY-TWO");
+    let shown = if moved {
+        format!("of {}, {name}={value})", short(point))
+    } else {
+        format!("of {})", short(point))
+    };
     s.tmux
-        .wait_screen("the advice naming the moved point", TURN, |sc| {
-            sc.contains(&format!(
-                "of {}, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE={pct})",
-                short(point)
-            ))
+        .wait_screen("the advice naming the point", TURN, |sc| {
+            sc.contains(&shown)
         });
     s.api.set_usage(None);
     s.say("SAY-THREE next", "REPLY-THREE");
@@ -1173,8 +1195,9 @@ fn auto_compaction_off(bin: &Path) {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_compaction_setting_through_the_interactive_cli() {
     let bin = claude_bin();
-    let scenarios: [fn(&Path); 5] = [
+    let scenarios: [fn(&Path); 6] = [
         the_auto_compact_window_moves_the_point,
+        an_auto_compact_window_above_the_window_moves_nothing,
         the_guard_declines_a_rebuild_that_leaves_no_room,
         // 1M: 60 % of 980,000 (window − 20k max output).
         |bin| the_override_moves_the_point(bin, &[], "60", 588_000),
@@ -1316,7 +1339,7 @@ fn the_guard_at_the_hard_limit_gives_the_prompt_back(bin: &Path) {
 /// where the window stands (docs/SPEC.md §10).
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn issue_27_the_guard_below_and_at_the_hard_limit() {
+fn the_guard_below_and_at_the_hard_limit_through_the_interactive_cli() {
     let scenarios: [fn(&Path); 2] = [
         the_guard_below_the_hard_limit_lets_the_prompt_through,
         the_guard_at_the_hard_limit_gives_the_prompt_back,
