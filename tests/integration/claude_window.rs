@@ -649,7 +649,7 @@ fn the_window_through_the_interactive_cli() {
 /// `on_auto_compaction = "rebuild"`, the guard must not block (the
 /// rebuild could never switch this session) — Claude Code compacts, the
 /// next Stop says why — and it never blocks the next compaction either.
-fn stranded(s: &Session, pane: &str, why: &str) {
+fn stranded(s: &Session, pane: &str, id: &str, why: &str) {
     let say = |line: &str, marker: &str| {
         s.tmux.wait_idle_of(pane, TURN);
         s.tmux.type_line_to(pane, line);
@@ -664,7 +664,6 @@ fn stranded(s: &Session, pane: &str, why: &str) {
             .matches("\"subtype\":\"compact_boundary\"")
             .count()
     };
-    let id = pane_session(s, pane);
     say("SAY-ONE hello", "REPLY-ONE");
     for (round, (fill, next)) in [("SAY-FULL", "SAY-AFTER"), ("SAY-REFILL", "SAY-AGAIN")]
         .into_iter()
@@ -678,12 +677,15 @@ fn stranded(s: &Session, pane: &str, why: &str) {
         s.api.set_usage(None);
         say(&format!("{next} next"), &next.replace("SAY", "REPLY"));
         let deadline = Instant::now() + TURN;
-        while boundaries(&id) < round + 1 {
+        while boundaries(id) < round + 1 {
             assert!(
                 Instant::now() < deadline,
-                "round {round}: Claude Code did not compact ({why}):\n{}\ntranscript tail: {:?}\nrequests: {:?}",
+                "round {round}: Claude Code did not compact ({why}):\n{}\ntranscript {id} tail: {:?}\nproject folder: {:?}\nrequests: {:?}",
                 s.tmux.screen_of(pane),
-                record_kinds(&transcript(&id)),
+                record_kinds(&transcript(id)),
+                fs::read_dir(&s.env.sandbox.project)
+                    .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                    .unwrap_or_default(),
                 s.api
                     .log()
                     .iter()
@@ -708,7 +710,7 @@ fn stranded(s: &Session, pane: &str, why: &str) {
         // sentence (Claude Code records the Stop hook's line in the
         // transcript); the details are in `ktr status`.
         let reasons = || {
-            stop_lines(&transcript(&id))
+            stop_lines(&transcript(id))
                 .into_iter()
                 .filter(|l| {
                     l == "ktr: this session is not the one ktr switches (see ktr status); Claude Code compacted it"
@@ -718,14 +720,14 @@ fn stranded(s: &Session, pane: &str, why: &str) {
         assert!(
             crate::support::wait_for(TURN, || reasons() > round),
             "round {round}: no reason among {:#?}",
-            stop_lines(&transcript(&id))
+            stop_lines(&transcript(id))
         );
         let out = s.env.sandbox.run("status", None, &["--json"]);
         let v: serde_json::Value = serde_json::from_str(&out.stdout)
             .unwrap_or_else(|e| panic!("ktr status --json: {e}\n{}{}", out.stdout, out.stderr));
         let found = &v["not_switched"];
         assert!(
-            found["session_id"] == id.as_str() && found["why"].as_str().unwrap_or("").contains(why),
+            found["session_id"] == id && found["why"].as_str().unwrap_or("").contains(why),
             "round {round}: ktr status does not name {why:?}: {v:#}"
         );
     }
@@ -733,20 +735,6 @@ fn stranded(s: &Session, pane: &str, why: &str) {
         s.store.latest().unwrap().is_none(),
         "the guard requested a rebuild it could never switch"
     );
-}
-
-/// The session the CLI in `pane` was started with (`--session-id`).
-fn pane_session(s: &Session, pane: &str) -> String {
-    let pid = s
-        .tmux
-        .run(&["display-message", "-p", "-t", pane, "#{pane_pid}"]);
-    let argv = fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap();
-    let argv: Vec<String> = argv
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let at = argv.iter().position(|a| a == "--session-id").unwrap();
-    argv[at + 1].clone()
 }
 
 /// Item 1 with a second `claude` in another window of the same server.
@@ -769,6 +757,7 @@ fn stranded_in_a_second_window(bin: &Path) {
     stranded(
         &s,
         "cc:1.0",
+        &second,
         &format!(
             "runs pid {} (session {}…), not the Claude of session {second}",
             s.tmux.pane_pid(),
@@ -782,7 +771,7 @@ fn stranded_without_the_tmux_server(bin: &Path) {
     let missing = Tmux::unique_socket();
     let s = Session::start_with(bin, "on_auto_compaction = \"rebuild\"", &[], Some(&missing));
     // tmux: "error connecting to /tmp/tmux-<uid>/<socket> (No such file or directory)".
-    stranded(&s, PANE, &format!("{missing} ("));
+    stranded(&s, PANE, &s.id, &format!("{missing} ("));
 }
 
 /// Items 2 and 3: `turns` turns in a row, each answered with the same
