@@ -8,6 +8,9 @@ use ktr_pipeline::window_cache;
 use crate::cli::DirtyArgs;
 use crate::out;
 
+/// How `ktr dirty` and `ktr plan` say to ask for a rebuild.
+pub const ASK: &str = "`ktr request --confirm REBUILD` asks for it";
+
 /// `ktr dirty --json`: the ledger's fields and the `window` object.
 #[derive(serde::Serialize)]
 struct Dirty<'a> {
@@ -31,7 +34,12 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
             .report
             .window
             .as_ref()
-            .map(|w| format!("{}\n", ktr_engine::window::one_line(w)))
+            .map(|w| {
+                let offer = ktr_engine::window::offer(w, ASK)
+                    .map(|o| format!("compacted: {o}\n"))
+                    .unwrap_or_default();
+                format!("{}\n{offer}", ktr_engine::window::one_line(w))
+            })
             .unwrap_or_default();
         out::print(&format!(
             "{window}transcript {}\n{}",

@@ -611,6 +611,7 @@ fn fifos_planted_at_the_window_caches_hang_nothing() {
         "receipt.json",
         "notice",
         "advised",
+        "offered",
     ] {
         mkfifo(&window.join(format!("{SESSION}.{name}")));
     }

@@ -55,11 +55,22 @@ impl Session {
     fn with_config(sandbox: Sandbox, extra_config: &str) -> Session {
         sandbox.write_config(extra_config);
         let transcript = sandbox.add_transcript(SESSION, &fs::read(example()).unwrap());
-        Session {
+        let s = Session {
             sandbox,
             transcript,
             parent: EXAMPLE_LAST.into(),
-        }
+        };
+        // The example conversation was compacted once: with a state dir
+        // (the statusline makes it), the first Stop offers the turns before
+        // that boundary back, once (issue 43); taken here, so that each
+        // test sees only what its own turns cause.
+        s.sandbox.store();
+        let first = s.stop("EXAMPLE");
+        assert!(
+            first == QUIET || message(&first).contains("from before Claude Code's last compaction"),
+            "{first}"
+        );
+        s
     }
 
     /// The records of one turn: `SAY-<tag>` answered by `REPLY-<tag>`,
@@ -352,13 +363,19 @@ fn the_statusline_shows_the_segment_and_remembers_the_window_size() {
         "Opus 5.5 · work · ktr –",
         "before the first reply"
     );
+    // (The example conversation's 6 turns before its compaction are only
+    // in Claude Code's summary: a rebuild restores them.)
     let line = s.statusline(&[], Some(780_000), &[]);
     assert!(
-        line.starts_with("Opus 5.5 · work · ktr 78% · rebuild→") && line.ends_with('%'),
+        line.starts_with("Opus 5.5 · work · ktr 78% · 6 turns only in summary · rebuild→")
+            && line.ends_with('%'),
         "{line}"
     );
     let segment = s.statusline(&["--segment"], Some(780_000), &[]);
-    assert!(segment.starts_with("ktr 78% · rebuild→"), "{segment}");
+    assert!(
+        segment.starts_with("ktr 78% · 6 turns only in summary · rebuild→"),
+        "{segment}"
+    );
     let colored = s.statusline(&["--segment", "--color"], Some(780_000), &[]);
     assert!(colored.starts_with("\x1b[33mktr 78%"), "{colored:?}");
     let plain = s.statusline(
@@ -747,4 +764,110 @@ fn a_zeroed_report_reads_the_transcript_like_dirty() {
         "dirty says {percent} %: {segment}"
     );
     assert!(percent >= 1.0, "{v}");
+}
+
+/// Issue 43, item 1: after a compaction the next Stop hook offers the
+/// turns Claude Code now has only in its summary — once per boundary —
+/// and the statusline, `ktr dirty` and `ktr plan` say the same.
+#[test]
+fn after_a_compaction_the_turns_in_the_summary_are_offered_back_once() {
+    let mut s = Session::new("");
+    s.turn("ONE", 100_000);
+    s.turn("TWO", 120_000);
+    let plan = |s: &Session| -> serde_json::Value {
+        let out = s
+            .sandbox
+            .run("plan", Some(s.transcript.as_path()), &["--json"]);
+        serde_json::from_str(&out.stdout).unwrap()
+    };
+    let dirty = |s: &Session| -> serde_json::Value {
+        let out = s
+            .sandbox
+            .run("dirty", Some(s.transcript.as_path()), &["--json"]);
+        serde_json::from_str(&out.stdout).unwrap()
+    };
+    // The example conversation was compacted once already (its offer was
+    // taken by the first Stop, `Session::new`): nothing new to offer.
+    let p = plan(&s);
+    let earlier = p["compactions_undone"][0]["turns_before"].as_u64().unwrap();
+    assert!(earlier >= 1, "{p}");
+    assert_eq!(s.stop("TWO"), QUIET, "offered once per boundary");
+    let before = p["source_turns"].as_u64().unwrap();
+    assert!(before > earlier, "{p}");
+    s.compacted("Summary one.");
+    s.turn("AFTER", 30_000);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.starts_with(&format!(
+            "ktr: {before} turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word at ≈ "
+        )) && line.ends_with(" tokens — say REBUILD to ask for it"),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET, "offered once per boundary");
+    s.turn("NEXT", 32_000);
+    assert_eq!(s.stop("NEXT"), QUIET, "offered once per boundary");
+    assert!(
+        s.sandbox.store().latest().unwrap().is_none(),
+        "the offer never requests anything"
+    );
+    let segment = s.statusline(&["--segment"], Some(32_000), &[]);
+    assert!(
+        segment.contains(&format!(" · {before} turns only in summary · rebuild→")),
+        "{segment}"
+    );
+    let v = dirty(&s);
+    assert_eq!(v["window"]["summarised_turns"], before, "{v}");
+    assert_eq!(v["should_rebuild"], true, "{v}");
+    assert!(
+        v["reasons"].to_string().contains(&format!(
+            "Claude Code compacted this window: {before} turns are only in its summary"
+        )),
+        "{v}"
+    );
+    let human = s.sandbox.run("dirty", Some(s.transcript.as_path()), &[]);
+    assert!(
+        human.stdout.contains(&format!("\ncompacted: {before} turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word at ≈ ")),
+        "{}",
+        human.stdout
+    );
+    // `ktr plan` names the compaction it undoes and the turns it restores.
+    let p = plan(&s);
+    let undone = &p["compactions_undone"];
+    assert_eq!(undone.as_array().unwrap().len(), 2, "{p}");
+    assert_eq!(undone[1]["turns_before"], before, "{p}");
+    assert_eq!(undone[1]["turns_restored"], before, "{p}");
+    assert_eq!(p["selected_turns"], before + 2, "{p}");
+    // A second compaction is a new boundary: offered again, with the
+    // turns since.
+    s.compacted("Summary two.");
+    s.turn("LATER", 30_000);
+    let line = message(&s.stop("LATER"));
+    assert!(
+        line.starts_with(&format!("ktr: {} turns from before", before + 2)),
+        "{line}"
+    );
+    assert_eq!(s.stop("LATER"), QUIET);
+}
+
+/// When the turns would not fit back under the compaction point with
+/// room, the offer points to `ktr recall` instead.
+#[test]
+fn after_a_compaction_that_a_rebuild_cannot_undo_recall_is_offered() {
+    // Claude Code compacts a 34k window at 1k: no rebuild fits under it.
+    let mut s = Session::new("context_window_tokens = 34000");
+    s.turn("ONE", 500);
+    s.compacted("Summary.");
+    s.turn("AFTER", 300);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.contains("only in its summary now; a rebuild carrying them would start at ≈ ")
+            && line.ends_with("but `ktr recall` still finds them word for word"),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET);
+    let segment = s.statusline(&["--segment"], Some(300), &[]);
+    assert!(
+        segment.contains(" turns only in summary · rebuild won't fit"),
+        "{segment}"
+    );
 }

@@ -3,7 +3,9 @@
 //! Claude Code pipes it a JSON object after every change (at most every
 //! 300 ms) and shows its first line. It prints one short segment such as
 //! `ktr 78% · rebuild→4%` (how full the window is, and where a rebuild
-//! would bring it), and remembers the session's `context_window_size` in
+//! would bring it; after a compaction `ktr 9% · 11 turns only in summary ·
+//! rebuild→6%`: the turns Claude Code has only in its summary, which the
+//! rebuild restores), and remembers the session's `context_window_size` in
 //! the state dir for the ledger. Fast: what Claude Code reports, the
 //! running account (bytes appended since the last call) and small caches;
 //! never the whole transcript. Never fails: a problem shows as `ktr ?`.
@@ -192,7 +194,11 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
-    match window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction) {
+    let w = window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction);
+    if let Ok(Some(w)) = &w {
+        text.push_str(&summarised(w));
+    }
+    match w {
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }
@@ -201,6 +207,16 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         Err(_) => {}
     }
     (text, level)
+}
+
+/// ` · 11 turns only in summary` when the window begins after a compaction
+/// that summarised turns a rebuild restores (else nothing).
+fn summarised(w: &ktr_engine::window::Window) -> String {
+    match w.summarised_turns {
+        0 => String::new(),
+        1 => " · 1 turn only in summary".into(),
+        n => format!(" · {n} turns only in summary"),
+    }
 }
 
 /// What `ktr dirty` says the window holds when Claude Code reports a

@@ -1,0 +1,78 @@
+//! After a compaction, the offer: when the window begins after a
+//! compaction boundary whose summary replaced turns of this transcript,
+//! the next Stop hook says how many turns are only in Claude Code's
+//! summary now and that a rebuild restores them word for word (or that
+//! `ktr recall` still finds them, when the rebuild would not fit) — once
+//! per boundary.
+//!
+//! Bounded like the rest of the Stop hook: the turns before the boundary
+//! come from the hooks' running account (`window/<session>.running.json`),
+//! which counts them as it reads the bytes appended since the last call;
+//! the boundary already offered is kept in `window/<session>.offered`
+//! (its uuid).
+
+use std::path::{Path, PathBuf};
+
+use crate::operation::Store;
+use crate::window_cache;
+use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
+use ktr_base::open::{Links, cap, read_capped};
+use ktr_engine::window;
+
+/// How the Stop hook's line says to ask for the rebuild.
+pub const ASK: &str = "say REBUILD to ask for it";
+
+fn marker(state_dir: &Path, session: &SessionId) -> PathBuf {
+    state_dir.join("window").join(format!("{session}.offered"))
+}
+
+/// The offer for this session's newest compaction boundary, once (None
+/// when there is none, it summarised nothing of this file, it was offered
+/// already, advice is off — `advise_at_percent = 0` — or ktr has no state
+/// dir yet).
+pub fn offer(config_arg: Option<&Path>, session: &SessionId, transcript: &Path) -> Option<String> {
+    let config = Config::load(config_arg).ok()?;
+    if config.advise_at_percent == 0 {
+        return None;
+    }
+    // Remembered in the state dir, which the offer never creates (the
+    // statusline and the other hooks do): the Stop hook's fast path makes
+    // nothing.
+    if !config.state_dir.is_dir() {
+        return None;
+    }
+    Store::open(&config.state_dir).ok()?;
+    let (running, caught_up) = window_cache::running::advance(
+        &config,
+        session,
+        transcript,
+        ktr_engine::window::running::STEP_BYTES,
+    )
+    .ok()?;
+    let boundary = running.boundary.filter(|_| caught_up)?;
+    if running.summarised_turns == 0 {
+        return None;
+    }
+    let path = marker(&config.state_dir, session);
+    let offered = read_capped(&path, cap::CACHE, Links::Refuse)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    if offered.as_deref() == Some(boundary.as_str()) {
+        return None;
+    }
+    let w = window_cache::for_hook(
+        &config,
+        session,
+        transcript,
+        None,
+        None,
+        &window_cache::compaction::setting(),
+    )
+    .ok()??;
+    let line = window::offer(&w, ASK)?;
+    window_cache::write_cache(&path, boundary.as_bytes())
+        .ok()
+        .map(|()| format!("ktr: {line}"))
+}
