@@ -128,6 +128,15 @@ pub fn human(v: &StatusView) -> String {
             ),
         );
     }
+    if let Some(w) = v.window.as_ref().filter(|w| w.summarised_turns > 0) {
+        line(
+            "compacted",
+            format!(
+                "{} turns from before Claude Code's last compaction are only in its summary; a rebuild carries them word for word (`ktr plan` shows what it restores)",
+                w.summarised_turns
+            ),
+        );
+    }
     if let Some(t) = &v.target_before {
         line("target before", t.clone());
     }

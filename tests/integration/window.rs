@@ -847,6 +847,28 @@ fn after_a_compaction_the_turns_in_the_summary_are_offered_back_once() {
         "{line}"
     );
     assert_eq!(s.stop("LATER"), QUIET);
+    // `ktr status` of a rebuild asked for this session says it too.
+    s.sandbox
+        .store()
+        .request(
+            "the offer",
+            "REBUILD",
+            Some(&SessionId::parse(SESSION).unwrap()),
+        )
+        .unwrap();
+    s.stop("LATER"); // binds it to the transcript, and schedules it
+    let status = s.sandbox.run("status", None, &[]);
+    assert!(
+        status.stdout.contains(&format!(
+            "\ncompacted         {} turns from before Claude Code's last compaction are only in its summary; a rebuild carries them word for word",
+            before + 2
+        )),
+        "{}",
+        status.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&s.sandbox.run("status", None, &["--json"]).stdout).unwrap();
+    assert_eq!(v["window"]["summarised_turns"], before + 2, "{v}");
 }
 
 /// When the turns would not fit back under the compaction point with

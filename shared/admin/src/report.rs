@@ -119,6 +119,10 @@ pub struct WindowView {
     /// What a rebuild starts at, by the plan prepare made; None before.
     pub after_rebuild_tokens: Option<u64>,
     pub after_rebuild_source: String,
+    /// The window begins after a compaction: the turns before it, which
+    /// Claude Code has only in its summary and a rebuild carries word for
+    /// word (the hooks' running account; 0 without one).
+    pub summarised_turns: u64,
 }
 
 impl StatusView {
@@ -245,6 +249,8 @@ impl StatusView {
                 None => "not planned yet (`ktr plan` shows it)".into(),
             },
             session_id: session.to_string(),
+            summarised_turns: window_cache::running::peek(config, session, &path)
+                .map_or(0, |r| r.summarised_turns),
         });
         self
     }

@@ -41,3 +41,18 @@ pub fn advance(
     }
     Ok((now, caught_up))
 }
+
+/// The account brought up to date without saving it (`ktr status`, which
+/// writes nothing): None when it cannot catch up in one step.
+pub fn peek(config: &Config, session_id: &SessionId, transcript: &Path) -> Option<Running> {
+    let kept = read_capped(
+        &path(&config.state_dir, session_id),
+        cap::CACHE,
+        Links::Refuse,
+    )
+    .ok()
+    .flatten()
+    .and_then(|b| serde_json::from_slice::<Running>(&b).ok());
+    let (now, caught_up) = running::advance(config, kept, transcript, running::STEP_BYTES).ok()?;
+    caught_up.then_some(now)
+}
