@@ -612,6 +612,7 @@ fn fifos_planted_at_the_window_caches_hang_nothing() {
         "notice",
         "advised",
         "offered",
+        "cleared",
     ] {
         mkfifo(&window.join(format!("{SESSION}.{name}")));
     }

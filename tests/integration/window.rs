@@ -213,9 +213,14 @@ fn the_stop_hook_advises_once_per_band_and_never_requests() {
         s.sandbox.store().latest().unwrap().is_none(),
         "advice must never request anything"
     );
-    // The window shrank (Claude Code compacted it): a refill advises again.
+    // The window shrank (Claude Code dropped context, here without a
+    // boundary: said once, issue 43): a refill advises again.
     s.turn("20", 200_000);
-    assert_eq!(s.stop("20"), QUIET);
+    assert!(
+        message(&s.stop("20")).starts_with(
+            "ktr: Claude Code dropped context without compacting (the window fell from 810k to 200k tokens between two replies)"
+        )
+    );
     s.turn("75", 750_000);
     assert!(message(&s.stop("75")).contains("(750k of 967k)"));
     // advise_at_percent = 0 turns it off.
@@ -557,13 +562,20 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
         (400, None),
         (710, Some("(710k of 967k)")),
         (715, None),
-        (120, None),
+        // A fall by more than half with no boundary: said (issue 43).
+        (
+            120,
+            Some("dropped context without compacting (the window fell from 715k to 120k tokens"),
+        ),
         (
             990,
             Some("past the point where Claude Code compacts (990k of 967k)"),
         ),
         (990, None),
-        (300, None),
+        (
+            300,
+            Some("dropped context without compacting (the window fell from 990k to 300k tokens"),
+        ),
         (810, Some("(810k of 967k)")),
         (820, None),
     ];
@@ -883,7 +895,7 @@ fn after_a_compaction_that_a_rebuild_cannot_undo_recall_is_offered() {
     let line = message(&s.stop("AFTER"));
     assert!(
         line.contains("only in its summary now; a rebuild carrying them would start at ≈ ")
-            && line.ends_with("but `ktr recall` still finds them word for word"),
+            && line.contains("but `ktr recall` still finds them word for word"),
         "{line}"
     );
     assert_eq!(s.stop("AFTER"), QUIET);
@@ -892,4 +904,37 @@ fn after_a_compaction_that_a_rebuild_cannot_undo_recall_is_offered() {
         segment.contains(" turns only in summary · rebuild won't fit"),
         "{segment}"
     );
+}
+
+/// Issue 43, item 2: context Claude Code dropped without a compaction
+/// boundary is said once, with what a rebuild would carry — a reply whose
+/// usage fell by more than half since the previous one, a
+/// microcompaction record.
+#[test]
+fn context_dropped_without_compacting_is_said_once() {
+    let mut s = Session::new("");
+    s.turn("BIG", 612_000);
+    assert_eq!(s.stop("BIG"), QUIET);
+    s.turn("SMALL", 275_000);
+    let line = message(&s.stop("SMALL"));
+    assert!(
+        line.starts_with("ktr: Claude Code dropped context without compacting (the window fell from 612k to 275k tokens between two replies); a rebuild would carry all ")
+            && line.ends_with(" tokens — say REBUILD to ask for it"),
+        "{line}"
+    );
+    assert_eq!(s.stop("SMALL"), QUIET, "said once");
+    // A microcompaction record.
+    let mut mc = record("system", "0c0c0c0c-0000-4000-8000-000000000001", &s.parent);
+    mc["subtype"] = "microcompact_boundary".into();
+    mc["content"] = "Context microcompacted".into();
+    s.append(&format!("{mc}\n"));
+    s.turn("AFTER", 260_000);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.starts_with(
+            "ktr: Claude Code cleared old tool results from this window without compacting (microcompact); a rebuild would carry all "
+        ),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET, "said once");
 }

@@ -8,6 +8,7 @@
 //! (`ktr_pipeline::window_cache`), which hand it in.
 
 pub mod account;
+pub mod cleared;
 pub mod overhead;
 pub mod running;
 pub mod size;

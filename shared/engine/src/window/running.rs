@@ -59,6 +59,9 @@ pub struct Running {
     /// in its summary, which a rebuild carries word for word.
     #[serde(default)]
     pub summarised_turns: u64,
+    /// Context Claude Code dropped without a boundary ([`super::cleared`]).
+    #[serde(default)]
+    pub clearing: super::cleared::Clearing,
 }
 
 impl Running {
@@ -143,6 +146,12 @@ pub fn advance<'o>(
         return Ok((running, true));
     }
     let part = account(options, &chunk[..whole], &mut running)?;
+    for line in chunk[..whole]
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+    {
+        running.clearing.line(line);
+    }
     running.offset += whole as u64;
     running.carried_estimate += part.carried;
     running.window_estimate = if part.boundary {

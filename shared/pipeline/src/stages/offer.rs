@@ -10,6 +10,12 @@
 //! which counts them as it reads the bytes appended since the last call;
 //! the boundary already offered is kept in `window/<session>.offered`
 //! (its uuid).
+//!
+//! Also, once each, context Claude Code dropped without a boundary
+//! ([`ktr_engine::window::cleared`]: a microcompaction, tool results
+//! cleared, a reply whose usage fell by more than half), with what a
+//! rebuild would carry; the finding said is kept in
+//! `window/<session>.cleared`.
 
 use std::path::{Path, PathBuf};
 
@@ -23,12 +29,13 @@ use ktr_engine::window;
 /// How the Stop hook's line says to ask for the rebuild.
 pub const ASK: &str = "say REBUILD to ask for it";
 
-fn marker(state_dir: &Path, session: &SessionId) -> PathBuf {
-    state_dir.join("window").join(format!("{session}.offered"))
+fn marker(state_dir: &Path, session: &SessionId, suffix: &str) -> PathBuf {
+    state_dir.join("window").join(format!("{session}.{suffix}"))
 }
 
-/// The offer for this session's newest compaction boundary, once (None
-/// when there is none, it summarised nothing of this file, it was offered
+/// The offer for this session's newest compaction boundary, once, and
+/// the newest silent clearing, once (None when there is neither, the
+/// boundary summarised nothing of this file, they were said
 /// already, advice is off — `advise_at_percent = 0` — or ktr has no state
 /// dir yet).
 pub fn offer(config_arg: Option<&Path>, session: &SessionId, transcript: &Path) -> Option<String> {
@@ -50,16 +57,29 @@ pub fn offer(config_arg: Option<&Path>, session: &SessionId, transcript: &Path) 
         ktr_engine::window::running::STEP_BYTES,
     )
     .ok()?;
-    let boundary = running.boundary.filter(|_| caught_up)?;
-    if running.summarised_turns == 0 {
+    if !caught_up {
         return None;
     }
-    let path = marker(&config.state_dir, session);
-    let offered = read_capped(&path, cap::CACHE, Links::Refuse)
-        .ok()
-        .flatten()
-        .map(|b| String::from_utf8_lossy(&b).trim().to_string());
-    if offered.as_deref() == Some(boundary.as_str()) {
+    // Each finding once: its key is kept in its marker.
+    let new = |suffix: &str, key: &str| {
+        let path = marker(&config.state_dir, session, suffix);
+        let said = read_capped(&path, cap::CACHE, Links::Refuse)
+            .ok()
+            .flatten()
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+        (said.as_deref() != Some(key)).then_some(path)
+    };
+    let boundary = running
+        .boundary
+        .clone()
+        .filter(|_| running.summarised_turns > 0)
+        .and_then(|b| new("offered", &b).map(|path| (path, b)));
+    let cleared = running
+        .clearing
+        .last
+        .clone()
+        .and_then(|c| new("cleared", &c.key).map(|path| (path, c)));
+    if boundary.is_none() && cleared.is_none() {
         return None;
     }
     let w = window_cache::for_hook(
@@ -71,8 +91,20 @@ pub fn offer(config_arg: Option<&Path>, session: &SessionId, transcript: &Path) 
         &window_cache::compaction::setting(),
     )
     .ok()??;
-    let line = window::offer(&w, ASK)?;
-    window_cache::write_cache(&path, boundary.as_bytes())
-        .ok()
-        .map(|()| format!("ktr: {line}"))
+    let mut lines = Vec::new();
+    if let Some((path, key)) = boundary
+        && let Some(line) = window::offer(&w, ASK)
+        && window_cache::write_cache(&path, key.as_bytes()).is_ok()
+    {
+        lines.push(format!("ktr: {line}"));
+    }
+    if let Some((path, c)) = cleared
+        && window_cache::write_cache(&path, c.key.as_bytes()).is_ok()
+    {
+        lines.push(format!(
+            "ktr: {}",
+            window::cleared::said(&c, running.turns, w.after_rebuild_tokens, ASK)
+        ));
+    }
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
