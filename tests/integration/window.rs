@@ -923,6 +923,24 @@ fn context_dropped_without_compacting_is_said_once() {
         "{line}"
     );
     assert_eq!(s.stop("SMALL"), QUIET, "said once");
+    // `ktr dirty` says it too (what the hooks' running account saw).
+    let out = s
+        .sandbox
+        .run("dirty", Some(s.transcript.as_path()), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["cleared"]["kind"], "usage_drop", "{v}");
+    assert_eq!(
+        (&v["cleared"]["from_tokens"], &v["cleared"]["to_tokens"]),
+        (&serde_json::json!(612_000), &serde_json::json!(275_000))
+    );
+    let human = s.sandbox.run("dirty", Some(s.transcript.as_path()), &[]);
+    assert!(
+        human
+            .stdout
+            .contains("\ncleared: Claude Code dropped context without compacting (the window fell from 612k to 275k tokens between two replies); a rebuild would carry all "),
+        "{}",
+        human.stdout
+    );
     // A microcompaction record.
     let mut mc = record("system", "0c0c0c0c-0000-4000-8000-000000000001", &s.parent);
     mc["subtype"] = "microcompact_boundary".into();
