@@ -137,6 +137,15 @@ pub fn human(v: &StatusView) -> String {
             ),
         );
     }
+    if let Some(c) = v.window.as_ref().and_then(|w| w.cleared.as_ref()) {
+        line(
+            "cleared",
+            format!(
+                "{}; a rebuild carries the whole conversation word for word",
+                ktr_engine::window::cleared::what(c)
+            ),
+        );
+    }
     if let Some(t) = &v.target_before {
         line("target before", t.clone());
     }

@@ -955,4 +955,22 @@ fn context_dropped_without_compacting_is_said_once() {
         "{line}"
     );
     assert_eq!(s.stop("AFTER"), QUIET, "said once");
+    // `ktr status` of a rebuild asked for this session names it.
+    s.sandbox
+        .store()
+        .request(
+            "cleared",
+            "REBUILD",
+            Some(&SessionId::parse(SESSION).unwrap()),
+        )
+        .unwrap();
+    s.stop("AFTER"); // binds it to the transcript, and schedules it
+    let status = s.sandbox.run("status", None, &[]);
+    assert!(
+        status.stdout.contains(
+            "\ncleared           Claude Code cleared old tool results from this window without compacting (microcompact); a rebuild carries the whole conversation word for word"
+        ),
+        "{}",
+        status.stdout
+    );
 }

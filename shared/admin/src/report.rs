@@ -123,6 +123,9 @@ pub struct WindowView {
     /// Claude Code has only in its summary and a rebuild carries word for
     /// word (the hooks' running account; 0 without one).
     pub summarised_turns: u64,
+    /// The newest context Claude Code dropped without a compaction
+    /// boundary (the same running account).
+    pub cleared: Option<window::cleared::Cleared>,
 }
 
 impl StatusView {
@@ -224,6 +227,7 @@ impl StatusView {
         let compaction = window_cache::compaction::setting();
         let (point, point_source) = compaction.point(size.tokens);
         let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
+        let running = window_cache::running::peek(config, session, &path);
         self.window = Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),
             used_source: match &tail.usage {
@@ -249,8 +253,8 @@ impl StatusView {
                 None => "not planned yet (`ktr plan` shows it)".into(),
             },
             session_id: session.to_string(),
-            summarised_turns: window_cache::running::peek(config, session, &path)
-                .map_or(0, |r| r.summarised_turns),
+            summarised_turns: running.as_ref().map_or(0, |r| r.summarised_turns),
+            cleared: running.and_then(|r| r.clearing.last),
         });
         self
     }

@@ -221,7 +221,16 @@ fn holds_cleared_result(content: &serde_json::Value) -> bool {
 /// The line a person reads about `c`, with what a rebuild would carry
 /// (`turns`, at ≈ `after` tokens) and how to ask for it.
 pub fn said(c: &Cleared, turns: u64, after: u64, ask: &str) -> String {
-    let what = match c.kind {
+    format!(
+        "{}; a rebuild would carry all {turns} turns of the conversation word for word at ≈ {} tokens — {ask}",
+        what(c),
+        super::short(after)
+    )
+}
+
+/// What happened, as a person reads it.
+pub fn what(c: &Cleared) -> String {
+    match c.kind {
         Kind::Microcompact => {
             "Claude Code cleared old tool results from this window without compacting (microcompact)"
                 .to_string()
@@ -234,11 +243,7 @@ pub fn said(c: &Cleared, turns: u64, after: u64, ask: &str) -> String {
             super::short(c.from_tokens),
             super::short(c.to_tokens)
         ),
-    };
-    format!(
-        "{what}; a rebuild would carry all {turns} turns of the conversation word for word at ≈ {} tokens — {ask}",
-        super::short(after)
-    )
+    }
 }
 
 #[cfg(test)]
