@@ -135,6 +135,30 @@ impl Session {
         self.append(&format!("{b}\n{u}\n"));
     }
 
+    /// `ktr status` of a rebuild asked for this session, bound to its
+    /// transcript (and scheduled) by the Stop hook after `REPLY-<tag>`.
+    fn status_of_a_rebuild(&self, tag: &str) -> crate::support::plan::Outcome {
+        self.sandbox
+            .store()
+            .request(
+                "asked",
+                "REBUILD",
+                Some(&SessionId::parse(SESSION).unwrap()),
+            )
+            .unwrap();
+        self.stop(tag);
+        self.sandbox.run("status", None, &[])
+    }
+
+    /// `ktr <command> --json` on the session's transcript.
+    fn json(&self, command: &str) -> serde_json::Value {
+        let out = self
+            .sandbox
+            .run(command, Some(self.transcript.as_path()), &["--json"]);
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("ktr {command} --json: {e}\n{}{}", out.stdout, out.stderr))
+    }
+
     /// The Stop hook's output after the reply `REPLY-<tag>`.
     fn stop(&self, tag: &str) -> String {
         let input = serde_json::json!({
@@ -752,12 +776,7 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
 fn a_zeroed_report_reads_the_transcript_like_dirty() {
     let mut s = Session::new("");
     s.turn("13", 130_000);
-    let dirty = |s: &Session| -> serde_json::Value {
-        let out = s
-            .sandbox
-            .run("dirty", Some(s.transcript.as_path()), &["--json"]);
-        serde_json::from_str(&out.stdout).unwrap()
-    };
+    let dirty = |s: &Session| s.json("dirty");
     let v = dirty(&s);
     assert_eq!(v["window"]["used_tokens"], 130_000, "{v}");
     let segment = s.statusline(&["--segment"], Some(0), &[]);
@@ -786,18 +805,8 @@ fn after_a_compaction_the_turns_in_the_summary_are_offered_back_once() {
     let mut s = Session::new("");
     s.turn("ONE", 100_000);
     s.turn("TWO", 120_000);
-    let plan = |s: &Session| -> serde_json::Value {
-        let out = s
-            .sandbox
-            .run("plan", Some(s.transcript.as_path()), &["--json"]);
-        serde_json::from_str(&out.stdout).unwrap()
-    };
-    let dirty = |s: &Session| -> serde_json::Value {
-        let out = s
-            .sandbox
-            .run("dirty", Some(s.transcript.as_path()), &["--json"]);
-        serde_json::from_str(&out.stdout).unwrap()
-    };
+    let plan = |s: &Session| s.json("plan");
+    let dirty = |s: &Session| s.json("dirty");
     // The example conversation was compacted once already (its offer was
     // taken by the first Stop, `Session::new`): nothing new to offer.
     let p = plan(&s);
@@ -860,16 +869,7 @@ fn after_a_compaction_the_turns_in_the_summary_are_offered_back_once() {
     );
     assert_eq!(s.stop("LATER"), QUIET);
     // `ktr status` of a rebuild asked for this session says it too.
-    s.sandbox
-        .store()
-        .request(
-            "the offer",
-            "REBUILD",
-            Some(&SessionId::parse(SESSION).unwrap()),
-        )
-        .unwrap();
-    s.stop("LATER"); // binds it to the transcript, and schedules it
-    let status = s.sandbox.run("status", None, &[]);
+    let status = s.status_of_a_rebuild("LATER");
     assert!(
         status.stdout.contains(&format!(
             "\ncompacted         {} turns from before Claude Code's last compaction are only in its summary; a rebuild carries them word for word",
@@ -924,10 +924,7 @@ fn context_dropped_without_compacting_is_said_once() {
     );
     assert_eq!(s.stop("SMALL"), QUIET, "said once");
     // `ktr dirty` says it too (what the hooks' running account saw).
-    let out = s
-        .sandbox
-        .run("dirty", Some(s.transcript.as_path()), &["--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let v = s.json("dirty");
     assert_eq!(v["cleared"]["kind"], "usage_drop", "{v}");
     assert_eq!(
         (&v["cleared"]["from_tokens"], &v["cleared"]["to_tokens"]),
@@ -956,16 +953,7 @@ fn context_dropped_without_compacting_is_said_once() {
     );
     assert_eq!(s.stop("AFTER"), QUIET, "said once");
     // `ktr status` of a rebuild asked for this session names it.
-    s.sandbox
-        .store()
-        .request(
-            "cleared",
-            "REBUILD",
-            Some(&SessionId::parse(SESSION).unwrap()),
-        )
-        .unwrap();
-    s.stop("AFTER"); // binds it to the transcript, and schedules it
-    let status = s.sandbox.run("status", None, &[]);
+    let status = s.status_of_a_rebuild("AFTER");
     assert!(
         status.stdout.contains(
             "\ncleared           Claude Code cleared old tool results from this window without compacting (microcompact); a rebuild carries the whole conversation word for word"

@@ -220,15 +220,18 @@ mod tests {
     /// Two compactions (b1, b2), a turn before each and one after.
     const TWICE: &str = include_str!("../../../../tests/fixtures/rules/compaction_twice.jsonl");
 
+    /// A config for `dir` and the transcript `text` written there.
+    fn transcript(dir: &Path, text: &str) -> (Config, PathBuf) {
+        let path = dir.join("s.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let config =
+            Config::from_toml(&format!("project_dir = {:?}", dir.display().to_string())).unwrap();
+        (config, path)
+    }
+
     fn follow(text: &str, step: u64) -> Running {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.jsonl");
-        std::fs::write(&path, text).unwrap();
-        let config = Config::from_toml(&format!(
-            "project_dir = {:?}",
-            dir.path().display().to_string()
-        ))
-        .unwrap();
+        let (config, path) = transcript(dir.path(), text);
         let mut running = None;
         for _ in 0..100 {
             let (now, caught_up) = advance(&config, running, &path, step).unwrap();
@@ -259,13 +262,7 @@ mod tests {
         assert_eq!((r.turns, r.boundary, r.summarised_turns), (1, None, 0));
         // An account kept before the turns were counted is read again.
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.jsonl");
-        std::fs::write(&path, TWICE).unwrap();
-        let config = Config::from_toml(&format!(
-            "project_dir = {:?}",
-            dir.path().display().to_string()
-        ))
-        .unwrap();
+        let (config, path) = transcript(dir.path(), TWICE);
         let old = Running {
             transcript: path.clone(),
             offset: std::fs::metadata(&path).unwrap().len(),
