@@ -23,77 +23,34 @@ impl Tmux {
     /// Put `text` on the pane's top border (replacing an earlier notice).
     pub(super) fn show_notice(&self, text: &str) -> bool {
         let format = format!("#[reverse] {} #[default]", text.replace('#', "##"));
-        let argv = self.argv(&[
-            "set-option",
-            "-p",
-            "-t",
-            &self.target,
-            MARK,
-            "1",
-            ";",
-            "set-option",
-            "-p",
-            "-t",
-            &self.target,
-            "pane-border-format",
-            &format,
-            ";",
-            "set-option",
-            "-p",
-            "-t",
-            &self.target,
-            "pane-border-status",
-            "top",
+        let argv = self.pane_options(&[
+            (MARK, Some("1")),
+            ("pane-border-format", Some(&format)),
+            ("pane-border-status", Some("top")),
         ]);
         process::run_checked(&argv, CONTROL_TIMEOUT).is_ok()
     }
 
     /// Take ktr's notice down, if the pane shows one.
     pub(super) fn clear_notice(&self) {
-        let shown = self.argv(&["show-options", "-p", "-v", "-t", &self.target, MARK]);
-        if !process::run_checked(&shown, CONTROL_TIMEOUT).is_ok_and(|v| v.trim() == "1") {
+        if !self.marked() {
             return;
         }
-        let argv = self.argv(&[
-            "set-option",
-            "-p",
-            "-u",
-            "-t",
-            &self.target,
-            "pane-border-status",
-            ";",
-            "set-option",
-            "-p",
-            "-u",
-            "-t",
-            &self.target,
-            "pane-border-format",
-            ";",
-            "set-option",
-            "-p",
-            "-u",
-            "-t",
-            &self.target,
-            MARK,
+        let argv = self.pane_options(&[
+            ("pane-border-status", None),
+            ("pane-border-format", None),
+            (MARK, None),
         ]);
         let _ = process::run_checked(&argv, CONTROL_TIMEOUT);
     }
 
     /// The text of ktr's notice on the pane, if one is shown.
     pub(super) fn notice(&self) -> Option<String> {
-        let shown = self.argv(&["show-options", "-p", "-v", "-t", &self.target, MARK]);
-        if !process::run_checked(&shown, CONTROL_TIMEOUT).is_ok_and(|v| v.trim() == "1") {
+        if !self.marked() {
             return None;
         }
-        let format = self.argv(&[
-            "show-options",
-            "-p",
-            "-v",
-            "-t",
-            &self.target,
-            "pane-border-format",
-        ]);
-        let format = process::run_checked(&format, CONTROL_TIMEOUT).ok()?;
+        let format =
+            process::run_checked(&self.pane_option("pane-border-format"), CONTROL_TIMEOUT).ok()?;
         Some(
             format
                 .trim()
@@ -101,5 +58,34 @@ impl Tmux {
                 .trim_end_matches(" #[default]")
                 .replace("##", "#"),
         )
+    }
+
+    /// Whether the pane carries ktr's mark.
+    fn marked(&self) -> bool {
+        process::run_checked(&self.pane_option(MARK), CONTROL_TIMEOUT)
+            .is_ok_and(|v| v.trim() == "1")
+    }
+
+    /// `show-options` for one of the pane's own options.
+    fn pane_option(&self, name: &str) -> Vec<String> {
+        self.argv(&["show-options", "-p", "-v", "-t", &self.target, name])
+    }
+
+    /// One tmux command setting (`Some`) or unsetting (`None`) pane options
+    /// in order, chained with tmux's `;`.
+    fn pane_options(&self, options: &[(&str, Option<&str>)]) -> Vec<String> {
+        let mut words: Vec<&str> = Vec::new();
+        for (n, (name, value)) in options.iter().enumerate() {
+            if n > 0 {
+                words.push(";");
+            }
+            words.extend(["set-option", "-p"]);
+            if value.is_none() {
+                words.push("-u");
+            }
+            words.extend(["-t", &self.target, name]);
+            words.extend(value.iter());
+        }
+        self.argv(&words)
     }
 }
