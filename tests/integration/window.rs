@@ -336,11 +336,18 @@ fn the_standing_approval_requests_and_blocks_and_advise_lets_it_compact() {
     let out = s.precompact("auto");
     assert!(out.get("decision").is_none(), "{out}");
     assert!(s.sandbox.store().latest().unwrap().is_none());
+    s.compacted("Summary.");
     s.turn("AFTER", 30_000);
     let line = message(&s.stop("AFTER"));
     assert!(
         line.starts_with("ktr: Claude Code compacted this window (lossy) before this reply; a lossless rebuild would have brought it to ≈ ")
             && line.contains("on_auto_compaction = \"rebuild\""),
+        "{line}"
+    );
+    // Then, on its own line, the offer of the turns now in the summary.
+    assert!(
+        line.lines().nth(1).is_some_and(|l| l.starts_with("ktr: ")
+            && l.contains(" turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word")),
         "{line}"
     );
     assert_eq!(s.stop("AFTER"), QUIET, "the notice is shown once");

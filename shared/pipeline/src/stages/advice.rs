@@ -56,7 +56,11 @@ pub fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
 /// compaction, the offer ([`super::offer`]); else nothing.
 pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) -> Option<String> {
     let session = SessionId::parse(&hook.session_id).ok()?;
-    let said = take_notice(state_dir, &session).or_else(|| {
+    let notice = take_notice(state_dir, &session);
+    // Without a notice the advice brings the running account up to date
+    // (one step a call); with one, the offer does.
+    let offer_reads = notice.is_some();
+    let said = notice.or_else(|| {
         advice(
             config_arg,
             &session,
@@ -68,7 +72,7 @@ pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) 
         )
     });
     // After a compaction, the offer (once per boundary), on its own line.
-    let offer = super::offer::offer(config_arg, &session, &hook.transcript_path);
+    let offer = super::offer::offer(config_arg, &session, &hook.transcript_path, offer_reads);
     match (said, offer) {
         (Some(said), Some(offer)) => Some(format!("{said}\n{offer}")),
         (said, offer) => said.or(offer),

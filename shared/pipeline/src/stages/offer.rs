@@ -5,9 +5,12 @@
 //! `ktr recall` still finds them, when the rebuild would not fit) — once
 //! per boundary.
 //!
-//! Bounded like the rest of the Stop hook: the turns before the boundary
-//! come from the hooks' running account (`window/<session>.running.json`),
-//! which counts them as it reads the bytes appended since the last call;
+//! Bounded like the rest of the Stop hook, and reading nothing more: the
+//! turns before the boundary come from the hooks' running account
+//! (`window/<session>.running.json`), which counts them as it reads the
+//! bytes appended since the last call (the advice brings it up to date a
+//! moment before, or, when a notice was shown instead, the offer itself:
+//! one step of at most 8 MiB a Stop), used once it has caught up;
 //! the boundary already offered is kept in `window/<session>.offered`
 //! (its uuid).
 //!
@@ -38,7 +41,16 @@ fn marker(state_dir: &Path, session: &SessionId, suffix: &str) -> PathBuf {
 /// boundary summarised nothing of this file, they were said
 /// already, advice is off — `advise_at_percent = 0` — or ktr has no state
 /// dir yet).
-pub fn offer(config_arg: Option<&Path>, session: &SessionId, transcript: &Path) -> Option<String> {
+///
+/// `read`: bring the running account up to date first (at most one step,
+/// when the advice did not run this time); else use it as the advice left
+/// it, once it has caught up.
+pub fn offer(
+    config_arg: Option<&Path>,
+    session: &SessionId,
+    transcript: &Path,
+    read: bool,
+) -> Option<String> {
     let config = Config::load(config_arg).ok()?;
     if config.advise_at_percent == 0 {
         return None;
@@ -50,16 +62,17 @@ pub fn offer(config_arg: Option<&Path>, session: &SessionId, transcript: &Path) 
         return None;
     }
     Store::open(&config.state_dir).ok()?;
-    let (running, caught_up) = window_cache::running::advance(
-        &config,
-        session,
-        transcript,
-        ktr_engine::window::running::STEP_BYTES,
-    )
-    .ok()?;
-    if !caught_up {
-        return None;
+    // One step a Stop: the advice's, or this one.
+    if read {
+        window_cache::running::advance(
+            &config,
+            session,
+            transcript,
+            ktr_engine::window::running::STEP_BYTES,
+        )
+        .ok()?;
     }
+    let running = window_cache::running::caught_up(&config, session, transcript)?;
     // Each finding once: its key is kept in its marker.
     let new = |suffix: &str, key: &str| {
         let path = marker(&config.state_dir, session, suffix);

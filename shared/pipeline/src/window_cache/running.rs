@@ -42,6 +42,22 @@ pub fn advance(
     Ok((now, caught_up))
 }
 
+/// The kept account, when it is caught up with `transcript` (every byte
+/// read): what the hooks already know, without reading the transcript.
+pub fn caught_up(config: &Config, session_id: &SessionId, transcript: &Path) -> Option<Running> {
+    let kept = read_capped(
+        &path(&config.state_dir, session_id),
+        cap::CACHE,
+        Links::Refuse,
+    )
+    .ok()
+    .flatten()
+    .and_then(|b| serde_json::from_slice::<Running>(&b).ok())?;
+    let len = std::fs::metadata(transcript).ok()?.len();
+    (kept.transcript == transcript && kept.format == running::FORMAT && kept.offset == len)
+        .then_some(kept)
+}
+
 /// The account brought up to date without saving it (`ktr status`, which
 /// writes nothing): None when it cannot catch up in one step.
 pub fn peek(config: &Config, session_id: &SessionId, transcript: &Path) -> Option<Running> {
