@@ -1,6 +1,6 @@
 //! `ktr-statusline`: Claude Code's `statusLine` command.
 //!
-//! Prints one line such as `Opus · work · ktr 78% · rebuild→4%` for the
+//! Prints one line such as `Opus · work · ktr 78% of 1M · rebuild→4%` for the
 //! JSON Claude Code pipes it, and remembers the session's window size.
 //! `--segment` prints only ktr's part; `--color` colors it unless
 //! `NO_COLOR` is set. Always exits 0.

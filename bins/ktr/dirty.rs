@@ -25,7 +25,11 @@ struct Dirty<'a> {
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
     let config = Config::load(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
-    let path = plan::resolve_transcript(&config, given.as_deref())?;
+    let path = match given {
+        Some(given) => plan::resolve_transcript(&config, Some(&given))?,
+        // The session the Claude Code that runs this serves, else the newest.
+        None => ktr_pipeline::binding::default_transcript(&config)?,
+    };
     let plan = window_cache::assess(&config, &path)?;
     // What the hooks' running account saw (read, not saved).
     let running = ktr_base::ids::SessionId::parse(&plan.report.session_id)

@@ -3,9 +3,12 @@
 
 use std::time::SystemTime;
 
-use ktr_admin::report::{StatusView, age, human_age};
+use ktr_admin::report::{StatusView, WindowView, age, human_age};
 use ktr_base::Error;
+use ktr_base::config::Config;
+use ktr_base::ids::SessionId;
 use ktr_pipeline::targets::Target;
+use ktr_pipeline::window_cache::not_switched::{self, NotSwitched};
 
 use crate::cli::StatusArgs;
 use crate::{out, state};
@@ -16,20 +19,100 @@ pub fn run(args: &StatusArgs) -> Result<u8, Error> {
         Some(id) => Some(store.load(id)?),
         None => store.latest()?,
     };
-    let view = op.as_ref().map(|op| {
-        StatusView::of(op)
-            .looking_at(&Target::from_config(&config))
-            .with_window(op, &config)
-            .with_progress(&store)
-    });
-    match (&view, args.common.json) {
-        (_, true) => out::json(&view),
-        (Some(v), false) => out::print(&human(v)),
-        (None, false) => {
-            out::print("no operations yet; `ktr request --confirm REBUILD` asks for one\n");
+    let target = Target::from_config(&config);
+    let not_switched = not_switched::read(&config.state_dir);
+    let Some(op) = op else {
+        let idle = Idle::now(&config, &target, not_switched);
+        if args.common.json {
+            out::json(&idle);
+        } else {
+            out::print(&idle.human());
         }
+        return Ok(0);
+    };
+    let view = StatusView::of(&op)
+        .looking_at(&target)
+        .with_window(&op, &config)
+        .with_progress(&store);
+    if args.common.json {
+        out::json(&Shown {
+            view: &view,
+            not_switched: not_switched.as_ref(),
+        });
+    } else {
+        out::print(&(human(&view) + &not_switched_line(not_switched.as_ref())));
     }
     Ok(0)
+}
+
+/// `ktr status --json` of an operation: its view, and the last session
+/// found not to be the one ktr switches.
+#[derive(serde::Serialize)]
+struct Shown<'a> {
+    #[serde(flatten)]
+    view: &'a StatusView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_switched: Option<&'a NotSwitched>,
+}
+
+/// `ktr status` before any operation exists: always an object, with the
+/// window of the session a command defaults to (the one the Claude Code
+/// running it serves, else the newest transcript).
+#[derive(serde::Serialize)]
+struct Idle {
+    /// No operation: `null`.
+    id: Option<String>,
+    next: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_now: Option<String>,
+    window: Option<WindowView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_switched: Option<NotSwitched>,
+}
+
+impl Idle {
+    fn now(config: &Config, target: &Target, not_switched: Option<NotSwitched>) -> Idle {
+        let window = ktr_pipeline::binding::default_transcript(config)
+            .ok()
+            .and_then(|path| {
+                let session = SessionId::parse(&path.file_stem()?.to_string_lossy()).ok()?;
+                WindowView::of(&session, &path, config, None)
+            });
+        Idle {
+            id: None,
+            next: NO_OPERATIONS.into(),
+            target_now: target
+                .running()
+                .ok()
+                .map(|r| format!("{target} runs {}", r.describe())),
+            window,
+            not_switched,
+        }
+    }
+
+    fn human(&self) -> String {
+        let mut s = format!("{}\n", self.next);
+        if let Some(w) = &self.window {
+            s.push_str(&format!("{:<18}{}\n", "window", window_line(w)));
+        }
+        if let Some(t) = &self.target_now {
+            s.push_str(&format!("{:<18}{t}\n", "target now"));
+        }
+        s + &not_switched_line(self.not_switched.as_ref())
+    }
+}
+
+const NO_OPERATIONS: &str = "no operations yet; `ktr request --confirm REBUILD` asks for one";
+
+/// The `not switched` row: which session, when, and why.
+fn not_switched_line(n: Option<&NotSwitched>) -> String {
+    n.map(|n| {
+        format!(
+            "{:<18}session {} ({}): {}\n",
+            "not switched", n.session_id, n.at, n.why
+        )
+    })
+    .unwrap_or_default()
 }
 
 /// The readable report of one operation.
@@ -102,31 +185,7 @@ pub fn human(v: &StatusView) -> String {
         line("progress", format!("{}: {}", p.stage, p.line));
     }
     if let Some(w) = &v.window {
-        let short = ktr_engine::window::short;
-        line(
-            "window",
-            format!(
-                "{} of {} (session {}: {}; size: {}); {} {} ({}); after a rebuild ≈ {}",
-                w.used_tokens.map_or("unknown".into(), short),
-                short(w.size_tokens),
-                w.session_id.chars().take(8).collect::<String>(),
-                w.used_source,
-                w.size_source,
-                if w.auto_compaction {
-                    "Claude Code compacts at"
-                } else {
-                    "no auto-compaction, hard limit"
-                },
-                short(w.compaction_point_tokens),
-                w.compaction_point_source,
-                w.after_rebuild_tokens
-                    .map_or(w.after_rebuild_source.clone(), |t| format!(
-                        "{} ({})",
-                        short(t),
-                        w.after_rebuild_source
-                    )),
-            ),
-        );
+        line("window", window_line(w));
     }
     if let Some(w) = v.window.as_ref().filter(|w| w.summarised_turns > 0) {
         line(
@@ -184,4 +243,30 @@ pub fn human(v: &StatusView) -> String {
         s.push_str(&format!("  {}  {} → {}  {}\n", t.at, t.from, t.to, t.note));
     }
     s
+}
+
+/// The `window` row: the session's window, each figure with its source.
+fn window_line(w: &WindowView) -> String {
+    let short = ktr_engine::window::short;
+    format!(
+        "{} of {} (session {}: {}; size: {}); {} {} ({}); after a rebuild ≈ {}",
+        w.used_tokens.map_or("unknown".into(), short),
+        short(w.size_tokens),
+        w.session_id.chars().take(8).collect::<String>(),
+        w.used_source,
+        w.size_source,
+        if w.auto_compaction {
+            "Claude Code compacts at"
+        } else {
+            "no auto-compaction, hard limit"
+        },
+        short(w.compaction_point_tokens),
+        w.compaction_point_source,
+        w.after_rebuild_tokens
+            .map_or(w.after_rebuild_source.clone(), |t| format!(
+                "{} ({})",
+                short(t),
+                w.after_rebuild_source
+            )),
+    )
 }

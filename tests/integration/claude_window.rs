@@ -269,19 +269,18 @@ pub(crate) fn dirty(s: &Session, transcript: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("ktr dirty --json: {e}\n{}{}", out.stdout, out.stderr))
 }
 
-/// Right after a rebuild `ktr dirty` must not advise another one. With
-/// `advise_at_percent = 1` and a 100k window (config: the guard is not
-/// affected, the carried conversation fits) the small rebuilt window is
-/// inside an advice band, so only the account (what a rebuild would free)
-/// keeps it quiet: counting Claude Code's per-start attachments as residue
-/// would free most of it.
+/// Right after a rebuild `ktr dirty` must not advise another one. The
+/// scenarios run on a 100k window with `advise_at_percent = 10`: a rebuild
+/// fits only when it starts at ≤ 10 % of the point (6,700), which the small
+/// carried conversation does. (They used `advise_at_percent = 1` to put the
+/// rebuilt window inside a band; under the fit rule a window in a band is
+/// one no rebuild of it fits, so no setting can: what keeps `dirty` quiet
+/// is checked on the account itself — what a rebuild would free, and the
+/// residue: counting Claude Code's per-start attachments as residue would
+/// free most of it.)
 #[track_caller]
 fn assert_no_second_rebuild(v: &serde_json::Value, when: &str, turns: u64) {
     let w = &v["window"];
-    assert!(
-        w["used_percent"].as_f64().unwrap() >= 1.0,
-        "{when}: the window is not in the advice band, the check proves nothing: {w}"
-    );
     assert_eq!(
         w["advice"], "none",
         "{when}: advised another rebuild: {w:#}"
@@ -312,7 +311,10 @@ fn assert_no_second_rebuild(v: &serde_json::Value, when: &str, turns: u64) {
 
 /// (b), then `ktr dirty` on the rebuilt session.
 fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
-    let s = Session::start(bin, "advise_at_percent = 1\ncontext_window_tokens = 100000");
+    let s = Session::start(
+        bin,
+        "advise_at_percent = 10\ncontext_window_tokens = 100000",
+    );
     s.say("TOOL-TURN run it", "REPLY-TOOL");
     s.say("SAY-TWO 你好", "REPLY-TWO");
     s.api.set_usage(Some(999_000));
@@ -512,7 +514,7 @@ fn a_pending_rebuild_replaces_the_auto_compaction(bin: &Path) {
 fn a_draft_typed_after_the_switch_is_not_pasted_over(bin: &Path) {
     let s = Session::start_env(
         bin,
-        "advise_at_percent = 1\ncontext_window_tokens = 100000",
+        "advise_at_percent = 10\ncontext_window_tokens = 100000",
         &[],
         None,
         |env| {
@@ -702,28 +704,29 @@ fn stranded(s: &Session, pane: &str, why: &str) {
             !screen.contains("Context limit reached"),
             "round {round}: blocked ({why}):\n{screen}"
         );
-        // The reason reaches the person with the next Stop (on screen, cut
-        // at the pane's width; whole in the transcript, where Claude Code
-        // records the Stop hook's line).
-        s.tmux
-            .wait_screen_of(pane, "the guard's reason", TURN, |sc| {
-                sc.contains("a rebuild cannot replace this compaction: the target does not")
-            });
+        // The reason reaches the person with the next Stop, one short
+        // sentence (Claude Code records the Stop hook's line in the
+        // transcript); the details are in `ktr status`.
         let reasons = || {
             stop_lines(&transcript(&id))
                 .into_iter()
                 .filter(|l| {
-                    l.starts_with(
-                        "ktr: a rebuild cannot replace this compaction: the target does not run this session (",
-                    ) && l.contains(why)
-                        && l.ends_with("Claude Code compacted this window (lossy) instead")
+                    l == "ktr: this session is not the one ktr switches (see ktr status); Claude Code compacted it"
                 })
                 .count()
         };
         assert!(
             crate::support::wait_for(TURN, || reasons() > round),
-            "round {round}: no reason naming {why:?} among {:#?}",
+            "round {round}: no reason among {:#?}",
             stop_lines(&transcript(&id))
+        );
+        let out = s.env.sandbox.run("status", None, &["--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("ktr status --json: {e}\n{}{}", out.stdout, out.stderr));
+        let found = &v["not_switched"];
+        assert!(
+            found["session_id"] == id.as_str() && found["why"].as_str().unwrap_or("").contains(why),
+            "round {round}: ktr status does not name {why:?}: {v:#}"
         );
     }
     assert!(
@@ -960,7 +963,7 @@ fn advice_lines(transcript: &Path) -> Vec<(usize, String)> {
 
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn issue_27_the_guard_and_the_advice_through_the_interactive_cli() {
+fn the_guard_and_the_advice_through_the_interactive_cli() {
     let bin = claude_bin();
     let scenarios: [fn(&Path); 4] = [
         stranded_in_a_second_window,
@@ -1001,19 +1004,41 @@ fn side_by_side(bin: &Path, scenarios: &[fn(&Path)]) {
 /// prompt that is sent; one reporting `point` by a compaction), and ktr's
 /// advice names that point.
 fn the_override_moves_the_point(bin: &Path, args: &[&str], pct: &str, point: u64) {
-    let s = Session::start_env(bin, "", args, None, |_| {
-        vec![("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE".into(), pct.into())]
-    });
+    let setting = ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", pct);
+    the_point_is(bin, args, setting, point, true);
+}
+
+/// `CLAUDE_CODE_AUTO_COMPACT_WINDOW` above the window (300,000 on a 200k
+/// window) moves nothing: Claude Code compacts at its default, 167,000,
+/// and ktr's advice names no setting.
+fn an_auto_compact_window_above_the_window_moves_nothing(bin: &Path) {
+    let setting = ("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "300000");
+    the_point_is(
+        bin,
+        &["--model", "claude-sonnet-4-6"],
+        setting,
+        167_000,
+        false,
+    );
+}
+
+/// With the environment `setting` Claude Code compacts at `point`, and
+/// ktr's advice shows that point (naming the setting when it `moved` it).
+fn the_point_is(bin: &Path, args: &[&str], setting: (&str, &str), point: u64, moved: bool) {
+    let (name, value) = setting;
+    let s = Session::start_env(bin, "", args, None, |_| vec![(name.into(), value.into())]);
     // The first reply of a fresh session measures the overhead.
     s.say("SAY-ONE hello", "REPLY-ONE");
     s.api.set_usage(Some(point - 50));
     s.say("SAY-TWO below", "REPLY-TWO");
+    let shown = if moved {
+        format!("of {}, {name}={value})", short(point))
+    } else {
+        format!("of {})", short(point))
+    };
     s.tmux
-        .wait_screen("the advice naming the moved point", TURN, |sc| {
-            sc.contains(&format!(
-                "of {}, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE={pct})",
-                short(point)
-            ))
+        .wait_screen("the advice naming the point", TURN, |sc| {
+            sc.contains(&shown)
         });
     s.api.set_usage(None);
     s.say("SAY-THREE next", "REPLY-THREE");
@@ -1044,6 +1069,23 @@ fn the_auto_compact_window_moves_the_point(bin: &Path) {
         .wait_screen("the advice naming the moved point", TURN, |sc| {
             sc.contains("of 117k, CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000)")
         });
+    // With the standing approval it says what will happen: nothing to ask
+    // for (whole in the transcript, once Claude Code wrote it there).
+    let advice = || {
+        stop_lines(&s.transcript())
+            .into_iter()
+            .find(|l| l.contains("until Claude Code compacts"))
+    };
+    assert!(
+        crate::support::wait_for(TURN, || advice().is_some()),
+        "no advice among {:#?}",
+        stop_lines(&s.transcript())
+    );
+    let advice = advice().unwrap_or_default();
+    assert!(
+        advice.contains("; ktr will rebuild instead (≈ ") && !advice.contains("REBUILD"),
+        "{advice}"
+    );
     s.api.set_usage(None);
     s.say("SAY-THREE next", "REPLY-THREE");
     assert_eq!(s.boundaries(), 0, "compacted below 117,000");
@@ -1153,8 +1195,9 @@ fn auto_compaction_off(bin: &Path) {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_compaction_setting_through_the_interactive_cli() {
     let bin = claude_bin();
-    let scenarios: [fn(&Path); 5] = [
+    let scenarios: [fn(&Path); 6] = [
         the_auto_compact_window_moves_the_point,
+        an_auto_compact_window_above_the_window_moves_nothing,
         the_guard_declines_a_rebuild_that_leaves_no_room,
         // 1M: 60 % of 980,000 (window − 20k max output).
         |bin| the_override_moves_the_point(bin, &[], "60", 588_000),
@@ -1296,7 +1339,7 @@ fn the_guard_at_the_hard_limit_gives_the_prompt_back(bin: &Path) {
 /// where the window stands (docs/SPEC.md §10).
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn issue_27_the_guard_below_and_at_the_hard_limit() {
+fn the_guard_below_and_at_the_hard_limit_through_the_interactive_cli() {
     let scenarios: [fn(&Path); 2] = [
         the_guard_below_the_hard_limit_lets_the_prompt_through,
         the_guard_at_the_hard_limit_gives_the_prompt_back,

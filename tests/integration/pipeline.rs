@@ -1097,7 +1097,7 @@ fn a_long_step_shows_its_progress_in_status_mcp_and_the_statusline() {
         &rig.hook_env(),
     );
     assert_eq!(code, 0);
-    assert!(shown.contains("ktr 0% · rebuilding 0%"), "{shown}");
+    assert!(shown.contains("ktr 0% of 200k · rebuilding 0%"), "{shown}");
     let (mut mcp, _) = crate::mcp::Client::start(&rig.sandbox, Some(SRC));
     let (failed, shown) = mcp.call(
         "thread_rebuild_status",

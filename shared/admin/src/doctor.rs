@@ -626,10 +626,10 @@ fn first_start(config: &Config, running: Option<&str>) -> Check {
     let session = running
         .map(|s| (s.to_string(), "the session on the unit's command line"))
         .or_else(|| {
-            newest_transcript(&config.project_dir).map(|s| {
+            default_session(config).map(|s| {
                 (
                     s,
-                    "the newest transcript in project_dir, presumably the one the unit runs",
+                    "the session the Claude Code running this serves, else the newest transcript in project_dir, presumably the one the unit runs",
                 )
             })
         });
@@ -651,19 +651,11 @@ fn first_start(config: &Config, running: Option<&str>) -> Check {
     }
 }
 
-/// The session id of the newest regular `*.jsonl` in `dir`.
-fn newest_transcript(dir: &Path) -> Option<String> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let id = name.strip_suffix(".jsonl")?.to_string();
-            Some((e.metadata().ok()?.modified().ok()?, id))
-        })
-        .max()
-        .map(|(_, id)| id)
+/// The session doctor speaks of when none is named
+/// ([`ktr_pipeline::binding::default_transcript`]).
+fn default_session(config: &Config) -> Option<String> {
+    let path = ktr_pipeline::binding::default_transcript(config).ok()?;
+    Some(path.file_stem()?.to_string_lossy().into_owned())
 }
 
 /// A system unit can be restarted by root only (without a polkit rule).

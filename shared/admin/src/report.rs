@@ -4,13 +4,13 @@
 //! so the CLI and the MCP server show the same facts.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use ktr_base::config::Config;
-use ktr_base::ids::OperationId;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Exists, confine};
 use ktr_base::time::{Timestamp, parse_rfc3339};
 use ktr_engine::window;
@@ -217,18 +217,30 @@ impl StatusView {
                 _ => return self,
             },
         };
-        let Ok(path) = confine(&path, &config.project_dir, "transcript", Exists::Must) else {
-            return self;
-        };
-        let Ok(tail) = window::usage::read_tail(&path) else {
-            return self;
-        };
+        let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
+        self.window = WindowView::of(session, &path, config, planned);
+        self
+    }
+}
+
+impl WindowView {
+    /// The window of `session` (transcript `path`), with the rebuild
+    /// figure of prepare's plan when there is one; None when the
+    /// transcript is not a regular file directly inside `project_dir` (the
+    /// one path rule) or cannot be read.
+    pub fn of(
+        session: &SessionId,
+        path: &Path,
+        config: &Config,
+        planned: Option<&window::Window>,
+    ) -> Option<WindowView> {
+        let path = confine(path, &config.project_dir, "transcript", Exists::Must).ok()?;
+        let tail = window::usage::read_tail(&path).ok()?;
         let size = window_cache::size_for(config, session, None, tail.model.as_deref());
         let compaction = window_cache::compaction::setting();
         let (point, point_source) = compaction.point(size.tokens);
-        let planned = op.stats.as_ref().and_then(|s| s.window.as_ref());
         let running = window_cache::running::peek(config, session, &path);
-        self.window = Some(WindowView {
+        Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),
             used_source: match &tail.usage {
                 Some(u) => format!(
@@ -255,8 +267,7 @@ impl StatusView {
             session_id: session.to_string(),
             summarised_turns: running.as_ref().map_or(0, |r| r.summarised_turns),
             cleared: running.and_then(|r| r.clearing.last),
-        });
-        self
+        })
     }
 }
 

@@ -59,7 +59,8 @@ pub fn cleanup_days(files: &[PathBuf]) -> (u64, Option<PathBuf>) {
     found
 }
 
-/// The retention of the current session's lineage (the newest transcript).
+/// The retention of the current session's lineage (the session the Claude
+/// Code running this serves, else the newest transcript).
 pub fn of(config: &Config, settings: &[PathBuf], now: SystemTime) -> Retention {
     let (days, set_in) = cleanup_days(settings);
     let mut r = Retention {
@@ -68,7 +69,7 @@ pub fn of(config: &Config, settings: &[PathBuf], now: SystemTime) -> Retention {
         oldest: None,
         lost: Vec::new(),
     };
-    let Ok(current) = ktr_engine::plan::resolve_transcript(config, None) else {
+    let Ok(current) = ktr_pipeline::binding::default_transcript(config) else {
         return r;
     };
     let session = current

@@ -90,6 +90,26 @@ pub fn of_pid(bindings: &Path, pid: u32) -> Option<Binding> {
     of(bindings, ProcessId::of(pid)?)
 }
 
+/// The transcript a command defaults to when none is named (`ktr dirty`,
+/// `ktr status`, doctor): the session the Claude Code process that ran
+/// this one serves (its binding: after a rollback or a `/resume`, the
+/// session it runs now), else the newest transcript in `project_dir`
+/// (two with the same mtime cannot be told apart by it).
+///
+/// # Errors
+/// When `project_dir` is unusable or holds no transcript.
+pub fn default_transcript(config: &ktr_base::config::Config) -> Result<PathBuf> {
+    let bound = crate::process::runner_of(std::process::id())
+        .and_then(|claude| of(&dir(&config.state_dir), claude))
+        .and_then(|b| SessionId::parse(&b.session_id).ok())
+        .map(|s| config.project_dir.join(format!("{s}.jsonl")))
+        .and_then(|p| ktr_engine::plan::resolve_transcript(config, Some(&p)).ok());
+    match bound {
+        Some(path) => Ok(path),
+        None => ktr_engine::plan::resolve_transcript(config, None),
+    }
+}
+
 /// Remove the bindings of processes that no longer run. Only what ktr
 /// wrote goes: a regular file named `<pid>.json` (never a link) that
 /// holds a binding of that pid; anything else in the folder stays.

@@ -163,9 +163,15 @@ impl CompactionSetting {
     /// The setting that moved the point, as a person would write it
     /// (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60`, `autoCompactEnabled false in
     /// …`, `CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000`); None for Claude
-    /// Code's default.
-    pub fn named(&self) -> Option<String> {
-        let cap = self.window_cap.as_ref().map(|c| c.source.clone());
+    /// Code's default. An auto-compact window at or above the model's
+    /// `size` moves nothing, nor does one when Claude Code does not
+    /// auto-compact: neither is named.
+    pub fn named(&self, size: u64) -> Option<String> {
+        let cap = self
+            .window_cap
+            .as_ref()
+            .filter(|c| c.tokens < size && self.compaction != Compaction::Off)
+            .map(|c| c.source.clone());
         match (&self.compaction, cap) {
             (Compaction::Default, cap) => cap,
             (_, None) => Some(self.source.clone()),
@@ -437,7 +443,7 @@ pub fn derive(inp: &Inputs) -> Window {
         after_rebuild_percent: percent(after, size),
         compaction_point_tokens: point,
         compaction_point_source: point_source,
-        point_moved_by: inp.compaction.named(),
+        point_moved_by: inp.compaction.named(size),
         auto_compaction: inp.compaction.auto(),
         point_percent,
         rebuild_limit_tokens: rebuild_limit,
@@ -691,10 +697,22 @@ pub(super) mod tests {
         });
         assert_eq!(limited.point(200_000).0, 120_000);
         assert_eq!(
-            capped(Compaction::Default, 150_000).named().as_deref(),
+            capped(Compaction::Default, 150_000)
+                .named(200_000)
+                .as_deref(),
             Some("CLAUDE_CODE_AUTO_COMPACT_WINDOW=150000")
         );
-        assert_eq!(CompactionSetting::default().named(), None);
+        // Above the window, or with auto-compaction off, it moves nothing.
+        assert_eq!(capped(Compaction::Default, 300_000).named(200_000), None);
+        assert_eq!(
+            capped(Compaction::Default, 300_000).point(200_000).0,
+            167_000
+        );
+        assert_eq!(
+            capped(Compaction::Off, 150_000).named(200_000).as_deref(),
+            Some("test")
+        );
+        assert_eq!(CompactionSetting::default().named(200_000), None);
     }
 
     #[test]

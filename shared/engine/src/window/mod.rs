@@ -82,6 +82,21 @@ pub fn reason(w: &Window) -> Option<String> {
     })
 }
 
+/// `11 turns from before Claude Code's last compaction are only in its
+/// summary now` (None when the window does not begin after a compaction
+/// that summarised turns of this file).
+pub fn summarised(w: &Window) -> Option<String> {
+    match w.summarised_turns {
+        0 => None,
+        1 => Some(
+            "1 turn from before Claude Code's last compaction is only in its summary now".into(),
+        ),
+        n => Some(format!(
+            "{n} turns from before Claude Code's last compaction are only in its summary now"
+        )),
+    }
+}
+
 /// The offer after a compaction (None when the window does not begin
 /// after one that summarised turns of this file): how many turns are only
 /// in Claude Code's summary now and that a rebuild restores them word for
@@ -89,22 +104,12 @@ pub fn reason(w: &Window) -> Option<String> {
 /// under the compaction point with room ([`Window::fits`]); else that
 /// `ktr recall` still finds them word for word.
 pub fn offer(w: &Window, ask: &str) -> Option<String> {
-    let n = w.summarised_turns;
-    if n == 0 {
-        return None;
-    }
-    let turns = if n == 1 {
-        "1 turn".to_string()
+    let what = summarised(w)?;
+    let them = if w.summarised_turns == 1 {
+        "it"
     } else {
-        format!("{n} turns")
+        "them"
     };
-    let (are, them) = if n == 1 {
-        ("is", "it")
-    } else {
-        ("are", "them")
-    };
-    let what =
-        format!("{turns} from before Claude Code's last compaction {are} only in its summary now");
     Some(if w.fits() {
         format!(
             "{what}; a rebuild restores {them} word for word at ≈ {} tokens — {ask}",

@@ -10,9 +10,10 @@ use crate::window_cache;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::target_guard;
 use crate::hook::StopInput;
 use crate::operation::Store;
-use ktr_base::config::Config;
+use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, cap, read_capped};
 use ktr_engine::window;
@@ -137,13 +138,47 @@ pub fn advice(
     let w = window_cache::for_hook(&config, session, transcript, None, Some(tail), &compaction)
         .ok()??;
     let band = w.band(advise).filter(|b| *b > shown)?;
-    put(&marker, &band.to_string()).then(|| advice_line(&w))
+    let next = Next::of(&config, session, &w);
+    put(&marker, &band.to_string()).then(|| advice_line(&w, next))
+}
+
+/// What happens when the window reaches the point, as the advice says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// A rebuild can switch this session once the person asks: offer it.
+    Offer,
+    /// The standing approval (`on_auto_compaction = "rebuild"`): the guard
+    /// will rebuild instead of Claude Code's compaction.
+    Rebuild,
+    /// The target does not run this session: a rebuild cannot switch it,
+    /// so nothing is offered.
+    NotSwitched,
+}
+
+impl Next {
+    /// For the session whose Claude Code ran this hook: the target's
+    /// decision ([`target_guard::runs_hooks_session`], the guard's own),
+    /// then the standing approval where Claude Code auto-compacts and the
+    /// rebuild leaves room.
+    pub fn of(config: &Config, session: &SessionId, w: &window::Window) -> Next {
+        if target_guard::runs_hooks_session(config, session).is_err() {
+            Next::NotSwitched
+        } else if config.on_auto_compaction == OnAutoCompaction::Rebuild
+            && w.auto_compaction
+            && w.fits()
+        {
+            Next::Rebuild
+        } else {
+            Next::Offer
+        }
+    }
 }
 
 /// `ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); a
 /// lossless rebuild would bring it to ≈ 24k — say REBUILD to ask for it`,
-/// with the window size's source when it was assumed.
-pub fn advice_line(w: &window::Window) -> String {
+/// with the window size's source when it was assumed; what follows the
+/// distance is what will happen ([`Next`]).
+pub fn advice_line(w: &window::Window, next: Next) -> String {
     let point = w.compaction_point_tokens;
     let distance = match point.checked_sub(w.used_tokens) {
         Some(left) if !w.auto_compaction => format!(
@@ -180,10 +215,16 @@ pub fn advice_line(w: &window::Window) -> String {
     } else {
         String::new()
     };
-    format!(
-        "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {} — say REBUILD to ask for it",
-        window::short(w.after_rebuild_tokens),
-    )
+    let after = window::short(w.after_rebuild_tokens);
+    match next {
+        Next::Offer => format!(
+            "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {after} — say REBUILD to ask for it"
+        ),
+        Next::Rebuild => format!("ktr: {distance}{assumed}; ktr will rebuild instead (≈ {after})"),
+        Next::NotSwitched => format!(
+            "ktr: {distance}{assumed}; this session is not the one ktr switches (see ktr status)"
+        ),
+    }
 }
 
 /// The setting named in the point's derivation (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60`,
@@ -328,14 +369,14 @@ mod tests {
     #[test]
     fn the_advice_line_says_how_far_the_compaction_point_is_and_an_assumed_size() {
         let inputs = |used, model| inputs(used, model, window::CompactionSetting::default());
-        let line = advice_line(&window::derive(&inputs(155_000, "claude-new-9")));
+        let line = advice_line_offer(&window::derive(&inputs(155_000, "claude-new-9")));
         assert!(
             line.starts_with(
                 "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k) (window size: model claude-new-9 (not known to have 1M; assumed 200k)); a lossless rebuild would bring it to ≈ "
             ),
             "{line}"
         );
-        let line = advice_line(&window::derive(&inputs(990_000, "claude-opus-5-5")));
+        let line = advice_line_offer(&window::derive(&inputs(990_000, "claude-opus-5-5")));
         assert!(
             line.starts_with(
                 "ktr: past the point where Claude Code compacts (990k of 967k): the next prompt may compact this window; a lossless"
@@ -363,11 +404,11 @@ mod tests {
         assert_eq!(w.compaction_point_tokens, 588_000);
         assert_eq!(w.advice, "rebuild", "85 % of the moved point");
         assert!(
-            advice_line(&w).starts_with(
+            advice_line(&w, Next::Offer).starts_with(
                 "ktr: ≈ 88k tokens until Claude Code compacts (500k of 588k, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=60); "
             ),
             "{}",
-            advice_line(&w)
+            advice_line(&w, Next::Offer)
         );
         // Off: the hard limit (1M − 23k), and no band at 500k of it.
         let off = |used| {
@@ -384,12 +425,50 @@ mod tests {
         let w = off(960_000);
         assert_eq!(w.advice, "rebuild");
         assert!(
-            advice_line(&w).starts_with(
+            advice_line(&w, Next::Offer).starts_with(
                 "ktr: ≈ 17k tokens until the window's hard limit (960k of 977k; auto-compaction is off: autoCompactEnabled false in /h/.claude/settings.json); "
             ),
             "{}",
-            advice_line(&w)
+            advice_line(&w, Next::Offer)
         );
+    }
+
+    fn advice_line_offer(w: &window::Window) -> String {
+        advice_line(w, Next::Offer)
+    }
+
+    #[test]
+    fn the_advice_line_says_what_will_happen() {
+        // 155k of a 200k window (Claude Code compacts at 167k); a rebuild
+        // starts at 10k carried + 14k overhead.
+        let mut i = inputs(
+            155_000,
+            "claude-sonnet-4-6",
+            window::CompactionSetting::default(),
+        );
+        i.window_estimate = 155_000 - 14_000;
+        // As Claude Code's statusline reported it.
+        i.size = window::size::Size {
+            tokens: 200_000,
+            source: "context_window_size reported by Claude Code".into(),
+            assumed: false,
+        };
+        let w = window::derive(&i);
+        assert_eq!(w.after_rebuild_tokens, 24_000);
+        assert_eq!(
+            advice_line(&w, Next::Rebuild),
+            "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); ktr will rebuild instead (≈ 24k)"
+        );
+        assert_eq!(
+            advice_line(&w, Next::Offer),
+            "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); a lossless rebuild would bring it to ≈ 24k — say REBUILD to ask for it"
+        );
+        let line = advice_line(&w, Next::NotSwitched);
+        assert_eq!(
+            line,
+            "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); this session is not the one ktr switches (see ktr status)"
+        );
+        assert!(!line.contains("REBUILD"), "{line}");
     }
 
     #[test]

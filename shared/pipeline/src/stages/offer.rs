@@ -105,8 +105,21 @@ pub fn offer(
     )
     .ok()??;
     let mut lines = Vec::new();
+    // Where the target does not run this session a rebuild could never
+    // switch it: nothing is offered, recall is named (as the advice does).
+    let switched =
+        super::advice::Next::of(&config, session, &w) != super::advice::Next::NotSwitched;
+    let offer = if switched {
+        window::offer(&w, ASK)
+    } else {
+        window::summarised(&w).map(|what| {
+            format!(
+                "{what}; this session is not the one ktr switches (see ktr status), but `ktr recall` still finds them word for word"
+            )
+        })
+    };
     if let Some((path, key)) = boundary
-        && let Some(line) = window::offer(&w, ASK)
+        && let Some(line) = offer
         && window_cache::write_cache(&path, key.as_bytes()).is_ok()
     {
         lines.push(format!("ktr: {line}"));

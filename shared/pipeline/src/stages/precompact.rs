@@ -27,11 +27,10 @@ use std::path::Path;
 
 use crate::hook::{Invocation, PreCompactInput, Reply};
 use crate::operation::{Status, Store};
-use crate::process;
 use crate::prompt_back;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Hook, Scheduled};
-use crate::targets::Target;
+use crate::stages::target_guard;
 use ktr_base::config::{Config, OnAutoCompaction};
 use ktr_base::error::Result;
 use ktr_base::ids::SessionId;
@@ -136,10 +135,15 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     // Block only a compaction a rebuild can really replace now; else let
     // Claude Code compact and say why — never strand the session behind
     // "Context limit reached" on every prompt.
-    if let Err(why) = rebuild_possible(&config, &store, &session, &path) {
-        return Ok(Verdict::Allow(format!(
-            "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
-        )));
+    match rebuild_possible(&config, &store, &session, &path) {
+        Ok(()) => {}
+        // The details are in `ktr status` (what the target runs now).
+        Err(Impossible::NotSwitched) => return Ok(Verdict::Allow(NOT_SWITCHED.into())),
+        Err(Impossible::Because(why)) => {
+            return Ok(Verdict::Allow(format!(
+                "ktr: a rebuild cannot replace this compaction: {why}; Claude Code compacted this window (lossy) instead"
+            )));
+        }
     }
     let id = match pending_id {
         Some(id) => id,
@@ -197,6 +201,18 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     })
 }
 
+/// The guard's line when the target does not run this session.
+pub const NOT_SWITCHED: &str =
+    "ktr: this session is not the one ktr switches (see ktr status); Claude Code compacted it";
+
+/// Why a rebuild cannot replace this compaction.
+enum Impossible {
+    /// The target does not run this session ([`target_guard::runs_hooks_session`]).
+    NotSwitched,
+    /// Anything else, said as is.
+    Because(String),
+}
+
 /// Whether a rebuild can replace this compaction now, judged without
 /// reading the whole transcript (the hook runs while the person waits):
 /// the target runs this session's Claude Code; the last rebuild this
@@ -209,22 +225,21 @@ fn rebuild_possible(
     store: &Store,
     session: &SessionId,
     transcript: &Path,
-) -> std::result::Result<(), String> {
-    let target = Target::from_config(config);
-    target
-        .check_runs(process::runner_of(std::process::id()), session)
-        .map_err(|e| format!("the target does not run this session ({})", e.message))?;
-    let ours = store.list().map_err(|e| e.message)?;
+) -> std::result::Result<(), Impossible> {
+    if target_guard::runs_hooks_session(config, session).is_err() {
+        return Err(Impossible::NotSwitched);
+    }
+    let ours = store.list().map_err(|e| Impossible::Because(e.message))?;
     let last = ours
         .iter()
         .rev()
         .find(|op| op.session_id.as_ref() == Some(session));
     if let Some(op) = last.filter(|op| op.status == Status::Failed && op.by_compaction_guard) {
-        return Err(format!(
+        return Err(Impossible::Because(format!(
             "the rebuild it started instead of the last compaction ({}) failed: {}",
             op.id,
             op.error.as_deref().unwrap_or("see `ktr status`")
-        ));
+        )));
     }
     if let Ok(Some(w)) = window_cache::for_hook(
         config,
@@ -235,7 +250,7 @@ fn rebuild_possible(
         &window_cache::compaction::setting(),
     ) && let Some(why) = window::refusal(&w)
     {
-        return Err(why);
+        return Err(Impossible::Because(why));
     }
     Ok(())
 }

@@ -2,11 +2,12 @@
 //!
 //! Claude Code pipes it a JSON object after every change (at most every
 //! 300 ms) and shows its first line. It prints one short segment such as
-//! `ktr 78% · rebuild→4%` (how full the window is, and where a rebuild
-//! would bring it; after a compaction `ktr 9% · 11 turns only in summary ·
-//! rebuild→6%`: the turns Claude Code has only in its summary, which the
-//! rebuild restores), and remembers the session's `context_window_size` in
-//! the state dir for the ledger. Fast: what Claude Code reports, the
+//! `ktr 78% of 1M · rebuild→4%` (how full the window is, its size, and
+//! where a rebuild would bring it, when a rebuild frees something; after a
+//! compaction `ktr 9% of 1M · 11 turns only in summary · rebuild→6%`: the
+//! turns Claude Code has only in its summary, which the rebuild restores),
+//! and remembers the session's `context_window_size` in the state dir for
+//! the ledger. Fast: what Claude Code reports, the
 //! running account (bytes appended since the last call) and small caches;
 //! never the whole transcript. Never fails: a problem shows as `ktr ?`.
 
@@ -26,7 +27,7 @@ use ktr_engine::window::{Compaction, CompactionSetting, UsedSource};
 /// `ktr-statusline --help`.
 pub const HELP: &str = "ktr-statusline: Claude Code's statusLine command for ktr.
 Usage: ktr-statusline [--config PATH] [--segment] [--color]   (Claude Code's JSON on stdin)
-Prints the model, the folder and ktr's segment, e.g. `Opus · work · ktr 78% · rebuild→4%`.
+Prints the model, the folder and ktr's segment, e.g. `Opus · work · ktr 78% of 1M · rebuild→4%`.
 --segment prints only ktr's part (to embed in a statusline you already have);
 --color colors it (never when NO_COLOR is set).";
 
@@ -140,6 +141,9 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     #[allow(clippy::cast_precision_loss)]
     let percent = size.map_or(0.0, |s| used as f64 * 100.0 / s as f64);
     let mut text = format!("ktr {}{percent:.0}%", if approx { "≈" } else { "" });
+    if let Some(s) = size {
+        text.push_str(&format!(" of {}", ktr_engine::window::short(s)));
+    }
     // The colour measures the window against where Claude Code compacts
     // (its setting: CLAUDE_AUTOCOMPACT_PCT_OVERRIDE, autoCompactEnabled);
     // a moved or absent point is named.
@@ -198,7 +202,10 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     if let Ok(Some(w)) = &w {
         text.push_str(&summarised(w));
     }
+    // The rebuild figure only when a rebuild frees something (right after
+    // one it would not).
     match w {
+        Ok(Some(w)) if w.after_rebuild_tokens >= w.used_tokens => {}
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
         }

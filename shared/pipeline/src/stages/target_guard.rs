@@ -4,6 +4,8 @@
 
 use crate::operation::Operation;
 use crate::targets::{Running, Target};
+use crate::window_cache;
+use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
@@ -35,4 +37,18 @@ pub fn unchanged_since_request(target: &Target, op: &Operation, now: &Running) -
         session(&seen.session),
         session(&now.session)
     )))
+}
+
+/// Whether the target runs `session` as served by the Claude Code process
+/// that ran this hook: the one decision behind "this session is not the one
+/// ktr switches" (the compaction guard declines, the advice offers no
+/// rebuild). The refusal names both sides; nothing is touched.
+/// A refusal is kept for `ktr status` ([`window_cache::not_switched`]).
+pub fn runs_hooks_session(config: &Config, session: &SessionId) -> Result<Running> {
+    let runs = Target::from_config(config)
+        .check_runs(crate::process::runner_of(std::process::id()), session);
+    if let Err(e) = &runs {
+        window_cache::not_switched::record(&config.state_dir, session, &e.message);
+    }
+    runs
 }

@@ -9,11 +9,13 @@
 //! | `<session>.overhead.json`, `overhead.json` | the measured overhead, per session and newest ([`overhead`]) | hooks |
 //! | `<session>.receipt.json` | Claude Code's count at resume ([`overhead`]) | `ktr-ack` |
 //! | `<session>.running.json` | the running account ([`running`]) | Stop hook, statusline |
+//! | `not-switched.json` | the last session found not to be the one ktr switches, and why ([`not_switched`]) | Stop hook, `ktr-precompact` |
 //!
 //! (The advice notices and markers in the same folder are
 //! [`crate::stages::advice`]'s.)
 
 pub mod compaction;
+pub mod not_switched;
 pub mod overhead;
 pub mod remembered;
 pub mod running;
