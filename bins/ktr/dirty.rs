@@ -8,12 +8,18 @@ use ktr_pipeline::window_cache;
 use crate::cli::DirtyArgs;
 use crate::out;
 
+/// How `ktr dirty` and `ktr plan` say to ask for a rebuild.
+pub const ASK: &str = "`ktr request --confirm REBUILD` asks for it";
+
 /// `ktr dirty --json`: the ledger's fields and the `window` object.
 #[derive(serde::Serialize)]
 struct Dirty<'a> {
     #[serde(flatten)]
     ledger: &'a ktr_engine::LedgerReport,
     window: Option<&'a ktr_engine::window::Window>,
+    /// The newest context Claude Code dropped without a compaction
+    /// boundary, as the hooks' running account saw it (SPEC §8).
+    cleared: Option<ktr_engine::window::cleared::Cleared>,
 }
 
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
@@ -25,17 +31,42 @@ pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
         None => ktr_pipeline::binding::default_transcript(&config)?,
     };
     let plan = window_cache::assess(&config, &path)?;
+    // What the hooks' running account saw (read, not saved).
+    let running = ktr_base::ids::SessionId::parse(&plan.report.session_id)
+        .ok()
+        .and_then(|s| window_cache::running::peek(&config, &s, &path));
+    let cleared = running.as_ref().and_then(|r| r.clearing.last.clone());
     if args.common.json {
         out::json(&Dirty {
             ledger: &plan.report.ledger,
             window: plan.report.window.as_ref(),
+            cleared,
         });
     } else {
         let window = plan
             .report
             .window
             .as_ref()
-            .map(|w| format!("{}\n", ktr_engine::window::one_line(w)))
+            .map(|w| {
+                let offer = ktr_engine::window::offer(w, ASK)
+                    .map(|o| format!("compacted: {o}\n"))
+                    .unwrap_or_default();
+                let cleared = cleared
+                    .as_ref()
+                    .map(|c| {
+                        format!(
+                            "cleared: {}\n",
+                            ktr_engine::window::cleared::said(
+                                c,
+                                plan.report.selected_turns as u64,
+                                w.after_rebuild_tokens,
+                                ASK
+                            )
+                        )
+                    })
+                    .unwrap_or_default();
+                format!("{}\n{offer}{cleared}", ktr_engine::window::one_line(w))
+            })
             .unwrap_or_default();
         out::print(&format!(
             "{window}transcript {}\n{}",

@@ -96,6 +96,12 @@ pub fn human(r: &plan::PlanReport) -> String {
         .map(|w| ("window", ktr_engine::window::one_line(w)))
         .into_iter()
         .collect();
+    rows.extend(
+        r.window
+            .as_ref()
+            .and_then(|w| ktr_engine::window::offer(w, dirty::ASK))
+            .map(|o| ("compacted", o)),
+    );
     rows.extend([
         ("source", r.source_path.clone()),
         ("session", r.session_id.clone()),
@@ -157,6 +163,7 @@ pub fn human(r: &plan::PlanReport) -> String {
             "compact summaries dropped",
             r.compact_summaries_dropped.to_string(),
         ),
+        ("compactions undone", undone(&r.compactions_undone)),
         (
             "abandoned branch records",
             r.abandoned_branch_records.to_string(),
@@ -204,6 +211,38 @@ pub fn human(r: &plan::PlanReport) -> String {
         None => s.push_str("plan ok: a rebuild would carry the turns above\n"),
     }
     s
+}
+
+/// `2: the summary at line 4 (1 of 1 turn before it carried word for
+/// word), at line 8 (2 of 2 turns …)`, or `none`.
+fn undone(all: &[plan::Undone]) -> String {
+    if all.is_empty() {
+        return "none".into();
+    }
+    let shown = 5;
+    let mut each: Vec<String> = all
+        .iter()
+        .rev()
+        .take(shown)
+        .rev()
+        .map(|c| {
+            format!(
+                "line {} ({} of {} turn{} before it carried)",
+                c.summary_line,
+                c.turns_restored,
+                c.turns_before,
+                if c.turns_before == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    if all.len() > shown {
+        each.insert(0, format!("… {} older", all.len() - shown));
+    }
+    format!(
+        "{}: Claude Code's summary dropped, the turns before it carried word for word — {}",
+        all.len(),
+        each.join(", ")
+    )
 }
 
 fn preview(p: &plan::Preview) -> String {

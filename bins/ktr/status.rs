@@ -187,6 +187,24 @@ pub fn human(v: &StatusView) -> String {
     if let Some(w) = &v.window {
         line("window", window_line(w));
     }
+    if let Some(w) = v.window.as_ref().filter(|w| w.summarised_turns > 0) {
+        line(
+            "compacted",
+            format!(
+                "{} turns from before Claude Code's last compaction are only in its summary; a rebuild carries them word for word (`ktr plan` shows what it restores)",
+                w.summarised_turns
+            ),
+        );
+    }
+    if let Some(c) = v.window.as_ref().and_then(|w| w.cleared.as_ref()) {
+        line(
+            "cleared",
+            format!(
+                "{}; a rebuild carries the whole conversation word for word",
+                ktr_engine::window::cleared::what(c)
+            ),
+        );
+    }
     if let Some(t) = &v.target_before {
         line("target before", t.clone());
     }

@@ -178,7 +178,7 @@ impl Session {
     /// (docs/SPEC.md, the Stop hook), so the reply after a compaction can be
     /// on screen before the boundary is in the file.
     #[track_caller]
-    fn wait_boundaries(&self, n: usize, what: &str) {
+    pub(crate) fn wait_boundaries(&self, n: usize, what: &str) {
         let deadline = Instant::now() + TURN;
         while self.boundaries() < n {
             assert!(Instant::now() < deadline, "{what}:\n{}", self.screen());
@@ -263,7 +263,7 @@ fn advice_once_per_band_and_the_statusline(bin: &Path) {
 
 /// `ktr dirty --json` on `transcript`: its `window` object (and the
 /// ledger's fields beside it).
-fn dirty(s: &Session, transcript: &Path) -> serde_json::Value {
+pub(crate) fn dirty(s: &Session, transcript: &Path) -> serde_json::Value {
     let out = s.env.sandbox.run("dirty", Some(transcript), &["--json"]);
     serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("ktr dirty --json: {e}\n{}{}", out.stdout, out.stderr))
@@ -913,7 +913,7 @@ fn record_kinds(transcript: &Path) -> Vec<String> {
 }
 
 /// Every line a Stop hook showed, as Claude Code recorded it.
-fn stop_lines(transcript: &Path) -> Vec<String> {
+pub(crate) fn stop_lines(transcript: &Path) -> Vec<String> {
     fs::read_to_string(transcript)
         .unwrap_or_default()
         .lines()

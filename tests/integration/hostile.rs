@@ -611,6 +611,8 @@ fn fifos_planted_at_the_window_caches_hang_nothing() {
         "receipt.json",
         "notice",
         "advised",
+        "offered",
+        "cleared",
     ] {
         mkfifo(&window.join(format!("{SESSION}.{name}")));
     }

@@ -16,6 +16,7 @@ mod support;
 
 mod admin;
 mod archive;
+mod claude_compaction;
 mod claude_fidelity;
 mod claude_hooks;
 mod claude_keys_after_resume;

@@ -611,7 +611,12 @@ fn a_cancelled_request_is_never_prepared() {
     let op = rig.request();
     rig.store().cancel(&op.id, "CANCEL").unwrap();
     let out = rig.stop_source();
-    assert!(out.contains("suppressOutput"), "{out}");
+    // Nothing scheduled (what it says is the idle line: the example was
+    // compacted once, so the offer of its turns).
+    assert!(
+        out.contains("suppressOutput") || out.contains("only in its summary now"),
+        "{out}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     let op = rig.store().load(&op.id).unwrap();
     assert_eq!(Rig::path_of(&op), [Pending, Cancelled]);

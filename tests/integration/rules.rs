@@ -1675,6 +1675,23 @@ fn two_compactions_are_crossed_and_both_summaries_dropped() {
     assert_eq!(r.count("compact_summaries_carried"), 0);
 }
 
+#[test]
+fn the_plan_names_each_compaction_it_undoes_and_the_turns_it_restores() {
+    let r = Plan::new("compaction_twice").config(NO_STAMPS).run_json();
+    assert_eq!(
+        r["compactions_undone"],
+        serde_json::json!([
+            {"summary_line": 4, "summary_uuid": "s1", "turns_before": 1, "turns_restored": 1},
+            {"summary_line": 8, "summary_uuid": "s2", "turns_before": 2, "turns_restored": 2},
+        ])
+    );
+    // No compaction crossed: none named.
+    let r = Plan::new("compaction_unreachable")
+        .config(NO_STAMPS)
+        .run_json();
+    assert_eq!(r["compactions_undone"], serde_json::json!([]));
+}
+
 // ---------------------------------------------------------------------------
 // Fidelity: broken timestamps, slash names, command expansions, startup context
 // ---------------------------------------------------------------------------

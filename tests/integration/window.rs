@@ -72,11 +72,22 @@ impl Session {
     fn with_config(sandbox: Sandbox, extra_config: &str) -> Session {
         sandbox.write_config(extra_config);
         let transcript = sandbox.add_transcript(SESSION, &fs::read(example()).unwrap());
-        Session {
+        let s = Session {
             sandbox,
             transcript,
             parent: EXAMPLE_LAST.into(),
-        }
+        };
+        // The example conversation was compacted once: with a state dir
+        // (the statusline makes it), the first Stop offers the turns before
+        // that boundary back, once (issue 43); taken here, so that each
+        // test sees only what its own turns cause.
+        s.sandbox.store();
+        let first = s.stop("EXAMPLE");
+        assert!(
+            first == QUIET || message(&first).contains("from before Claude Code's last compaction"),
+            "{first}"
+        );
+        s
     }
 
     /// The records of one turn: `SAY-<tag>` answered by `REPLY-<tag>`,
@@ -139,6 +150,30 @@ impl Session {
             "This session is being continued from a previous conversation that ran out of context. {summary}")});
         self.parent = user;
         self.append(&format!("{b}\n{u}\n"));
+    }
+
+    /// `ktr status` of a rebuild asked for this session, bound to its
+    /// transcript (and scheduled) by the Stop hook after `REPLY-<tag>`.
+    fn status_of_a_rebuild(&self, tag: &str) -> crate::support::plan::Outcome {
+        self.sandbox
+            .store()
+            .request(
+                "asked",
+                "REBUILD",
+                Some(&SessionId::parse(SESSION).unwrap()),
+            )
+            .unwrap();
+        self.stop(tag);
+        self.sandbox.run("status", None, &[])
+    }
+
+    /// `ktr <command> --json` on the session's transcript.
+    fn json(&self, command: &str) -> serde_json::Value {
+        let out = self
+            .sandbox
+            .run(command, Some(self.transcript.as_path()), &["--json"]);
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("ktr {command} --json: {e}\n{}{}", out.stdout, out.stderr))
     }
 
     /// The Stop hook's output after the reply `REPLY-<tag>`.
@@ -219,9 +254,14 @@ fn the_stop_hook_advises_once_per_band_and_never_requests() {
         s.sandbox.store().latest().unwrap().is_none(),
         "advice must never request anything"
     );
-    // The window shrank (Claude Code compacted it): a refill advises again.
+    // The window shrank (Claude Code dropped context, here without a
+    // boundary: said once, issue 43): a refill advises again.
     s.turn("20", 200_000);
-    assert_eq!(s.stop("20"), QUIET);
+    assert!(
+        message(&s.stop("20")).starts_with(
+            "ktr: Claude Code dropped context without compacting (the window fell from 810k to 200k tokens between two replies)"
+        )
+    );
     s.turn("75", 750_000);
     assert!(message(&s.stop("75")).contains("(750k of 967k)"));
     // advise_at_percent = 0 turns it off.
@@ -313,11 +353,18 @@ fn the_standing_approval_requests_and_blocks_and_advise_lets_it_compact() {
     let out = s.precompact("auto");
     assert!(out.get("decision").is_none(), "{out}");
     assert!(s.sandbox.store().latest().unwrap().is_none());
+    s.compacted("Summary.");
     s.turn("AFTER", 30_000);
     let line = message(&s.stop("AFTER"));
     assert!(
         line.starts_with("ktr: Claude Code compacted this window (lossy) before this reply; a lossless rebuild would have brought it to ≈ ")
             && line.contains("on_auto_compaction = \"rebuild\""),
+        "{line}"
+    );
+    // Then, on its own line, the offer of the turns now in the summary.
+    assert!(
+        line.lines().nth(1).is_some_and(|l| l.starts_with("ktr: ")
+            && l.contains(" turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word")),
         "{line}"
     );
     assert_eq!(s.stop("AFTER"), QUIET, "the notice is shown once");
@@ -369,13 +416,19 @@ fn the_statusline_shows_the_segment_and_remembers_the_window_size() {
         "Opus 5.5 · work · ktr –",
         "before the first reply"
     );
+    // (The example conversation's 6 turns before its compaction are only
+    // in Claude Code's summary: a rebuild restores them.)
     let line = s.statusline(&[], Some(780_000), &[]);
     assert!(
-        line.starts_with("Opus 5.5 · work · ktr 78% of 1M · rebuild→") && line.ends_with('%'),
+        line.starts_with("Opus 5.5 · work · ktr 78% of 1M · 6 turns only in summary · rebuild→")
+            && line.ends_with('%'),
         "{line}"
     );
     let segment = s.statusline(&["--segment"], Some(780_000), &[]);
-    assert!(segment.starts_with("ktr 78% of 1M · rebuild→"), "{segment}");
+    assert!(
+        segment.starts_with("ktr 78% of 1M · 6 turns only in summary · rebuild→"),
+        "{segment}"
+    );
     let colored = s.statusline(&["--segment", "--color"], Some(780_000), &[]);
     assert!(colored.starts_with("\x1b[33mktr 78%"), "{colored:?}");
     let plain = s.statusline(
@@ -544,13 +597,20 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
         (400, None),
         (710, Some("(710k of 967k)")),
         (715, None),
-        (120, None),
+        // A fall by more than half with no boundary: said (issue 43).
+        (
+            120,
+            Some("dropped context without compacting (the window fell from 715k to 120k tokens"),
+        ),
         (
             990,
             Some("past the point where Claude Code compacts (990k of 967k)"),
         ),
         (990, None),
-        (300, None),
+        (
+            300,
+            Some("dropped context without compacting (the window fell from 990k to 300k tokens"),
+        ),
         (810, Some("(810k of 967k)")),
         (820, None),
     ];
@@ -727,12 +787,7 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
 fn a_zeroed_report_reads_the_transcript_like_dirty() {
     let mut s = Session::new("");
     s.turn("13", 130_000);
-    let dirty = |s: &Session| -> serde_json::Value {
-        let out = s
-            .sandbox
-            .run("dirty", Some(s.transcript.as_path()), &["--json"]);
-        serde_json::from_str(&out.stdout).unwrap()
-    };
+    let dirty = |s: &Session| s.json("dirty");
     let v = dirty(&s);
     assert_eq!(v["window"]["used_tokens"], 130_000, "{v}");
     let segment = s.statusline(&["--segment"], Some(0), &[]);
@@ -751,6 +806,170 @@ fn a_zeroed_report_reads_the_transcript_like_dirty() {
         "dirty says {percent} %: {segment}"
     );
     assert!(percent >= 1.0, "{v}");
+}
+
+/// Issue 43, item 1: after a compaction the next Stop hook offers the
+/// turns Claude Code now has only in its summary — once per boundary —
+/// and the statusline, `ktr dirty` and `ktr plan` say the same.
+#[test]
+fn after_a_compaction_the_turns_in_the_summary_are_offered_back_once() {
+    let mut s = Session::new("");
+    s.turn("ONE", 100_000);
+    s.turn("TWO", 120_000);
+    let plan = |s: &Session| s.json("plan");
+    let dirty = |s: &Session| s.json("dirty");
+    // The example conversation was compacted once already (its offer was
+    // taken by the first Stop, `Session::new`): nothing new to offer.
+    let p = plan(&s);
+    let earlier = p["compactions_undone"][0]["turns_before"].as_u64().unwrap();
+    assert!(earlier >= 1, "{p}");
+    assert_eq!(s.stop("TWO"), QUIET, "offered once per boundary");
+    let before = p["source_turns"].as_u64().unwrap();
+    assert!(before > earlier, "{p}");
+    s.compacted("Summary one.");
+    s.turn("AFTER", 30_000);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.starts_with(&format!(
+            "ktr: {before} turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word at ≈ "
+        )) && line.ends_with(" tokens — say REBUILD to ask for it"),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET, "offered once per boundary");
+    s.turn("NEXT", 32_000);
+    assert_eq!(s.stop("NEXT"), QUIET, "offered once per boundary");
+    assert!(
+        s.sandbox.store().latest().unwrap().is_none(),
+        "the offer never requests anything"
+    );
+    let segment = s.statusline(&["--segment"], Some(32_000), &[]);
+    assert!(
+        segment.contains(&format!(" · {before} turns only in summary · rebuild→")),
+        "{segment}"
+    );
+    let v = dirty(&s);
+    assert_eq!(v["window"]["summarised_turns"], before, "{v}");
+    assert_eq!(v["should_rebuild"], true, "{v}");
+    assert!(
+        v["reasons"].to_string().contains(&format!(
+            "Claude Code compacted this window: {before} turns are only in its summary"
+        )),
+        "{v}"
+    );
+    let human = s.sandbox.run("dirty", Some(s.transcript.as_path()), &[]);
+    assert!(
+        human.stdout.contains(&format!("\ncompacted: {before} turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word at ≈ ")),
+        "{}",
+        human.stdout
+    );
+    // `ktr plan` names the compaction it undoes and the turns it restores.
+    let p = plan(&s);
+    let undone = &p["compactions_undone"];
+    assert_eq!(undone.as_array().unwrap().len(), 2, "{p}");
+    assert_eq!(undone[1]["turns_before"], before, "{p}");
+    assert_eq!(undone[1]["turns_restored"], before, "{p}");
+    assert_eq!(p["selected_turns"], before + 2, "{p}");
+    // A second compaction is a new boundary: offered again, with the
+    // turns since.
+    s.compacted("Summary two.");
+    s.turn("LATER", 30_000);
+    let line = message(&s.stop("LATER"));
+    assert!(
+        line.starts_with(&format!("ktr: {} turns from before", before + 2)),
+        "{line}"
+    );
+    assert_eq!(s.stop("LATER"), QUIET);
+    // `ktr status` of a rebuild asked for this session says it too.
+    let status = s.status_of_a_rebuild("LATER");
+    assert!(
+        status.stdout.contains(&format!(
+            "\ncompacted         {} turns from before Claude Code's last compaction are only in its summary; a rebuild carries them word for word",
+            before + 2
+        )),
+        "{}",
+        status.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&s.sandbox.run("status", None, &["--json"]).stdout).unwrap();
+    assert_eq!(v["window"]["summarised_turns"], before + 2, "{v}");
+}
+
+/// When the turns would not fit back under the compaction point with
+/// room, the offer points to `ktr recall` instead.
+#[test]
+fn after_a_compaction_that_a_rebuild_cannot_undo_recall_is_offered() {
+    // Claude Code compacts a 34k window at 1k: no rebuild fits under it.
+    let mut s = Session::new("context_window_tokens = 34000");
+    s.turn("ONE", 500);
+    s.compacted("Summary.");
+    s.turn("AFTER", 300);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.contains("only in its summary now; a rebuild carrying them would start at ≈ ")
+            && line.contains("but `ktr recall` still finds them word for word"),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET);
+    // (No rebuild figure: a rebuild would free nothing here.)
+    let segment = s.statusline(&["--segment"], Some(300), &[]);
+    assert!(segment.ends_with(" turns only in summary"), "{segment}");
+}
+
+/// Issue 43, item 2: context Claude Code dropped without a compaction
+/// boundary is said once, with what a rebuild would carry — a reply whose
+/// usage fell by more than half since the previous one, a
+/// microcompaction record.
+#[test]
+fn context_dropped_without_compacting_is_said_once() {
+    let mut s = Session::new("");
+    s.turn("BIG", 612_000);
+    assert_eq!(s.stop("BIG"), QUIET);
+    s.turn("SMALL", 275_000);
+    let line = message(&s.stop("SMALL"));
+    assert!(
+        line.starts_with("ktr: Claude Code dropped context without compacting (the window fell from 612k to 275k tokens between two replies); a rebuild would carry all ")
+            && line.ends_with(" tokens — say REBUILD to ask for it"),
+        "{line}"
+    );
+    assert_eq!(s.stop("SMALL"), QUIET, "said once");
+    // `ktr dirty` says it too (what the hooks' running account saw).
+    let v = s.json("dirty");
+    assert_eq!(v["cleared"]["kind"], "usage_drop", "{v}");
+    assert_eq!(
+        (&v["cleared"]["from_tokens"], &v["cleared"]["to_tokens"]),
+        (&serde_json::json!(612_000), &serde_json::json!(275_000))
+    );
+    let human = s.sandbox.run("dirty", Some(s.transcript.as_path()), &[]);
+    assert!(
+        human
+            .stdout
+            .contains("\ncleared: Claude Code dropped context without compacting (the window fell from 612k to 275k tokens between two replies); a rebuild would carry all "),
+        "{}",
+        human.stdout
+    );
+    // A microcompaction record.
+    let mut mc = record("system", "0c0c0c0c-0000-4000-8000-000000000001", &s.parent);
+    mc["subtype"] = "microcompact_boundary".into();
+    mc["content"] = "Context microcompacted".into();
+    s.append(&format!("{mc}\n"));
+    s.turn("AFTER", 260_000);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.starts_with(
+            "ktr: Claude Code cleared old tool results from this window without compacting (microcompact); a rebuild would carry all "
+        ),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET, "said once");
+    // `ktr status` of a rebuild asked for this session names it.
+    let status = s.status_of_a_rebuild("AFTER");
+    assert!(
+        status.stdout.contains(
+            "\ncleared           Claude Code cleared old tool results from this window without compacting (microcompact); a rebuild carries the whole conversation word for word"
+        ),
+        "{}",
+        status.stdout
+    );
 }
 
 /// `ktr status --json` of the sandbox (always an object), and the readable one.
@@ -822,19 +1041,24 @@ fn the_advice_says_what_will_happen() {
 fn the_statusline_names_the_size_and_a_rebuild_only_when_it_frees_something() {
     let mut s = Session::new("");
     s.turn("78", 780_000);
+    // (The example conversation's 6 turns before its compaction are only
+    // in Claude Code's summary.)
     let full = s.statusline(&["--segment"], Some(780_000), &[]);
-    assert!(full.starts_with("ktr 78% of 1M · rebuild→"), "{full}");
+    assert!(
+        full.starts_with("ktr 78% of 1M · 6 turns only in summary · rebuild→"),
+        "{full}"
+    );
     // Right after a rebuild: the window holds less than a rebuild would
     // start at (the overhead and the carried conversation).
     s.turn("FRESH", 1_000);
     assert_eq!(
         s.statusline(&["--segment"], Some(1_000), &[]),
-        "ktr 0% of 1M"
+        "ktr 0% of 1M · 6 turns only in summary"
     );
     s.turn("MORE", 20_000);
     assert_eq!(
         s.statusline(&["--segment"], Some(20_000), &[]),
-        "ktr 2% of 1M · rebuild→0%"
+        "ktr 2% of 1M · 6 turns only in summary · rebuild→0%"
     );
 }
 
@@ -917,4 +1141,21 @@ fn status_shows_the_window_before_any_operation() {
             && human.contains("window            612k of 1M (session 11111111:"),
         "{human}"
     );
+}
+
+/// Where the target does not run the session, a rebuild could never switch
+/// it: after a compaction nothing is offered, `ktr recall` is named.
+#[test]
+fn after_a_compaction_in_a_session_ktr_does_not_switch_recall_is_named() {
+    let mut s = Session::with_config(Sandbox::new(), "");
+    s.turn("ONE", 100_000);
+    s.compacted("Summary.");
+    s.turn("AFTER", 30_000);
+    let line = message(&s.stop("AFTER"));
+    assert!(
+        line.contains(" turns from before Claude Code's last compaction are only in its summary now; this session is not the one ktr switches (see ktr status), but `ktr recall` still finds them word for word")
+            && !line.contains("REBUILD"),
+        "{line}"
+    );
+    assert_eq!(s.stop("AFTER"), QUIET, "once per boundary");
 }

@@ -119,6 +119,13 @@ pub struct WindowView {
     /// What a rebuild starts at, by the plan prepare made; None before.
     pub after_rebuild_tokens: Option<u64>,
     pub after_rebuild_source: String,
+    /// The window begins after a compaction: the turns before it, which
+    /// Claude Code has only in its summary and a rebuild carries word for
+    /// word (the hooks' running account; 0 without one).
+    pub summarised_turns: u64,
+    /// The newest context Claude Code dropped without a compaction
+    /// boundary (the same running account).
+    pub cleared: Option<window::cleared::Cleared>,
 }
 
 impl StatusView {
@@ -232,6 +239,7 @@ impl WindowView {
         let size = window_cache::size_for(config, session, None, tail.model.as_deref());
         let compaction = window_cache::compaction::setting();
         let (point, point_source) = compaction.point(size.tokens);
+        let running = window_cache::running::peek(config, session, &path);
         Some(WindowView {
             used_tokens: tail.usage.as_ref().map(|u| u.tokens),
             used_source: match &tail.usage {
@@ -257,6 +265,8 @@ impl WindowView {
                 None => "not planned yet (`ktr plan` shows it)".into(),
             },
             session_id: session.to_string(),
+            summarised_turns: running.as_ref().map_or(0, |r| r.summarised_turns),
+            cleared: running.and_then(|r| r.clearing.last),
         })
     }
 }

@@ -64,6 +64,10 @@ pub struct PlanReport {
     pub startup_attachments: usize,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
+    /// The compactions the rebuild undoes, oldest first (SPEC §5): each
+    /// summary dropped, the turns before it carried word for word.
+    #[serde(default)]
+    pub compactions_undone: Vec<Undone>,
     pub abandoned_branch_records: usize,
     pub malformed_lines: usize,
     pub malformed_line_numbers: Vec<usize>,
@@ -98,6 +102,20 @@ pub struct PlanReport {
     /// MCP plan, which summarises it by reason); absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
+}
+
+/// A compaction a rebuild undoes: Claude Code's summary, dropped, and the
+/// turns before it, carried word for word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Undone {
+    /// The summary's line (the `isCompactSummary` record after the boundary).
+    pub summary_line: usize,
+    pub summary_uuid: Option<String>,
+    /// Turns of the conversation before this compaction.
+    pub turns_before: usize,
+    /// Of those, the turns the rebuild carries (all but the oldest a
+    /// `carry_max_tokens` cap dropped).
+    pub turns_restored: usize,
 }
 
 /// A plan whose candidate was written into a [`Sink`]: the report and
@@ -408,6 +426,21 @@ fn plan<R: BufRead>(
         };
         listed.extend(sink.left_out(entry)?);
     }
+    let compactions_undone = sel
+        .compactions
+        .iter()
+        .map(|c| {
+            Ok(Undone {
+                summary_line: scan.events[c.summary].line(),
+                summary_uuid: rd.uuid(&scan.events[c.summary])?,
+                turns_before: c.turns_before,
+                turns_restored: c
+                    .turns_before
+                    .saturating_sub(sel.dropped_oldest_turns)
+                    .min(sel.turns.len()),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let preview = |i: &turns::Item| -> Result<Preview> {
         Ok(Preview {
             role: i.role,
@@ -460,6 +493,7 @@ fn plan<R: BufRead>(
         startup_attachments: sel.startup_context.len(),
         compact_summaries_dropped: sel.compact_summaries_dropped,
         compact_summaries_carried: sel.compact_summaries_carried,
+        compactions_undone,
         abandoned_branch_records: history.abandoned.len(),
         malformed_lines: scan.malformed_count,
         malformed_line_numbers: scan.malformed.iter().map(|(n, _)| *n).collect(),

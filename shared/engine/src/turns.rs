@@ -211,6 +211,9 @@ pub struct Selection {
     pub startup_context: Vec<usize>,
     pub compact_summaries_dropped: usize,
     pub compact_summaries_carried: usize,
+    /// The compactions crossed (a summary dropped after speech), in
+    /// conversation order.
+    pub compactions: Vec<Crossed>,
     pub local_commands: usize,
     pub elided_items: usize,
     /// Stamped items whose own timestamp was missing or did not parse
@@ -223,6 +226,16 @@ pub struct Selection {
     pub blocked_reason: Option<String>,
     /// (event index, reason) for every conversation event not carried.
     pub left_out: Vec<(usize, LeftOutReason)>,
+}
+
+/// A compaction the conversation crosses: Claude Code's summary, dropped
+/// because the turns it summarised are carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crossed {
+    /// The summary's event.
+    pub summary: usize,
+    /// Turns before it (in the conversation, before any cap).
+    pub turns_before: usize,
 }
 
 /// Token estimate (SPEC §6): CJK code points × 1.1 + others ÷ 1.5, truncated.
@@ -315,6 +328,12 @@ pub fn select(
             Speech::Summary => {
                 // A blank summary carries nothing (and an empty user item
                 // is not a message Claude Code can send): dropped, counted.
+                if seen_speech {
+                    sel.compactions.push(Crossed {
+                        summary: e,
+                        turns_before: builder.turns.len(),
+                    });
+                }
                 if seen_speech || event.text().blank {
                     sel.compact_summaries_dropped += 1;
                     sel.left_out.push((e, LeftOutReason::CompactSummaryDropped));

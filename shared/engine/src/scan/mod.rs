@@ -58,6 +58,9 @@ pub struct Scan {
     pub window: Tally,
     pub file: Tally,
     pub window_start_line: usize,
+    /// The newest compaction boundary (`compact_boundary`): its uuid (else
+    /// `line N`) and how many events the scan had read before it.
+    pub last_boundary: Option<(String, usize)>,
     /// Bytes of the newest per-start attachment of each kind in the window.
     per_start_newest: [u64; PER_START_ATTACHMENT_TYPES.len()],
     /// uuids that appear on more than one user/assistant record.
@@ -235,6 +238,11 @@ impl Scan {
                     self.window = Tally::default();
                     self.per_start_newest = [0; PER_START_ATTACHMENT_TYPES.len()];
                     self.window_start_line = number + 1;
+                    let uuid = r.uuid.get().map_or_else(
+                        || format!("line {number}"),
+                        std::string::ToString::to_string,
+                    );
+                    self.last_boundary = Some((uuid, self.events.len()));
                 }
                 self.tally(Category::System, len);
                 (RecordRole::Other, None)

@@ -309,6 +309,13 @@ pub struct Window {
     pub fit_checked: bool,
     /// `rebuild`, `none` or `cannot_fit`.
     pub advice: String,
+    /// The window begins after a compaction: the turns before its boundary,
+    /// which Claude Code now holds only in its summary and a rebuild
+    /// carries word for word (0 without a boundary, or when the turns it
+    /// summarised are not in the file). Set by the caller: the plan's count
+    /// for `ktr plan`/`dirty`, the hooks' running account for the hooks.
+    #[serde(default)]
+    pub summarised_turns: u64,
     /// One line per derived number.
     pub derivation: Vec<String>,
 }
@@ -444,6 +451,7 @@ pub fn derive(inp: &Inputs) -> Window {
         fit_checked: inp.used.is_some(),
         advice: "none".to_string(),
         derivation,
+        summarised_turns: 0,
     };
     window.advice = if window.fit_checked && !window.fits() {
         "cannot_fit"

@@ -8,6 +8,7 @@
 //! (`ktr_pipeline::window_cache`), which hand it in.
 
 pub mod account;
+pub mod cleared;
 pub mod overhead;
 pub mod running;
 pub mod size;
@@ -81,6 +82,49 @@ pub fn reason(w: &Window) -> Option<String> {
     })
 }
 
+/// `11 turns from before Claude Code's last compaction are only in its
+/// summary now` (None when the window does not begin after a compaction
+/// that summarised turns of this file).
+pub fn summarised(w: &Window) -> Option<String> {
+    match w.summarised_turns {
+        0 => None,
+        1 => Some(
+            "1 turn from before Claude Code's last compaction is only in its summary now".into(),
+        ),
+        n => Some(format!(
+            "{n} turns from before Claude Code's last compaction are only in its summary now"
+        )),
+    }
+}
+
+/// The offer after a compaction (None when the window does not begin
+/// after one that summarised turns of this file): how many turns are only
+/// in Claude Code's summary now and that a rebuild restores them word for
+/// word at ≈ N tokens — `ask` says how to ask for it — when that fits
+/// under the compaction point with room ([`Window::fits`]); else that
+/// `ktr recall` still finds them word for word.
+pub fn offer(w: &Window, ask: &str) -> Option<String> {
+    let what = summarised(w)?;
+    let them = if w.summarised_turns == 1 {
+        "it"
+    } else {
+        "them"
+    };
+    Some(if w.fits() {
+        format!(
+            "{what}; a rebuild restores {them} word for word at ≈ {} tokens — {ask}",
+            short(w.after_rebuild_tokens)
+        )
+    } else {
+        format!(
+            "{what}; a rebuild carrying {them} would start at ≈ {}, over the {} that leaves room under the compaction point ({}), but `ktr recall` still finds {them} word for word",
+            short(w.after_rebuild_tokens),
+            short(w.rebuild_limit()),
+            short(w.compaction_point_tokens)
+        )
+    })
+}
+
 /// "612k", "1M", "41k", "980".
 pub fn short(tokens: u64) -> String {
     if tokens >= 1_000_000 && tokens.is_multiple_of(1_000_000) {
@@ -136,6 +180,32 @@ mod tests {
         assert_eq!(short(612_400), "612k");
         assert_eq!(short(980), "980");
         assert_eq!(short(1_250_000), "1.25M");
+    }
+
+    #[test]
+    fn after_a_compaction_the_offer_says_what_a_rebuild_restores_or_where_recall_finds_it() {
+        let mut w = derive(&super::account::tests::inputs(
+            Some(612_000),
+            1_200_000,
+            58_000,
+        ));
+        assert_eq!(offer(&w, "say REBUILD"), None, "no compaction, no offer");
+        w.summarised_turns = 11;
+        assert_eq!(
+            offer(&w, "say REBUILD to ask for it").as_deref(),
+            Some(
+                "11 turns from before Claude Code's last compaction are only in its summary now; a rebuild restores them word for word at ≈ 41k tokens — say REBUILD to ask for it"
+            )
+        );
+        // Over the room under the point: recall instead.
+        w.after_rebuild_tokens = w.rebuild_limit() + 1;
+        w.summarised_turns = 1;
+        assert_eq!(
+            offer(&w, "say REBUILD").as_deref(),
+            Some(
+                "1 turn from before Claude Code's last compaction is only in its summary now; a rebuild carrying it would start at ≈ 677k, over the 677k that leaves room under the compaction point (967k), but `ktr recall` still finds it word for word"
+            )
+        );
     }
 
     #[test]

@@ -22,6 +22,10 @@ use ktr_base::open::{Links, open_regular};
 /// The most a hook reads per call while catching up.
 pub const STEP_BYTES: u64 = 8 * 1024 * 1024;
 
+/// What [`Running::format`] is now: an account kept in an older form
+/// (without the turn count) is started over.
+pub const FORMAT: u32 = 2;
+
 /// The account as kept on disk.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Running {
@@ -32,6 +36,61 @@ pub struct Running {
     pub carried_estimate: u64,
     /// Formula estimate of the current window (since the last boundary).
     pub window_estimate: u64,
+    /// [`FORMAT`] (0 for an account written before the turns were counted).
+    #[serde(default)]
+    pub format: u32,
+    /// Turns so far, counted as selection counts them (SPEC §6) in file
+    /// order: a real user record after assistant speech starts one, a slash
+    /// command counts once it is answered. Branches abandoned by `/rewind`
+    /// are counted too (the cheap approximation).
+    #[serde(default)]
+    pub turns: u64,
+    /// The last speech was the assistant's (the next user record starts a
+    /// turn).
+    #[serde(default)]
+    pub after_assistant: bool,
+    /// A slash command waits for an answer (then it opens a turn).
+    #[serde(default)]
+    pub pending_slash: bool,
+    /// The newest compaction boundary: its uuid (`line N` without one).
+    #[serde(default)]
+    pub boundary: Option<String>,
+    /// The turns before that boundary: the turns Claude Code now has only
+    /// in its summary, which a rebuild carries word for word.
+    #[serde(default)]
+    pub summarised_turns: u64,
+    /// Context Claude Code dropped without a boundary ([`super::cleared`]).
+    #[serde(default)]
+    pub clearing: super::cleared::Clearing,
+}
+
+impl Running {
+    /// Count one speech event (file order) into the turns.
+    fn count(&mut self, speech: Speech) {
+        let mut user = || {
+            if self.turns == 0 || self.after_assistant {
+                self.turns += 1;
+            }
+            self.after_assistant = false;
+        };
+        match speech {
+            Speech::User => {
+                user();
+                self.pending_slash = false;
+            }
+            Speech::Slash => self.pending_slash = true,
+            Speech::Assistant => {
+                if std::mem::take(&mut self.pending_slash) {
+                    user();
+                }
+                if self.turns == 0 {
+                    self.turns = 1; // a leading assistant turn
+                }
+                self.after_assistant = true;
+            }
+            Speech::Summary | Speech::Expansion | Speech::StartupContext | Speech::Injected => {}
+        }
+    }
 }
 
 /// Bring `running` up to date by at most `step` bytes of `transcript`
@@ -50,10 +109,11 @@ pub fn advance<'o>(
     let options = &options.into();
     let fresh = || Running {
         transcript: transcript.to_path_buf(),
+        format: FORMAT,
         ..Running::default()
     };
     let mut running = running
-        .filter(|r| r.transcript == transcript)
+        .filter(|r| r.transcript == transcript && r.format == FORMAT)
         .unwrap_or_else(fresh);
     let mut file = open_regular(transcript, Links::Refuse)
         .map_err(|e| Error::io_at("open", transcript, &e))?;
@@ -85,7 +145,13 @@ pub fn advance<'o>(
     if whole == 0 {
         return Ok((running, true));
     }
-    let part = account(options, &chunk[..whole])?;
+    let part = account(options, &chunk[..whole], &mut running)?;
+    for line in chunk[..whole]
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+    {
+        running.clearing.line(line);
+    }
     running.offset += whole as u64;
     running.carried_estimate += part.carried;
     running.window_estimate = if part.boundary {
@@ -103,7 +169,9 @@ struct Part {
     boundary: bool,
 }
 
-fn account(options: &EngineOptions<'_>, bytes: &[u8]) -> Result<Part> {
+/// What `bytes` add to the estimates; the turns and the newest boundary
+/// are counted into `running` as they go.
+fn account(options: &EngineOptions<'_>, bytes: &[u8], running: &mut Running) -> Result<Part> {
     let markers = Markers::new(options.stamp_template, options.startup_header_template);
     let opts = Options {
         reply_tool: options.reply_tool_pattern,
@@ -112,6 +180,19 @@ fn account(options: &EngineOptions<'_>, bytes: &[u8]) -> Result<Part> {
     };
     let scan = Scan::read(BufReader::new(bytes), &opts).map_err(|e| Error::io(e.to_string()))?;
     let boundary = scan.window_start_line > 1;
+    let at_boundary = scan.last_boundary.as_ref().map(|(_, at)| *at);
+    for (i, e) in scan.events.iter().enumerate() {
+        if Some(i) == at_boundary {
+            running.summarised_turns = running.turns;
+        }
+        running.count(e.speech());
+    }
+    if let Some((uuid, at)) = scan.last_boundary {
+        if at == scan.events.len() {
+            running.summarised_turns = running.turns;
+        }
+        running.boundary = Some(uuid);
+    }
     let carried = scan
         .events
         .iter()
@@ -129,4 +210,66 @@ fn account(options: &EngineOptions<'_>, bytes: &[u8]) -> Result<Part> {
         window: super::window_estimate(&scan.window),
         boundary,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ktr_base::config::Config;
+
+    /// Two compactions (b1, b2), a turn before each and one after.
+    const TWICE: &str = include_str!("../../../../tests/fixtures/rules/compaction_twice.jsonl");
+
+    /// A config for `dir` and the transcript `text` written there.
+    fn transcript(dir: &Path, text: &str) -> (Config, PathBuf) {
+        let path = dir.join("s.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let config =
+            Config::from_toml(&format!("project_dir = {:?}", dir.display().to_string())).unwrap();
+        (config, path)
+    }
+
+    fn follow(text: &str, step: u64) -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, path) = transcript(dir.path(), text);
+        let mut running = None;
+        for _ in 0..100 {
+            let (now, caught_up) = advance(&config, running, &path, step).unwrap();
+            if caught_up {
+                return now;
+            }
+            running = Some(now);
+        }
+        panic!("never caught up");
+    }
+
+    #[test]
+    fn the_turns_before_the_newest_boundary_are_counted_whatever_the_steps() {
+        // Whole, and a line or two per call (a step can end between a
+        // boundary and its summary, or right after the boundary).
+        for step in [1 << 20, 1000, 700] {
+            let r = follow(TWICE, step);
+            assert_eq!(r.turns, 3, "step {step}");
+            assert_eq!(r.boundary.as_deref(), Some("b2"), "step {step}");
+            assert_eq!(r.summarised_turns, 2, "step {step}");
+        }
+    }
+
+    #[test]
+    fn no_boundary_no_summarised_turns_and_an_old_account_starts_over() {
+        let before: String = TWICE.lines().take(2).map(|l| format!("{l}\n")).collect();
+        let r = follow(&before, 1 << 20);
+        assert_eq!((r.turns, r.boundary, r.summarised_turns), (1, None, 0));
+        // An account kept before the turns were counted is read again.
+        let dir = tempfile::tempdir().unwrap();
+        let (config, path) = transcript(dir.path(), TWICE);
+        let old = Running {
+            transcript: path.clone(),
+            offset: std::fs::metadata(&path).unwrap().len(),
+            format: 0,
+            ..Running::default()
+        };
+        let (now, _) = advance(&config, Some(old), &path, 1 << 20).unwrap();
+        assert_eq!((now.turns, now.summarised_turns), (3, 2));
+    }
 }

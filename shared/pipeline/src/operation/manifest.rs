@@ -341,6 +341,10 @@ pub fn bounded_stats(report: &PlanReport, source: &Path) -> PlanReport {
             .copied()
             .collect(),
         versions_seen: report.versions_seen.iter().take(KEPT).map(name).collect(),
+        // The newest are the ones a person asks about.
+        compactions_undone: report.compactions_undone
+            [report.compactions_undone.len().saturating_sub(KEPT)..]
+            .to_vec(),
         unknown_record_types: bounded_map(&report.unknown_record_types),
         unknown_attachment_types: bounded_map(&report.unknown_attachment_types),
         ..report.clone()

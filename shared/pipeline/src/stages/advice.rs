@@ -53,10 +53,15 @@ pub fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
 }
 
 /// What the Stop hook says when nothing is pending: a line another hook
-/// left for this session, else the window advice, else nothing.
+/// left for this session, else the window advice; then, after a
+/// compaction, the offer ([`super::offer`]); else nothing.
 pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) -> Option<String> {
     let session = SessionId::parse(&hook.session_id).ok()?;
-    take_notice(state_dir, &session).or_else(|| {
+    let notice = take_notice(state_dir, &session);
+    // Without a notice the advice brings the running account up to date
+    // (one step a call); with one, the offer does.
+    let offer_reads = notice.is_some();
+    let said = notice.or_else(|| {
         advice(
             config_arg,
             &session,
@@ -66,7 +71,13 @@ pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) 
                 last_message: hook.last_assistant_message.as_deref(),
             },
         )
-    })
+    });
+    // After a compaction, the offer (once per boundary), on its own line.
+    let offer = super::offer::offer(config_arg, &session, &hook.transcript_path, offer_reads);
+    match (said, offer) {
+        (Some(said), Some(offer)) => Some(format!("{said}\n{offer}")),
+        (said, offer) => said.or(offer),
+    }
 }
 
 /// The advice line for a finished reply, or None. Reads only

@@ -3,9 +3,11 @@
 //! Claude Code pipes it a JSON object after every change (at most every
 //! 300 ms) and shows its first line. It prints one short segment such as
 //! `ktr 78% of 1M · rebuild→4%` (how full the window is, its size, and
-//! where a rebuild would bring it, when a rebuild frees something), and
-//! remembers the session's `context_window_size` in the state dir for the
-//! ledger. Fast: what Claude Code reports, the
+//! where a rebuild would bring it, when a rebuild frees something; after a
+//! compaction `ktr 9% of 1M · 11 turns only in summary · rebuild→6%`: the
+//! turns Claude Code has only in its summary, which the rebuild restores),
+//! and remembers the session's `context_window_size` in the state dir for
+//! the ledger. Fast: what Claude Code reports, the
 //! running account (bytes appended since the last call) and small caches;
 //! never the whole transcript. Never fails: a problem shows as `ktr ?`.
 
@@ -196,9 +198,13 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         size,
         model,
     };
+    let w = window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction);
+    if let Ok(Some(w)) = &w {
+        text.push_str(&summarised(w));
+    }
     // The rebuild figure only when a rebuild frees something (right after
     // one it would not).
-    match window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction) {
+    match w {
         Ok(Some(w)) if w.after_rebuild_tokens >= w.used_tokens => {}
         Ok(Some(w)) if w.fits() => {
             text.push_str(&format!(" · rebuild→{:.0}%", w.after_rebuild_percent));
@@ -208,6 +214,16 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         Err(_) => {}
     }
     (text, level)
+}
+
+/// ` · 11 turns only in summary` when the window begins after a compaction
+/// that summarised turns a rebuild restores (else nothing).
+fn summarised(w: &ktr_engine::window::Window) -> String {
+    match w.summarised_turns {
+        0 => String::new(),
+        1 => " · 1 turn only in summary".into(),
+        n => format!(" · {n} turns only in summary"),
+    }
 }
 
 /// What `ktr dirty` says the window holds when Claude Code reports a

@@ -102,7 +102,7 @@ pub fn for_hook(
         }
     };
     let size = size_for(config, session_id, reported_size, model.as_deref());
-    Ok(Some(derive(&Inputs {
+    let mut w = derive(&Inputs {
         used,
         missing: missing.map(str::to_string),
         window_estimate: running.window_estimate,
@@ -111,7 +111,9 @@ pub fn for_hook(
         overhead: overhead::resolve(&config.state_dir, session_id, transcript, true),
         advise: advise_of(config),
         compaction: compaction.clone(),
-    })))
+    });
+    w.summarised_turns = running.summarised_turns;
+    Ok(Some(w))
 }
 
 /// The window size for a hook: what the statusline reports now (with
@@ -196,6 +198,8 @@ pub fn measure(
         window_estimate,
         report.estimated_tokens,
     )?;
+    let mut w = w;
+    w.summarised_turns = summarised_turns(report);
     if report.blocked_reason.is_none() {
         report.blocked_reason = ktr_engine::window::refusal(&w);
     }
@@ -203,8 +207,27 @@ pub fn measure(
         report.ledger.reasons.push(reason);
         report.ledger.should_rebuild = true;
     }
+    if w.summarised_turns > 0 && w.fits() {
+        report.ledger.reasons.push(format!(
+            "Claude Code compacted this window: {} turns are only in its summary, a rebuild restores them word for word (≈ {})",
+            w.summarised_turns,
+            ktr_engine::window::short(w.after_rebuild_tokens)
+        ));
+        report.ledger.should_rebuild = true;
+    }
     report.window = Some(w);
     Ok(())
+}
+
+/// The turns a plan's window has only in Claude Code's summary: those
+/// before the newest compaction the rebuild undoes, when the live window
+/// begins after it (its summary is in the window).
+fn summarised_turns(report: &PlanReport) -> u64 {
+    report
+        .compactions_undone
+        .last()
+        .filter(|c| c.summary_line >= report.ledger.window_start_line)
+        .map_or(0, |c| c.turns_before as u64)
 }
 
 /// [`ktr_engine::plan::assess`] with the window measured ([`measure`]):
