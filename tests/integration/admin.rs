@@ -772,7 +772,7 @@ fn demo_runs_a_whole_rebuild_and_cleans_up() {
         .stdout_contains("demo finished: operation activated")
         // The example was compacted once: its turns before the boundary
         // are only in Claude Code's summary, and the ledger says a rebuild
-        // restores them (issue 43).
+        // restores them.
         .stdout_contains("advice: rebuild (Claude Code compacted this window: 6 turns are only in its summary, a rebuild restores them word for word")
         // What was left out, and why, in plan and status.
         .stdout_contains("carried items     17; left out: 2 records (1 compact_summary_dropped, 1 local_command)");

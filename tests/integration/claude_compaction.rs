@@ -1,5 +1,5 @@
 //! A compaction undone, through the real interactive Claude Code CLI
-//! (issue 43) with the fake Messages API: three turns, `/compact` typed in
+//! with the fake Messages API: three turns, `/compact` typed in
 //! the tmux pane, then the next reply's Stop hook offers the three turns
 //! back (once); `ktr plan` names the compaction it undoes; a REBUILD
 //! carries them, and the model's next request after the switch holds the

@@ -45,6 +45,7 @@ mod lone_surrogates;
 mod long_texts;
 mod mcp;
 mod memory;
+mod no_issue_numbers;
 mod paste_back;
 mod pipeline;
 mod properties;

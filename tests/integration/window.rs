@@ -79,7 +79,7 @@ impl Session {
         };
         // The example conversation was compacted once: with a state dir
         // (the statusline makes it), the first Stop offers the turns before
-        // that boundary back, once (issue 43); taken here, so that each
+        // that boundary back, once; taken here, so that each
         // test sees only what its own turns cause.
         s.sandbox.store();
         let first = s.stop("EXAMPLE");
@@ -255,7 +255,7 @@ fn the_stop_hook_advises_once_per_band_and_never_requests() {
         "advice must never request anything"
     );
     // The window shrank (Claude Code dropped context, here without a
-    // boundary: said once, issue 43): a refill advises again.
+    // boundary: said once): a refill advises again.
     s.turn("20", 200_000);
     assert!(
         message(&s.stop("20")).starts_with(
@@ -597,7 +597,7 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
         (400, None),
         (710, Some("(710k of 967k)")),
         (715, None),
-        // A fall by more than half with no boundary: said (issue 43).
+        // A fall by more than half with no boundary: said.
         (
             120,
             Some("dropped context without compacting (the window fell from 715k to 120k tokens"),
@@ -808,7 +808,7 @@ fn a_zeroed_report_reads_the_transcript_like_dirty() {
     assert!(percent >= 1.0, "{v}");
 }
 
-/// Issue 43, item 1: after a compaction the next Stop hook offers the
+/// After a compaction the next Stop hook offers the
 /// turns Claude Code now has only in its summary — once per boundary —
 /// and the statusline, `ktr dirty` and `ktr plan` say the same.
 #[test]
@@ -915,7 +915,7 @@ fn after_a_compaction_that_a_rebuild_cannot_undo_recall_is_offered() {
     assert!(segment.ends_with(" turns only in summary"), "{segment}");
 }
 
-/// Issue 43, item 2: context Claude Code dropped without a compaction
+/// Context Claude Code dropped without a compaction
 /// boundary is said once, with what a rebuild would carry — a reply whose
 /// usage fell by more than half since the previous one, a
 /// microcompaction record.

@@ -1,6 +1,6 @@
-//! Context Claude Code dropped without a compaction boundary (issue 43,
-//! item 2), found line by line as the hooks' running account reads the
-//! bytes appended since its last call:
+//! Context Claude Code dropped without a compaction boundary, found line
+//! by line as the hooks' running account reads the bytes appended since
+//! its last call:
 //!
 //! - a `system` record with subtype `microcompact_boundary` (Claude Code's
 //!   microcompaction: old tool results cleared from the window);
