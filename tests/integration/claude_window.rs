@@ -912,7 +912,9 @@ fn record_kinds(transcript: &Path) -> Vec<String> {
     kinds[kinds.len().saturating_sub(30)..].to_vec()
 }
 
-/// Every line a Stop hook showed, as Claude Code recorded it.
+/// Every line a Stop hook showed, as Claude Code recorded it (one message
+/// may hold several: the guard's reason and the offer of a compaction's
+/// turns after the same reply).
 pub(crate) fn stop_lines(transcript: &Path) -> Vec<String> {
     fs::read_to_string(transcript)
         .unwrap_or_default()
@@ -920,6 +922,7 @@ pub(crate) fn stop_lines(transcript: &Path) -> Vec<String> {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["attachment"]["type"] == "hook_system_message")
         .filter_map(|v| v["attachment"]["content"].as_str().map(str::to_string))
+        .flat_map(|message| message.lines().map(str::to_string).collect::<Vec<_>>())
         .collect()
 }
 
