@@ -27,6 +27,7 @@ mod in_place;
 pub mod precompact;
 mod prepare;
 pub mod prompt;
+mod restore;
 mod rollback;
 mod space;
 pub mod statusline;
@@ -50,7 +51,7 @@ use ktr_base::time::now_rfc3339;
 pub use crate::operation::Stage;
 pub use activate::{GATED_SETTLE, activate};
 pub use prepare::{prepare, schedule_by_hand};
-pub use rollback::rollback;
+pub use rollback::{came_along, rollback};
 pub use verify::verify;
 
 /// What a stage left behind: the operation as saved, and the stage to
