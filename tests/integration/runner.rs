@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::{Sandbox, stand_in, wait_for};
-use ktr_pipeline::operation::Status;
+use ktr_pipeline::operation::{Operation, Status};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 const KTR_PREPARE: &str = env!("CARGO_BIN_EXE_ktr-prepare");
@@ -202,4 +202,201 @@ fn a_fifo_feeds_prompts_across_writers() {
     // Only the runner we started.
     runner.kill().unwrap();
     runner.wait().unwrap();
+}
+
+/// A runner that rebuilt the example session: it answered `first` on it,
+/// then `second` on the rebuilt session. Returns the runner, its input,
+/// the operation and the rebuilt session's id.
+fn rebuilt(
+    sb: &Sandbox,
+    pointer: &Path,
+    log: &Path,
+) -> (Child, std::process::ChildStdin, Operation, String) {
+    let mut runner = start(sb, pointer, log);
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "first").unwrap();
+    assert!(wait_for(Duration::from_secs(10), || runs(log).len() == 1));
+    let op = sb
+        .store()
+        .request("window too dirty", "REBUILD", None)
+        .unwrap();
+    writeln!(stdin, "second").unwrap();
+    assert!(wait_for(Duration::from_secs(30), || runs(log).len() == 2));
+    let op = sb.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Activated, "{op:?}");
+    let new_id = op.candidate.as_ref().unwrap().session_id.to_string();
+    (runner, stdin, op, new_id)
+}
+
+/// What Claude Code appends to a session for one exchange (its prompt and
+/// the reply), chained onto the transcript's last record.
+fn exchange(transcript: &Path, session: &str, n: usize) {
+    let text = fs::read_to_string(transcript).unwrap();
+    let last = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["uuid"].as_str().map(String::from))
+        .last()
+        .unwrap();
+    let (q, a) = (format!("{session}-q{n}"), format!("{session}-a{n}"));
+    let records = [
+        serde_json::json!({"type": "user", "uuid": q, "parentUuid": last, "sessionId": session,
+            "timestamp": "2026-12-04T10:00:00.000Z",
+            "message": {"role": "user", "content": format!("SAID-SINCE prompt {n}")}}),
+        serde_json::json!({"type": "assistant", "uuid": a, "parentUuid": q, "sessionId": session,
+            "timestamp": "2026-12-04T10:00:01.000Z",
+            "message": {"id": format!("msg_{n}"), "role": "assistant", "model": "fake",
+                "content": [{"type": "text", "text": format!("SAID-SINCE answer {n}")}]}}),
+        serde_json::json!({"type": "system", "subtype": "turn_duration", "uuid": format!("{a}-d"),
+            "parentUuid": a, "sessionId": session, "durationMs": 5}),
+    ];
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(transcript)
+        .unwrap();
+    for r in records {
+        writeln!(file, "{r}").unwrap();
+    }
+}
+
+/// The rebuilt session finishes a reply: its Stop hook schedules the
+/// requested rollback, which ends before the runner's next prompt.
+fn stop_rolls_back(sb: &Sandbox, op: &Operation, new_id: &str) -> Operation {
+    let transcript = sb.project.join(format!("{new_id}.jsonl"));
+    // The real stages, not the sandbox's stand-ins.
+    let stages = Path::new(env!("CARGO_BIN_EXE_ktr-rollback"))
+        .parent()
+        .unwrap();
+    let (out, code) = sb.hook_env(
+        env!("CARGO_BIN_EXE_ktr-stop"),
+        &sb.stop_input(new_id, &transcript),
+        &[("KTR_BIN_DIR".into(), stages.display().to_string())],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        wait_for(Duration::from_secs(30), || sb
+            .store()
+            .load(&op.id)
+            .unwrap()
+            .status
+            .is_terminal()),
+        "{:?}\n{}",
+        sb.store().load(&op.id).unwrap(),
+        fs::read_to_string(sb.store().dir().join("worker.log")).unwrap_or_default()
+    );
+    sb.store().load(&op.id).unwrap()
+}
+
+#[test]
+fn a_rollback_takes_the_turns_said_since_the_switch_along() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let old_path = sb.project.join(format!("{SESSION}.jsonl"));
+    let (mut runner, mut stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let old_bytes = fs::read(&old_path).unwrap();
+    // Two exchanges in the rebuilt session since the switch.
+    let rebuilt_path = sb.project.join(format!("{new_id}.jsonl"));
+    let written = fs::read(&rebuilt_path).unwrap();
+    exchange(&rebuilt_path, &new_id, 1);
+    exchange(&rebuilt_path, &new_id, 2);
+    let rebuilt_bytes = fs::read(&rebuilt_path).unwrap();
+    sb.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    let op = stop_rolls_back(&sb, &op, &new_id);
+    assert_eq!(op.status, Status::RolledBack, "{op:?}");
+    let restore = op.restore.clone().expect("a restore session");
+    let restore_id = restore.session_id.to_string();
+    assert!(restore_id != SESSION && restore_id != new_id);
+    assert_eq!(
+        fs::read_to_string(&pointer).unwrap().trim(),
+        restore_id,
+        "the pointer names the restore session"
+    );
+    assert_eq!(
+        fs::read(&old_path).unwrap(),
+        old_bytes,
+        "the old transcript is only read"
+    );
+    assert_eq!(fs::read(&rebuilt_path).unwrap(), rebuilt_bytes);
+
+    // The restore session: the old records, then the six said since,
+    // the first chained onto the old conversation's last record.
+    let records = |bytes: &[u8]| -> Vec<serde_json::Value> {
+        bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    };
+    let without = |mut v: serde_json::Value, keys: &[&str]| {
+        for k in keys {
+            v.as_object_mut().unwrap().remove(*k);
+        }
+        v
+    };
+    let old = records(&old_bytes);
+    let said = records(&rebuilt_bytes[written.len()..]);
+    assert_eq!(said.len(), 6);
+    let got = records(&fs::read(&restore.path).unwrap());
+    assert_eq!(got.len(), old.len() + said.len());
+    assert_eq!(
+        (restore.old_records, restore.new_records, restore.turns),
+        (old.len(), 6, 2)
+    );
+    for (g, o) in got.iter().zip(&old) {
+        assert_eq!(
+            without(g.clone(), &["sessionId"]),
+            without(o.clone(), &["sessionId"])
+        );
+        if g.get("sessionId").is_some() {
+            assert_eq!(g["sessionId"], restore_id.as_str());
+        }
+    }
+    let old_last = old.iter().rev().find_map(|r| r["uuid"].as_str()).unwrap();
+    assert_eq!(got[old.len()]["parentUuid"], old_last);
+    for (g, s) in got[old.len()..].iter().zip(&said) {
+        assert_eq!(
+            without(g.clone(), &["sessionId", "parentUuid"]),
+            without(s.clone(), &["sessionId", "parentUuid"])
+        );
+        assert_eq!(g["sessionId"], restore_id.as_str());
+    }
+
+    let line = format!("rolled back to {SESSION}: the 2 turns said since the rebuild came along");
+    assert!(op.history.last().unwrap().note.starts_with(&line), "{op:?}");
+    let status = sb.run("status", None, &[]);
+    assert!(status.stdout.contains(&line), "{}", status.stdout);
+
+    // The next prompt runs on the restore session.
+    writeln!(stdin, "third").unwrap();
+    assert!(wait_for(Duration::from_secs(30), || runs(&log).len() == 3));
+    assert_eq!(
+        runs(&log)[2][..4],
+        ["-p", "--resume", restore_id.as_str(), "third"]
+    );
+    drop(stdin);
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_rollback_with_nothing_said_since_the_switch_resumes_the_old_session() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let old_path = sb.project.join(format!("{SESSION}.jsonl"));
+    let (runner, mut stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let old_bytes = fs::read(&old_path).unwrap();
+    sb.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    let op = stop_rolls_back(&sb, &op, &new_id);
+    assert_eq!(op.status, Status::RolledBack, "{op:?}");
+    assert_eq!(op.restore, None);
+    assert_eq!(fs::read_to_string(&pointer).unwrap().trim(), SESSION);
+    assert_eq!(fs::read(&old_path).unwrap(), old_bytes);
+    let sessions = fs::read_dir(&sb.project).unwrap().count();
+    assert_eq!(
+        sessions, 2,
+        "the old session and the rebuilt one, nothing else"
+    );
+    writeln!(stdin, "third").unwrap();
+    assert!(wait_for(Duration::from_secs(30), || runs(&log).len() == 3));
+    assert_eq!(runs(&log)[2][..4], ["-p", "--resume", SESSION, "third"]);
+    drop(stdin);
+    assert!(runner.wait_with_output().unwrap().status.success());
 }
