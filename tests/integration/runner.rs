@@ -234,9 +234,9 @@ fn exchange(transcript: &Path, session: &str, n: usize) {
     let text = fs::read_to_string(transcript).unwrap();
     let last = text
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v["uuid"].as_str().map(String::from))
-        .last()
+        .find_map(|v| v["uuid"].as_str().map(String::from))
         .unwrap();
     let (q, a) = (format!("{session}-q{n}"), format!("{session}-a{n}"));
     let records = [
@@ -291,7 +291,7 @@ fn stop_rolls_back(sb: &Sandbox, op: &Operation, new_id: &str) -> Operation {
 fn a_rollback_takes_the_turns_said_since_the_switch_along() {
     let (sb, pointer, log) = pointer_sandbox();
     let old_path = sb.project.join(format!("{SESSION}.jsonl"));
-    let (mut runner, mut stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let (runner, mut stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
     let old_bytes = fs::read(&old_path).unwrap();
     // Two exchanges in the rebuilt session since the switch.
     let rebuilt_path = sb.project.join(format!("{new_id}.jsonl"));

@@ -28,8 +28,7 @@ Records Claude Code's receipt that it resumed a rebuilt session, with its contex
 /// The `SessionStart` hook: record the receipt, report on stderr, stay quiet.
 pub fn ack(call: Invocation) -> Reply {
     match run(call.config.as_deref(), call.input) {
-        Ok(Resumed::RolledBack(line)) => Reply::Message(line),
-        Ok(Resumed::Candidate(op, first)) => {
+        Ok(Some((op, first))) => {
             eprintln!("ktr-ack: recorded the resume of operation {}", op.id);
             let message = resend_notice(&op);
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -42,7 +41,7 @@ pub fn ack(call: Invocation) -> Reply {
                 None => message.map_or(Reply::Quiet, Reply::Message),
             }
         }
-        Ok(Resumed::Other) => Reply::Quiet,
+        Ok(None) => Reply::Quiet,
         Err(e) => {
             eprintln!("ktr-ack: {e}");
             Reply::Quiet
@@ -50,52 +49,22 @@ pub fn ack(call: Invocation) -> Reply {
     }
 }
 
-/// What was resumed.
-enum Resumed {
-    /// The candidate of an operation (and whether this was its first receipt).
-    Candidate(Operation, bool),
-    /// The restore session of a rollback under way: the line that says so.
-    RolledBack(String),
-    /// Anything else.
-    Other,
-}
-
-/// Returns what was resumed: an acknowledged operation's candidate, a
-/// rollback's restore session, or something else.
-fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Resumed> {
+/// Returns the acknowledged operation, if any, and whether this was its
+/// first receipt.
+fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Option<(Operation, bool)>> {
     let input = input.ok_or_else(|| Error::usage("hook input is larger than 1 MiB; ignored"))?;
     let hook: SessionStartInput = serde_json::from_slice(&input)
         .map_err(|e| Error::usage(format!("cannot parse the SessionStart hook input: {e}")))?;
     if hook.source.as_deref() != Some("resume") {
-        return Ok(Resumed::Other);
+        return Ok(None);
     }
     let state_dir = locate_state_dir(config_arg)?;
     let session_id = SessionId::parse(&hook.session_id)?;
-    let store = Store::at(&state_dir);
-    let recorded = record(&store, &hook, &session_id);
+    let recorded = record(&Store::at(&state_dir), &hook, &session_id);
     // After the operation's receipt: whoever waits for the binding then
     // finds the receipt too.
     bind(&state_dir, &session_id);
-    Ok(match recorded? {
-        Some((op, first)) => Resumed::Candidate(op, first),
-        None => rolled_back_to(&store, &session_id).map_or(Resumed::Other, Resumed::RolledBack),
-    })
-}
-
-/// The line for the person when `session_id` is the restore session of a
-/// rollback switching now: `ktr: rolled back to <old>: the N turns said
-/// since the rebuild came along`.
-fn rolled_back_to(store: &Store, session_id: &SessionId) -> Option<String> {
-    let op = store.list().ok()?.into_iter().rev().find(|op| {
-        op.status == Status::RollingBack
-            && op
-                .restore
-                .as_ref()
-                .is_some_and(|r| r.session_id == *session_id)
-    })?;
-    let old = crate::recall::lineage::source_session(&op)?;
-    let turns = op.restore.as_ref().map_or(0, |r| r.turns);
-    Some(format!("ktr: {}", super::came_along(&old, turns)))
+    recorded
 }
 
 /// Record the receipt in the operation whose candidate was resumed.

@@ -135,8 +135,22 @@ fn switch_back(
         }
     };
     steps.say(format!("operation is {}", op.status));
+    if let (Some(r), Status::RolledBack) = (&op.restore, op.status) {
+        // Said on the pane for a while (tmux; the other targets have no
+        // screen), besides the history and `ktr status`.
+        let line = came_along(&old, r.turns);
+        steps.say(&line);
+        if matches!(target, Target::Tmux(_)) {
+            let _said = target.notice(&format!("ktr: {line}"));
+            thread::sleep(SAID_FOR);
+        }
+    }
     Ok(Outcome::done(op))
 }
+
+/// How long the pane's border says that a rollback took the turns said
+/// since the switch along.
+const SAID_FOR: std::time::Duration = std::time::Duration::from_secs(8);
 
 /// The line a rollback that took the turns said since the switch along
 /// leaves in the history, `ktr status` and the resumed session's screen.
