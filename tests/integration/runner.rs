@@ -317,8 +317,9 @@ fn a_rollback_takes_the_turns_said_since_the_switch_along() {
     );
     assert_eq!(fs::read(&rebuilt_path).unwrap(), rebuilt_bytes);
 
-    // The restore session: the old records, then the six said since,
-    // the first chained onto the old conversation's last record.
+    // The restore session: the old transcript's bytes, then the six
+    // records said since, verbatim, the first chained onto the old
+    // conversation's last record.
     let records = |bytes: &[u8]| -> Vec<serde_json::Value> {
         bytes
             .split(|b| *b == b'\n')
@@ -326,39 +327,25 @@ fn a_rollback_takes_the_turns_said_since_the_switch_along() {
             .map(|l| serde_json::from_slice(l).unwrap())
             .collect()
     };
-    let without = |mut v: serde_json::Value, keys: &[&str]| {
-        for k in keys {
-            v.as_object_mut().unwrap().remove(*k);
-        }
-        v
-    };
+    let restored = fs::read(&restore.path).unwrap();
+    assert!(restored.starts_with(&old_bytes));
     let old = records(&old_bytes);
-    let said = records(&rebuilt_bytes[written.len()..]);
-    assert_eq!(said.len(), 6);
-    let got = records(&fs::read(&restore.path).unwrap());
-    assert_eq!(got.len(), old.len() + said.len());
+    let said_bytes = &rebuilt_bytes[written.len()..];
+    let got = records(&restored[old_bytes.len()..]);
+    assert_eq!(got.len(), 6);
     assert_eq!(
         (restore.old_records, restore.new_records, restore.turns),
         (old.len(), 6, 2)
     );
-    for (g, o) in got.iter().zip(&old) {
-        assert_eq!(
-            without(g.clone(), &["sessionId"]),
-            without(o.clone(), &["sessionId"])
-        );
-        if g.get("sessionId").is_some() {
-            assert_eq!(g["sessionId"], restore_id.as_str());
-        }
-    }
     let old_last = old.iter().rev().find_map(|r| r["uuid"].as_str()).unwrap();
-    assert_eq!(got[old.len()]["parentUuid"], old_last);
-    for (g, s) in got[old.len()..].iter().zip(&said) {
-        assert_eq!(
-            without(g.clone(), &["sessionId", "parentUuid"]),
-            without(s.clone(), &["sessionId", "parentUuid"])
-        );
-        assert_eq!(g["sessionId"], restore_id.as_str());
-    }
+    let mut first = got[0].clone();
+    assert_eq!(first["parentUuid"], old_last);
+    first["parentUuid"] = records(said_bytes)[0]["parentUuid"].clone();
+    let mut expected = serde_json::to_vec(&first).unwrap();
+    expected.push(b'\n');
+    let rest = said_bytes.splitn(2, |b| *b == b'\n').nth(1).unwrap();
+    assert_eq!(&restored[restored.len() - rest.len()..], rest, "verbatim");
+    assert_eq!(records(&expected), records(said_bytes)[..1]);
 
     let line = format!("rolled back to {SESSION}: the 2 turns said since the rebuild came along");
     assert!(op.history.last().unwrap().note.starts_with(&line), "{op:?}");

@@ -6,12 +6,18 @@
 //! Claude Code appended since the switch. When that holds speech (the
 //! rules of [`super::appended`]: user or assistant text, channel messages,
 //! queued prompts), a rollback does not resume the old session as it was:
-//! it writes a restore session — the old transcript's records as they
-//! are, only `sessionId` naming the new session, then the records
-//! appended to the rebuilt session, verbatim but for `sessionId` and the
+//! it writes a restore session — the old transcript's bytes as they are,
+//! then the records appended to the rebuilt session, verbatim but for the
 //! link (`parentUuid`) of the first ones, which hangs them onto the old
 //! conversation's last record — checks it, and switches to it. The old
 //! transcript is only read.
+//!
+//! Nothing in the old records needs changing for a session of another id:
+//! Claude Code 2.1.328 takes the session from the file name and resumes a
+//! file whose records name other sessions (`sessionId`) in place, its next
+//! request carrying every turn (measured with the real CLI: a restore
+//! session holding 58 records of the old session's id and 29 of the
+//! rebuilt one's). Claude Code names the new session in what it appends.
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -53,12 +59,12 @@ pub(super) fn build(op: &Operation, old_transcript: &Path) -> Result<Option<Rest
     };
     let old = read(old_transcript)?;
     let id = SessionId::new_random();
-    let composed = compose(&old, &said, &id)?;
+    let composed = compose(&old, &said)?;
     let dir = candidate.path.parent().unwrap_or(Path::new("/"));
     let path: PathBuf = dir.join(format!("{id}.jsonl"));
     write_atomic(&path, composed.bytes.as_bytes(), 0o600, Existing::Refuse)?;
     let written = read(&path)?;
-    if let Err(why) = check(&written, &old, &said, &id, &composed.last_old) {
+    if let Err(why) = check(&written, &old, &said, &composed.last_old) {
         let _ = std::fs::remove_file(&path);
         return Err(Error::refused(format!(
             "the restore session {id} did not check out ({why}); removed it, the old session untouched"
@@ -145,34 +151,31 @@ struct Composed {
     last_old: String,
 }
 
-/// The old transcript's lines, then the said records, for session `id`.
-fn compose(old: &[u8], said: &Said, id: &SessionId) -> Result<Composed> {
-    let old = std::str::from_utf8(old).map_err(|e| {
+/// The old transcript's bytes (a last line without its end gets one),
+/// then the said records, those whose parent is not another said record
+/// chained onto the old conversation's last record.
+fn compose(old: &[u8], said: &Said) -> Result<Composed> {
+    let old_text = std::str::from_utf8(old).map_err(|e| {
         Error::refused(format!(
             "the old transcript is not UTF-8 ({e}); not rebuilt"
         ))
     })?;
-    let session = Value::from(id.as_str()).to_string();
-    let with_session = |line: &str| match serde_json::from_str::<Value>(line) {
-        Ok(v) if v.get("sessionId").is_some() => {
-            with_top_level(line, "sessionId", &session).unwrap_or_else(|| line.to_string())
-        }
-        _ => line.to_string(),
-    };
     let mut out =
-        String::with_capacity(old.len() + said.records.iter().map(String::len).sum::<usize>());
+        String::with_capacity(old.len() + said.records.iter().map(String::len).sum::<usize>() + 1);
+    out.push_str(old_text);
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
     let mut last_old = None;
     let mut old_records = 0;
-    for line in old.split_terminator('\n') {
+    for line in old_text.split_terminator('\n').filter(|l| !l.is_empty()) {
+        old_records += 1;
         if let Ok(v) = serde_json::from_str::<Value>(line)
             && let Some(uuid) = v["uuid"].as_str()
             && v["isSidechain"].as_bool() != Some(true)
         {
             last_old = Some(uuid.to_string());
         }
-        out.push_str(&with_session(line));
-        out.push('\n');
-        old_records += usize::from(!line.is_empty());
     }
     let last_old = last_old.ok_or_else(|| {
         Error::refused("the old transcript holds no record with a uuid to chain the new turns onto")
@@ -180,16 +183,13 @@ fn compose(old: &[u8], said: &Said, id: &SessionId) -> Result<Composed> {
     let parent = Value::from(last_old.as_str()).to_string();
     let ours: HashSet<String> = said.records.iter().filter_map(|l| uuid_of(l)).collect();
     for line in &said.records {
-        let outside = serde_json::from_str::<Value>(line)
-            .ok()
-            .and_then(|v| v["parentUuid"].as_str().map(str::to_string))
-            .is_some_and(|p| !ours.contains(&p));
-        let line = if outside {
-            with_top_level(line, "parentUuid", &parent).unwrap_or_else(|| line.clone())
+        if relinked(line, &ours) {
+            out.push_str(
+                &with_top_level(line, "parentUuid", &parent).unwrap_or_else(|| line.clone()),
+            );
         } else {
-            line.clone()
-        };
-        out.push_str(&with_session(&line));
+            out.push_str(line);
+        }
         out.push('\n');
     }
     Ok(Composed {
@@ -199,83 +199,81 @@ fn compose(old: &[u8], said: &Said, id: &SessionId) -> Result<Composed> {
     })
 }
 
+/// Whether a said record hangs onto a record outside the said ones (the
+/// rebuilt session's carried turns): it is chained onto the old
+/// conversation instead.
+fn relinked(line: &str, ours: &HashSet<String>) -> bool {
+    serde_json::from_str::<Value>(line)
+        .ok()
+        .and_then(|v| v["parentUuid"].as_str().map(str::to_string))
+        .is_some_and(|p| !ours.contains(&p))
+}
+
 fn uuid_of(line: &str) -> Option<String> {
     serde_json::from_str::<Value>(line)
         .ok()
         .and_then(|v| v["uuid"].as_str().map(str::to_string))
 }
 
-/// The restore session as written holds every old record, then every said
-/// record, and nothing else; each differs from its original only in
-/// `sessionId` (now `id`) and, for a said record whose parent is not
-/// another said record, `parentUuid` (now `last_old`).
+/// The restore session as written begins with the old transcript's bytes
+/// and holds after them every said record and nothing else, each as it
+/// was but for the `parentUuid` of one whose parent is not another said
+/// record (now `last_old`).
 fn check(
     written: &[u8],
     old: &[u8],
     said: &Said,
-    id: &SessionId,
     last_old: &str,
 ) -> std::result::Result<(), String> {
-    let lines = |b: &[u8]| -> Vec<Vec<u8>> {
-        b.split(|c| *c == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect()
+    let Some(after) = written.strip_prefix(old) else {
+        return Err("it does not begin with the old transcript's bytes".into());
     };
-    let got = lines(written);
-    // Empty old lines are not records (and are written back as empty lines).
-    let old_lines: Vec<&str> = std::str::from_utf8(old)
-        .map_err(|_| "the old transcript is not UTF-8".to_string())?
-        .split_terminator('\n')
+    let after = if !old.is_empty() && !old.ends_with(b"\n") {
+        after
+            .strip_prefix(b"\n")
+            .ok_or("the old transcript's last line was not ended")?
+    } else {
+        after
+    };
+    let got: Vec<&[u8]> = after
+        .split(|c| *c == b'\n')
+        .filter(|l| !l.is_empty())
         .collect();
-    let kept: Vec<&&str> = old_lines.iter().filter(|l| !l.is_empty()).collect();
-    if got.len() != kept.len() + said.records.len() {
+    if got.len() != said.records.len() {
         return Err(format!(
-            "{} records, expected {} old and {} new",
+            "{} records after the old ones, expected {}",
             got.len(),
-            kept.len(),
             said.records.len()
         ));
     }
     let ours: HashSet<String> = said.records.iter().filter_map(|l| uuid_of(l)).collect();
-    let original = kept.iter().map(|l| (l.as_bytes(), false));
-    let new = said.records.iter().map(|l| (l.as_bytes(), true));
-    for (n, (line, (was, is_new))) in got.iter().zip(original.chain(new)).enumerate() {
-        let same = match (
-            serde_json::from_slice::<Value>(line),
-            serde_json::from_slice::<Value>(was),
-        ) {
-            (Ok(mut now), Ok(mut then)) => {
-                if now.get("sessionId").is_some() && now["sessionId"].as_str() != Some(id.as_str())
-                {
-                    return Err(format!("record {} names another session", n + 1));
-                }
-                let relinked = is_new
-                    && then["parentUuid"]
-                        .as_str()
-                        .is_some_and(|p| !ours.contains(p));
-                if relinked && now["parentUuid"].as_str() != Some(last_old) {
-                    return Err(format!(
-                        "record {} is not chained onto the old conversation",
-                        n + 1
-                    ));
-                }
-                for key in ["sessionId", "parentUuid"] {
-                    if key == "sessionId" || relinked {
-                        if let Some(o) = now.as_object_mut() {
-                            o.remove(key);
-                        }
-                        if let Some(o) = then.as_object_mut() {
-                            o.remove(key);
+    for (n, (line, was)) in got.iter().zip(&said.records).enumerate() {
+        let same = if relinked(was, &ours) {
+            match (
+                serde_json::from_slice::<Value>(line),
+                serde_json::from_str::<Value>(was),
+            ) {
+                (Ok(mut now), Ok(mut then)) => {
+                    if now["parentUuid"].as_str() != Some(last_old) {
+                        return Err(format!(
+                            "new record {} is not chained onto the old conversation",
+                            n + 1
+                        ));
+                    }
+                    for v in [&mut now, &mut then] {
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("parentUuid");
                         }
                     }
+                    now == then
                 }
-                now == then
+                _ => false,
             }
-            _ => line.as_slice() == was,
+        } else {
+            *line == was.as_bytes()
         };
         if !same {
-            return Err(format!("record {} differs from its original", n + 1));
+            return Err(format!("new record {} differs from its original", n + 1));
         }
     }
     Ok(())
@@ -396,22 +394,25 @@ mod tests {
     #[test]
     fn the_restore_session_is_the_old_records_then_the_new_ones_chained_on() {
         let said = said_in(appended().as_bytes()).unwrap();
-        let id = SessionId::parse("9e2a3b7f-5d1c-4a8e-8a13-0f2b7d4e0b7d").unwrap();
         let old = old_transcript();
-        let composed = compose(old.as_bytes(), &said, &id).unwrap();
+        let composed = compose(old.as_bytes(), &said).unwrap();
         assert_eq!(
             (composed.old_records, composed.last_old.as_str()),
             (4, "o3")
         );
+        // The old transcript's bytes as they are, then the new records.
+        assert!(composed.bytes.starts_with(&old));
         let lines: Vec<Value> = composed
             .bytes
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(lines.len(), 7);
-        for l in &lines {
-            assert_eq!(l["sessionId"], id.as_str(), "{l}");
-        }
+        let sessions: Vec<&str> = lines
+            .iter()
+            .map(|l| l["sessionId"].as_str().unwrap())
+            .collect();
+        assert_eq!(sessions, [OLD, OLD, OLD, OLD, NEW, NEW, NEW]);
         let parents: Vec<&Value> = lines.iter().map(|l| &l["parentUuid"]).collect();
         assert_eq!(
             parents,
@@ -425,25 +426,30 @@ mod tests {
                 &json!("n1")
             ]
         );
-        // Byte for byte but for those values.
-        let first = composed.bytes.lines().next().unwrap();
-        assert_eq!(first, old.lines().next().unwrap().replace(OLD, id.as_str()));
-        check(composed.bytes.as_bytes(), old.as_bytes(), &said, &id, "o3").unwrap();
-        // A record lost, one changed, one added: each is caught.
+        check(composed.bytes.as_bytes(), old.as_bytes(), &said, "o3").unwrap();
+        // An old record lost, a new one changed, one added, one unchained:
+        // each is caught.
         let mut lost: Vec<&str> = composed.bytes.lines().collect();
         lost.remove(1);
         let lost = lost.join("\n") + "\n";
-        assert!(check(lost.as_bytes(), old.as_bytes(), &said, &id, "o3").is_err());
+        let why = check(lost.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        assert_eq!(why, "it does not begin with the old transcript's bytes");
         let changed = composed.bytes.replace("new answer", "other answer");
-        let why = check(changed.as_bytes(), old.as_bytes(), &said, &id, "o3").unwrap_err();
-        assert_eq!(why, "record 7 differs from its original");
+        let why = check(changed.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        assert_eq!(why, "new record 3 differs from its original");
         let added = composed.bytes.clone() + &line(&json!({"type": "user", "uuid": "x"}));
-        assert!(check(added.as_bytes(), old.as_bytes(), &said, &id, "o3").is_err());
+        let why = check(added.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        assert_eq!(why, "4 records after the old ones, expected 3");
         let unchained = composed
             .bytes
             .replace("\"parentUuid\":\"o3\"", "\"parentUuid\":\"c9\"");
-        let why = check(unchained.as_bytes(), old.as_bytes(), &said, &id, "o3").unwrap_err();
-        assert_eq!(why, "record 5 is not chained onto the old conversation");
+        let why = check(unchained.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        assert_eq!(why, "new record 1 is not chained onto the old conversation");
+        // An old transcript whose last line has no end gets one.
+        let cut = old.trim_end_matches('\n');
+        let composed = compose(cut.as_bytes(), &said).unwrap();
+        assert!(composed.bytes.starts_with(&old));
+        check(composed.bytes.as_bytes(), cut.as_bytes(), &said, "o3").unwrap();
     }
 
     #[test]
