@@ -352,6 +352,29 @@ fn a_rollback_takes_the_turns_said_since_the_switch_along() {
     let status = sb.run("status", None, &[]);
     assert!(status.stdout.contains(&line), "{}", status.stdout);
 
+    // Recall knows the restore session: its lineage goes through the
+    // rebuilt session to the old one.
+    let out = sb.run(
+        "recall",
+        None,
+        &["--json", "--current", &restore_id, "SAID-SINCE answer 1"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let lineage: Vec<&str> = v["lineage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(lineage, [restore_id.as_str(), new_id.as_str(), SESSION]);
+    let found: Vec<&str> = v["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, [restore_id.as_str(), new_id.as_str()]);
+
     // The next prompt runs on the restore session.
     writeln!(stdin, "third").unwrap();
     assert!(wait_for(Duration::from_secs(30), || runs(&log).len() == 3));
