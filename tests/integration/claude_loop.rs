@@ -288,6 +288,22 @@ impl Loop {
         op
     }
 
+    /// Wait for the rollback to end; it must end `rolled_back`.
+    #[track_caller]
+    fn wait_rolled_back(&self) -> Operation {
+        let op = self.wait_status("the rollback to finish", |s| {
+            matches!(s, Status::RolledBack | Status::Failed)
+        });
+        assert_eq!(
+            op.status,
+            Status::RolledBack,
+            "{}\n{}",
+            notes(&op),
+            self.diagnosis()
+        );
+        op
+    }
+
     /// Wait until the pane's input line reads `want`.
     #[track_caller]
     fn wait_input(&self, want: &Input) {
@@ -620,16 +636,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     // may never be seen on the screen: wait for the operation instead.
     lp.tmux
         .type_line("USER-L5 还是回到旧窗口吧 ROLLBACK-ASK，我确认。");
-    let op = lp.wait_status("the rollback to finish", |s| {
-        matches!(s, Status::RolledBack | Status::Failed)
-    });
-    assert_eq!(
-        op.status,
-        Status::RolledBack,
-        "{}\n{}",
-        notes(&op),
-        lp.diagnosis()
-    );
+    let op = lp.wait_rolled_back();
     assert!(
         op.history.iter().any(|t| t.to == Status::RollbackScheduled
             && t.note.contains(&format!("Stop hook of session {new_id}"))),
@@ -722,16 +729,7 @@ fn a_rollback_takes_the_turns_said_since_the_rebuild_along() {
     assert_eq!(op.status, Status::RollbackPending);
     // Sent while the rollback waits for the next Stop.
     lp.tmux.type_line("USER-S3 SINCE-THREE 等回滚时的第三句");
-    let op = lp.wait_status("the rollback to finish", |s| {
-        matches!(s, Status::RolledBack | Status::Failed)
-    });
-    assert_eq!(
-        op.status,
-        Status::RolledBack,
-        "{}\n{}",
-        notes(&op),
-        lp.diagnosis()
-    );
+    let op = lp.wait_rolled_back();
     let restore = op.restore.clone().expect("a restore session");
     assert_ne!(restore.session_id, lp.source_id);
     assert_eq!(restore.turns, 3, "{}", notes(&op));

@@ -291,7 +291,7 @@ fn stop_rolls_back(sb: &Sandbox, op: &Operation, new_id: &str) -> Operation {
 fn a_rollback_takes_the_turns_said_since_the_switch_along() {
     let (sb, pointer, log) = pointer_sandbox();
     let old_path = sb.project.join(format!("{SESSION}.jsonl"));
-    let (runner, mut stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let (runner, stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
     let old_bytes = fs::read(&old_path).unwrap();
     // Two exchanges in the rebuilt session since the switch.
     let rebuilt_path = sb.project.join(format!("{new_id}.jsonl"));
@@ -376,22 +376,14 @@ fn a_rollback_takes_the_turns_said_since_the_switch_along() {
     assert_eq!(found, [restore_id.as_str(), new_id.as_str()]);
 
     // The next prompt runs on the restore session.
-    writeln!(stdin, "third").unwrap();
-    assert!(wait_for(Duration::from_secs(30), || runs(&log).len() == 3));
-    assert_eq!(
-        runs(&log)[2][..4],
-        ["-p", "--resume", restore_id.as_str(), "third"]
-    );
-    drop(stdin);
-    let out = runner.wait_with_output().unwrap();
-    assert!(out.status.success(), "{out:?}");
+    third_runs_on(runner, stdin, &log, &restore_id);
 }
 
 #[test]
 fn a_rollback_with_nothing_said_since_the_switch_resumes_the_old_session() {
     let (sb, pointer, log) = pointer_sandbox();
     let old_path = sb.project.join(format!("{SESSION}.jsonl"));
-    let (runner, mut stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let (runner, stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
     let old_bytes = fs::read(&old_path).unwrap();
     sb.store().rollback_request(&op.id, "ROLLBACK").unwrap();
     let op = stop_rolls_back(&sb, &op, &new_id);
@@ -404,9 +396,16 @@ fn a_rollback_with_nothing_said_since_the_switch_resumes_the_old_session() {
         sessions, 2,
         "the old session and the rebuilt one, nothing else"
     );
+    third_runs_on(runner, stdin, &log, SESSION);
+}
+
+/// The runner's next prompt, `third`, runs on `session`; then it ends.
+#[track_caller]
+fn third_runs_on(runner: Child, mut stdin: std::process::ChildStdin, log: &Path, session: &str) {
     writeln!(stdin, "third").unwrap();
-    assert!(wait_for(Duration::from_secs(30), || runs(&log).len() == 3));
-    assert_eq!(runs(&log)[2][..4], ["-p", "--resume", SESSION, "third"]);
+    assert!(wait_for(Duration::from_secs(30), || runs(log).len() == 3));
+    assert_eq!(runs(log)[2][..4], ["-p", "--resume", session, "third"]);
     drop(stdin);
-    assert!(runner.wait_with_output().unwrap().status.success());
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
 }

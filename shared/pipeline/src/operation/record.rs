@@ -371,25 +371,19 @@ impl Operation {
                 ));
             }
         }
-        if let Some(candidate) = &self.candidate {
-            let name = format!("{}.jsonl", candidate.session_id);
-            if !plain_absolute(&candidate.path)
-                || candidate.path.file_name() != Some(std::ffi::OsStr::new(&name))
-            {
+        let sessions = [
+            self.candidate
+                .as_ref()
+                .map(|c| ("candidate", &c.session_id, &c.path)),
+            self.restore
+                .as_ref()
+                .map(|r| ("restore", &r.session_id, &r.path)),
+        ];
+        for (what, session, path) in sessions.into_iter().flatten() {
+            let name = format!("{session}.jsonl");
+            if !plain_absolute(path) || path.file_name() != Some(std::ffi::OsStr::new(&name)) {
                 return Some(format!(
-                    "candidate path {:?} is not an absolute path to {name}",
-                    candidate.path
-                ));
-            }
-        }
-        if let Some(restore) = &self.restore {
-            let name = format!("{}.jsonl", restore.session_id);
-            if !plain_absolute(&restore.path)
-                || restore.path.file_name() != Some(std::ffi::OsStr::new(&name))
-            {
-                return Some(format!(
-                    "restore path {:?} is not an absolute path to {name}",
-                    restore.path
+                    "{what} path {path:?} is not an absolute path to {name}"
                 ));
             }
         }
