@@ -20,7 +20,8 @@
 //! rebuilt one's). Claude Code names the new session in what it appends.
 
 use std::collections::HashSet;
-use std::io::Read;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -31,7 +32,7 @@ use crate::operation::{CandidateFile, Operation, RestoreFile};
 use crate::targets::Ran;
 use ktr_base::digest::Sha256;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{Existing, write_atomic};
+use ktr_base::fsutil::{Existing, write_atomic_with};
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, open_regular};
 use ktr_engine::with_top_level;
@@ -57,42 +58,63 @@ pub(super) fn build(op: &Operation, old_transcript: &Path) -> Result<Option<Rest
     let Some(said) = said_since_switch(candidate)? else {
         return Ok(None);
     };
-    let old = read(old_transcript)?;
+    let old = open_regular(old_transcript, Links::Refuse)
+        .map_err(|e| Error::io_at("read", old_transcript, &e))?;
     let id = SessionId::new_random();
-    let composed = compose(&old, &said)?;
     let dir = candidate.path.parent().unwrap_or(Path::new("/"));
     let path: PathBuf = dir.join(format!("{id}.jsonl"));
-    write_atomic(&path, composed.bytes.as_bytes(), 0o600, Existing::Refuse)?;
-    let written = read(&path)?;
-    if let Err(why) = check(&written, &old, &said, &composed.last_old) {
+    // Streamed: the old transcript may be large; only a line at a time
+    // and what was said since the switch are held.
+    let composed = write_atomic_with(&path, 0o600, Existing::Refuse, |out| {
+        compose(&old, &said, &mut std::io::BufWriter::new(out))
+    })?;
+    let Some(composed) = composed else {
         let _ = std::fs::remove_file(&path);
-        return Err(Error::refused(format!(
-            "the restore session {id} did not check out ({why}); removed it, the old session untouched"
-        )));
+        return Err(Error::refused(
+            "the old transcript holds no record with a uuid to chain the turns said since the switch onto; the old session untouched",
+        ));
+    };
+    let checked = open_regular(&path, Links::Refuse)
+        .map_err(|e| Error::io_at("read", &path, &e))
+        .map(|file| check(&file, &composed, &said));
+    match checked {
+        Ok(Ok(sha256)) => Ok(Some(RestoreFile {
+            session_id: id,
+            path,
+            sha256,
+            old_records: composed.old_records,
+            new_records: said.records.len(),
+            turns: said.turns,
+        })),
+        Ok(Err(why)) => {
+            let _ = std::fs::remove_file(&path);
+            Err(Error::refused(format!(
+                "the restore session {id} did not check out ({why}); removed it, the old session untouched"
+            )))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
     }
-    Ok(Some(RestoreFile {
-        session_id: id,
-        path,
-        sha256: Sha256::of_bytes(&written),
-        old_records: composed.old_records,
-        new_records: said.records.len(),
-        turns: said.turns,
-    }))
 }
 
 /// The speech the rebuilt session `candidate` holds after what ktr wrote
 /// (None when there is none). An error when its transcript no longer
 /// begins with the bytes ktr wrote.
 pub(super) fn said_since_switch(candidate: &CandidateFile) -> Result<Option<Said>> {
-    let bytes = read(&candidate.path)?;
-    let written = written_len(&bytes, &candidate.sha256).ok_or_else(|| {
-        Error::refused(format!(
-            "the rebuilt session's transcript {} no longer begins with the bytes ktr wrote (sha256 {}): what was said since the switch cannot be told apart",
-            candidate.path.display(),
-            candidate.sha256.short()
-        ))
-    })?;
-    Ok(said_in(&bytes[written..]))
+    let path = &candidate.path;
+    let file = open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))?;
+    let after = after_written(file, &candidate.sha256)
+        .map_err(|e| Error::io_at("read", path, &e))?
+        .ok_or_else(|| {
+            Error::refused(format!(
+                "the rebuilt session's transcript {} no longer begins with the bytes ktr wrote (sha256 {}): what was said since the switch cannot be told apart",
+                path.display(),
+                candidate.sha256.short()
+            ))
+        })?;
+    Ok(said_in(&after))
 }
 
 /// The speech in `appended` (whole lines only; a line still being written
@@ -129,74 +151,106 @@ fn said_in(appended: &[u8]) -> Option<Said> {
     speech.then_some(said)
 }
 
-/// The length of the whole-line prefix of `bytes` whose digest is `want`.
-fn written_len(bytes: &[u8], want: &Sha256) -> Option<usize> {
+/// What follows the whole-line prefix of `input` whose digest is `want`
+/// (None when no such prefix), read a line at a time.
+fn after_written(input: impl Read, want: &Sha256) -> std::io::Result<Option<Vec<u8>>> {
+    let mut input = BufReader::with_capacity(1 << 16, input);
     let mut hasher = sha2::Sha256::new();
-    let mut at = 0;
-    for end in memchr::memchr_iter(b'\n', bytes) {
-        hasher.update(&bytes[at..=end]);
-        at = end + 1;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line)? == 0 || !line.ends_with(b"\n") {
+            return Ok(None);
+        }
+        hasher.update(&line);
         if Sha256::of_hasher(hasher.clone()) == *want {
-            return Some(at);
+            let mut rest = Vec::new();
+            input.read_to_end(&mut rest)?;
+            return Ok(Some(rest));
         }
     }
-    None
 }
 
-/// The restore session's text and what it was made of.
+/// What the restore session was made of.
+#[derive(Debug)]
 struct Composed {
-    bytes: String,
+    /// How many bytes of the old transcript it begins with, and their digest.
+    old_bytes: u64,
+    old_sha256: Sha256,
+    /// The old transcript's last line had no end: one was added.
+    ended: bool,
     old_records: usize,
     /// The uuid of the old conversation's last record.
     last_old: String,
 }
 
-/// The old transcript's bytes (a last line without its end gets one),
-/// then the said records, those whose parent is not another said record
-/// chained onto the old conversation's last record.
-fn compose(old: &[u8], said: &Said) -> Result<Composed> {
-    let old_text = std::str::from_utf8(old).map_err(|e| {
-        Error::refused(format!(
-            "the old transcript is not UTF-8 ({e}); not rebuilt"
-        ))
-    })?;
-    let mut out =
-        String::with_capacity(old.len() + said.records.iter().map(String::len).sum::<usize>() + 1);
-    out.push_str(old_text);
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
-    }
-    let mut last_old = None;
-    let mut old_records = 0;
-    for line in old_text.split_terminator('\n').filter(|l| !l.is_empty()) {
+/// The fields of a record that tell its place in the conversation (the
+/// rest is skipped, never held).
+#[derive(serde::Deserialize)]
+struct Place {
+    uuid: Option<String>,
+    #[serde(rename = "isSidechain")]
+    is_sidechain: Option<bool>,
+}
+
+/// Write the old transcript's bytes (a last line without its end gets
+/// one), then the said records, those whose parent is not another said
+/// record chained onto the old conversation's last record. None when the
+/// old transcript holds no record to chain onto.
+fn compose(old: impl Read, said: &Said, out: &mut impl Write) -> std::io::Result<Option<Composed>> {
+    let mut old = BufReader::with_capacity(1 << 16, old);
+    let mut hasher = sha2::Sha256::new();
+    let (mut old_bytes, mut old_records, mut last_old) = (0u64, 0usize, None);
+    let mut line = Vec::new();
+    let mut ended = false;
+    loop {
+        line.clear();
+        if old.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        out.write_all(&line)?;
+        hasher.update(&line);
+        old_bytes += line.len() as u64;
+        let record = line.strip_suffix(b"\n").unwrap_or(&line);
+        if record.is_empty() {
+            continue;
+        }
         old_records += 1;
-        if let Ok(v) = serde_json::from_str::<Value>(line)
-            && let Some(uuid) = v["uuid"].as_str()
-            && v["isSidechain"].as_bool() != Some(true)
+        if let Ok(Place {
+            uuid: Some(uuid),
+            is_sidechain,
+        }) = serde_json::from_slice::<Place>(record)
+            && is_sidechain != Some(true)
         {
-            last_old = Some(uuid.to_string());
+            last_old = Some(uuid);
+        }
+        if !line.ends_with(b"\n") {
+            out.write_all(b"\n")?;
+            ended = true;
         }
     }
-    let last_old = last_old.ok_or_else(|| {
-        Error::refused("the old transcript holds no record with a uuid to chain the new turns onto")
-    })?;
+    let Some(last_old) = last_old else {
+        return Ok(None);
+    };
     let parent = Value::from(last_old.as_str()).to_string();
     let ours: HashSet<String> = said.records.iter().filter_map(|l| uuid_of(l)).collect();
-    for line in &said.records {
-        if relinked(line, &ours) {
-            out.push_str(
-                &with_top_level(line, "parentUuid", &parent).unwrap_or_else(|| line.clone()),
-            );
+    for record in &said.records {
+        if relinked(record, &ours) {
+            let chained = with_top_level(record, "parentUuid", &parent);
+            out.write_all(chained.as_deref().unwrap_or(record).as_bytes())?;
         } else {
-            out.push_str(line);
+            out.write_all(record.as_bytes())?;
         }
-        out.push('\n');
+        out.write_all(b"\n")?;
     }
-    Ok(Composed {
-        bytes: out,
+    out.flush()?;
+    Ok(Some(Composed {
+        old_bytes,
+        old_sha256: Sha256::of_hasher(hasher),
+        ended,
         old_records,
         last_old,
-    })
+    }))
 }
 
 /// Whether a said record hangs onto a record outside the said ones (the
@@ -218,22 +272,25 @@ fn uuid_of(line: &str) -> Option<String> {
 /// The restore session as written begins with the old transcript's bytes
 /// and holds after them every said record and nothing else, each as it
 /// was but for the `parentUuid` of one whose parent is not another said
-/// record (now `last_old`).
-fn check(
-    written: &[u8],
-    old: &[u8],
-    said: &Said,
-    last_old: &str,
-) -> std::result::Result<(), String> {
-    let Some(after) = written.strip_prefix(old) else {
+/// record (now the old conversation's last record). Its digest when it does.
+fn check(written: &File, composed: &Composed, said: &Said) -> std::result::Result<Sha256, String> {
+    use std::os::unix::fs::FileExt;
+    let unreadable = |e: std::io::Error| format!("it cannot be read back: {e}");
+    let (prefix, n) = Sha256::of_prefix(written, composed.old_bytes).map_err(unreadable)?;
+    if n != composed.old_bytes || prefix != composed.old_sha256 {
         return Err("it does not begin with the old transcript's bytes".into());
-    };
-    let after = if !old.is_empty() && !old.ends_with(b"\n") {
+    }
+    let len = written.metadata().map_err(unreadable)?.len();
+    let mut after = vec![0; usize::try_from(len - composed.old_bytes).unwrap_or(0)];
+    written
+        .read_exact_at(&mut after, composed.old_bytes)
+        .map_err(unreadable)?;
+    let after = if composed.ended {
         after
             .strip_prefix(b"\n")
             .ok_or("the old transcript's last line was not ended")?
     } else {
-        after
+        &after[..]
     };
     let got: Vec<&[u8]> = after
         .split(|c| *c == b'\n')
@@ -254,7 +311,7 @@ fn check(
                 serde_json::from_str::<Value>(was),
             ) {
                 (Ok(mut now), Ok(mut then)) => {
-                    if now["parentUuid"].as_str() != Some(last_old) {
+                    if now["parentUuid"].as_str() != Some(composed.last_old.as_str()) {
                         return Err(format!(
                             "new record {} is not chained onto the old conversation",
                             n + 1
@@ -276,7 +333,8 @@ fn check(
             return Err(format!("new record {} differs from its original", n + 1));
         }
     }
-    Ok(())
+    let (whole, _) = Sha256::of_prefix(written, len).map_err(unreadable)?;
+    Ok(whole)
 }
 
 /// What the target runs after the rollback: what it ran before the switch,
@@ -304,15 +362,6 @@ pub(super) fn ran_as(ran: &Ran, to: &SessionId) -> Ran {
         argv,
         cwd: ran.cwd.clone(),
     }
-}
-
-/// A transcript's bytes, never through a link.
-fn read(path: &Path) -> Result<Vec<u8>> {
-    let mut file = open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| Error::io_at("read", path, &e))?;
-    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -386,24 +435,40 @@ mod tests {
         let written = "{\"a\":1}\n{\"b\":2}\n";
         let digest = Sha256::of_bytes(written.as_bytes());
         let file = format!("{written}{}", appended());
-        assert_eq!(written_len(file.as_bytes(), &digest), Some(written.len()));
-        assert_eq!(written_len(b"{\"a\":1}\n", &digest), None);
-        assert_eq!(written_len(b"{\"x\":1}\n{\"b\":2}\n", &digest), None);
+        let after = after_written(file.as_bytes(), &digest).unwrap();
+        assert_eq!(after.as_deref(), Some(appended().as_bytes()));
+        assert_eq!(after_written(&b"{\"a\":1}\n"[..], &digest).unwrap(), None);
+        assert_eq!(
+            after_written(&b"{\"x\":1}\n{\"b\":2}\n"[..], &digest).unwrap(),
+            None
+        );
+    }
+
+    /// Compose a restore session from `old` into a file; its text, what
+    /// it was made of, and the file.
+    fn composed(old: &str, said: &Said) -> (String, Composed, tempfile::NamedTempFile) {
+        let mut out = Vec::new();
+        let c = compose(old.as_bytes(), said, &mut out).unwrap().unwrap();
+        let text = String::from_utf8(out).unwrap();
+        (text.clone(), c, written(&text))
+    }
+
+    fn written(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
     }
 
     #[test]
     fn the_restore_session_is_the_old_records_then_the_new_ones_chained_on() {
         let said = said_in(appended().as_bytes()).unwrap();
         let old = old_transcript();
-        let composed = compose(old.as_bytes(), &said).unwrap();
-        assert_eq!(
-            (composed.old_records, composed.last_old.as_str()),
-            (4, "o3")
-        );
+        let (text, c, file) = composed(&old, &said);
+        assert_eq!((c.old_records, c.last_old.as_str()), (4, "o3"));
+        assert_eq!((c.old_bytes, c.ended), (old.len() as u64, false));
         // The old transcript's bytes as they are, then the new records.
-        assert!(composed.bytes.starts_with(&old));
-        let lines: Vec<Value> = composed
-            .bytes
+        assert!(text.starts_with(&old));
+        let lines: Vec<Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
@@ -426,30 +491,35 @@ mod tests {
                 &json!("n1")
             ]
         );
-        check(composed.bytes.as_bytes(), old.as_bytes(), &said, "o3").unwrap();
+        assert_eq!(
+            check(file.as_file(), &c, &said),
+            Ok(Sha256::of_bytes(text.as_bytes()))
+        );
         // An old record lost, a new one changed, one added, one unchained:
         // each is caught.
-        let mut lost: Vec<&str> = composed.bytes.lines().collect();
+        let mut lost: Vec<&str> = text.lines().collect();
         lost.remove(1);
         let lost = lost.join("\n") + "\n";
-        let why = check(lost.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        let why = check(written(&lost).as_file(), &c, &said).unwrap_err();
         assert_eq!(why, "it does not begin with the old transcript's bytes");
-        let changed = composed.bytes.replace("new answer", "other answer");
-        let why = check(changed.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        let changed = text.replace("new answer", "other answer");
+        let why = check(written(&changed).as_file(), &c, &said).unwrap_err();
         assert_eq!(why, "new record 3 differs from its original");
-        let added = composed.bytes.clone() + &line(&json!({"type": "user", "uuid": "x"}));
-        let why = check(added.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        let added = text.clone() + &line(&json!({"type": "user", "uuid": "x"}));
+        let why = check(written(&added).as_file(), &c, &said).unwrap_err();
         assert_eq!(why, "4 records after the old ones, expected 3");
-        let unchained = composed
-            .bytes
-            .replace("\"parentUuid\":\"o3\"", "\"parentUuid\":\"c9\"");
-        let why = check(unchained.as_bytes(), old.as_bytes(), &said, "o3").unwrap_err();
+        let unchained = text.replace("\"parentUuid\":\"o3\"", "\"parentUuid\":\"c9\"");
+        let why = check(written(&unchained).as_file(), &c, &said).unwrap_err();
         assert_eq!(why, "new record 1 is not chained onto the old conversation");
         // An old transcript whose last line has no end gets one.
         let cut = old.trim_end_matches('\n');
-        let composed = compose(cut.as_bytes(), &said).unwrap();
-        assert!(composed.bytes.starts_with(&old));
-        check(composed.bytes.as_bytes(), cut.as_bytes(), &said, "o3").unwrap();
+        let (text, c, file) = composed(cut, &said);
+        assert!(c.ended && text.starts_with(&old));
+        assert!(check(file.as_file(), &c, &said).is_ok());
+        // Nothing to chain onto.
+        let mut out = Vec::new();
+        let none = compose(&b"{\"type\":\"last-prompt\"}\n"[..], &said, &mut out).unwrap();
+        assert!(none.is_none());
     }
 
     #[test]
