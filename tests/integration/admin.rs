@@ -690,21 +690,9 @@ fn prune_keeps_a_restore_session_and_its_lineage() {
     use Status::*;
     let sb = Sandbox::new();
     fs::write(sb.project.join("source-session.jsonl"), "old\n").unwrap();
-    let mut op = finished(
-        &sb,
-        &[
-            Scheduled,
-            Running,
-            Verifying,
-            Activating,
-            Activated,
-            RollbackPending,
-            RollbackScheduled,
-            RollingBack,
-            RolledBack,
-        ],
-        OLD,
-    );
+    let switched = [Scheduled, Running, Verifying, Activating, Activated];
+    let back = [RollbackPending, RollbackScheduled, RollingBack, RolledBack];
+    let mut op = finished(&sb, &[&switched[..], &back[..]].concat(), OLD);
     let candidate = with_candidate(&sb, &mut op, 1);
     let rid = "eeeeeeee-0000-4000-8000-000000000001";
     let restore = sb.project.join(format!("{rid}.jsonl"));
