@@ -232,6 +232,21 @@ pub fn human(v: &StatusView) -> String {
             "a human must check what the target runs now".into(),
         );
     }
+    if let Some(r) = &v.restore {
+        line(
+            "restore session",
+            format!(
+                "{} ({}: the old session's {} records, then {} since the switch)",
+                r.session_id,
+                r.path.display(),
+                r.old_records,
+                r.new_records
+            ),
+        );
+    }
+    if let Some(said) = &v.rolled_back {
+        line("rolled back", said.clone());
+    }
     if let Some(ok) = v.rollback_ok {
         line("fallback worked", ok.to_string());
     }

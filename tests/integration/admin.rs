@@ -683,6 +683,55 @@ fn prune_deletes_only_old_terminal_operations_and_their_own_leftovers() {
         .stdout_contains("nothing older than 30 days to prune");
 }
 
+/// A rolled-back operation that wrote a restore session (SPEC §10): prune
+/// removes the operation but never the restore session nor the rebuilt
+/// one, and keeps both links, so recall's lineage of the restore session
+/// still goes through the rebuilt session to the old one.
+#[test]
+fn prune_keeps_a_restore_session_and_its_lineage() {
+    use Status::*;
+    let sb = Sandbox::new();
+    fs::write(sb.project.join("source-session.jsonl"), "old\n").unwrap();
+    let switched = [Scheduled, Running, Verifying, Activating, Activated];
+    let back = [RollbackPending, RollbackScheduled, RollingBack, RolledBack];
+    let mut op = finished(&sb, &[&switched[..], &back[..]].concat(), OLD);
+    let candidate = with_candidate(&sb, &mut op, 1);
+    let rid = "eeeeeeee-0000-4000-8000-000000000001";
+    let restore = sb.project.join(format!("{rid}.jsonl"));
+    fs::write(&restore, "old\n{\"type\":\"user\",\"n\":1}\n").unwrap();
+    op.restore = Some(ktr_pipeline::operation::RestoreFile {
+        session_id: SessionId::parse(rid).unwrap(),
+        path: restore.clone(),
+        sha256: Sha256::of_file(&restore).unwrap(),
+        old_records: 1,
+        new_records: 1,
+        turns: 1,
+    });
+    put(&sb, &op);
+    Ktr::new(&sb)
+        .args(["prune", "--older-than", "30", "--yes"])
+        .run()
+        .code(0)
+        .stdout_contains("deleted 1 operation");
+    assert!(!sb.state.join(format!("operations/{}.json", op.id)).exists());
+    assert!(restore.exists() && candidate.exists());
+    let links = fs::read_to_string(sb.state.join("lineage.jsonl")).unwrap();
+    assert_eq!(links.lines().count(), 2, "{links}");
+    let json = Ktr::new(&sb)
+        .args(["recall", "--json", "--current", rid, "n"])
+        .run()
+        .code(0)
+        .json();
+    let lineage: Vec<&str> = json["lineage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["session"].as_str().unwrap())
+        .collect();
+    let sid = op.candidate.as_ref().unwrap().session_id.to_string();
+    assert_eq!(lineage, [rid, sid.as_str(), "source-session"]);
+}
+
 #[test]
 fn prune_never_deletes_a_candidate_the_pointer_names_or_outside_the_project() {
     use Status::*;

@@ -288,6 +288,22 @@ impl Loop {
         op
     }
 
+    /// Wait for the rollback to end; it must end `rolled_back`.
+    #[track_caller]
+    fn wait_rolled_back(&self) -> Operation {
+        let op = self.wait_status("the rollback to finish", |s| {
+            matches!(s, Status::RolledBack | Status::Failed)
+        });
+        assert_eq!(
+            op.status,
+            Status::RolledBack,
+            "{}\n{}",
+            notes(&op),
+            self.diagnosis()
+        );
+        op
+    }
+
     /// Wait until the pane's input line reads `want`.
     #[track_caller]
     fn wait_input(&self, want: &Input) {
@@ -433,8 +449,9 @@ fn notes(op: &Operation) -> String {
 /// The whole rebuild through the interactive CLI, then a rollback through
 /// it: Stop hook → prepare → verify → activate → `--resume <new>` with
 /// Claude Code's own ack; the next request carries every turn and no
-/// residue; then `ROLLBACK` → the pane resumes the old session, whose next
-/// request carries the tool results again.
+/// residue; then `ROLLBACK` → the pane resumes the old conversation, whose
+/// next request carries the tool results again and, after them, the turns
+/// said in the rebuilt session (a restore session).
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
@@ -619,16 +636,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     // may never be seen on the screen: wait for the operation instead.
     lp.tmux
         .type_line("USER-L5 还是回到旧窗口吧 ROLLBACK-ASK，我确认。");
-    let op = lp.wait_status("the rollback to finish", |s| {
-        matches!(s, Status::RolledBack | Status::Failed)
-    });
-    assert_eq!(
-        op.status,
-        Status::RolledBack,
-        "{}\n{}",
-        notes(&op),
-        lp.diagnosis()
-    );
+    let op = lp.wait_rolled_back();
     assert!(
         op.history.iter().any(|t| t.to == Status::RollbackScheduled
             && t.note.contains(&format!("Stop hook of session {new_id}"))),
@@ -641,14 +649,18 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         "the pane was respawned instead of switched back in place\n{}",
         notes(&op)
     );
-    lp.assert_pane_serves(&lp.source_id);
+    // Two turns were said in the rebuilt session (the probe, the request):
+    // they come along in a restore session of the old conversation.
+    let restore = op.restore.clone().expect("a restore session");
+    lp.assert_pane_serves(&restore.session_id);
     assert!(
-        notes(&op).contains(&format!("session {} in place", lp.source_id)),
+        notes(&op).contains(&format!("session {} in place", restore.session_id)),
         "{}",
         notes(&op)
     );
 
-    // The old session again: its history comes back, tool results included.
+    // The old conversation again: its history comes back, tool results
+    // included, and after it what was said in the rebuilt session.
     let back = lp.probe(
         "USER-L6 PROBE-BACK 回来了吗？",
         "PROBE-BACK",
@@ -657,7 +669,16 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     let sent = conversation(&back);
     assert_in_order(
         &sent,
-        &["USER-L1", "ASSISTANT-L1", "ASSISTANT-L3", "PROBE-BACK"],
+        &[
+            "USER-L1",
+            "ASSISTANT-L1",
+            "ASSISTANT-L3",
+            "PROBE-AFTER",
+            "ASSISTANT-L4",
+            "USER-L5",
+            "ASSISTANT-L5",
+            "PROBE-BACK",
+        ],
     );
     let mut everything = String::new();
     all_strings(&back.body["messages"], &mut everything);
@@ -666,15 +687,112 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
         "the old session's tool results are missing after the rollback"
     );
     assert!(block_types(&back).iter().any(|t| t == "tool_result"));
-    assert!(
-        !sent.contains("PROBE-AFTER"),
-        "the rebuilt session's turn leaked into the old one"
-    );
+    for said in ["USER-L1", "PROBE-AFTER", "ASSISTANT-L4", "USER-L5"] {
+        assert_eq!(sent.matches(said).count(), 1, "{said} not once: {sent}");
+    }
     eprintln!(
         "rollback: Stop hook -> rolled_back {:.1} s; messages after rollback {} B; test took {:.1} s",
         history_seconds(&op, Status::RollbackScheduled, Status::RolledBack),
         back.messages_bytes(),
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// Issue 41: nothing said since the rebuild is lost by a rollback. After
+/// the rebuild two prompts are answered in the rebuilt session; then a
+/// rollback is requested and, while it waits for the Stop, a third prompt
+/// is sent and answered. The rollback builds a restore session — the old
+/// transcript's records, then the three exchanges — and switches to it in
+/// place: the next request to the model carries the old conversation
+/// (tool results included) and all three exchanges, each exactly once;
+/// the old transcript's bytes never change; one line says what happened.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn a_rollback_takes_the_turns_said_since_the_rebuild_along() {
+    let bin = claude_bin();
+    let _serial = serial();
+    let lp = Loop::start(&bin, &[]);
+    lp.talk_until_the_request();
+    let op = lp.wait_activated();
+    let new_id = op.candidate.clone().expect("a candidate").session_id;
+    lp.assert_pane_serves(&new_id);
+    let old_digest = sha256_file(&lp.source()).unwrap();
+    lp.api.add_rules(vec![
+        Rule::new("SINCE-ONE", vec![vec![text("ASSISTANT-S1 第一条新话。")]]),
+        Rule::new("SINCE-TWO", vec![vec![text("ASSISTANT-S2 第二条新话。")]]),
+        Rule::new("SINCE-THREE", vec![vec![text("ASSISTANT-S3 第三条新话。")]]),
+        Rule::new("PROBE-RESTORED", vec![vec![text("ASSISTANT-R 都在。")]]),
+    ]);
+    lp.say("USER-S1 SINCE-ONE 新窗口的第一句", "ASSISTANT-S1");
+    lp.say("USER-S2 SINCE-TWO 新窗口的第二句", "ASSISTANT-S2");
+    let op = lp.store.rollback_request(&op.id, "ROLLBACK").unwrap();
+    assert_eq!(op.status, Status::RollbackPending);
+    // Sent while the rollback waits for the next Stop.
+    lp.tmux.type_line("USER-S3 SINCE-THREE 等回滚时的第三句");
+    let op = lp.wait_rolled_back();
+    let restore = op.restore.clone().expect("a restore session");
+    assert_ne!(restore.session_id, lp.source_id);
+    assert_eq!(restore.turns, 3, "{}", notes(&op));
+    lp.assert_pane_serves(&restore.session_id);
+    let line = format!(
+        "rolled back to {}: the 3 turns said since the rebuild came along",
+        lp.source_id
+    );
+    assert!(notes(&op).contains(&line), "{}", notes(&op));
+    // The pane's border says it for a while.
+    let border = lp.tmux.run(&[
+        "show-options",
+        "-p",
+        "-v",
+        "-t",
+        claude::PANE,
+        "pane-border-format",
+    ]);
+    assert!(border.contains(&line), "{border}");
+    let status = lp.env.sandbox.run("status", None, &[]);
+    assert!(status.stdout.contains(&line), "{}", status.stdout);
+
+    let back = lp.probe(
+        "USER-R PROBE-RESTORED 都还在吗？",
+        "PROBE-RESTORED",
+        "ASSISTANT-R",
+    );
+    let sent = conversation(&back);
+    let order = [
+        "USER-L1",
+        "ASSISTANT-L1",
+        "USER-L2",
+        "ASSISTANT-L2",
+        "USER-L3",
+        "ASSISTANT-L3",
+        "USER-S1",
+        "ASSISTANT-S1",
+        "USER-S2",
+        "ASSISTANT-S2",
+        "USER-S3",
+        "ASSISTANT-S3",
+        "PROBE-RESTORED",
+    ];
+    assert_in_order(&sent, &order);
+    for said in order {
+        assert_eq!(sent.matches(said).count(), 1, "{said} not once: {sent}");
+    }
+    let mut everything = String::new();
+    all_strings(&back.body["messages"], &mut everything);
+    assert!(
+        everything.contains("TOOL-OUTPUT-LINE"),
+        "the old session's tool results are missing after the rollback"
+    );
+    assert_eq!(
+        sha256_file(&lp.source()).unwrap(),
+        old_digest,
+        "the old transcript was written"
+    );
+    eprintln!(
+        "rollback with 3 turns since the rebuild: Stop hook -> rolled_back {:.1} s; restore session {} old + {} new records",
+        history_seconds(&op, Status::RollbackScheduled, Status::RolledBack),
+        restore.old_records,
+        restore.new_records
     );
 }
 
@@ -1028,7 +1146,8 @@ fn an_unhealthy_in_place_switch_goes_back_in_place() {
 /// same instant (the same protections as activation),
 /// [`collide`] at `rollback:typing`: the rollback waits
 /// (`rollback_pending`); sent, the words are answered in the rebuilt
-/// session, and the next Stop rolls back in place.
+/// session, and the next Stop rolls back in place, to a restore session
+/// that carries them.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_rollback_line_that_collides_with_typing_gives_the_text_back_and_waits() {
@@ -1053,7 +1172,10 @@ fn a_rollback_line_that_collides_with_typing_gives_the_text_back_and_waits() {
     let op = lp.wait_status("the rollback to finish", Status::is_terminal);
     assert_eq!(op.status, Status::RolledBack, "{}", notes(&op));
     assert_eq!(lp.tmux.pane_pid(), pane);
-    lp.assert_pane_serves(&lp.source_id);
+    // The request and the draft were said in the rebuilt session: they
+    // came along in the restore session.
+    let restore = op.restore.clone().expect("a restore session");
+    lp.assert_pane_serves(&restore.session_id);
     assert_eq!(
         times_sent(&lp, draft),
         1,

@@ -162,9 +162,12 @@ fn mid_turn_trial(bin: &Path, n: usize, via_mcp: bool) {
 
 /// `ktr rollback-request`, then one prompt on the rebuilt session: its Stop
 /// hook runs the rollback, the runner waits for it, says so, and the next
-/// prompt runs on the old session.
+/// prompt runs on the old conversation — a restore session that carries,
+/// after the old transcript's records, the turns said in the rebuilt
+/// session since the switch (P2 and P3); the old transcript is not written.
 fn rollback(rig: &PointerRig, op: &Operation, old: &str, new_id: &str) {
     let tag = &rig.tag;
+    let old_bytes = fs::read(rig.env.transcript(old)).unwrap();
     rig.ktr(&["rollback-request", &op.id, "--confirm", "ROLLBACK"]);
     let mut runner = rig.runner();
     let mut stdin = runner.stdin.take().unwrap();
@@ -177,17 +180,23 @@ fn rollback(rig: &PointerRig, op: &Operation, old: &str, new_id: &str) {
     let out = wait_output(runner, TRIAL);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "runner failed: {stderr}");
-    assert_eq!(rig.operation().status, Status::RolledBack, "{stderr}");
-    assert_eq!(rig.pointer_now(), old);
+    let op = rig.operation();
+    assert_eq!(op.status, Status::RolledBack, "{stderr}");
+    let restore = op
+        .restore
+        .expect("a restore session")
+        .session_id
+        .to_string();
+    assert_eq!(rig.pointer_now(), restore);
     assert!(
         stderr.contains(&format!(
-            "operation {} rolled back: now resuming {old}",
+            "operation {} rolled back: now resuming {restore}",
             op.id
         )),
         "the runner did not report the rollback: {stderr}"
     );
     let new = fs::read_to_string(rig.env.transcript(new_id)).unwrap();
-    let back = fs::read_to_string(rig.env.transcript(old)).unwrap();
+    let back = fs::read_to_string(rig.env.transcript(&restore)).unwrap();
     assert_in_order(&new, &[&format!("{tag}-P3"), &format!("{tag}-A3")]);
     assert!(
         !new.contains(&format!("{tag}-P4")),
@@ -198,8 +207,17 @@ fn rollback(rig: &PointerRig, op: &Operation, old: &str, new_id: &str) {
         &[
             &format!("{tag}-P1"),
             &format!("{tag}-A1"),
+            &format!("{tag}-P2"),
+            &format!("{tag}-A2"),
+            &format!("{tag}-P3"),
+            &format!("{tag}-A3"),
             &format!("{tag}-P4"),
         ],
+    );
+    assert_eq!(
+        fs::read(rig.env.transcript(old)).unwrap(),
+        old_bytes,
+        "the old transcript was written"
     );
 }
 

@@ -843,6 +843,63 @@ fn systemd_target_runs_every_stage_in_its_own_scope() {
     }
 }
 
+/// A rollback through systemd when the rebuilt session holds an exchange
+/// said since the switch: the unit is restarted on a restore session (the
+/// old transcript's bytes, then that exchange chained on), never on the
+/// old session itself; the old transcript's bytes are unchanged.
+#[test]
+#[ignore = "needs a real systemd (root, cgroup2)"]
+fn systemd_a_rollback_takes_the_turns_said_since_the_switch_along() {
+    let rig = Rig::with(Kind::Systemd, "", &[]);
+    let op = rig.rebuild();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let candidate = op.candidate.clone().unwrap();
+    let old_bytes = fs::read(&rig.source).unwrap();
+    let last = last_speech_uuid(&fs::read_to_string(&candidate.path).unwrap());
+    let sid = candidate.session_id.as_str();
+    append_lines(
+        &candidate.path,
+        &[
+            serde_json::json!({"type": "user", "uuid": "since-q", "parentUuid": last,
+                "sessionId": sid, "timestamp": "2026-12-04T10:00:00Z",
+                "message": {"role": "user", "content": "SINCE-Q asked after the switch"}})
+            .to_string(),
+            serde_json::json!({"type": "assistant", "uuid": "since-a", "parentUuid": "since-q",
+                "sessionId": sid, "timestamp": "2026-12-04T10:00:01Z",
+                "message": {"role": "assistant", "content": [{"type": "text", "text": "SINCE-A"}]}})
+            .to_string(),
+        ],
+    );
+    rig.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    rig.stop(&candidate.session_id, &candidate.path);
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    let restore = op.restore.clone().expect("a restore session");
+    assert_eq!((restore.turns, restore.new_records), (1, 2));
+    assert_eq!(
+        fs::read_to_string(&rig.pointer).unwrap(),
+        format!("{}\n", restore.session_id)
+    );
+    assert_eq!(rig.resumed().as_deref(), Some(restore.session_id.as_str()));
+    assert_eq!(fs::read(&rig.source).unwrap(), old_bytes);
+    let restored = fs::read_to_string(&restore.path).unwrap();
+    assert!(restored.as_bytes().starts_with(&old_bytes));
+    let rebuilt = fs::read_to_string(&candidate.path).unwrap();
+    assert_eq!(
+        restored.lines().last(),
+        rebuilt.lines().last(),
+        "the reply comes along verbatim"
+    );
+    let asked = restored.lines().rev().nth(1).unwrap();
+    let asked: serde_json::Value = serde_json::from_str(asked).unwrap();
+    let old_last = last_speech_uuid(&String::from_utf8(old_bytes).unwrap());
+    assert_eq!(
+        asked["parentUuid"],
+        old_last.as_str(),
+        "chained onto the old conversation"
+    );
+}
+
 #[test]
 fn pointer_mode_runs_the_whole_pipeline_by_hand() {
     let rig = Rig::with(Kind::Pointer, "", &[]);

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::{Sandbox, stand_in, wait_for};
-use ktr_pipeline::operation::Status;
+use ktr_pipeline::operation::{Operation, Status};
 
 const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 const KTR_PREPARE: &str = env!("CARGO_BIN_EXE_ktr-prepare");
@@ -202,4 +202,210 @@ fn a_fifo_feeds_prompts_across_writers() {
     // Only the runner we started.
     runner.kill().unwrap();
     runner.wait().unwrap();
+}
+
+/// A runner that rebuilt the example session: it answered `first` on it,
+/// then `second` on the rebuilt session. Returns the runner, its input,
+/// the operation and the rebuilt session's id.
+fn rebuilt(
+    sb: &Sandbox,
+    pointer: &Path,
+    log: &Path,
+) -> (Child, std::process::ChildStdin, Operation, String) {
+    let mut runner = start(sb, pointer, log);
+    let mut stdin = runner.stdin.take().unwrap();
+    writeln!(stdin, "first").unwrap();
+    assert!(wait_for(Duration::from_secs(10), || runs(log).len() == 1));
+    let op = sb
+        .store()
+        .request("window too dirty", "REBUILD", None)
+        .unwrap();
+    writeln!(stdin, "second").unwrap();
+    assert!(wait_for(Duration::from_secs(30), || runs(log).len() == 2));
+    let op = sb.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::Activated, "{op:?}");
+    let new_id = op.candidate.as_ref().unwrap().session_id.to_string();
+    (runner, stdin, op, new_id)
+}
+
+/// What Claude Code appends to a session for one exchange (its prompt and
+/// the reply), chained onto the transcript's last record.
+fn exchange(transcript: &Path, session: &str, n: usize) {
+    let text = fs::read_to_string(transcript).unwrap();
+    let last = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v["uuid"].as_str().map(String::from))
+        .unwrap();
+    let (q, a) = (format!("{session}-q{n}"), format!("{session}-a{n}"));
+    let records = [
+        serde_json::json!({"type": "user", "uuid": q, "parentUuid": last, "sessionId": session,
+            "timestamp": "2026-12-04T10:00:00.000Z",
+            "message": {"role": "user", "content": format!("SAID-SINCE prompt {n}")}}),
+        serde_json::json!({"type": "assistant", "uuid": a, "parentUuid": q, "sessionId": session,
+            "timestamp": "2026-12-04T10:00:01.000Z",
+            "message": {"id": format!("msg_{n}"), "role": "assistant", "model": "fake",
+                "content": [{"type": "text", "text": format!("SAID-SINCE answer {n}")}]}}),
+        serde_json::json!({"type": "system", "subtype": "turn_duration", "uuid": format!("{a}-d"),
+            "parentUuid": a, "sessionId": session, "durationMs": 5}),
+    ];
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(transcript)
+        .unwrap();
+    for r in records {
+        writeln!(file, "{r}").unwrap();
+    }
+}
+
+/// The rebuilt session finishes a reply: its Stop hook schedules the
+/// requested rollback, which ends before the runner's next prompt.
+fn stop_rolls_back(sb: &Sandbox, op: &Operation, new_id: &str) -> Operation {
+    let transcript = sb.project.join(format!("{new_id}.jsonl"));
+    // The real stages, not the sandbox's stand-ins.
+    let stages = Path::new(env!("CARGO_BIN_EXE_ktr-rollback"))
+        .parent()
+        .unwrap();
+    let (out, code) = sb.hook_env(
+        env!("CARGO_BIN_EXE_ktr-stop"),
+        &sb.stop_input(new_id, &transcript),
+        &[("KTR_BIN_DIR".into(), stages.display().to_string())],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        wait_for(Duration::from_secs(30), || sb
+            .store()
+            .load(&op.id)
+            .unwrap()
+            .status
+            .is_terminal()),
+        "{:?}\n{}",
+        sb.store().load(&op.id).unwrap(),
+        fs::read_to_string(sb.store().dir().join("worker.log")).unwrap_or_default()
+    );
+    sb.store().load(&op.id).unwrap()
+}
+
+#[test]
+fn a_rollback_takes_the_turns_said_since_the_switch_along() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let old_path = sb.project.join(format!("{SESSION}.jsonl"));
+    let (runner, stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let old_bytes = fs::read(&old_path).unwrap();
+    // Two exchanges in the rebuilt session since the switch.
+    let rebuilt_path = sb.project.join(format!("{new_id}.jsonl"));
+    let written = fs::read(&rebuilt_path).unwrap();
+    exchange(&rebuilt_path, &new_id, 1);
+    exchange(&rebuilt_path, &new_id, 2);
+    let rebuilt_bytes = fs::read(&rebuilt_path).unwrap();
+    sb.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    let op = stop_rolls_back(&sb, &op, &new_id);
+    assert_eq!(op.status, Status::RolledBack, "{op:?}");
+    let restore = op.restore.clone().expect("a restore session");
+    let restore_id = restore.session_id.to_string();
+    assert!(restore_id != SESSION && restore_id != new_id);
+    assert_eq!(
+        fs::read_to_string(&pointer).unwrap().trim(),
+        restore_id,
+        "the pointer names the restore session"
+    );
+    assert_eq!(
+        fs::read(&old_path).unwrap(),
+        old_bytes,
+        "the old transcript is only read"
+    );
+    assert_eq!(fs::read(&rebuilt_path).unwrap(), rebuilt_bytes);
+
+    // The restore session: the old transcript's bytes, then the six
+    // records said since, verbatim, the first chained onto the old
+    // conversation's last record.
+    let records = |bytes: &[u8]| -> Vec<serde_json::Value> {
+        bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    };
+    let restored = fs::read(&restore.path).unwrap();
+    assert!(restored.starts_with(&old_bytes));
+    let old = records(&old_bytes);
+    let said_bytes = &rebuilt_bytes[written.len()..];
+    let got = records(&restored[old_bytes.len()..]);
+    assert_eq!(got.len(), 6);
+    assert_eq!(
+        (restore.old_records, restore.new_records, restore.turns),
+        (old.len(), 6, 2)
+    );
+    let old_last = old.iter().rev().find_map(|r| r["uuid"].as_str()).unwrap();
+    let mut first = got[0].clone();
+    assert_eq!(first["parentUuid"], old_last);
+    first["parentUuid"] = records(said_bytes)[0]["parentUuid"].clone();
+    let mut expected = serde_json::to_vec(&first).unwrap();
+    expected.push(b'\n');
+    let rest = said_bytes.splitn(2, |b| *b == b'\n').nth(1).unwrap();
+    assert_eq!(&restored[restored.len() - rest.len()..], rest, "verbatim");
+    assert_eq!(records(&expected), records(said_bytes)[..1]);
+
+    let line = format!("rolled back to {SESSION}: the 2 turns said since the rebuild came along");
+    assert!(op.history.last().unwrap().note.starts_with(&line), "{op:?}");
+    let status = sb.run("status", None, &[]);
+    assert!(status.stdout.contains(&line), "{}", status.stdout);
+
+    // Recall knows the restore session: its lineage goes through the
+    // rebuilt session to the old one.
+    let out = sb.run(
+        "recall",
+        None,
+        &["--json", "--current", &restore_id, "SAID-SINCE answer 1"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let lineage: Vec<&str> = v["lineage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(lineage, [restore_id.as_str(), new_id.as_str(), SESSION]);
+    let found: Vec<&str> = v["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, [restore_id.as_str(), new_id.as_str()]);
+
+    // The next prompt runs on the restore session.
+    third_runs_on(runner, stdin, &log, &restore_id);
+}
+
+#[test]
+fn a_rollback_with_nothing_said_since_the_switch_resumes_the_old_session() {
+    let (sb, pointer, log) = pointer_sandbox();
+    let old_path = sb.project.join(format!("{SESSION}.jsonl"));
+    let (runner, stdin, op, new_id) = rebuilt(&sb, &pointer, &log);
+    let old_bytes = fs::read(&old_path).unwrap();
+    sb.store().rollback_request(&op.id, "ROLLBACK").unwrap();
+    let op = stop_rolls_back(&sb, &op, &new_id);
+    assert_eq!(op.status, Status::RolledBack, "{op:?}");
+    assert_eq!(op.restore, None);
+    assert_eq!(fs::read_to_string(&pointer).unwrap().trim(), SESSION);
+    assert_eq!(fs::read(&old_path).unwrap(), old_bytes);
+    let sessions = fs::read_dir(&sb.project).unwrap().count();
+    assert_eq!(
+        sessions, 2,
+        "the old session and the rebuilt one, nothing else"
+    );
+    third_runs_on(runner, stdin, &log, SESSION);
+}
+
+/// The runner's next prompt, `third`, runs on `session`; then it ends.
+#[track_caller]
+fn third_runs_on(runner: Child, mut stdin: std::process::ChildStdin, log: &Path, session: &str) {
+    writeln!(stdin, "third").unwrap();
+    assert!(wait_for(Duration::from_secs(30), || runs(log).len() == 3));
+    assert_eq!(runs(log)[2][..4], ["-p", "--resume", session, "third"]);
+    drop(stdin);
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
 }

@@ -161,6 +161,7 @@ pub fn prune(
             }
             copies.gone(op);
             links.extend(lineage::link_of(op));
+            links.extend(lineage::restore_link_of(op));
             let mut files = Vec::new();
             match leftover_candidate(op, &ops, config, true) {
                 Ok(Some(doomed)) => files.push(doomed),

@@ -15,7 +15,7 @@ use ktr_base::open::{Exists, confine};
 use ktr_base::time::{Timestamp, parse_rfc3339};
 use ktr_engine::window;
 pub use ktr_pipeline::operation::manifest::{left_out_by_reason, left_out_summary};
-use ktr_pipeline::operation::{Operation, Status, Store, Transition, Worker};
+use ktr_pipeline::operation::{Operation, RestoreFile, Status, Store, Transition, Worker};
 use ktr_pipeline::window_cache;
 
 /// Everything `status` shows about one operation. The manifest is summarised
@@ -76,6 +76,14 @@ pub struct StatusView {
     /// When Claude Code acknowledged loading the rebuilt session.
     pub acked_at: Option<String>,
     pub history: Vec<Transition>,
+    /// The restore session a rollback built (the old transcript's records,
+    /// then the turns said since the switch), when it built one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreFile>,
+    /// `rolled back to <old>: the N turns said since the rebuild came
+    /// along`, once a rollback took them along.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<String>,
     /// The window of the session the operation is about (the rebuilt one
     /// once activated), filled in by [`StatusView::with_window`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +187,15 @@ impl StatusView {
             context_tokens: op.context_tokens(),
             acked_at: op.ack.as_ref().map(|a| a.at.to_string()),
             history: op.history.clone(),
+            restore: op.restore.clone(),
+            rolled_back: op
+                .restore
+                .as_ref()
+                .filter(|_| op.status == Status::RolledBack)
+                .and_then(|r| {
+                    let old = ktr_pipeline::recall::lineage::source_session(op)?;
+                    Some(ktr_pipeline::stages::came_along(&old, r.turns))
+                }),
             window: None,
             progress: None,
         }
@@ -335,7 +352,13 @@ pub fn next_step(op: &Operation) -> String {
         Status::Failed => {
             "failed; the old session is untouched; fix the error and request again".into()
         }
-        Status::RolledBack => "the old session runs again".into(),
+        Status::RolledBack => match &op.restore {
+            Some(r) => format!(
+                "the old conversation runs again as session {}, with the {} turns said since the rebuild",
+                r.session_id, r.turns
+            ),
+            None => "the old session runs again".into(),
+        },
         Status::Expired => {
             "expired: the bound session never stopped within request_ttl_hours; nothing was changed; request again from the session the target runs".into()
         }

@@ -36,4 +36,5 @@ pub use conserve::ConservationCounts;
 pub use ledger::LedgerReport;
 pub use options::EngineOptions;
 pub use plan::{LeftOut, Plan, PlanReport};
+pub use rawjson::with_top_level;
 pub use turns::{ItemKind, LeftOutReason, Role};

@@ -45,6 +45,16 @@ pub fn top_level<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     }
 }
 
+/// `raw` with the value of its top-level `key` replaced by the raw JSON
+/// `value`, every other byte as it was; `None` when `raw` is not a
+/// well-formed object or has no such key.
+pub fn with_top_level(raw: &str, key: &str, value: &str) -> Option<String> {
+    let old = top_level(raw, key)?;
+    let start = old.as_ptr() as usize - raw.as_ptr() as usize;
+    let end = start + old.len();
+    Some(format!("{}{value}{}", &raw[..start], &raw[end..]))
+}
+
 /// A top-level string value without escapes (e.g. a block's `type`).
 pub fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     let v = top_level(raw, key)?;
@@ -282,6 +292,21 @@ mod tests {
             top_level_str(r#"{ "type" : "text" }"#, "type"),
             Some("text")
         );
+    }
+
+    #[test]
+    fn one_top_level_value_is_replaced_and_nothing_else() {
+        let raw = r#"{"message":{"sessionId":"inner"},"sessionId":"old", "uuid":"u"}"#;
+        assert_eq!(
+            with_top_level(raw, "sessionId", "\"new\"").as_deref(),
+            Some(r#"{"message":{"sessionId":"inner"},"sessionId":"new", "uuid":"u"}"#)
+        );
+        assert_eq!(
+            with_top_level(r#"{"parentUuid":null}"#, "parentUuid", "\"p\"").as_deref(),
+            Some(r#"{"parentUuid":"p"}"#)
+        );
+        assert_eq!(with_top_level(r#"{"uuid":"u"}"#, "sessionId", "1"), None);
+        assert_eq!(with_top_level("[1]", "sessionId", "1"), None);
     }
 
     #[test]

@@ -32,8 +32,8 @@ mod store;
 
 pub use manifest::{ManifestRef, ManifestWriter};
 pub use record::{
-    Ack, BlockedPrompt, CandidateFile, Operation, PromptBack, SCHEMA, SeenTarget, Transition,
-    Verification, Worker,
+    Ack, BlockedPrompt, CandidateFile, Operation, PromptBack, RestoreFile, SCHEMA, SeenTarget,
+    Transition, Verification, Worker,
 };
 pub use recovery::discard_candidate;
 pub use repair::set_damaged_aside;

@@ -103,6 +103,21 @@ pub struct CandidateFile {
     pub sha256: Sha256,
 }
 
+/// The restore session a rollback built (SPEC §10): the old transcript's
+/// records, then the turns said in the rebuilt session since the switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreFile {
+    pub session_id: SessionId,
+    pub path: PathBuf,
+    pub sha256: Sha256,
+    /// The old transcript's records it holds (all of them).
+    pub old_records: usize,
+    /// The records of the rebuilt session it carries after them.
+    pub new_records: usize,
+    /// The turns said since the switch: prompts and channel messages.
+    pub turns: usize,
+}
+
 /// A target as seen at one moment: its identity and the session it ran
 /// (when that could be found).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +245,11 @@ pub struct Operation {
     /// guard does not block the next compaction for the same failure.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub by_compaction_guard: bool,
+    /// The restore session the rollback switches to when the rebuilt
+    /// session holds turns said since the switch (none: the old session
+    /// itself is resumed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreFile>,
 }
 
 /// What the operation knows of the blocked prompt it puts back.
@@ -308,6 +328,7 @@ impl Default for Operation {
             blocked_prompts: Vec::new(),
             prompt_back: None,
             by_compaction_guard: false,
+            restore: None,
         }
     }
 }
@@ -350,14 +371,19 @@ impl Operation {
                 ));
             }
         }
-        if let Some(candidate) = &self.candidate {
-            let name = format!("{}.jsonl", candidate.session_id);
-            if !plain_absolute(&candidate.path)
-                || candidate.path.file_name() != Some(std::ffi::OsStr::new(&name))
-            {
+        let sessions = [
+            self.candidate
+                .as_ref()
+                .map(|c| ("candidate", &c.session_id, &c.path)),
+            self.restore
+                .as_ref()
+                .map(|r| ("restore", &r.session_id, &r.path)),
+        ];
+        for (what, session, path) in sessions.into_iter().flatten() {
+            let name = format!("{session}.jsonl");
+            if !plain_absolute(path) || path.file_name() != Some(std::ffi::OsStr::new(&name)) {
                 return Some(format!(
-                    "candidate path {:?} is not an absolute path to {name}",
-                    candidate.path
+                    "{what} path {path:?} is not an absolute path to {name}"
                 ));
             }
         }

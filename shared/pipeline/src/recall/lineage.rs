@@ -58,9 +58,8 @@ impl Member {
 pub fn links(store: &Store) -> Result<Vec<Link>> {
     let mut links = kept_links(store.dir())?;
     for op in store.list()? {
-        if let Some(link) = link_of(&op) {
-            links.push(link);
-        }
+        links.extend(link_of(&op));
+        links.extend(restore_link_of(&op));
     }
     Ok(links)
 }
@@ -88,9 +87,27 @@ pub fn link_of(op: &Operation) -> Option<Link> {
     })
 }
 
+/// The link a rollback's restore session makes once the rollback ended
+/// (rolled back, or failed after it built it): the restore session carries
+/// the rebuilt session's turns since the switch after the old session's
+/// records, so its lineage goes on through the rebuilt session to the old
+/// one and further back.
+pub fn restore_link_of(op: &Operation) -> Option<Link> {
+    let restore = op.restore.as_ref()?;
+    if !matches!(op.status, Status::RolledBack | Status::Failed) {
+        return None;
+    }
+    Some(Link {
+        source: op.candidate.as_ref()?.session_id.clone(),
+        candidate: restore.session_id.clone(),
+        operation: op.id.clone(),
+        at: op.updated_at.to_string(),
+    })
+}
+
 /// The source session: the backup's name (`artifacts/<id>/<session>.jsonl`),
 /// else the operation's session, else its transcript's name.
-pub(crate) fn source_session(op: &Operation) -> Option<SessionId> {
+pub fn source_session(op: &Operation) -> Option<SessionId> {
     let named = |p: &Path| SessionId::of_transcript(p).ok();
     op.backup
         .as_deref()

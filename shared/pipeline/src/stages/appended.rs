@@ -174,7 +174,7 @@ pub fn residue_only(appended: &[u8]) -> Result<Residue, Change> {
 
 /// What one appended record is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Appended {
+pub(super) enum Appended {
     /// Carried by no rebuild: named `type subtype`.
     Residue(String),
     /// Someone spoke (described).
@@ -186,7 +186,7 @@ enum Appended {
 /// Classify one appended record. Unknown records holding a `message`, or
 /// without a `type`, count as speech: only what is known to carry no words
 /// is let through.
-fn appended_record(record: &Value) -> Appended {
+pub(super) fn appended_record(record: &Value) -> Appended {
     let kind = record["type"].as_str();
     let named = |sub: Option<&str>| {
         let kind = kind.unwrap_or("(none)");

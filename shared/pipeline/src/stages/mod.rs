@@ -28,6 +28,7 @@ pub mod offer;
 pub mod precompact;
 mod prepare;
 pub mod prompt;
+mod restore;
 mod rollback;
 mod space;
 pub mod statusline;
@@ -51,7 +52,7 @@ use ktr_base::time::now_rfc3339;
 pub use crate::operation::Stage;
 pub use activate::{GATED_SETTLE, activate};
 pub use prepare::{prepare, schedule_by_hand};
-pub use rollback::rollback;
+pub use rollback::{came_along, rollback};
 pub use verify::verify;
 
 /// What a stage left behind: the operation as saved, and the stage to

@@ -166,11 +166,15 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
 }
 
 /// The session an in-place switch of `op` types `/resume` for: the
-/// candidate while activating, the source while rolling back.
+/// candidate while activating, the restore session (else the source) while
+/// rolling back.
 fn switched_to(op: &Operation) -> Option<SessionId> {
     match op.status {
         Status::Activating => op.candidate.as_ref().map(|c| c.session_id.clone()),
-        Status::RollingBack => super::source_session(op).ok(),
+        Status::RollingBack => match &op.restore {
+            Some(restore) => Some(restore.session_id.clone()),
+            None => super::source_session(op).ok(),
+        },
         _ => None,
     }
 }

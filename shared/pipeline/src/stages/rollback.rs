@@ -7,13 +7,14 @@ use std::thread;
 
 use super::activate::{GATED_SETTLE, SETTLE, prompt_hook_installed, ran_before, respawn_back};
 use super::in_place::{self, Switched};
+use super::restore;
 use super::{Outcome, Stage, Steps, abandon, guarded, pause_point, source_session, target_guard};
 use crate::gate::turn_since_stop;
 use crate::operation::{Locked, Operation, Status, Store};
 use crate::targets::Target;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
-use ktr_base::ids::OperationId;
+use ktr_base::ids::{OperationId, SessionId};
 
 /// Roll operation `id` back (status `rollback_scheduled` → `rolling_back`,
 /// the gate up: `ktr-prompt` refuses the rebuilt session's prompts): the
@@ -72,14 +73,19 @@ fn switch_back(
         ));
         return Ok(Outcome::done(op));
     }
-    steps.say(format!("switching {target} back to {old}"));
-    let switched = in_place::switch(Stage::Rollback, config, store, id, target, op.claude, &old);
+    let op = with_restore(config, store, id, &op, &old, steps)?;
+    let to = op
+        .restore
+        .as_ref()
+        .map_or_else(|| old.clone(), |r| r.session_id.clone());
+    steps.say(format!("switching {target} back to {to}"));
+    let switched = in_place::switch(Stage::Rollback, config, store, id, target, op.claude, &to);
     let back = match switched {
         Switched::Healthy(identity) => {
             pause_point(Stage::Rollback, "switched");
             Ok((
                 identity,
-                format!("session {old} in place (/resume typed into the same Claude Code)"),
+                format!("session {to} in place (/resume typed into the same Claude Code)"),
             ))
         }
         Switched::Collided(why) | Switched::Busy(why) => {
@@ -94,6 +100,7 @@ fn switch_back(
         Switched::NotTried(why) | Switched::NotTaken(why) | Switched::Unhealthy(why) => {
             steps.say(format!("not in place ({why}); respawning the pane"));
             ran_before(&op).and_then(|ran| {
+                let ran = restore::ran_as(&ran, &to);
                 respawn_back(config, target, &ran, || {
                     pause_point(Stage::Rollback, "switched");
                 })
@@ -104,7 +111,15 @@ fn switch_back(
         Ok((identity, what)) => store.with_lock(|tx| {
             let mut op = tx.load(id)?;
             op.target_after = Some(identity.clone());
-            let note = format!("rolled back: {target} runs {what} again (identity {identity})");
+            let note = match &op.restore {
+                Some(r) => format!(
+                    "{}; {target} runs {what} (identity {identity}): the old session's {} records, then the rebuilt session's {} records since the switch",
+                    came_along(&old, r.turns),
+                    r.old_records,
+                    r.new_records
+                ),
+                None => format!("rolled back: {target} runs {what} again (identity {identity})"),
+            };
             tx.transition(&mut op, Status::RolledBack, &note)?;
             Ok(op)
         })?,
@@ -112,7 +127,7 @@ fn switch_back(
             let now = target
                 .identity()
                 .unwrap_or_else(|e| format!("unknown: {e}"));
-            abandon(store, id, &format!("rollback to {old} failed: {e}"), |op| {
+            abandon(store, id, &format!("rollback to {to} failed: {e}"), |op| {
                 op.rollback_ok = Some(false);
                 op.needs_attention = true;
                 op.target_after = Some(now);
@@ -120,7 +135,72 @@ fn switch_back(
         }
     };
     steps.say(format!("operation is {}", op.status));
+    if let (Some(r), Status::RolledBack) = (&op.restore, op.status) {
+        // Said on the pane for a while (tmux; the other targets have no
+        // screen), besides the history and `ktr status`.
+        let line = came_along(&old, r.turns);
+        steps.say(&line);
+        if matches!(target, Target::Tmux(_)) {
+            let _said = target.notice(&format!("ktr: {line}"));
+            thread::sleep(SAID_FOR);
+        }
+    }
     Ok(Outcome::done(op))
+}
+
+/// How long the pane's border says that a rollback took the turns said
+/// since the switch along.
+const SAID_FOR: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// The line a rollback that took the turns said since the switch along
+/// leaves in the history, `ktr status` and the resumed session's screen.
+pub fn came_along(old: &str, turns: usize) -> String {
+    let turns = match turns {
+        1 => "the 1 turn said since the rebuild came".to_string(),
+        n => format!("the {n} turns said since the rebuild came"),
+    };
+    format!("rolled back to {old}: {turns} along")
+}
+
+/// With the gate up and no turn running: when the rebuilt session holds
+/// turns said since the switch, build the restore session (the old
+/// transcript's records, then those turns) and record it; else the old
+/// session itself is resumed. A restore session an earlier attempt built
+/// and never switched to is removed (this one holds what was said since).
+fn with_restore(
+    config: &Config,
+    store: &Store,
+    id: &OperationId,
+    op: &Operation,
+    old: &SessionId,
+    steps: &mut Steps,
+) -> Result<Operation> {
+    let live = config.project_dir.join(format!("{old}.jsonl"));
+    let old_transcript = match &op.transcript_path {
+        Some(path) if path.is_file() => path.clone(),
+        _ => live,
+    };
+    let built = restore::build(op, &old_transcript)?;
+    if let Some(r) = &built {
+        steps.say(format!(
+            "the rebuilt session holds {} turns said since the switch: restore session {} ({} old records, then {} new)",
+            r.turns, r.session_id, r.old_records, r.new_records
+        ));
+    }
+    let earlier = op.restore.clone();
+    let op = store.with_lock(|tx| {
+        let mut op = tx.load(id)?;
+        super::ensure_ours(&op, Status::RollingBack)?;
+        op.restore = built;
+        tx.save(&mut op)?;
+        Ok(op)
+    })?;
+    if let Some(earlier) = earlier
+        && ktr_base::digest::Sha256::of_file(&earlier.path).is_ok_and(|d| d == earlier.sha256)
+    {
+        let _ = std::fs::remove_file(&earlier.path);
+    }
+    Ok(op)
 }
 
 /// Why the target is not what activation left: another identity, or (a
