@@ -698,7 +698,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
     );
 }
 
-/// Issue 41: nothing said since the rebuild is lost by a rollback. After
+/// Nothing said since the rebuild is lost by a rollback. After
 /// the rebuild two prompts are answered in the rebuilt session; then a
 /// rollback is requested and, while it waits for the Stop, a third prompt
 /// is sent and answered. The rollback builds a restore session — the old
