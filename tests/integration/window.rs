@@ -932,6 +932,9 @@ fn context_dropped_without_compacting_is_said_once() {
         "{line}"
     );
     assert_eq!(s.stop("SMALL"), QUIET, "said once");
+    // The statusline shows it for as long as this window lasts.
+    let line = s.statusline(&["--segment"], Some(275_000), &[]);
+    assert!(line.contains(" · context cleared"), "{line}");
     // `ktr dirty` says it too (what the hooks' running account saw).
     let v = s.json("dirty");
     assert_eq!(v["cleared"]["kind"], "usage_drop", "{v}");
@@ -1049,16 +1052,18 @@ fn the_statusline_names_the_size_and_a_rebuild_only_when_it_frees_something() {
         "{full}"
     );
     // Right after a rebuild: the window holds less than a rebuild would
-    // start at (the overhead and the carried conversation).
+    // start at (the overhead and the carried conversation). (In this one
+    // transcript the fall from 780k is also context dropped without
+    // compacting.)
     s.turn("FRESH", 1_000);
     assert_eq!(
         s.statusline(&["--segment"], Some(1_000), &[]),
-        "ktr 0% of 1M · 6 turns only in summary"
+        "ktr 0% of 1M · 6 turns only in summary · context cleared"
     );
     s.turn("MORE", 20_000);
     assert_eq!(
         s.statusline(&["--segment"], Some(20_000), &[]),
-        "ktr 2% of 1M · 6 turns only in summary · rebuild→0%"
+        "ktr 2% of 1M · 6 turns only in summary · context cleared · rebuild→0%"
     );
 }
 

@@ -316,6 +316,12 @@ pub struct Window {
     /// for `ktr plan`/`dirty`, the hooks' running account for the hooks.
     #[serde(default)]
     pub summarised_turns: u64,
+    /// Claude Code dropped context from this window without compacting
+    /// (the newest such finding since the last boundary). Set by the
+    /// hooks from their running account for the statusline; the reports
+    /// carry the whole finding beside the window (`cleared`).
+    #[serde(skip)]
+    pub cleared: Option<super::cleared::Kind>,
     /// One line per derived number.
     pub derivation: Vec<String>,
 }
@@ -452,6 +458,7 @@ pub fn derive(inp: &Inputs) -> Window {
         advice: "none".to_string(),
         derivation,
         summarised_turns: 0,
+        cleared: None,
     };
     window.advice = if window.fit_checked && !window.fits() {
         "cannot_fit"

@@ -127,8 +127,11 @@ impl Clearing {
         let uuid = l.uuid.clone().unwrap_or_default();
         match (l.kind.as_deref(), l.subtype.as_deref()) {
             (Some("system"), Some("compact_boundary")) => {
+                // A new window: what was cleared before it is in the
+                // summary now (the offer of its turns says that).
                 self.epoch = uuid;
                 self.cleared_in_epoch = false;
+                self.last = None;
                 self.forget_reply();
                 return;
             }
@@ -287,6 +290,16 @@ mod tests {
         let c = read(&[user("u1", None), reply("a1", "u1", 90_000), mc]);
         let last = c.last.unwrap();
         assert_eq!((last.kind, last.key.as_str()), (Kind::Microcompact, "m1"));
+    }
+
+    #[test]
+    fn a_compaction_after_a_clearing_starts_a_window_without_one() {
+        let mut mc = rec("system", "m1", Some("a1"));
+        mc["subtype"] = "microcompact_boundary".into();
+        let mut b = rec("system", "b1", None);
+        b["subtype"] = "compact_boundary".into();
+        let c = read(&[user("u1", None), reply("a1", "u1", 90_000), mc, b]);
+        assert_eq!(c.last, None);
     }
 
     #[test]

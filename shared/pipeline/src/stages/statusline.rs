@@ -201,6 +201,9 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     let w = window_cache::for_hook(&config, sid, &transcript, Some(reported), None, &compaction);
     if let Ok(Some(w)) = &w {
         text.push_str(&summarised(w));
+        if w.cleared.is_some() {
+            text.push_str(" · context cleared");
+        }
     }
     // The rebuild figure only when a rebuild frees something (right after
     // one it would not).

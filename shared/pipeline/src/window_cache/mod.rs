@@ -113,6 +113,7 @@ pub fn for_hook(
         compaction: compaction.clone(),
     });
     w.summarised_turns = running.summarised_turns;
+    w.cleared = running.clearing.last.as_ref().map(|c| c.kind);
     Ok(Some(w))
 }
 
