@@ -289,19 +289,9 @@ pub fn safe_dir(dir: &Path) -> Result<()> {
 }
 
 /// Bytes an unprivileged writer may still use on the file system of `dir`.
-// u64 already on Linux; u32 block counts on macOS.
-#[allow(clippy::useless_conversion)]
 pub fn free_bytes(dir: &Path) -> io::Result<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: statvfs(3) writes only into `st`, given a NUL-terminated path.
-    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    Ok(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    let st = rustix::fs::statvfs(dir)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Ignore `SIGXFSZ`: past the file size limit (`ulimit -f`) a write then
@@ -309,7 +299,9 @@ pub fn free_bytes(dir: &Path) -> io::Result<u64> {
 /// without a word.
 pub fn ignore_file_size_signal() {
     // SAFETY: setting a signal's disposition to SIG_IGN has no
-    // preconditions and installs no handler code.
+    // preconditions and installs no handler code. Neither std nor rustix
+    // has a safe call for a signal's disposition (docs/ARCHITECTURE.md,
+    // "unsafe").
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
@@ -317,8 +309,7 @@ pub fn ignore_file_size_signal() {
 
 /// The effective uid of this process.
 pub fn current_uid() -> u32 {
-    // SAFETY: geteuid(2) cannot fail and has no preconditions.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 pub fn parent_of(path: &Path) -> PathBuf {
