@@ -660,8 +660,7 @@ fn default_session(config: &Config) -> Option<String> {
 
 /// A system unit can be restarted by root only (without a polkit rule).
 fn systemd_rights(user: bool) -> Check {
-    // SAFETY: geteuid(2) cannot fail and touches no memory.
-    let uid = unsafe { libc::geteuid() };
+    let uid = ktr_base::fsutil::current_uid();
     if user || uid == 0 {
         let which = if user { "the user's manager" } else { "root" };
         return pass("systemd rights", format!("{which} may restart the unit"));
