@@ -176,14 +176,16 @@ pub fn cwd(pid: u32) -> Option<std::path::PathBuf> {
 /// terminal, outside the caller's process group, so a terminal's SIGHUP
 /// does not reach it.
 fn in_new_session(command: &mut Command) {
-    // SAFETY: setsid(2) is async-signal-safe and touches no memory of ours.
-    // (std's CommandExt::setsid is still unstable; libc is already in the
-    // dependency graph through getrandom, so this costs nothing to build.)
+    // SAFETY: `pre_exec` is unsafe because its closure runs in the forked
+    // child before exec; this one only makes the setsid(2) system call
+    // (async-signal-safe, no allocation, no lock; rustix's wrapper is a
+    // direct syscall and its error converts without allocating). std has
+    // no stable way to ask for a new session (CommandExt::setsid is
+    // unstable; process_group(0) keeps the controlling terminal), so this
+    // block stays (docs/ARCHITECTURE.md, "unsafe").
     unsafe {
         command.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(io::Error::last_os_error());
-            }
+            rustix::process::setsid()?;
             Ok(())
         });
     }
@@ -233,11 +235,13 @@ pub fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
         if ran && pid_alive(pid) {
             return Ok(());
         }
-        let mut raw: libc::c_int = 0;
-        // SAFETY: waitpid on our own child with a valid out-pointer.
-        let reaped = unsafe { libc::waitpid(pid as libc::pid_t, &raw mut raw, libc::WNOHANG) };
-        if reaped == pid as libc::pid_t {
-            let status = ExitStatus::from_raw(raw);
+        let reaped = rustix_pid(pid).and_then(|child| {
+            rustix::process::waitpid(Some(child), rustix::process::WaitOptions::NOHANG)
+                .ok()
+                .flatten()
+        });
+        if let Some((_, status)) = reaped {
+            let status = ExitStatus::from_raw(status.as_raw());
             // Exit 0: it ran and is done already.
             if status.success() {
                 return Ok(());
@@ -414,12 +418,27 @@ pub fn read_stdin_capped(limit: usize) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(buf))
 }
 
-fn kill_group(pgid: u32) {
-    // SAFETY: plain syscall; the group was created for this child only
-    // (process_group(0)), so nothing else can be hit.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), libc::SIGKILL);
+/// SIGKILL to the one process `pid` (a pid this caller checked to be the
+/// process it means). One already gone is not an error here.
+pub fn kill(pid: u32) {
+    if let Some(pid) = rustix_pid(pid) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
+}
+
+/// SIGKILL to the process group `pgid`; the group was created for this
+/// child only (`process_group(0)`), so nothing else can be hit. A group
+/// already gone is not an error here.
+fn kill_group(pgid: u32) {
+    if let Some(pgid) = rustix_pid(pgid) {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+}
+
+/// `pid` as rustix names a process: None for 0 and for what does not fit
+/// a `pid_t`, which name no single process.
+fn rustix_pid(pid: u32) -> Option<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)
 }
 
 fn describe_status(status: ExitStatus) -> String {
@@ -525,6 +544,31 @@ mod tests {
     }
 
     #[test]
+    fn wait_exec_reaps_a_child_that_exits_before_naming_the_program() {
+        // Exit 0 first: it ran and is done already.
+        // (wait_exec is what waits for these children.)
+        let done = Command::new("sh")
+            .args(["-c", "exit 0"])
+            .spawn()
+            .unwrap()
+            .id();
+        wait_exec(done, "never-named", Duration::from_secs(10)).unwrap();
+        // Any other exit: an error with its status, at once, not at the
+        // deadline, and the child is reaped (no zombie left: gone).
+        let failed = Command::new("sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap()
+            .id();
+        let start = Instant::now();
+        let err = wait_exec(failed, "never-named", Duration::from_secs(10)).unwrap_err();
+        assert!(err.message.contains("exited with exit 3"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(stat(failed), None, "the child must be reaped");
+        assert!(!pid_alive(failed));
+    }
+
+    #[test]
     fn run_with_timeout_does_not_wait_for_a_grandchild_holding_the_pipe() {
         // The shell exits at once but leaves `sleep` holding stdout.
         let start = Instant::now();
@@ -579,7 +623,7 @@ mod tests {
         }
         let text = fs::read_to_string(&log).unwrap();
         assert!(text.contains("out=v") && text.contains("err"), "{text}");
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        kill(pid);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

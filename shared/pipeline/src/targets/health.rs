@@ -141,8 +141,8 @@ mod tests {
     }
 
     fn end(pid: u32) {
-        // SAFETY: kill(2) on a pid this test started; no memory involved.
-        unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGTERM) };
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
 
     /// Watch `pid` for `wait` seconds with a receipt that arrives

@@ -112,8 +112,8 @@ impl Keeper {
                 let _ = process::run_checked(&close, CONTROL_TIMEOUT);
                 if !ended_by(&mut h, Instant::now() + Duration::from_secs(1)) {
                     if let Some(r) = h.recorder.filter(|r| r.alive()) {
-                        // SAFETY: kill(2) on the recorder checked to be alive.
-                        unsafe { libc::kill(r.pid as libc::pid_t, libc::SIGKILL) };
+                        // The recorder checked to be alive.
+                        process::kill(r.pid);
                     }
                     let _ = h.popup.kill();
                     let _ = h.popup.wait();
