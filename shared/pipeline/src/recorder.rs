@@ -27,10 +27,14 @@
 
 use std::ffi::OsString;
 use std::fs::{self, File};
+use std::io::Stdin;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use rustix::termios::{self, OptionalActions, Termios};
 
 use crate::targets::Tmux;
 use ktr_base::cli::Call;
@@ -206,6 +210,8 @@ extern "C" fn on_signal(_: libc::c_int) {
 pub fn record(args: &Args) -> Result<()> {
     let started = Instant::now();
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    // Neither std nor rustix installs a signal handler safely
+    // (docs/ARCHITECTURE.md, "unsafe").
     unsafe {
         libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
@@ -224,7 +230,7 @@ pub fn record(args: &Args) -> Result<()> {
             e.message
         ))
     })?;
-    let raw = Raw::enter(0);
+    let raw = Raw::enter(std::io::stdin());
     let mut screen = std::io::stdout().lock();
     let _ = write!(screen, "\x1b[?25l{NOTICE}\r\n");
     let _ = screen.flush();
@@ -276,25 +282,28 @@ pub fn record(args: &Args) -> Result<()> {
 /// Wait up to `wait_ms` for keys and record what came: appended to `log`
 /// at once, shown on `screen`. True when the tty is gone.
 fn read_into(wait_ms: i32, keys: &mut Vec<u8>, log: &mut File, screen: &mut impl Write) -> bool {
-    let mut fds = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    // fd 0 itself: read(2) on it, never through std's buffered stdin.
+    let stdin = std::io::stdin();
+    let tty = stdin.as_fd();
+    let mut fds = [PollFd::new(&tty, PollFlags::IN)];
+    let wait = Timespec {
+        tv_sec: i64::from(wait_ms / 1000),
+        tv_nsec: i64::from(wait_ms % 1000) * 1_000_000,
     };
-    // SAFETY: one valid pollfd.
-    let ready = unsafe { libc::poll(&raw mut fds, 1, wait_ms) };
-    if ready <= 0 {
+    // An error (EINTR among them) is "nothing yet", as no key came.
+    if !matches!(rustix::event::poll(&mut fds, Some(&wait)), Ok(1..)) {
         return false;
     }
-    if fds.revents & libc::POLLIN == 0 {
-        return fds.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0;
+    let revents = fds[0].revents();
+    if !revents.contains(PollFlags::IN) {
+        return revents.intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL);
     }
     let mut buf = [0u8; 4096];
-    // SAFETY: reading into a buffer of the given length.
-    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-    let Ok(n) = usize::try_from(n) else {
-        let interrupted = std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
-        return !interrupted;
+    let n = match rustix::io::read(tty, &mut buf) {
+        Ok(n) => n,
+        // Interrupted: look again; any other error: the tty is gone.
+        Err(e) => return e != rustix::io::Errno::INTR,
     };
     if n == 0 {
         return true;
@@ -338,28 +347,22 @@ fn replay(tmux: &Tmux, keys: &[u8], from: usize, files: &Files) -> Result<usize>
 
 /// A tty in raw mode, put back as it was when dropped.
 struct Raw {
-    fd: libc::c_int,
-    saved: Option<libc::termios>,
+    tty: Stdin,
+    saved: Option<Termios>,
 }
 
 impl Raw {
-    /// Raw mode on `fd`; nothing when it is not a tty (keys still recorded).
-    fn enter(fd: libc::c_int) -> Raw {
-        let mut saved = std::mem::MaybeUninit::<libc::termios>::uninit();
-        // SAFETY: tcgetattr fills the termios on success, checked.
-        if unsafe { libc::tcgetattr(fd, saved.as_mut_ptr()) } != 0 {
-            return Raw { fd, saved: None };
-        }
-        // SAFETY: initialised by the successful tcgetattr above.
-        let saved = unsafe { saved.assume_init() };
-        let mut raw = saved;
-        // SAFETY: cfmakeraw edits the termios it is given; tcsetattr reads it.
-        unsafe {
-            libc::cfmakeraw(&raw mut raw);
-            libc::tcsetattr(fd, libc::TCSANOW, &raw const raw);
-        }
+    /// Raw mode on `tty` (`cfmakeraw`, set at once); nothing when it is not
+    /// a tty (keys still recorded).
+    fn enter(tty: Stdin) -> Raw {
+        let Ok(saved) = termios::tcgetattr(&tty) else {
+            return Raw { tty, saved: None };
+        };
+        let mut raw = saved.clone();
+        raw.make_raw();
+        let _ = termios::tcsetattr(&tty, OptionalActions::Now, &raw);
         Raw {
-            fd,
+            tty,
             saved: Some(saved),
         }
     }
@@ -368,8 +371,7 @@ impl Raw {
 impl Drop for Raw {
     fn drop(&mut self) {
         if let Some(saved) = &self.saved {
-            // SAFETY: putting back the termios read from this fd.
-            unsafe { libc::tcsetattr(self.fd, libc::TCSANOW, saved) };
+            let _ = termios::tcsetattr(&self.tty, OptionalActions::Now, saved);
         }
     }
 }
