@@ -593,9 +593,14 @@ mod tests {
     fn a_fifo_or_a_symlink_as_the_transcript_is_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("f.jsonl");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let start = Instant::now();
         let err = build(&config(dir.path()), &fifo, None).unwrap_err();
         assert!(err.message.contains("a FIFO"), "{err}");

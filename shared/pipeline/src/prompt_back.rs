@@ -564,9 +564,14 @@ mod tests {
         assert!(e.message.contains("larger than"), "{}", e.message);
         // A FIFO (never blocks).
         std::fs::remove_file(&blocked_file).unwrap();
-        let c = std::ffi::CString::new(blocked_file.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: mkfifo(3) with a NUL-terminated path; no memory is shared.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &blocked_file,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         assert!(blocked(state, &session(), &op("a")).is_err());
         // A symlink to a file elsewhere.
         std::fs::remove_file(&blocked_file).unwrap();
