@@ -297,6 +297,7 @@ pub fn free_bytes(dir: &Path) -> io::Result<u64> {
 /// Ignore `SIGXFSZ`: past the file size limit (`ulimit -f`) a write then
 /// fails with `EFBIG`, which ktr reports, instead of killing the process
 /// without a word.
+#[allow(unsafe_code)]
 pub fn ignore_file_size_signal() {
     // SAFETY: setting a signal's disposition to SIG_IGN has no
     // preconditions and installs no handler code. Neither std nor rustix

@@ -175,6 +175,7 @@ pub fn cwd(pid: u32) -> Option<std::path::PathBuf> {
 /// Make `command`'s child lead a new session (`setsid(2)`): no controlling
 /// terminal, outside the caller's process group, so a terminal's SIGHUP
 /// does not reach it.
+#[allow(unsafe_code)]
 fn in_new_session(command: &mut Command) {
     // SAFETY: `pre_exec` is unsafe because its closure runs in the forked
     // child before exec; this one only makes the setsid(2) system call

@@ -205,10 +205,9 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
-/// Record the keyboard (stdin, the popup's tty) until told to finish, then
-/// replay everything into the pane.
-pub fn record(args: &Args) -> Result<()> {
-    let started = Instant::now();
+/// SIGHUP and SIGTERM set [`SIGNALLED`] instead of ending the process.
+#[allow(unsafe_code)]
+fn finish_on_hangup_or_term() {
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     // Neither std nor rustix installs a signal handler safely
     // (docs/ARCHITECTURE.md, "unsafe").
@@ -216,6 +215,13 @@ pub fn record(args: &Args) -> Result<()> {
         libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+}
+
+/// Record the keyboard (stdin, the popup's tty) until told to finish, then
+/// replay everything into the pane.
+pub fn record(args: &Args) -> Result<()> {
+    let started = Instant::now();
+    finish_on_hangup_or_term();
     let tmux = Tmux {
         program: "tmux".into(),
         socket: args.socket.clone(),
