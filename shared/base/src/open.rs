@@ -209,17 +209,11 @@ pub fn append_private(path: &Path) -> Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::fs::{CWD, FileType, Mode, mknodat};
     use std::time::{Duration, Instant};
 
     fn mkfifo(path: &Path) {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            path,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        mknodat(CWD, path, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
     }
 
     #[test]

@@ -554,6 +554,7 @@ fn block_on_input_problems(options: &EngineOptions<'_>, scan: &Scan, sel: &mut S
 mod tests {
     use super::*;
     use ktr_base::config::Config;
+    use rustix::fs::{CWD, FileType, Mode, mknodat};
     use std::io::Write;
     use std::time::{Duration, Instant};
 
@@ -593,14 +594,7 @@ mod tests {
     fn a_fifo_or_a_symlink_as_the_transcript_is_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("f.jsonl");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
         let start = Instant::now();
         let err = build(&config(dir.path()), &fifo, None).unwrap_err();
         assert!(err.message.contains("a FIFO"), "{err}");

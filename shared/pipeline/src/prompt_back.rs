@@ -464,6 +464,7 @@ pub fn prompt_sent(state_dir: &Path, session: &SessionId, target: impl FnOnce() 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::fs::{CWD, FileType, Mode, mknodat};
     use std::os::unix::fs::PermissionsExt;
 
     fn session() -> SessionId {
@@ -564,11 +565,11 @@ mod tests {
         assert!(e.message.contains("larger than"), "{}", e.message);
         // A FIFO (never blocks).
         std::fs::remove_file(&blocked_file).unwrap();
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
+        mknodat(
+            CWD,
             &blocked_file,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
             0,
         )
         .unwrap();
