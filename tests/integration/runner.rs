@@ -73,11 +73,13 @@ fn start(sb: &Sandbox, pointer: &Path, log: &Path) -> Child {
         .unwrap()
 }
 
-/// The runs the stand-in recorded: (argv, stdin state).
+/// The runs the stand-in recorded: (argv, stdin state); only whole lines
+/// (a line still being written is not a run yet).
 fn runs(log: &Path) -> Vec<Vec<String>> {
     fs::read_to_string(log)
         .unwrap_or_default()
-        .lines()
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
         .map(|l| l.split('\t').map(String::from).collect())
         .collect()
 }
