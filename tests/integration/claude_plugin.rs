@@ -181,6 +181,18 @@ fn settings_of(env: &ClaudeEnv) -> Value {
     serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
 }
 
+/// The real CLI in a throw-away HOME against the fake API with the
+/// scripted model, and the tmux socket its session will run on (ktr is
+/// told it).
+fn sandboxed_cli() -> (FakeApi, ClaudeEnv, String) {
+    let api = FakeApi::start(rules());
+    let mut env = ClaudeEnv::new(&claude_bin(), &api);
+    let socket = Tmux::unique_socket();
+    env.extra_env
+        .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+    (api, env, socket)
+}
+
 /// Why a wait failed: the latest operation, the worker's log, the screen.
 fn diagnosis(store: &Store, tmux: &Tmux) -> String {
     format!(
@@ -343,12 +355,7 @@ fn elsewhere_sees_nothing(env: &ClaudeEnv, api: &FakeApi, store: &Store, op: &Op
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly() {
     let _one_cli = crate::claude_loop::serial();
-    let bin = claude_bin();
-    let api = FakeApi::start(rules());
-    let mut env = ClaudeEnv::new(&bin, &api);
-    let socket = Tmux::unique_socket();
-    env.extra_env
-        .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+    let (api, env, socket) = sandboxed_cli();
 
     // The manifests pass Claude Code's own check with nothing to warn about.
     for dir in [repo_file(""), repo_file("plugin")] {
@@ -509,12 +516,7 @@ fn host_triple() -> String {
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_package_installs_without_cargo_and_its_plugin_rebuilds_in_place() {
     let _one_cli = crate::claude_loop::serial();
-    let bin = claude_bin();
-    let api = FakeApi::start(rules());
-    let mut env = ClaudeEnv::new(&bin, &api);
-    let socket = Tmux::unique_socket();
-    env.extra_env
-        .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+    let (api, mut env, socket) = sandboxed_cli();
 
     // The archive, made from a copy of the checkout.
     let checkout = env.sandbox.root().join("checkout");
