@@ -29,7 +29,7 @@ use crate::claude_loop::config_text;
 use crate::support::claude::{ClaudeEnv, Tmux};
 use crate::support::fake_api::{FakeApi, Logged, Rule, all_strings, conversation, text, tool};
 use crate::support::{OptionOrPanic, claude_bin, printed, repo_file};
-use ktr_pipeline::operation::{Status, Store};
+use ktr_pipeline::operation::{Operation, Status, Store};
 
 /// How long a turn of the CLI may take on a busy two-core machine.
 const TURN: Duration = Duration::from_secs(60);
@@ -181,76 +181,42 @@ fn settings_of(env: &ClaudeEnv) -> Value {
     serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
 }
 
-#[test]
-#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly() {
-    let _one_cli = crate::claude_loop::serial();
-    let bin = claude_bin();
+/// The real CLI in a throw-away HOME against the fake API with the
+/// scripted model, and the tmux socket its session will run on (ktr is
+/// told it).
+fn sandboxed_cli() -> (FakeApi, ClaudeEnv, String) {
     let api = FakeApi::start(rules());
-    let mut env = ClaudeEnv::new(&bin, &api);
+    let mut env = ClaudeEnv::new(&claude_bin(), &api);
     let socket = Tmux::unique_socket();
     env.extra_env
         .push(("KTR_TMUX_SOCKET".into(), socket.clone()));
+    (api, env, socket)
+}
 
-    // The manifests pass Claude Code's own check with nothing to warn about.
-    for dir in [repo_file(""), repo_file("plugin")] {
-        let said = validate(&env, &dir);
-        assert!(
-            said.contains("Validation passed")
-                && !said.contains('⚠')
-                && !said.contains('✘')
-                && !said.to_lowercase().contains("warning"),
-            "validate {}:\n{said}",
-            dir.display()
-        );
-    }
-
-    // The household before ktr: a foreign hook and an allow-list.
-    env.prepare_interactive(&["Bash", "mcp__plugin_ktr_ktr"]);
-    let mut settings = settings_of(&env);
-    settings["hooks"]["Stop"] =
-        json!([{"hooks": [{"type": "command", "command": "true # foreign"}]}]);
-    fs::write(
-        env.sandbox.home.join(".claude/settings.json"),
-        serde_json::to_string_pretty(&settings).unwrap(),
+/// Why a wait failed: the latest operation, the worker's log, the screen.
+fn diagnosis(store: &Store, tmux: &Tmux) -> String {
+    format!(
+        "operation: {:?}\nworker.log:\n{}\nscreen:\n{}",
+        store.latest().ok().flatten(),
+        fs::read_to_string(store.worker_log()).unwrap_or_default(),
+        tmux.screen_of(crate::support::claude::PANE)
     )
-    .unwrap();
-    let before = settings_of(&env);
+}
 
-    // The config where the plugin's hooks look for it.
-    let state = env.sandbox.state.clone();
-    let config = env.sandbox.home.join(".config/ktr/config.toml");
-    fs::create_dir_all(config.parent().unwrap()).unwrap();
-    fs::write(&config, config_text(&env, &state)).unwrap();
-
-    let checkout = env.sandbox.root().join("checkout");
-    copy_checkout(&checkout);
-    let said = install(&env, &checkout, &["--plugin", "--statusline"]);
-    let installed = settings_of(&env);
-    assert_eq!(
-        installed["enabledPlugins"]["ktr@ktr"], true,
-        "{installed}\n{said}"
-    );
-    let text = installed.to_string();
-    assert!(
-        !text.contains("ktr-stop") && !text.contains("ktr-mcp"),
-        "--plugin put hooks or the MCP server into settings.json: {text}"
-    );
-    assert!(
-        installed["statusLine"]["command"]
-            .as_str()
-            .is_some_and(|c| c.ends_with("/prefix/bin/ktr-statusline' --plugin")
-                || c.ends_with("/prefix/bin/ktr-statusline --plugin")),
-        "{installed}"
-    );
-    assert!(
-        env.claude_json().pointer("/mcpServers/ktr").is_none(),
-        "no MCP registration of its own"
-    );
-
-    // The served project: the CLI in tmux, one turn with tool residue.
+/// The served project's session, rebuilt in place through the plugin's
+/// hooks: the CLI in tmux (on `socket`) answers a turn with tool residue; a
+/// rebuild is requested (`between` runs then, with the request); the next
+/// turn's Stop runs prepare → verify → activate in place → ack. Returns once
+/// the rebuilt session answered a probe that carried every turn and not the
+/// tool output, with the activated operation.
+fn rebuilt_in_place(
+    env: &ClaudeEnv,
+    socket: &str,
+    api: &FakeApi,
+    between: impl FnOnce(&Store, &Operation),
+) -> (Tmux, Store, Operation) {
     let source_id = uuid::Uuid::new_v4().to_string();
-    let tmux = Tmux::start_on(&env, &socket, &["--session-id", &source_id]);
+    let tmux = Tmux::start_on(env, socket, &["--session-id", &source_id]);
     tmux.wait_idle(TURN);
     let say = |line: &str, marker: &str| {
         tmux.type_line(line);
@@ -259,12 +225,60 @@ fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly
     };
     say("USER-P1 看看这台机器。", "ASSISTANT-P1");
     // A request waits for its session's Stop.
-    let store = Store::open(&state).unwrap();
+    let store = Store::open(&env.sandbox.state).unwrap();
     let op = store
         .request("plugin e2e: tidy the window", "REBUILD", None)
         .unwrap();
-    let state_before = snapshot(&state);
+    between(&store, &op);
 
+    say("USER-P2 继续。", "ASSISTANT-P2");
+    let done = crate::support::wait_status(
+        &store,
+        "the rebuild to finish",
+        PIPELINE,
+        Status::is_terminal,
+        || diagnosis(&store, &tmux),
+    );
+    assert_eq!(
+        done.status,
+        Status::Activated,
+        "{}",
+        diagnosis(&store, &tmux)
+    );
+    assert_eq!(done.session_id.as_deref(), Some(source_id.as_str()));
+    assert!(done.ack.is_some(), "no receipt from the plugin's ktr-ack");
+    tmux.wait_idle(TURN);
+    tmux.type_line("PROBE-AFTER 还记得吗？");
+    let after = api.wait_turn("PROBE-AFTER", TURN).or_panic(|| {
+        format!(
+            "the probe never reached the model\n{}",
+            diagnosis(&store, &tmux)
+        )
+    });
+    let carried = conversation(&after);
+    for said in ["USER-P1", "ASSISTANT-P1", "USER-P2", "ASSISTANT-P2"] {
+        assert!(carried.contains(said), "{said} was not carried: {carried}");
+    }
+    assert!(
+        !everything(&after).contains("TOOL-OUTPUT-RESIDUE"),
+        "the tool output was carried"
+    );
+    assert!(
+        everything(&after).contains(&format!("{PLUGIN_TOOL}recall finds them verbatim")),
+        "the rebuilt session's notice names recall by its plugin name"
+    );
+    tmux.wait_screen("the reply ASSISTANT-P3", TURN, |s| {
+        s.contains("ASSISTANT-P3")
+    });
+    tmux.wait_idle(TURN);
+    (tmux, store, done)
+}
+
+/// A session of another project (one `claude -p` turn) sees nothing of
+/// ktr: the plugin's hooks run silent, no tool of ktr's is offered, the
+/// pending request `op` stays untouched and the state dir unchanged.
+fn elsewhere_sees_nothing(env: &ClaudeEnv, api: &FakeApi, store: &Store, op: &Operation) {
+    let before = snapshot(&env.sandbox.state);
     // Another project: nothing of ktr.
     let elsewhere = env.sandbox.root().join("elsewhere");
     fs::create_dir_all(&elsewhere).unwrap();
@@ -330,50 +344,82 @@ fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly
     let untouched = store.load(&op.id).unwrap();
     assert_eq!(untouched.status, Status::Pending, "{untouched:?}");
     assert_eq!(untouched.session_id, None);
-    assert_eq!(snapshot(&state), state_before, "the state dir changed");
+    assert_eq!(
+        snapshot(&env.sandbox.state),
+        before,
+        "the state dir changed"
+    );
+}
 
-    // The served session's next Stop: the rebuild, end to end.
-    say("USER-P2 继续。", "ASSISTANT-P2");
-    let diagnosis = || {
-        format!(
-            "operation: {:?}\nworker.log:\n{}\nscreen:\n{}",
-            store.latest().ok().flatten(),
-            fs::read_to_string(store.worker_log()).unwrap_or_default(),
-            tmux.screen_of(crate::support::claude::PANE)
-        )
-    };
-    let done = crate::support::wait_status(
-        &store,
-        "the rebuild to finish",
-        PIPELINE,
-        Status::is_terminal,
-        diagnosis,
-    );
-    assert_eq!(done.status, Status::Activated, "{}", diagnosis());
-    assert_eq!(done.session_id.as_deref(), Some(source_id.as_str()));
-    assert!(done.ack.is_some(), "no receipt from the plugin's ktr-ack");
-    let new_id = done.candidate.clone().unwrap().session_id.to_string();
-    tmux.wait_idle(TURN);
-    tmux.type_line("PROBE-AFTER 还记得吗？");
-    let after = api
-        .wait_turn("PROBE-AFTER", TURN)
-        .or_panic(|| format!("the probe never reached the model\n{}", diagnosis()));
-    let carried = conversation(&after);
-    for said in ["USER-P1", "ASSISTANT-P1", "USER-P2", "ASSISTANT-P2"] {
-        assert!(carried.contains(said), "{said} was not carried: {carried}");
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly() {
+    let _one_cli = crate::claude_loop::serial();
+    let (api, env, socket) = sandboxed_cli();
+
+    // The manifests pass Claude Code's own check with nothing to warn about.
+    for dir in [repo_file(""), repo_file("plugin")] {
+        let said = validate(&env, &dir);
+        assert!(
+            said.contains("Validation passed")
+                && !said.contains('⚠')
+                && !said.contains('✘')
+                && !said.to_lowercase().contains("warning"),
+            "validate {}:\n{said}",
+            dir.display()
+        );
     }
+
+    // The household before ktr: a foreign hook and an allow-list.
+    env.prepare_interactive(&["Bash", "mcp__plugin_ktr_ktr"]);
+    let mut settings = settings_of(&env);
+    settings["hooks"]["Stop"] =
+        json!([{"hooks": [{"type": "command", "command": "true # foreign"}]}]);
+    fs::write(
+        env.sandbox.home.join(".claude/settings.json"),
+        serde_json::to_string_pretty(&settings).unwrap(),
+    )
+    .unwrap();
+    let before = settings_of(&env);
+
+    // The config where the plugin's hooks look for it.
+    let state = env.sandbox.state.clone();
+    let config = env.sandbox.home.join(".config/ktr/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, config_text(&env, &state)).unwrap();
+
+    let checkout = env.sandbox.root().join("checkout");
+    copy_checkout(&checkout);
+    let said = install(&env, &checkout, &["--plugin", "--statusline"]);
+    let installed = settings_of(&env);
+    assert_eq!(
+        installed["enabledPlugins"]["ktr@ktr"], true,
+        "{installed}\n{said}"
+    );
+    let text = installed.to_string();
     assert!(
-        !everything(&after).contains("TOOL-OUTPUT-RESIDUE"),
-        "the tool output was carried"
+        !text.contains("ktr-stop") && !text.contains("ktr-mcp"),
+        "--plugin put hooks or the MCP server into settings.json: {text}"
     );
     assert!(
-        everything(&after).contains(&format!("{PLUGIN_TOOL}recall finds them verbatim")),
-        "the rebuilt session's notice names recall by its plugin name"
+        installed["statusLine"]["command"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("/prefix/bin/ktr-statusline' --plugin")
+                || c.ends_with("/prefix/bin/ktr-statusline --plugin")),
+        "{installed}"
     );
-    tmux.wait_screen("the reply ASSISTANT-P3", TURN, |s| {
-        s.contains("ASSISTANT-P3")
+    assert!(
+        env.claude_json().pointer("/mcpServers/ktr").is_none(),
+        "no MCP registration of its own"
+    );
+
+    // The served project's session, rebuilt; meanwhile another project's
+    // session sees nothing of ktr.
+    let (tmux, store, done) = rebuilt_in_place(&env, &socket, &api, |store, op| {
+        elsewhere_sees_nothing(&env, &api, store, op);
     });
-    tmux.wait_idle(TURN);
+    let diagnosis = || diagnosis(&store, &tmux);
+    let new_id = done.candidate.clone().unwrap().session_id.to_string();
 
     // A slash command of the plugin expands, and its tool answers.
     tmux.type_line("/ktr:status");
@@ -448,4 +494,100 @@ fn the_plugin_rebuilds_its_project_stays_silent_elsewhere_and_uninstalls_cleanly
     }
     assert_eq!(after, before, "{said}");
     assert!(!checkout.join("plugin/bin").exists(), "{said}");
+}
+
+/// The host's target triple, which names the archive.
+fn host_triple() -> String {
+    let out = Command::new("rustc").arg("-vV").output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .unwrap()
+        .to_string()
+}
+
+/// `./install --package` writes `ktr-<version>-<host triple>.tar.gz`;
+/// unpacked anywhere on a machine without cargo, it installs with the
+/// real CLI's own two commands (`claude plugin marketplace add <folder>`,
+/// `claude plugin install ktr@ktr`) into a fresh HOME, and its plugin
+/// rebuilds the served session in place. The archive holds the test's
+/// binaries (`--bin-dir`): the dist build takes minutes.
+#[test]
+#[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
+fn the_package_installs_without_cargo_and_its_plugin_rebuilds_in_place() {
+    let _one_cli = crate::claude_loop::serial();
+    let (api, mut env, socket) = sandboxed_cli();
+
+    // The archive, made from a copy of the checkout.
+    let checkout = env.sandbox.root().join("checkout");
+    copy_checkout(&checkout);
+    let dist = env.sandbox.root().join("dist");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+    let out = Command::new("sh")
+        .arg(checkout.join("install"))
+        .args(["--package", "--bin-dir"])
+        .arg(bin_dir)
+        .arg("--out")
+        .arg(&dist)
+        .output()
+        .unwrap();
+    let said = printed(&out);
+    assert!(out.status.success(), "install --package failed: {said}");
+    let name = format!("ktr-{}-{}", env!("CARGO_PKG_VERSION"), host_triple());
+    let written: Vec<String> = fs::read_dir(&dist)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(written, [format!("{name}.tar.gz")], "{said}");
+
+    // Unpacked elsewhere, on a PATH with only what the CLI, its hooks and
+    // tmux need: no cargo there.
+    let unpacked = env.sandbox.root().join("unpacked");
+    fs::create_dir_all(&unpacked).unwrap();
+    let untar = Command::new("tar")
+        .arg("-xzf")
+        .arg(dist.join(format!("{name}.tar.gz")))
+        .arg("-C")
+        .arg(&unpacked)
+        .output()
+        .unwrap();
+    assert!(untar.status.success(), "{}", printed(&untar));
+    let folder = unpacked.join(&name);
+    let path = "/usr/bin:/bin";
+    let cargo = Command::new("sh")
+        .args(["-c", "command -v cargo"])
+        .env_clear()
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        !cargo.status.success(),
+        "cargo is on the test's PATH {path}: {}",
+        printed(&cargo)
+    );
+    env.extra_env.push(("PATH".into(), path.into()));
+
+    // A fresh HOME: the CLI's settings, ktr's config where the plugin's
+    // hooks look for it, and the archive's two install commands.
+    env.prepare_interactive(&["Bash", "mcp__plugin_ktr_ktr"]);
+    let config = env.sandbox.home.join(".config/ktr/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, config_text(&env, &env.sandbox.state)).unwrap();
+    let marketplace = folder.display().to_string();
+    for args in [
+        &["plugin", "marketplace", "add", marketplace.as_str()][..],
+        &["plugin", "install", "ktr@ktr"],
+    ] {
+        let out = env.command(args).output().unwrap();
+        assert!(out.status.success(), "claude {args:?}: {}", printed(&out));
+    }
+    let installed = settings_of(&env);
+    assert_eq!(installed["enabledPlugins"]["ktr@ktr"], true, "{installed}");
+
+    let (tmux, _store, done) = rebuilt_in_place(&env, &socket, &api, |_, _| {});
+    assert!(
+        fs::read_to_string(env.transcript(done.candidate.unwrap().session_id.as_ref())).is_ok(),
+        "the rebuilt session's transcript"
+    );
+    drop(tmux);
 }

@@ -877,3 +877,86 @@ fn the_plugin_dry_run_writes_nothing() {
     assert_eq!(h.files(), before, "{out}");
     assert!(h.claude_calls().is_empty(), "{out}");
 }
+
+/// `./install --package` writes one archive, `ktr-<version>-<host
+/// triple>.tar.gz`, holding one folder: the marketplace file, the plugin's
+/// files and every binary in `plugin/bin`, executable. Twice, from the same
+/// binaries, it is the same bytes. (Stand-in binaries: the real CLI
+/// installs a real archive in `claude_plugin`.)
+#[test]
+fn the_package_is_one_named_archive_with_the_plugin_and_every_binary_and_the_same_twice() {
+    let tmp = temp();
+    let bins: Vec<String> = fs::read_to_string(crate::support::repo_file("Cargo.toml"))
+        .unwrap()
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("name = ")))
+        .map(|n| n.trim_matches('"').to_string())
+        .collect();
+    let bin_dir = tmp.path().join("built");
+    fs::create_dir_all(&bin_dir).unwrap();
+    for b in &bins {
+        fs::write(bin_dir.join(b), format!("#!/bin/sh\necho {b}\n")).unwrap();
+        fs::set_permissions(bin_dir.join(b), fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let host = Command::new("rustc").arg("-vV").output().unwrap();
+    let host = String::from_utf8_lossy(&host.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(String::from))
+        .unwrap();
+    let name = format!("ktr-{}-{host}", env!("CARGO_PKG_VERSION"));
+    let package = |out: &str| {
+        let out = tmp.path().join(out);
+        let run = Command::new("sh")
+            .arg(crate::support::repo_file("install"))
+            .args(["--package", "--bin-dir"])
+            .arg(&bin_dir)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{}", crate::support::printed(&run));
+        let written: Vec<String> = fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(written, [format!("{name}.tar.gz")]);
+        out.join(format!("{name}.tar.gz"))
+    };
+    let (first, second) = (package("one"), package("two"));
+    assert_eq!(fs::read(&first).unwrap(), fs::read(&second).unwrap());
+
+    let listing = Command::new("tar")
+        .arg("-tvzf")
+        .arg(&first)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let files: Vec<&str> = listing
+        .lines()
+        .filter(|l| !l.starts_with('d'))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    for f in [
+        ".claude-plugin/marketplace.json",
+        "plugin/.claude-plugin/plugin.json",
+        "plugin/hooks/hooks.json",
+        "plugin/commands/status.md",
+    ] {
+        assert!(
+            files.contains(&format!("{name}/{f}").as_str()),
+            "{f}: {listing}"
+        );
+    }
+    for b in &bins {
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(&format!("{name}/plugin/bin/{b}")))
+            .unwrap_or_else(|| panic!("{b} is not in the archive: {listing}"));
+        assert!(line.starts_with("-rwxr-xr-x 0/0"), "{line}");
+    }
+    assert!(
+        files.iter().all(|f| f.starts_with(&format!("{name}/"))),
+        "{listing}"
+    );
+}

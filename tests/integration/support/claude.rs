@@ -42,7 +42,8 @@ pub struct ClaudeEnv {
     pub bin: PathBuf,
     pub tmpdir: PathBuf,
     pub base_url: String,
-    /// Extra variables for the CLI (after the fixed ones).
+    /// Extra variables for the CLI (after the fixed ones, replacing one of
+    /// the same name).
     pub extra_env: Vec<(String, String)>,
     /// No `LANG`, `LC_ALL`, `LC_CTYPE` at all (a container, `env -i`, a
     /// service): the CLI, its tmux server and ktr's hooks and stages run
@@ -104,6 +105,8 @@ impl ClaudeEnv {
         ] {
             env.push((k.to_string(), v));
         }
+        // An extra variable replaces a fixed one of the same name (PATH).
+        env.retain(|(k, _)| !self.extra_env.iter().any(|(e, _)| e == k));
         env.extend(self.extra_env.iter().cloned());
         env
     }
