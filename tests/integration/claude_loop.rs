@@ -705,7 +705,7 @@ fn the_whole_loop_and_its_rollback_through_the_interactive_cli() {
 /// transcript's records, then the three exchanges — and switches to it in
 /// place: the next request to the model carries the old conversation
 /// (tool results included) and all three exchanges, each exactly once;
-/// the old transcript's bytes never change; one line says what happened.
+/// ktr never writes the old transcript; one line says what happened.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_rollback_takes_the_turns_said_since_the_rebuild_along() {
@@ -716,7 +716,9 @@ fn a_rollback_takes_the_turns_said_since_the_rebuild_along() {
     let op = lp.wait_activated();
     let new_id = op.candidate.clone().expect("a candidate").session_id;
     lp.assert_pane_serves(&new_id);
-    let old_digest = sha256_file(&lp.source()).unwrap();
+    // Claude Code may still append its own late records to the session it
+    // left (under load, after the receipt): the switch only ever adds.
+    let at_activation = fs::read(lp.source()).unwrap();
     lp.api.add_rules(vec![
         Rule::new("SINCE-ONE", vec![vec![text("ASSISTANT-S1 第一条新话。")]]),
         Rule::new("SINCE-TWO", vec![vec![text("ASSISTANT-S2 第二条新话。")]]),
@@ -725,6 +727,11 @@ fn a_rollback_takes_the_turns_said_since_the_rebuild_along() {
     ]);
     lp.say("USER-S1 SINCE-ONE 新窗口的第一句", "ASSISTANT-S1");
     lp.say("USER-S2 SINCE-TWO 新窗口的第二句", "ASSISTANT-S2");
+    let old_bytes = fs::read(lp.source()).unwrap();
+    assert!(
+        old_bytes.starts_with(&at_activation),
+        "the old transcript was rewritten by the switch"
+    );
     let op = lp.store.rollback_request(&op.id, "ROLLBACK").unwrap();
     assert_eq!(op.status, Status::RollbackPending);
     // Sent while the rollback waits for the next Stop.
@@ -783,10 +790,13 @@ fn a_rollback_takes_the_turns_said_since_the_rebuild_along() {
         everything.contains("TOOL-OUTPUT-LINE"),
         "the old session's tool results are missing after the rollback"
     );
-    assert_eq!(
-        sha256_file(&lp.source()).unwrap(),
-        old_digest,
-        "the old transcript was written"
+    let now = fs::read(lp.source()).unwrap();
+    assert!(
+        now == old_bytes,
+        "the rollback wrote the old transcript: {} bytes then, {} now; appended: {}",
+        old_bytes.len(),
+        now.len(),
+        String::from_utf8_lossy(now.get(old_bytes.len()..).unwrap_or_default())
     );
     eprintln!(
         "rollback with 3 turns since the rebuild: Stop hook -> rolled_back {:.1} s; restore session {} old + {} new records",
