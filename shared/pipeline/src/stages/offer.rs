@@ -29,6 +29,10 @@ use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, cap, read_capped};
 use ktr_engine::window;
 
+/// The most the offer reads past the advice's step: what Claude Code
+/// appended for the reply while the hook ran.
+const APPENDED_SINCE: u64 = 1 << 20;
+
 /// How the Stop hook's line says to ask for the rebuild.
 pub const ASK: &str = "say REBUILD to ask for it";
 
@@ -72,7 +76,19 @@ pub fn offer(
         )
         .ok()?;
     }
-    let running = window_cache::running::caught_up(&config, session, transcript)?;
+    // Claude Code may have appended a few records (its own, for the reply
+    // that just ended) after the advice's step: read those too — at most
+    // what one reply adds, never a whole step again.
+    let running = match window_cache::running::caught_up(&config, session, transcript) {
+        Some(running) => running,
+        None if !read => {
+            let (running, caught_up) =
+                window_cache::running::advance(&config, session, transcript, APPENDED_SINCE)
+                    .ok()?;
+            caught_up.then_some(running)?
+        }
+        None => return None,
+    };
     // Each finding once: its key is kept in its marker.
     let new = |suffix: &str, key: &str| {
         let path = marker(&config.state_dir, session, suffix);
