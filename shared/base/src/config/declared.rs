@@ -241,14 +241,14 @@ pub const KEYS: &[Key] = &[
     key(
         "activation_delay_seconds",
         Type::Number(range(0.0, 3600.0)),
-        "3",
-        "",
+        "0",
+        "a pause before a rebuild is prepared; none is needed: prepare waits for the reply that asked to be written, and keys typed during the switch are kept",
     ),
     key(
         "stable_file_seconds",
         Type::Number(above(0.0, 600.0)),
         "1",
-        "less than `stable_file_timeout_seconds`",
+        "less than `stable_file_timeout_seconds`; how long the transcript must stay unchanged before it is copied when the reply that asked is not known (a request from the command line); otherwise that reply's closing record, or 0.2 s of quiet, is enough",
     ),
     key(
         "stable_file_timeout_seconds",
