@@ -960,3 +960,21 @@ fn the_package_is_one_named_archive_with_the_plugin_and_every_binary_and_the_sam
         "{listing}"
     );
 }
+
+/// `./install --demo` (the README's first command) runs the drill with the
+/// binaries `./install` would install — the build installing reuses — and
+/// installs nothing: no binary in the prefix, no settings, no config.
+#[test]
+fn the_demo_runs_the_drill_with_the_install_build_and_installs_nothing() {
+    let h = Home::new();
+    let before = crate::support::tree(&h.home);
+    let (out, code) = h.install(&["--demo"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("demo finished: operation activated"), "{out}");
+    assert!(!h.prefix.exists(), "the demo installed binaries:\n{out}");
+    assert_eq!(crate::support::tree(&h.home), before, "{out}");
+    assert!(h.claude_calls().is_empty(), "{:?}", h.claude_calls());
+    let (out, code) = h.install(&["--demo", "--plugin"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("--demo only runs the drill"), "{out}");
+}
