@@ -30,7 +30,7 @@ use crate::support::claude::{ClaudeEnv, Tmux};
 use crate::support::fake_api::conversation;
 use crate::support::fake_api::{FakeApi, Logged, Rule, all_strings, text, thinking, tool};
 use crate::support::{assert_in_order, claude, claude_bin};
-use ktr_base::fsutil::sha256_file;
+use ktr_base::digest::sha256_file;
 use ktr_base::time::parse_rfc3339;
 use ktr_pipeline::operation::{Operation, Status, Store};
 use ktr_pipeline::pane::Input;

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use crate::support::rig::{Kind, Rig, SRC, UNHEALTHY_WINDOW, UNIT};
-use ktr_base::fsutil::sha256_hex;
+use ktr_base::digest::sha256_hex;
 use ktr_engine::conserve::{Expected, check};
 use ktr_pipeline::operation::{Operation, Status, manifest};
 use ktr_pipeline::targets::{SWITCHING_NOTICE, WAITING_NOTICE};

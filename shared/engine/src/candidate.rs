@@ -14,8 +14,8 @@ use crate::reread::{Reread, Said};
 use crate::scan::{Event, Meta};
 use crate::transcript::is_timestamp;
 use crate::turns::{Item, ItemKind, Role, Selection};
+use ktr_base::digest::sha256_hex;
 use ktr_base::error::Result;
-use ktr_base::fsutil::sha256_hex;
 use ktr_base::ids::SessionId;
 
 /// Namespace of item uuids (a fixed, documented constant).

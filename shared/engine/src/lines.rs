@@ -304,7 +304,7 @@ mod tests {
         assert_eq!(span::head(token), decoded[..4096]);
         assert_eq!(
             span::sha256(token).unwrap(),
-            ktr_base::fsutil::sha256_hex(decoded.as_bytes())
+            ktr_base::digest::sha256_hex(decoded.as_bytes())
         );
         assert_eq!(got[1], (long.len(), 13, Some(b"{\"next\":true}".to_vec())));
     }

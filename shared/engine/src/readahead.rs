@@ -113,7 +113,7 @@ pub fn start<'scope>(
                 spare = back.0.ok().map(|(_, chunk)| chunk);
             }
         }
-        Ok((ktr_base::fsutil::hex(&hasher.finalize()), read))
+        Ok((ktr_base::digest::hex(&hasher.finalize()), read))
     });
     (Reader::new(file, len, chunks, spent), reading)
 }
@@ -232,7 +232,7 @@ mod tests {
             });
             let want = &body[..len as usize];
             assert_eq!(lines, want, "{len}");
-            assert_eq!(digested, (ktr_base::fsutil::sha256_hex(want), len), "{len}");
+            assert_eq!(digested, (ktr_base::digest::sha256_hex(want), len), "{len}");
         }
     }
 
@@ -248,7 +248,7 @@ mod tests {
             assert!(!reader.fill_buf().unwrap().is_empty());
             drop(reader);
             let digested = reading.join().unwrap().unwrap();
-            assert_eq!(digested, (ktr_base::fsutil::sha256_hex(&body), 40 * CHUNK));
+            assert_eq!(digested, (ktr_base::digest::sha256_hex(&body), 40 * CHUNK));
         });
     }
 

@@ -243,7 +243,7 @@ pub fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
                     meta.permissions().mode(),
                     meta.len(),
                     meta.modified().ok(),
-                    ktr_base::fsutil::sha256_hex(&fs::read(&path).unwrap_or_default())
+                    ktr_base::digest::sha256_hex(&fs::read(&path).unwrap_or_default())
                 )
             };
             out.insert(path, desc);

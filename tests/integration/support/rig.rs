@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ktr_base::config::Config;
-use ktr_base::fsutil::sha256_file;
+use ktr_base::digest::sha256_file;
 use ktr_pipeline::operation::{Operation, Status, Store};
 
 use super::systemd::RealSystemd;

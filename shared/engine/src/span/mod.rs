@@ -199,7 +199,7 @@ fn json_prefix() -> String {
 
 /// The token of the text with `digest`.
 fn token(digest: &[u8; 32]) -> String {
-    format!("{}{}\0", prefix(), ktr_base::fsutil::hex(digest))
+    format!("{}{}\0", prefix(), ktr_base::digest::hex(digest))
 }
 
 /// Keep `facts` (and where to read the text again, if known: the latest
@@ -413,17 +413,17 @@ fn raw_chunks(source: &Source, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result
 /// SHA-256 (hex) of the decoded `text`, spans read again as needed.
 pub fn sha256(text: &str) -> Result<String> {
     if !has(text) {
-        return Ok(ktr_base::fsutil::sha256_hex(text.as_bytes()));
+        return Ok(ktr_base::digest::sha256_hex(text.as_bytes()));
     }
     if let [Part::Span(d)] = parts(text).as_slice() {
-        return Ok(ktr_base::fsutil::hex(d));
+        return Ok(ktr_base::digest::hex(d));
     }
     let mut h = Sha256::new();
     for_each_chunk(text, &mut |s| {
         h.update(s.as_bytes());
         Ok(())
     })?;
-    Ok(ktr_base::fsutil::hex(&h.finalize()))
+    Ok(ktr_base::digest::hex(&h.finalize()))
 }
 
 /// A text held as its own pieces and the places its spans are read from:

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::operation::Operation;
 use ktr_base::config::Config;
-use ktr_base::fsutil::sha256_prefix;
+use ktr_base::digest::sha256_prefix;
 use ktr_base::open::{Links, open_regular};
 
 /// At most this much appended after the freeze is looked at; more is a change.
