@@ -184,7 +184,7 @@ impl Loop {
         // --release measures the release binaries).
         let bin_dir = std::env::var_os("KTR_BENCH_BIN_DIR").map_or_else(
             || {
-                Path::new(env!("CARGO_BIN_EXE_ktr"))
+                Path::new(crate::support::exe("ktr"))
                     .parent()
                     .unwrap()
                     .to_path_buf()

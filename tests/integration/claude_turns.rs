@@ -773,7 +773,7 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
 fn install(env: &ClaudeEnv, config: &Path) {
     let bin_dir = std::env::var_os("KTR_TURNS_BIN_DIR").map_or_else(
         || {
-            Path::new(env!("CARGO_BIN_EXE_ktr"))
+            Path::new(crate::support::exe("ktr"))
                 .parent()
                 .unwrap()
                 .to_path_buf()
