@@ -230,7 +230,7 @@ mod tests {
             let err = read_capped(path, 10, Links::Follow).unwrap_err();
             assert!(err.message.contains(what), "{err}");
         }
-        assert!(start.elapsed() < Duration::from_secs(2));
+        assert!(start.elapsed() < Duration::from_secs(30));
     }
 
     #[test]

@@ -428,10 +428,10 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(100));
         // Any other change is not waited for.
         let started = Instant::now();
-        let answer = settled(Duration::from_secs(5), || {
+        let answer = settled(Duration::from_secs(30), || {
             Err(Change::new("the frozen part was rewritten"))
         });
         assert_eq!(answer, Err("the frozen part was rewritten".to_string()));
-        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(started.elapsed() < Duration::from_secs(10));
     }
 }
