@@ -28,7 +28,7 @@ pub type Next<'a> = (LineAt, Option<&'a [u8]>);
 const KEPT: usize = 1 << 20;
 
 /// Reads lines from `input`.
-pub struct Lines<R> {
+pub(crate) struct Lines<R> {
     input: R,
     /// The file `input` reads, to read a long text again later (`None`:
     /// only the facts of long texts are kept).
@@ -57,7 +57,7 @@ impl<R: BufRead> Lines<R> {
     /// Lines as they are: no survey (`surrogates` left empty), nothing
     /// mapped; the caller surveys the lines that need it (the scan: those
     /// whose record walk met a surrogate escape).
-    pub fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
+    pub(crate) fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
         Lines {
             survey: false,
             ..Lines::new(input, file)
@@ -217,7 +217,7 @@ fn read_until_or<R: BufRead>(
 }
 
 /// `buf` without its newline and any `\r` before it.
-pub fn trim_newline(buf: &[u8]) -> &[u8] {
+pub(crate) fn trim_newline(buf: &[u8]) -> &[u8] {
     let mut end = buf.len();
     while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
         end -= 1;
@@ -233,7 +233,7 @@ fn trim_lf(buf: &[u8]) -> &[u8] {
 /// The skeleton of the line at `at` (its `len` bytes, without the
 /// newline) in `file`, read a chunk at a time: `None` when a long string
 /// in it is not a valid JSON string.
-pub fn skeleton_at(
+pub(crate) fn skeleton_at(
     file: &Arc<dyn ReadAt>,
     offset: u64,
     len: u64,

@@ -30,7 +30,7 @@ const AHEAD: usize = 8;
 type Chunk = (u64, Vec<u8>);
 
 /// The scan's side: the file's chunks, in order.
-pub struct Reader<'f> {
+pub(crate) struct Reader<'f> {
     file: &'f File,
     len: u64,
     chunks: Receiver<io::Result<Chunk>>,
@@ -68,7 +68,7 @@ impl<'f> Reader<'f> {
 
 /// What the reading thread returns: the SHA-256 (hex) of the bytes it
 /// read, and how many.
-pub type Digested = io::Result<(String, u64)>;
+pub(crate) type Digested = io::Result<(String, u64)>;
 
 /// Start reading the first `len` bytes of `file` on a thread of `scope`.
 pub fn start<'scope>(

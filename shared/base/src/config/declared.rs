@@ -368,7 +368,8 @@ impl Key {
     }
 
     /// The default cell of README's table.
-    pub fn default_cell(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn default_cell(&self) -> String {
         match self.default {
             Unset::Required => "required".into(),
             Unset::Means(means) => format!("({means})"),
@@ -385,12 +386,13 @@ pub struct Words {
 }
 
 impl Words {
-    pub const EN: Words = Words {
+    pub(crate) const EN: Words = Words {
         to: "to",
         and: "and",
         or: "or",
     };
-    pub const ZH: Words = Words {
+    #[cfg(test)]
+    pub(crate) const ZH: Words = Words {
         to: "到",
         and: "且",
         or: "或",

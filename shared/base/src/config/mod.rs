@@ -132,7 +132,7 @@ impl Config {
     }
 
     /// The state dir must be a folder of ktr's own ([`crate::state_dir`]).
-    pub fn check_state_dir(&self) -> Result<()> {
+    pub(crate) fn check_state_dir(&self) -> Result<()> {
         let home = home_dir();
         crate::state_dir::check(&self.state_dir, self.state_place(&home))
     }

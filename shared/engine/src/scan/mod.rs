@@ -43,7 +43,7 @@ pub struct Options<'a> {
 
 /// Everything one pass learned about a transcript.
 #[derive(Debug, Default)]
-pub struct Scan {
+pub(crate) struct Scan {
     pub nodes: Vec<Node>,
     pub events: Vec<Event>,
     pub lines: usize,
@@ -143,7 +143,7 @@ impl Scan {
     }
 
     /// How many distinct uuids were seen (uuid symbols are `0..n`).
-    pub fn symbol_count(&self) -> usize {
+    pub(crate) fn symbol_count(&self) -> usize {
         self.symbol_count
     }
 

@@ -119,7 +119,7 @@ impl Marks {
 }
 
 /// [`Facts`] of a text fed in decoded pieces.
-pub struct FactsBuilder {
+pub(crate) struct FactsBuilder {
     facts: Facts,
     all: Sha256,
     after: Option<Sha256>,
@@ -221,7 +221,7 @@ pub fn register(facts: Facts, source: Option<Source>) -> String {
 
 /// Forget every span of this thread (a new plan starts: the table does
 /// not grow with every plan a long-lived process makes).
-pub fn forget_all() {
+pub(crate) fn forget_all() {
     TABLE.with_borrow_mut(HashMap::clear);
 }
 
@@ -504,7 +504,7 @@ pub fn expand(text: &str) -> Result<String> {
 /// `text` for the conservation check's comparisons: after each token, the
 /// token of its text after the first line (the candidate's text of a
 /// stamped item is the stamp line, then the source's text).
-pub fn comparable(text: String) -> String {
+pub(crate) fn comparable(text: String) -> String {
     if !has(&text) {
         return text;
     }
@@ -525,7 +525,7 @@ pub fn comparable(text: String) -> String {
 
 /// The length `raw` (JSON text from a skeleton) had in its file: each
 /// token counted as the string it stands for.
-pub fn json_len(raw: &str) -> usize {
+pub(crate) fn json_len(raw: &str) -> usize {
     if none_known() || memchr::memmem::find(raw.as_bytes(), b"\\u0000ktr-span:").is_none() {
         return raw.len();
     }
@@ -560,7 +560,7 @@ pub fn expand_json(json: &str, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Resu
 /// searched a window at a time, each window overlapping the one before by
 /// [`OVERLAP`] bytes: a match longer than that across two windows may be
 /// missed (the poison check's phrases are short).
-pub fn count_matches(text: &str, pattern: &regex::Regex) -> Result<usize> {
+pub(crate) fn count_matches(text: &str, pattern: &regex::Regex) -> Result<usize> {
     if !has(text) {
         return Ok(pattern.find_iter(text).count());
     }
