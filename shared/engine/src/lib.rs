@@ -11,6 +11,7 @@ pub mod candidate;
 pub(crate) mod chain;
 pub mod classify;
 pub mod conserve;
+pub(crate) mod counts;
 pub(crate) mod inline_str;
 pub mod jsonskip;
 pub mod ledger;

@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(count, text.chars().count());
         assert_eq!(head, text.chars().take(10).collect::<String>());
         assert_eq!(tail, text.chars().skip(count - 10).collect::<String>());
-        assert_eq!(span::counts(&token), crate::scan::Counts::of(&text));
+        assert_eq!(span::counts(&token), crate::counts::Counts::of(&text));
         assert!(!span::blank(&token));
     }
 

@@ -6,7 +6,7 @@
 //! (`config/docs.rs`). A new key: one row here, plus its field in
 //! [`super::Config`] and the line that reads it.
 
-use super::ranges::{Range, range};
+use super::ranges::{Range, Words, range};
 
 /// One config key.
 #[derive(Debug, Clone, Copy)]
@@ -376,25 +376,4 @@ impl Key {
             Unset::Is(text) => format!("`{}`", text.replace('|', "\\|")),
         }
     }
-}
-
-/// How a range is said in one language.
-pub struct Words {
-    pub to: &'static str,
-    pub and: &'static str,
-    pub or: &'static str,
-}
-
-impl Words {
-    pub(crate) const EN: Words = Words {
-        to: "to",
-        and: "and",
-        or: "or",
-    };
-    #[cfg(test)]
-    pub(crate) const ZH: Words = Words {
-        to: "到",
-        and: "且",
-        or: "或",
-    };
 }

@@ -22,7 +22,7 @@ mod ranges;
 mod tests;
 mod values;
 
-pub use declared::{KEYS, Key, Type, Unset, Words};
+pub use declared::{KEYS, Key, Type, Unset};
 pub use error::ConfigError;
 use keys::Keys;
 pub use paths::{
@@ -30,6 +30,7 @@ pub use paths::{
 };
 pub use pattern::Pattern;
 pub use ranges::Range;
+pub use ranges::Words;
 pub use values::{
     Activation, CarryOverflow, HistoryMode, OnAutoCompaction, OnMalformed, WindowSetting,
 };

@@ -16,14 +16,13 @@ use crate::transcript::{self, Line, Parent, Record};
 pub use crate::symbols::Sym;
 use crate::symbols::Symbols;
 
-mod counts;
 mod event;
 mod kinds;
 mod markers;
 mod node;
 mod speech;
 
-pub use counts::Counts;
+pub use crate::counts::Counts;
 use event::{BLANK, CARRIED_BEFORE, HAS_STAMP, SEEN_SPEECH, SNAPSHOT, TIMESTAMP_BROKEN, narrow};
 pub use event::{Event, LineRef, Meta, Speech, Via, meta};
 use kinds::{KNOWN_ATTACHMENT_TYPES, KNOWN_RECORD_TYPES};

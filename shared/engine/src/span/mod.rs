@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest as _, Sha256};
 
-use crate::scan::Counts;
+use crate::counts::Counts;
 use ktr_base::error::{Error, Result};
 
 /// A string value of this many raw bytes or more is a span. A line shorter
