@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::Sandbox;
+use ktr_pipeline::operation::Status;
 const SESSION: &str = "5e55a9e0-0000-4000-8000-00000000aaaa";
 
 /// Run `cmd` to its end: its exit code and the peak resident set (bytes)
@@ -158,6 +159,74 @@ fn a_huge_message_is_prepared_verified_and_switched_without_being_held_whole() {
         "the huge prompt is carried verbatim"
     );
     assert_never_held_whole("the chain (ktr-prepare)", peak, SIZE);
+}
+
+/// A rollback after the person spoke in the rebuilt session writes a
+/// restore session: the old transcript's bytes (here with the 32 MiB
+/// message), then what was said since the switch. The old transcript is
+/// copied through a buffer at a time, never held whole (it was read a line
+/// at a time: the whole message, 2–3 times over).
+#[test]
+#[ignore = "slow: a 32 MiB message through the chain, then rolled back with a restore session (~90 s in a debug build); CI runs it"]
+fn a_rollback_writes_its_restore_session_without_holding_a_huge_message_whole() {
+    let sandbox = Sandbox::new();
+    let pointer = sandbox.write_pointer_config(
+        SESSION,
+        "context_window_tokens = 1000000000\nstamp_turns = false",
+    );
+    let (path, _) = huge_transcript(&sandbox, SIZE);
+    let (candidate, _) = chained_measured(&sandbox, &path, &pointer);
+    let op = sandbox.store().latest().unwrap().expect("the rebuild");
+    assert_eq!(op.status, Status::Activated, "{:?}", op.error);
+    let new_id = op
+        .candidate
+        .as_ref()
+        .unwrap()
+        .session_id
+        .as_str()
+        .to_string();
+    let said = [
+        serde_json::json!({"type": "user", "uuid": "since-q", "parentUuid": "carried",
+            "sessionId": new_id, "timestamp": "2026-12-05T10:00:00Z",
+            "message": {"role": "user", "content": "SINCE-Q asked after the switch"}}),
+        serde_json::json!({"type": "assistant", "uuid": "since-a", "parentUuid": "since-q",
+            "sessionId": new_id, "timestamp": "2026-12-05T10:00:01Z",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "SINCE-A"}]}}),
+    ];
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(&candidate)
+        .unwrap();
+    for record in said {
+        std::io::Write::write_all(&mut file, format!("{record}\n").as_bytes()).unwrap();
+    }
+    sandbox
+        .store()
+        .rollback_request(&op.id, "ROLLBACK")
+        .unwrap();
+    sandbox.walk(&op.id, &[Status::RollbackScheduled], |_| {});
+    let log = sandbox.root().join("rollback.log");
+    let (code, peak) = run_measured(
+        sandbox
+            .command(crate::support::exe("ktr-rollback"))
+            .args(["--operation", op.id.as_str()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap()),
+        "ktr-rollback",
+    );
+    assert_eq!(code, Some(0), "{}", fs::read_to_string(&log).unwrap());
+    let op = sandbox.store().load(&op.id).unwrap();
+    assert_eq!(op.status, Status::RolledBack, "{:?}", op.error);
+    let restore = op.restore.expect("a restore session");
+    assert_eq!((restore.turns, restore.new_records), (1, 2));
+    let old = fs::read(&path).unwrap();
+    let restored = fs::read(&restore.path).unwrap();
+    assert!(
+        restored.starts_with(&old),
+        "the old transcript's bytes first"
+    );
+    assert_never_held_whole("ktr-rollback (the restore session)", peak, SIZE);
 }
 
 /// The transcript of a conversation that starts with a `SessionStart`

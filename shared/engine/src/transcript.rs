@@ -79,6 +79,23 @@ pub(crate) fn for_each_line<R: BufRead>(
     Ok(())
 }
 
+/// The `uuid` of the last record of the main conversation in `input` (not
+/// a sidechain's), read the way every other pass reads a transcript: a
+/// line at a time, a long one as its skeleton, so memory stays bounded
+/// whatever the lines hold.
+pub fn last_conversation_uuid<R: BufRead>(input: R) -> std::io::Result<Option<String>> {
+    let mut last = None;
+    for_each_line(input, |_, line| {
+        if let Line::Record(r) = line
+            && r.is_sidechain.get() != Some(&true)
+            && let Some(uuid) = r.uuid.get()
+        {
+            last = Some(uuid.to_string());
+        }
+    })?;
+    Ok(last)
+}
+
 /// `bytes` as text if they are UTF-8.
 fn utf8(bytes: &[u8]) -> Option<&str> {
     simdutf8::basic::from_utf8(bytes).ok()

@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -35,6 +35,7 @@ use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, write_atomic_with};
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, open_regular};
+use ktr_engine::transcript::last_conversation_uuid;
 use ktr_engine::with_top_level;
 
 /// What the rebuilt session holds after what ktr wrote.
@@ -66,7 +67,7 @@ pub(super) fn build(op: &Operation, old_transcript: &Path) -> Result<Option<Rest
     // Streamed: the old transcript may be large; only a line at a time
     // and what was said since the switch are held.
     let composed = write_atomic_with(&path, 0o600, Existing::Refuse, |out| {
-        compose(&old, &said, &mut std::io::BufWriter::new(out))
+        compose(&mut &old, &said, &mut std::io::BufWriter::new(out))
     })?;
     let Some(composed) = composed else {
         let _ = std::fs::remove_file(&path);
@@ -152,18 +153,30 @@ fn said_in(appended: &[u8]) -> Option<Said> {
 }
 
 /// What follows the whole-line prefix of `input` whose digest is `want`
-/// (None when no such prefix), read a line at a time.
+/// (None when no such prefix), read a buffer at a time (a long line is
+/// never held).
 fn after_written(input: impl Read, want: &Sha256) -> std::io::Result<Option<Vec<u8>>> {
     let mut input = BufReader::with_capacity(1 << 16, input);
     let mut hasher = sha2::Sha256::new();
-    let mut line = Vec::new();
     loop {
-        line.clear();
-        if input.read_until(b'\n', &mut line)? == 0 || !line.ends_with(b"\n") {
-            return Ok(None);
-        }
-        hasher.update(&line);
-        if Sha256::of_hasher(hasher.clone()) == *want {
+        let (used, matched) = {
+            let buf = input.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            match memchr::memchr(b'\n', buf) {
+                Some(end) => {
+                    hasher.update(&buf[..=end]);
+                    (end + 1, Sha256::of_hasher(hasher.clone()) == *want)
+                }
+                None => {
+                    hasher.update(buf);
+                    (buf.len(), false)
+                }
+            }
+        };
+        input.consume(used);
+        if matched {
             let mut rest = Vec::new();
             input.read_to_end(&mut rest)?;
             return Ok(Some(rest));
@@ -184,52 +197,21 @@ struct Composed {
     last_old: String,
 }
 
-/// The fields of a record that tell its place in the conversation (the
-/// rest is skipped, never held).
-#[derive(serde::Deserialize)]
-struct Place {
-    uuid: Option<String>,
-    #[serde(rename = "isSidechain")]
-    is_sidechain: Option<bool>,
-}
-
 /// Write the old transcript's bytes (a last line without its end gets
 /// one), then the said records, those whose parent is not another said
 /// record chained onto the old conversation's last record. None when the
-/// old transcript holds no record to chain onto.
-fn compose(old: impl Read, said: &Said, out: &mut impl Write) -> std::io::Result<Option<Composed>> {
-    let mut old = BufReader::with_capacity(1 << 16, old);
-    let mut hasher = sha2::Sha256::new();
-    let (mut old_bytes, mut old_records, mut last_old) = (0u64, 0usize, None);
-    let mut line = Vec::new();
-    let mut ended = false;
-    loop {
-        line.clear();
-        if old.read_until(b'\n', &mut line)? == 0 {
-            break;
-        }
-        out.write_all(&line)?;
-        hasher.update(&line);
-        old_bytes += line.len() as u64;
-        let record = line.strip_suffix(b"\n").unwrap_or(&line);
-        if record.is_empty() {
-            continue;
-        }
-        old_records += 1;
-        if let Ok(Place {
-            uuid: Some(uuid),
-            is_sidechain,
-        }) = serde_json::from_slice::<Place>(record)
-            && is_sidechain != Some(true)
-        {
-            last_old = Some(uuid);
-        }
-        if !line.ends_with(b"\n") {
-            out.write_all(b"\n")?;
-            ended = true;
-        }
-    }
-    let Some(last_old) = last_old else {
+/// old transcript holds no record to chain onto. The old transcript is
+/// read twice, a buffer at a time: copied, then walked for its last
+/// record; no line of it is held whole.
+fn compose<R: Read + Seek>(
+    old: &mut R,
+    said: &Said,
+    out: &mut impl Write,
+) -> std::io::Result<Option<Composed>> {
+    let copied = copy_old(&mut *old, out)?;
+    old.rewind()?;
+    let Some(last_old) = last_conversation_uuid(BufReader::with_capacity(1 << 16, &mut *old))?
+    else {
         return Ok(None);
     };
     let parent = Value::from(last_old.as_str()).to_string();
@@ -245,12 +227,62 @@ fn compose(old: impl Read, said: &Said, out: &mut impl Write) -> std::io::Result
     }
     out.flush()?;
     Ok(Some(Composed {
-        old_bytes,
-        old_sha256: Sha256::of_hasher(hasher),
-        ended,
-        old_records,
+        old_bytes: copied.bytes,
+        old_sha256: copied.sha256,
+        ended: copied.ended,
+        old_records: copied.records,
         last_old,
     }))
+}
+
+/// What [`copy_old`] copied.
+struct Copied {
+    bytes: u64,
+    sha256: Sha256,
+    /// Its non-empty lines.
+    records: usize,
+    /// Its last line had no end: one was written.
+    ended: bool,
+}
+
+/// Copy `old` to `out` a buffer at a time, counting its non-empty lines
+/// and ending its last line if it has no end.
+fn copy_old(old: impl Read, out: &mut impl Write) -> std::io::Result<Copied> {
+    let mut old = BufReader::with_capacity(1 << 16, old);
+    let mut hasher = sha2::Sha256::new();
+    let (mut bytes, mut records, mut open_line) = (0u64, 0usize, 0usize);
+    loop {
+        let used = {
+            let buf = old.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            out.write_all(buf)?;
+            hasher.update(buf);
+            for line in buf.split_inclusive(|b| *b == b'\n') {
+                if line.ends_with(b"\n") {
+                    records += usize::from(open_line + line.len() > 1);
+                    open_line = 0;
+                } else {
+                    open_line += line.len();
+                }
+            }
+            buf.len()
+        };
+        bytes += used as u64;
+        old.consume(used);
+    }
+    let ended = open_line > 0;
+    if ended {
+        records += 1;
+        out.write_all(b"\n")?;
+    }
+    Ok(Copied {
+        bytes,
+        sha256: Sha256::of_hasher(hasher),
+        records,
+        ended,
+    })
 }
 
 /// Whether a said record hangs onto a record outside the said ones (the
@@ -448,7 +480,9 @@ mod tests {
     /// it was made of, and the file.
     fn composed(old: &str, said: &Said) -> (String, Composed, tempfile::NamedTempFile) {
         let mut out = Vec::new();
-        let c = compose(old.as_bytes(), said, &mut out).unwrap().unwrap();
+        let c = compose(&mut std::io::Cursor::new(old), said, &mut out)
+            .unwrap()
+            .unwrap();
         let text = String::from_utf8(out).unwrap();
         (text.clone(), c, written(&text))
     }
@@ -518,8 +552,47 @@ mod tests {
         assert!(check(file.as_file(), &c, &said).is_ok());
         // Nothing to chain onto.
         let mut out = Vec::new();
-        let none = compose(&b"{\"type\":\"last-prompt\"}\n"[..], &said, &mut out).unwrap();
+        let none = compose(
+            &mut std::io::Cursor::new(&b"{\"type\":\"last-prompt\"}\n"[..]),
+            &said,
+            &mut out,
+        )
+        .unwrap();
         assert!(none.is_none());
+    }
+
+    /// Lines far longer than a read buffer (a pasted log, a big tool
+    /// result), blank lines and a sidechain record after the conversation's
+    /// last one: every byte copied, the lines counted, the chain hung onto
+    /// the last main record, whose uuid comes after a long text.
+    #[test]
+    fn long_lines_are_copied_in_pieces_and_the_chain_hangs_on_the_last_main_record() {
+        let said = said_in(appended().as_bytes()).unwrap();
+        let long = "x".repeat(300 << 10);
+        let old = [
+            line(
+                &json!({"type": "user", "message": {"role": "user", "content": long},
+                "uuid": "o1", "parentUuid": null, "sessionId": OLD}),
+            ),
+            "\n".to_string(),
+            line(
+                &json!({"type": "assistant", "message": {"role": "assistant",
+                "content": [{"type": "text", "text": long}]}, "uuid": "o2", "parentUuid": "o1"}),
+            ),
+            line(
+                &json!({"type": "user", "isSidechain": true, "uuid": "s1", "parentUuid": "o2",
+                "message": {"role": "user", "content": long}}),
+            ),
+        ]
+        .concat();
+        let (text, c, file) = composed(&old, &said);
+        assert!(text.starts_with(&old));
+        assert_eq!((c.old_records, c.last_old.as_str()), (3, "o2"));
+        assert_eq!((c.old_bytes, c.ended), (old.len() as u64, false));
+        assert!(check(file.as_file(), &c, &said).is_ok());
+        let digest = Sha256::of_bytes(old.as_bytes());
+        let after = after_written(text.as_bytes(), &digest).unwrap().unwrap();
+        assert_eq!(after, &text.as_bytes()[old.len()..]);
     }
 
     #[test]
