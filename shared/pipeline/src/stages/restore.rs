@@ -164,15 +164,12 @@ fn after_written(input: impl Read, want: &Sha256) -> std::io::Result<Option<Vec<
             if buf.is_empty() {
                 return Ok(None);
             }
-            match memchr::memchr(b'\n', buf) {
-                Some(end) => {
-                    hasher.update(&buf[..=end]);
-                    (end + 1, Sha256::of_hasher(hasher.clone()) == *want)
-                }
-                None => {
-                    hasher.update(buf);
-                    (buf.len(), false)
-                }
+            if let Some(end) = memchr::memchr(b'\n', buf) {
+                hasher.update(&buf[..=end]);
+                (end + 1, Sha256::of_hasher(hasher.clone()) == *want)
+            } else {
+                hasher.update(buf);
+                (buf.len(), false)
             }
         };
         input.consume(used);
