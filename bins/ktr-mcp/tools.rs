@@ -112,6 +112,12 @@ pub struct RecallArgs {
     /// Read everything and count every match (slower).
     #[serde(default)]
     pub count: bool,
+    /// Also list each copy of text your window already holds as a hit (by default such matches are folded into `carried` and do not use the limit).
+    #[serde(default)]
+    pub all_copies: bool,
+    /// Records to show before and after each hit (at most 20).
+    #[serde(default)]
+    pub context: u32,
     /// lineage (default: this session and every session it was rebuilt from) or project (every transcript of the project).
     #[serde(default)]
     pub scope: Option<String>,
@@ -324,6 +330,8 @@ impl Server {
                 turns: args.turns.as_deref().map(ktr_pipeline::recall::parse_turns).transpose()?,
                 limit: limit as usize,
                 count: args.count,
+                all_copies: args.all_copies,
+                context: args.context as usize,
                 scope: args.scope.as_deref().map(ktr_pipeline::recall::Scope::parse).transpose()?.unwrap_or_default(),
                 current: current.file_stem().map(|s| s.to_string_lossy().into_owned()),
             };

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use ktr_base::Error;
 use ktr_base::config::Config;
-use ktr_engine::recall::{Found, Hit};
+use ktr_engine::recall::context::Nearby;
+use ktr_engine::recall::{Carried, Found, Hit};
 use ktr_pipeline::operation::Store;
 use ktr_pipeline::recall::{Answer, Ask, Scope, parse_turns};
 use lexopt::prelude::*;
@@ -34,6 +35,9 @@ Options:
   --turns A-B             turn range (5, 5-9, 5-, -9)
   --limit N               hits to show (default 20, at most 500)
   --count                 read everything and count every match
+  --all-copies            list each copy of text the window already holds as a hit
+                          (by default: one line each, not counted against --limit)
+  --context N             show N records before and after each hit (at most 20)
   --scope lineage|project every transcript of the project instead of the lineage
   --current ID            the session whose lineage is searched (default: the newest)
   --get HIT_ID            print one hit whole, page by page (--page N, from 0)
@@ -78,6 +82,8 @@ fn parse_raw(
             Long("json") => a.json = true,
             Long("regex") => a.ask.regex = true,
             Long("count") => a.ask.count = true,
+            Long("all-copies") => a.ask.all_copies = true,
+            Long("context") => a.ask.context = number(&parser.value()?.string()?, "--context")?,
             Long("kind") => a.ask.kinds.extend(
                 parser
                     .value()?
@@ -166,6 +172,9 @@ fn human(a: &Answer) -> String {
     for h in &a.found.hits {
         s.push_str(&hit_line(h));
     }
+    for c in &a.found.carried {
+        s.push_str(&carried_line(c));
+    }
     s.push_str(&summary(&a.found));
     for lost in &a.lost {
         s.push_str(&format!(
@@ -176,7 +185,7 @@ fn human(a: &Answer) -> String {
     s
 }
 
-fn hit_line(h: &Hit) -> String {
+fn head(h: &Hit) -> String {
     let mut head = format!(
         "{} line {} turn {} {} {}",
         h.session_short,
@@ -191,13 +200,58 @@ fn hit_line(h: &Hit) -> String {
     if let Some(i) = &h.input {
         head.push_str(&format!(" ({i})"));
     }
+    head
+}
+
+fn hit_line(h: &Hit) -> String {
+    let mut head = head(h);
     if let Some(o) = &h.offloaded {
         head.push_str(&format!(" in tool-results/{o}"));
         if let Some(p) = h.page {
             head.push_str(&format!(" (--page {p})"));
         }
     }
-    format!("{head}  [{}]\n  {}\n  id {}\n", h.origin, h.snippet, h.id)
+    let mut s = format!("{head}  [{}]\n", h.origin);
+    if let Some(p) = &h.prompt {
+        s.push_str(&format!("  asked: {p}\n"));
+    }
+    for n in h.context.iter().filter(|n| n.line < h.line) {
+        s.push_str(&nearby_line(n));
+    }
+    s.push_str(&format!("  {}\n", h.snippet));
+    for n in h.context.iter().filter(|n| n.line > h.line) {
+        s.push_str(&nearby_line(n));
+    }
+    if let Some(c) = &h.call {
+        s.push_str(&format!("  call line {} id {}\n", c.line, c.id));
+    }
+    if let Some(r) = &h.result {
+        s.push_str(&format!("  result line {} id {}\n", r.line, r.id));
+    }
+    s.push_str(&format!("  id {}\n", h.id));
+    s
+}
+
+fn nearby_line(n: &Nearby) -> String {
+    let tool = n
+        .tool
+        .as_deref()
+        .map(|t| format!(" {t}"))
+        .unwrap_or_default();
+    format!("    line {} {}{tool}: {}\n", n.line, n.kind.name(), n.text)
+}
+
+fn carried_line(c: &Carried) -> String {
+    let copies = match c.older_copies {
+        0 => String::new(),
+        1 => "; 1 older copy".into(),
+        n => format!("; {n} older copies"),
+    };
+    format!(
+        "{} — also carried in the window{copies} (--all-copies)\n  {}\n",
+        head(&c.hit),
+        c.hit.snippet
+    )
 }
 
 fn summary(f: &Found) -> String {
@@ -213,8 +267,21 @@ fn summary(f: &Found) -> String {
         }
         None => "no more".into(),
     };
+    let carried = if f.carried.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (+{} carried in the window{})",
+            f.carried.len(),
+            if f.carried_more > 0 {
+                format!(", {} more", f.carried_more)
+            } else {
+                String::new()
+            }
+        )
+    };
     format!(
-        "{} hits; {more}; {} files, {} read\n",
+        "{} hits{carried}; {more}; {} files, {} read\n",
         f.hits.len(),
         f.files_searched,
         out::bytes(f.bytes_searched)

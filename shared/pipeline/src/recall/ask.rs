@@ -14,6 +14,9 @@ use ktr_base::time::parse_rfc3339;
 use ktr_base::{Error, Result};
 use ktr_engine::recall::{self, Filter, Found, Kind, Query, Search};
 
+/// The most records shown on each side of a hit.
+pub const MAX_CONTEXT: usize = 20;
+
 /// A recall request.
 #[derive(Debug, Clone, Default)]
 pub struct Ask {
@@ -32,6 +35,10 @@ pub struct Ask {
     pub turns: Option<(u32, u32)>,
     pub limit: usize,
     pub count: bool,
+    /// Show each copy of what the window carries as a hit of its own.
+    pub all_copies: bool,
+    /// Records shown before and after each hit.
+    pub context: usize,
     pub scope: Scope,
     /// The session whose lineage is searched (default: the newest transcript).
     pub current: Option<String>,
@@ -61,6 +68,8 @@ pub fn recall(config: &Config, ask: &Ask) -> Result<Answer> {
         filter: filter(ask)?,
         limit: ask.limit,
         count: ask.count,
+        all_copies: ask.all_copies,
+        context: ask.context.min(MAX_CONTEXT),
     };
     let current = match &ask.current {
         Some(s) => ktr_base::ids::SessionId::parse(s)?.to_string(),

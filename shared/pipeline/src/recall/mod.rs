@@ -10,6 +10,7 @@ pub mod hit_id;
 pub mod lineage;
 pub mod notice;
 mod sources;
+mod window;
 
 pub use ask::{Answer, Ask, parse_turns, recall};
 pub use hit_id::{HitFile, HitId};

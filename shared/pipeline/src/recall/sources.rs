@@ -13,7 +13,7 @@ use super::hit_id::{self, HitFile, HitId, confined, plain_name};
 use super::lineage::{self, Member};
 use crate::operation::Store;
 use ktr_base::{Error, Result};
-use ktr_engine::recall::{self, Page, Source};
+use ktr_engine::recall::{self, Page, Source, Window};
 
 /// The most offloaded files read per session.
 const OFFLOADED_MAX: usize = 10_000;
@@ -142,6 +142,17 @@ pub fn sources(
             }
         }
     }
+    let lineage = match scope {
+        Scope::Lineage => std::borrow::Cow::Borrowed(&out.lineage),
+        Scope::Project => std::borrow::Cow::Owned(lineage::lineage(store, &project, current)?),
+    };
+    let windows = super::window::windows(store, &lineage);
+    drop(lineage);
+    for source in &mut out.sources {
+        if let Some(w) = windows.get(&source.session) {
+            source.window = w.clone();
+        }
+    }
     Ok(out)
 }
 
@@ -168,6 +179,7 @@ fn member_source(store: &Store, project: &Path, m: &Member) -> Result<Option<Sou
         tool_results: offloaded(&dir, &m.session, |n| {
             hit_id::token(&file(Some(n.to_string())))
         }),
+        window: Window::default(),
     }))
 }
 
@@ -185,6 +197,7 @@ fn live_source(project: &Path, session: &str, path: &Path) -> Result<Source> {
         tool_results: offloaded(project, session, |n| {
             hit_id::token(&file(Some(n.to_string())))
         }),
+        window: Window::default(),
     })
 }
 
