@@ -164,6 +164,9 @@ pub struct Recalled {
     pub total: Option<u64>,
     /// Sessions searched: this one and those it was rebuilt from.
     pub sessions_in_lineage: usize,
+    /// Scope all: every session searched, with `resume` (the line that resumes it).
+    #[schemars(with = "Vec<Nested>")]
+    pub sessions: Vec<ktr_pipeline::recall::SessionInfo>,
     /// Sessions of the lineage whose text is gone: `session` and `why`.
     #[schemars(with = "Vec<Nested>")]
     pub lost_sessions: Vec<ktr_pipeline::recall::Lost>,
@@ -184,6 +187,7 @@ impl Recalled {
             total: found.total,
             sessions_in_lineage: answer.lineage.len(),
             lost_sessions: answer.lost,
+            sessions: answer.sessions,
             complete: found.complete,
             files_searched: found.files_searched,
             bytes_searched: found.bytes_searched,

@@ -24,7 +24,8 @@ Usage: ktr recall QUERY [options]
 The query is a literal (ASCII letters in either case, other scripts exactly);
 --regex makes it a regex. Searched: the current session and every session it
 was rebuilt from (their live transcripts, else ktr's frozen backups), newest
-first, with their offloaded tool-results/ files.
+first, with their offloaded tool-results/ files and their subagents'
+transcripts.
 
 Options:
   --regex                 the query is a regex (Rust syntax)
@@ -38,7 +39,13 @@ Options:
   --all-copies            list each copy of text the window already holds as a hit
                           (by default: one line each, not counted against --limit)
   --context N             show N records before and after each hit (at most 20)
-  --scope lineage|project every transcript of the project instead of the lineage
+  --scope lineage|project|all
+                          project: every transcript of the project; all: every
+                          project's sessions and ktr's backups of them, grouped by
+                          session, each with the line that resumes it
+  --project P             with --scope all: only this project (its working folder,
+                          or its folder name under ~/.claude/projects; repeatable)
+  --file PATH             only tool calls whose input names PATH, and their results
   --current ID            the session whose lineage is searched (default: the newest)
   --get HIT_ID            print one hit whole, page by page (--page N, from 0)
   --json                  machine-readable output
@@ -92,6 +99,8 @@ fn parse_raw(
                     .map(|k| k.trim().to_string()),
             ),
             Long("tool") => a.ask.tool = Some(parser.value()?.string()?),
+            Long("file") => a.ask.file = Some(parser.value()?.string()?),
+            Long("project") => a.ask.projects.push(parser.value()?.string()?),
             Long("session") => a.ask.sessions.push(parser.value()?.string()?),
             Long("since") => a.ask.since = Some(parser.value()?.string()?),
             Long("until") => a.ask.until = Some(parser.value()?.string()?),
@@ -169,7 +178,19 @@ pub fn run(args: &RecallArgs) -> Result<u8, Error> {
 
 fn human(a: &Answer) -> String {
     let mut s = String::new();
+    let mut last: Option<&str> = None;
     for h in &a.found.hits {
+        if last != Some(h.session.as_str())
+            && let Some(info) = a.sessions.iter().find(|i| i.session == h.session)
+        {
+            s.push_str(&format!(
+                "── session {} ({}) · {}\n",
+                info.session,
+                info.cwd.as_deref().unwrap_or(&info.project),
+                info.resume
+            ));
+        }
+        last = Some(h.session.as_str());
         s.push_str(&hit_line(h));
     }
     for c in &a.found.carried {

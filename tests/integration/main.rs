@@ -52,6 +52,7 @@ mod properties;
 mod recall;
 mod recall_context;
 mod recall_edges;
+mod recall_everywhere;
 mod recall_window;
 mod rules;
 mod runner;

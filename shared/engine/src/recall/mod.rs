@@ -5,6 +5,7 @@
 //! may match. Read-only; the caller decides which files may be read (the
 //! pipeline's lineage, through the one path rule).
 
+mod calls;
 pub mod context;
 mod fold;
 pub mod get;
@@ -56,6 +57,8 @@ pub struct Filter {
     pub kinds: Vec<Kind>,
     /// A tool's exact name (`Bash`, `mcp__x__y`): its calls and results.
     pub tool: Option<String>,
+    /// A path: the tool calls whose input names it, and their results.
+    pub file: Option<String>,
     pub since: Option<SystemTime>,
     pub until: Option<SystemTime>,
     /// Inclusive turn range.

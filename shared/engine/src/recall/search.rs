@@ -2,10 +2,10 @@
 //! once the search has one hit past the limit (or read to its end when
 //! counting); what the window carries folded aside (see [`super::fold`]).
 
-use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use super::calls::Calls;
 use super::fold::Folds;
 use super::lines::{self, Flow, Line};
 use super::record::{self, Kind, Part};
@@ -14,8 +14,6 @@ use ktr_base::open::{Links, open_regular};
 use ktr_base::time::parse_rfc3339;
 use ktr_base::{Error, Result};
 
-/// The ids of a filtered tool's calls kept at most (oldest forgotten).
-const TOOL_IDS_KEPT: usize = 100_000;
 /// Bytes of a huge line shown around its match.
 const RAW_AROUND: u64 = 200;
 
@@ -133,12 +131,22 @@ fn older_than_since(source: &Source, s: &Search) -> bool {
 }
 
 /// Offloaded results and resolved results are checked against the tool
-/// filter once their call is known.
+/// filter once their call is known (an offloaded one against the file
+/// filter too: its call's input as summed up).
 fn keeps_tool(s: &Search, hit: &Hit) -> bool {
-    match &s.filter.tool {
-        None => true,
-        Some(tool) => hit.tool.as_deref() == Some(tool.as_str()),
-    }
+    let tool = s
+        .filter
+        .tool
+        .as_ref()
+        .is_none_or(|tool| hit.tool.as_deref() == Some(tool.as_str()));
+    let file = s.filter.file.as_ref().is_none_or(|path| {
+        hit.via.is_none()
+            || hit
+                .input
+                .as_deref()
+                .is_some_and(|i| i.contains(path.as_str()))
+    });
+    tool && file
 }
 
 /// An offloaded hit is filtered by time and turn once its citing record
@@ -182,7 +190,7 @@ fn scan_transcript(
         turn: 0,
         prompt_at: None,
         bytes: 0,
-        tool_ids: ToolIds::new(s.filter.tool.as_deref()),
+        calls: Calls::new(&s.filter),
         budget,
     };
     let find = |b: &[u8]| s.query.raw_find(b);
@@ -211,7 +219,7 @@ struct Scan<'a> {
     /// Where the current turn's typed prompt starts.
     prompt_at: Option<u64>,
     bytes: u64,
-    tool_ids: ToolIds,
+    calls: Calls,
     budget: &'a mut Budget,
 }
 
@@ -225,7 +233,7 @@ impl Scan<'_> {
                     self.turn += 1;
                     self.prompt_at = Some(offset);
                 }
-                self.tool_ids.note(bytes);
+                self.calls.note(bytes);
                 if self.s.query.may_match(bytes) {
                     self.record(offset, bytes);
                 }
@@ -295,13 +303,13 @@ impl Scan<'_> {
         if !f.kinds.is_empty() && !f.kinds.contains(&part.kind) {
             return false;
         }
-        match (&f.tool, part.kind) {
-            (None, _) => true,
-            (Some(t), Kind::ToolUse) => part.tool == Some(t.as_str()),
-            (Some(_), Kind::ToolResult | Kind::Image) => {
-                part.tool_use_id.is_some_and(|id| self.tool_ids.has(id))
-            }
-            (Some(_), _) => false,
+        if !self.calls.filters() {
+            return true;
+        }
+        match part.kind {
+            Kind::ToolUse => self.calls.wants(part),
+            Kind::ToolResult | Kind::Image => part.tool_use_id.is_some_and(|id| self.calls.has(id)),
+            _ => false,
         }
     }
 
@@ -359,7 +367,11 @@ impl Scan<'_> {
         let f = &self.s.filter;
         let kind = raw_kind(head);
         let wanted = f.kinds.is_empty() || f.kinds.contains(&kind);
-        if !wanted || f.tool.is_some() || f.since.is_some() || f.until.is_some() || !self.in_turns()
+        if !wanted
+            || self.calls.filters()
+            || f.since.is_some()
+            || f.until.is_some()
+            || !self.in_turns()
         {
             return;
         }
@@ -414,60 +426,6 @@ fn raw_kind(head: &[u8]) -> Kind {
         Kind::User
     } else {
         Kind::Injection
-    }
-}
-
-/// The calls of the filtered tool seen so far (their results follow them).
-struct ToolIds {
-    /// The tool's name, and `"name":"<it>"` as raw JSON (compact, spaced).
-    tool: Option<(String, [String; 2])>,
-    ids: HashSet<String>,
-    order: VecDeque<String>,
-}
-
-impl ToolIds {
-    fn new(tool: Option<&str>) -> ToolIds {
-        ToolIds {
-            tool: tool.map(|t| {
-                let quoted = format!("\"{}\"", super::query::json_escaped(t));
-                (t.to_string(), turn::pair("name", &quoted))
-            }),
-            ids: HashSet::new(),
-            order: VecDeque::new(),
-        }
-    }
-
-    fn note(&mut self, line: &[u8]) {
-        let Some((tool, needles)) = &self.tool else {
-            return;
-        };
-        if !needles
-            .iter()
-            .any(|n| memchr::memmem::find(line, n.as_bytes()).is_some())
-        {
-            return;
-        }
-        let Some(value) = record::decode(line) else {
-            return;
-        };
-        for part in record::parts(&value) {
-            if part.kind == Kind::ToolUse
-                && part.tool == Some(tool.as_str())
-                && let Some(id) = part.tool_use_id
-            {
-                if self.order.len() >= TOOL_IDS_KEPT
-                    && let Some(old) = self.order.pop_front()
-                {
-                    self.ids.remove(&old);
-                }
-                self.ids.insert(id.to_string());
-                self.order.push_back(id.to_string());
-            }
-        }
-    }
-
-    fn has(&self, id: &str) -> bool {
-        self.ids.contains(id)
     }
 }
 

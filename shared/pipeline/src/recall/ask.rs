@@ -40,6 +40,10 @@ pub struct Ask {
     /// Records shown before and after each hit.
     pub context: usize,
     pub scope: Scope,
+    /// `all`: only these projects (folder names or working folders).
+    pub projects: Vec<String>,
+    /// Only tool calls whose input names this path, and their results.
+    pub file: Option<String>,
     /// The session whose lineage is searched (default: the newest transcript).
     pub current: Option<String>,
 }
@@ -53,6 +57,9 @@ pub struct Answer {
     pub lineage: Vec<Member>,
     /// Sessions of the lineage whose every copy is gone, with why.
     pub lost: Vec<super::Lost>,
+    /// `all`: every session searched, with how to resume it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<super::SessionInfo>,
     #[serde(flatten)]
     pub found: Found,
 }
@@ -82,6 +89,7 @@ pub fn recall(config: &Config, ask: &Ask) -> Result<Answer> {
         &current,
         ask.scope,
         &ask.sessions,
+        &ask.projects,
     )?;
     let found = recall::search(&searched.sources, &search)?;
     Ok(Answer {
@@ -89,10 +97,12 @@ pub fn recall(config: &Config, ask: &Ask) -> Result<Answer> {
         scope: match ask.scope {
             Scope::Lineage => "lineage",
             Scope::Project => "project",
+            Scope::All => "all",
         },
         current,
         lineage: searched.lineage,
         lost: searched.lost,
+        sessions: searched.sessions,
         found,
     })
 }
@@ -135,9 +145,17 @@ fn filter(ask: &Ask) -> Result<Filter> {
             "turns {from}-{to} is empty: the first turn comes first"
         )));
     }
+    if let Some(file) = &ask.file
+        && (file.is_empty() || file.len() > 1000)
+    {
+        return Err(Error::usage(
+            "file must be a path as a tool call names it, like src/main.rs or /etc/hosts",
+        ));
+    }
     Ok(Filter {
         kinds,
         tool: ask.tool.clone(),
+        file: ask.file.clone(),
         since: ask
             .since
             .as_deref()
