@@ -104,26 +104,35 @@ def generate(root: Path, size_mb: int, seed: int) -> Path:
     want = {"size_mb": size_mb, "seed": seed, "generator": 1}
     project = root / "-home-dev-ktr-bench-recall"
     if stamp.exists() and json.loads(stamp.read_text()) == want:
+        write_operations(root, project)
         return project
     project.mkdir(parents=True, exist_ok=True)
-    ops = root / "state" / "operations"
-    ops.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     per = size_mb * 1_000_000 // len(SESSIONS)
     for day, s in enumerate(SESSIONS, 1):
         with open(project / f"{s}.jsonl", "w", encoding="utf-8") as f:
             for chunk in session_lines(rng, per, day):
                 f.write(chunk)
+    write_operations(root, project)
+    stamp.write_text(json.dumps(want))
+    return project
+
+
+def write_operations(root: Path, project: Path) -> None:
+    """The three activated operations that link the sessions (rewritten
+    each run, so they follow the operation file's format)."""
+    ops = root / "state" / "operations"
+    ops.mkdir(parents=True, exist_ok=True)
+    for old in ops.glob("*.json"):
+        old.unlink()
     for i, (src, dst) in enumerate(zip(SESSIONS, SESSIONS[1:])):
-        op = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        op = str(uuid.UUID(int=0x6b7472_0000_4000_8000_000000000000 + i + 1, version=4))
         at = f"2026-01-0{i + 2}T00:00:00.000Z"
         (ops / f"{op}.json").write_text(json.dumps({
             "schema": 2, "id": op, "status": "activated", "created_at": at, "updated_at": at,
             "session_id": src,
-            "candidate": {"session_id": dst, "path": str(project / f"{dst}.jsonl"), "sha256": ""},
+            "candidate": {"session_id": dst, "path": str(project / f"{dst}.jsonl"), "sha256": "0" * 64},
         }))
-    stamp.write_text(json.dumps(want))
-    return project
 
 
 def main() -> int:
@@ -181,13 +190,16 @@ def main() -> int:
             if rc != 0 or (absent and (found["total"] != 0 or found["files_searched"] != len(files))):
                 print(f"ktr recall failed or searched other files: rc {rc}, {out.read_text()[:300]}")
                 return 1
-            spawn(grep_argv)
+            # Every command writes to a file: GNU grep stops at the first
+            # match when its output is /dev/null.
+            sink = str(tmp / "sink")
+            spawn(grep_argv, stdout=sink)
             k, g, r = [], [], []
             for _ in range(a.runs):
-                g.append(spawn(grep_argv)[0])
+                g.append(spawn(grep_argv, stdout=sink)[0])
                 if rg_argv:
-                    r.append(spawn(rg_argv)[0])
-                k.append(spawn(ktr_argv)[0])
+                    r.append(spawn(rg_argv, stdout=sink)[0])
+                k.append(spawn(ktr_argv, stdout=sink)[0])
             rss, _, exact = peak_rss(ktr_argv, tmp)
             km, gm = statistics.median(k), statistics.median(g)
             rm = statistics.median(r) if r else float("nan")

@@ -63,15 +63,26 @@ fn prompt(file: &File, at: u64) -> Option<String> {
         .map(|p| record::one_line(&p.text, SHOWN_CHARS))
 }
 
-/// The line starting at `at` (without its `\n`), if it fits the side window.
+/// The line starting at `at` (without its `\n`), if it fits the side
+/// window (read in growing steps: a prompt is short).
 fn line_at(file: &File, at: u64) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; SIDE_BYTES];
-    let n = read_some_at(file, &mut buf, at);
-    let end = memchr::memchr(b'\n', &buf[..n]).unwrap_or(n);
-    (end < SIDE_BYTES).then(|| {
-        buf.truncate(end);
-        buf
-    })
+    let mut size = 64 << 10;
+    loop {
+        let mut buf = vec![0u8; size];
+        let n = read_some_at(file, &mut buf, at);
+        if let Some(end) = memchr::memchr(b'\n', &buf[..n]) {
+            buf.truncate(end);
+            return Some(buf);
+        }
+        if n < size {
+            buf.truncate(n);
+            return Some(buf);
+        }
+        if size >= SIDE_BYTES {
+            return None;
+        }
+        size *= 4;
+    }
 }
 
 fn read_some_at(file: &File, buf: &mut [u8], at: u64) -> usize {

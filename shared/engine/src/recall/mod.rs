@@ -11,6 +11,7 @@ mod fold;
 pub mod get;
 pub mod lines;
 pub mod query;
+mod raw;
 pub mod record;
 mod resolve;
 mod search;

@@ -9,7 +9,7 @@ use super::calls::Calls;
 use super::fold::Folds;
 use super::lines::{self, Flow, Line};
 use super::record::{self, Kind, Part};
-use super::{Found, Hit, Search, Source, context, resolve, snippet, turn};
+use super::{Found, Hit, Search, Source, context, raw, resolve, snippet, turn};
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::parse_rfc3339;
 use ktr_base::{Error, Result};
@@ -256,8 +256,24 @@ impl Scan<'_> {
         }
     }
 
-    /// Decode a line that may match and keep each part that does.
+    /// Decode a line that may match and keep each part that does. When
+    /// no filter needs the decoded record, its texts are first matched
+    /// where they lie in the raw line: a line with none is left undecoded,
+    /// and past the limit (counting) its matches are only counted.
     fn record(&mut self, offset: u64, bytes: &[u8]) {
+        let f = &self.s.filter;
+        if !self.calls.filters() && f.since.is_none() && f.until.is_none() {
+            match raw::count(bytes, &self.s.query, &f.kinds) {
+                Some(0) => return,
+                Some(n) if self.budget.left == 0 => {
+                    if self.in_turns() {
+                        self.budget.past += n;
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
         let Some(value) = record::decode(bytes) else {
             return;
         };

@@ -22,6 +22,14 @@ pub(crate) fn windows(store: &Store, lineage: &[Member]) -> HashMap<String, Wind
     let Some(current) = lineage.first() else {
         return out;
     };
+    // The boundary is looked for only when a rebuild carried something in.
+    let first = match lineage.get(1) {
+        Some(older) => carried_items(store, current, older),
+        None => Vec::new(),
+    };
+    if first.is_empty() {
+        return out;
+    }
     let compacted = current
         .live
         .as_deref()
@@ -31,11 +39,15 @@ pub(crate) fn windows(store: &Store, lineage: &[Member]) -> HashMap<String, Wind
     if compacted {
         return out;
     }
+    let mut first = Some(first);
     for (i, pair) in lineage.windows(2).enumerate() {
         let (newer, older) = (&pair[0], &pair[1]);
         let mut carried = HashMap::new();
         let mut own = HashMap::new();
-        for (item, source) in carried_items(store, newer, older) {
+        let items = first
+            .take()
+            .unwrap_or_else(|| carried_items(store, newer, older));
+        for (item, source) in items {
             let key = if i == 0 {
                 own.insert(item.clone(), item.clone());
                 Some(item)
