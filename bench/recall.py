@@ -13,8 +13,14 @@ three activated operation files linking them. Then, warm cache, interleaved:
   default literal is ASCII case-insensitive) against ``grep -c -F -i``;
 - the same with a CJK query that is nowhere (matched exactly) against
   ``grep -c -F``;
+- the first 20 hits of a frequent term (``ktr recall QUERY``, default
+  limit) against ``grep -m20 -F -i``;
+- ``--count`` of a frequent ASCII term, of a frequent CJK term and of a
+  regex against ``grep -c -F -i``, ``grep -c -F`` and ``grep -c -E``;
 
-and ktr's peak RSS (``/usr/bin/time -f %M``). Reported: medians, the ratio.
+ripgrep (``rg``, from ``--rg`` or ``PATH``) beside grep in every row, and
+ktr's peak RSS (``/usr/bin/time -f %M``). Reported: medians, the ratios, the
+load average before and after.
 Python 3.11 standard library only; nothing outside the data dir and a temp dir
 is written.
 """
@@ -25,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +51,9 @@ SESSIONS = [
 ]
 ASCII_QUERY = "zqxj-nowhere-marker"
 CJK_QUERY = "从未出现过的词语"
+FREQUENT = "worker"
+FREQUENT_CJK = "日志"
+REGEX = "timeout (retry|queue)"
 
 WORDS = ("the log worker timeout config parser retry queue build test error value "
          "function module request response cache index file path line").split()
@@ -94,26 +104,35 @@ def generate(root: Path, size_mb: int, seed: int) -> Path:
     want = {"size_mb": size_mb, "seed": seed, "generator": 1}
     project = root / "-home-dev-ktr-bench-recall"
     if stamp.exists() and json.loads(stamp.read_text()) == want:
+        write_operations(root, project)
         return project
     project.mkdir(parents=True, exist_ok=True)
-    ops = root / "state" / "operations"
-    ops.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     per = size_mb * 1_000_000 // len(SESSIONS)
     for day, s in enumerate(SESSIONS, 1):
         with open(project / f"{s}.jsonl", "w", encoding="utf-8") as f:
             for chunk in session_lines(rng, per, day):
                 f.write(chunk)
+    write_operations(root, project)
+    stamp.write_text(json.dumps(want))
+    return project
+
+
+def write_operations(root: Path, project: Path) -> None:
+    """The three activated operations that link the sessions (rewritten
+    each run, so they follow the operation file's format)."""
+    ops = root / "state" / "operations"
+    ops.mkdir(parents=True, exist_ok=True)
+    for old in ops.glob("*.json"):
+        old.unlink()
     for i, (src, dst) in enumerate(zip(SESSIONS, SESSIONS[1:])):
-        op = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        op = str(uuid.UUID(int=0x6b7472_0000_4000_8000_000000000000 + i + 1, version=4))
         at = f"2026-01-0{i + 2}T00:00:00.000Z"
         (ops / f"{op}.json").write_text(json.dumps({
             "schema": 2, "id": op, "status": "activated", "created_at": at, "updated_at": at,
             "session_id": src,
-            "candidate": {"session_id": dst, "path": str(project / f"{dst}.jsonl"), "sha256": ""},
+            "candidate": {"session_id": dst, "path": str(project / f"{dst}.jsonl"), "sha256": "0" * 64},
         }))
-    stamp.write_text(json.dumps(want))
-    return project
 
 
 def main() -> int:
@@ -122,6 +141,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=28)
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--rg", help="the ripgrep binary (default: rg on PATH)")
+    ap.add_argument("--only", nargs="*", help="only the cases whose name holds one of these words")
+    ap.add_argument("--no-get", action="store_true", help="skip the get row")
     a = ap.parse_args()
     if not a.no_build:
         if run.dist_build("--bin", "ktr").returncode != 0:
@@ -136,31 +158,65 @@ def main() -> int:
         cfg = tmp / "config.toml"
         cfg.write_text(f"project_dir = {json.dumps(str(project))}\nstate_dir = {json.dumps(str(root / 'state'))}\n")
         grep = "/usr/bin/grep" if os.path.exists("/usr/bin/grep") else "/bin/grep"
+        rg = a.rg or shutil.which("rg")
+        base = [ktr, "recall", "--config", str(cfg), "--current", SESSIONS[-1], "--json"]
+        # (name, ktr's words, grep's words, rg's words, whether nothing is found)
         cases = [
-            ("ASCII, case-insensitive", ASCII_QUERY, [grep, "-c", "-F", "-i", ASCII_QUERY, *files]),
-            ("CJK, exact", CJK_QUERY, [grep, "-c", "-F", CJK_QUERY, *files]),
+            ("ASCII absent, --count", ["--count", ASCII_QUERY], ["-c", "-F", "-i", ASCII_QUERY],
+             ["-c", "-F", "-i", ASCII_QUERY], True),
+            ("CJK absent, --count", ["--count", CJK_QUERY], ["-c", "-F", CJK_QUERY], ["-c", "-F", CJK_QUERY], True),
+            (f"first 20 hits of {FREQUENT!r}", [FREQUENT], ["-m20", "-F", "-i", FREQUENT],
+             ["-m20", "-F", "-i", FREQUENT], False),
+            (f"{FREQUENT!r} --count", ["--count", FREQUENT], ["-c", "-F", "-i", FREQUENT],
+             ["-c", "-F", "-i", FREQUENT], False),
+            (f"{FREQUENT_CJK!r} --count", ["--count", FREQUENT_CJK], ["-c", "-F", FREQUENT_CJK],
+             ["-c", "-F", FREQUENT_CJK], False),
+            (f"regex {REGEX!r} --count", ["--count", "--regex", REGEX], ["-c", "-E", REGEX], ["-c", "-e", REGEX],
+             False),
         ]
-        print(f"# recall over a lineage of {len(files)} sessions, {total / 1e6:.0f} MB; {machine()}")
-        for name, query, grep_argv in cases:
-            ktr_argv = [ktr, "recall", "--config", str(cfg), "--current", SESSIONS[-1], "--count", "--json", query]
+        if a.only:
+            cases = [c for c in cases if any(o in c[0] for o in a.only)]
+        print(f"# recall over a lineage of {len(files)} sessions, {total / 1e6:.0f} MB; {machine()}; "
+              f"load {os.getloadavg()[0]:.2f}; rg: {rg_version(rg)}")
+        print("| case | grep | grep time | rg time | ktr recall | ktr / grep | ktr / rg | ktr peak RSS |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, words, grep_words, rg_words, absent in cases:
+            ktr_argv = [*base, *words]
+            grep_argv = [grep, *grep_words, *files]
+            rg_argv = [rg, "--no-config", *rg_words, *files] if rg else None
             out = tmp / "out.json"
             _, _, rc = spawn(ktr_argv, stdout=str(out))
             found = json.loads(out.read_text())
-            if rc != 0 or found["total"] != 0 or found["files_searched"] != len(files):
+            if rc != 0 or (absent and (found["total"] != 0 or found["files_searched"] != len(files))):
                 print(f"ktr recall failed or searched other files: rc {rc}, {out.read_text()[:300]}")
                 return 1
-            spawn(grep_argv)
-            k, g = [], []
+            # Every command writes to a file: GNU grep stops at the first
+            # match when its output is /dev/null.
+            sink = str(tmp / "sink")
+            spawn(grep_argv, stdout=sink)
+            k, g, r = [], [], []
             for _ in range(a.runs):
-                g.append(spawn(grep_argv)[0])
-                k.append(spawn(ktr_argv)[0])
+                g.append(spawn(grep_argv, stdout=sink)[0])
+                if rg_argv:
+                    r.append(spawn(rg_argv, stdout=sink)[0])
+                k.append(spawn(ktr_argv, stdout=sink)[0])
             rss, _, exact = peak_rss(ktr_argv, tmp)
             km, gm = statistics.median(k), statistics.median(g)
-            print(f"| {name} | {' '.join(Path(x).name if '/' in x else x for x in grep_argv[:4])} | "
-                  f"{gm:.2f} s | ktr recall {km:.2f} s ({total / 1e6 / km:.0f} MB/s) | "
-                  f"{km / gm:.2f}× | {rss / 1024:.1f} MiB{'' if exact else ' (upper bound)'} |")
-        get_row(ktr, cfg, tmp, a.runs)
+            rm = statistics.median(r) if r else float("nan")
+            print(f"| {name} | grep {' '.join(grep_words[:-1])} | {gm:.3f} s | {rm:.3f} s | {km:.3f} s | "
+                  f"{km / gm:.2f}× | {km / rm:.2f}× | {rss / 1024:.1f} MiB{'' if exact else ' (upper bound)'} |",
+                  flush=True)
+        print(f"# load after: {os.getloadavg()[0]:.2f}")
+        if not a.no_get:
+            get_row(ktr, cfg, tmp, a.runs)
     return 0
+
+
+def rg_version(rg: str | None) -> str:
+    if not rg:
+        return "not found"
+    out = subprocess.run([rg, "--version"], stdout=subprocess.PIPE, text=True).stdout
+    return out.splitlines()[0] if out else "?"
 
 
 def get_row(ktr: str, cfg: Path, tmp: Path, runs: int) -> None:

@@ -19,8 +19,8 @@ use ktr_admin::doctor;
 use ktr_admin::report::StatusView;
 use ktr_engine::ledger::LedgerReport;
 use ktr_engine::plan::PlanReport;
-use ktr_engine::recall::Hit;
 use ktr_engine::recall::get::Page;
+use ktr_engine::recall::{Carried, Hit};
 use ktr_engine::window::Window;
 use ktr_engine::{LeftOutReason, plan};
 use ktr_pipeline::recall::Answer;
@@ -155,12 +155,18 @@ pub struct Recalled {
     /// Newest first: session, line, time, turn, kind, tool and its input, a snippet, an `id`.
     #[schemars(with = "Vec<Nested>")]
     pub hits: Vec<Hit>,
+    /// Matches on text your window already holds, one each with `older_copies` (they do not use `limit`).
+    #[schemars(with = "Vec<Nested>")]
+    pub carried: Vec<Carried>,
     /// Hits beyond `limit` seen before the search stopped.
     pub more_at_least: u64,
     /// Every match, with `count`.
     pub total: Option<u64>,
     /// Sessions searched: this one and those it was rebuilt from.
     pub sessions_in_lineage: usize,
+    /// Scope all: every session searched, with `resume` (the line that resumes it).
+    #[schemars(with = "Vec<Nested>")]
+    pub sessions: Vec<ktr_pipeline::recall::SessionInfo>,
     /// Sessions of the lineage whose text is gone: `session` and `why`.
     #[schemars(with = "Vec<Nested>")]
     pub lost_sessions: Vec<ktr_pipeline::recall::Lost>,
@@ -168,8 +174,8 @@ pub struct Recalled {
     pub complete: bool,
     pub files_searched: u32,
     pub bytes_searched: u64,
-    /// What to do next.
-    pub next: &'static str,
+    /// What to do next (none when nothing was found).
+    pub next: Option<&'static str>,
 }
 
 impl Recalled {
@@ -181,15 +187,22 @@ impl Recalled {
             total: found.total,
             sessions_in_lineage: answer.lineage.len(),
             lost_sessions: answer.lost,
+            sessions: answer.sessions,
             complete: found.complete,
             files_searched: found.files_searched,
             bytes_searched: found.bytes_searched,
-            hits: found.hits,
-            next: if more {
-                "more hits exist: narrow with kinds, tool, sessions, since/until or turns; thread_rebuild_recall_get reads one hit whole"
-            } else {
-                "thread_rebuild_recall_get with a hit's id reads it whole"
+            next: match (found.hits.is_empty(), more) {
+                (true, _) if found.carried.is_empty() => None,
+                (true, _) => Some(
+                    "only text your window already holds matched: it is in your context; all_copies lists every copy",
+                ),
+                (false, true) => Some(
+                    "more hits exist: narrow with kinds, tool, sessions, since/until or turns; thread_rebuild_recall_get reads one hit whole",
+                ),
+                (false, false) => Some("thread_rebuild_recall_get with a hit's id reads it whole"),
             },
+            hits: found.hits,
+            carried: found.carried,
         }
     }
 }

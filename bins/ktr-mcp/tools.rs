@@ -112,7 +112,19 @@ pub struct RecallArgs {
     /// Read everything and count every match (slower).
     #[serde(default)]
     pub count: bool,
-    /// lineage (default: this session and every session it was rebuilt from) or project (every transcript of the project).
+    /// Also list each copy of text your window already holds as a hit (by default such matches are folded into `carried` and do not use the limit).
+    #[serde(default)]
+    pub all_copies: bool,
+    /// Records to show before and after each hit (at most 20).
+    #[serde(default)]
+    pub context: u32,
+    /// Only tool calls whose input names this path (a file, a folder), and their results.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// With scope all: only these projects (their working folders, or folder names under ~/.claude/projects).
+    #[serde(default)]
+    pub projects: Vec<String>,
+    /// lineage (default: this session and every session it was rebuilt from), project (every transcript of the project) or all (every project's sessions and ktr's backups of them, each with the line that resumes it).
     #[serde(default)]
     pub scope: Option<String>,
 }
@@ -324,6 +336,10 @@ impl Server {
                 turns: args.turns.as_deref().map(ktr_pipeline::recall::parse_turns).transpose()?,
                 limit: limit as usize,
                 count: args.count,
+                all_copies: args.all_copies,
+                file: args.file,
+                projects: args.projects,
+                context: args.context as usize,
                 scope: args.scope.as_deref().map(ktr_pipeline::recall::Scope::parse).transpose()?.unwrap_or_default(),
                 current: current.file_stem().map(|s| s.to_string_lossy().into_owned()),
             };

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use ktr_base::Error;
 use ktr_base::config::Config;
-use ktr_engine::recall::{Found, Hit};
+use ktr_engine::recall::context::Nearby;
+use ktr_engine::recall::{Carried, Found, Hit};
 use ktr_pipeline::operation::Store;
 use ktr_pipeline::recall::{Answer, Ask, Scope, parse_turns};
 use lexopt::prelude::*;
@@ -23,7 +24,8 @@ Usage: ktr recall QUERY [options]
 The query is a literal (ASCII letters in either case, other scripts exactly);
 --regex makes it a regex. Searched: the current session and every session it
 was rebuilt from (their live transcripts, else ktr's frozen backups), newest
-first, with their offloaded tool-results/ files.
+first, with their offloaded tool-results/ files and their subagents'
+transcripts.
 
 Options:
   --regex                 the query is a regex (Rust syntax)
@@ -34,7 +36,16 @@ Options:
   --turns A-B             turn range (5, 5-9, 5-, -9)
   --limit N               hits to show (default 20, at most 500)
   --count                 read everything and count every match
-  --scope lineage|project every transcript of the project instead of the lineage
+  --all-copies            list each copy of text the window already holds as a hit
+                          (by default: one line each, not counted against --limit)
+  --context N             show N records before and after each hit (at most 20)
+  --scope lineage|project|all
+                          project: every transcript of the project; all: every
+                          project's sessions and ktr's backups of them, grouped by
+                          session, each with the line that resumes it
+  --project P             with --scope all: only this project (its working folder,
+                          or its folder name under ~/.claude/projects; repeatable)
+  --file PATH             only tool calls whose input names PATH, and their results
   --current ID            the session whose lineage is searched (default: the newest)
   --get HIT_ID            print one hit whole, page by page (--page N, from 0)
   --json                  machine-readable output
@@ -78,6 +89,8 @@ fn parse_raw(
             Long("json") => a.json = true,
             Long("regex") => a.ask.regex = true,
             Long("count") => a.ask.count = true,
+            Long("all-copies") => a.ask.all_copies = true,
+            Long("context") => a.ask.context = number(&parser.value()?.string()?, "--context")?,
             Long("kind") => a.ask.kinds.extend(
                 parser
                     .value()?
@@ -86,6 +99,8 @@ fn parse_raw(
                     .map(|k| k.trim().to_string()),
             ),
             Long("tool") => a.ask.tool = Some(parser.value()?.string()?),
+            Long("file") => a.ask.file = Some(parser.value()?.string()?),
+            Long("project") => a.ask.projects.push(parser.value()?.string()?),
             Long("session") => a.ask.sessions.push(parser.value()?.string()?),
             Long("since") => a.ask.since = Some(parser.value()?.string()?),
             Long("until") => a.ask.until = Some(parser.value()?.string()?),
@@ -163,8 +178,23 @@ pub fn run(args: &RecallArgs) -> Result<u8, Error> {
 
 fn human(a: &Answer) -> String {
     let mut s = String::new();
+    let mut last: Option<&str> = None;
     for h in &a.found.hits {
+        if last != Some(h.session.as_str())
+            && let Some(info) = a.sessions.iter().find(|i| i.session == h.session)
+        {
+            s.push_str(&format!(
+                "── session {} ({}) · {}\n",
+                info.session,
+                info.cwd.as_deref().unwrap_or(&info.project),
+                info.resume
+            ));
+        }
+        last = Some(h.session.as_str());
         s.push_str(&hit_line(h));
+    }
+    for c in &a.found.carried {
+        s.push_str(&carried_line(c));
     }
     s.push_str(&summary(&a.found));
     for lost in &a.lost {
@@ -176,7 +206,7 @@ fn human(a: &Answer) -> String {
     s
 }
 
-fn hit_line(h: &Hit) -> String {
+fn head(h: &Hit) -> String {
     let mut head = format!(
         "{} line {} turn {} {} {}",
         h.session_short,
@@ -191,13 +221,58 @@ fn hit_line(h: &Hit) -> String {
     if let Some(i) = &h.input {
         head.push_str(&format!(" ({i})"));
     }
+    head
+}
+
+fn hit_line(h: &Hit) -> String {
+    let mut head = head(h);
     if let Some(o) = &h.offloaded {
         head.push_str(&format!(" in tool-results/{o}"));
         if let Some(p) = h.page {
             head.push_str(&format!(" (--page {p})"));
         }
     }
-    format!("{head}  [{}]\n  {}\n  id {}\n", h.origin, h.snippet, h.id)
+    let mut s = format!("{head}  [{}]\n", h.origin);
+    if let Some(p) = &h.prompt {
+        s.push_str(&format!("  asked: {p}\n"));
+    }
+    for n in h.context.iter().filter(|n| n.line < h.line) {
+        s.push_str(&nearby_line(n));
+    }
+    s.push_str(&format!("  {}\n", h.snippet));
+    for n in h.context.iter().filter(|n| n.line > h.line) {
+        s.push_str(&nearby_line(n));
+    }
+    if let Some(c) = &h.call {
+        s.push_str(&format!("  call line {} id {}\n", c.line, c.id));
+    }
+    if let Some(r) = &h.result {
+        s.push_str(&format!("  result line {} id {}\n", r.line, r.id));
+    }
+    s.push_str(&format!("  id {}\n", h.id));
+    s
+}
+
+fn nearby_line(n: &Nearby) -> String {
+    let tool = n
+        .tool
+        .as_deref()
+        .map(|t| format!(" {t}"))
+        .unwrap_or_default();
+    format!("    line {} {}{tool}: {}\n", n.line, n.kind.name(), n.text)
+}
+
+fn carried_line(c: &Carried) -> String {
+    let copies = match c.older_copies {
+        0 => String::new(),
+        1 => "; 1 older copy".into(),
+        n => format!("; {n} older copies"),
+    };
+    format!(
+        "{} — also carried in the window{copies} (--all-copies)\n  {}\n",
+        head(&c.hit),
+        c.hit.snippet
+    )
 }
 
 fn summary(f: &Found) -> String {
@@ -213,8 +288,21 @@ fn summary(f: &Found) -> String {
         }
         None => "no more".into(),
     };
+    let carried = if f.carried.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (+{} carried in the window{})",
+            f.carried.len(),
+            if f.carried_more > 0 {
+                format!(", {} more", f.carried_more)
+            } else {
+                String::new()
+            }
+        )
+    };
     format!(
-        "{} hits; {more}; {} files, {} read\n",
+        "{} hits{carried}; {more}; {} files, {} read\n",
         f.hits.len(),
         f.files_searched,
         out::bytes(f.bytes_searched)

@@ -24,20 +24,20 @@ pub(crate) fn user(text: &str, at: &str) -> String {
     line(&json!({"type": "user", "message": {"role": "user", "content": text}, "timestamp": at}))
 }
 
-fn said(blocks: &Value, at: &str) -> String {
+pub(crate) fn said(blocks: &Value, at: &str) -> String {
     line(
         &json!({"type": "assistant", "message": {"role": "assistant", "content": blocks}, "timestamp": at}),
     )
 }
 
-fn call(id: &str, name: &str, input: &Value, at: &str) -> String {
+pub(crate) fn call(id: &str, name: &str, input: &Value, at: &str) -> String {
     said(
         &json!([{"type": "tool_use", "id": id, "name": name, "input": input}]),
         at,
     )
 }
 
-fn result(id: &str, content: &str, at: &str) -> String {
+pub(crate) fn result(id: &str, content: &str, at: &str) -> String {
     line(
         &json!({"type": "user", "message": {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": id, "content": content}]}, "timestamp": at}),

@@ -15,8 +15,8 @@ use super::record;
 use ktr_base::open::{Links, open_regular};
 use ktr_base::{Error, Result};
 
-/// The largest page, in bytes (a page ends on a character boundary, so it
-/// may hold up to 3 bytes less).
+/// The largest page, in bytes (a page ends after a line end when it holds
+/// one, else on a character boundary, so it may hold less).
 pub const PAGE_BYTES: usize = 16_000;
 /// A record up to this size is decoded; a larger one is paged raw.
 const DECODED_MAX: u64 = 8 << 20;
@@ -117,39 +117,58 @@ fn rendered(value: &Value) -> String {
 
 /// Page `page` of a text held in memory.
 fn paged(text: &str, page: u32, raw: bool) -> Result<Page> {
-    let bounds = page_bounds(text.as_bytes(), page)
-        .ok_or_else(|| no_page(page, pages_of(text.len() as u64)))?;
+    let bytes = text.as_bytes();
+    let spans = spans(bytes.len() as u64, |from, buf| {
+        let n = buf.len().min(bytes.len() - from as usize);
+        buf[..n].copy_from_slice(&bytes[from as usize..from as usize + n]);
+        Ok(n)
+    })?;
+    let pages = spans.len() as u32;
+    let &(from, to) = spans
+        .get(page as usize)
+        .ok_or_else(|| no_page(page, pages))?;
     Ok(Page {
         page,
-        pages: pages_of(text.len() as u64),
+        pages,
         raw,
-        text: text[bounds.0..bounds.1].to_string(),
+        text: text[from as usize..to as usize].to_string(),
     })
 }
 
 /// Page `page` of `len` bytes at `offset` of a file, read directly.
 fn raw_page(file: &File, path: &Path, offset: u64, len: u64, page: u32) -> Result<Page> {
-    let pages = pages_of(len);
-    if page >= pages {
-        return Err(no_page(page, pages));
-    }
-    let from = u64::from(page) * PAGE_BYTES as u64;
-    let n = (len - from).min(PAGE_BYTES as u64 + 4) as usize;
-    let mut buf = vec![0u8; n];
+    let spans = file_spans(file, path, offset, len)?;
+    let pages = spans.len() as u32;
+    let &(from, to) = spans
+        .get(page as usize)
+        .ok_or_else(|| no_page(page, pages))?;
+    let mut buf = vec![0u8; (to - from) as usize];
     file.read_exact_at(&mut buf, offset + from)
         .map_err(|e| Error::io_at("read", path, &e))?;
-    let at_end = from + n as u64 >= len;
-    let (start, end) = char_window(&buf, at_end);
     Ok(Page {
         page,
         pages,
         raw: true,
-        text: String::from_utf8_lossy(&buf[start..end]).into_owned(),
+        text: String::from_utf8_lossy(&buf).into_owned(),
     })
 }
 
-fn pages_of(len: u64) -> u32 {
-    len.div_ceil(PAGE_BYTES as u64).max(1) as u32
+/// The page of an offloaded file `path` that holds byte `at`.
+pub(crate) fn page_of(path: &Path, at: u64) -> Option<u32> {
+    let file = open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let spans = file_spans(&file, path, 0, len).ok()?;
+    let page = spans.iter().position(|&(_, to)| at < to)?;
+    u32::try_from(page).ok()
+}
+
+fn file_spans(file: &File, path: &Path, offset: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+    spans(len, |from, buf| {
+        let n = buf.len().min((len - from) as usize);
+        file.read_exact_at(&mut buf[..n], offset + from)
+            .map_err(|e| Error::io_at("read", path, &e))?;
+        Ok(n)
+    })
 }
 
 fn no_page(page: u32, pages: u32) -> Error {
@@ -159,38 +178,58 @@ fn no_page(page: u32, pages: u32) -> Error {
     ))
 }
 
-/// Byte bounds of page `page`: its nominal window moved forward to
-/// character boundaries (a character split by a page edge goes to the
-/// page it starts on).
-fn page_bounds(bytes: &[u8], page: u32) -> Option<(usize, usize)> {
-    let from = page as usize * PAGE_BYTES;
-    if from >= bytes.len() && !(from == 0 && bytes.is_empty()) {
-        return None;
+/// Where each page of `len` bytes starts and ends: at most
+/// [`PAGE_BYTES`], ending after the last line end inside it (else on the
+/// last character boundary), so no page cuts a line it could hold whole
+/// nor a character. `read(from, buf)` fills `buf` from byte `from`.
+fn spans(
+    len: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<usize>,
+) -> Result<Vec<(u64, u64)>> {
+    let mut spans = Vec::new();
+    let mut buf = vec![0u8; PAGE_BYTES];
+    let mut from = 0u64;
+    while from < len {
+        let n = read(from, &mut buf)?;
+        let end = if from + n as u64 >= len {
+            n
+        } else {
+            cut(&buf[..n])
+        };
+        spans.push((from, from + end as u64));
+        from += end as u64;
     }
-    let forward = |mut at: usize| {
-        while at < bytes.len() && (bytes[at] & 0xC0) == 0x80 {
-            at += 1;
-        }
-        at.min(bytes.len())
-    };
-    Some((forward(from), forward((from + PAGE_BYTES).min(bytes.len()))))
+    if spans.is_empty() {
+        spans.push((0, 0));
+    }
+    Ok(spans)
 }
 
-/// The same rule on a window read from a file (`PAGE_BYTES + 4` bytes, or
-/// fewer at the end).
-fn char_window(buf: &[u8], at_end: bool) -> (usize, usize) {
-    let skip = |mut at: usize| {
-        while at < buf.len() && (buf[at] & 0xC0) == 0x80 {
-            at += 1;
-        }
-        at
+/// Where a full page window ends: after its last `\n`, else before the
+/// character its end splits (never nothing: a window of continuation bytes
+/// is cut at its end).
+fn cut(window: &[u8]) -> usize {
+    if let Some(nl) = memchr::memrchr(b'\n', window) {
+        return nl + 1;
+    }
+    let mut at = window.len();
+    while at > 0 && (window[at - 1] & 0xC0) == 0x80 {
+        at -= 1;
+    }
+    // `at - 1` holds the last character's first byte.
+    let Some(lead) = at.checked_sub(1).filter(|&l| l > 0).map(|l| window[l]) else {
+        return window.len();
     };
-    let end = if at_end {
-        buf.len()
-    } else {
-        skip(PAGE_BYTES.min(buf.len()))
+    let need = match lead {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        0xC0.. => 2,
+        _ => 1,
     };
-    (skip(0), end)
+    if window.len() - (at - 1) < need {
+        return at - 1;
+    }
+    window.len()
 }
 
 #[cfg(test)]
@@ -201,10 +240,11 @@ mod tests {
     fn pages_cut_on_character_boundaries_and_lose_nothing() {
         let text = "中".repeat(PAGE_BYTES); // 3 bytes each
         let mut joined = String::new();
-        let pages = pages_of(text.len() as u64);
+        let pages = paged(&text, 0, false).unwrap().pages;
         for p in 0..pages {
             let page = paged(&text, p, false).unwrap();
-            assert!(page.text.len() <= PAGE_BYTES + 3);
+            assert!(page.text.len() <= PAGE_BYTES);
+            assert_eq!(page.pages, pages);
             joined.push_str(&page.text);
         }
         assert_eq!(joined, text);
@@ -214,5 +254,30 @@ mod tests {
                 .message
                 .contains("no page")
         );
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn pages_end_on_line_ends_and_utf8_boundaries() {
+        // Lines of 1,000 bytes (中 and ASCII): no page ends inside one.
+        let line = format!("{}{}\n", "中".repeat(300), "x".repeat(99));
+        let text = line.repeat(50);
+        let first = paged(&text, 0, false).unwrap();
+        let mut joined = String::new();
+        for p in 0..first.pages {
+            let page = paged(&text, p, false).unwrap();
+            assert!(page.text.len() <= PAGE_BYTES);
+            assert!(page.text.ends_with('\n'), "page {p} cuts a line");
+            joined.push_str(&page.text);
+        }
+        assert_eq!(joined, text);
+        // One line longer than a page: cut on a character boundary.
+        let long = "日本".repeat(PAGE_BYTES);
+        let page = paged(&long, 0, false).unwrap();
+        assert!(page.text.len() <= PAGE_BYTES && page.text.len() > PAGE_BYTES - 4);
     }
 }

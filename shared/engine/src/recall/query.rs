@@ -51,11 +51,56 @@ impl Raw {
 #[derive(Debug)]
 enum How {
     /// The decoded matcher and the prefilter over raw JSON bytes.
-    Literal {
-        decoded: AhoCorasick,
-        raw: Raw,
-    },
-    Regex(Regex),
+    Literal { decoded: AhoCorasick, raw: Raw },
+    /// The regex, and a prefilter over raw JSON bytes when every match
+    /// must start with one of a few literals JSON writes as they are.
+    Regex(Regex, Option<Prefixes>),
+}
+
+/// A regex's prefix literals, searched for in raw lines.
+#[derive(Debug)]
+struct Prefixes {
+    ac: AhoCorasick,
+    /// Whether one is not ASCII (a `\u` escape may hide it in a raw line).
+    non_ascii: bool,
+}
+
+/// The longest JSON escape (`\uXXXX`), in bytes.
+const ESCAPE_MAX: usize = 6;
+
+/// The most prefix literals a regex prefilter takes.
+const PREFIXES_MAX: usize = 64;
+
+impl Prefixes {
+    /// The literals every match of `pattern` starts with, if they are few,
+    /// none empty, and JSON writes each as it is (no quote, backslash or
+    /// control character).
+    fn of(pattern: &str) -> Option<Prefixes> {
+        use regex_syntax::hir::literal::{ExtractKind, Extractor};
+        let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
+        let mut extractor = Extractor::new();
+        extractor
+            .kind(ExtractKind::Prefix)
+            .limit_total(PREFIXES_MAX * 8);
+        let seq = extractor.extract(&hir);
+        let literals = seq.literals()?;
+        let plain =
+            |l: &[u8]| !l.is_empty() && !l.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
+        if literals.is_empty()
+            || literals.len() > PREFIXES_MAX
+            || !literals.iter().all(|l| plain(l.as_bytes()))
+        {
+            return None;
+        }
+        let bytes: Vec<&[u8]> = literals
+            .iter()
+            .map(regex_syntax::hir::literal::Literal::as_bytes)
+            .collect();
+        Some(Prefixes {
+            non_ascii: bytes.iter().any(|l| !l.is_ascii()),
+            ac: AhoCorasick::new(&bytes).ok()?,
+        })
+    }
 }
 
 impl Query {
@@ -95,8 +140,13 @@ impl Query {
             })?;
         Ok(Query {
             text: pattern.to_string(),
-            how: How::Regex(regex),
+            how: How::Regex(regex, Prefixes::of(pattern)),
         })
+    }
+
+    /// Whether the query is a regex.
+    pub(crate) fn is_regex(&self) -> bool {
+        matches!(self.how, How::Regex(..))
     }
 
     /// The query as given.
@@ -106,14 +156,16 @@ impl Query {
 
     /// Whether the raw JSON line may hold a match (no false negatives for
     /// JSON as Claude Code writes it: `\uXXXX` escapes of non-ASCII text
-    /// send the line to the decoded match). For a regex every line may.
+    /// send the line to the decoded match). For a regex: a line holding one
+    /// of the literals every match starts with, else every line.
     pub fn may_match(&self, raw: &[u8]) -> bool {
+        let escaped_u = || memchr::memmem::find(raw, b"\\u").is_some();
         match &self.how {
             How::Literal { raw: pre, .. } => {
-                pre.find(raw).is_some()
-                    || (!self.text.is_ascii() && memchr::memmem::find(raw, b"\\u").is_some())
+                pre.find(raw).is_some() || (!self.text.is_ascii() && escaped_u())
             }
-            How::Regex(_) => true,
+            How::Regex(_, None) => true,
+            How::Regex(_, Some(p)) => p.ac.is_match(raw) || (p.non_ascii && escaped_u()),
         }
     }
 
@@ -122,7 +174,7 @@ impl Query {
     pub fn raw_find(&self, raw: &[u8]) -> Option<(usize, usize)> {
         match &self.how {
             How::Literal { raw: pre, .. } => pre.find(raw),
-            How::Regex(re) => std::str::from_utf8(raw)
+            How::Regex(re, _) => std::str::from_utf8(raw)
                 .ok()
                 .and_then(|s| re.find(s))
                 .map(|m| (m.start(), m.len())),
@@ -134,7 +186,51 @@ impl Query {
     pub fn raw_overlap(&self) -> usize {
         match &self.how {
             How::Literal { .. } => json_escaped(&self.text).len(),
-            How::Regex(_) => 64 << 10,
+            How::Regex(..) => 64 << 10,
+        }
+    }
+
+    /// Whether a JSON string's raw content (the bytes between its quotes)
+    /// holds a match; `None` when only its decoded text can tell (a regex
+    /// over escapes, a non-ASCII literal over `\u` escapes).
+    pub(crate) fn raw_string_matches(&self, raw: &[u8]) -> Option<bool> {
+        match &self.how {
+            How::Literal { raw: pre, .. } => {
+                if !self.text.is_ascii() && memchr::memmem::find(raw, b"\\u").is_some() {
+                    return None;
+                }
+                let mut from = 0;
+                while let Some((at, _)) = pre.find(&raw[from..]) {
+                    let at = from + at;
+                    if !escaped(raw, at) {
+                        return Some(true);
+                    }
+                    from = at + 1;
+                }
+                Some(false)
+            }
+            How::Regex(re, pre) => {
+                let escapes = memchr::memchr(b'\\', raw).is_some();
+                if let Some(p) = pre
+                    && !(p.non_ascii && escapes)
+                    && !p.ac.is_match(raw)
+                {
+                    return Some(false);
+                }
+                let text = std::str::from_utf8(raw).ok()?;
+                let mut found = re.find_iter(text).filter(|m| !m.is_empty());
+                if !escapes {
+                    return Some(found.next().is_some());
+                }
+                // A match whose bytes, and the characters around them, are
+                // no escape's is one in the decoded text too; else decode.
+                let clean = |m: regex::Match<'_>| {
+                    let around =
+                        &raw[m.start().saturating_sub(ESCAPE_MAX)..(m.end() + 1).min(raw.len())];
+                    memchr::memchr(b'\\', around).is_none()
+                };
+                found.any(clean).then_some(true)
+            }
         }
     }
 
@@ -142,12 +238,17 @@ impl Query {
     pub fn find(&self, text: &str) -> Option<(usize, usize)> {
         match &self.how {
             How::Literal { decoded, .. } => decoded.find(text).map(|m| (m.start(), m.end())),
-            How::Regex(re) => re
+            How::Regex(re, _) => re
                 .find_iter(text)
                 .find(|m| !m.is_empty())
                 .map(|m| (m.start(), m.end())),
         }
     }
+}
+
+/// Whether the byte at `at` is escaped (an odd run of backslashes before it).
+fn escaped(raw: &[u8], at: usize) -> bool {
+    raw[..at].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
 }
 
 fn check_text(text: &str) -> Result<()> {
@@ -198,6 +299,19 @@ mod tests {
             cjk.may_match(br#"{"t":"\u4e2d\u6587"}"#),
             "escaped text is decoded"
         );
+    }
+
+    #[test]
+    fn a_regex_skips_lines_without_the_literals_its_matches_start_with() {
+        let q = Query::regex("timeout (retry|queue)").unwrap();
+        assert!(q.may_match(br#"{"t":"a timeout retry"}"#));
+        assert!(!q.may_match(br#"{"t":"a timeout\nretry"}"#));
+        assert!(!q.may_match(br#"{"t":"nothing"}"#));
+        // A literal JSON escapes, or none at all: every line may match.
+        assert!(Query::regex(r#"a"b"#).unwrap().may_match(b"{}"));
+        assert!(Query::regex(r"\w+").unwrap().may_match(b"{}"));
+        let cjk = Query::regex("日志(轮转)?").unwrap();
+        assert!(cjk.may_match(br#"{"t":"\u65e5\u5fd7"}"#));
     }
 
     #[test]

@@ -99,6 +99,11 @@ pub fn timestamp(record: &Value) -> Option<&str> {
     record.get("timestamp").and_then(Value::as_str)
 }
 
+/// The record's `uuid`, if it has one.
+pub fn uuid(record: &Value) -> Option<&str> {
+    record.get("uuid").and_then(Value::as_str)
+}
+
 /// Every searchable text of `record`, in order.
 pub fn parts(record: &Value) -> Vec<Part<'_>> {
     let mut out = Vec::new();

@@ -1,20 +1,19 @@
-//! The search itself: sources newest first, each file in one pass, hits in
-//! file order, stopping at the limit (the rest of the file read on only to
-//! count what lies past it).
+//! The search itself: sources newest first, each file in one pass, left
+//! once the search has one hit past the limit (or read to its end when
+//! counting); what the window carries folded aside (see [`super::fold`]).
 
-use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use super::calls::Calls;
+use super::fold::Folds;
 use super::lines::{self, Flow, Line};
 use super::record::{self, Kind, Part};
-use super::{Found, Hit, Search, Source, resolve, snippet, turn};
+use super::{Found, Hit, Search, Source, context, raw, resolve, snippet, turn};
 use ktr_base::open::{Links, open_regular};
 use ktr_base::time::parse_rfc3339;
 use ktr_base::{Error, Result};
 
-/// The ids of a filtered tool's calls kept at most (oldest forgotten).
-const TOOL_IDS_KEPT: usize = 100_000;
 /// Bytes of a huge line shown around its match.
 const RAW_AROUND: u64 = 200;
 
@@ -29,38 +28,96 @@ pub fn search(sources: &[Source], s: &Search) -> Result<Found> {
     }
     let mut found = Found {
         hits: Vec::new(),
+        carried: Vec::new(),
+        carried_more: 0,
         more_at_least: 0,
         total: None,
         complete: true,
         files_searched: 0,
         bytes_searched: 0,
     };
+    let mut folds = Folds::default();
+    let mut past = 0u64;
     for (i, source) in sources.iter().enumerate() {
-        if !s.count && found.hits.len() >= s.limit {
-            found.complete = i == sources.len();
+        // The search stops once it has seen one hit past the limit.
+        let seen = found.hits.len() + found.more_at_least as usize;
+        if !s.count && seen > s.limit {
+            found.complete = false;
             break;
         }
         if older_than_since(source, s) {
             continue;
         }
-        let mut hits = scan_transcript(source, s, &mut found)?;
-        hits.extend(scan_offloaded(source, s, &mut found)?);
-        resolve::cite(source, &mut hits)?;
-        for hit in hits {
-            if !keeps_tool(s, &hit) || !keeps_cited(s, &hit) {
-                continue;
-            }
-            if found.hits.len() < s.limit {
-                found.hits.push(hit);
-            } else {
-                found.more_at_least += 1;
-            }
+        let mut budget = Budget {
+            left: (s.limit + 1).saturating_sub(seen),
+            count: s.count,
+            past: 0,
+            stopped: false,
+        };
+        let mut hits = scan_offloaded(source, s, &mut budget, &mut found)?;
+        if budget.left > 0 || s.count {
+            hits.extend(scan_transcript(source, s, &mut budget, &mut found)?);
+        } else {
+            budget.stopped = true;
         }
+        found.complete &= !budget.stopped;
+        past += budget.past;
+        resolve::cite(source, &mut hits)?;
+        hits.retain(|hit| keeps_tool(s, hit) && keeps_cited(s, hit));
+        for hit in &mut hits {
+            hit.source = i;
+        }
+        folds.place(s, &mut found, hits);
     }
     if s.count {
-        found.total = Some(found.hits.len() as u64 + found.more_at_least);
+        let copies: u64 = found
+            .carried
+            .iter()
+            .map(|c| 1 + u64::from(c.older_copies))
+            .sum();
+        found.total = Some(
+            found.hits.len() as u64 + found.more_at_least + copies + found.carried_more + past,
+        );
     }
+    context::fill(sources, s, &mut found);
     Ok(found)
+}
+
+/// How many more hits that use the limit a file may add before the search
+/// stops (with `count`, past them matches are only counted).
+struct Budget {
+    left: usize,
+    count: bool,
+    /// Matches counted past the budget (never built into hits).
+    past: u64,
+    /// Whether the file was left before its end.
+    stopped: bool,
+}
+
+/// The most hits on carried text one file builds (the rest are counted).
+const CARRIED_BUILT: usize = 2_000;
+
+impl Budget {
+    /// Whether a match is built into a hit (else it is only counted).
+    fn wants(&mut self, counted: bool, carried_built: usize) -> bool {
+        if self.left > 0 && (counted || carried_built < CARRIED_BUILT) {
+            return true;
+        }
+        self.past += 1;
+        false
+    }
+
+    fn took(&mut self, counted: bool) {
+        if counted {
+            self.left = self.left.saturating_sub(1);
+        }
+    }
+
+    /// Whether the file can be left (it has its hits, and nothing is
+    /// counted).
+    fn done(&self) -> bool {
+        !self.count && self.left == 0
+    }
 }
 
 /// A file last written before `since` holds nothing newer.
@@ -74,12 +131,22 @@ fn older_than_since(source: &Source, s: &Search) -> bool {
 }
 
 /// Offloaded results and resolved results are checked against the tool
-/// filter once their call is known.
+/// filter once their call is known (an offloaded one against the file
+/// filter too: its call's input as summed up).
 fn keeps_tool(s: &Search, hit: &Hit) -> bool {
-    match &s.filter.tool {
-        None => true,
-        Some(tool) => hit.tool.as_deref() == Some(tool.as_str()),
-    }
+    let tool = s
+        .filter
+        .tool
+        .as_ref()
+        .is_none_or(|tool| hit.tool.as_deref() == Some(tool.as_str()));
+    let file = s.filter.file.as_ref().is_none_or(|path| {
+        hit.via.is_none()
+            || hit
+                .input
+                .as_deref()
+                .is_some_and(|i| i.contains(path.as_str()))
+    });
+    tool && file
 }
 
 /// An offloaded hit is filtered by time and turn once its citing record
@@ -101,9 +168,14 @@ fn open(path: &std::path::Path) -> Result<File> {
     open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))
 }
 
-/// The transcript in one pass: every hit of the file (those past the
-/// limit are counted by the caller).
-fn scan_transcript(source: &Source, s: &Search, found: &mut Found) -> Result<Vec<Hit>> {
+/// The transcript in one pass, left once the budget is spent (unless
+/// counting).
+fn scan_transcript(
+    source: &Source,
+    s: &Search,
+    budget: &mut Budget,
+    found: &mut Found,
+) -> Result<Vec<Hit>> {
     let mut file = open(&source.path)?;
     found.files_searched += 1;
     let mut scan = Scan {
@@ -113,15 +185,23 @@ fn scan_transcript(source: &Source, s: &Search, found: &mut Found) -> Result<Vec
             .try_clone()
             .map_err(|e| Error::io_at("read", &source.path, &e))?,
         hits: Vec::new(),
+        carried_built: 0,
         line: 0,
         turn: 0,
+        prompt_at: None,
         bytes: 0,
-        tool_ids: ToolIds::new(s.filter.tool.as_deref()),
+        calls: Calls::new(&s.filter),
+        budget,
     };
     let find = |b: &[u8]| s.query.raw_find(b);
     lines::each_line(&mut file, &find, s.query.raw_overlap(), |line| {
         scan.line(line);
-        Flow::Go
+        if scan.budget.done() {
+            scan.budget.stopped = true;
+            Flow::Stop
+        } else {
+            Flow::Go
+        }
     })
     .map_err(|e| Error::io_at("read", &source.path, &e))?;
     found.bytes_searched += scan.bytes;
@@ -133,10 +213,14 @@ struct Scan<'a> {
     s: &'a Search,
     file: File,
     hits: Vec<Hit>,
+    carried_built: usize,
     line: u64,
     turn: u32,
+    /// Where the current turn's typed prompt starts.
+    prompt_at: Option<u64>,
     bytes: u64,
-    tool_ids: ToolIds,
+    calls: Calls,
+    budget: &'a mut Budget,
 }
 
 impl Scan<'_> {
@@ -147,8 +231,9 @@ impl Scan<'_> {
                 self.bytes += bytes.len() as u64 + 1;
                 if turn::is_prompt(bytes, bytes) {
                     self.turn += 1;
+                    self.prompt_at = Some(offset);
                 }
-                self.tool_ids.note(bytes);
+                self.calls.note(bytes);
                 if self.s.query.may_match(bytes) {
                     self.record(offset, bytes);
                 }
@@ -162,6 +247,7 @@ impl Scan<'_> {
                 self.bytes += len + 1;
                 if turn::is_prompt(head, &[]) {
                     self.turn += 1;
+                    self.prompt_at = Some(offset);
                 }
                 if let Some(at) = first_match {
                     self.raw_hit(offset, head, at);
@@ -170,8 +256,24 @@ impl Scan<'_> {
         }
     }
 
-    /// Decode a line that may match and keep each part that does.
+    /// Decode a line that may match and keep each part that does. When
+    /// no filter needs the decoded record, its texts are first matched
+    /// where they lie in the raw line: a line with none is left undecoded,
+    /// and past the limit (counting) its matches are only counted.
     fn record(&mut self, offset: u64, bytes: &[u8]) {
+        let f = &self.s.filter;
+        if !self.calls.filters() && f.since.is_none() && f.until.is_none() {
+            match raw::count(bytes, &self.s.query, &f.kinds) {
+                Some(0) => return,
+                Some(n) if self.budget.left == 0 => {
+                    if self.in_turns() {
+                        self.budget.past += n;
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
         let Some(value) = record::decode(bytes) else {
             return;
         };
@@ -179,17 +281,34 @@ impl Scan<'_> {
         if !self.in_time(timestamp) || !self.in_turns() {
             return;
         }
+        let window = self.source.window.key(record::uuid(&value));
+        let counted = self.s.all_copies || window.is_none();
         for part in record::parts(&value) {
             if !self.keeps(&part) {
                 continue;
             }
             if let Some((start, end)) = self.s.query.find(&part.text) {
-                let hit = self.hit(
+                if !self.budget.wants(counted, self.carried_built) {
+                    continue;
+                }
+                self.budget.took(counted);
+                self.carried_built += usize::from(!counted);
+                let mut hit = self.hit(
                     offset,
                     timestamp,
                     &part,
                     snippet::around(&part.text, start, end),
                 );
+                hit.window.clone_from(&window);
+                if part.kind == Kind::ToolUse
+                    && hit
+                        .input
+                        .as_deref()
+                        .is_some_and(|i| self.s.query.find(i).is_some())
+                {
+                    // The snippet already shows the input where it matched.
+                    hit.input = None;
+                }
                 self.hits.push(hit);
             }
         }
@@ -200,13 +319,13 @@ impl Scan<'_> {
         if !f.kinds.is_empty() && !f.kinds.contains(&part.kind) {
             return false;
         }
-        match (&f.tool, part.kind) {
-            (None, _) => true,
-            (Some(t), Kind::ToolUse) => part.tool == Some(t.as_str()),
-            (Some(_), Kind::ToolResult | Kind::Image) => {
-                part.tool_use_id.is_some_and(|id| self.tool_ids.has(id))
-            }
-            (Some(_), _) => false,
+        if !self.calls.filters() {
+            return true;
+        }
+        match part.kind {
+            Kind::ToolUse => self.calls.wants(part),
+            Kind::ToolResult | Kind::Image => part.tool_use_id.is_some_and(|id| self.calls.has(id)),
+            _ => false,
         }
     }
 
@@ -245,6 +364,14 @@ impl Scan<'_> {
             page: None,
             raw: false,
             snippet,
+            call: None,
+            result: None,
+            prompt: None,
+            context: Vec::new(),
+            offset,
+            window: None,
+            prompt_at: self.prompt_at,
+            source: 0,
             tool_use_id: part.tool_use_id.map(str::to_string),
             via: None,
         }
@@ -256,10 +383,21 @@ impl Scan<'_> {
         let f = &self.s.filter;
         let kind = raw_kind(head);
         let wanted = f.kinds.is_empty() || f.kinds.contains(&kind);
-        if !wanted || f.tool.is_some() || f.since.is_some() || f.until.is_some() || !self.in_turns()
+        if !wanted
+            || self.calls.filters()
+            || f.since.is_some()
+            || f.until.is_some()
+            || !self.in_turns()
         {
             return;
         }
+        let carried = self.source.window.key(None);
+        let counted = self.s.all_copies || carried.is_none();
+        if !self.budget.wants(counted, self.carried_built) {
+            return;
+        }
+        self.budget.took(counted);
+        self.carried_built += usize::from(!counted);
         let from = at.saturating_sub(RAW_AROUND).max(offset);
         let mut window = vec![0u8; (at - from) as usize + len + RAW_AROUND as usize];
         let n = self.file.read_at(&mut window, from).unwrap_or(0);
@@ -276,6 +414,7 @@ impl Scan<'_> {
         };
         let mut hit = self.hit(offset, None, &part, snippet::around(&text, start, end));
         hit.raw = true;
+        hit.window = carried;
         self.hits.push(hit);
     }
 }
@@ -306,69 +445,24 @@ fn raw_kind(head: &[u8]) -> Kind {
     }
 }
 
-/// The calls of the filtered tool seen so far (their results follow them).
-struct ToolIds {
-    /// The tool's name, and `"name":"<it>"` as raw JSON (compact, spaced).
-    tool: Option<(String, [String; 2])>,
-    ids: HashSet<String>,
-    order: VecDeque<String>,
-}
-
-impl ToolIds {
-    fn new(tool: Option<&str>) -> ToolIds {
-        ToolIds {
-            tool: tool.map(|t| {
-                let quoted = format!("\"{}\"", super::query::json_escaped(t));
-                (t.to_string(), turn::pair("name", &quoted))
-            }),
-            ids: HashSet::new(),
-            order: VecDeque::new(),
-        }
-    }
-
-    fn note(&mut self, line: &[u8]) {
-        let Some((tool, needles)) = &self.tool else {
-            return;
-        };
-        if !needles
-            .iter()
-            .any(|n| memchr::memmem::find(line, n.as_bytes()).is_some())
-        {
-            return;
-        }
-        let Some(value) = record::decode(line) else {
-            return;
-        };
-        for part in record::parts(&value) {
-            if part.kind == Kind::ToolUse
-                && part.tool == Some(tool.as_str())
-                && let Some(id) = part.tool_use_id
-            {
-                if self.order.len() >= TOOL_IDS_KEPT
-                    && let Some(old) = self.order.pop_front()
-                {
-                    self.ids.remove(&old);
-                }
-                self.ids.insert(id.to_string());
-                self.order.push_back(id.to_string());
-            }
-        }
-    }
-
-    fn has(&self, id: &str) -> bool {
-        self.ids.contains(id)
-    }
-}
-
 /// The session's offloaded tool results, each file line by line; every
 /// matching line is a hit cited (by [`resolve::cite`]) by the record that
 /// referenced the file.
-fn scan_offloaded(source: &Source, s: &Search, found: &mut Found) -> Result<Vec<Hit>> {
+fn scan_offloaded(
+    source: &Source,
+    s: &Search,
+    budget: &mut Budget,
+    found: &mut Found,
+) -> Result<Vec<Hit>> {
     let mut hits = Vec::new();
     if !s.filter.kinds.is_empty() && !s.filter.kinds.contains(&Kind::ToolResult) {
         return Ok(hits);
     }
     for (token, name, path) in &source.tool_results {
+        if budget.done() {
+            budget.stopped = true;
+            break;
+        }
         let mut file = open(path)?;
         found.files_searched += 1;
         let find = |b: &[u8]| {
@@ -382,13 +476,16 @@ fn scan_offloaded(source: &Source, s: &Search, found: &mut Found) -> Result<Vec<
             if let Line::Whole { offset, bytes: b } = line {
                 bytes += b.len() as u64 + 1;
                 let text = String::from_utf8_lossy(b);
-                if let Some((start, end)) = s.query.find(&text) {
-                    hits.push(offloaded_hit(
-                        source, token, name, offset, &text, start, end,
-                    ));
+                if let Some((start, end)) = s.query.find(&text)
+                    && budget.wants(true, 0)
+                {
+                    budget.took(true);
+                    let mut hit = offloaded_hit(source, token, name, &text, start, end);
+                    hit.page = super::get::page_of(path, offset + start as u64);
+                    hits.push(hit);
                 }
             }
-            Flow::Go
+            if budget.done() { Flow::Stop } else { Flow::Go }
         })
         .map_err(|e| Error::io_at("read", path, &e))?;
         found.bytes_searched += bytes;
@@ -400,7 +497,6 @@ fn offloaded_hit(
     source: &Source,
     token: &str,
     name: &str,
-    offset: u64,
     text: &str,
     start: usize,
     end: usize,
@@ -417,9 +513,17 @@ fn offloaded_hit(
         tool: None,
         input: None,
         offloaded: Some(name.to_string()),
-        page: u32::try_from((offset + start as u64) / super::PAGE_BYTES as u64).ok(),
+        page: None,
         raw: false,
         snippet: snippet::around(text, start, end),
+        call: None,
+        result: None,
+        prompt: None,
+        context: Vec::new(),
+        offset: 0,
+        window: None,
+        prompt_at: None,
+        source: 0,
         tool_use_id: None,
         via: Some(name.to_string()),
     }

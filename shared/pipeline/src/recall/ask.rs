@@ -14,6 +14,9 @@ use ktr_base::time::parse_rfc3339;
 use ktr_base::{Error, Result};
 use ktr_engine::recall::{self, Filter, Found, Kind, Query, Search};
 
+/// The most records shown on each side of a hit.
+pub const MAX_CONTEXT: usize = 20;
+
 /// A recall request.
 #[derive(Debug, Clone, Default)]
 pub struct Ask {
@@ -32,7 +35,15 @@ pub struct Ask {
     pub turns: Option<(u32, u32)>,
     pub limit: usize,
     pub count: bool,
+    /// Show each copy of what the window carries as a hit of its own.
+    pub all_copies: bool,
+    /// Records shown before and after each hit.
+    pub context: usize,
     pub scope: Scope,
+    /// `all`: only these projects (folder names or working folders).
+    pub projects: Vec<String>,
+    /// Only tool calls whose input names this path, and their results.
+    pub file: Option<String>,
     /// The session whose lineage is searched (default: the newest transcript).
     pub current: Option<String>,
 }
@@ -46,6 +57,9 @@ pub struct Answer {
     pub lineage: Vec<Member>,
     /// Sessions of the lineage whose every copy is gone, with why.
     pub lost: Vec<super::Lost>,
+    /// `all`: every session searched, with how to resume it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<super::SessionInfo>,
     #[serde(flatten)]
     pub found: Found,
 }
@@ -61,6 +75,8 @@ pub fn recall(config: &Config, ask: &Ask) -> Result<Answer> {
         filter: filter(ask)?,
         limit: ask.limit,
         count: ask.count,
+        all_copies: ask.all_copies,
+        context: ask.context.min(MAX_CONTEXT),
     };
     let current = match &ask.current {
         Some(s) => ktr_base::ids::SessionId::parse(s)?.to_string(),
@@ -73,6 +89,7 @@ pub fn recall(config: &Config, ask: &Ask) -> Result<Answer> {
         &current,
         ask.scope,
         &ask.sessions,
+        &ask.projects,
     )?;
     let found = recall::search(&searched.sources, &search)?;
     Ok(Answer {
@@ -80,10 +97,12 @@ pub fn recall(config: &Config, ask: &Ask) -> Result<Answer> {
         scope: match ask.scope {
             Scope::Lineage => "lineage",
             Scope::Project => "project",
+            Scope::All => "all",
         },
         current,
         lineage: searched.lineage,
         lost: searched.lost,
+        sessions: searched.sessions,
         found,
     })
 }
@@ -126,9 +145,17 @@ fn filter(ask: &Ask) -> Result<Filter> {
             "turns {from}-{to} is empty: the first turn comes first"
         )));
     }
+    if let Some(file) = &ask.file
+        && (file.is_empty() || file.len() > 1000)
+    {
+        return Err(Error::usage(
+            "file must be a path as a tool call names it, like src/main.rs or /etc/hosts",
+        ));
+    }
     Ok(Filter {
         kinds,
         tool: ask.tool.clone(),
+        file: ask.file.clone(),
         since: ask
             .since
             .as_deref()

@@ -1,7 +1,8 @@
 //! A hit id names a file and a byte offset: `live:<session>@<offset>`
-//! (a transcript in `project_dir`), `backup:<operation>@<offset>` (an
-//! operation's frozen backup), with `:<name>` for an offloaded
-//! `tool-results/<name>` file of either. Nothing else parses: ids and
+//! (a transcript in `project_dir`, or in another project's folder beside
+//! it), `backup:<operation>@<offset>` (an operation's frozen backup), with
+//! `:<name>` for an offloaded `tool-results/<name>` file of either and
+//! `:subagents:<name>` for a subagent's transcript `subagents/<name>`. Nothing else parses: ids and
 //! names are checked before any path is made from them, and the path is
 //! then put through the one path rule.
 
@@ -14,15 +15,23 @@ use ktr_base::{Error, Result};
 /// Which file a hit is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HitFile {
-    Live {
-        session: String,
-        offloaded: Option<String>,
-    },
-    Backup {
-        operation: OperationId,
-        offloaded: Option<String>,
-    },
+    Live { session: String, part: Part },
+    Backup { operation: OperationId, part: Part },
 }
+
+/// Which file of a session's transcript or folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// The transcript itself.
+    Transcript,
+    /// `<session>/tool-results/<name>`.
+    Offloaded(String),
+    /// `<session>/subagents/<name>`, a subagent's transcript.
+    Subagent(String),
+}
+
+/// The name's prefix that says the file is a subagent's transcript.
+const SUBAGENTS: &str = "subagents:";
 
 /// A parsed hit id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,16 +44,14 @@ const NAME_MAX: usize = 200;
 
 /// The hit id prefix of a file.
 pub fn token(file: &HitFile) -> String {
-    let (kind, id, name) = match file {
-        HitFile::Live { session, offloaded } => ("live", session.as_str(), offloaded),
-        HitFile::Backup {
-            operation,
-            offloaded,
-        } => ("backup", operation.as_str(), offloaded),
+    let (kind, id, part) = match file {
+        HitFile::Live { session, part } => ("live", session.as_str(), part),
+        HitFile::Backup { operation, part } => ("backup", operation.as_str(), part),
     };
-    match name {
-        Some(n) => format!("{kind}:{id}:{n}"),
-        None => format!("{kind}:{id}"),
+    match part {
+        Part::Transcript => format!("{kind}:{id}"),
+        Part::Offloaded(n) => format!("{kind}:{id}:{n}"),
+        Part::Subagent(n) => format!("{kind}:{id}:{SUBAGENTS}{n}"),
     }
 }
 
@@ -78,23 +85,23 @@ impl HitId {
             parts.next().unwrap_or(""),
             parts.next(),
         );
-        if let Some(n) = name
-            && !plain_name(n)
-        {
-            return Err(bad("the file name is not a plain name"));
-        }
-        let offloaded = name.map(str::to_string);
+        let part = match name.map(|n| (n, n.strip_prefix(SUBAGENTS))) {
+            None => Part::Transcript,
+            Some((_, Some(agent))) if plain_name(agent) => Part::Subagent(agent.to_string()),
+            Some((n, None)) if plain_name(n) => Part::Offloaded(n.to_string()),
+            Some(_) => return Err(bad("the file name is not a plain name")),
+        };
         let file = match kind {
             "live" => {
                 SessionId::parse(id).map_err(|_| bad("not a session id"))?;
                 HitFile::Live {
                     session: id.to_string(),
-                    offloaded,
+                    part,
                 }
             }
             "backup" => HitFile::Backup {
                 operation: OperationId::parse(id).map_err(|_| bad("not an operation id"))?,
-                offloaded,
+                part,
             },
             _ => return Err(bad("it starts with neither live: nor backup:")),
         };
@@ -113,16 +120,23 @@ mod tests {
 
     #[test]
     fn ids_round_trip_and_hostile_ones_are_refused() {
-        let file = HitFile::Live {
-            session: "0d15ea5e-0000-4000-8000-00000000beef".into(),
-            offloaded: Some("b1.txt".into()),
-        };
-        let id = format!("{}@42", token(&file));
-        assert_eq!(HitId::parse(&id).unwrap(), HitId { file, offset: 42 });
+        for part in [
+            Part::Transcript,
+            Part::Offloaded("b1.txt".into()),
+            Part::Subagent("agent-a1.jsonl".into()),
+        ] {
+            let file = HitFile::Live {
+                session: "0d15ea5e-0000-4000-8000-00000000beef".into(),
+                part,
+            };
+            let id = format!("{}@42", token(&file));
+            assert_eq!(HitId::parse(&id).unwrap(), HitId { file, offset: 42 });
+        }
         for hostile in [
             "live:../../etc/passwd@0",
             "live:0d15ea5e-0000-4000-8000-00000000beef:../x@0",
             "live:0d15ea5e-0000-4000-8000-00000000beef:.hidden@0",
+            "live:0d15ea5e-0000-4000-8000-00000000beef:subagents:../x@0",
             "backup:not-an-op@1",
             "file:/etc/passwd@0",
             "live:0d15ea5e-0000-4000-8000-00000000beef@-1",

@@ -6,12 +6,16 @@
 
 pub mod archive;
 mod ask;
+mod everywhere;
+mod folder;
 pub mod hit_id;
 pub mod lineage;
 pub mod notice;
 mod sources;
+mod window;
 
 pub use ask::{Answer, Ask, parse_turns, recall};
-pub use hit_id::{HitFile, HitId};
+pub use everywhere::SessionInfo;
+pub use hit_id::{HitFile, HitId, Part};
 pub use lineage::{Link, Member, lineage};
 pub use sources::{Lost, Scope, Searched, get, sources};

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::hit_id::{self, HitFile, HitId, confined, plain_name};
+use super::everywhere::{self, SessionInfo};
+use super::folder;
+use super::hit_id::{HitFile, HitId, Part, confined};
 use super::lineage::{self, Member};
 use crate::operation::Store;
+use ktr_base::ids::OperationId;
 use ktr_base::{Error, Result};
 use ktr_engine::recall::{self, Page, Source};
-
-/// The most offloaded files read per session.
-const OFFLOADED_MAX: usize = 10_000;
 
 /// Which sessions a search reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,6 +26,8 @@ pub enum Scope {
     Lineage,
     /// Every transcript in `project_dir`.
     Project,
+    /// Every project's sessions and ktr's backups of them.
+    All,
 }
 
 impl Scope {
@@ -33,8 +35,9 @@ impl Scope {
         match text {
             "lineage" => Ok(Scope::Lineage),
             "project" => Ok(Scope::Project),
+            "all" => Ok(Scope::All),
             other => Err(Error::usage(format!(
-                "scope {other:?} is not one recall knows; give lineage (default) or project"
+                "scope {other:?} is not one recall knows; give lineage (default), project or all"
             ))),
         }
     }
@@ -49,6 +52,8 @@ pub struct Searched {
     pub lineage: Vec<Member>,
     /// Sessions of the lineage no copy of which is left, with why.
     pub lost: Vec<Lost>,
+    /// Every session searched, with how to resume it (`all`).
+    pub sessions: Vec<SessionInfo>,
 }
 
 /// A session of the lineage recall cannot read.
@@ -96,6 +101,7 @@ pub fn sources(
     current: &str,
     scope: Scope,
     sessions: &[String],
+    projects: &[String],
 ) -> Result<Searched> {
     for s in sessions {
         let plain =
@@ -120,13 +126,14 @@ pub fn sources(
         sources: Vec::new(),
         lineage: Vec::new(),
         lost: Vec::new(),
+        sessions: Vec::new(),
     };
     match scope {
         Scope::Lineage => {
             out.lineage = lineage::lineage(store, &project, current)?;
             for m in out.lineage.iter().filter(|m| wanted(&m.session)) {
                 match member_source(store, &project, m)? {
-                    Some(s) => out.sources.push(s),
+                    Some(s) => out.sources.extend(s),
                     None => out.lost.push(Lost {
                         session: m.session.clone(),
                         why: why_lost(store, &project, m),
@@ -137,93 +144,79 @@ pub fn sources(
         Scope::Project => {
             for (session, path) in project_transcripts(&project)? {
                 if wanted(&session) {
-                    out.sources.push(live_source(&project, &session, &path)?);
+                    out.sources.extend(live_source(&project, &session, &path)?);
                 }
             }
+        }
+        Scope::All => {
+            (out.sources, out.sessions) = everywhere::all(store, &project, projects, wanted)?;
+        }
+    }
+    let lineage = match scope {
+        Scope::Lineage => std::borrow::Cow::Borrowed(&out.lineage),
+        Scope::Project | Scope::All => {
+            std::borrow::Cow::Owned(lineage::lineage(store, &project, current)?)
+        }
+    };
+    let windows = super::window::windows(store, &lineage);
+    drop(lineage);
+    for source in &mut out.sources {
+        if let Some(w) = windows.get(&source.session) {
+            source.window = w.clone();
         }
     }
     Ok(out)
 }
 
 /// A member's text: its live transcript if Claude Code kept it (it holds
-/// the backup's lines and what came after), else the frozen backup.
-fn member_source(store: &Store, project: &Path, m: &Member) -> Result<Option<Source>> {
+/// the backup's lines and what came after), else the frozen backup; each
+/// with its subagents' transcripts.
+fn member_source(store: &Store, project: &Path, m: &Member) -> Result<Option<Vec<Source>>> {
     if let Some(live) = &m.live {
         return live_source(project, &m.session, live).map(Some);
     }
     let (Some(op), Some(backup)) = (&m.rebuilt_by, &m.backup) else {
         return Ok(None);
     };
+    backup_source(store, op, &m.session, backup).map(Some)
+}
+
+/// A session's frozen backup in `artifacts/<op>/`, with its folder's files.
+pub(crate) fn backup_source(
+    store: &Store,
+    op: &OperationId,
+    session: &str,
+    backup: &Path,
+) -> Result<Vec<Source>> {
     let dir = store.dir().join("artifacts").join(op);
     let path = confined(backup, &dir, "backup")?;
-    let file = |name: Option<String>| HitFile::Backup {
+    let file = |part: Part| HitFile::Backup {
         operation: op.clone(),
-        offloaded: name,
+        part,
     };
-    Ok(Some(Source {
-        session: m.session.clone(),
-        origin: format!("backup of operation {}", &op[..8.min(op.len())]),
-        path,
-        token: hit_id::token(&file(None)),
-        tool_results: offloaded(&dir, &m.session, |n| {
-            hit_id::token(&file(Some(n.to_string())))
-        }),
-    }))
+    let origin = format!("backup of operation {}", &op[..8.min(op.len())]);
+    Ok(folder::session_sources(&dir, session, &path, &origin, file))
 }
 
-fn live_source(project: &Path, session: &str, path: &Path) -> Result<Source> {
-    let path = confined(path, project, "transcript")?;
-    let file = |name: Option<String>| HitFile::Live {
+/// A session's live transcript in `dir` (a project folder), with its
+/// folder's files.
+pub(crate) fn live_source(dir: &Path, session: &str, path: &Path) -> Result<Vec<Source>> {
+    let path = confined(path, dir, "transcript")?;
+    let file = |part: Part| HitFile::Live {
         session: session.to_string(),
-        offloaded: name,
+        part,
     };
-    Ok(Source {
-        session: session.to_string(),
-        origin: "live transcript".into(),
-        path,
-        token: hit_id::token(&file(None)),
-        tool_results: offloaded(project, session, |n| {
-            hit_id::token(&file(Some(n.to_string())))
-        }),
-    })
-}
-
-/// `<base>/<session>/tool-results/`, if both are real folders inside `base`.
-fn tool_results_dir(base: &Path, session: &str) -> Option<PathBuf> {
-    let dir = base.join(session).join("tool-results");
-    let real = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-    let canonical = base.canonicalize().ok()?.join(session).join("tool-results");
-    (real(&base.join(session)) && real(&dir) && dir.canonicalize().ok()? == canonical)
-        .then_some(canonical)
-}
-
-/// The offloaded files of a session (regular files with plain names).
-fn offloaded(
-    base: &Path,
-    session: &str,
-    token: impl Fn(&str) -> String,
-) -> Vec<(String, String, PathBuf)> {
-    let Some(dir) = tool_results_dir(base, session) else {
-        return Vec::new();
-    };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<(String, String, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_string();
-            let path = confined(&e.path(), &dir, "tool result").ok()?;
-            plain_name(&name).then(|| (token(&name), name, path))
-        })
-        .take(OFFLOADED_MAX)
-        .collect();
-    files.sort_by(|a, b| a.1.cmp(&b.1));
-    files
+    Ok(folder::session_sources(
+        dir,
+        session,
+        &path,
+        "live transcript",
+        file,
+    ))
 }
 
 /// Every session transcript in the project, newest first.
-fn project_transcripts(project: &Path) -> Result<Vec<(String, PathBuf)>> {
+pub(crate) fn project_transcripts(project: &Path) -> Result<Vec<(String, PathBuf)>> {
     let entries = std::fs::read_dir(project).map_err(|e| Error::io_at("list", project, &e))?;
     let mut found: Vec<(std::time::SystemTime, String, PathBuf)> = entries
         .flatten()
@@ -262,21 +255,20 @@ pub fn get(store: &Store, project: &Path, id: &str, page: u32) -> Result<Page> {
             project.display()
         ))
     })?;
-    let (base, session, offloaded) = match &id.file {
-        HitFile::Live { session, offloaded } => {
+    let (base, session, part) = match &id.file {
+        HitFile::Live { session, part } => {
             let live = project.join(format!("{session}.jsonl"));
             let base = match std::fs::symlink_metadata(&live) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    backup_of(store, session).unwrap_or_else(|| project.clone())
+                    everywhere::project_of(&project, session)
+                        .or_else(|| backup_of(store, session))
+                        .unwrap_or_else(|| project.clone())
                 }
                 _ => project.clone(),
             };
-            (base, session.clone(), offloaded)
+            (base, session.clone(), part)
         }
-        HitFile::Backup {
-            operation,
-            offloaded,
-        } => {
+        HitFile::Backup { operation, part } => {
             let op = store.load(operation)?;
             let backup = op.backup.ok_or_else(|| {
                 Error::not_found(format!(
@@ -287,24 +279,27 @@ pub fn get(store: &Store, project: &Path, id: &str, page: u32) -> Result<Page> {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            (
-                store.dir().join("artifacts").join(operation),
-                session,
-                offloaded,
-            )
+            (store.dir().join("artifacts").join(operation), session, part)
         }
     };
-    match offloaded {
-        None => {
+    match part {
+        Part::Transcript => {
             let path = confined(&base.join(format!("{session}.jsonl")), &base, "transcript")?;
             recall::get::record(&path, id.offset, page)
         }
-        Some(name) => {
-            let dir = tool_results_dir(&base, &session).ok_or_else(|| {
+        Part::Offloaded(name) => {
+            let dir = folder::real_subdir(&base, &session, "tool-results").ok_or_else(|| {
                 Error::not_found(format!("session {session} has no tool-results folder here"))
             })?;
             let path = confined(&dir.join(name), &dir, "tool result")?;
             recall::get::text_file(&path, page)
+        }
+        Part::Subagent(name) => {
+            let dir = folder::real_subdir(&base, &session, "subagents").ok_or_else(|| {
+                Error::not_found(format!("session {session} has no subagents folder here"))
+            })?;
+            let path = confined(&dir.join(name), &dir, "subagent transcript")?;
+            recall::get::record(&path, id.offset, page)
         }
     }
 }

@@ -1,0 +1,351 @@
+//! Counting without decoding: where a record's searchable texts lie in
+//! its raw JSON line (the same texts [`super::record::parts`] takes
+//! apart, as byte ranges of their JSON strings), walked with the fast
+//! skipper ([`crate::jsonskip`]), so that `count` past the limit matches
+//! each text where it lies instead of building the record. A string the
+//! raw bytes cannot answer for (an escape a regex or a non-ASCII query
+//! must see decoded) is decoded alone.
+
+use super::Kind;
+use super::query::Query;
+use crate::jsonskip::{self, Seen};
+
+/// One searchable text: its kind and the raw ranges of its strings (the
+/// bytes between their quotes) — or, for a tool call's input (searched as
+/// its JSON), the input's whole raw range.
+struct Text {
+    kind: Kind,
+    ranges: Vec<(usize, usize)>,
+    json: bool,
+}
+
+/// How many of the line's texts (of `kinds`; empty: all) hold a match;
+/// `None` when the line must be decoded to tell.
+pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
+    let mut n = 0;
+    for text in texts(line)? {
+        if !kinds.is_empty() && !kinds.contains(&text.kind) {
+            continue;
+        }
+        // Strings joined into one text: a regex may match across the join.
+        if text.ranges.len() > 1 && query.is_regex() {
+            return None;
+        }
+        let mut matched = false;
+        for &(start, end) in &text.ranges {
+            let hit = match query.raw_string_matches(&line[start..end]) {
+                Some(hit) => hit,
+                None if text.json => return None,
+                None => {
+                    let decoded: String = serde_json::from_slice(&line[start - 1..=end]).ok()?;
+                    query.find(&decoded).is_some()
+                }
+            };
+            if hit {
+                matched = true;
+                break;
+            }
+        }
+        n += u64::from(matched);
+    }
+    Some(n)
+}
+
+/// Calls `on(key, value start)` for each member of the object at `i`
+/// (`on` returns where the value ends); returns where the object ends.
+fn members<'a>(
+    b: &'a [u8],
+    i: usize,
+    mut on: impl FnMut(&'a [u8], usize) -> Option<usize>,
+) -> Option<usize> {
+    let mut seen = Seen::default();
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    let mut i = jsonskip::ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = jsonskip::string(b, i + 1, &mut seen)?;
+        let key = &b[i + 1..key_end - 1];
+        i = jsonskip::ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let v = jsonskip::ws(b, i + 1);
+        i = jsonskip::ws(b, on(key, v)?);
+        match b.get(i)? {
+            b',' => i = jsonskip::ws(b, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// Calls `on(element start)` for each element of the array at `i`.
+fn elements(b: &[u8], i: usize, mut on: impl FnMut(usize) -> Option<usize>) -> Option<usize> {
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut i = jsonskip::ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(i + 1);
+    }
+    loop {
+        i = jsonskip::ws(b, on(i)?);
+        match b.get(i)? {
+            b',' => i = jsonskip::ws(b, i + 1),
+            b']' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+fn skip(b: &[u8], i: usize) -> Option<usize> {
+    jsonskip::value(b, i, &mut Seen::default())
+}
+
+/// The string at `i`: its content's range and where it ends.
+fn string_at(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let end = jsonskip::string(b, i + 1, &mut Seen::default())?;
+    Some(((i + 1, end - 1), end))
+}
+
+/// Every string value inside the value at `i`.
+fn strings(b: &[u8], i: usize, out: &mut Vec<(usize, usize)>) -> Option<usize> {
+    match b.get(i)? {
+        b'"' => {
+            let (range, end) = string_at(b, i)?;
+            out.push(range);
+            Some(end)
+        }
+        b'[' => elements(b, i, |e| strings(b, e, out)),
+        b'{' => members(b, i, |_, v| strings(b, v, out)),
+        _ => skip(b, i),
+    }
+}
+
+/// The searchable texts of a line, as [`super::record::parts`] finds them.
+/// Each value is walked once when the record's `type` came before it (as
+/// Claude Code writes records), else skipped and walked after.
+fn texts(b: &[u8]) -> Option<Vec<Text>> {
+    let (mut kind, mut meta, mut later, mut content, mut attachment) =
+        (None, false, None, None, None);
+    let mut out = Vec::new();
+    let i = jsonskip::ws(b, 0);
+    members(b, i, |key, v| {
+        match key {
+            b"type" => {
+                let (range, end) = string_at(b, v)?;
+                kind = Some(range);
+                return Some(end);
+            }
+            b"isMeta" => meta = b.get(v..v + 4) == Some(b"true"),
+            b"message" => match kind.map(|(s, e)| &b[s..e]) {
+                Some(b"user") => return message_texts(b, v, Kind::User, &mut out),
+                Some(b"assistant") => return message_texts(b, v, Kind::Assistant, &mut out),
+                Some(_) => {}
+                None => later = Some(v),
+            },
+            b"content" => content = Some(v),
+            b"attachment" => attachment = Some(v),
+            _ => {}
+        }
+        skip(b, v)
+    })?;
+    let kind = kind.map(|(s, e)| &b[s..e]);
+    match kind {
+        Some(b"user") => {
+            if let Some(m) = later {
+                message_texts(b, m, Kind::User, &mut out)?;
+            }
+            if meta {
+                for t in out.iter_mut().filter(|t| t.kind == Kind::User) {
+                    t.kind = Kind::Injection;
+                }
+            }
+        }
+        Some(b"assistant") => {
+            if let Some(m) = later {
+                message_texts(b, m, Kind::Assistant, &mut out)?;
+            }
+        }
+        Some(b"system") => {
+            if let Some((range, _)) = content.and_then(|c| string_at(b, c)) {
+                out.push(text(Kind::Injection, vec![range], false));
+            }
+        }
+        Some(b"attachment") => {
+            if let Some(a) = attachment {
+                let mut ranges = Vec::new();
+                strings(b, a, &mut ranges)?;
+                out.push(text(Kind::Injection, ranges, false));
+            }
+        }
+        _ => out.clear(),
+    }
+    Some(out)
+}
+
+fn text(kind: Kind, ranges: Vec<(usize, usize)>, json: bool) -> Text {
+    Text { kind, ranges, json }
+}
+
+/// A message's texts; where the message ends.
+fn message_texts(b: &[u8], m: usize, said: Kind, out: &mut Vec<Text>) -> Option<usize> {
+    if b.get(m) != Some(&b'{') {
+        return skip(b, m);
+    }
+    members(b, m, |key, v| {
+        if key == b"content" {
+            content_texts(b, v, said, None, out)
+        } else {
+            skip(b, v)
+        }
+    })
+}
+
+/// A content: a string, or a list of blocks. `inner`: the kind every
+/// text of a tool result's content takes.
+fn content_texts(
+    b: &[u8],
+    v: usize,
+    said: Kind,
+    inner: Option<Kind>,
+    out: &mut Vec<Text>,
+) -> Option<usize> {
+    match b.get(v)? {
+        b'"' => {
+            let (range, end) = string_at(b, v)?;
+            out.push(text(inner.unwrap_or(said), vec![range], false));
+            Some(end)
+        }
+        b'[' => elements(b, v, |e| block(b, e, said, inner, out)),
+        _ => skip(b, v),
+    }
+}
+
+/// One block's text, walked where its value is once its `type` is known.
+fn block_value(
+    b: &[u8],
+    kind: &[u8],
+    key: &[u8],
+    v: usize,
+    said: Kind,
+    inner: Option<Kind>,
+    out: &mut Vec<Text>,
+) -> Option<usize> {
+    match (kind, key) {
+        (b"text", b"text") => {
+            let (range, end) = string_at(b, v)?;
+            out.push(text(inner.unwrap_or(said), vec![range], false));
+            Some(end)
+        }
+        (b"thinking", b"thinking") => {
+            let (range, end) = string_at(b, v)?;
+            if range.1 > range.0 {
+                out.push(text(Kind::Thinking, vec![range], false));
+            }
+            Some(end)
+        }
+        (b"tool_use", b"input") => {
+            let end = skip(b, v)?;
+            out.push(text(Kind::ToolUse, vec![(v, end)], true));
+            Some(end)
+        }
+        (b"tool_result", b"content") => content_texts(b, v, said, Some(Kind::ToolResult), out),
+        _ => skip(b, v),
+    }
+}
+
+fn block(
+    b: &[u8],
+    e: usize,
+    said: Kind,
+    inner: Option<Kind>,
+    out: &mut Vec<Text>,
+) -> Option<usize> {
+    if b.get(e) != Some(&b'{') {
+        return skip(b, e);
+    }
+    let mut kind: Option<(usize, usize)> = None;
+    let mut later: Vec<(&[u8], usize)> = Vec::new();
+    let end = members(b, e, |key, v| {
+        if key == b"type" {
+            let (range, end) = string_at(b, v)?;
+            kind = Some(range);
+            return Some(end);
+        }
+        if let Some((s, k)) = kind {
+            return block_value(b, &b[s..k], key, v, said, inner, out);
+        }
+        if matches!(key, b"text" | b"thinking" | b"input" | b"content") {
+            later.push((key, v));
+        }
+        skip(b, v)
+    })?;
+    let kind = kind.map_or(&b""[..], |(s, k)| &b[s..k]);
+    for (key, v) in later {
+        block_value(b, kind, key, v, said, inner, out)?;
+    }
+    Some(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recall::record;
+
+    /// The raw count agrees with decoding the record and matching each
+    /// part (or says the line must be decoded); returns whether it counted.
+    #[track_caller]
+    fn agrees(line: &str, query: &Query) -> bool {
+        let decoded = record::decode(line.as_bytes()).unwrap();
+        let want = record::parts(&decoded)
+            .iter()
+            .filter(|p| p.kind != Kind::Image && query.find(&p.text).is_some())
+            .count() as u64;
+        let got = count(line.as_bytes(), query, &[]);
+        assert!(
+            got.is_none_or(|n| n == want),
+            "{line}: {got:?}, {want} decoded"
+        );
+        got.is_some()
+    }
+
+    #[test]
+    fn the_raw_count_is_the_decoded_count() {
+        let lines = [
+            r#"{"type":"user","uuid":"worker-1","cwd":"/worker","message":{"role":"user","content":"the worker\nstopped"}}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"worker?"},{"type":"text","text":"a \"worker\" n"},{"type":"tool_use","id":"t","name":"Bash","input":{"command":"grep worker","n":1}}]}}"#,
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"worker 日志"},{"type":"text","text":"none"}]}]},"toolUseResult":{"stdout":"worker"}}"#,
+            r#"{"type":"system","content":"Worker said \\n"}"#,
+            r#"{"type":"attachment","attachment":{"type":"hook","content":["a worker","b"]}}"#,
+            r#"{"message":{"content":"worker"},"type":"user","isMeta":true}"#,
+        ];
+        for q in [
+            Query::literal("worker").unwrap(),
+            Query::literal("n").unwrap(),
+            Query::literal("日志").unwrap(),
+        ] {
+            for line in lines {
+                assert!(agrees(line, &q), "a literal is counted raw: {line}");
+            }
+        }
+        for q in [
+            Query::regex(r"work\w+\s").unwrap(),
+            Query::regex(r"said \\n").unwrap(),
+        ] {
+            for line in lines {
+                agrees(line, &q);
+            }
+        }
+    }
+}
