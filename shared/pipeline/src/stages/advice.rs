@@ -91,7 +91,7 @@ pub fn advice(
     transcript: &Path,
     reply: &Reply<'_>,
 ) -> Option<String> {
-    let config = Config::load(config_arg).ok()?;
+    let config = Config::for_transcript(config_arg, transcript).ok()?;
     if config.advise_at_percent == 0 {
         return None;
     }

@@ -55,7 +55,7 @@ pub fn offer(
     transcript: &Path,
     read: bool,
 ) -> Option<String> {
-    let config = Config::load(config_arg).ok()?;
+    let config = Config::for_transcript(config_arg, transcript).ok()?;
     if config.advise_at_percent == 0 {
         return None;
     }
