@@ -172,7 +172,11 @@ pub fn execute(
         Call::Version => ktr_base::cli::version(&stage.to_string()),
     };
     let config = match &args.operation {
-        Some(id) => crate::targets::discover::operation_config(args.config.as_deref(), id)?,
+        Some(id) => crate::targets::discover::operation_config(
+            args.config.as_deref(),
+            id,
+            args.transcript.as_deref(),
+        )?,
         None => Config::load(args.config.as_deref())?,
     };
     let store = Store::for_config(&config)?;

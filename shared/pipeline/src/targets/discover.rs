@@ -157,15 +157,25 @@ pub fn hook_config(explicit: Option<&Path>, transcript: &Path) -> Result<Config>
 }
 
 /// The config a stage works on operation `id` with: the one that serves
-/// the operation's session (its transcript), settled from the Claude Code
-/// process its Stop hook recorded. An operation not bound to a session yet
-/// has only the config file's.
-pub fn operation_config(explicit: Option<&Path>, id: &OperationId) -> Result<Config> {
-    let op = Store::at(&locate_state_dir(explicit)?).load(id)?;
-    let Some(transcript) = &op.transcript_path else {
+/// the operation's session — its transcript (`given`: prepare is started
+/// with it) — settled from the Claude Code process its Stop hook recorded. An
+/// operation not bound to a session has only the config file's.
+pub fn operation_config(
+    explicit: Option<&Path>,
+    id: &OperationId,
+    given: Option<&Path>,
+) -> Result<Config> {
+    let store = Store::open(&locate_state_dir(explicit)?)?;
+    // The Stop hook that started this stage saves the operation's session,
+    // transcript and process under the lock it holds meanwhile: past the
+    // lock, the operation says them.
+    store.with_lock(|_| Ok(()))?;
+    let op = store.load(id)?;
+    let Some(transcript) = given.or(op.transcript_path.as_deref()) else {
         return Config::load(explicit);
     };
     let mut config = Config::for_transcript(explicit, transcript)?;
-    settle(&mut config, op.claude);
+    let claude = op.claude;
+    settle(&mut config, claude);
     Ok(config)
 }
