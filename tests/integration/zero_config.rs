@@ -140,3 +140,93 @@ fn a_named_config_file_that_is_missing_stays_an_error() {
     let (out, _) = Sandbox::run_hook(zero(&sandbox, STOP, &["--plugin"]), &input, &[]);
     assert_eq!(out, "{\"suppressOutput\":true}\n");
 }
+
+#[test]
+fn a_session_whose_claude_code_runs_in_no_tmux_pane_is_not_switched_and_says_why() {
+    let sandbox = Sandbox::new();
+    let transcript = sandbox.transcript(SESSION);
+    let input = sandbox.stop_input(SESSION, &transcript);
+    let store = Store::open(&default_state(&sandbox)).unwrap();
+    let op = store.request("zero config", "REBUILD", None).unwrap();
+    // The hook's Claude Code: a process outside tmux (`timeout`, not a
+    // shell, so it is the hook's runner), in the project's working
+    // directory; the real stages beside the hook.
+    let bin_dir = Path::new(STOP).parent().unwrap();
+    let mut cmd = Command::new("timeout");
+    cmd.env_clear()
+        .envs(sandbox.hook_base_env())
+        .env("KTR_BIN_DIR", bin_dir)
+        .current_dir(&sandbox.work)
+        .args(["60", STOP])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (out, _) = Sandbox::run_hook(cmd, &input, &[]);
+    assert!(message(&out).contains("rebuild scheduled"), "{out}");
+    let done = crate::support::wait_status(
+        &store,
+        "prepare to refuse",
+        std::time::Duration::from_secs(30),
+        Status::is_terminal,
+        || std::fs::read_to_string(store.worker_log()).unwrap_or_default(),
+    );
+    assert_eq!(done.id, op.id);
+    assert_eq!(done.status, Status::Failed, "{done:?}");
+    let error = done.error.unwrap_or_default();
+    assert!(
+        error.contains("no target") && error.contains("not switching"),
+        "{error}"
+    );
+    assert!(done.candidate.is_none(), "nothing was written");
+}
+
+#[test]
+fn doctor_without_a_config_says_what_ktr_serves_and_how() {
+    let sandbox = Sandbox::new();
+    sandbox.transcript(SESSION);
+    let doctor = |dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
+            .args(["doctor", "--json"])
+            .env_clear()
+            .envs(sandbox.hook_base_env())
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        let config = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "config")
+            .cloned()
+            .unwrap();
+        assert_eq!(report["config_error"], false, "{report}");
+        assert_eq!(config["ok"], true, "{config}");
+        config["detail"].as_str().unwrap().to_string()
+    };
+    let projects = sandbox.home.join(".claude/projects");
+    let default = sandbox.home.join(".config/ktr/config.toml");
+    // In a project's working directory: that session's project too.
+    let here = doctor(&sandbox.work);
+    for said in [
+        format!("no config file at {}", default.display()),
+        format!(
+            "every Claude Code session whose transcript lies in {}",
+            projects.display()
+        ),
+        "found from that process".to_string(),
+        format!(
+            "a session started here: project {}",
+            sandbox.project.display()
+        ),
+    ] {
+        assert!(here.contains(&said), "{said:?} not in {here}");
+    }
+    // Anywhere else: what is served, without a project.
+    let elsewhere = doctor(sandbox.root());
+    assert!(
+        elsewhere.contains("every Claude Code session") && !elsewhere.contains("started here"),
+        "{elsewhere}"
+    );
+}
