@@ -379,11 +379,7 @@ impl Server {
     /// the session's working directory, whose project folder it is (zero
     /// config), settled from the Claude Code process that started it.
     fn load_config(&self) -> Result<Config> {
-        let explicit = self.config.as_deref();
-        let mut config = match std::env::current_dir() {
-            Ok(cwd) => Config::for_workdir(explicit, &cwd)?,
-            Err(_) => Config::load(explicit)?,
-        };
+        let mut config = Config::here(self.config.as_deref())?;
         ktr_pipeline::targets::discover::settle(
             &mut config,
             ktr_pipeline::process::runner_of(std::process::id()),

@@ -75,10 +75,7 @@ pub fn check(config_path: Option<&Path>) -> Report {
     let mut checks = Vec::new();
     // The config that serves a session started here (zero config, or a
     // file without project_dir: this directory's project folder).
-    let loaded = match std::env::current_dir() {
-        Ok(cwd) => Config::for_workdir(config_path, &cwd),
-        Err(_) => Config::load(config_path),
-    };
+    let loaded = Config::here(config_path);
     let config_error = match loaded {
         Ok(config) if config.project_dir_set => {
             checks.push(pass("config", format!("{} is valid", path.display())));

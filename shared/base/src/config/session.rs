@@ -40,10 +40,21 @@ pub fn projects_folder() -> PathBuf {
 pub struct OutsideProjects {
     pub transcript: PathBuf,
     pub projects: PathBuf,
+    /// Asked for a working directory (not a hook's transcript): the
+    /// directory whose project folder is not there.
+    pub workdir: Option<PathBuf>,
 }
 
 impl fmt::Display for OutsideProjects {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(workdir) = &self.workdir {
+            return write!(
+                f,
+                "Claude Code's projects folder {} holds no project folder for {} (no Claude Code session has run there yet); run this in a session's working directory, or set project_dir",
+                self.projects.display(),
+                workdir.display()
+            );
+        }
         write!(
             f,
             "transcript {} does not lie in a project folder directly inside Claude Code's projects folder {} (symlinks resolved); ktr serves only those sessions (or set project_dir)",
@@ -66,18 +77,18 @@ pub fn project_of_transcript(transcript: &Path) -> Result<PathBuf> {
 /// directly inside `projects` (both canonicalised; the folder not a
 /// symlink): the one path rule, for a folder.
 fn project_of(transcript: &Path, projects: &Path) -> Result<PathBuf> {
+    project_in(transcript, projects, None)
+}
+
+/// [`project_of`], saying `workdir` when that is what was asked about.
+fn project_in(transcript: &Path, projects: &Path, workdir: Option<&Path>) -> Result<PathBuf> {
     let outside = || {
-        Error::refused(
-            OutsideProjects {
-                transcript: transcript.to_path_buf(),
-                projects: projects.to_path_buf(),
-            }
-            .to_string(),
-        )
-        .because(OutsideProjects {
+        let why = OutsideProjects {
             transcript: transcript.to_path_buf(),
             projects: projects.to_path_buf(),
-        })
+            workdir: workdir.map(Path::to_path_buf),
+        };
+        Error::refused(why.to_string()).because(why)
     };
     let project = transcript
         .parent()
@@ -184,7 +195,17 @@ impl Config {
         let projects = projects_folder();
         let folder = projects.join(super::encode_project_name(workdir));
         let transcript = folder.join("session.jsonl");
-        Self::for_project(explicit, project_of(&transcript, &projects))
+        Self::for_project(explicit, project_in(&transcript, &projects, Some(workdir)))
+    }
+
+    /// [`Config::for_workdir`] for the directory this process runs in
+    /// (a command run by hand, or by Claude Code in a session's directory);
+    /// without one, [`Config::load`].
+    pub fn here(explicit: Option<&Path>) -> Result<Config> {
+        match std::env::current_dir() {
+            Ok(cwd) => Self::for_workdir(explicit, &cwd),
+            Err(_) => Self::load(explicit),
+        }
     }
 
     /// The config for the session of project folder `project` (an error
@@ -196,12 +217,17 @@ impl Config {
             return Ok(config);
         };
         let config = Self::load_file(&path, project.as_ref().ok().map(PathBuf::as_path))
-            .and_then(|c| c.ok_or_else(|| ConfigError::Missing { path }.into()));
+            .and_then(|c| c.ok_or_else(|| ConfigError::Missing { path: path.clone() }.into()));
         match (config, project) {
             // A file naming its one project_dir serves it as before: the
             // caller checks the transcript against it.
             (Ok(config), _) => Ok(config),
-            (Err(e), Err(outside)) if e.find::<ConfigError>().is_some_and(is_project_required) => {
+            // A file that serves every session (it loads for some project
+            // folder): this one is outside them.
+            (Err(e), Err(outside))
+                if e.find::<ConfigError>().is_some_and(is_project_required)
+                    && Self::load_file(&path, Some(&projects_folder())).is_ok() =>
+            {
                 Err(outside)
             }
             (Err(e), _) => Err(e),

@@ -331,3 +331,39 @@ fn a_projects_table_is_checked_whoever_it_serves() {
         Some(ConfigError::UnknownKey { .. })
     ));
 }
+
+#[test]
+fn a_session_outside_the_projects_folder_is_served_only_by_a_file_naming_its_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("-w");
+    std::fs::create_dir_all(&project).unwrap();
+    let transcript = project.join("s.jsonl");
+    let file = dir.path().join("ktr.toml");
+    let with = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        Config::for_transcript(Some(&file), &transcript)
+    };
+    // A file that serves every session: this one lies outside them.
+    let err = with("advise_at_percent = 60\n").unwrap_err();
+    let outside = err.find::<OutsideProjects>().expect("OutsideProjects");
+    assert_eq!(outside.transcript, transcript);
+    // A file naming its project serves it, wherever it lies.
+    let c = with(&format!("project_dir = {project:?}\n")).unwrap();
+    assert_eq!(c.project_dir, project);
+    // A systemd household must name it: that is what it is told.
+    let err = with("activation = \"systemd\"\n").unwrap_err();
+    assert!(matches!(
+        err.find::<ConfigError>(),
+        Some(ConfigError::Required {
+            key: "project_dir",
+            ..
+        })
+    ));
+    // A named file that is not there is an error, never zero config.
+    std::fs::remove_file(&file).unwrap();
+    let err = Config::for_transcript(Some(&file), &transcript).unwrap_err();
+    assert!(matches!(
+        err.find::<ConfigError>(),
+        Some(ConfigError::Missing { .. })
+    ));
+}
