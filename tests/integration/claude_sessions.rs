@@ -284,11 +284,16 @@ fn three_sessions_in_two_tmux_servers_are_each_rebuilt_in_place_with_no_config()
     let projects: Vec<PathBuf> = (0..NAMES.len())
         .map(|i| {
             let id = &h.sessions[i].id;
-            let found = fs::read_dir(h.env.sandbox.home.join(".claude/projects"))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path().join(format!("{id}.jsonl")))
-                .find(|p| p.exists());
+            // Claude Code writes the transcript after the reply is drawn.
+            let mut found = None;
+            crate::support::wait_for(TURN, || {
+                found = fs::read_dir(h.env.sandbox.home.join(".claude/projects"))
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path().join(format!("{id}.jsonl")))
+                    .find(|p| p.exists());
+                found.is_some()
+            });
             found
                 .or_panic(|| format!("no transcript of {id}"))
                 .parent()
