@@ -384,15 +384,23 @@ impl ServerHandler for Unserved {
         info.server_info.name = "ktr".into();
         info.server_info.version = env!("CARGO_PKG_VERSION").into();
         info.instructions = Some(
-            "ktr does not serve this project (its config names another project_dir), so it offers no tools here.".into(),
+            "ktr does not serve this project (its config names another project_dir, or the session lies outside Claude Code's projects folder), so it offers no tools here.".into(),
         );
         info
     }
 }
 
 impl Server {
+    /// The config serving this server's session: Claude Code starts it in
+    /// the session's working directory, whose project folder it is (zero
+    /// config), settled from the Claude Code process that started it.
     fn load_config(&self) -> Result<Config> {
-        Config::load(self.config.as_deref())
+        let mut config = Config::here(self.config.as_deref())?;
+        ktr_pipeline::targets::discover::settle(
+            &mut config,
+            ktr_pipeline::process::runner_of(std::process::id()),
+        );
+        Ok(config)
     }
 
     /// Load the config, choose the transcript and plan it (read-only).

@@ -11,7 +11,7 @@ use crate::out;
 pub const KEYS: &str = "activation, project_dir, state_dir, claude_workdir, resume_pointer_path, tmux_target, systemd_unit";
 
 pub fn run(args: &ConfigArgs) -> Result<u8, Error> {
-    let config = Config::load(args.common.config.as_deref())?;
+    let config = Config::here(args.common.config.as_deref())?;
     let path = |p: &std::path::Path| p.display().to_string();
     let value = match args.key.as_str() {
         "activation" => match config.activation {

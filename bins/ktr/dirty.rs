@@ -23,7 +23,7 @@ struct Dirty<'a> {
 }
 
 pub fn run(args: &DirtyArgs) -> Result<u8, Error> {
-    let config = Config::load(args.common.config.as_deref())?;
+    let config = Config::here(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = match given {
         Some(given) => plan::resolve_transcript(&config, Some(&given))?,

@@ -12,7 +12,7 @@ use crate::cli::PlanArgs;
 use crate::{dirty, out};
 
 pub fn run(args: &PlanArgs) -> Result<u8, Error> {
-    let config = Config::load(args.common.config.as_deref())?;
+    let config = Config::here(args.common.config.as_deref())?;
     let given = args.source.path(&config.project_dir);
     let path = plan::resolve_transcript(&config, given.as_deref())?;
     // Parsed here, where it enters: the engine takes a SessionId.

@@ -13,7 +13,7 @@ pub fn run(args: &RepairArgs) -> Result<u8, Error> {
     if let Some(word) = &args.confirm {
         confirm(word, "PURGE")?;
     }
-    let config = ktr_base::config::Config::load(args.common.config.as_deref())?;
+    let config = ktr_base::config::Config::here(args.common.config.as_deref())?;
     if !config.state_dir.exists() {
         // Opening the store would create it: there is nothing to purge.
         out::print(&format!(

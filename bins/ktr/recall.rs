@@ -146,7 +146,7 @@ pub fn run(args: &RecallArgs) -> Result<u8, Error> {
         out::print(HELP);
         return Ok(0);
     }
-    let config = Config::load(args.config.as_deref())?;
+    let config = Config::here(args.config.as_deref())?;
     if let Some(id) = &args.get {
         let store = Store::at(&config.state_dir);
         let page = ktr_pipeline::recall::get(&store, &config.project_dir, id, args.page)?;

@@ -8,10 +8,17 @@ use ktr_base::Error;
 use ktr_base::config::Config;
 use ktr_pipeline::operation::Store;
 
-/// The validated config and its store, after failing any operation whose
+/// The validated config (the one serving the session of the directory this
+/// runs in) and its store, after failing any operation whose
 /// worker died (each one is reported on stderr).
 pub fn open(config: Option<&Path>) -> Result<(Config, Store), Error> {
-    let config = Config::load(config)?;
+    let mut config = Config::here(config)?;
+    // An unset tmux_target: the pane of the Claude Code (or shell) that ran
+    // this command.
+    ktr_pipeline::targets::discover::settle(
+        &mut config,
+        ktr_pipeline::process::runner_of(std::process::id()),
+    );
     let store = Store::for_config(&config)?;
     for op in store.recover_stale()? {
         eprintln!(

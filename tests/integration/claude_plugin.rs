@@ -66,7 +66,7 @@ fn rules() -> Vec<Rule> {
 
 /// The files of the checkout the plugin install reads, copied to `dest`
 /// (without a `plugin/bin` the checkout may hold).
-fn copy_checkout(dest: &Path) {
+pub(crate) fn copy_checkout(dest: &Path) {
     fn copy_tree(from: &Path, to: &Path) {
         fs::create_dir_all(to).unwrap();
         for entry in fs::read_dir(from).unwrap().flatten() {
@@ -92,7 +92,7 @@ fn copy_checkout(dest: &Path) {
 /// first on PATH), with the test's binaries; its output. Panics with it
 /// when the installer fails.
 #[track_caller]
-fn install(env: &ClaudeEnv, checkout: &Path, args: &[&str]) -> String {
+pub(crate) fn install(env: &ClaudeEnv, checkout: &Path, args: &[&str]) -> String {
     let path_dir = &env.sandbox.path_dir;
     let _ = std::os::unix::fs::symlink(&env.bin, path_dir.join("claude"));
     let path = env

@@ -90,7 +90,9 @@ fn each_config_error_gets_its_own_way_out() {
     let sb = Sandbox::new();
     let path = sb.config.display().to_string();
     let cases: [(&[u8], &str); 5] = [
-        (b"state_dir = \"/s\"\n", "add project_dir = "),
+        // Without project_dir a file serves every session, but a systemd
+        // (or pointer) household names its one project.
+        (b"activation = \"systemd\"\n", "add project_dir = "),
         (b"project_dir = [\n", "fix the TOML syntax"),
         (b"project_dir = \"/p\xff\"\n", "fix the TOML syntax"),
         (

@@ -16,6 +16,11 @@
 //!
 //! A config that does not load is one failed check; the checks that do not
 //! need it (hooks, MCP server) still run, with the default workdir.
+//!
+//! Without a config file (zero config), or with one that names no
+//! `project_dir`, the config check says what ktr serves and how, and the
+//! other checks run for the project of the directory doctor runs in (when
+//! Claude Code has one for it).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -23,7 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::settings;
-use ktr_base::config::{self, Config, ConfigError, home_dir};
+use ktr_base::config::{self, Config, ConfigError, OutsideProjects, home_dir, projects_folder};
 use ktr_base::error::Error;
 use ktr_pipeline::operation::{Active, Store};
 use ktr_pipeline::process;
@@ -68,10 +73,32 @@ pub fn check(config_path: Option<&Path>) -> Report {
     let path = Config::locate(config_path);
     let this = absolute(&path);
     let mut checks = Vec::new();
-    let config_error = match Config::load(config_path) {
-        Ok(config) => {
+    // The config that serves a session started here (zero config, or a
+    // file without project_dir: this directory's project folder).
+    let loaded = Config::here(config_path);
+    let config_error = match loaded {
+        Ok(config) if config.project_dir_set => {
             checks.push(pass("config", format!("{} is valid", path.display())));
             check_config(&config, &this, &mut checks);
+            false
+        }
+        Ok(mut config) => {
+            ktr_pipeline::targets::discover::settle(
+                &mut config,
+                process::runner_of(std::process::id()),
+            );
+            let detail = serves_every(&path, config.source.as_deref(), Some(&config));
+            checks.push(pass("config", detail));
+            check_config(&config, &this, &mut checks);
+            false
+        }
+        Err(e) if e.find::<OutsideProjects>().is_some() => {
+            // Not in a project of Claude Code's: what is served, and the
+            // checks that need no project.
+            let source = Config::find(config_path).ok().flatten();
+            checks.push(pass("config", serves_every(&path, source.as_deref(), None)));
+            checks.push(hooks(&home_dir(), &this));
+            checks.push(mcp(&home_dir(), &this));
             false
         }
         Err(e) => {
@@ -91,6 +118,37 @@ pub fn check(config_path: Option<&Path>) -> Report {
         config_error,
         checks,
     }
+}
+
+/// What ktr serves without a `project_dir`, and how: every session of
+/// Claude Code's projects folder, its pane found from its process; with
+/// the session of this directory's project (`here`) when there is one.
+fn serves_every(path: &Path, source: Option<&Path>, here: Option<&Config>) -> String {
+    let file = match source {
+        None => format!("no config file at {}", path.display()),
+        Some(file) => format!("{} is valid and names no project_dir", file.display()),
+    };
+    let mut line = format!(
+        "{file}: ktr serves every Claude Code session whose transcript lies in {} (its folder is the session's project_dir; every other key {}), and switches each in the tmux pane its Claude Code runs in, found from that process (a session outside tmux is not switched; tmux_target overrides)",
+        projects_folder().display(),
+        if source.is_some() {
+            "as this file says, per project in its [projects.\"<folder>\"] tables"
+        } else {
+            "its default; a config file there would override them"
+        }
+    );
+    if let Some(config) = here {
+        let target = match Target::from_config(config) {
+            Target::Unfound(none) => none.to_string(),
+            found => format!("target {found}"),
+        };
+        line.push_str(&format!(
+            "; a session started here: project {}, state dir {}, {target}",
+            config.project_dir.display(),
+            config.state_dir.display(),
+        ));
+    }
+    line
 }
 
 /// A concrete way out of a config error, chosen by what was wrong.
@@ -354,6 +412,13 @@ fn state_dir(config: &Config) -> Check {
 
 fn target(config: &Config) -> Check {
     let target = Target::from_config(config);
+    if let Target::Unfound(none) = &target {
+        return warn(
+            "target",
+            none.to_string(),
+            "start Claude Code inside tmux: ktr finds the pane each session runs in (or set tmux_target)",
+        );
+    }
     let running = match target.running() {
         Ok(running) => running,
         Err(e) => return target_unreadable(config, &target, &e),

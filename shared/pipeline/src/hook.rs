@@ -111,6 +111,10 @@ pub struct SessionStartInput {
 #[derive(Debug, Deserialize)]
 pub struct PromptInput {
     pub session_id: String,
+    /// The session's transcript (every hook's common field): which
+    /// config serves it.
+    #[serde(default)]
+    pub transcript_path: Option<PathBuf>,
     /// The prompt's text.
     #[serde(default)]
     pub prompt: Option<String>,

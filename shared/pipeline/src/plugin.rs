@@ -1,23 +1,26 @@
 //! ktr as a Claude Code plugin (SPEC §13a). A user-scope plugin's hooks and
-//! MCP server run in every project the person opens, while a ktr config
-//! names one `project_dir`. The plugin calls every binary with `--plugin`;
-//! then, before anything else, [`serves`] decides whether this call belongs
-//! to the configured project. When it does not — no config file where
-//! [`Config::locate`] looks, or a session of another project — the hook
+//! MCP server run in every project the person opens. With no config file
+//! (zero config), or one without `project_dir`, ktr serves every session
+//! whose transcript lies in Claude Code's projects folder; a config naming
+//! `project_dir` serves that one project. The plugin calls every binary
+//! with `--plugin`; then, before anything else, [`serves`] decides whether
+//! this call belongs to a served session. When it does not, the hook
 //! prints nothing and exits 0, and `ktr-mcp` offers no tools.
 //!
 //! The check reads only the small config file (as TOML, only `project_dir`)
 //! and the hook's stdin: a hook in a project ktr does not serve costs about
-//! what `/bin/true` does. A config that exists but cannot be read, or has no
-//! usable `project_dir`, counts as served: the hook then runs and says what
-//! is wrong with it, as it does without `--plugin` (a person who wrote a
-//! config wants to hear that it is broken).
+//! what `/bin/true` does. A config that is named but missing, or exists but
+//! cannot be read, or has an unusable `project_dir`, counts as served: the
+//! hook then runs and says what is wrong with it, as it does without
+//! `--plugin` (a person who wrote a config wants to hear that it is broken).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use ktr_base::config::{Config, config_folder, encode_project_name, expand_home, home_dir};
+use ktr_base::config::{
+    Config, config_folder, encode_project_name, expand_home, home_dir, project_of_transcript,
+};
 
 /// The flag the plugin passes to every ktr binary it runs.
 pub const FLAG: &str = "plugin";
@@ -48,28 +51,43 @@ pub fn enabled(home: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The project folder the config found by [`Config::locate`] names, if
-/// there is a config. `Err(())`: a config is there but gives no usable
-/// `project_dir` (the full load will say why).
-fn configured_project(explicit: Option<&Path>) -> Result<Option<PathBuf>, ()> {
-    let path = Config::locate(explicit);
-    let bytes = match ktr_base::config::read_config_file(&path) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return Ok(None),
-        Err(_) => return Err(()),
+/// Whom the config found by [`Config::find`] serves.
+enum Serves {
+    /// The one project folder its `project_dir` names.
+    One(PathBuf),
+    /// Every session whose transcript lies in Claude Code's projects
+    /// folder: no config file (zero config), or one without `project_dir`.
+    Every,
+    /// A config is named or there but unusable (the full load will say why).
+    Unsure,
+}
+
+fn configured(explicit: Option<&Path>) -> Serves {
+    let path = match Config::find(explicit) {
+        Ok(Some(path)) => path,
+        Ok(None) => return Serves::Every,
+        Err(_) => return Serves::Unsure,
     };
-    let text = String::from_utf8(bytes).map_err(|_| ())?;
-    let table: toml::Table = text.parse().map_err(|_| ())?;
+    let table = match ktr_base::config::read_config_file(&path) {
+        Ok(Some(bytes)) => String::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse::<toml::Table>().ok()),
+        _ => None,
+    };
+    let Some(table) = table else {
+        return Serves::Unsure;
+    };
     match table.get("project_dir") {
+        None => Serves::Every,
         Some(toml::Value::String(s)) if !s.is_empty() => {
             let dir = expand_home(s, &home_dir());
-            Ok(Some(if dir.is_relative() {
+            Serves::One(if dir.is_relative() {
                 config_folder(&path).join(dir)
             } else {
                 dir
-            }))
+            })
         }
-        _ => Err(()),
+        Some(_) => Serves::Unsure,
     }
 }
 
@@ -104,35 +122,44 @@ fn cwd_in(cwd: &Path, project_dir: &Path) -> bool {
 }
 
 /// Whether the hook call with stdin `input` (None: over the cap) is one
-/// ktr serves: a config exists and the session's transcript lies in its
-/// `project_dir` (without a transcript path, the working directory's
-/// project folder is it). Anything this cannot decide counts as served.
+/// ktr serves: with a config naming `project_dir`, the session's
+/// transcript lies in it (without a transcript path, the working
+/// directory's project folder is it); otherwise — no config, or one
+/// without `project_dir` — the transcript lies in a project folder of
+/// Claude Code's projects folder. Anything this cannot decide counts as
+/// served.
 pub fn serves(explicit: Option<&Path>, input: Option<&[u8]>) -> bool {
-    let project = match configured_project(explicit) {
-        Ok(Some(project)) => project,
-        Ok(None) => return false,
-        Err(()) => return true,
-    };
+    let serves = configured(explicit);
+    if matches!(serves, Serves::Unsure) {
+        return true;
+    }
     let Some(Ok(at)) = input.map(serde_json::from_slice::<Where>) else {
         return true;
     };
-    if let Some(parent) = at.transcript_path.as_deref().and_then(Path::parent) {
-        return same_dir(parent, &project);
-    }
-    match at.cwd.or(at.workspace.and_then(|w| w.current_dir)) {
-        Some(cwd) => cwd_in(&cwd, &project),
-        None => true,
+    let transcript = at.transcript_path.as_deref();
+    match serves {
+        Serves::One(project) => {
+            if let Some(parent) = transcript.and_then(Path::parent) {
+                return same_dir(parent, &project);
+            }
+            match at.cwd.or(at.workspace.and_then(|w| w.current_dir)) {
+                Some(cwd) => cwd_in(&cwd, &project),
+                None => true,
+            }
+        }
+        Serves::Every => transcript.is_none_or(|t| project_of_transcript(t).is_ok()),
+        Serves::Unsure => true,
     }
 }
 
 /// Whether a process started in working directory `cwd` (Claude Code starts
-/// its MCP servers in the session's directory) is one ktr serves: a config
-/// exists and `cwd`'s project folder is its `project_dir`.
+/// its MCP servers in the session's directory) is one ktr serves: with a
+/// config naming `project_dir`, `cwd`'s project folder is it; otherwise
+/// every session is.
 pub fn serves_dir(explicit: Option<&Path>, cwd: &Path) -> bool {
-    match configured_project(explicit) {
-        Ok(Some(project)) => cwd_in(cwd, &project),
-        Ok(None) => false,
-        Err(()) => true,
+    match configured(explicit) {
+        Serves::One(project) => cwd_in(cwd, &project),
+        Serves::Every | Serves::Unsure => true,
     }
 }
 
@@ -195,16 +222,28 @@ mod tests {
     }
 
     #[test]
-    fn no_config_serves_nothing() {
+    fn a_named_config_that_is_missing_runs_the_hook_which_says_so() {
         let f = Fixture::new(None);
         let config = f.config();
+        assert!(serves(Some(&config), Some(f.transcript("-w").as_bytes())));
+        assert!(serves_dir(Some(&config), Path::new("/w")));
+    }
+
+    #[test]
+    fn a_config_without_project_dir_serves_every_project() {
+        let f = Fixture::new(Some("advise_at_percent = 0\n"));
+        let config = f.config();
+        assert!(serves_dir(Some(&config), Path::new("/w")));
+        assert!(serves_dir(Some(&config), Path::new("/other")));
+        // A transcript outside Claude Code's projects folder is no session
+        // ktr serves (the fixture's folder is not it).
         assert!(!serves(Some(&config), Some(f.transcript("-w").as_bytes())));
-        assert!(!serves_dir(Some(&config), Path::new("/w")));
+        assert!(serves(Some(&config), Some(br#"{"cwd": "/other"}"#)));
     }
 
     #[test]
     fn what_cannot_be_decided_runs_the_hook_which_says_why() {
-        for broken in ["project_dir = ", "state_dir = \"x\"\n", "project_dir = 3\n"] {
+        for broken in ["project_dir = ", "project_dir = 3\n"] {
             let f = Fixture::new(Some(broken));
             let config = f.config();
             assert!(serves(

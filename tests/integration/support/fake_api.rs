@@ -67,6 +67,9 @@ pub struct Logged {
     /// Raw body size in bytes.
     pub bytes: usize,
     pub at: Instant,
+    /// The session the CLI sent it for (its `x-claude-code-session-id`
+    /// header), if it named one.
+    pub session: Option<String>,
 }
 
 impl Logged {
@@ -272,12 +275,18 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
     let body: Value =
         serde_json::from_slice(mapped.as_deref().unwrap_or(&raw)).unwrap_or(Value::Null);
     let is_post = *request.method() == tiny_http::Method::Post;
+    let session = request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("x-claude-code-session-id"))
+        .map(|h| h.value.as_str().to_string());
     let logged = Logged {
         path: path.clone(),
         bytes: raw.len(),
         body,
         raw: raw.clone(),
         at: Instant::now(),
+        session,
     };
     // Logged on arrival, so a test sees a request whose reply is delayed.
     state.lock().unwrap().log.push(logged.clone());

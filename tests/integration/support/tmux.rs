@@ -82,6 +82,11 @@ impl TmuxServer {
         String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     }
 
+    /// The server's socket path (`#{socket_path}`).
+    pub fn socket_path(&self) -> &std::path::Path {
+        &self.socket_path
+    }
+
     /// The pids of every pane's process (none if the server is gone).
     pub fn pane_pids(&self) -> Vec<u32> {
         self.command(&["list-panes", "-a", "-F", "#{pane_pid}"])

@@ -83,8 +83,8 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "project_dir",
         ty: Type::Path,
-        default: Unset::Required,
-        doc: "Claude Code project folder holding `<session>.jsonl`",
+        default: Unset::Means("each session's own: the folder of its transcript"),
+        doc: "Claude Code project folder holding `<session>.jsonl`; set, ktr serves that one project only (required for `systemd` and `pointer`); unset, every session whose transcript lies in Claude Code's projects folder",
     },
     key(
         "state_dir",
@@ -98,24 +98,24 @@ pub const KEYS: &[Key] = &[
         "tmux",
         "",
     ),
-    key(
-        "tmux_target",
-        Type::Text,
-        "cc:0.0",
-        "non-empty, no control characters, not ending in `;` (tmux's command separator)",
-    ),
+    Key {
+        name: "tmux_target",
+        ty: Type::Text,
+        default: Unset::Means("the pane the session's Claude Code runs in, found from its process"),
+        doc: "non-empty, no control characters, not ending in `;` (tmux's command separator); set, it wins over the pane found",
+    },
     Key {
         name: "tmux_socket",
         ty: Type::Text,
         default: Unset::Means("the default server"),
-        doc: "the tmux server of `tmux_target`: a name (`tmux -L NAME`) or a socket path (`tmux -S PATH`; inside tmux, `$TMUX` up to the first comma); `$KTR_TMUX_SOCKET` overrides it (the tests pin every process to a private server with it)",
+        doc: "the tmux server of a configured `tmux_target`: a name (`tmux -L NAME`) or a socket path (`tmux -S PATH`; inside tmux, `$TMUX` up to the first comma); `$KTR_TMUX_SOCKET` overrides it (the tests pin every process to a private server with it); a pane found is on its own server",
     },
-    key(
-        "claude_workdir",
-        Type::Path,
-        "~",
-        "must encode to `project_dir`'s name",
-    ),
+    Key {
+        name: "claude_workdir",
+        ty: Type::Path,
+        default: Unset::Means("the working directory of the session's Claude Code process"),
+        doc: "must encode to `project_dir`'s name",
+    },
     key("verify_workdir_matches_project", Type::Bool, "true", ""),
     key(
         "resume_command",

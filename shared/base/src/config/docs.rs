@@ -132,10 +132,7 @@ fn spec_and_the_chinese_readme_list_every_key_once_with_its_default_and_range() 
 #[test]
 fn a_row_edited_by_hand_is_drift() {
     let edits = [
-        (
-            "| `tmux_target` | `cc:0.0` |",
-            "| `tmux_target` | `cc:1.0` |",
-        ),
+        ("| `activation` | `tmux` |", "| `activation` | `systemd` |"),
         ("| 10 to 3600 |", "| 10 to 600 |"),
         (
             "| `history` | `chain` | `chain` \\| `file` |",
@@ -180,6 +177,8 @@ fn the_install_template_shows_declared_keys_with_their_defaults_and_ranges() {
     // and the English alternative to the Chinese stamps.
     let examples = [
         "project_dir",
+        "claude_workdir",
+        "tmux_target",
         "stamp_template",
         "startup_header_template",
         "stamp_turns",

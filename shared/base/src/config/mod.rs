@@ -18,6 +18,7 @@ mod keys;
 mod paths;
 mod pattern;
 mod ranges;
+mod session;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -31,8 +32,10 @@ pub use paths::{
 pub use pattern::Pattern;
 pub use ranges::Range;
 pub use ranges::Words;
+pub use session::{OutsideProjects, project_of_transcript, projects_folder};
 pub use values::{
-    Activation, CarryOverflow, HistoryMode, OnAutoCompaction, OnMalformed, WindowSetting,
+    Activation, CarryOverflow, HistoryMode, OnAutoCompaction, OnMalformed, PaneChoice,
+    WindowSetting,
 };
 
 /// A validated configuration.
@@ -41,13 +44,25 @@ pub struct Config {
     /// Where it was loaded from (None for built-in defaults in tests).
     pub source: Option<PathBuf>,
     pub project_dir: PathBuf,
+    /// Whether the config file names `project_dir`: it serves that one
+    /// project (unset: every session, each with its transcript's folder).
+    pub project_dir_set: bool,
     pub state_dir: PathBuf,
     pub activation: Activation,
+    /// The pane (`session:window.pane` or `%id`); empty until found when
+    /// not configured ([`Config::pane`]).
     pub tmux_target: String,
+    /// Whether `tmux_target` was configured, is still to be found from the
+    /// session's Claude Code process, or was found (or not).
+    pub pane: PaneChoice,
     /// The tmux server: `None` = the default one; a name (`tmux -L NAME`)
     /// or a socket path (`tmux -S PATH`, contains a `/`).
     pub tmux_socket: Option<String>,
     pub claude_workdir: PathBuf,
+    /// Whether `claude_workdir` was configured (unset: the working
+    /// directory of the session's Claude Code process, once known; until
+    /// then the home folder).
+    pub claude_workdir_set: bool,
     pub verify_workdir_matches_project: bool,
     pub resume_command: Vec<String>,
     pub resume_env: BTreeMap<String, String>,
@@ -116,20 +131,31 @@ impl Config {
         home_dir().join(".config/ktr/config.toml")
     }
 
-    /// Load and validate the config file found by [`Config::locate`].
+    /// Load and validate the config file found by [`Config::locate`]
+    /// (for what serves no one session: a missing file is an error).
     pub fn load(explicit: Option<&Path>) -> Result<Config> {
         let path = Self::locate(explicit);
-        let bytes =
-            read_config_file(&path)?.ok_or_else(|| ConfigError::Missing { path: path.clone() })?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| ConfigError::NotUtf8 { path: path.clone() })?;
-        let mut config = Self::from_toml(&text).map_err(|e| {
+        Self::load_file(&path, None)?.ok_or_else(|| ConfigError::Missing { path }.into())
+    }
+
+    /// The config file at `path`, validated, for the session whose project
+    /// folder is `project` (its `[projects."…"]` table applies, and it is
+    /// the `project_dir` when the file names none); `None` when there is no
+    /// file there.
+    fn load_file(path: &Path, project: Option<&Path>) -> Result<Option<Config>> {
+        let Some(bytes) = read_config_file(path)? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::NotUtf8 {
+            path: path.to_path_buf(),
+        })?;
+        let mut config = Self::from_toml_for(&text, project).map_err(|e| {
             Error::config(format!("config {}: {}", path.display(), e.message)).because(e)
         })?;
-        config.anchor_relative_paths(&path);
+        config.anchor_relative_paths(path);
         config.check_state_dir()?;
-        config.source = Some(path);
-        Ok(config)
+        config.source = Some(path.to_path_buf());
+        Ok(Some(config))
     }
 
     /// The state dir must be a folder of ktr's own ([`crate::state_dir`]).
@@ -169,14 +195,23 @@ impl Config {
         }
     }
 
-    /// Parse and validate TOML text.
+    /// Parse and validate TOML text (a config that serves one project:
+    /// `project_dir` must be set).
     pub fn from_toml(text: &str) -> Result<Config> {
+        Self::from_toml_for(text, None)
+    }
+
+    /// Parse and validate TOML text for the session whose project folder
+    /// is `project` (None: no session; then `project_dir` must be set).
+    fn from_toml_for(text: &str, project: Option<&Path>) -> Result<Config> {
         let table: toml::Table =
             text.parse()
                 .map_err(|e: toml::de::Error| ConfigError::NotToml {
                     why: e.message().to_string(),
                 })?;
-        let keys = Keys { table };
+        let keys = Keys {
+            table: session::table_for(table, project)?,
+        };
         keys.reject_unknown()?;
         let home = home_dir();
         let activation = match keys.one_of("activation")? {
@@ -184,14 +219,17 @@ impl Config {
             "pointer" => Activation::Pointer,
             _ => Activation::Tmux,
         };
-        if !keys.is_set("project_dir") {
-            return Err(ConfigError::Required {
-                key: "project_dir",
-                how: "set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>)",
+        let project_dir = match project {
+            _ if keys.is_set("project_dir") => expand_home(&keys.string("project_dir")?, &home),
+            Some(project) if activation == Activation::Tmux => project.to_path_buf(),
+            _ => {
+                return Err(ConfigError::Required {
+                    key: "project_dir",
+                    how: "set it to the Claude Code project folder holding <session>.jsonl (~/.claude/projects/<encoded cwd>); a systemd or pointer household names its one project",
+                }
+                .into());
             }
-            .into());
-        }
-        let project_dir = expand_home(&keys.string("project_dir")?, &home);
+        };
         if project_dir.as_os_str().is_empty() {
             return Err(Keys::rule("project_dir", "must not be empty"));
         }
@@ -203,7 +241,14 @@ impl Config {
             ));
         }
         let tmux_target = keys.string("tmux_target")?;
-        if tmux_target.is_empty() || tmux_target.chars().any(char::is_control) {
+        let pane = if keys.is_set("tmux_target") {
+            PaneChoice::Configured
+        } else {
+            PaneChoice::Find
+        };
+        if (pane == PaneChoice::Configured && tmux_target.is_empty())
+            || tmux_target.chars().any(char::is_control)
+        {
             return Err(Keys::rule(
                 "tmux_target",
                 "must be non-empty and contain no control characters",
@@ -234,7 +279,12 @@ impl Config {
                 tmux_socket
             }
         });
-        let claude_workdir = expand_home(&keys.string("claude_workdir")?, &home);
+        let claude_workdir_set = keys.is_set("claude_workdir");
+        let claude_workdir = if claude_workdir_set {
+            expand_home(&keys.string("claude_workdir")?, &home)
+        } else {
+            home.clone()
+        };
         let resume_command = keys.resume_command()?;
         let resume_env = keys.string_map("resume_env")?;
         let systemd_unit = keys.string("systemd_unit")?;
@@ -301,11 +351,14 @@ impl Config {
         Ok(Config {
             source: None,
             project_dir,
+            project_dir_set: keys.is_set("project_dir"),
             state_dir,
             activation,
             tmux_target,
+            pane,
             tmux_socket,
             claude_workdir,
+            claude_workdir_set,
             verify_workdir_matches_project: keys.boolean("verify_workdir_matches_project")?,
             resume_command,
             resume_env,

@@ -9,7 +9,9 @@ fn err(text: &str) -> String {
 fn defaults_apply() {
     let c = Config::from_toml("project_dir = \"/p\"").unwrap();
     assert_eq!(c.activation, Activation::Tmux);
-    assert_eq!(c.tmux_target, "cc:0.0");
+    // The pane is found from the session's Claude Code, the workdir too.
+    assert_eq!((c.tmux_target.as_str(), &c.pane), ("", &PaneChoice::Find));
+    assert!(!c.claude_workdir_set && c.project_dir_set);
     assert_eq!(c.resume_command, ["claude", "--resume", "{session_id}"]);
     assert_eq!(c.dirty_budget_bytes, 524_288);
     assert_eq!(c.stamp_template, "[发生时间: {timestamp}]");
@@ -263,4 +265,127 @@ fn resume_command_string_keeps_quoted_words_and_refuses_an_open_quote() {
         let m = argv(open).unwrap_err().to_string();
         assert!(m.starts_with("resume_command"), "{m}");
     }
+}
+
+#[test]
+fn without_project_dir_a_session_is_served_in_its_own_project_folder() {
+    let a = Path::new("/home/u/.claude/projects/-a");
+    // Zero config: the declared defaults, the session's folder, and the
+    // pane and workdir left to be found from its Claude Code.
+    let c = Config::from_toml_for("", Some(a)).unwrap();
+    assert_eq!(c.project_dir, a);
+    assert!(!c.project_dir_set && !c.claude_workdir_set);
+    assert_eq!(c.pane, PaneChoice::Find);
+    assert_eq!(c.advise_at_percent, 70);
+    // A configured pane wins.
+    let c = Config::from_toml_for("tmux_target = \"w:1.2\"", Some(a)).unwrap();
+    assert_eq!(
+        (c.tmux_target.as_str(), &c.pane),
+        ("w:1.2", &PaneChoice::Configured)
+    );
+    // A file naming project_dir serves that project, whatever the session.
+    let c = Config::from_toml_for("project_dir = \"/p\"", Some(a)).unwrap();
+    assert_eq!(c.project_dir, Path::new("/p"));
+    assert!(c.project_dir_set);
+    // systemd and pointer households name their one project.
+    for mode in ["systemd", "pointer"] {
+        let err = Config::from_toml_for(&format!("activation = \"{mode}\""), Some(a)).unwrap_err();
+        assert!(matches!(
+            err.find::<ConfigError>(),
+            Some(ConfigError::Required {
+                key: "project_dir",
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
+fn a_projects_table_overrides_keys_for_that_project_only() {
+    let text = "advise_at_percent = 60\n\
+                [projects.\"/home/u/.claude/projects/-a\"]\n\
+                advise_at_percent = 80\n\
+                tmux_target = \"a:0.0\"\n\
+                [projects.\"/home/u/.claude/projects/-b\"]\n\
+                stamp_turns = false\n";
+    let a = Config::from_toml_for(text, Some(Path::new("/home/u/.claude/projects/-a"))).unwrap();
+    assert_eq!(a.advise_at_percent, 80);
+    assert_eq!(
+        (a.tmux_target.as_str(), &a.pane),
+        ("a:0.0", &PaneChoice::Configured)
+    );
+    assert!(a.stamp_turns);
+    let b = Config::from_toml_for(text, Some(Path::new("/home/u/.claude/projects/-b"))).unwrap();
+    assert_eq!(b.advise_at_percent, 60);
+    assert_eq!(b.pane, PaneChoice::Find);
+    assert!(!b.stamp_turns);
+    let other =
+        Config::from_toml_for(text, Some(Path::new("/home/u/.claude/projects/-c"))).unwrap();
+    assert_eq!(other.advise_at_percent, 60);
+    assert!(other.stamp_turns);
+}
+
+#[test]
+fn a_projects_table_is_checked_whoever_it_serves() {
+    let rule = |text: &str| {
+        let err = Config::from_toml_for(text, Some(Path::new("/x"))).unwrap_err();
+        err.find::<ConfigError>().cloned()
+    };
+    // The household's keys stay the household's.
+    for key in ["project_dir", "state_dir"] {
+        let found = rule(&format!("[projects.\"/p/-a\"]\n{key} = \"/q\"\n"));
+        assert!(
+            matches!(&found, Some(ConfigError::Rule { key: k, rule }) if k.starts_with("projects.") && rule.contains(key)),
+            "{found:?}"
+        );
+    }
+    assert!(matches!(
+        rule("[projects.\"relative/-a\"]\nstamp_turns = false\n"),
+        Some(ConfigError::Rule { .. })
+    ));
+    assert!(matches!(
+        rule("projects = 3\n"),
+        Some(ConfigError::WrongType { .. })
+    ));
+    // A typo in another project's table is an error here too.
+    assert!(matches!(
+        rule("[projects.\"/p/-a\"]\nstamp_turn = false\n"),
+        Some(ConfigError::UnknownKey { .. })
+    ));
+}
+
+#[test]
+fn a_session_outside_the_projects_folder_is_served_only_by_a_file_naming_its_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("-w");
+    std::fs::create_dir_all(&project).unwrap();
+    let transcript = project.join("s.jsonl");
+    let file = dir.path().join("ktr.toml");
+    let with = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        Config::for_transcript(Some(&file), &transcript)
+    };
+    // A file that serves every session: this one lies outside them.
+    let err = with("advise_at_percent = 60\n").unwrap_err();
+    let outside = err.find::<OutsideProjects>().expect("OutsideProjects");
+    assert_eq!(outside.transcript, transcript);
+    // A file naming its project serves it, wherever it lies.
+    let c = with(&format!("project_dir = {project:?}\n")).unwrap();
+    assert_eq!(c.project_dir, project);
+    // A systemd household must name it: that is what it is told.
+    let err = with("activation = \"systemd\"\n").unwrap_err();
+    assert!(matches!(
+        err.find::<ConfigError>(),
+        Some(ConfigError::Required {
+            key: "project_dir",
+            ..
+        })
+    ));
+    // A named file that is not there is an error, never zero config.
+    std::fs::remove_file(&file).unwrap();
+    let err = Config::for_transcript(Some(&file), &transcript).unwrap_err();
+    assert!(matches!(
+        err.find::<ConfigError>(),
+        Some(ConfigError::Missing { .. })
+    ));
 }

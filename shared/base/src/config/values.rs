@@ -59,3 +59,19 @@ pub enum WindowSetting {
     /// A fixed size.
     Tokens(u64),
 }
+
+/// Where the tmux pane a session is switched in comes from (SPEC §12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaneChoice {
+    /// `tmux_target` (and `tmux_socket`) as configured: it wins.
+    Configured,
+    /// Not configured: the pane the session's Claude Code runs in, still
+    /// to be found from its process.
+    Find,
+    /// Found from the Claude Code process: `tmux_target` is the pane's id
+    /// (`%N`), `tmux_socket` its server's socket path.
+    Found,
+    /// Not configured, and the session's Claude Code runs in no tmux pane
+    /// that could be proven its own: why, in one line.
+    NotFound(String),
+}

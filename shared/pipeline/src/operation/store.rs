@@ -61,10 +61,11 @@ pub const HOOK_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// the `state_dir` key of the config file found by [`Config::locate`], read
 /// as plain TOML without validating the rest ([`Config::load`] resolves the
 /// key the same way), else [`DEFAULT_STATE_DIR`] when the config names
-/// none. A missing config file is an error, never the default state dir
-/// (a hook started with a config that is not there must not act on an
-/// installation it was not pointed at); so is a config file that is not
-/// TOML, or whose `state_dir` is not a string.
+/// none or there is no config file at the default place (zero config). A
+/// `--config` or `$KTR_CONFIG` naming a missing file is an error, never the
+/// default state dir (a hook started with a config that is not there must
+/// not act on an installation it was not pointed at); so is a config file
+/// that is not TOML, or whose `state_dir` is not a string.
 pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
     locate_for_hooks(config).map(|(dir, _)| dir)
 }
@@ -73,7 +74,10 @@ pub fn locate_state_dir(config: Option<&Path>) -> Result<PathBuf> {
 /// approval `on_auto_compaction = "rebuild"` (read as plain TOML too; a
 /// wrong value is [`Config::load`]'s to report).
 pub fn locate_for_hooks(config: Option<&Path>) -> Result<(PathBuf, bool)> {
-    let path = Config::locate(config);
+    let Some(path) = Config::find(config)? else {
+        // Zero config: the default state dir, and no standing approval.
+        return Ok((expand_home(DEFAULT_STATE_DIR, &home_dir()), false));
+    };
     let rebuild;
     let configured = match ktr_base::config::read_config_file(&path)? {
         Some(bytes) => {
@@ -87,10 +91,20 @@ pub fn locate_for_hooks(config: Option<&Path>) -> Result<(PathBuf, bool)> {
                     e.message()
                 ))
             })?;
-            rebuild = table
-                .get("on_auto_compaction")
-                .and_then(toml::Value::as_str)
-                == Some("rebuild");
+            // The global key or any project's table: the full load decides
+            // for the session's project.
+            let says_rebuild = |t: &toml::Table| {
+                t.get("on_auto_compaction").and_then(toml::Value::as_str) == Some("rebuild")
+            };
+            rebuild = says_rebuild(&table)
+                || table
+                    .get("projects")
+                    .and_then(toml::Value::as_table)
+                    .is_some_and(|p| {
+                        p.values()
+                            .filter_map(toml::Value::as_table)
+                            .any(says_rebuild)
+                    });
             match table.get("state_dir") {
                 None => None,
                 Some(toml::Value::String(s)) if !s.is_empty() => Some(s.clone()),

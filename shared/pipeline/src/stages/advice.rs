@@ -91,7 +91,7 @@ pub fn advice(
     transcript: &Path,
     reply: &Reply<'_>,
 ) -> Option<String> {
-    let config = Config::load(config_arg).ok()?;
+    let config = Config::for_transcript(config_arg, transcript).ok()?;
     if config.advise_at_percent == 0 {
         return None;
     }
@@ -153,6 +153,9 @@ pub enum Next {
     /// The target does not run this session: a rebuild cannot switch it,
     /// so nothing is offered.
     NotSwitched,
+    /// No target at all: no `tmux_target` is configured and this session's
+    /// Claude Code runs in no tmux pane ([`crate::targets::NoTarget`]).
+    NoTarget,
 }
 
 impl Next {
@@ -161,7 +164,13 @@ impl Next {
     /// then the standing approval where Claude Code auto-compacts and the
     /// rebuild leaves room.
     pub fn of(config: &Config, session: &SessionId, w: &window::Window) -> Next {
-        if target_guard::runs_hooks_session(config, session).is_err() {
+        let runs = target_guard::runs_hooks_session(config, session);
+        if runs
+            .as_ref()
+            .is_err_and(|e| e.find::<crate::targets::NoTarget>().is_some())
+        {
+            Next::NoTarget
+        } else if runs.is_err() {
             Next::NotSwitched
         } else if config.on_auto_compaction == OnAutoCompaction::Rebuild
             && w.auto_compaction
@@ -223,6 +232,9 @@ pub fn advice_line(w: &window::Window, next: Next) -> String {
         Next::Rebuild => format!("ktr: {distance}{assumed}; ktr will rebuild instead (≈ {after})"),
         Next::NotSwitched => format!(
             "ktr: {distance}{assumed}; this session is not the one ktr switches (see ktr status)"
+        ),
+        Next::NoTarget => format!(
+            "ktr: {distance}{assumed}; a rebuild would not be switched: this Claude Code runs in no tmux pane (see ktr status)"
         ),
     }
 }
@@ -469,6 +481,12 @@ mod tests {
             "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); this session is not the one ktr switches (see ktr status)"
         );
         assert!(!line.contains("REBUILD"), "{line}");
+        // No pane found and none configured: said as plainly.
+        let line = advice_line(&w, Next::NoTarget);
+        assert_eq!(
+            line,
+            "ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); a rebuild would not be switched: this Claude Code runs in no tmux pane (see ktr status)"
+        );
     }
 
     #[test]

@@ -171,7 +171,14 @@ pub fn execute(
         Call::Help => ktr_base::cli::help(&stage.to_string(), &help(stage)),
         Call::Version => ktr_base::cli::version(&stage.to_string()),
     };
-    let config = Config::load(args.config.as_deref())?;
+    let config = match &args.operation {
+        Some(id) => crate::targets::discover::operation_config(
+            args.config.as_deref(),
+            id,
+            args.transcript.as_deref(),
+        )?,
+        None => Config::load(args.config.as_deref())?,
+    };
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
     let (id, chain) = match (&args.operation, by_hand) {

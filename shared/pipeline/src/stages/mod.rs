@@ -220,7 +220,7 @@ pub fn keeper_program() -> Result<PathBuf> {
 
 /// The command line that starts `stage` for operation `op_id`: the
 /// executable beside the current one (or in `$KTR_BIN_DIR`), with
-/// `--config` (absolute) and `--operation`; with `activation = "systemd"`
+/// `--config` (absolute; none with zero config) and `--operation`; with `activation = "systemd"`
 /// inside its own scope (`systemd-run --scope --quiet --collect --unit
 /// ktr-<op>-<stage> --property KillMode=process --`) so restarting the
 /// service cannot kill it.
@@ -231,11 +231,14 @@ pub fn command(
     transcript: Option<&Path>,
 ) -> Result<Vec<String>> {
     let bin_dir = bin_dir()?;
-    let config_path = config
-        .source
-        .as_deref()
-        .and_then(|p| std::path::absolute(p).ok())
-        .ok_or_else(|| Error::config("cannot resolve the config path for the worker"))?;
+    // Zero config: no `--config`; the stage finds the same (none) again.
+    let config_path = match config.source.as_deref() {
+        Some(p) => Some(
+            std::path::absolute(p)
+                .map_err(|_| Error::config("cannot resolve the config path for the worker"))?,
+        ),
+        None => None,
+    };
     let mut argv = Vec::new();
     if config.activation == Activation::Systemd {
         let unit = format!("ktr-{op_id}-{}", stage.name());
@@ -258,10 +261,12 @@ pub fn command(
         );
     }
     argv.push(bin_dir.join(stage.program()).to_string_lossy().into_owned());
-    argv.extend([
-        "--config".into(),
-        config_path.to_string_lossy().into_owned(),
-    ]);
+    if let Some(config_path) = config_path {
+        argv.extend([
+            "--config".into(),
+            config_path.to_string_lossy().into_owned(),
+        ]);
+    }
     argv.extend(["--operation".into(), op_id.to_string()]);
     if let Some(t) = transcript {
         argv.extend(["--transcript".into(), t.to_string_lossy().into_owned()]);

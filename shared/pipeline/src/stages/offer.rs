@@ -55,7 +55,7 @@ pub fn offer(
     transcript: &Path,
     read: bool,
 ) -> Option<String> {
-    let config = Config::load(config_arg).ok()?;
+    let config = Config::for_transcript(config_arg, transcript).ok()?;
     if config.advise_at_percent == 0 {
         return None;
     }
@@ -123,8 +123,10 @@ pub fn offer(
     let mut lines = Vec::new();
     // Where the target does not run this session a rebuild could never
     // switch it: nothing is offered, recall is named (as the advice does).
-    let switched =
-        super::advice::Next::of(&config, session, &w) != super::advice::Next::NotSwitched;
+    let switched = !matches!(
+        super::advice::Next::of(&config, session, &w),
+        super::advice::Next::NotSwitched | super::advice::Next::NoTarget
+    );
     let offer = if switched {
         window::offer(&w, ASK)
     } else {

@@ -105,7 +105,7 @@ pub fn decide(config_arg: Option<&Path>, hook: &PreCompactInput) -> Verdict {
 
 fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     let session = SessionId::parse(&hook.session_id)?;
-    let config = Config::load(config_arg)?;
+    let config = crate::targets::discover::hook_config(config_arg, &hook.transcript_path)?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
     let active = store.active().map(|(id, _)| store.load(&id)).transpose()?;

@@ -104,9 +104,11 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     {
         if has_prompts {
             prompt_back::prompt_sent(&state_dir, &session, || {
-                Config::load(config_arg)
-                    .map(|c| Target::from_config(&c))
-                    .ok()
+                let config = match hook.transcript_path.as_deref() {
+                    Some(t) => crate::targets::discover::hook_config(config_arg, t),
+                    None => Config::load(config_arg),
+                };
+                config.map(|c| Target::from_config(&c)).ok()
             });
         }
         if keep

@@ -180,7 +180,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     let (Some(sid), Some(transcript)) = (&session, inp.transcript_path.as_deref()) else {
         return (text, level);
     };
-    let Ok(config) = Config::load(config_arg) else {
+    let Ok(config) = Config::for_transcript(config_arg, transcript) else {
         return (text, level);
     };
     // Claude Code's word for the transcript is taken only by the one path
@@ -240,7 +240,7 @@ fn estimated(
     size: Option<u64>,
     compaction: &CompactionSetting,
 ) -> Option<(u64, bool)> {
-    let config = Config::load(config_arg).ok()?;
+    let config = Config::for_transcript(config_arg, inp.transcript_path.as_deref()?).ok()?;
     let transcript = confine(
         inp.transcript_path.as_deref()?,
         &config.project_dir,

@@ -18,6 +18,7 @@ use std::path::Path;
 use crate::hook::{Invocation, Reply, StopInput};
 use crate::operation::{Active, Operation, Stage, Status, Store, Worker, locate_state_dir};
 use crate::stages::{self, advice};
+use crate::targets::discover;
 use ktr_base::config::Config;
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
@@ -68,7 +69,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         return Ok(line.map_or(Reply::Quiet, Reply::Message));
     };
     if !matches!(status, Status::Pending | Status::RollbackPending) {
-        return recover(config_arg);
+        return recover(config_arg, &state_dir, input.as_deref());
     }
     let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
 
@@ -83,7 +84,7 @@ fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         Ok(s) => s,
         Err(e) => return Ok(stays(e.message)),
     };
-    let config = match Config::load(config_arg) {
+    let config = match discover::hook_config(config_arg, &hook.transcript_path) {
         Ok(c) => c,
         Err(e) => return Ok(stays(e.message)),
     };
@@ -277,9 +278,18 @@ fn next_step(
 
 /// An operation is being worked on: if its worker died, fail it now and
 /// tell the human (SPEC §9: a dead worker never blocks the next request).
-fn recover(config_arg: Option<&Path>) -> Result<Reply> {
-    let config = Config::load(config_arg)?;
-    let failed = Store::for_config(&config)?.recover_stale()?;
+/// The config is the one serving this hook's session (its target records
+/// what a dead activation left); without a readable hook input, the
+/// store alone recovers.
+fn recover(config_arg: Option<&Path>, state_dir: &Path, input: Option<&[u8]>) -> Result<Reply> {
+    let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(i).ok());
+    let store = match hook {
+        Some(hook) => {
+            Store::for_config(&discover::hook_config(config_arg, &hook.transcript_path)?)?
+        }
+        None => Store::open(state_dir)?,
+    };
+    let failed = store.recover_stale()?;
     Ok(match failed.first() {
         Some(op) => Reply::Message(format!(
             "ktr: operation {} failed: {}{}",

@@ -45,8 +45,10 @@ pub fn unchanged_since_request(target: &Target, op: &Operation, now: &Running) -
 /// rebuild). The refusal names both sides; nothing is touched.
 /// A refusal is kept for `ktr status` ([`window_cache::not_switched`]).
 pub fn runs_hooks_session(config: &Config, session: &SessionId) -> Result<Running> {
-    let runs = Target::from_config(config)
-        .check_runs(crate::process::runner_of(std::process::id()), session);
+    let claude = crate::process::runner_of(std::process::id());
+    let mut settled = config.clone();
+    crate::targets::discover::settle(&mut settled, claude);
+    let runs = Target::from_config(&settled).check_runs(claude, session);
     if let Err(e) = &runs {
         window_cache::not_switched::record(&config.state_dir, session, &e.message);
     }

@@ -15,6 +15,7 @@
 //! One file per target ([`tmux`], [`systemd`], [`pointer`]); what they
 //! share: what runs there ([`running`]) and the health watch ([`health`]).
 
+pub mod discover;
 mod health;
 mod keep;
 mod notice;
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use crate::pane::Input;
 use crate::process::{self, ProcessId};
-use ktr_base::config::{Activation, Config};
+use ktr_base::config::{Activation, Config, PaneChoice};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
@@ -80,28 +81,72 @@ impl Drop for Notice<'_> {
     }
 }
 
-/// One of the three targets.
+/// One of the three targets, or none found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Tmux(Tmux),
     Systemd(Systemd),
     Pointer(Pointer),
+    /// No `tmux_target` configured and the session's Claude Code runs in no
+    /// tmux pane ktr could prove its own ([`discover`]): nothing is
+    /// switched, and every call says why ([`NoTarget`]).
+    Unfound(NoTarget),
+}
+
+/// Under a refusal: the session has no target — `tmux_target` is not
+/// configured and no tmux pane was found for its Claude Code (`why`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoTarget {
+    pub why: String,
+}
+
+impl fmt::Display for NoTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no target: {}; run Claude Code inside tmux (or set tmux_target) to have a rebuild switched",
+            self.why
+        )
+    }
+}
+
+impl std::error::Error for NoTarget {}
+
+impl NoTarget {
+    /// The refusal every call on [`Target::Unfound`] returns.
+    fn refusal(&self) -> Error {
+        Error::refused(format!("{self}; not switching")).because(self.clone())
+    }
 }
 
 impl Target {
     /// The configured target (`activation`); `KTR_TMUX_SOCKET` overrides
-    /// `tmux_socket`.
+    /// a configured `tmux_socket`. tmux without a configured `tmux_target`:
+    /// the pane [`discover::settle`] found (its exact server), else
+    /// [`Target::Unfound`].
     pub fn from_config(config: &Config) -> Target {
-        match config.activation {
-            Activation::Tmux => Target::Tmux(Tmux {
+        let tmux = |socket| {
+            Target::Tmux(Tmux {
                 program: "tmux".into(),
-                socket: std::env::var("KTR_TMUX_SOCKET")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-                    .or_else(|| config.tmux_socket.clone()),
+                socket,
                 target: config.tmux_target.clone(),
                 bindings: Some(crate::binding::dir(&config.state_dir)),
-            }),
+            })
+        };
+        match config.activation {
+            Activation::Tmux => match &config.pane {
+                PaneChoice::Configured => tmux(
+                    std::env::var("KTR_TMUX_SOCKET")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                        .or_else(|| config.tmux_socket.clone()),
+                ),
+                PaneChoice::Found => tmux(config.tmux_socket.clone()),
+                PaneChoice::NotFound(why) => Target::Unfound(NoTarget { why: why.clone() }),
+                PaneChoice::Find => Target::Unfound(NoTarget {
+                    why: "the session's Claude Code process was not looked at".into(),
+                }),
+            },
             Activation::Systemd => Target::Systemd(Systemd {
                 systemctl: "systemctl".into(),
                 user: config.systemd_user,
@@ -122,6 +167,7 @@ impl Target {
             Target::Tmux(t) => t.pane_pid().map(|p| p.to_string()),
             Target::Systemd(s) => s.main_pid().map(|p| p.to_string()),
             Target::Pointer(p) => p.read(),
+            Target::Unfound(n) => Err(n.refusal()),
         }
     }
 
@@ -133,6 +179,7 @@ impl Target {
             Target::Tmux(t) => t.respawn(session_id, config),
             Target::Systemd(s) => s.restart_on(session_id),
             Target::Pointer(p) => write_pointer(&p.path, session_id),
+            Target::Unfound(n) => Err(n.refusal()),
         }
     }
 
@@ -147,6 +194,7 @@ impl Target {
                 root: None,
                 process: None,
             }),
+            Target::Unfound(n) => Err(n.refusal()),
             Target::Tmux(_) | Target::Systemd(_) => {
                 let root = identity.parse::<u32>().ok().filter(|p| *p > 0);
                 let bindings = match self {
@@ -224,7 +272,9 @@ impl Target {
                     .unwrap_or_else(|| config.claude_workdir.clone());
                 t.respawn_argv(argv, &workdir, config)
             }
-            Target::Systemd(_) | Target::Pointer(_) => self.switch(&ran.session, config),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => {
+                self.switch(&ran.session, config)
+            }
         }
     }
 
@@ -245,7 +295,7 @@ impl Target {
     pub fn shown_notice(&self) -> Option<String> {
         match self {
             Target::Tmux(t) => t.notice(),
-            Target::Systemd(_) | Target::Pointer(_) => None,
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => None,
         }
     }
 
@@ -262,9 +312,9 @@ impl Target {
     pub fn paste_file(&self, file: &std::path::Path) -> Result<()> {
         match self {
             Target::Tmux(t) => t.paste_file(file),
-            Target::Systemd(_) | Target::Pointer(_) => Err(Error::refused(format!(
-                "{self} has no keyboard to paste into"
-            ))),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Err(Error::refused(
+                format!("{self} has no keyboard to paste into"),
+            )),
         }
     }
 
@@ -293,9 +343,9 @@ impl Target {
         SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.type_resume(session_id),
-            Target::Systemd(_) | Target::Pointer(_) => Err(Error::refused(format!(
-                "{self} has no keyboard to type /resume into"
-            ))),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Err(Error::refused(
+                format!("{self} has no keyboard to type /resume into"),
+            )),
         }
     }
 
@@ -312,7 +362,7 @@ impl Target {
     ) -> Keeper {
         match self {
             Target::Tmux(t) => t.keep_keys(program, dir, max),
-            Target::Systemd(_) | Target::Pointer(_) => Keeper::none(),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Keeper::none(),
         }
     }
 
@@ -321,7 +371,7 @@ impl Target {
     pub fn backspace(&self, count: usize) -> Result<()> {
         match self {
             Target::Tmux(t) => t.backspace(count),
-            Target::Systemd(_) | Target::Pointer(_) => Ok(()),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Ok(()),
         }
     }
 
@@ -334,7 +384,7 @@ impl Target {
                 let screen = process::run_checked(&argv, CONTROL_TIMEOUT)?;
                 Ok(Some(Input::of_screen(&screen)))
             }
-            Target::Systemd(_) | Target::Pointer(_) => Ok(None),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Ok(None),
         }
     }
 
@@ -362,6 +412,7 @@ impl Target {
                     e
                 })
             }
+            Target::Unfound(n) => Err(n.refusal()),
             Target::Pointer(p) => {
                 let now = p.read()?;
                 if *session_id == now {
@@ -387,6 +438,7 @@ impl fmt::Display for Target {
             },
             Target::Systemd(s) => write!(f, "systemd unit {}", s.unit),
             Target::Pointer(p) => write!(f, "pointer file {}", p.path.display()),
+            Target::Unfound(_) => f.write_str("no target"),
         }
     }
 }
