@@ -39,7 +39,7 @@ pub enum Form {
 /// form: the operations and their artifacts, damaged state set aside, the
 /// window caches, prompts kept for a paste-back, the key keeper's files,
 /// Claude Code's session bindings, the lineage links prune kept, the logs
-/// and the lock. (`ktr-pipeline` names some of them where it writes them;
+/// and the locks. (`ktr-pipeline` names some of them where it writes them;
 /// a test in `ktr-admin` keeps both equal.)
 pub const NAMES: &[(&str, Form)] = &[
     ("operations", Form::Folder),
@@ -49,11 +49,13 @@ pub const NAMES: &[(&str, Form)] = &[
     ("prompts", Form::Folder),
     ("keep", Form::Folder),
     ("claude", Form::Folder),
+    ("locks", Form::Folder),
     ("lineage.jsonl", Form::File),
     ("active", Form::File),
     ("ktr.log", Form::File),
     ("worker.log", Form::File),
     ("coordinator.lock", Form::File),
+    ("active.lock", Form::File),
 ];
 
 /// The resume pointer's default name: the default config puts it in the

@@ -233,20 +233,15 @@ fn confirmation_words_are_exact() {
 }
 
 #[test]
-fn repeated_requests_merge_into_the_pending_operation() {
+fn repeated_requests_merge_into_the_pending_operation_of_their_session() {
     let (_t, store) = store();
+    let s1 = SessionId::parse("s1").unwrap();
     let a = store
         .request("dirty ledger over budget", "REBUILD", None)
         .unwrap();
-    let b = store
-        .request(
-            "image viewed",
-            "REBUILD",
-            Some(&SessionId::parse("s1").unwrap()),
-        )
-        .unwrap();
+    let b = store.request("image viewed", "REBUILD", Some(&s1)).unwrap();
     let c = store
-        .request("dirty ledger over budget", "REBUILD", None)
+        .request("dirty ledger over budget", "REBUILD", Some(&s1))
         .unwrap();
     assert_eq!(
         (a.id.as_str(), b.id.as_str()),
@@ -258,11 +253,18 @@ fn repeated_requests_merge_into_the_pending_operation() {
         Some("s1"),
         "an unbound request binds when a session is given"
     );
+    // Another session, and a request no session holds, are their own.
+    let s2 = store
+        .request("x", "REBUILD", Some(&SessionId::parse("s2").unwrap()))
+        .unwrap();
+    assert_ne!(s2.id, c.id);
+    assert_eq!(store.in_flight().len(), 2);
+    // A request that names no session must, with two at work.
     assert_refused(
-        store.request("x", "REBUILD", Some(&SessionId::parse("s2").unwrap())),
-        "pending for session s1",
+        store.request("y", "REBUILD", None),
+        "2 sessions have an operation in flight",
     );
-    assert_eq!(store.list().unwrap().len(), 1);
+    assert_eq!(store.list().unwrap().len(), 2);
     assert_refused(store.request("   ", "REBUILD", None), "reason");
 }
 
@@ -883,8 +885,9 @@ fn two_operations_in_flight_keep_the_newest_live_one_and_fail_the_other() {
     )
     .unwrap();
     fs::remove_file(store.dir().join("active")).unwrap();
-    let kept = store.rebuild_active(LOCK_TIMEOUT).unwrap().unwrap();
-    assert_eq!(kept.id, newer_id);
+    let kept = store.rebuild_active(LOCK_TIMEOUT).unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].id, newer_id);
     assert_eq!(store.active(), Some((newer_id.clone(), Status::Pending)));
     let failed = store.load(&older.id).unwrap();
     assert_eq!(failed.status, Status::Failed);
@@ -900,16 +903,21 @@ fn active_says_idle_when_nothing_is_in_flight_and_unknown_when_lost() {
     let (_t, store) = store();
     let op = requested(&store);
     store.cancel(&op.id, "CANCEL").unwrap();
-    assert_eq!(store.active_state(), Active::Idle);
+    assert!(idle(&store));
     fs::remove_file(store.dir().join("active")).unwrap();
     assert_eq!(store.active_state(), Active::Unknown("missing".into()));
     fs::write(store.dir().join("active"), "what\n").unwrap();
     assert!(matches!(store.active_state(), Active::Unknown(_)));
-    // Rebuilt from the operation files (none in flight): written `idle`,
+    // Rebuilt from the operation files (none in flight): written with no lane,
     // so the next hook takes the fast path instead of the lock.
-    assert!(store.rebuild_active(LOCK_TIMEOUT).unwrap().is_none());
-    assert_eq!(store.active_state(), Active::Idle);
+    assert!(store.rebuild_active(LOCK_TIMEOUT).unwrap().is_empty());
+    assert!(idle(&store));
     fs::remove_file(store.dir().join("active")).unwrap();
-    assert!(store.rebuild_active(LOCK_TIMEOUT).unwrap().is_none());
-    assert_eq!(store.active_state(), Active::Idle, "a missing file too");
+    assert!(store.rebuild_active(LOCK_TIMEOUT).unwrap().is_empty());
+    assert!(idle(&store), "a missing file too");
+}
+
+/// `active` is known and names no operation.
+fn idle(store: &Store) -> bool {
+    matches!(store.active_state(), Active::Known(index) if index.is_idle())
 }
