@@ -53,6 +53,7 @@ mod recall;
 mod recall_edges;
 mod rules;
 mod runner;
+mod sessions;
 mod state_dir;
 mod stop_hook;
 mod target_binding;
