@@ -89,12 +89,11 @@ fn two_sessions_requested_at_the_same_moment_each_switch_into_their_own_candidat
         let said = rig.stop_source();
         (id, at.elapsed(), said)
     };
-    let ((id_a, stop_a, said_a), (id_b, stop_b, said_b)) =
-        std::thread::scope(|s| {
-            let ta = s.spawn(|| run(&a));
-            let tb = s.spawn(|| run(&b));
-            (ta.join().unwrap(), tb.join().unwrap())
-        });
+    let ((id_a, stop_a, said_a), (id_b, stop_b, said_b)) = std::thread::scope(|s| {
+        let ta = s.spawn(|| run(&a));
+        let tb = s.spawn(|| run(&b));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
     assert!(said_a.contains("rebuild scheduled"), "{said_a}");
     assert!(said_b.contains("rebuild scheduled"), "{said_b}");
     assert_ne!(id_a, id_b);
@@ -128,13 +127,16 @@ fn one_sessions_operation_never_waits_for_or_blocks_anothers() {
     let stopped = at.elapsed();
     assert!(said.contains("rebuild scheduled"), "{said}");
     let at = Instant::now();
-    let op_b = b.wait_terminal(&id_b.to_string());
+    let op_b = b.wait_terminal(&id_b);
     eprintln!(
         "beside a held session: request {requested:?}, Stop hook {stopped:?}, prepare → activated {:?}",
         at.elapsed()
     );
     assert_switched(&b, &op_b);
-    assert!(requested < HOOK_WAIT * 2 && stopped < HOOK_WAIT, "never waited for A's lock");
+    assert!(
+        requested < HOOK_WAIT * 2 && stopped < HOOK_WAIT,
+        "never waited for A's lock"
+    );
     assert_eq!(load(&a, &op_a.id), before, "A's operation untouched");
 
     drop(held);
@@ -211,7 +213,7 @@ fn one_sessions_request_expiring_never_expires_the_others() {
     assert_eq!(load(&b, &id_b).status, Pending);
     let said = b.stop_source();
     assert!(said.contains("rebuild scheduled"), "{said}");
-    let op_b = b.wait_terminal(&id_b.to_string());
+    let op_b = b.wait_terminal(&id_b);
     assert_switched(&b, &op_b);
 }
 
@@ -221,8 +223,7 @@ fn status_ops_and_the_mcp_status_tool_list_every_sessions_operation() {
     let id_a = request(&a, "first session");
     let id_b = request(&b, "second session");
 
-    let status: serde_json::Value =
-        serde_json::from_str(&a.ktr(&["status", "--json"])).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&a.ktr(&["status", "--json"])).unwrap();
     let listed: Vec<(&str, &str, &str)> = status["in_flight"]
         .as_array()
         .expect("status --json lists what is in flight")
@@ -239,7 +240,7 @@ fn status_ops_and_the_mcp_status_tool_list_every_sessions_operation() {
         (a.src.as_str(), id_a.as_str(), "pending"),
         (b.src.as_str(), id_b.as_str(), "pending"),
     ];
-    expected.sort();
+    expected.sort_unstable();
     assert_eq!(listed, expected);
     let human = b.ktr(&["status"]);
     for (session, id, _) in &expected {
@@ -288,7 +289,7 @@ fn an_operation_in_flight_under_the_older_one_active_layout_is_recovered() {
     // B's session requests and switches beside it.
     let id_b = request(&b, "after the upgrade");
     b.stop_source();
-    let op_b = b.wait_terminal(&id_b.to_string());
+    let op_b = b.wait_terminal(&id_b);
     assert_eq!(op_b.status, Activated, "{:?}", op_b.error);
     assert_eq!(load(&a, &op.id).status, Pending, "A's request is not lost");
 
