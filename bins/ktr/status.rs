@@ -1,5 +1,6 @@
-//! `ktr status [OP]`: one operation (default: the latest), with the
-//! estimate next to Claude Code's own measurement and every transition.
+//! `ktr status [OP]`: one operation (default: the latest), every session's
+//! operation in flight, and, for the one shown,
+//! the estimate next to Claude Code's own measurement and every transition.
 
 use std::time::SystemTime;
 

@@ -187,14 +187,14 @@ impl std::fmt::Display for Hook {
 pub(crate) enum Scheduled {
     /// Nothing is this session's business (or this hook's).
     Nothing,
-    /// The active operation expired instead; the line says so.
+    /// The session's operation expired instead; the line says so.
     Expired(String),
     /// `what` ("rebuild" or "rollback") was started for operation `id`.
     Started { id: String, what: &'static str },
 }
 
 /// Under the lock: expire an operation pending too long, else start the
-/// stage this session's hook starts for the active operation (detached),
+/// stage this session's hook starts for its operation (detached),
 /// bind a pending one to the session, its transcript and the Claude Code
 /// process that ran the hook, and record who started it. A stage that
 /// cannot be started leaves the operation as it was (the error says why).
