@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{LOCK_TIMEOUT, Lane, Store};
+use super::{Active, LOCK_TIMEOUT, Lane, Store};
 use ktr_base::config::home_dir;
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::ensure_private_dir;
@@ -81,16 +81,23 @@ impl Store {
         f(&mut self.lock(Holds::Household, Instant::now() + timeout)?)
     }
 
-    /// Run `f` holding `session`'s lane and the [`Lane::Unbound`] one (a
-    /// hook of that session may bind an unbound request), waiting at most
-    /// `timeout`.
+    /// Run `f` holding `session`'s lane, and the [`Lane::Unbound`] one
+    /// when `active` names an unbound request: a hook of that session may
+    /// bind it. Sessions never meet on the unbound lock while no request
+    /// is unbound (an unknown `active` binds nothing this once; the
+    /// lane's write rebuilds it). Waits at most `timeout`.
     pub fn with_session<T>(
         &self,
         session: &SessionId,
         timeout: Duration,
         f: impl FnOnce(&mut Locked) -> Result<T>,
     ) -> Result<T> {
-        let lanes = vec![Lane::Session(session.clone()), Lane::Unbound];
+        let mut lanes = vec![Lane::Session(session.clone())];
+        if let Active::Known(index) = self.active_state()
+            && index.get(&Lane::Unbound).is_some()
+        {
+            lanes.push(Lane::Unbound);
+        }
         f(&mut self.lock(Holds::Lanes(lanes), Instant::now() + timeout)?)
     }
 
