@@ -26,6 +26,7 @@ mod claude_plugin;
 mod claude_recall;
 mod claude_resume;
 mod claude_runner;
+mod claude_sessions;
 mod claude_switch;
 mod claude_turns;
 mod claude_typing;
