@@ -58,6 +58,7 @@ impl One {
     }
 
     /// `ktr ARGS` with this session's config and environment.
+    #[track_caller]
     fn ktr(&self, args: &[&str]) -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
             .env_clear()
@@ -67,12 +68,7 @@ impl One {
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "ktr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        crate::support::ktr_stdout(&out, args)
     }
 
     /// The new window running this session's Claude Code, with its own

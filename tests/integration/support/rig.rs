@@ -295,12 +295,7 @@ impl Rig {
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "ktr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        super::ktr_stdout(&out, args)
     }
 
     pub fn config(&self) -> Config {

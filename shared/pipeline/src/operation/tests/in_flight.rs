@@ -61,10 +61,7 @@ fn idle(store: &Store) -> bool {
 #[test]
 fn each_session_has_its_own_operation_in_flight_and_active_lists_them() {
     let (_t, store) = store();
-    let (a, b) = (
-        SessionId::parse("sa").unwrap(),
-        SessionId::parse("sb").unwrap(),
-    );
+    let (a, b) = two_sessions();
     let op_a = store.request("a", "REBUILD", Some(&a)).unwrap();
     let op_b = store.request("b", "REBUILD", Some(&b)).unwrap();
     walk(&store, &op_a.id, &[Status::Scheduled, Status::Running]);
@@ -98,27 +95,22 @@ fn after_the_switch_an_operation_is_its_candidates_and_a_rollback_waits_only_for
         SessionId::parse("new").unwrap(),
     );
     let op = store.request("a", "REBUILD", Some(&source)).unwrap();
-    let op = store
+    let candidate = CandidateFile {
+        session_id: rebuilt.clone(),
+        path: store.dir().join("new.jsonl"),
+        sha256: ktr_base::digest::Sha256::of_bytes(b""),
+    };
+    store
         .with_lock(|tx| {
             let mut op = tx.load(&op.id)?;
-            op.candidate = Some(CandidateFile {
-                session_id: rebuilt.clone(),
-                path: tx.store().dir().join("new.jsonl"),
-                sha256: ktr_base::digest::Sha256::of_bytes(b""),
-            });
-            for to in [
-                Status::Scheduled,
-                Status::Running,
-                Status::Verifying,
-                Status::Activating,
-            ] {
-                tx.transition(&mut op, to, "test")?;
-            }
-            assert_eq!(op.lane(), Lane::Session(source.clone()));
-            tx.transition(&mut op, Status::Activated, "test")?;
-            Ok(op)
+            op.candidate = Some(candidate);
+            tx.save(&mut op)
         })
         .unwrap();
+    use Status::{Activated, Activating, Running, Scheduled, Verifying};
+    let op = walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
+    assert_eq!(op.lane(), Lane::Session(source.clone()));
+    let op = walk(&store, &op.id, &[Activated]);
     assert_eq!(op.lane(), Lane::Session(rebuilt.clone()));
     // Another session at work is not in the way; the rebuilt session's own request is.
     let other = store
@@ -165,10 +157,7 @@ fn the_older_one_line_active_is_rebuilt_into_lanes_and_keeps_its_operation() {
 #[test]
 fn two_in_flight_in_one_session_are_repaired_without_touching_another_session() {
     let (_t, store) = store();
-    let (a, b) = (
-        SessionId::parse("sa").unwrap(),
-        SessionId::parse("sb").unwrap(),
-    );
+    let (a, b) = two_sessions();
     let older = store.request("a1", "REBUILD", Some(&a)).unwrap();
     let op_b = store.request("b", "REBUILD", Some(&b)).unwrap();
     // Only a lost `active` lets a second one of A be written: plant it.

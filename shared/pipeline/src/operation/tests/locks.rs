@@ -33,20 +33,7 @@ fn the_lock_serialises_read_modify_write() {
 fn the_lock_is_held_for_the_whole_closure() {
     let (_t, store) = store();
     let store = Arc::new(store);
-    let (tx_in, rx_in) = std::sync::mpsc::channel();
-    let held = {
-        let store = Arc::clone(&store);
-        thread::spawn(move || {
-            store
-                .with_lock(|_| {
-                    tx_in.send(()).unwrap();
-                    thread::sleep(Duration::from_millis(300));
-                    Ok(())
-                })
-                .unwrap();
-        })
-    };
-    rx_in.recv().unwrap();
+    let held = hold_household(&store, Duration::from_millis(300));
     let start = Instant::now();
     store.with_lock(|_| Ok(())).unwrap();
     assert!(
@@ -54,6 +41,24 @@ fn the_lock_is_held_for_the_whole_closure() {
         "second holder waited"
     );
     held.join().unwrap();
+}
+
+/// Hold the household lock in another thread for `how_long`; returns once
+/// it is held.
+fn hold_household(store: &Arc<Store>, how_long: Duration) -> thread::JoinHandle<()> {
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let store = Arc::clone(store);
+    let holder = thread::spawn(move || {
+        store
+            .with_lock(|_| {
+                entered_tx.send(()).unwrap();
+                thread::sleep(how_long);
+                Ok(())
+            })
+            .unwrap();
+    });
+    entered_rx.recv().unwrap();
+    holder
 }
 
 /// Hold `session`'s lock in another thread until the returned sender
@@ -82,10 +87,7 @@ fn hold_session(
 fn one_sessions_lock_never_makes_another_session_wait() {
     let (_t, store) = store();
     let store = Arc::new(store);
-    let (a, b) = (
-        SessionId::parse("sa").unwrap(),
-        SessionId::parse("sb").unwrap(),
-    );
+    let (a, b) = two_sessions();
     let (release, holder) = hold_session(&store, &a);
     let start = Instant::now();
     let op = store.request("b", "REBUILD", Some(&b)).unwrap();
@@ -113,20 +115,7 @@ fn one_sessions_lock_never_makes_another_session_wait() {
 fn the_household_lock_is_exclusive_over_every_session() {
     let (_t, store) = store();
     let store = Arc::new(store);
-    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-    let holder = {
-        let store = Arc::clone(&store);
-        thread::spawn(move || {
-            store
-                .with_lock(|_| {
-                    entered_tx.send(()).unwrap();
-                    thread::sleep(Duration::from_millis(300));
-                    Ok(())
-                })
-                .unwrap();
-        })
-    };
-    entered_rx.recv().unwrap();
+    let holder = hold_household(&store, Duration::from_millis(300));
     let a = SessionId::parse("sa").unwrap();
     let busy = store
         .with_session(&a, Duration::from_millis(50), |_| Ok(()))
@@ -141,10 +130,7 @@ fn the_household_lock_is_exclusive_over_every_session() {
 #[test]
 fn a_lock_writes_only_the_sessions_it_holds() {
     let (_t, store) = store();
-    let (a, b) = (
-        SessionId::parse("sa").unwrap(),
-        SessionId::parse("sb").unwrap(),
-    );
+    let (a, b) = two_sessions();
     let op_b = store.request("b", "REBUILD", Some(&b)).unwrap();
     let refused = store.with_session(&a, LOCK_TIMEOUT, |tx| {
         let mut op = tx.load(&op_b.id)?;

@@ -24,6 +24,14 @@ pub(super) fn mode(path: &Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
+/// Two sessions, `sa` and `sb`.
+pub(super) fn two_sessions() -> (SessionId, SessionId) {
+    (
+        SessionId::parse("sa").unwrap(),
+        SessionId::parse("sb").unwrap(),
+    )
+}
+
 /// A fresh pending operation in `store`.
 pub(super) fn requested(store: &Store) -> Operation {
     store.request("x", "REBUILD", None).unwrap()
