@@ -56,6 +56,14 @@ impl Store {
         }
     }
 
+    /// The lanes with an operation in flight, read from the operation
+    /// files without a lock (a damaged file is skipped: the lanes' writes
+    /// refuse on it).
+    pub(super) fn live_lanes(&self) -> Result<Vec<Lane>> {
+        let (headers, _damaged) = self.scan_as::<Header>()?;
+        Ok(lanes_of(headers.iter().filter(|h| !h.status.is_terminal())))
+    }
+
     /// Rebuild `active` from the operation files holding the household
     /// lock (at most `timeout` for it): in each lane more than one
     /// operation in flight is repaired ([`Locked::lane_operation`]).
@@ -116,9 +124,7 @@ impl Locked<'_> {
     /// written anew from them.
     pub fn rebuild_index(&mut self) -> Result<Vec<Operation>> {
         let live = self.live_headers()?;
-        let mut lanes: Vec<Lane> = live.iter().map(Header::lane).collect();
-        lanes.sort();
-        lanes.dedup();
+        let lanes = lanes_of(live.iter());
         let mut ops = Vec::new();
         for lane in &lanes {
             ops.extend(self.one_in_flight(lane, &live)?);
@@ -249,4 +255,12 @@ impl Locked<'_> {
             Existing::Replace,
         )
     }
+}
+
+/// The lanes of `headers`, each once, in lane order.
+fn lanes_of<'a>(headers: impl Iterator<Item = &'a Header>) -> Vec<Lane> {
+    let mut lanes: Vec<Lane> = headers.map(Header::lane).collect();
+    lanes.sort();
+    lanes.dedup();
+    lanes
 }

@@ -61,6 +61,7 @@ impl Store {
                 .then(|| SessionId::parse(&running).ok())
                 .flatten()
         });
+        let joined = session.is_none();
         let session = match session {
             Some(session) => Some(session),
             None => self.lane_of_unnamed()?,
@@ -96,6 +97,13 @@ impl Store {
                 );
                 return Ok(op);
             }
+            if let Some(session) = session.as_ref().filter(|_| joined) {
+                // The session it joined has finished since: its source no
+                // longer runs there, so nothing is requested for it.
+                return Err(Error::refused(format!(
+                    "the operation of session {session} ended just now; ask again"
+                )));
+            }
             // `active` first: an operation file nobody points at would be
             // invisible; an `active` naming a missing file reads as none.
             let mut op = Operation::new(reason, session.clone());
@@ -111,16 +119,17 @@ impl Store {
         }
     }
 
-    /// The session a request that names none joins: the one session with
-    /// an operation in flight (as before several sessions: it merges into
+    /// The session a request that names none joins (read from the
+    /// operation files, which `active` follows a moment later): the one
+    /// session with an operation in flight (as before several sessions: it merges into
     /// that request, or is refused naming what runs); none when nothing but
     /// an unbound request is in flight. With several sessions at work the
     /// request must name its session.
     fn lane_of_unnamed(&self) -> Result<Option<SessionId>> {
         let sessions: Vec<SessionId> = self
-            .in_flight()
+            .live_lanes()?
             .into_iter()
-            .filter_map(|e| match e.lane {
+            .filter_map(|lane| match lane {
                 Lane::Session(s) => Some(s),
                 Lane::Unbound => None,
             })
