@@ -3,7 +3,8 @@
 //! target a pane of one private tmux server), sharing one state dir. Both
 //! ask for a rebuild at the same moment; each switches in place into its
 //! own candidate, the pane processes unchanged, and each one's next request
-//! carries its own conversation, not the other's.
+//! carries its own conversation, not the other's. Then one rolls back (in
+//! place): the other's operation, pane and conversation stay as they are.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -99,7 +100,7 @@ impl One {
 
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and tmux"]
-fn two_claude_codes_requested_at_the_same_moment_each_switch_in_place_into_their_own_candidate() {
+fn two_claude_codes_requested_at_the_same_moment_switch_in_place_and_roll_back_on_their_own() {
     let bin = crate::support::claude_bin();
     let rule = |tag: &str, n: &str| {
         Rule::new(
@@ -110,7 +111,7 @@ fn two_claude_codes_requested_at_the_same_moment_each_switch_in_place_into_their
     let api = FakeApi::start(
         ["AAA", "BBB"]
             .iter()
-            .flat_map(|t| ["ONE", "TWO", "THREE"].map(|n| rule(t, n)))
+            .flat_map(|t| ["ONE", "TWO", "THREE", "FOUR"].map(|n| rule(t, n)))
             .collect(),
     );
     let socket = Tmux::unique_socket();
@@ -205,4 +206,41 @@ fn two_claude_codes_requested_at_the_same_moment_each_switch_in_place_into_their
         assert!(said.contains(&format!("{}-R-TWO", one.tag)), "{said}");
         assert!(!said.contains(other.tag), "{}: {said}", one.tag);
     }
+
+    // A rolls back; B's operation and session stay as they are.
+    for one in both {
+        tmux.wait_idle_of(one.pane, SETTLE);
+    }
+    a.ktr(&[
+        "rollback-request",
+        ops[0].id.as_str(),
+        "--confirm",
+        "ROLLBACK",
+    ]);
+    tmux.type_line_to(a.pane, "AAA-FOUR once more");
+    let started = Instant::now();
+    let mut rolled = store.load(&ops[0].id).unwrap();
+    while !rolled.status.is_terminal() && started.elapsed() < SETTLE {
+        std::thread::sleep(Duration::from_millis(250));
+        rolled = store.load(&ops[0].id).unwrap();
+    }
+    assert_eq!(rolled.status, Status::RolledBack, "{:?}", rolled.error);
+    assert_eq!(a.pane_pid(&tmux), panes[0], "A rolled back in place");
+    let b_now = store.load(&ops[1].id).unwrap();
+    assert_eq!(
+        (b_now.status, &b_now.history, &b_now.candidate),
+        (Status::Activated, &ops[1].history, &ops[1].candidate),
+        "B's operation untouched"
+    );
+    assert_eq!(b.pane_pid(&tmux), panes[1]);
+    tmux.wait_idle_of(b.pane, SETTLE);
+    tmux.type_line_to(b.pane, "BBB-FOUR still here");
+    let turn = api
+        .wait_turn("BBB-FOUR", SETTLE)
+        .expect("B's next prompt reached the model");
+    let said: String = turn.messages().iter().flat_map(message_texts).collect();
+    assert!(
+        said.contains("BBB-R-THREE") && !said.contains("AAA"),
+        "{said}"
+    );
 }
