@@ -85,7 +85,7 @@ impl Locked<'_> {
     /// started yet is the one, every other ends `failed`, saying why. A
     /// damaged operation file refuses: it could be this lane's (`ktr
     /// repair` sets it aside).
-    pub fn lane_operation(&mut self, lane: &Lane) -> Result<Option<Operation>> {
+    pub(crate) fn lane_operation(&mut self, lane: &Lane) -> Result<Option<Operation>> {
         self.require(lane)?;
         let live = self.live_headers()?;
         let op = self.one_in_flight(lane, &live)?;
@@ -110,7 +110,7 @@ impl Locked<'_> {
 
     /// What a hook of `session` works on: its lane's operation, else (when
     /// this lock holds it) the request no session is bound to yet.
-    pub fn session_operation(&mut self, session: &SessionId) -> Result<Option<Operation>> {
+    pub(crate) fn session_operation(&mut self, session: &SessionId) -> Result<Option<Operation>> {
         if let Some(op) = self.lane_operation(&Lane::Session(session.clone()))? {
             return Ok(Some(op));
         }
@@ -122,7 +122,7 @@ impl Locked<'_> {
 
     /// Every lane's operation in flight (the household lock): `active`
     /// written anew from them.
-    pub fn rebuild_index(&mut self) -> Result<Vec<Operation>> {
+    pub(crate) fn rebuild_index(&mut self) -> Result<Vec<Operation>> {
         let live = self.live_headers()?;
         let lanes = lanes_of(live.iter());
         let mut ops = Vec::new();

@@ -49,7 +49,7 @@ pub struct Locked<'a> {
 
 impl Locked<'_> {
     /// Whether this lock covers `lane`.
-    pub fn holds(&self, lane: &Lane) -> bool {
+    pub(crate) fn holds(&self, lane: &Lane) -> bool {
         match &self.holds {
             Holds::Household => true,
             Holds::Lanes(lanes) => lanes.contains(lane),
@@ -86,7 +86,7 @@ impl Store {
     /// bind it. Sessions never meet on the unbound lock while no request
     /// is unbound (an unknown `active` binds nothing this once; the
     /// lane's write rebuilds it). Waits at most `timeout`.
-    pub fn with_session<T>(
+    pub(crate) fn with_session<T>(
         &self,
         session: &SessionId,
         timeout: Duration,
@@ -102,7 +102,11 @@ impl Store {
     }
 
     /// Run `f` holding `lane` alone, waiting at most [`LOCK_TIMEOUT`].
-    pub fn with_lane<T>(&self, lane: &Lane, f: impl FnOnce(&mut Locked) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_lane<T>(
+        &self,
+        lane: &Lane,
+        f: impl FnOnce(&mut Locked) -> Result<T>,
+    ) -> Result<T> {
         let deadline = Instant::now() + LOCK_TIMEOUT;
         f(&mut self.lock(Holds::Lanes(vec![lane.clone()]), deadline)?)
     }
@@ -110,7 +114,7 @@ impl Store {
     /// Run `f` holding the lane operation `id` is in, waiting at most
     /// [`LOCK_TIMEOUT`] (a lane that changed while it waited — a request
     /// bound to a session — is locked again).
-    pub fn with_op<T>(
+    pub(crate) fn with_op<T>(
         &self,
         id: &OperationId,
         f: impl FnOnce(&mut Locked) -> Result<T>,
@@ -216,6 +220,6 @@ fn busy(path: &Path, since: Instant) -> Error {
 }
 
 /// The lock file of `lane` in the state dir `dir`.
-pub fn lane_lock(dir: &Path, lane: &Lane) -> PathBuf {
+fn lane_lock(dir: &Path, lane: &Lane) -> PathBuf {
     dir.join(LOCKS_DIR).join(format!("{}.lock", lane.name()))
 }

@@ -24,7 +24,7 @@
 //! (how far a long step has come).
 
 mod in_flight;
-pub mod index;
+pub(crate) mod index;
 mod lane;
 mod locks;
 pub mod manifest;
@@ -39,7 +39,7 @@ mod store;
 
 pub use index::{Active, InFlight};
 pub use lane::Lane;
-pub use locks::{LOCKS_DIR, Locked, lane_lock};
+pub use locks::{LOCKS_DIR, Locked};
 pub use manifest::{ManifestRef, ManifestWriter};
 pub use record::{
     Ack, BlockedPrompt, CandidateFile, Operation, PromptBack, RestoreFile, SCHEMA, SeenTarget,
