@@ -19,7 +19,7 @@ use ktr_admin::report::StatusView;
 use ktr_admin::settings::Edit;
 use ktr_base::Error;
 use ktr_base::config::{Config, encode_project_name};
-use ktr_base::fsutil::{sha256_file, sha256_hex};
+use ktr_base::digest::{sha256_file, sha256_hex};
 use ktr_engine::plan;
 use ktr_engine::turns::estimate_tokens;
 use ktr_pipeline::operation::{Operation, Status, Store};

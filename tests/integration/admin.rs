@@ -13,8 +13,6 @@ use ktr_base::digest::Sha256;
 use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{Ack, CandidateFile, Operation, Status, Transition};
 
-const KTR: &str = env!("CARGO_BIN_EXE_ktr");
-
 /// A `ktr` command line, run against a sandbox.
 struct Ktr {
     cmd: Command,
@@ -30,13 +28,13 @@ struct Run {
 impl Ktr {
     fn new(sandbox: &Sandbox) -> Ktr {
         Ktr {
-            cmd: sandbox.command(KTR),
+            cmd: sandbox.command(crate::support::exe("ktr")),
         }
     }
 
     /// `ktr` with no config at all, only a sandbox HOME and TMPDIR (the demo).
     fn bare(sandbox: &Sandbox) -> Ktr {
-        let mut cmd = Command::new(KTR);
+        let mut cmd = Command::new(crate::support::exe("ktr"));
         cmd.env_clear()
             .env("HOME", &sandbox.home)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -858,7 +856,7 @@ fn demo_keep_leaves_a_sandbox_the_cli_can_inspect() {
         .stdout_contains("sandbox kept");
     let root = demo_sandbox(&run.stdout);
     let config = root.join("config.toml");
-    let out = Command::new(KTR)
+    let out = Command::new(crate::support::exe("ktr"))
         .args(["--config"])
         .arg(&config)
         .args(["status", "--json"])
@@ -892,7 +890,7 @@ fn demo_without_the_stages_says_so_and_keeps_the_evidence() {
     // ktr and ktr-stop alone: the Stop hook cannot start ktr-prepare.
     let lonely = sb.root().join("lonely");
     fs::create_dir(&lonely).unwrap();
-    for bin in [KTR, env!("CARGO_BIN_EXE_ktr-stop")] {
+    for bin in [crate::support::exe("ktr"), crate::support::exe("ktr-stop")] {
         let name = Path::new(bin).file_name().unwrap();
         fs::copy(bin, lonely.join(name)).unwrap();
     }

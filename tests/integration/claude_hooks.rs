@@ -16,9 +16,6 @@ use crate::support::fake_api::FakeApi;
 use crate::support::sid;
 use crate::support::{claude_bin, wait_for};
 
-const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
-const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
-
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
@@ -36,9 +33,9 @@ fn the_real_cli_runs_ktr_stop_and_ktr_ack() {
     let config = sandbox.load_config();
     let hook = |bin: &str| format!("{bin} --config {}", config_path.display());
     let settings = json!({"hooks": {
-        "Stop": [{"hooks": [{"type": "command", "command": hook(STOP), "timeout": 10}]}],
+        "Stop": [{"hooks": [{"type": "command", "command": hook(crate::support::exe("ktr-stop")), "timeout": 10}]}],
         "SessionStart": [{"matcher": "resume",
-                          "hooks": [{"type": "command", "command": hook(ACK), "timeout": 10}]}],
+                          "hooks": [{"type": "command", "command": hook(crate::support::exe("ktr-ack")), "timeout": 10}]}],
     }});
     fs::create_dir_all(env.sandbox.home.join(".claude")).unwrap();
     fs::write(

@@ -30,7 +30,7 @@ use crate::support::claude::{ClaudeEnv, Tmux};
 use crate::support::fake_api::conversation;
 use crate::support::fake_api::{FakeApi, Logged, Rule, all_strings, text, thinking, tool};
 use crate::support::{assert_in_order, claude, claude_bin};
-use ktr_base::fsutil::sha256_file;
+use ktr_base::digest::sha256_file;
 use ktr_base::time::parse_rfc3339;
 use ktr_pipeline::operation::{Operation, Status, Store};
 use ktr_pipeline::pane::Input;
@@ -184,7 +184,7 @@ impl Loop {
         // --release measures the release binaries).
         let bin_dir = std::env::var_os("KTR_BENCH_BIN_DIR").map_or_else(
             || {
-                Path::new(env!("CARGO_BIN_EXE_ktr"))
+                Path::new(crate::support::exe("ktr"))
                     .parent()
                     .unwrap()
                     .to_path_buf()
@@ -382,14 +382,14 @@ impl Loop {
 
 /// The config for the pane: tmux activation on the private server's pane,
 /// the CLI's workdir and project, the real CLI as the resume command with
-/// the pane's environment, and short waits.
+/// the pane's environment; the timing keys at their defaults but the waits'
+/// upper bounds, raised for a loaded machine.
 pub(crate) fn config_text(env: &ClaudeEnv, state: &Path) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap();
     let path = |p: &Path| q(&p.display().to_string());
     let mut text = format!(
         "project_dir = {}\nstate_dir = {}\nactivation = \"tmux\"\ntmux_target = {}\n\
          claude_workdir = {}\nresume_command = [{}, \"--resume\", \"{{session_id}}\"]\n\
-         activation_delay_seconds = 0.5\nstable_file_seconds = 0.5\n\
          stable_file_timeout_seconds = 20\nhealthcheck_seconds = 5\n\n[resume_env]\n",
         path(&env.sandbox.project),
         path(state),
@@ -1202,16 +1202,10 @@ fn signal(pid: u32, signal: &str) {
     assert!(done.success(), "kill {signal} {pid}");
 }
 
-/// A candidate Claude Code cannot load (every timestamp stripped by the
-/// debug-only `KTR_TEST_CORRUPT_CANDIDATE` hook, after which the recorded
-/// digests describe the corrupted bytes) is never switched to: ktr-verify
-/// refuses it (the timestamp check), the operation fails, the candidate is
-/// discarded, and the pane keeps running the old session, whose next
-/// request carries the old history.
 /// The switch's latency as a benchmark, not a check of speed:
 /// end of reply (the fake API sent the reply's `message_stop`) →
-/// `activated`, then the same for a rollback (→ `rolled_back`), with
-/// `activation_delay_seconds = 0` and every other key at its default, in
+/// `activated`, then the same for a rollback (→ `rolled_back`), with every
+/// timing key at its default, in
 /// place and by respawn (`tmux_switch_in_place = false`) in the same run,
 /// their order alternating, `KTR_BENCH_RUNS` times (default 1, so the suite
 /// stays short), each on a fresh CLI: one `latency:` line per switch with
@@ -1220,7 +1214,7 @@ fn signal(pid: u32, signal: &str) {
 /// are in bench/README.md.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
-fn switch_latency_with_no_activation_delay() {
+fn switch_latency_with_the_defaults() {
     let bin = claude_bin();
     let _serial = serial();
     let runs: usize = std::env::var("KTR_BENCH_RUNS")
@@ -1243,16 +1237,17 @@ fn switch_latency_with_no_activation_delay() {
 /// reply that scheduled it; prints the `latency:` lines.
 fn measure_switch(bin: &Path, run: usize, runs: usize, in_place: bool) {
     let lp = Loop::start(bin, &[]);
-    // Defaults but for the delay (config_text shortens the waits).
+    // Every timing key at the default a new user gets (config_text sets
+    // the waits' upper bounds for a loaded machine).
     let config = &lp.env.sandbox.config;
-    let mut settings = fs::read_to_string(config)
-        .unwrap()
-        .replace(
-            "activation_delay_seconds = 0.5\n",
-            "activation_delay_seconds = 0\n",
-        )
-        .replace("stable_file_seconds = 0.5\n", "")
-        .replace("healthcheck_seconds = 5\n", "");
+    let mut settings = fs::read_to_string(config).unwrap();
+    for line in [
+        "stable_file_timeout_seconds = 20\n",
+        "healthcheck_seconds = 5\n",
+    ] {
+        assert!(settings.contains(line), "config_text no longer sets {line}");
+        settings = settings.replace(line, "");
+    }
     if !in_place {
         settings = settings.replacen(
             "\n[resume_env]",
@@ -1307,6 +1302,12 @@ fn measure_switch(bin: &Path, run: usize, runs: usize, in_place: bool) {
     );
 }
 
+/// A candidate Claude Code cannot load (every timestamp stripped by the
+/// debug-only `KTR_TEST_CORRUPT_CANDIDATE` hook, after which the recorded
+/// digests describe the corrupted bytes) is never switched to: ktr-verify
+/// refuses it (the timestamp check), the operation fails, the candidate is
+/// discarded, and the pane keeps running the old session, whose next
+/// request carries the old history.
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN)"]
 fn a_candidate_claude_code_cannot_load_is_never_switched_to() {

@@ -100,7 +100,7 @@ fn install(env: &ClaudeEnv, checkout: &Path, args: &[&str]) -> String {
         .into_iter()
         .find(|(k, _)| k == "PATH")
         .map_or_else(|| "/usr/bin:/bin".to_string(), |(_, v)| v);
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+    let bin_dir = Path::new(crate::support::exe("ktr")).parent().unwrap();
     let out = Command::new("sh")
         .arg(checkout.join("install"))
         .args(args)
@@ -522,7 +522,7 @@ fn the_package_installs_without_cargo_and_its_plugin_rebuilds_in_place() {
     let checkout = env.sandbox.root().join("checkout");
     copy_checkout(&checkout);
     let dist = env.sandbox.root().join("dist");
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+    let bin_dir = Path::new(crate::support::exe("ktr")).parent().unwrap();
     let out = Command::new("sh")
         .arg(checkout.join("install"))
         .args(["--package", "--bin-dir"])

@@ -81,7 +81,7 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
 
     // The hit as recall sees it from the new session (the scripted model
     // cannot read tool results, so the test gives it the id recall returns).
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
+    let out = std::process::Command::new(crate::support::exe("ktr"))
         .args(["recall", "--json", "--current", &new_id, MARKER])
         .env("KTR_CONFIG", &lp.env.sandbox.config)
         .env("HOME", &lp.env.sandbox.home)

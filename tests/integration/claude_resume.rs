@@ -645,14 +645,14 @@ fn a_candidate_without_timestamps_is_refused_by_claude_and_by_verify() {
     );
 
     // ktr's verification refuses it, even with its digest recorded as is.
-    let digest = ktr_base::fsutil::sha256_file(&path).unwrap();
+    let digest = ktr_base::digest::sha256_file(&path).unwrap();
     let err = conserve::check(
         &config,
         &backup,
         &path,
         &Expected {
             session_id: &sid(&bad.candidate.session_id),
-            backup_sha256: &ktr_base::fsutil::sha256_file(&backup).unwrap(),
+            backup_sha256: &ktr_base::digest::sha256_file(&backup).unwrap(),
             candidate_sha256: &digest,
             manifest: &bad.candidate.manifest,
             left_out: &bad.report.left_out,

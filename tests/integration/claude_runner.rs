@@ -23,8 +23,6 @@ use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::{FakeApi, Rule, conversation, last_user_text, text, tool};
 use ktr_pipeline::operation::{Operation, Status, Store};
 use serde_json::json;
-
-const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 /// How long the fake model holds back each reply.
 const REPLY_DELAY: Duration = Duration::from_millis(2500);
 /// How long one trial may take on a busy two-core machine.
@@ -447,7 +445,7 @@ impl PointerRig {
         .unwrap();
         env.install_ktr(
             Path::new(env!("CARGO_MANIFEST_DIR")),
-            Path::new(KTR).parent().unwrap(),
+            Path::new(crate::support::exe("ktr")).parent().unwrap(),
             &config,
         );
         PointerRig {
@@ -506,7 +504,7 @@ impl PointerRig {
     }
 
     fn ktr(&self, args: &[&str]) -> String {
-        let out = Command::new(KTR)
+        let out = Command::new(crate::support::exe("ktr"))
             .arg("--config")
             .arg(&self.config)
             .args(args)

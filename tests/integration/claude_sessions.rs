@@ -61,7 +61,7 @@ impl One {
     /// `ktr ARGS` with this session's config and environment.
     #[track_caller]
     fn ktr(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
+        let out = Command::new(crate::support::exe("ktr"))
             .env_clear()
             .envs(self.env.env())
             .arg("--config")

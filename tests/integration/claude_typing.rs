@@ -232,7 +232,7 @@ impl Trial {
         fs::write(&config, crate::claude_loop::config_text(&env, &state)).unwrap();
         env.install_ktr(
             Path::new(env!("CARGO_MANIFEST_DIR")),
-            Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap(),
+            Path::new(crate::support::exe("ktr")).parent().unwrap(),
             &config,
         );
         env.prepare_interactive(&[]);

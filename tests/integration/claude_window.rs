@@ -100,7 +100,7 @@ impl Session {
         fs::write(&config, text).unwrap();
         env.install_ktr(
             Path::new(env!("CARGO_MANIFEST_DIR")),
-            Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap(),
+            Path::new(crate::support::exe("ktr")).parent().unwrap(),
             &config,
         );
         env.prepare_interactive(&["Bash"]);

@@ -6,23 +6,23 @@ use std::process::{Command, Stdio};
 
 /// The executables a person may run by hand (the admin CLI, the stages,
 /// the key recorder, the MCP server): a usage error is exit 2 on stderr.
-const COMMANDS: [(&str, &str); 7] = [
-    ("ktr", env!("CARGO_BIN_EXE_ktr")),
-    ("ktr-prepare", env!("CARGO_BIN_EXE_ktr-prepare")),
-    ("ktr-verify", env!("CARGO_BIN_EXE_ktr-verify")),
-    ("ktr-activate", env!("CARGO_BIN_EXE_ktr-activate")),
-    ("ktr-rollback", env!("CARGO_BIN_EXE_ktr-rollback")),
-    ("ktr-keep", env!("CARGO_BIN_EXE_ktr-keep")),
-    ("ktr-mcp", env!("CARGO_BIN_EXE_ktr-mcp")),
+const COMMANDS: [&str; 7] = [
+    "ktr",
+    "ktr-prepare",
+    "ktr-verify",
+    "ktr-activate",
+    "ktr-rollback",
+    "ktr-keep",
+    "ktr-mcp",
 ];
 
 /// The executables Claude Code runs as hooks (and the statusline command).
-const HOOKS: [(&str, &str); 5] = [
-    ("ktr-stop", env!("CARGO_BIN_EXE_ktr-stop")),
-    ("ktr-prompt", env!("CARGO_BIN_EXE_ktr-prompt")),
-    ("ktr-ack", env!("CARGO_BIN_EXE_ktr-ack")),
-    ("ktr-precompact", env!("CARGO_BIN_EXE_ktr-precompact")),
-    ("ktr-statusline", env!("CARGO_BIN_EXE_ktr-statusline")),
+const HOOKS: [&str; 5] = [
+    "ktr-stop",
+    "ktr-prompt",
+    "ktr-ack",
+    "ktr-precompact",
+    "ktr-statusline",
 ];
 
 struct Ran {
@@ -49,7 +49,11 @@ fn run(exe: &str, args: &[&str]) -> Ran {
 
 #[test]
 fn every_executable_answers_help_and_version_on_stdout_with_exit_0() {
-    for (name, exe) in COMMANDS.iter().chain(HOOKS.iter()) {
+    for (name, exe) in COMMANDS
+        .iter()
+        .chain(HOOKS.iter())
+        .map(|n| (n, crate::support::exe(n)))
+    {
         for help in ["--help", "-h"] {
             let ran = run(exe, &[help]);
             assert_eq!(ran.code, Some(0), "{name} {help}: {}", ran.stderr);
@@ -70,7 +74,7 @@ fn every_executable_answers_help_and_version_on_stdout_with_exit_0() {
 
 #[test]
 fn a_usage_error_names_the_program_once_and_exits_2() {
-    for (name, exe) in COMMANDS {
+    for (name, exe) in COMMANDS.map(|n| (n, crate::support::exe(n))) {
         let ran = run(exe, &["--bogus"]);
         assert_eq!(ran.code, Some(2), "{name}: {}", ran.stderr);
         assert_eq!(ran.stdout, "", "{name}");
@@ -90,7 +94,7 @@ fn a_usage_error_names_the_program_once_and_exits_2() {
 fn a_hook_called_with_a_word_it_does_not_take_says_so_and_still_exits_0() {
     // Claude Code reads a hook's exit 2 as "block": a UserPromptSubmit hook's
     // would erase the person's prompt. The hook answers in its protocol.
-    for (name, exe) in HOOKS {
+    for (name, exe) in HOOKS.map(|n| (n, crate::support::exe(n))) {
         let ran = run(exe, &["--bogus"]);
         assert_eq!(ran.code, Some(0), "{name}: {}", ran.stderr);
         let reply: serde_json::Value = serde_json::from_str(ran.stdout.trim()).unwrap();
@@ -133,7 +137,7 @@ fn a_reader_that_goes_away_ends_the_candidate_print_quietly() {
     std::fs::write(&transcript, long_conversation()).unwrap();
     let config = home.path().join("config.toml");
     std::fs::write(&config, format!("project_dir = {project:?}\n")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ktr"))
+    let mut child = Command::new(crate::support::exe("ktr"))
         .args([
             "--config",
             config.to_str().unwrap(),

@@ -7,11 +7,9 @@ use crate::support::{Sandbox, TmuxServer};
 use ktr_admin::settings::Edit;
 use serde_json::{Value, json};
 
-const KTR: &str = env!("CARGO_BIN_EXE_ktr");
-
 /// `ktr --config C doctor [--json]`: (stdout, exit code).
 fn doctor(sb: &Sandbox, json: bool) -> (String, i32) {
-    let mut cmd = sb.command(KTR);
+    let mut cmd = sb.command(crate::support::exe("ktr"));
     cmd.arg("doctor").env_remove("KTR_TMUX_SOCKET");
     if json {
         cmd.arg("--json");
@@ -41,7 +39,7 @@ fn report(sb: &Sandbox) -> Value {
 /// Install the hooks (binaries beside `ktr`) and the MCP server into the
 /// sandbox HOME, both with `--config config`.
 fn install(sb: &Sandbox, config: &Path) {
-    let bin_dir = Path::new(KTR).parent().unwrap();
+    let bin_dir = Path::new(crate::support::exe("ktr")).parent().unwrap();
     Edit::merge(
         &sb.home.join(".claude/settings.json"),
         bin_dir,
@@ -145,7 +143,11 @@ fn hooks_and_mcp_must_use_this_config() {
     assert!(
         fix.contains(&format!(
             "claude mcp add --scope user ktr -- {} --config {}",
-            Path::new(KTR).parent().unwrap().join("ktr-mcp").display(),
+            Path::new(crate::support::exe("ktr"))
+                .parent()
+                .unwrap()
+                .join("ktr-mcp")
+                .display(),
             sb.config.display()
         )),
         "{fix}"
@@ -302,7 +304,7 @@ fn doctor_warns_when_the_key_keeper_is_not_beside_the_stages() {
         "{c}"
     );
 
-    fs::copy(env!("CARGO_BIN_EXE_ktr-keep"), sb.bin.join("ktr-keep")).unwrap();
+    fs::copy(crate::support::exe("ktr-keep"), sb.bin.join("ktr-keep")).unwrap();
     let keeper_says = |level: &str, words: &str| {
         let c = check(&report(&sb), "key keeper").clone();
         assert_eq!(c["level"], level, "{c}");

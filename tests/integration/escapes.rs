@@ -173,7 +173,7 @@ fn the_candidate_with_kept_escapes_is_deterministic_and_decodes_to_the_texts() {
     for (entry, text) in first.candidate.manifest.iter().zip(&want) {
         assert_eq!(
             entry.carried_sha256,
-            ktr_base::fsutil::sha256_hex(text.as_bytes()),
+            ktr_base::digest::sha256_hex(text.as_bytes()),
             "the manifest digests the decoded text"
         );
     }

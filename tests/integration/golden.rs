@@ -62,8 +62,8 @@ fn digests(group: &str, files: &[PathBuf]) -> BTreeMap<String, String> {
             let manifest = serde_json::to_vec(&plan.candidate.manifest).unwrap();
             let digest = format!(
                 "{}.{}",
-                ktr_base::fsutil::sha256_hex(&plan.candidate.bytes()),
-                &ktr_base::fsutil::sha256_hex(&manifest)[..16]
+                ktr_base::digest::sha256_hex(&plan.candidate.bytes()),
+                &ktr_base::digest::sha256_hex(&manifest)[..16]
             );
             let file = path.file_name().unwrap().to_string_lossy();
             all.insert(format!("{group}/{name}/{file}"), digest);

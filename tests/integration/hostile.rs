@@ -13,10 +13,6 @@ use crate::support::Sandbox;
 use crate::support::mkfifo;
 use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{CandidateFile, Stage, Status, Worker};
-
-const KTR: &str = env!("CARGO_BIN_EXE_ktr");
-const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
-const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
 const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 
 /// Run `bin args…` in the sandbox with `stdin`, killed after 10 s; it must
@@ -70,16 +66,22 @@ fn huge_numbers_in_the_config_are_refused_naming_the_key() {
         "activation_delay_seconds",
     ] {
         sandbox.write_config(&format!("{key} = 1e300"));
-        let err = fails(&run(&sandbox, KTR, &["status"], ""), 2);
+        let err = fails(
+            &run(&sandbox, crate::support::exe("ktr"), &["status"], ""),
+            2,
+        );
         assert!(err.contains(&format!("{key} must be")), "{err}");
-        let out = run(&sandbox, STOP, &[], "{}");
+        let out = run(&sandbox, crate::support::exe("ktr-stop"), &[], "{}");
         assert_eq!(out.status.code(), Some(0), "the Stop hook always exits 0");
     }
     sandbox.write_config("state_dir = \"\"");
     let mut text = fs::read_to_string(&sandbox.config).unwrap();
     text = text.replacen("state_dir = ", "# state_dir = ", 1);
     fs::write(&sandbox.config, text).unwrap();
-    let err = fails(&run(&sandbox, KTR, &["status"], ""), 2);
+    let err = fails(
+        &run(&sandbox, crate::support::exe("ktr"), &["status"], ""),
+        2,
+    );
     assert!(err.contains("state_dir must not be empty"), "{err}");
 }
 
@@ -92,21 +94,21 @@ fn fifos_and_devices_in_the_state_dir_or_as_config_never_hang() {
     mkfifo(&sandbox.state.join(format!("operations/{id}.json")));
     let stop = run(
         &sandbox,
-        STOP,
+        crate::support::exe("ktr-stop"),
         &[],
         &sandbox.stop_input(SESSION, &sandbox.project.join("x.jsonl")),
     );
     assert_eq!(stop.status.code(), Some(0));
     let ack = run(
         &sandbox,
-        ACK,
+        crate::support::exe("ktr-ack"),
         &[],
         &format!(r#"{{"session_id":"{SESSION}","source":"resume"}}"#),
     );
     assert_eq!(ack.status.code(), Some(0));
-    let ops = run(&sandbox, KTR, &["ops"], "");
+    let ops = run(&sandbox, crate::support::exe("ktr"), &["ops"], "");
     assert!(String::from_utf8_lossy(&ops.stderr).contains("a FIFO, not a regular file"));
-    let doctor = run(&sandbox, KTR, &["doctor"], "");
+    let doctor = run(&sandbox, crate::support::exe("ktr"), &["doctor"], "");
     assert_eq!(
         doctor.status.code(),
         Some(1),
@@ -114,12 +116,17 @@ fn fifos_and_devices_in_the_state_dir_or_as_config_never_hang() {
     );
     fs::remove_file(sandbox.state.join("active")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", sandbox.state.join("active")).unwrap();
-    assert_eq!(run(&sandbox, STOP, &[], "{}").status.code(), Some(0));
+    assert_eq!(
+        run(&sandbox, crate::support::exe("ktr-stop"), &[], "{}")
+            .status
+            .code(),
+        Some(0)
+    );
     let fifo = sandbox.root().join("fifo.toml");
     mkfifo(&fifo);
     let out = run(
         &sandbox,
-        KTR,
+        crate::support::exe("ktr"),
         &["ops", "--config", fifo.to_str().unwrap()],
         "",
     );
@@ -135,7 +142,12 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     std::os::unix::fs::symlink(&victim, sandbox.state.join("ktr.log")).unwrap();
     // The request is recorded (the operation file is the record) and the
     // log it cannot write through the link is said, not followed.
-    let out = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
+    let out = run(
+        &sandbox,
+        crate::support::exe("ktr"),
+        &["request", "--confirm", "REBUILD"],
+        "",
+    );
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ktr.log"));
     assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
@@ -147,7 +159,7 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
     let transcript = sandbox.transcript(SESSION);
     let said = run(
         &sandbox,
-        STOP,
+        crate::support::exe("ktr-stop"),
         &[],
         &sandbox.stop_input(SESSION, &transcript),
     );
@@ -184,7 +196,7 @@ fn planted_symlinks_and_edited_paths_never_reach_outside_the_state_dir() {
             stage: Stage::Prepare,
         });
     });
-    let mut cmd = sandbox.command(KTR);
+    let mut cmd = sandbox.command(crate::support::exe("ktr"));
     let status = cmd
         .env("KTR_WORKER_GRACE_SECONDS", "0")
         .arg("status")
@@ -216,17 +228,24 @@ fn a_damaged_operation_file_is_shown_and_set_aside_never_deleted() {
     let id = "0000aaaa-0000-4000-8000-000000000002";
     let path = sandbox.state.join(format!("operations/{id}.json"));
     fs::write(&path, format!(r#"{{"id":"{id}","status":"exploded"}}"#)).unwrap();
-    let ops = run(&sandbox, KTR, &["ops"], "");
+    let ops = run(&sandbox, crate::support::exe("ktr"), &["ops"], "");
     let err = String::from_utf8_lossy(&ops.stderr);
     assert!(
         err.contains("DAMAGED") && err.contains(id) && err.contains("ktr repair"),
         "{err}"
     );
-    let status = run(&sandbox, KTR, &["status"], "");
+    let status = run(&sandbox, crate::support::exe("ktr"), &["status"], "");
     assert!(String::from_utf8_lossy(&status.stderr).contains("DAMAGED"));
-    let doctor = String::from_utf8(run(&sandbox, KTR, &["doctor"], "").stdout).unwrap();
+    let doctor =
+        String::from_utf8(run(&sandbox, crate::support::exe("ktr"), &["doctor"], "").stdout)
+            .unwrap();
     assert!(doctor.contains("damaged operation file"), "{doctor}");
-    let refused = run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], "");
+    let refused = run(
+        &sandbox,
+        crate::support::exe("ktr"),
+        &["request", "--confirm", "REBUILD"],
+        "",
+    );
     assert_eq!(refused.status.code(), Some(1));
     let last = String::from_utf8_lossy(&refused.stderr)
         .lines()
@@ -237,14 +256,26 @@ fn a_damaged_operation_file_is_shown_and_set_aside_never_deleted() {
         last.contains("is damaged") && last.contains("ktr repair"),
         "{last}"
     );
-    let listed = String::from_utf8(run(&sandbox, KTR, &["repair"], "").stdout).unwrap();
+    let listed =
+        String::from_utf8(run(&sandbox, crate::support::exe("ktr"), &["repair"], "").stdout)
+            .unwrap();
     assert!(listed.contains("would move") && path.exists(), "{listed}");
-    let wrong = run(&sandbox, KTR, &["repair", "--confirm", "yes"], "");
+    let wrong = run(
+        &sandbox,
+        crate::support::exe("ktr"),
+        &["repair", "--confirm", "yes"],
+        "",
+    );
     assert_eq!(wrong.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&wrong.stderr).ends_with("confirmation must be exactly REPAIR\n")
     );
-    let moved = run(&sandbox, KTR, &["repair", "--confirm", "REPAIR"], "");
+    let moved = run(
+        &sandbox,
+        crate::support::exe("ktr"),
+        &["repair", "--confirm", "REPAIR"],
+        "",
+    );
     assert_eq!(moved.status.code(), Some(0));
     assert!(!path.exists());
     let aside: Vec<_> = fs::read_dir(sandbox.state.join("damaged"))
@@ -291,7 +322,7 @@ fn relative_paths_in_the_config_are_taken_from_its_folder() {
     fs::write(&sandbox.config, text).unwrap();
     let elsewhere = sandbox.root().join("cwd");
     fs::create_dir(&elsewhere).unwrap();
-    let mut cmd = sandbox.command(KTR);
+    let mut cmd = sandbox.command(crate::support::exe("ktr"));
     let out = cmd
         .current_dir(&elsewhere)
         .args(["request", "--confirm", "REBUILD"])
@@ -320,7 +351,12 @@ fn an_existing_shared_state_dir_is_refused_and_never_chmod_ed() {
     )
     .unwrap();
     let err = fails(
-        &run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], ""),
+        &run(
+            &sandbox,
+            crate::support::exe("ktr"),
+            &["request", "--confirm", "REBUILD"],
+            "",
+        ),
         1,
     );
     assert!(err.contains("writable by others"), "{err}");
@@ -328,7 +364,9 @@ fn an_existing_shared_state_dir_is_refused_and_never_chmod_ed() {
         fs::metadata(&shared).unwrap().permissions().mode() & 0o7777,
         0o1777
     );
-    let doctor = String::from_utf8(run(&sandbox, KTR, &["doctor"], "").stdout).unwrap();
+    let doctor =
+        String::from_utf8(run(&sandbox, crate::support::exe("ktr"), &["doctor"], "").stdout)
+            .unwrap();
     assert!(doctor.contains("writable by others"), "{doctor}");
 }
 
@@ -343,7 +381,12 @@ fn a_stop_naming_a_directory_or_fifo_leaves_the_request_pending() {
         .join("22222222-2222-4333-8444-555555555555.jsonl");
     mkfifo(&fifo);
     for path in [&dir, &fifo] {
-        let out = run(&sandbox, STOP, &[], &sandbox.stop_input(SESSION, path));
+        let out = run(
+            &sandbox,
+            crate::support::exe("ktr-stop"),
+            &[],
+            &sandbox.stop_input(SESSION, path),
+        );
         assert_eq!(out.status.code(), Some(0));
         assert_eq!(
             sandbox.store().load(&op.id).unwrap().status,
@@ -366,7 +409,7 @@ fn under_lock_contention_the_stop_hook_answers_within_a_second_or_so() {
     let start = Instant::now();
     let out = run(
         &sandbox,
-        STOP,
+        crate::support::exe("ktr-stop"),
         &[],
         &sandbox.stop_input(SESSION, &transcript),
     );
@@ -389,7 +432,12 @@ fn a_request_without_a_project_dir_is_refused() {
     let sandbox = Sandbox::new();
     fs::remove_dir_all(&sandbox.project).unwrap();
     let err = fails(
-        &run(&sandbox, KTR, &["request", "--confirm", "REBUILD"], ""),
+        &run(
+            &sandbox,
+            crate::support::exe("ktr"),
+            &["request", "--confirm", "REBUILD"],
+            "",
+        ),
         2,
     );
     assert!(
@@ -477,7 +525,7 @@ fn the_mcp_server_answers_every_malformed_message_with_its_id_and_keeps_running(
     ]
     .join("\n")
         + "\n";
-    let out = run(&sandbox, env!("CARGO_BIN_EXE_ktr-mcp"), &[], &input);
+    let out = run(&sandbox, crate::support::exe("ktr-mcp"), &[], &input);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -534,11 +582,11 @@ fn a_config_that_does_not_exist_never_falls_back_to_the_default_state_dir() {
     .to_string();
     let ack = serde_json::json!({"session_id": SESSION, "source": "resume"}).to_string();
     for (bin, input) in [
-        (STOP, &stop),
-        (env!("CARGO_BIN_EXE_ktr-statusline"), &statusline),
-        (env!("CARGO_BIN_EXE_ktr-precompact"), &precompact),
-        (env!("CARGO_BIN_EXE_ktr-prompt"), &prompt),
-        (ACK, &ack),
+        (crate::support::exe("ktr-stop"), &stop),
+        (crate::support::exe("ktr-statusline"), &statusline),
+        (crate::support::exe("ktr-precompact"), &precompact),
+        (crate::support::exe("ktr-prompt"), &prompt),
+        (crate::support::exe("ktr-ack"), &ack),
     ] {
         let (_, code) = sandbox.hook(bin, input);
         assert_eq!(code, 0, "{bin}");
@@ -581,8 +629,8 @@ fn the_statusline_and_the_guard_open_no_transcript_outside_the_rule() {
             "hook_event_name": "PreCompact",
         });
         for (bin, input) in [
-            (env!("CARGO_BIN_EXE_ktr-statusline"), statusline),
-            (env!("CARGO_BIN_EXE_ktr-precompact"), precompact),
+            (crate::support::exe("ktr-statusline"), statusline),
+            (crate::support::exe("ktr-precompact"), precompact),
         ] {
             let (code, opened) = traced_hook(&sandbox, bin, &input.to_string());
             assert_eq!(code, 0, "{bin} on {path:?} (124: it hung)");
@@ -623,16 +671,20 @@ fn fifos_planted_at_the_window_caches_hang_nothing() {
     });
     let (code, _) = traced_hook(
         &sandbox,
-        env!("CARGO_BIN_EXE_ktr-statusline"),
+        crate::support::exe("ktr-statusline"),
         &statusline.to_string(),
     );
     assert_eq!(code, 0, "the statusline hung on a FIFO cache");
-    let (code, _) = traced_hook(&sandbox, STOP, &sandbox.stop_input(SESSION, &transcript));
+    let (code, _) = traced_hook(
+        &sandbox,
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(SESSION, &transcript),
+    );
     assert_eq!(code, 0, "the Stop hook hung on a FIFO cache");
     for args in [["dirty"], ["plan"]] {
         let out = std::process::Command::new("timeout")
             .arg("20")
-            .arg(KTR)
+            .arg(crate::support::exe("ktr"))
             .args(args)
             .arg("--config")
             .arg(&sandbox.config)
@@ -662,7 +714,7 @@ fn human_output_carries_no_escape_sequences_from_data() {
     let evil = "window full\u{1b}]0;pwned\u{7}\u{1b}[2J";
     sandbox.store().request(evil, "REBUILD", None).unwrap();
     for args in [&["status"][..], &["ops"]] {
-        let out = run(&sandbox, KTR, args, "");
+        let out = run(&sandbox, crate::support::exe("ktr"), args, "");
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         let text = String::from_utf8(out.stdout).unwrap();
         assert!(
@@ -706,7 +758,7 @@ fn under_lock_contention_a_prompt_answers_within_a_second_or_so_and_says_what_ha
             .unwrap();
         lock.lock().unwrap();
         let start = Instant::now();
-        let out = run(&sandbox, env!("CARGO_BIN_EXE_ktr-prompt"), &[], &prompt);
+        let out = run(&sandbox, crate::support::exe("ktr-prompt"), &[], &prompt);
         let took = start.elapsed();
         drop(lock);
         assert_eq!(out.status.code(), Some(0));
@@ -736,7 +788,7 @@ fn an_op_file_naming_a_foreign_backup_is_refused_before_anything_is_opened() {
     let out = std::process::Command::new("strace")
         .args(["-f", "-qq", "-e", "trace=open,openat,openat2", "-o"])
         .arg(&log)
-        .arg(env!("CARGO_BIN_EXE_ktr-verify"))
+        .arg(crate::support::exe("ktr-verify"))
         .arg("--config")
         .arg(&sandbox.config)
         .args(["--operation", &op.id])

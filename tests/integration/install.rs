@@ -454,7 +454,7 @@ esac
 
     /// Run `install` with `args` (plus --prefix and the built binaries).
     fn install(&self, args: &[&str]) -> (String, i32) {
-        let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+        let bin_dir = Path::new(crate::support::exe("ktr")).parent().unwrap();
         let out = Command::new("sh")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install"))
             .arg("--prefix")
@@ -529,7 +529,7 @@ fn install_reinstall_and_uninstall_in_a_temp_home() {
 
     let (out, code) = h.install(&[]);
     assert_eq!(code, 0, "{out}");
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_ktr")).parent().unwrap();
+    let bin_dir = Path::new(crate::support::exe("ktr")).parent().unwrap();
     for b in ["ktr", "ktr-stop", "ktr-prompt", "ktr-ack", "ktr-mcp"] {
         let installed = h.prefix.join(b);
         assert_eq!(
@@ -886,13 +886,11 @@ fn the_plugin_dry_run_writes_nothing() {
 #[test]
 fn the_package_is_one_named_archive_with_the_plugin_and_every_binary_and_the_same_twice() {
     let tmp = temp();
-    let bins: Vec<String> = fs::read_to_string(crate::support::repo_file("Cargo.toml"))
+    let bins: Vec<String> = fs::read_dir(crate::support::repo_file("bins"))
         .unwrap()
-        .split("[[bin]]")
-        .skip(1)
-        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("name = ")))
-        .map(|n| n.trim_matches('"').to_string())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
+    assert_eq!(bins.len(), 12, "{bins:?}");
     let bin_dir = tmp.path().join("built");
     fs::create_dir_all(&bin_dir).unwrap();
     for b in &bins {
@@ -959,4 +957,22 @@ fn the_package_is_one_named_archive_with_the_plugin_and_every_binary_and_the_sam
         files.iter().all(|f| f.starts_with(&format!("{name}/"))),
         "{listing}"
     );
+}
+
+/// `./install --demo` (the README's first command) runs the drill with the
+/// binaries `./install` would install — the build installing reuses — and
+/// installs nothing: no binary in the prefix, no settings, no config.
+#[test]
+fn the_demo_runs_the_drill_with_the_install_build_and_installs_nothing() {
+    let h = Home::new();
+    let before = crate::support::tree(&h.home);
+    let (out, code) = h.install(&["--demo"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("demo finished: operation activated"), "{out}");
+    assert!(!h.prefix.exists(), "the demo installed binaries:\n{out}");
+    assert_eq!(crate::support::tree(&h.home), before, "{out}");
+    assert!(h.claude_calls().is_empty(), "{:?}", h.claude_calls());
+    let (out, code) = h.install(&["--demo", "--plugin"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("--demo only runs the drill"), "{out}");
 }

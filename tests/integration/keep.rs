@@ -78,7 +78,7 @@ impl Rig {
     }
 
     fn keep(&self, max: Duration) -> Keeper {
-        let program = Path::new(env!("CARGO_BIN_EXE_ktr-keep"));
+        let program = Path::new(crate::support::exe("ktr-keep"));
         self.target().keep_keys(program, &self.keep_dir, max)
     }
 
@@ -257,7 +257,7 @@ fn without_a_client_nothing_is_held() {
         target: "t:0.0".into(),
         bindings: None,
     });
-    let program = Path::new(env!("CARGO_BIN_EXE_ktr-keep"));
+    let program = Path::new(crate::support::exe("ktr-keep"));
     let mut keeper = target.keep_keys(program, dir.path(), Duration::from_secs(5));
     assert_eq!(keeper.holding(), 0);
     // The stage's log says why there was no popup.
@@ -387,7 +387,7 @@ fn the_recorder_never_writes_through_a_link() {
     fs::create_dir(&keep).unwrap();
     std::os::unix::fs::symlink(&outside, keep.join("keys")).unwrap();
     std::os::unix::fs::symlink(&outside, keep.join("error")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr-keep"))
+    let out = std::process::Command::new(crate::support::exe("ktr-keep"))
         .args(["--dir", &keep.to_string_lossy(), "--pane", "%0", "--socket"])
         .arg(dir.path().join("no-server"))
         .args(["--max-seconds", "1"])

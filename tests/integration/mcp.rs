@@ -44,7 +44,7 @@ impl Client {
     /// Start the server for `sb`, serving `session` (as Claude Code does
     /// through `CLAUDE_CODE_SESSION_ID`), without initializing.
     fn spawn(sb: &Sandbox, session: Option<&str>) -> Client {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ktr-mcp"));
+        let mut cmd = Command::new(crate::support::exe("ktr-mcp"));
         cmd.env_clear()
             .env("HOME", &sb.home)
             .env("PATH", "/usr/bin:/bin")
@@ -213,7 +213,7 @@ fn assert_conforms(schema: &Value, value: &Value, tool: &str) {
 }
 
 fn ktr_plan_json(sb: &Sandbox, transcript: &Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_ktr"))
+    let out = Command::new(crate::support::exe("ktr"))
         .env("HOME", &sb.home)
         .arg("--config")
         .arg(&sb.config)
@@ -636,7 +636,7 @@ fn closed_stdin_exits_cleanly_before_and_after_initialize() {
 
 #[test]
 fn bad_arguments_are_a_usage_error() {
-    let out = crate::support::isolated(&mut Command::new(env!("CARGO_BIN_EXE_ktr-mcp")))
+    let out = crate::support::isolated(&mut Command::new(crate::support::exe("ktr-mcp")))
         .args(["--session", "../x"])
         .stdin(Stdio::null())
         .output()

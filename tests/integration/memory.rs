@@ -10,8 +10,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::Sandbox;
-
-const KTR: &str = env!("CARGO_BIN_EXE_ktr");
 const SESSION: &str = "5e55a9e0-0000-4000-8000-00000000aaaa";
 
 /// Run `cmd` to its end: its exit code and the peak resident set (bytes)
@@ -251,7 +249,7 @@ fn a_huge_startup_context_is_prepared_verified_and_switched_without_being_held_w
 fn planned_measured(sandbox: &Sandbox, path: &std::path::Path) -> (std::path::PathBuf, u64) {
     let candidate = sandbox.root().join("candidate.jsonl");
     let (code, peak) = run_measured(
-        Command::new(KTR)
+        Command::new(crate::support::exe("ktr"))
             .args(["plan", "--show-candidate", "--config"])
             .arg(&sandbox.config)
             .arg("--transcript")
@@ -278,7 +276,7 @@ fn chained_measured(
     let log = sandbox.root().join("prepare.log");
     let (code, peak) = run_measured(
         sandbox
-            .command(env!("CARGO_BIN_EXE_ktr-prepare"))
+            .command(crate::support::exe("ktr-prepare"))
             .arg("--transcript")
             .arg(path)
             .args(["--confirm", "REBUILD"])

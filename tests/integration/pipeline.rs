@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use crate::support::rig::{Kind, Rig, SRC, UNHEALTHY_WINDOW, UNIT};
-use ktr_base::fsutil::sha256_hex;
+use ktr_base::digest::sha256_hex;
 use ktr_engine::conserve::{Expected, check};
 use ktr_pipeline::operation::{Operation, Status, manifest};
 use ktr_pipeline::targets::{SWITCHING_NOTICE, WAITING_NOTICE};
@@ -148,7 +148,7 @@ fn happy_path_activates_and_the_pane_resumes_the_candidate() {
 fn install_ack_hook(rig: &Rig) {
     let settings = rig.sandbox.home.join(".claude/settings.json");
     let hook = serde_json::json!({"hooks": {"SessionStart": [{"matcher": "resume", "hooks": [
-        {"type": "command", "command": format!("{} --config {}", env!("CARGO_BIN_EXE_ktr-ack"), rig.sandbox.config.display())}
+        {"type": "command", "command": format!("{} --config {}", crate::support::exe("ktr-ack"), rig.sandbox.config.display())}
     ]}]}});
     fs::write(settings, hook.to_string()).unwrap();
 }
@@ -158,7 +158,7 @@ fn install_ack_hook(rig: &Rig) {
 fn acking_rig(env: &[(&str, &str)], config: &str) -> Rig {
     let mut rig = Rig::tmux();
     install_ack_hook(&rig);
-    let ack = env!("CARGO_BIN_EXE_ktr-ack").to_string();
+    let ack = crate::support::exe("ktr-ack").to_string();
     let ack_config = rig.sandbox.config.display().to_string();
     rig.env.extend([
         ("FAKE_CLAUDE_ACK".to_string(), ack),
@@ -193,7 +193,7 @@ fn with_ktr_ack_installed_the_resume_receipt_is_required_and_recorded() {
     });
     let (_, code) = rig
         .sandbox
-        .hook(env!("CARGO_BIN_EXE_ktr-ack"), &later.to_string());
+        .hook(crate::support::exe("ktr-ack"), &later.to_string());
     assert_eq!(code, 0);
     let op = rig.store().load(&op.id).unwrap();
     assert_eq!(
@@ -464,7 +464,7 @@ fn the_freeze_waits_for_the_reply_of_the_scheduling_stop() {
         std::thread::sleep(std::time::Duration::from_millis(700));
         fs::write(&path, format!("{text}{record}\n")).unwrap();
     });
-    rig.hook_from_claude(SRC, env!("CARGO_BIN_EXE_ktr-stop"), &input.to_string());
+    rig.hook_from_claude(SRC, crate::support::exe("ktr-stop"), &input.to_string());
     late.join().unwrap();
     let op = rig.wait_terminal(&op.id);
     assert_eq!(op.status, Activated, "{:?}", op.error);
@@ -904,7 +904,7 @@ fn systemd_a_rollback_takes_the_turns_said_since_the_switch_along() {
 fn pointer_mode_runs_the_whole_pipeline_by_hand() {
     let rig = Rig::with(Kind::Pointer, "", &[]);
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_ktr-prepare"))
+        let out = Command::new(crate::support::exe("ktr-prepare"))
             .env_clear()
             .env("HOME", &rig.sandbox.home)
             .env("PATH", "/usr/bin:/bin")
@@ -1025,7 +1025,7 @@ fn tmux_the_pane_border_says_what_ktr_does_and_the_keyboard_is_never_held() {
     });
     rig.hook_from_claude(
         &current,
-        env!("CARGO_BIN_EXE_ktr-prompt"),
+        crate::support::exe("ktr-prompt"),
         &input.to_string(),
     );
     rig.unpause();
@@ -1059,7 +1059,7 @@ fn tmux_a_prompt_refused_while_the_gate_is_up_calls_the_switch_off() {
         "prompt": "还有一件事",
     });
     let (out, code) =
-        rig.hook_from_claude(SRC, env!("CARGO_BIN_EXE_ktr-prompt"), &input.to_string());
+        rig.hook_from_claude(SRC, crate::support::exe("ktr-prompt"), &input.to_string());
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("not sent"), "refused: {out}");
     rig.unpause();
@@ -1085,7 +1085,7 @@ fn tmux_ktr_prompt_tells_a_collision_with_the_switch_line_from_a_prompt() {
         let input = serde_json::json!({
             "session_id": SRC, "hook_event_name": "UserPromptSubmit", "prompt": text,
         });
-        let cmd = rig.program(env!("CARGO_BIN_EXE_ktr-prompt"));
+        let cmd = rig.program(crate::support::exe("ktr-prompt"));
         let (out, code) =
             crate::support::Sandbox::run_hook(cmd, &input.to_string(), &rig.hook_env());
         assert_eq!(code, 0, "{out}");
@@ -1149,7 +1149,7 @@ fn a_long_step_shows_its_progress_in_status_mcp_and_the_statusline() {
         "context_window": {"context_window_size": 200_000, "current_usage": {"input_tokens": 5}},
     });
     let (shown, code) = rig.sandbox.hook_env(
-        env!("CARGO_BIN_EXE_ktr-statusline"),
+        crate::support::exe("ktr-statusline"),
         &statusline.to_string(),
         &rig.hook_env(),
     );

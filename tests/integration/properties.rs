@@ -241,10 +241,10 @@ proptest! {
         // Independent verification accepts every candidate the selector writes.
         let candidate = dir.join(format!("{SESSION}.jsonl"));
         std::fs::write(&candidate, plan.candidate.bytes()).unwrap();
-        let sha = ktr_base::fsutil::sha256_file(&candidate).unwrap();
+        let sha = ktr_base::digest::sha256_file(&candidate).unwrap();
         let verified = ktr_engine::conserve::check(&config, &source, &candidate, &ktr_engine::conserve::Expected {
             session_id: &sid(SESSION),
-            backup_sha256: &ktr_base::fsutil::sha256_file(&source).unwrap(),
+            backup_sha256: &ktr_base::digest::sha256_file(&source).unwrap(),
             candidate_sha256: &sha,
             manifest: &plan.candidate.manifest,
             left_out: &plan.report.left_out,

@@ -498,7 +498,7 @@ fn a_100_mb_history_is_searched_within_32_mib() {
     let sb = Sandbox::new();
     big_history(&sb, 100);
     for query in ["nowhere-to-be-found", "MARKER-AT-START"] {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"));
+        let mut cmd = std::process::Command::new(crate::support::exe("ktr"));
         cmd.args([
             "recall",
             "--config",
@@ -657,7 +657,7 @@ fn resumed(sb: &Sandbox, session: &str) -> Value {
     let input =
         json!({"session_id": session, "source": "resume", "hook_event_name": "SessionStart"})
             .to_string();
-    let (out, code) = sb.hook(env!("CARGO_BIN_EXE_ktr-ack"), &input);
+    let (out, code) = sb.hook(crate::support::exe("ktr-ack"), &input);
     assert_eq!(code, 0);
     serde_json::from_str(&out).unwrap()
 }

@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use ktr_base::fsutil::sha256_hex;
+use ktr_base::digest::sha256_hex;
 
 use crate::support::plan::*;
 use crate::support::{Sandbox, tree};

@@ -10,9 +10,6 @@ use std::time::Duration;
 
 use crate::support::{Sandbox, stand_in, wait_for};
 use ktr_pipeline::operation::{Operation, Status};
-
-const KTR: &str = env!("CARGO_BIN_EXE_ktr");
-const KTR_PREPARE: &str = env!("CARGO_BIN_EXE_ktr-prepare");
 const SESSION: &str = "5d1c9a8e-3b7f-4e2a-9c61-0f2b7d4e8a13";
 
 fn runner_sh() -> PathBuf {
@@ -57,8 +54,8 @@ fn runner(sb: &Sandbox, pointer: &Path, log: &Path, extra: &[&OsStr]) -> Command
         .env("HOME", &sb.home)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("CLAUDE", stand_in("claude-print"))
-        .env("KTR", KTR)
-        .env("KTR_PREPARE", KTR_PREPARE)
+        .env("KTR", crate::support::exe("ktr"))
+        .env("KTR_PREPARE", crate::support::exe("ktr-prepare"))
         .env("FAKE_CLAUDE_LOG", log);
     cmd
 }
@@ -266,11 +263,11 @@ fn exchange(transcript: &Path, session: &str, n: usize) {
 fn stop_rolls_back(sb: &Sandbox, op: &Operation, new_id: &str) -> Operation {
     let transcript = sb.project.join(format!("{new_id}.jsonl"));
     // The real stages, not the sandbox's stand-ins.
-    let stages = Path::new(env!("CARGO_BIN_EXE_ktr-rollback"))
+    let stages = Path::new(crate::support::exe("ktr-rollback"))
         .parent()
         .unwrap();
     let (out, code) = sb.hook_env(
-        env!("CARGO_BIN_EXE_ktr-stop"),
+        crate::support::exe("ktr-stop"),
         &sb.stop_input(new_id, &transcript),
         &[("KTR_BIN_DIR".into(), stages.display().to_string())],
     );

@@ -55,7 +55,7 @@ fn traced_hook(sb: &Sandbox, bin: &str, input: &str) -> Vec<String> {
 
 /// `ktr-ack` as the SessionStart(resume) hook, under strace: removals seen.
 fn traced_ack(sb: &Sandbox) -> Vec<String> {
-    traced_hook(sb, env!("CARGO_BIN_EXE_ktr-ack"), &resume_input(sb))
+    traced_hook(sb, crate::support::exe("ktr-ack"), &resume_input(sb))
 }
 
 /// A person's folder holding what ktr would call its own names.
@@ -98,7 +98,7 @@ fn a_state_dir_that_is_home_root_or_holds_the_project_is_refused_and_nothing_is_
         "session_id": SESSION, "prompt": "hello", "prompt_id": "p-1",
         "hook_event_name": "UserPromptSubmit", "cwd": sb.work,
     });
-    let removed = traced_hook(&sb, env!("CARGO_BIN_EXE_ktr-prompt"), &prompt.to_string());
+    let removed = traced_hook(&sb, crate::support::exe("ktr-prompt"), &prompt.to_string());
     assert!(removed.is_empty(), "ktr-prompt removed: {removed:#?}");
     assert_eq!(tree(&sb.home), before, "nothing in the home folder changed");
     assert!(!sb.home.join(MARKER).exists());

@@ -10,9 +10,6 @@ use crate::support::OptionOrPanic;
 use crate::support::Sandbox;
 use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::{CandidateFile, Operation, Status};
-
-const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
-const ACK: &str = env!("CARGO_BIN_EXE_ktr-ack");
 const QUIET: &str = "{\"suppressOutput\":true}\n";
 const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 
@@ -28,8 +25,12 @@ pub(crate) fn message(stdout: &str) -> String {
 
 #[test]
 fn every_hook_answers_help_with_its_usage_not_a_hook_reply() {
-    let prompt = env!("CARGO_BIN_EXE_ktr-prompt");
-    for (bin, name) in [(STOP, "ktr-stop"), (ACK, "ktr-ack"), (prompt, "ktr-prompt")] {
+    let prompt = crate::support::exe("ktr-prompt");
+    for (bin, name) in [
+        (crate::support::exe("ktr-stop"), "ktr-stop"),
+        (crate::support::exe("ktr-ack"), "ktr-ack"),
+        (prompt, "ktr-prompt"),
+    ] {
         let out = std::process::Command::new(bin)
             .arg("--help")
             .env_clear()
@@ -54,7 +55,10 @@ fn nothing_pending_is_silent_and_needs_no_state_dir() {
     let transcript = sandbox.transcript(SESSION);
     assert!(!sandbox.state.exists());
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &transcript)
+        ),
         (QUIET.into(), 0)
     );
     assert!(!sandbox.state.exists(), "the fast path creates nothing");
@@ -62,7 +66,10 @@ fn nothing_pending_is_silent_and_needs_no_state_dir() {
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
     sandbox.walk(&op.id, &[Status::Scheduled, Status::Running], |_| {});
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &transcript)
+        ),
         (QUIET.into(), 0)
     );
     assert!(sandbox.records("ktr-prepare").is_empty());
@@ -72,7 +79,10 @@ fn nothing_pending_is_silent_and_needs_no_state_dir() {
 fn garbage_input_never_schedules_and_says_why() {
     let sandbox = Sandbox::new();
     // Garbage with nothing to do: silent.
-    assert_eq!(sandbox.hook(STOP, "\u{0}not json"), (QUIET.into(), 0));
+    assert_eq!(
+        sandbox.hook(crate::support::exe("ktr-stop"), "\u{0}not json"),
+        (QUIET.into(), 0)
+    );
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
     for garbage in [
         "",
@@ -81,7 +91,7 @@ fn garbage_input_never_schedules_and_says_why() {
         "{\"session_id\": 5}",
         "{\"session_id\":\"../x\",\"transcript_path\":\"/t\"}",
     ] {
-        let (out, code) = sandbox.hook(STOP, garbage);
+        let (out, code) = sandbox.hook(crate::support::exe("ktr-stop"), garbage);
         assert_eq!(code, 0);
         let m = message(&out);
         assert!(
@@ -90,7 +100,7 @@ fn garbage_input_never_schedules_and_says_why() {
         );
     }
     let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(2 << 20));
-    let (out, code) = sandbox.hook(STOP, &huge);
+    let (out, code) = sandbox.hook(crate::support::exe("ktr-stop"), &huge);
     assert_eq!(code, 0);
     assert!(message(&out).contains("larger than 1 MiB"));
     assert_eq!(
@@ -108,7 +118,7 @@ fn a_broken_config_never_schedules_and_names_the_problem() {
     let input = sandbox.stop_input(SESSION, &transcript);
 
     sandbox.write_config("healthcheck_secs = 5");
-    let (out, code) = sandbox.hook(STOP, &input);
+    let (out, code) = sandbox.hook(crate::support::exe("ktr-stop"), &input);
     assert_eq!(code, 0);
     let m = message(&out);
     assert!(
@@ -117,14 +127,14 @@ fn a_broken_config_never_schedules_and_names_the_problem() {
     );
 
     fs::write(&sandbox.config, "state_dir = [").unwrap();
-    let (out, code) = sandbox.hook(STOP, &input);
+    let (out, code) = sandbox.hook(crate::support::exe("ktr-stop"), &input);
     assert_eq!(code, 0);
     assert!(message(&out).contains("is not valid TOML"), "{out}");
 
     // A config that is not there is an error, never the default state dir
     // (on an operator's machine that is the live installation).
     fs::remove_file(&sandbox.config).unwrap();
-    let (out, code) = sandbox.hook(STOP, &input);
+    let (out, code) = sandbox.hook(crate::support::exe("ktr-stop"), &input);
     assert_eq!(code, 0);
     assert!(message(&out).contains("does not exist"), "{out}");
     assert_eq!(
@@ -139,7 +149,10 @@ fn pending_is_scheduled_and_prepare_started_detached() {
     let sandbox = Sandbox::new();
     let transcript = sandbox.transcript(SESSION);
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
-    let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    let (out, code) = sandbox.hook(
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(SESSION, &transcript),
+    );
     assert_eq!(code, 0);
     assert!(
         message(&out).contains(&format!("rebuild scheduled (operation {})", op.id)),
@@ -185,7 +198,10 @@ fn pending_is_scheduled_and_prepare_started_detached() {
 
     // The next Stop finds nothing to do.
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &transcript)
+        ),
         (QUIET.into(), 0)
     );
     assert_eq!(sandbox.records("ktr-prepare").len(), 1);
@@ -201,7 +217,10 @@ fn a_transcript_not_written_yet_is_scheduled() {
     let sandbox = Sandbox::new();
     let transcript = sandbox.project.join(format!("{SESSION}.jsonl"));
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
-    let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    let (out, code) = sandbox.hook(
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(SESSION, &transcript),
+    );
     assert_eq!(code, 0);
     assert!(
         message(&out).contains(&format!("rebuild scheduled (operation {})", op.id)),
@@ -224,7 +243,10 @@ fn a_transcript_not_written_yet_is_scheduled() {
         sandbox.project.join(format!("{SESSION}.txt")),
     ] {
         assert_eq!(
-            sandbox.hook(STOP, &sandbox.stop_input(SESSION, &path)),
+            sandbox.hook(
+                crate::support::exe("ktr-stop"),
+                &sandbox.stop_input(SESSION, &path)
+            ),
             (QUIET.into(), 0),
             "{}",
             path.display()
@@ -244,7 +266,10 @@ fn a_session_bound_operation_ignores_other_sessions() {
         .request("big", "REBUILD", Some(&SessionId::parse(mine).unwrap()))
         .unwrap();
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &other)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &other)
+        ),
         (QUIET.into(), 0)
     );
     assert_eq!(
@@ -253,7 +278,10 @@ fn a_session_bound_operation_ignores_other_sessions() {
     );
     assert!(sandbox.records("ktr-prepare").is_empty());
 
-    let (out, _) = sandbox.hook(STOP, &sandbox.stop_input(mine, &sandbox.transcript(mine)));
+    let (out, _) = sandbox.hook(
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(mine, &sandbox.transcript(mine)),
+    );
     assert!(message(&out).contains("scheduled"), "{out}");
     assert_eq!(
         sandbox.store().load(&op.id).unwrap().status,
@@ -270,14 +298,20 @@ fn an_unbound_operation_ignores_sessions_of_other_projects() {
     fs::write(&foreign, "{}\n").unwrap();
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &foreign)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &foreign)
+        ),
         (QUIET.into(), 0)
     );
     // A symlink inside the project that points outside does not count either.
     let link = sandbox.project.join("link.jsonl");
     std::os::unix::fs::symlink(&foreign, &link).unwrap();
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &link)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &link)
+        ),
         (QUIET.into(), 0)
     );
     let op = sandbox.store().load(&op.id).unwrap();
@@ -290,7 +324,10 @@ fn a_failed_spawn_leaves_the_operation_pending_and_tells_the_human() {
     let transcript = sandbox.transcript(SESSION);
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
     fs::remove_file(sandbox.bin.join("ktr-prepare")).unwrap();
-    let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    let (out, code) = sandbox.hook(
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(SESSION, &transcript),
+    );
     assert_eq!(code, 0);
     let m = message(&out);
     assert!(
@@ -311,7 +348,12 @@ fn fifty_simultaneous_stop_hooks_start_exactly_one_worker() {
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
     let input = sandbox.stop_input(SESSION, &transcript);
     let mut children: Vec<_> = (0..50)
-        .map(|_| sandbox.command(STOP).spawn().unwrap())
+        .map(|_| {
+            sandbox
+                .command(crate::support::exe("ktr-stop"))
+                .spawn()
+                .unwrap()
+        })
         .collect();
     for child in &mut children {
         child
@@ -360,7 +402,10 @@ fn systemd_user_mode_starts_the_stage_in_its_own_scope_of_the_user_manager() {
     .unwrap();
     let transcript = sandbox.transcript(SESSION);
     let op = sandbox.store().request("big", "REBUILD", None).unwrap();
-    let (out, _) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    let (out, _) = sandbox.hook(
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(SESSION, &transcript),
+    );
     assert!(message(&out).contains("scheduled"), "{out}");
     let scope = sandbox.wait_records("systemd-run", 1);
     let stage = sandbox.wait_records("ktr-prepare", 1);
@@ -423,11 +468,14 @@ fn rollback_pending_starts_rollback_from_the_candidate_session_only() {
         .unwrap();
     let old = sandbox.transcript(SESSION);
     assert_eq!(
-        sandbox.hook(STOP, &sandbox.stop_input(SESSION, &old)),
+        sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &old)
+        ),
         (QUIET.into(), 0)
     );
     let (out, _) = sandbox.hook(
-        STOP,
+        crate::support::exe("ktr-stop"),
         &sandbox.stop_input(candidate, &sandbox.transcript(candidate)),
     );
     assert!(message(&out).contains("rollback scheduled"), "{out}");
@@ -457,18 +505,21 @@ fn ack_records_the_measured_context_of_the_resumed_candidate() {
     };
     // Not a resume, or not the candidate: nothing recorded.
     assert_eq!(
-        sandbox.hook(ACK, &input(candidate, "startup")),
+        sandbox.hook(crate::support::exe("ktr-ack"), &input(candidate, "startup")),
         (QUIET.into(), 0)
     );
     assert_eq!(
-        sandbox.hook(ACK, &input(SESSION, "resume")),
+        sandbox.hook(crate::support::exe("ktr-ack"), &input(SESSION, "resume")),
         (QUIET.into(), 0)
     );
-    assert_eq!(sandbox.hook(ACK, "garbage"), (QUIET.into(), 0));
+    assert_eq!(
+        sandbox.hook(crate::support::exe("ktr-ack"), "garbage"),
+        (QUIET.into(), 0)
+    );
     assert_eq!(sandbox.store().load(&op.id).unwrap().ack, None);
 
     assert_eq!(
-        sandbox.hook(ACK, &input(candidate, "resume")),
+        sandbox.hook(crate::support::exe("ktr-ack"), &input(candidate, "resume")),
         (QUIET.into(), 0)
     );
     let op = sandbox.store().load(&op.id).unwrap();
@@ -514,7 +565,10 @@ fn a_lost_or_damaged_active_never_kills_a_pending_request() {
         let transcript = sandbox.transcript(SESSION);
         let op = sandbox.store().request("big", "REBUILD", None).unwrap();
         damage(&sandbox.state.join("active"));
-        let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+        let (out, code) = sandbox.hook(
+            crate::support::exe("ktr-stop"),
+            &sandbox.stop_input(SESSION, &transcript),
+        );
         assert_eq!(code, 0, "{what}");
         assert!(
             message(&out).contains("scheduled"),
@@ -541,7 +595,10 @@ fn a_log_that_cannot_be_written_never_misreports_the_operation() {
     let target = sandbox.root().join("elsewhere.log");
     fs::remove_file(sandbox.state.join("ktr.log")).unwrap();
     std::os::unix::fs::symlink(&target, sandbox.state.join("ktr.log")).unwrap();
-    let (out, code) = sandbox.hook(STOP, &sandbox.stop_input(SESSION, &transcript));
+    let (out, code) = sandbox.hook(
+        crate::support::exe("ktr-stop"),
+        &sandbox.stop_input(SESSION, &transcript),
+    );
     assert_eq!(code, 0);
     let m = message(&out);
     assert!(

@@ -75,7 +75,7 @@ fn tmux_a_rebuild_of_the_session_the_pane_does_not_run_is_refused() {
 
     // The CLI refuses such a request up front: it can see what the pane runs.
     let out = rig
-        .program(env!("CARGO_BIN_EXE_ktr"))
+        .program(crate::support::exe("ktr"))
         .envs(rig.hook_env())
         .args(["request", "--confirm", "REBUILD", "--session", OTHER])
         .output()
@@ -372,7 +372,7 @@ fn systemd_a_failing_systemd_run_is_reported_and_the_request_stays_pending() {
 /// `ktr doctor --json` run like a hook of the rig: name → (ok, detail).
 fn doctor(rig: &Rig) -> Vec<(String, bool, String)> {
     let out = rig
-        .program(env!("CARGO_BIN_EXE_ktr"))
+        .program(crate::support::exe("ktr"))
         .envs(rig.hook_env())
         .args(["doctor", "--json"])
         .output()

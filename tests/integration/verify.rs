@@ -37,7 +37,7 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
     Prepared {
         _sandbox: sandbox,
         config,
-        backup_sha256: ktr_base::fsutil::sha256_file(&backup).unwrap(),
+        backup_sha256: ktr_base::digest::sha256_file(&backup).unwrap(),
         backup,
         candidate,
         plan,
@@ -46,7 +46,7 @@ fn prepare(source: &Path, extra: &str) -> Prepared {
 
 impl Prepared {
     fn verify(&self) -> Result<conserve::ConservationCounts, ktr_base::Error> {
-        let sha = ktr_base::fsutil::sha256_file(&self.candidate).unwrap();
+        let sha = ktr_base::digest::sha256_file(&self.candidate).unwrap();
         conserve::check(
             &self.config,
             &self.backup,

@@ -11,10 +11,6 @@ use crate::stop_hook::message;
 use crate::support::{Sandbox, example};
 use ktr_base::ids::SessionId;
 use ktr_pipeline::operation::Status;
-
-const STOP: &str = env!("CARGO_BIN_EXE_ktr-stop");
-const PRECOMPACT: &str = env!("CARGO_BIN_EXE_ktr-precompact");
-const STATUSLINE: &str = env!("CARGO_BIN_EXE_ktr-statusline");
 const QUIET: &str = "{\"suppressOutput\":true}\n";
 const SESSION: &str = "11111111-2222-4333-8444-555555555555";
 /// The guard's whole line when the target does not run the session.
@@ -183,7 +179,9 @@ impl Session {
             "hook_event_name": "Stop", "stop_hook_active": false,
             "last_assistant_message": format!("REPLY-{tag}"),
         });
-        let (out, code) = self.sandbox.hook(STOP, &input.to_string());
+        let (out, code) = self
+            .sandbox
+            .hook(crate::support::exe("ktr-stop"), &input.to_string());
         assert_eq!(code, 0);
         out
     }
@@ -194,7 +192,9 @@ impl Session {
             "prompt_id": "p1", "hook_event_name": "PreCompact", "trigger": trigger,
             "custom_instructions": null,
         });
-        let (out, code) = self.sandbox.hook(PRECOMPACT, &input.to_string());
+        let (out, code) = self
+            .sandbox
+            .hook(crate::support::exe("ktr-precompact"), &input.to_string());
         assert_eq!(code, 0);
         if out.is_empty() {
             return serde_json::Value::Null;
@@ -212,7 +212,7 @@ impl Session {
                     "output_tokens": 10, "cache_creation_input_tokens": 0,
                     "cache_read_input_tokens": 0}))},
         });
-        let mut cmd = self.sandbox.command(STATUSLINE);
+        let mut cmd = self.sandbox.command(crate::support::exe("ktr-statusline"));
         cmd.args(args);
         let env: Vec<(String, String)> = env
             .iter()
@@ -522,7 +522,7 @@ fn the_statusline_never_prints_escape_sequences_from_its_input() {
         "workspace": {"current_dir": "/w/proj\u{1b}[31m\u{9b}1m"},
         "context_window": {"context_window_size": 200_000, "current_usage": null},
     });
-    let (out, code) = sandbox.hook(env!("CARGO_BIN_EXE_ktr-statusline"), &input.to_string());
+    let (out, code) = sandbox.hook(crate::support::exe("ktr-statusline"), &input.to_string());
     assert_eq!(code, 0);
     assert_eq!(out, "Opus?]0;pwned??[2J · proj?[31m?1m · ktr –\n");
 }
@@ -625,7 +625,7 @@ fn every_advice_line_names_the_usage_of_the_reply_that_just_ended() {
         })
         .to_string();
         let out = std::thread::scope(|scope| {
-            let hook = scope.spawn(|| s.sandbox.hook(STOP, &input));
+            let hook = scope.spawn(|| s.sandbox.hook(crate::support::exe("ktr-stop"), &input));
             // The turn reaches the file while the hook already runs.
             std::thread::sleep(Duration::from_millis(300));
             fs::OpenOptions::new()
@@ -695,7 +695,9 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect();
-        let (out, code) = s.sandbox.hook_env(STOP, &input.to_string(), &env);
+        let (out, code) =
+            s.sandbox
+                .hook_env(crate::support::exe("ktr-stop"), &input.to_string(), &env);
         assert_eq!(code, 0);
         out
     };
@@ -744,7 +746,7 @@ fn the_advice_and_status_follow_claude_codes_compaction_setting() {
         op.transcript_path = Some(transcript);
     });
     let status = |env: &[(&str, &str)]| {
-        let mut cmd = s.sandbox.command(env!("CARGO_BIN_EXE_ktr"));
+        let mut cmd = s.sandbox.command(crate::support::exe("ktr"));
         cmd.args(["status", "--json"]).envs(env.iter().copied());
         let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
         assert!(

@@ -33,8 +33,8 @@ use serde::Serialize;
 
 use crate::report::age;
 use ktr_base::config::Config;
+use ktr_base::digest::sha256_file;
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::sha256_file;
 use ktr_base::ids::{OperationId, SessionId};
 use ktr_pipeline::operation::{Operation, Stage, Status, Store};
 use ktr_pipeline::recall::lineage;

@@ -7,7 +7,7 @@
 use std::io::Write;
 
 /// The version every executable reports (the workspace's).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// How an executable was called: for its help, its version, or to run with
 /// the parsed arguments `T`.

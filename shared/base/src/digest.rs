@@ -1,5 +1,5 @@
-//! SHA-256 digests as the operation file keeps them: 64 lower-case hex
-//! characters. Made only by hashing (or by a checked parse), and checked
+//! SHA-256: of bytes, of a file streamed, of an open file's prefix; and the
+//! digest as the operation file keeps it, 64 lower-case hex characters. Made only by hashing (or by a checked parse), and checked
 //! when deserialized, so an edited operation file with a bad digest is
 //! refused at load, naming the field. Serialized as the plain hex string
 //! (the file format is unchanged).
@@ -9,11 +9,75 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
+use std::io::Read;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::Digest as _;
 
 use crate::error::{Error, Result};
-use crate::fsutil;
+use crate::open::{Links, open_regular};
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+/// SHA-256 of bytes, as lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&sha2::Sha256::digest(bytes))
+}
+
+/// SHA-256 of a file's content, streamed, as lower-case hex. Only a
+/// regular file is read, never through a symlink as the last component
+/// (every file ktr digests is named by a resolved path).
+pub fn sha256_file(path: &Path) -> Result<String> {
+    sha256_file_with(path, |_| {})
+}
+
+/// [`sha256_file`], handing every chunk read to `each` as well (one read
+/// serves another measure of the file).
+pub fn sha256_file_with(path: &Path, mut each: impl FnMut(&[u8])) -> Result<String> {
+    let mut file = open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| Error::io_at("read", path, &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        each(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// SHA-256 of the first `len` bytes of an open file, read with `pread` (the
+/// file's offset is left to a concurrent reader). Returns the digest and
+/// how many bytes there were (fewer than `len` if the file shrank).
+pub fn sha256_prefix(file: &File, len: u64) -> io::Result<(String, u64)> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
+    while at < len {
+        let want = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok((hex(&hasher.finalize()), at))
+}
 
 /// A SHA-256 digest in lower-case hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -36,23 +100,23 @@ impl Sha256 {
 
     /// The digest of `bytes`.
     pub fn of_bytes(bytes: &[u8]) -> Sha256 {
-        Sha256(fsutil::sha256_hex(bytes))
+        Sha256(sha256_hex(bytes))
     }
 
-    /// The digest of a file's content ([`fsutil::sha256_file`]).
+    /// The digest of a file's content ([`sha256_file`]).
     pub fn of_file(path: &Path) -> Result<Sha256> {
-        fsutil::sha256_file(path).map(Sha256)
+        sha256_file(path).map(Sha256)
     }
 
     /// The digest of an open file's first `len` bytes and how many there
-    /// were ([`fsutil::sha256_prefix`]).
+    /// were ([`sha256_prefix`]).
     pub fn of_prefix(file: &File, len: u64) -> io::Result<(Sha256, u64)> {
-        fsutil::sha256_prefix(file, len).map(|(hex, n)| (Sha256(hex), n))
+        sha256_prefix(file, len).map(|(hex, n)| (Sha256(hex), n))
     }
 
     /// The digest a streaming hasher arrived at.
     pub fn of_hasher(hasher: sha2::Sha256) -> Sha256 {
-        Sha256(fsutil::hex(&hasher.finalize()))
+        Sha256(hex(&hasher.finalize()))
     }
 
     /// The digest as hex.
@@ -113,6 +177,14 @@ impl<'de> Deserialize<'de> for Sha256 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_and_digest_match_known_vector() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn only_64_lower_case_hex_characters_read_as_a_digest() {

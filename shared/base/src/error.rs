@@ -158,7 +158,7 @@ impl StdError for Error {
 
 /// Whether `err` says there is no room to write: a full file system, a
 /// quota, or the file size limit.
-pub fn out_of_space(err: &std::io::Error) -> bool {
+pub(crate) fn out_of_space(err: &std::io::Error) -> bool {
     matches!(
         err.raw_os_error(),
         Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)

@@ -1,4 +1,4 @@
-//! Durable file writes and digests.
+//! Durable file writes.
 //!
 //! Every state or candidate file is written the same way: a temp file in the
 //! same directory, `fsync`, rename over the destination, `fsync` the directory.
@@ -15,68 +15,6 @@ use sha2::{Digest, Sha256};
 use crate::digest;
 use crate::error::{Error, Result};
 use crate::open::{Links, open_regular};
-
-/// Lower-case hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
-    }
-    out
-}
-
-/// SHA-256 of bytes, as lower-case hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// SHA-256 of a file's content, streamed, as lower-case hex. Only a
-/// regular file is read, never through a symlink as the last component
-/// (every file ktr digests is named by a resolved path).
-pub fn sha256_file(path: &Path) -> Result<String> {
-    sha256_file_with(path, |_| {})
-}
-
-/// [`sha256_file`], handing every chunk read to `each` as well (one read
-/// serves another measure of the file).
-pub fn sha256_file_with(path: &Path, mut each: impl FnMut(&[u8])) -> Result<String> {
-    let mut file = open_regular(path, Links::Refuse).map_err(|e| Error::io_at("read", path, &e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| Error::io_at("read", path, &e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        each(&buf[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
-}
-
-/// SHA-256 of the first `len` bytes of an open file, read with `pread` (the
-/// file's offset is left to a concurrent reader). Returns the digest and
-/// how many bytes there were (fewer than `len` if the file shrank).
-pub fn sha256_prefix(file: &File, len: u64) -> io::Result<(String, u64)> {
-    use std::os::unix::fs::FileExt;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut at = 0u64;
-    while at < len {
-        let want = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
-        let n = file.read_at(&mut buf[..want], at)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        at += n as u64;
-    }
-    Ok((hex(&hasher.finalize()), at))
-}
 
 /// Whether to replace an existing destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,14 +272,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hex_and_digest_match_known_vector() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    #[test]
     fn atomic_write_sets_mode_and_refuses_existing() {
         let dir = std::env::temp_dir().join(format!("ktr-fsutil-{}", uuid::Uuid::new_v4()));
         fs::create_dir_all(&dir).unwrap();
@@ -410,7 +340,7 @@ mod tests {
         fs::write(&src, &content).unwrap();
         let digest = copy_atomic(&src, &dst, 0o600, Existing::Refuse).unwrap();
         assert_eq!(digest, crate::digest::Sha256::of_bytes(content.as_bytes()));
-        assert_eq!(sha256_file(&dst).unwrap(), digest);
+        assert_eq!(crate::digest::sha256_file(&dst).unwrap(), digest);
         assert_eq!(
             fs::metadata(&dst).unwrap().permissions().mode() & 0o777,
             0o600

@@ -159,7 +159,7 @@ pub fn marked(dir: &Path) -> bool {
 }
 
 /// Whether `name` is one ktr writes directly in its state dir.
-pub fn is_own_name(name: &str, pointer: Option<&str>) -> bool {
+pub(crate) fn is_own_name(name: &str, pointer: Option<&str>) -> bool {
     let own = |n: &str| {
         n == MARKER
             || NAMES.iter().any(|(own, _)| *own == n)

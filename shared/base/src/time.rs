@@ -1,9 +1,9 @@
 //! RFC 3339 UTC timestamps (`2026-11-29T08:15:02.113Z`), written and parsed
-//! without a calendar crate.
+//! by the `humantime` crate.
 
 use std::fmt;
 use std::ops::Deref;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -76,81 +76,28 @@ pub fn now_rfc3339() -> String {
     rfc3339(SystemTime::now())
 }
 
-/// Format a time as RFC 3339 UTC with milliseconds.
+/// Format a time as RFC 3339 UTC with milliseconds (a time before 1970 as
+/// 1970).
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let (y, m, day) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    humantime::format_rfc3339_millis(t.max(SystemTime::UNIX_EPOCH)).to_string()
 }
 
-/// Parse what [`rfc3339`] writes (`YYYY-MM-DDTHH:MM:SS[.fff]Z`).
+/// Parse what [`rfc3339`] writes (`YYYY-MM-DDTHH:MM:SS[.fff…]Z`, UTC
+/// only: not the `+00:00` or the empty fraction `humantime` also takes), to
+/// the millisecond.
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let b = s.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-        || !s.ends_with('Z')
-    {
+    if !s.ends_with('Z') || s.ends_with(".Z") {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<u64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let frac = &s[19..s.len() - 1];
-    let millis = match frac.strip_prefix('.') {
-        None if frac.is_empty() => 0,
-        Some(digits) if !digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()) => {
-            format!("{:0<3}", &digits[..digits.len().min(3)])
-                .parse()
-                .ok()?
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(y as i64, mo as u32, d as u32);
-    let secs = u64::try_from(days).ok()? * 86_400 + h * 3600 + mi * 60 + sec;
-    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
-}
-
-// Howard Hinnant's civil calendar algorithms.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let t = humantime::parse_rfc3339(s).ok()?;
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(since.as_millis() as u64))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn rfc3339_round_trips() {
@@ -172,6 +119,8 @@ mod tests {
             "2023-13-01T00:00:00Z",
             "2023-11-14T22:13:20.Z",
             "2023-11-14T22:13:20+01:00",
+            "2023-11-14T22:13:20+00:00",
+            "1969-12-31T23:59:59Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
             assert!(Timestamp::parse(bad).is_err(), "{bad}");

@@ -14,12 +14,12 @@ use crate::reread::{Reread, Said};
 use crate::scan::{Event, Meta};
 use crate::transcript::is_timestamp;
 use crate::turns::{Item, ItemKind, Role, Selection};
+use ktr_base::digest::sha256_hex;
 use ktr_base::error::Result;
-use ktr_base::fsutil::sha256_hex;
 use ktr_base::ids::SessionId;
 
 /// Namespace of item uuids (a fixed, documented constant).
-pub const ITEM_NAMESPACE: Uuid = Uuid::from_u128(0x6b74_7200_5f1e_4c2a_9d3b_7a11_c0de_0001);
+pub(crate) const ITEM_NAMESPACE: Uuid = Uuid::from_u128(0x6b74_7200_5f1e_4c2a_9d3b_7a11_c0de_0001);
 
 /// Timestamp used only when the source has no usable timestamp at all.
 const EPOCH: &str = "1970-01-01T00:00:00.000Z";

@@ -14,7 +14,7 @@ use ktr_base::config::HistoryMode;
 
 /// The conversation's records, in order.
 #[derive(Debug)]
-pub struct History {
+pub(crate) struct History {
     /// Indices into `scan.events`, in conversation order.
     pub events: Vec<usize>,
     /// Chain, or file order (as asked, or as a fallback).

@@ -137,7 +137,7 @@ fn trailing_element(s: &str) -> Option<(&'static str, usize)> {
 
 /// Why a user record is not speech (counted in the plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotSpeech {
+pub(crate) enum NotSpeech {
     Sidechain,
     ToolResult,
     TeammateMessage,
@@ -154,7 +154,7 @@ pub enum NotSpeech {
 /// text borrows from the record when it can: a huge message is not copied
 /// to be classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UserReading<'r> {
+pub(crate) enum UserReading<'r> {
     /// Words the person (or a channel) sent.
     Speech(Cow<'r, str>),
     /// A slash command, rendered `/name args`; speech only if answered.
@@ -171,7 +171,7 @@ pub enum UserReading<'r> {
 /// What one user record gives: its reading plus what the ledger and the
 /// startup snapshot need.
 #[derive(Debug, Clone)]
-pub struct UserRecord<'r> {
+pub(crate) struct UserRecord<'r> {
     pub reading: UserReading<'r>,
     /// Raw text of the record before stripping (text blocks joined).
     pub raw_text: Cow<'r, str>,
@@ -184,7 +184,7 @@ pub struct UserRecord<'r> {
 const REJECTION_MARKER: &str = "the user said:\n";
 
 /// Classify a `user` record.
-pub fn read_user<'r>(record: &'r Record<'_>) -> UserRecord<'r> {
+pub(crate) fn read_user<'r>(record: &'r Record<'_>) -> UserRecord<'r> {
     let mut raw_parts: Vec<Cow<'r, str>> = Vec::new();
     let mut tool_result: Option<String> = None;
     match &record.message.content {
@@ -377,7 +377,7 @@ fn rejection_words(result: &str) -> Option<String> {
 }
 
 /// A channel message envelope: `<channel … source="…">`.
-pub fn is_channel(text: &str) -> bool {
+pub(crate) fn is_channel(text: &str) -> bool {
     let t = text.trim_start();
     t.starts_with("<channel")
         && matches!(t.as_bytes().get(8), Some(b' ' | b'\n' | b'\t' | b'>'))
@@ -386,7 +386,7 @@ pub fn is_channel(text: &str) -> bool {
 
 /// Classify a `queued_command` attachment: typed or channel input queued
 /// while the assistant was working.
-pub fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading<'static>> {
+pub(crate) fn read_queued(attachment: &Attachment<'_>) -> Option<UserReading<'static>> {
     if attachment.kind() != "queued_command" {
         return None;
     }
@@ -445,7 +445,7 @@ pub fn session_start_context(attachment: &Attachment<'_>) -> Option<String> {
 
 /// The reading of an assistant record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AssistantReading {
+pub(crate) enum AssistantReading {
     /// Text and reply-tool texts, in block order, joined by a blank line.
     Speech(String),
     /// A `<synthetic>` filler record.
@@ -457,7 +457,7 @@ pub enum AssistantReading {
 }
 
 /// Classify an `assistant` record.
-pub fn read_assistant(record: &Record<'_>, reply_tool: &Regex) -> AssistantReading {
+pub(crate) fn read_assistant(record: &Record<'_>, reply_tool: &Regex) -> AssistantReading {
     if record.sidechain() || record.meta() {
         return AssistantReading::Sidechain;
     }

@@ -22,8 +22,8 @@ use crate::meter::Meter;
 use crate::options::EngineOptions;
 use crate::plan::{self, LeftOut};
 use crate::transcript::is_timestamp;
+use ktr_base::digest::{sha256_file, sha256_file_with};
 use ktr_base::error::{Error, Result};
-use ktr_base::fsutil::{sha256_file, sha256_file_with};
 use ktr_base::ids::SessionId;
 
 /// What the operation recorded at prepare time. The manifest is read as a
@@ -228,7 +228,7 @@ struct Digest(sha2::Sha256);
 
 impl Digest {
     fn sha256(self) -> String {
-        ktr_base::fsutil::hex(&sha2::Digest::finalize(self.0))
+        ktr_base::digest::hex(&sha2::Digest::finalize(self.0))
     }
 }
 
@@ -828,7 +828,7 @@ fn trimmed<'p>(pieces: impl IntoIterator<Item = &'p str>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::LongestLine;
-    use ktr_base::fsutil::sha256_file_with;
+    use ktr_base::digest::sha256_file_with;
 
     fn longest_line(path: &std::path::Path) -> u64 {
         let mut longest = LongestLine::default();

@@ -28,7 +28,7 @@ pub type Next<'a> = (LineAt, Option<&'a [u8]>);
 const KEPT: usize = 1 << 20;
 
 /// Reads lines from `input`.
-pub struct Lines<R> {
+pub(crate) struct Lines<R> {
     input: R,
     /// The file `input` reads, to read a long text again later (`None`:
     /// only the facts of long texts are kept).
@@ -57,7 +57,7 @@ impl<R: BufRead> Lines<R> {
     /// Lines as they are: no survey (`surrogates` left empty), nothing
     /// mapped; the caller surveys the lines that need it (the scan: those
     /// whose record walk met a surrogate escape).
-    pub fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
+    pub(crate) fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
         Lines {
             survey: false,
             ..Lines::new(input, file)
@@ -217,7 +217,7 @@ fn read_until_or<R: BufRead>(
 }
 
 /// `buf` without its newline and any `\r` before it.
-pub fn trim_newline(buf: &[u8]) -> &[u8] {
+pub(crate) fn trim_newline(buf: &[u8]) -> &[u8] {
     let mut end = buf.len();
     while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
         end -= 1;
@@ -233,7 +233,7 @@ fn trim_lf(buf: &[u8]) -> &[u8] {
 /// The skeleton of the line at `at` (its `len` bytes, without the
 /// newline) in `file`, read a chunk at a time: `None` when a long string
 /// in it is not a valid JSON string.
-pub fn skeleton_at(
+pub(crate) fn skeleton_at(
     file: &Arc<dyn ReadAt>,
     offset: u64,
     len: u64,
@@ -304,7 +304,7 @@ mod tests {
         assert_eq!(span::head(token), decoded[..4096]);
         assert_eq!(
             span::sha256(token).unwrap(),
-            ktr_base::fsutil::sha256_hex(decoded.as_bytes())
+            ktr_base::digest::sha256_hex(decoded.as_bytes())
         );
         assert_eq!(got[1], (long.len(), 13, Some(b"{\"next\":true}".to_vec())));
     }
@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(count, text.chars().count());
         assert_eq!(head, text.chars().take(10).collect::<String>());
         assert_eq!(tail, text.chars().skip(count - 10).collect::<String>());
-        assert_eq!(span::counts(&token), crate::scan::Counts::of(&text));
+        assert_eq!(span::counts(&token), crate::counts::Counts::of(&text));
         assert!(!span::blank(&token));
     }
 

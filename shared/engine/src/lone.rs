@@ -128,7 +128,7 @@ pub fn survey(line: &[u8]) -> Surrogates {
 
 /// What `line` holds ([`survey`]) and, when it holds a lone surrogate,
 /// the line mapped for the parse ([`map_line`]).
-pub fn survey_and_map(line: &[u8]) -> (Surrogates, Option<Vec<u8>>) {
+pub(crate) fn survey_and_map(line: &[u8]) -> (Surrogates, Option<Vec<u8>>) {
     let surrogates = survey(line);
     let mapped = (surrogates.lone > 0).then(|| map_line(line)).flatten();
     (surrogates, mapped)
@@ -136,7 +136,7 @@ pub fn survey_and_map(line: &[u8]) -> (Surrogates, Option<Vec<u8>>) {
 
 /// Whether `line` holds a character of the stand-ins' range written as
 /// itself (not escaped).
-pub fn reserved_raw(line: &[u8]) -> bool {
+pub(crate) fn reserved_raw(line: &[u8]) -> bool {
     // U+10F800..U+10FFFF in UTF-8: F4 8F A0..BF xx (F4 alone is rare in
     // text, and one byte is searched for faster than two).
     memchr::memchr_iter(0xF4, line).any(|at| {
@@ -172,7 +172,7 @@ pub fn stand_in(unit: u32) -> Option<char> {
 }
 
 /// Whether `c` stands for a lone surrogate.
-pub fn is_stand_in(c: char) -> bool {
+pub(crate) fn is_stand_in(c: char) -> bool {
     c as u32 >= BASE
 }
 
@@ -181,7 +181,7 @@ pub fn is_stand_in(c: char) -> bool {
 /// turned back into its lone surrogate escape, lowercase as JavaScript
 /// writes it. Only for a file that holds lone surrogates: it then holds
 /// no real character of the stand-ins' range (its plan is blocked).
-pub fn unmap_json(json: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn unmap_json(json: &str) -> std::borrow::Cow<'_, str> {
     let b = json.as_bytes();
     if memchr::memmem::find(b, b"\xF4\x8F").is_none()
         && memchr::memmem::find(b, b"\\udbf").is_none()

@@ -20,7 +20,7 @@ impl Meter {
 }
 
 /// A reader that adds what is consumed from it to a [`Meter`].
-pub struct Metered<'a, R> {
+pub(crate) struct Metered<'a, R> {
     inner: R,
     meter: &'a Meter,
 }

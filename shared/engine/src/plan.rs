@@ -638,7 +638,7 @@ mod tests {
             assert!(read < bytes.len());
             assert_eq!(
                 r.source_sha256,
-                ktr_base::fsutil::sha256_hex(&bytes[..read])
+                ktr_base::digest::sha256_hex(&bytes[..read])
             );
         });
         let plan = build(&config(dir.path()), &path, None).unwrap();

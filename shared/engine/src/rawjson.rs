@@ -14,7 +14,7 @@ use crate::jsonskip::ws;
 
 /// The raw text of `key`'s value in the JSON object `raw`, if present.
 /// Returns `None` for anything that is not a well-formed object.
-pub fn top_level<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn top_level<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     let b = raw.as_bytes();
     let mut i = ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -56,7 +56,7 @@ pub fn with_top_level(raw: &str, key: &str, value: &str) -> Option<String> {
 }
 
 /// A top-level string value without escapes (e.g. a block's `type`).
-pub fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     let v = top_level(raw, key)?;
     let inner = v.strip_prefix('"')?.strip_suffix('"')?;
     (!inner.contains('\\')).then_some(inner)
@@ -118,7 +118,7 @@ pub fn text(raw: &str) -> Option<Cow<'_, str>> {
 /// `\n`, `\r`, `\t`, and `\u00xx` (lowercase) for the other control
 /// characters. Then decoding a string of `raw` and writing it again gives
 /// the same bytes.
-pub fn canonical_escapes(raw: &[u8]) -> bool {
+pub(crate) fn canonical_escapes(raw: &[u8]) -> bool {
     let mut i = 0;
     while let Some(j) = memchr(b'\\', raw.get(i..).unwrap_or_default()) {
         let at = i + j;
@@ -149,7 +149,7 @@ pub fn canonical_escapes(raw: &[u8]) -> bool {
 /// Every string *value* of the JSON text `raw` (quotes included; keys are
 /// skipped), in order. `raw` is JSON the line parse has validated: a quote
 /// outside a string always opens one.
-pub fn string_values(raw: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn string_values(raw: &str) -> impl Iterator<Item = &str> {
     let b = raw.as_bytes();
     let mut i = 0;
     std::iter::from_fn(move || {

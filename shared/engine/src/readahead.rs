@@ -30,7 +30,7 @@ const AHEAD: usize = 8;
 type Chunk = (u64, Vec<u8>);
 
 /// The scan's side: the file's chunks, in order.
-pub struct Reader<'f> {
+pub(crate) struct Reader<'f> {
     file: &'f File,
     len: u64,
     chunks: Receiver<io::Result<Chunk>>,
@@ -68,7 +68,7 @@ impl<'f> Reader<'f> {
 
 /// What the reading thread returns: the SHA-256 (hex) of the bytes it
 /// read, and how many.
-pub type Digested = io::Result<(String, u64)>;
+pub(crate) type Digested = io::Result<(String, u64)>;
 
 /// Start reading the first `len` bytes of `file` on a thread of `scope`.
 pub fn start<'scope>(
@@ -113,7 +113,7 @@ pub fn start<'scope>(
                 spare = back.0.ok().map(|(_, chunk)| chunk);
             }
         }
-        Ok((ktr_base::fsutil::hex(&hasher.finalize()), read))
+        Ok((ktr_base::digest::hex(&hasher.finalize()), read))
     });
     (Reader::new(file, len, chunks, spent), reading)
 }
@@ -232,7 +232,7 @@ mod tests {
             });
             let want = &body[..len as usize];
             assert_eq!(lines, want, "{len}");
-            assert_eq!(digested, (ktr_base::fsutil::sha256_hex(want), len), "{len}");
+            assert_eq!(digested, (ktr_base::digest::sha256_hex(want), len), "{len}");
         }
     }
 
@@ -248,7 +248,7 @@ mod tests {
             assert!(!reader.fill_buf().unwrap().is_empty());
             drop(reader);
             let digested = reading.join().unwrap().unwrap();
-            assert_eq!(digested, (ktr_base::fsutil::sha256_hex(&body), 40 * CHUNK));
+            assert_eq!(digested, (ktr_base::digest::sha256_hex(&body), 40 * CHUNK));
         });
     }
 

@@ -146,7 +146,7 @@ impl<'a> Reread<'a> {
     /// The file holds lone surrogates: the texts read hold their stand-ins
     /// ([`crate::lone`]), which the candidate writer turns back.
     #[must_use]
-    pub fn with_lone_surrogates(mut self, any: bool) -> Reread<'a> {
+    pub(crate) fn with_lone_surrogates(mut self, any: bool) -> Reread<'a> {
         self.lone_surrogates = any;
         self
     }
@@ -204,7 +204,7 @@ impl<'a> Reread<'a> {
 
     /// The text of `event` and the fields its candidate line copies.
     /// The text's own escaping is looked for too ([`Said::json`]).
-    pub fn said_and_meta(&self, event: &Event) -> Result<(Said, Meta)> {
+    pub(crate) fn said_and_meta(&self, event: &Event) -> Result<(Said, Meta)> {
         self.with_line(event.at(), |r, line| {
             let mut said = self.read(event, r)?;
             said.json = written(line, &said.text, self.lone_surrogates);

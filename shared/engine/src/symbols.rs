@@ -28,7 +28,7 @@ const PROBES: u32 = 4;
 
 /// Key → symbol.
 #[derive(Debug, Default)]
-pub struct Symbols {
+pub(crate) struct Symbols {
     /// Full generations, oldest first, each with its filter.
     sealed: Vec<(Table, Vec<u64>)>,
     newest: Table,
@@ -103,7 +103,7 @@ impl Symbols {
     }
 
     /// The symbol of `key`, numbering it next if it is new.
-    pub fn intern(&mut self, key: u64) -> Sym {
+    pub(crate) fn intern(&mut self, key: u64) -> Sym {
         let key = key.max(1);
         if self.newest.keys.is_empty() {
             self.newest = Table::new();

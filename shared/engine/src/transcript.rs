@@ -51,7 +51,7 @@ pub use crate::lines::LineAt;
 /// A final line without `\n` is passed like any other (a parse failure
 /// there is reported as malformed; the stability wait of prepare decides
 /// whether it was still being written).
-pub fn for_each_line<R: BufRead>(
+pub(crate) fn for_each_line<R: BufRead>(
     input: R,
     mut f: impl FnMut(LineAt, Line<'_>),
 ) -> std::io::Result<()> {
@@ -100,7 +100,7 @@ fn object_text(bytes: &[u8]) -> Result<&str, Line<'_>> {
 }
 
 /// Parse one line (without its newline).
-pub fn parse_line(bytes: &[u8]) -> Line<'_> {
+pub(crate) fn parse_line(bytes: &[u8]) -> Line<'_> {
     let text = match object_text(bytes) {
         Ok(text) => text,
         Err(line) => return line,
@@ -135,7 +135,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
 
 /// A string that borrows from the line when it can. Any non-string value
 /// reads as absent (see [`Lenient`]).
-pub type Str<'a> = Cow<'a, str>;
+pub(crate) type Str<'a> = Cow<'a, str>;
 
 /// A field that tolerates any JSON type: the expected type gives `Some`,
 /// anything else (including null) gives `None` without failing the line.
@@ -334,7 +334,7 @@ impl Record<'_> {
         self.is_meta.0 == Some(true)
     }
     /// `origin.kind`, if any.
-    pub fn origin_kind(&self) -> Option<&str> {
+    pub(crate) fn origin_kind(&self) -> Option<&str> {
         self.origin
             .as_ref()?
             .kind
@@ -418,7 +418,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
 impl Content<'_> {
     /// Raw bytes of the content (text length or the sum of block lengths;
     /// a long text counted whole, see [`crate::span`]).
-    pub fn byte_len(&self) -> usize {
+    pub(crate) fn byte_len(&self) -> usize {
         match self {
             Content::None => 0,
             Content::Text(t) => usize::try_from(crate::span::bytes(t)).unwrap_or(usize::MAX),
@@ -458,12 +458,12 @@ impl<'a> Block<'a> {
 /// Text of a value that is either a string or a list of text blocks (tool
 /// result content, queued prompts). Non-text blocks are skipped; texts are
 /// joined by a blank line.
-pub fn text_of(raw: &RawValue) -> String {
+pub(crate) fn text_of(raw: &RawValue) -> String {
     text_of_str(raw.get())
 }
 
 /// [`text_of`] for raw JSON text.
-pub fn text_of_str(t: &str) -> String {
+pub(crate) fn text_of_str(t: &str) -> String {
     if t.starts_with('"') {
         return serde_json::from_str::<String>(t).unwrap_or_default();
     }

@@ -7,6 +7,7 @@
 //! Nothing here can reach a real installation or a real Claude Code.
 
 pub mod claude;
+pub mod exe;
 pub mod fake_api;
 pub mod plan;
 pub mod rig;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub use exe::exe;
 pub use sandbox::Sandbox;
 pub use tmux::TmuxServer;
 
@@ -102,7 +104,7 @@ pub fn isolated(cmd: &mut std::process::Command) -> &mut std::process::Command {
 /// `ktr --config CONFIG ARGS…` with `HOME` = `home`: its stdout, or one
 /// line with what it said when it failed (for harnesses that keep going).
 pub fn ktr_as(home: &Path, config: &Path, args: &[&str]) -> Result<String, String> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
+    let out = std::process::Command::new(crate::support::exe("ktr"))
         .arg("--config")
         .arg(config)
         .args(args)
@@ -255,7 +257,7 @@ pub fn tree(root: &Path) -> BTreeMap<PathBuf, String> {
                     meta.permissions().mode(),
                     meta.len(),
                     meta.modified().ok(),
-                    ktr_base::fsutil::sha256_hex(&fs::read(&path).unwrap_or_default())
+                    ktr_base::digest::sha256_hex(&fs::read(&path).unwrap_or_default())
                 )
             };
             out.insert(path, desc);

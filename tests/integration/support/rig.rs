@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ktr_base::config::Config;
-use ktr_base::fsutil::sha256_file;
+use ktr_base::digest::sha256_file;
 use ktr_pipeline::operation::{Operation, Status, Store};
 
 use super::systemd::RealSystemd;
@@ -290,7 +290,7 @@ impl Rig {
     #[track_caller]
     pub fn ktr(&self, args: &[&str]) -> String {
         let out = self
-            .program(env!("CARGO_BIN_EXE_ktr"))
+            .program(crate::support::exe("ktr"))
             .envs(self.hook_env())
             .args(args)
             .output()
@@ -334,9 +334,9 @@ impl Rig {
     pub fn stop(&self, session: &str, transcript: &Path) -> String {
         let input = self.sandbox.stop_input(session, transcript);
         let (out, code) = if self.claude_of(session).is_some() {
-            self.hook_from_claude(session, env!("CARGO_BIN_EXE_ktr-stop"), &input)
+            self.hook_from_claude(session, crate::support::exe("ktr-stop"), &input)
         } else {
-            let cmd = self.program(env!("CARGO_BIN_EXE_ktr-stop"));
+            let cmd = self.program(crate::support::exe("ktr-stop"));
             Sandbox::run_hook(cmd, &input, &self.hook_env())
         };
         assert_eq!(code, 0, "ktr-stop always exits 0");
@@ -643,10 +643,10 @@ impl Drop for Rig {
 /// The real stage executable built for these tests.
 pub fn stage_binary(stage: &str) -> &'static str {
     match stage {
-        "ktr-prepare" => env!("CARGO_BIN_EXE_ktr-prepare"),
-        "ktr-verify" => env!("CARGO_BIN_EXE_ktr-verify"),
-        "ktr-activate" => env!("CARGO_BIN_EXE_ktr-activate"),
-        "ktr-rollback" => env!("CARGO_BIN_EXE_ktr-rollback"),
+        "ktr-prepare" => crate::support::exe("ktr-prepare"),
+        "ktr-verify" => crate::support::exe("ktr-verify"),
+        "ktr-activate" => crate::support::exe("ktr-activate"),
+        "ktr-rollback" => crate::support::exe("ktr-rollback"),
         other => panic!("no stage {other}"),
     }
 }

@@ -234,7 +234,7 @@ impl Sandbox {
     #[track_caller]
     pub fn rebuild_by_hand(&self, transcript: &Path, pointer: &Path, old_session: &str) -> String {
         let out = self
-            .command(env!("CARGO_BIN_EXE_ktr-prepare"))
+            .command(crate::support::exe("ktr-prepare"))
             .arg("--transcript")
             .arg(transcript)
             .args(["--confirm", "REBUILD"])
@@ -321,7 +321,7 @@ impl Sandbox {
     /// Run `ktr ARGS` with the sandbox environment (HOME etc. point inside it).
     #[track_caller]
     pub fn ktr(&self, args: &[OsString]) -> Outcome {
-        self.ktr_via(Command::new(env!("CARGO_BIN_EXE_ktr")), args)
+        self.ktr_via(Command::new(crate::support::exe("ktr")), args)
     }
 
     /// `ktr COMMAND --config CONFIG FLAGS…` under strace, logging the
@@ -331,7 +331,7 @@ impl Sandbox {
         let log = self
             .root
             .join(format!("strace-{}.log", uuid::Uuid::new_v4()));
-        let traced = super::straced(&log, calls, env!("CARGO_BIN_EXE_ktr"));
+        let traced = super::straced(&log, calls, crate::support::exe("ktr"));
         let mut args: Vec<OsString> = vec![
             command.into(),
             "--config".into(),

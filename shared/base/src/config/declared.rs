@@ -6,7 +6,7 @@
 //! (`config/docs.rs`). A new key: one row here, plus its field in
 //! [`super::Config`] and the line that reads it.
 
-use super::ranges::{Range, range};
+use super::ranges::{Range, Words, range};
 
 /// One config key.
 #[derive(Debug, Clone, Copy)]
@@ -241,14 +241,14 @@ pub const KEYS: &[Key] = &[
     key(
         "activation_delay_seconds",
         Type::Number(range(0.0, 3600.0)),
-        "3",
-        "",
+        "0",
+        "a pause before a rebuild is prepared; none is needed: prepare waits for the reply that asked to be written, and keys typed during the switch are kept",
     ),
     key(
         "stable_file_seconds",
         Type::Number(above(0.0, 600.0)),
         "1",
-        "less than `stable_file_timeout_seconds`",
+        "less than `stable_file_timeout_seconds`; how long the transcript must stay unchanged before it is copied when the reply that asked is not known (a request from the command line); otherwise that reply's closing record, or 0.2 s of quiet, is enough",
     ),
     key(
         "stable_file_timeout_seconds",
@@ -368,31 +368,12 @@ impl Key {
     }
 
     /// The default cell of README's table.
-    pub fn default_cell(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn default_cell(&self) -> String {
         match self.default {
             Unset::Required => "required".into(),
             Unset::Means(means) => format!("({means})"),
             Unset::Is(text) => format!("`{}`", text.replace('|', "\\|")),
         }
     }
-}
-
-/// How a range is said in one language.
-pub struct Words {
-    pub to: &'static str,
-    pub and: &'static str,
-    pub or: &'static str,
-}
-
-impl Words {
-    pub const EN: Words = Words {
-        to: "to",
-        and: "and",
-        or: "or",
-    };
-    pub const ZH: Words = Words {
-        to: "到",
-        and: "且",
-        or: "或",
-    };
 }

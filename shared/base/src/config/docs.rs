@@ -2,7 +2,8 @@
 //! template, held to [`KEYS`]: a key missing or listed twice, or a default,
 //! range or choice that differs, fails here.
 
-use super::declared::{KEYS, Key, Type, Unset, Words};
+use super::declared::{KEYS, Key, Type, Unset};
+use super::ranges::Words;
 
 const README: &str = include_str!("../../../../README.md");
 const README_ZH: &str = include_str!("../../../../README.zh-CN.md");

@@ -22,7 +22,7 @@ mod ranges;
 mod tests;
 mod values;
 
-pub use declared::{KEYS, Key, Type, Unset, Words};
+pub use declared::{KEYS, Key, Type, Unset};
 pub use error::ConfigError;
 use keys::Keys;
 pub use paths::{
@@ -30,6 +30,7 @@ pub use paths::{
 };
 pub use pattern::Pattern;
 pub use ranges::Range;
+pub use ranges::Words;
 pub use values::{
     Activation, CarryOverflow, HistoryMode, OnAutoCompaction, OnMalformed, WindowSetting,
 };
@@ -132,7 +133,7 @@ impl Config {
     }
 
     /// The state dir must be a folder of ktr's own ([`crate::state_dir`]).
-    pub fn check_state_dir(&self) -> Result<()> {
+    pub(crate) fn check_state_dir(&self) -> Result<()> {
         let home = home_dir();
         crate::state_dir::check(&self.state_dir, self.state_place(&home))
     }

@@ -6,68 +6,11 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::open::{Links, cap, read_capped};
 
-/// Split a command string the way a POSIX shell would split words (quotes and
-/// backslashes), without expanding anything.
+/// Split a command string the way a POSIX shell would split words (quotes,
+/// backslashes and `#` comments), without expanding anything (the `shlex`
+/// crate).
 pub fn split_shell_words(s: &str) -> std::result::Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => cur.push(c),
-                        None => return Err("has an unclosed single quote".into()),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\' | '$' | '`')) => cur.push(c),
-                            Some('\n') => {}
-                            Some(c) => {
-                                cur.push('\\');
-                                cur.push(c);
-                            }
-                            None => return Err("has an unclosed double quote".into()),
-                        },
-                        Some(c) => cur.push(c),
-                        None => return Err("has an unclosed double quote".into()),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some('\n') => {}
-                    Some(c) => cur.push(c),
-                    None => return Err("ends with a lone backslash".into()),
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Ok(words)
+    shlex::split(s).ok_or_else(|| "has an unclosed quote or ends with a lone backslash".into())
 }
 
 /// The user's home directory (`$HOME`).

@@ -4,7 +4,7 @@ use regex::Regex;
 
 use crate::error::Result;
 
-use super::keys::Keys;
+use super::error::ConfigError;
 
 /// A configured regular expression: its syntax is checked when the config
 /// loads, and it is compiled on first use (through `Deref`). Compiling the
@@ -33,7 +33,10 @@ impl Pattern {
                     .unwrap_or("")
                     .trim()
                     .to_string();
-                Keys::rule(key, &format!("is not a valid regular expression: {first}"))
+                crate::Error::from(ConfigError::Rule {
+                    key: key.to_string(),
+                    rule: format!("is not a valid regular expression: {first}"),
+                })
             })?;
         Ok(Pattern {
             key,

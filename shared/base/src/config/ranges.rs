@@ -1,7 +1,5 @@
 //! The range of a numeric key (its row in [`super::KEYS`]).
 
-use super::declared::Words;
-
 /// The documented range of a numeric key. Every value outside it is
 /// refused with one line naming the key, so no later `Duration` or
 /// allocation can overflow on a value that passed validation.
@@ -89,4 +87,25 @@ fn number(x: f64) -> String {
     } else {
         x.to_string()
     }
+}
+
+/// How a range is said in one language.
+pub struct Words {
+    pub to: &'static str,
+    pub and: &'static str,
+    pub or: &'static str,
+}
+
+impl Words {
+    pub(crate) const EN: Words = Words {
+        to: "to",
+        and: "and",
+        or: "or",
+    };
+    #[cfg(test)]
+    pub(crate) const ZH: Words = Words {
+        to: "到",
+        and: "且",
+        or: "或",
+    };
 }

@@ -242,3 +242,25 @@ fn every_declared_default_is_a_value_the_key_accepts() {
     let names: std::collections::BTreeSet<_> = KEYS.iter().map(|k| k.name).collect();
     assert_eq!(names.len(), KEYS.len(), "a key declared twice");
 }
+
+#[test]
+fn resume_command_string_keeps_quoted_words_and_refuses_an_open_quote() {
+    let argv = |command: &str| {
+        Config::from_toml(&format!(
+            "project_dir = \"/p\"\nresume_command = {}",
+            toml::Value::String(command.into())
+        ))
+        .map(|c| c.resume_argv(&crate::ids::SessionId::parse("abc").unwrap()))
+    };
+    assert_eq!(
+        argv(r#"claude --resume {session_id} --x "a \"b\" \$c" d\ e"#).unwrap(),
+        ["claude", "--resume", "abc", "--x", "a \"b\" $c", "d e"]
+    );
+    for open in [
+        "claude --resume {session_id} 'x",
+        "claude --resume {session_id} \\",
+    ] {
+        let m = argv(open).unwrap_err().to_string();
+        assert!(m.starts_with("resume_command"), "{m}");
+    }
+}

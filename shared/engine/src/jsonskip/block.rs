@@ -7,11 +7,11 @@
 //! time.
 
 /// Bytes looked at together.
-pub const BLOCK: usize = 64;
+pub(crate) const BLOCK: usize = 64;
 
 /// What ends or interrupts a run of plain string bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Plain {
+pub(crate) struct Plain {
     pub quote: u64,
     pub backslash: u64,
     /// A byte below 0x20, which a JSON string may not hold.
@@ -20,7 +20,7 @@ pub struct Plain {
 
 /// The letters that most often follow a backslash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Letters {
+pub(crate) struct Letters {
     /// `n`, `t` or `u` (with a block's quotes and backslashes, most of
     /// what is escaped).
     pub common: u64,

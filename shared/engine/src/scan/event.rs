@@ -122,7 +122,7 @@ impl Event {
     pub fn speech(&self) -> Speech {
         self.speech
     }
-    pub fn via(&self) -> Via {
+    pub(crate) fn via(&self) -> Via {
         self.via
     }
     /// The facts of the record's text.
@@ -137,23 +137,19 @@ impl Event {
             carried_before: self.flag(CARRIED_BEFORE),
         }
     }
-    /// Speech came before this record in the file (the reading depends on it).
-    pub fn seen_speech(&self) -> bool {
-        self.flag(SEEN_SPEECH)
-    }
     /// The record held a real `<system-reminder>` element and no speech came
     /// before it: its raw text (tags included) is a startup snapshot.
     pub fn snapshot(&self) -> bool {
         self.flag(SNAPSHOT)
     }
     /// The record's own timestamp is missing or does not parse.
-    pub fn timestamp_broken(&self) -> bool {
+    pub(crate) fn timestamp_broken(&self) -> bool {
         self.flag(TIMESTAMP_BROKEN)
     }
     /// The record whose timestamp a stamp may show: this one when its own
     /// parses, else the nearest earlier record with a parseable one, else
     /// none. A stamp is never built from anything else.
-    pub fn stamp_at(&self) -> Option<LineRef> {
+    pub(crate) fn stamp_at(&self) -> Option<LineRef> {
         self.flag(HAS_STAMP).then_some(LineRef {
             offset: self.stamp_offset,
             len: u64::from(self.stamp_line_len),
@@ -161,7 +157,7 @@ impl Event {
     }
     /// The length of that timestamp (ASCII, so its token count is known
     /// without reading it again).
-    pub fn stamp_len(&self) -> usize {
+    pub(crate) fn stamp_len(&self) -> usize {
         usize::from(self.stamp_len)
     }
     fn flag(&self, bit: u8) -> bool {

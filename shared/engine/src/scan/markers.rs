@@ -26,12 +26,12 @@ impl Markers {
         }
     }
     /// Whether `text` starts with the startup header.
-    pub fn is_header(&self, text: &str) -> bool {
+    pub(crate) fn is_header(&self, text: &str) -> bool {
         !self.header_prefix.trim().is_empty() && text.starts_with(&self.header_prefix)
     }
 
     /// Whether `text` already starts with a stamp or the startup header.
-    pub fn carried_before(&self, text: &str) -> bool {
+    pub(crate) fn carried_before(&self, text: &str) -> bool {
         let is_stamp = !self.stamp_prefix.is_empty()
             && text.strip_prefix(&self.stamp_prefix).is_some_and(|rest| {
                 let head: String = rest.chars().take(64).collect();

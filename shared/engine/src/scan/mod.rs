@@ -16,14 +16,13 @@ use crate::transcript::{self, Line, Parent, Record};
 pub use crate::symbols::Sym;
 use crate::symbols::Symbols;
 
-mod counts;
 mod event;
 mod kinds;
 mod markers;
 mod node;
 mod speech;
 
-pub use counts::Counts;
+pub use crate::counts::Counts;
 use event::{BLANK, CARRIED_BEFORE, HAS_STAMP, SEEN_SPEECH, SNAPSHOT, TIMESTAMP_BROKEN, narrow};
 pub use event::{Event, LineRef, Meta, Speech, Via, meta};
 use kinds::{KNOWN_ATTACHMENT_TYPES, KNOWN_RECORD_TYPES};
@@ -43,7 +42,7 @@ pub struct Options<'a> {
 
 /// Everything one pass learned about a transcript.
 #[derive(Debug, Default)]
-pub struct Scan {
+pub(crate) struct Scan {
     pub nodes: Vec<Node>,
     pub events: Vec<Event>,
     pub lines: usize,
@@ -143,7 +142,7 @@ impl Scan {
     }
 
     /// How many distinct uuids were seen (uuid symbols are `0..n`).
-    pub fn symbol_count(&self) -> usize {
+    pub(crate) fn symbol_count(&self) -> usize {
         self.symbol_count
     }
 

@@ -73,7 +73,7 @@ impl Node {
             ParentKind::To => Link::To(self.parent),
         }
     }
-    pub fn logical_parent(&self) -> Option<Sym> {
+    pub(crate) fn logical_parent(&self) -> Option<Sym> {
         opt(self.logical_parent)
     }
     /// The key of the record's `message.id` (assistant records).

@@ -15,7 +15,7 @@ const PENDING_MAX: usize = 16;
 
 /// A decoder of one JSON string's inside.
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     /// Raw bytes not decoded yet: the start of an escape or of a character.
     pending: Vec<u8>,
     out: String,
@@ -23,7 +23,7 @@ pub struct Decoder {
 
 impl Decoder {
     /// Decode `raw`, the next bytes of the string; `f` gets the text.
-    pub fn feed(&mut self, raw: &[u8], f: &mut dyn FnMut(&str)) -> Result<(), Invalid> {
+    pub(crate) fn feed(&mut self, raw: &[u8], f: &mut dyn FnMut(&str)) -> Result<(), Invalid> {
         let mut raw = raw;
         if !self.pending.is_empty() {
             // The pending unit, completed from the front of `raw`.

@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest as _, Sha256};
 
-use crate::scan::Counts;
+use crate::counts::Counts;
 use ktr_base::error::{Error, Result};
 
 /// A string value of this many raw bytes or more is a span. A line shorter
@@ -119,7 +119,7 @@ impl Marks {
 }
 
 /// [`Facts`] of a text fed in decoded pieces.
-pub struct FactsBuilder {
+pub(crate) struct FactsBuilder {
     facts: Facts,
     all: Sha256,
     after: Option<Sha256>,
@@ -199,7 +199,7 @@ fn json_prefix() -> String {
 
 /// The token of the text with `digest`.
 fn token(digest: &[u8; 32]) -> String {
-    format!("{}{}\0", prefix(), ktr_base::fsutil::hex(digest))
+    format!("{}{}\0", prefix(), ktr_base::digest::hex(digest))
 }
 
 /// Keep `facts` (and where to read the text again, if known: the latest
@@ -221,7 +221,7 @@ pub fn register(facts: Facts, source: Option<Source>) -> String {
 
 /// Forget every span of this thread (a new plan starts: the table does
 /// not grow with every plan a long-lived process makes).
-pub fn forget_all() {
+pub(crate) fn forget_all() {
     TABLE.with_borrow_mut(HashMap::clear);
 }
 
@@ -413,17 +413,17 @@ fn raw_chunks(source: &Source, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result
 /// SHA-256 (hex) of the decoded `text`, spans read again as needed.
 pub fn sha256(text: &str) -> Result<String> {
     if !has(text) {
-        return Ok(ktr_base::fsutil::sha256_hex(text.as_bytes()));
+        return Ok(ktr_base::digest::sha256_hex(text.as_bytes()));
     }
     if let [Part::Span(d)] = parts(text).as_slice() {
-        return Ok(ktr_base::fsutil::hex(d));
+        return Ok(ktr_base::digest::hex(d));
     }
     let mut h = Sha256::new();
     for_each_chunk(text, &mut |s| {
         h.update(s.as_bytes());
         Ok(())
     })?;
-    Ok(ktr_base::fsutil::hex(&h.finalize()))
+    Ok(ktr_base::digest::hex(&h.finalize()))
 }
 
 /// A text held as its own pieces and the places its spans are read from:
@@ -504,7 +504,7 @@ pub fn expand(text: &str) -> Result<String> {
 /// `text` for the conservation check's comparisons: after each token, the
 /// token of its text after the first line (the candidate's text of a
 /// stamped item is the stamp line, then the source's text).
-pub fn comparable(text: String) -> String {
+pub(crate) fn comparable(text: String) -> String {
     if !has(&text) {
         return text;
     }
@@ -525,7 +525,7 @@ pub fn comparable(text: String) -> String {
 
 /// The length `raw` (JSON text from a skeleton) had in its file: each
 /// token counted as the string it stands for.
-pub fn json_len(raw: &str) -> usize {
+pub(crate) fn json_len(raw: &str) -> usize {
     if none_known() || memchr::memmem::find(raw.as_bytes(), b"\\u0000ktr-span:").is_none() {
         return raw.len();
     }
@@ -560,7 +560,7 @@ pub fn expand_json(json: &str, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Resu
 /// searched a window at a time, each window overlapping the one before by
 /// [`OVERLAP`] bytes: a match longer than that across two windows may be
 /// missed (the poison check's phrases are short).
-pub fn count_matches(text: &str, pattern: &regex::Regex) -> Result<usize> {
+pub(crate) fn count_matches(text: &str, pattern: &regex::Regex) -> Result<usize> {
     if !has(text) {
         return Ok(pattern.find_iter(text).count());
     }

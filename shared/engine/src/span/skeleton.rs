@@ -29,7 +29,7 @@ struct Open {
 }
 
 /// A line's skeleton, being built.
-pub struct Skeleton {
+pub(crate) struct Skeleton {
     out: Vec<u8>,
     /// Open `{` and `[`.
     stack: Vec<u8>,
@@ -61,7 +61,7 @@ impl Skeleton {
     }
 
     /// The next raw bytes of the line.
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), Invalid> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Result<(), Invalid> {
         let mut i = 0;
         while i < chunk.len() {
             i = if self.open.is_some() {

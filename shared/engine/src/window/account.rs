@@ -29,7 +29,7 @@ use super::usage::Usage;
 /// context used", not "until auto-compact") are not compacted before a
 /// prompt at all (199,000 of 200k was sent): the API's "prompt is too
 /// long" is their limit. This margin is the tighter, measured rule for both.
-pub const COMPACTION_MARGIN: u64 = 33_000;
+pub(crate) const COMPACTION_MARGIN: u64 = 33_000;
 
 /// The fixed overhead of a fresh window when nothing better was measured:
 /// system prompt + tools + per-start attachments, 13,770 tokens measured
@@ -48,14 +48,14 @@ pub fn compaction_point(size: u64) -> u64 {
 /// The part of the window Claude Code 2.1.328 takes off for the model's
 /// reply before it applies `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`: min(max
 /// output, 20,000); every model with an enforced window has ≥ 20,000.
-pub const OUTPUT_RESERVE: u64 = 20_000;
+pub(crate) const OUTPUT_RESERVE: u64 = 20_000;
 
 /// With auto-compaction off, Claude Code 2.1.328 refuses to send a prompt
 /// ("Context limit reached · /compact or /clear to continue · auto-compact
 /// is off") once the last reply's usage reaches the window − min(max
 /// output, 20,000) − 3,000: measured on a 1M window, 976,950 → sent,
 /// 977,000 → refused (990,000 refused).
-pub const HARD_LIMIT_MARGIN: u64 = 23_000;
+pub(crate) const HARD_LIMIT_MARGIN: u64 = 23_000;
 
 /// How Claude Code compacts, as its setting says (the pipeline reads the
 /// setting; the engine only does the arithmetic).
@@ -202,7 +202,7 @@ pub struct Advise {
 
 /// Room the last advice band leaves before the compaction point: one
 /// long reply.
-pub const LAST_BAND_ROOM: u64 = 20_000;
+pub(crate) const LAST_BAND_ROOM: u64 = 20_000;
 
 impl Advise {
     /// The band a fill level is in, measured against Claude Code's
@@ -335,7 +335,7 @@ impl Window {
 
     /// The most a rebuilt window may start at (`rebuild_limit_tokens`; the
     /// compaction point itself for an account written before it existed).
-    pub fn rebuild_limit(&self) -> u64 {
+    pub(crate) fn rebuild_limit(&self) -> u64 {
         if self.rebuild_limit_tokens == 0 {
             self.compaction_point_tokens
         } else {
@@ -349,7 +349,7 @@ impl Window {
     /// below 1) would otherwise suggest a cap larger than the window, which
     /// the next plan refuses again when the cap and the estimate count a
     /// little differently (the last turn is always kept).
-    pub fn carry_cap_that_fits(&self) -> u64 {
+    pub(crate) fn carry_cap_that_fits(&self) -> u64 {
         let room = self.rebuild_limit().saturating_sub(self.overhead_tokens);
         // Rounded down to a thousand so the suggestion is readable.
         (to_u64(room as f64 / self.calibration.max(1.0)) / 1000) * 1000

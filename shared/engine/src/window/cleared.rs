@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What a content of a cleared tool result reads.
-pub const CLEARED_TEXT: &str = "[Old tool result content cleared]";
+pub(crate) const CLEARED_TEXT: &str = "[Old tool result content cleared]";
 
 /// How many uuids of the records since the last reply are kept (the
 /// records between two replies are a handful; past this the comparison

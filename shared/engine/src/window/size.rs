@@ -5,9 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 /// The default window of models not known to have a larger one.
-pub const DEFAULT_TOKENS: u64 = 200_000;
+pub(crate) const DEFAULT_TOKENS: u64 = 200_000;
 /// The 1M window (`[1m]` models, the models below).
-pub const ONE_MILLION: u64 = 1_000_000;
+pub(crate) const ONE_MILLION: u64 = 1_000_000;
 /// Model ids measured with a 1M window: Claude Code 2.1.328 (offline,
 /// `--model ID`) reported `context_window_size: 1000000` for them in the
 /// statusline, and 200000 for `claude-sonnet-4-6`, `claude-opus-4-6`,

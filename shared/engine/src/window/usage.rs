@@ -123,7 +123,8 @@ pub fn read_reply_to(path: &Path, prompt_id: &str) -> io::Result<Option<Tail>> {
 ///
 /// # Errors
 /// When the file cannot be opened or read.
-pub fn read_tail_bounded(path: &Path, limit: u64) -> io::Result<Tail> {
+#[cfg(test)]
+pub(crate) fn read_tail_bounded(path: &Path, limit: u64) -> io::Result<Tail> {
     Ok(from_tail(&last_lines(
         &mut open_regular(path, Links::Refuse)?,
         limit,
@@ -146,7 +147,7 @@ fn last_lines(file: &mut File, limit: u64) -> io::Result<Vec<u8>> {
 }
 
 /// Find the newest usage in `bytes` (whole JSONL lines), newest line first.
-pub fn from_tail(bytes: &[u8]) -> Tail {
+pub(crate) fn from_tail(bytes: &[u8]) -> Tail {
     let mut tail = Tail::default();
     let mut compacted = false;
     let mut seen_reply = false;
@@ -211,7 +212,7 @@ pub struct Head {
 ///
 /// # Errors
 /// When the file cannot be opened or read.
-pub fn read_head(path: &Path) -> io::Result<Head> {
+pub(crate) fn read_head(path: &Path) -> io::Result<Head> {
     let mut buf = Vec::new();
     open_regular(path, Links::Refuse)?
         .take(TAIL_BYTES)
@@ -230,7 +231,7 @@ pub fn read_head(path: &Path) -> io::Result<Head> {
 ///
 /// # Errors
 /// When the file cannot be opened or read.
-pub fn read_reply_after(path: &Path, offset: u64) -> io::Result<Option<FirstReply>> {
+pub(crate) fn read_reply_after(path: &Path, offset: u64) -> io::Result<Option<FirstReply>> {
     let mut file = open_regular(path, Links::Refuse)?;
     // One byte before the offset: when it is not a newline, the offset is
     // inside a line, and that line is not a record of its own.
@@ -246,7 +247,7 @@ pub fn read_reply_after(path: &Path, offset: u64) -> io::Result<Option<FirstRepl
 }
 
 /// [`read_head`] on bytes.
-pub fn first_reply(bytes: &[u8]) -> Option<FirstReply> {
+pub(crate) fn first_reply(bytes: &[u8]) -> Option<FirstReply> {
     scan_first(bytes, false)
 }
 

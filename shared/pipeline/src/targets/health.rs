@@ -29,15 +29,50 @@ pub(super) fn watch_until(
     session_id: &SessionId,
     wait: Duration,
     pid_of: impl Fn() -> Result<u32>,
-    mut receipt: Option<Receipt<'_>>,
+    receipt: Option<Receipt<'_>>,
 ) -> Result<String> {
-    let deadline = Instant::now() + wait;
+    let observe = || pid_of().and_then(|pid| runs_session(pid, session_id).map(|()| pid));
+    watch(session_id, wait, observe, receipt, &RealClock)
+}
+
+/// Time as the watch sees it: the machine's, or a test's (which moves only
+/// when the watch sleeps, so a test states exact times).
+pub(super) trait Clock {
+    fn now(&self) -> Instant;
+    fn wall(&self) -> SystemTime;
+    fn sleep(&self, d: Duration);
+}
+
+/// The machine's clock.
+pub(super) struct RealClock;
+
+impl Clock for RealClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn wall(&self) -> SystemTime {
+        SystemTime::now()
+    }
+    fn sleep(&self, d: Duration) {
+        thread::sleep(d);
+    }
+}
+
+/// [`watch_until`] with the sample (`observe`: the pid running the session,
+/// or why not) and the clock given.
+fn watch(
+    session_id: &SessionId,
+    wait: Duration,
+    observe: impl Fn() -> Result<u32>,
+    mut receipt: Option<Receipt<'_>>,
+    clock: &dyn Clock,
+) -> Result<String> {
+    let deadline = clock.now() + wait;
     let mut healthy_pid: Option<(u32, Instant)> = None;
     let mut received_at: Option<Instant> = None;
     loop {
-        let looked = Instant::now();
-        let observed = pid_of().and_then(|pid| runs_session(pid, session_id).map(|()| pid));
-        match (observed, healthy_pid.map(|(pid, _)| pid)) {
+        let looked = clock.now();
+        match (observe(), healthy_pid.map(|(pid, _)| pid)) {
             (Ok(pid), None) => healthy_pid = Some((pid, looked)),
             (Ok(pid), Some(first)) if pid != first => {
                 return Err(Error::refused(format!(
@@ -50,7 +85,7 @@ pub(super) fn watch_until(
                     e.message
                 )));
             }
-            (Err(e), None) if Instant::now() >= deadline => {
+            (Err(e), None) if clock.now() >= deadline => {
                 return Err(Error::refused(format!(
                     "{session_id} never became healthy within {:.1} s: {}",
                     wait.as_secs_f64(),
@@ -62,15 +97,15 @@ pub(super) fn watch_until(
         if let (Some((pid, seen)), Some(r)) = (healthy_pid, receipt.as_mut()) {
             if received_at.is_none() {
                 received_at = (r.received)()?.map(|at| {
-                    let ago = SystemTime::now().duration_since(at).unwrap_or_default();
-                    Instant::now().checked_sub(ago).unwrap_or(seen).max(seen)
+                    let ago = clock.wall().duration_since(at).unwrap_or_default();
+                    clock.now().checked_sub(ago).unwrap_or(seen).max(seen)
                 });
             }
             if received_at.is_some_and(|at| looked.saturating_duration_since(at) >= r.min_life) {
                 return Ok(pid.to_string());
             }
         }
-        if Instant::now() >= deadline {
+        if clock.now() >= deadline {
             return match (healthy_pid.map(|(pid, _)| pid), &receipt, received_at) {
                 (Some(pid), None, _) => Ok(pid.to_string()),
                 (Some(_), Some(_), None) => Err(Error::refused(format!(
@@ -85,13 +120,13 @@ pub(super) fn watch_until(
         }
         // Wake up when the minimum life is over rather than up to a poll later.
         let life_over = match (received_at, &receipt) {
-            (Some(at), Some(r)) => (at + r.min_life).saturating_duration_since(Instant::now()),
+            (Some(at), Some(r)) => (at + r.min_life).saturating_duration_since(clock.now()),
             _ => HEALTH_POLL,
         };
-        thread::sleep(
+        clock.sleep(
             HEALTH_POLL
                 .min(life_over)
-                .min(deadline.saturating_duration_since(Instant::now()))
+                .min(deadline.saturating_duration_since(clock.now()))
                 .max(Duration::from_millis(1)),
         );
     }
@@ -121,11 +156,198 @@ pub(super) fn runs_session(pid: u32, session_id: &SessionId) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
 
     const SESSION: &str = "5e55e55e-0000-4000-8000-000000000001";
 
     fn session() -> SessionId {
         SessionId::parse(SESSION).unwrap()
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// A clock that moves only when the watch sleeps: every time below is
+    /// exact, whatever the machine's load.
+    struct TestClock {
+        start: Instant,
+        wall: SystemTime,
+        elapsed: Cell<Duration>,
+    }
+
+    impl TestClock {
+        fn new() -> TestClock {
+            TestClock {
+                start: Instant::now(),
+                wall: SystemTime::now(),
+                elapsed: Cell::new(Duration::ZERO),
+            }
+        }
+        /// Seconds since the watch began.
+        fn at(&self) -> f64 {
+            self.elapsed.get().as_secs_f64()
+        }
+    }
+
+    impl Clock for TestClock {
+        fn now(&self) -> Instant {
+            self.start + self.elapsed.get()
+        }
+        fn wall(&self) -> SystemTime {
+            self.wall + self.elapsed.get()
+        }
+        fn sleep(&self, d: Duration) {
+            self.elapsed.set(self.elapsed.get() + d);
+        }
+    }
+
+    /// A Claude Code (pid 42) that runs the session until `dies` seconds in
+    /// (always when None) and whose receipt, recorded `recorded` seconds in
+    /// (negative: before the watch), is found from `noticed` seconds on
+    /// (never when None); watched for `wait` seconds with a minimum life of
+    /// `min_life`. The result and when the watch ended.
+    struct Case {
+        wait: f64,
+        min_life: f64,
+        recorded: f64,
+        noticed: Option<f64>,
+        dies: Option<f64>,
+    }
+
+    impl Case {
+        fn watch(&self) -> (Result<String>, f64) {
+            let clock = TestClock::new();
+            let observe = || match self.dies {
+                Some(d) if clock.at() >= d => {
+                    Err(Error::refused("process 42 is not running".to_string()))
+                }
+                _ => Ok(42),
+            };
+            let recorded = if self.recorded < 0.0 {
+                clock.wall - secs(-self.recorded)
+            } else {
+                clock.wall + secs(self.recorded)
+            };
+            let mut received = || Ok(self.noticed.filter(|n| clock.at() >= *n).map(|_| recorded));
+            let receipt = Receipt {
+                received: &mut received,
+                min_life: secs(self.min_life),
+            };
+            let result = watch(&session(), secs(self.wait), observe, Some(receipt), &clock);
+            (result, clock.at())
+        }
+    }
+
+    /// `took` is `want`, to the millisecond (the clock's steps are exact
+    /// Durations; f64 seconds only print them).
+    fn at(took: f64, want: f64) {
+        assert!((took - want).abs() < 0.001, "took {took} s, not {want} s");
+    }
+
+    #[test]
+    fn a_receipt_and_the_minimum_life_end_the_health_check_early() {
+        let case = Case {
+            wait: 5.0,
+            min_life: 0.3,
+            recorded: 0.2,
+            noticed: Some(0.2),
+            dies: None,
+        };
+        let (result, took) = case.watch();
+        assert_eq!(result.unwrap(), "42");
+        at(took, 0.5);
+    }
+
+    #[test]
+    fn the_minimum_life_counts_from_the_receipts_own_time_but_not_before_the_process_was_seen() {
+        // Recorded at 0.1 s, noticed at 0.6 s: healthy at 0.7 s, not 1.2 s.
+        let case = Case {
+            wait: 5.0,
+            min_life: 0.6,
+            recorded: 0.1,
+            noticed: Some(0.6),
+            dies: None,
+        };
+        let (result, took) = case.watch();
+        assert_eq!(result.unwrap(), "42");
+        at(took, 0.7);
+        // A receipt time before the process was first seen counts from
+        // then: the whole minimum life is watched.
+        let case = Case {
+            wait: 5.0,
+            min_life: 0.4,
+            recorded: -10.0,
+            noticed: Some(0.0),
+            dies: None,
+        };
+        let (result, took) = case.watch();
+        assert_eq!(result.unwrap(), "42");
+        at(took, 0.4);
+    }
+
+    #[test]
+    fn a_claude_that_exits_before_its_receipt_is_unhealthy() {
+        // It dies at 0.2 s; the receipt would come at 0.6 s.
+        let case = Case {
+            wait: 3.0,
+            min_life: 0.1,
+            recorded: 0.6,
+            noticed: Some(0.6),
+            dies: Some(0.2),
+        };
+        let (result, took) = case.watch();
+        let err = result.unwrap_err();
+        assert!(err.message.contains("did not stay healthy"), "{err}");
+        at(took, 0.2);
+    }
+
+    #[test]
+    fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_unhealthy() {
+        let case = Case {
+            wait: 3.0,
+            min_life: 1.0,
+            recorded: 0.0,
+            noticed: Some(0.0),
+            dies: Some(0.4),
+        };
+        let (result, took) = case.watch();
+        let err = result.unwrap_err();
+        assert!(err.message.contains("did not stay healthy"), "{err}");
+        at(took, 0.4);
+    }
+
+    #[test]
+    fn no_receipt_within_the_window_is_unhealthy_even_when_alive() {
+        let case = Case {
+            wait: 0.5,
+            min_life: 0.1,
+            recorded: 0.0,
+            noticed: None,
+            dies: None,
+        };
+        let (result, took) = case.watch();
+        let err = result.unwrap_err();
+        assert!(err.message.contains("did not report SessionStart"), "{err}");
+        at(took, 0.5);
+    }
+
+    #[test]
+    fn a_receipt_without_the_minimum_life_inside_the_window_is_unhealthy() {
+        let case = Case {
+            wait: 0.6,
+            min_life: 1.0,
+            recorded: 0.3,
+            noticed: Some(0.3),
+            dies: None,
+        };
+        let (result, took) = case.watch();
+        let err = result.unwrap_err();
+        assert!(
+            err.message.contains("did not live healthcheck_min_seconds"),
+            "{err}"
+        );
+        at(took, 0.6);
     }
 
     /// A process with `SESSION` on its command line that lives `seconds`
@@ -140,129 +362,27 @@ mod tests {
         pid
     }
 
-    fn end(pid: u32) {
-        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-
-    /// Watch `pid` for `wait` seconds with a receipt that arrives
-    /// `receipt_after` seconds in (never when None) and a minimum life of
-    /// `min_life` seconds after it; the result and how long it took.
-    fn watch_pid(
-        pid: u32,
-        wait: f64,
-        min_life: f64,
-        receipt_after: Option<f64>,
-    ) -> (Result<String>, Duration) {
-        let (started, wall) = (Instant::now(), SystemTime::now());
-        let mut received = || {
-            Ok(receipt_after
-                .filter(|s| started.elapsed().as_secs_f64() >= *s)
-                .map(|s| wall + Duration::from_secs_f64(s)))
-        };
-        let result = watch_until(
-            &session(),
-            Duration::from_secs_f64(wait),
-            || Ok(pid),
-            Some(Receipt {
-                received: &mut received,
-                min_life: Duration::from_secs_f64(min_life),
-            }),
-        );
-        end(pid);
-        (result, started.elapsed())
-    }
-
+    /// The machine's clock and a real process: without a receipt the whole
+    /// window is watched, and the process found running the session by its
+    /// command line is healthy; one that is gone is not.
     #[test]
-    fn a_receipt_and_the_minimum_life_end_the_health_check_early() {
-        let pid = claude_for(10.0);
-        let (result, took) = watch_pid(pid, 5.0, 0.3, Some(0.2));
-        assert_eq!(result.unwrap(), pid.to_string());
-        assert!(took < Duration::from_secs(2), "took {took:?}");
-        assert!(took >= Duration::from_millis(500), "took {took:?}");
-    }
-
-    /// Watch a live claude whose receipt, recorded `at` seconds into the
-    /// watch (negative: before it), is noticed `noticed` seconds in; how
-    /// long the watch took.
-    fn watch_receipt(at: f64, noticed: f64, min_life: f64) -> Duration {
-        let pid = claude_for(10.0);
-        let (started, wall) = (Instant::now(), SystemTime::now());
-        let recorded = if at < 0.0 {
-            wall - Duration::from_secs_f64(-at)
-        } else {
-            wall + Duration::from_secs_f64(at)
-        };
-        let mut received = || Ok((started.elapsed().as_secs_f64() >= noticed).then_some(recorded));
-        let result = watch_until(
-            &session(),
-            Duration::from_secs(5),
-            || Ok(pid),
-            Some(Receipt {
-                received: &mut received,
-                min_life: Duration::from_secs_f64(min_life),
-            }),
-        );
-        let took = started.elapsed();
-        end(pid);
-        assert_eq!(result.unwrap(), pid.to_string());
-        took
-    }
-
-    #[test]
-    fn the_minimum_life_counts_from_the_receipts_own_time_but_not_before_the_process_was_seen() {
-        // Recorded at 0.1 s, noticed at 0.6 s: healthy at 0.7 s, not 1.2 s.
-        let took = watch_receipt(0.1, 0.6, 0.6);
-        assert!(took >= Duration::from_millis(700), "took {took:?}");
-        assert!(took < Duration::from_secs(1), "took {took:?}");
-        // A receipt time before the process was first seen counts from
-        // then: the whole minimum life is watched.
-        let took = watch_receipt(-10.0, 0.0, 0.4);
-        assert!(took >= Duration::from_millis(400), "took {took:?}");
-        assert!(took < Duration::from_millis(1500), "took {took:?}");
-    }
-
-    #[test]
-    fn a_claude_that_exits_before_its_receipt_is_unhealthy() {
-        // It dies at 0.2 s; the receipt would come at 0.6 s.
-        let (result, _) = watch_pid(claude_for(0.2), 3.0, 0.1, Some(0.6));
-        let err = result.unwrap_err();
-        assert!(err.message.contains("did not stay healthy"), "{err}");
-    }
-
-    #[test]
-    fn a_claude_that_exits_within_the_minimum_life_after_its_receipt_is_unhealthy() {
-        let (result, took) = watch_pid(claude_for(0.4), 3.0, 1.0, Some(0.0));
-        let err = result.unwrap_err();
-        assert!(err.message.contains("did not stay healthy"), "{err}");
-        assert!(took < Duration::from_secs(2), "noticed at once: {took:?}");
-    }
-
-    #[test]
-    fn no_receipt_within_the_window_is_unhealthy_even_when_alive() {
-        let (result, took) = watch_pid(claude_for(10.0), 0.5, 0.1, None);
-        let err = result.unwrap_err();
-        assert!(err.message.contains("did not report SessionStart"), "{err}");
-        assert!(took >= Duration::from_millis(500), "took {took:?}");
-    }
-
-    #[test]
-    fn a_receipt_without_the_minimum_life_inside_the_window_is_unhealthy() {
-        let (result, _) = watch_pid(claude_for(10.0), 0.6, 1.0, Some(0.3));
-        let err = result.unwrap_err();
-        assert!(
-            err.message.contains("did not live healthcheck_min_seconds"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn without_a_receipt_the_whole_window_is_watched() {
-        let pid = claude_for(10.0);
+    fn a_real_process_is_watched_for_the_whole_window_without_a_receipt() {
+        let pid = claude_for(30.0);
         let started = Instant::now();
-        let result = watch_until(&session(), Duration::from_millis(600), || Ok(pid), None);
-        end(pid);
+        let result = watch_until(&session(), secs(0.6), || Ok(pid), None);
+        assert!(started.elapsed() >= secs(0.6));
+        let id = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+        let _ = rustix::process::kill_process(id, rustix::process::Signal::TERM);
         assert_eq!(result.unwrap(), pid.to_string());
-        assert!(started.elapsed() >= Duration::from_millis(600));
+        let ended = Instant::now();
+        while process::pid_alive(pid) {
+            assert!(
+                ended.elapsed() < secs(30.0),
+                "the test's process did not end"
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+        let err = watch_until(&session(), secs(0.2), || Ok(pid), None).unwrap_err();
+        assert!(err.message.contains("never became healthy"), "{err}");
     }
 }

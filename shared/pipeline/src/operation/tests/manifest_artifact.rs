@@ -45,7 +45,7 @@ fn the_manifest_artifact_streams_back_what_was_written() {
     assert_eq!(recorded.bytes, fs::metadata(&path).unwrap().len());
     assert_eq!(
         recorded.sha256,
-        ktr_base::fsutil::sha256_file(&path).unwrap()
+        ktr_base::digest::sha256_file(&path).unwrap()
     );
     assert_eq!(
         (recorded.items, recorded.left_out, recorded.malformed_lines),
