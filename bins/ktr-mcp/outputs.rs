@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use ktr_admin::doctor;
 use ktr_admin::report::StatusView;
+use ktr_admin::sessions::SessionRow;
 use ktr_engine::ledger::LedgerReport;
 use ktr_engine::plan::PlanReport;
 use ktr_engine::recall::get::Page;
@@ -144,6 +145,9 @@ pub struct Status {
     pub operation: Option<StatusView>,
     /// Operations whose worker died, failed by this call.
     pub recovered_stale: Vec<String>,
+    /// Every session's operation in flight (several sessions at once).
+    #[schemars(with = "Vec<Nested>")]
+    pub in_flight: Vec<SessionRow>,
     /// Said when there is no operation.
     pub note: &'static str,
 }

@@ -258,6 +258,7 @@ impl Server {
                         .with_progress(&store)
                 }),
                 recovered_stale: recovered.iter().map(|o| o.id.to_string()).collect(),
+                in_flight: ktr_admin::sessions::in_flight(&store.list()?),
             })
         })
         .await

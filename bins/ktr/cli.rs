@@ -28,7 +28,7 @@ Changes (each needs the human's confirmation word):
                                         switch an activated operation back
 
 Operations:
-  status [OP] [--json]                  one operation (default: the latest)
+  status [OP] [--json]                  one operation (default: the latest), every session's in flight
   ops [--json]                          every operation, newest first
   config KEY                            one setting as ktr reads it (for scripts)
   recall QUERY [filters] [--json]       find anything the history held, verbatim (ktr recall --help)

@@ -1,4 +1,4 @@
-//! `ktr ops`: every operation, newest first.
+//! `ktr ops`: every operation, newest first, with the session it rebuilt.
 
 use std::time::SystemTime;
 
@@ -24,8 +24,8 @@ pub fn run(args: &OpsArgs) -> Result<u8, Error> {
 fn table(rows: &[OpsRow]) -> String {
     let now = SystemTime::now();
     let mut s = format!(
-        "{:<36}  {:<18}  {:>8}  {:>3}  {:>15}  {}\n",
-        "OPERATION", "STATUS", "CREATED", "TRY", "TOKENS est/real", "REASON / ERROR"
+        "{:<36}  {:<36}  {:<18}  {:>8}  {:>3}  {:>15}  {}\n",
+        "OPERATION", "SESSION", "STATUS", "CREATED", "TRY", "TOKENS est/real", "REASON / ERROR"
     );
     for r in rows {
         let created = age(&r.created_at, now).map_or("?".into(), |a| human_age(a) + " ago");
@@ -42,8 +42,9 @@ fn table(rows: &[OpsRow]) -> String {
             note = format!("NEEDS ATTENTION; {note}");
         }
         s.push_str(&format!(
-            "{:<36}  {:<18}  {:>8}  {:>3}  {:>15}  {}\n",
+            "{:<36}  {:<36}  {:<18}  {:>8}  {:>3}  {:>15}  {}\n",
             r.id,
+            r.session_id.as_deref().unwrap_or("-"),
             r.status.as_str(),
             created,
             r.attempts,

@@ -1,9 +1,11 @@
-//! `ktr status [OP]`: one operation (default: the latest), with the
-//! estimate next to Claude Code's own measurement and every transition.
+//! `ktr status [OP]`: one operation (default: the latest), every session's
+//! operation in flight, and, for the one shown,
+//! the estimate next to Claude Code's own measurement and every transition.
 
 use std::time::SystemTime;
 
 use ktr_admin::report::{StatusView, WindowView, age, human_age};
+use ktr_admin::sessions::{self, SessionRow};
 use ktr_base::Error;
 use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
@@ -34,13 +36,19 @@ pub fn run(args: &StatusArgs) -> Result<u8, Error> {
         .looking_at(&target)
         .with_window(&op, &config)
         .with_progress(&store);
+    let sessions = sessions::in_flight(&store.list()?);
     if args.common.json {
         out::json(&Shown {
             view: &view,
             not_switched: not_switched.as_ref(),
+            in_flight: &sessions,
         });
     } else {
-        out::print(&(human(&view) + &not_switched_line(not_switched.as_ref())));
+        out::print(
+            &(human(&view)
+                + &not_switched_line(not_switched.as_ref())
+                + &in_flight_lines(&sessions)),
+        );
     }
     Ok(0)
 }
@@ -53,6 +61,16 @@ struct Shown<'a> {
     view: &'a StatusView,
     #[serde(skip_serializing_if = "Option::is_none")]
     not_switched: Option<&'a NotSwitched>,
+    /// Every session's operation in flight (several sessions at once).
+    in_flight: &'a [SessionRow],
+}
+
+/// The `in flight` rows: one per session with an operation in flight.
+fn in_flight_lines(rows: &[SessionRow]) -> String {
+    sessions::lines(rows)
+        .into_iter()
+        .map(|l| format!("{:<18}{l}\n", "in flight"))
+        .collect()
 }
 
 /// `ktr status` before any operation exists: always an object, with the

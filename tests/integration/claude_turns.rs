@@ -750,6 +750,12 @@ fn table(reports: &[Report]) -> String {
 /// tmux activation on the private pane; the timing keys at their defaults
 /// but the waits' upper bounds, raised for a loaded machine.
 fn config_text(env: &ClaudeEnv, state: &Path) -> String {
+    config_text_for(env, state, PANE)
+}
+
+/// [`config_text`] with `pane` as the target (several sessions at once:
+/// `claude_sessions`).
+pub(crate) fn config_text_for(env: &ClaudeEnv, state: &Path, pane: &str) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap();
     let path = |p: &Path| q(&p.display().to_string());
     let mut text = format!(
@@ -758,7 +764,7 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
          stable_file_timeout_seconds = 30\nhealthcheck_seconds = 15\nsource_change_retries = 10\n\n[resume_env]\n",
         path(&env.sandbox.project),
         path(state),
-        q(PANE),
+        q(pane),
         path(&env.sandbox.work),
         path(&env.bin),
     );
@@ -770,7 +776,7 @@ fn config_text(env: &ClaudeEnv, state: &Path) -> String {
 
 /// `install` from this build (or `KTR_TURNS_BIN_DIR` / `KTR_TURNS_REPO`, to
 /// measure an older build) into the sandbox.
-fn install(env: &ClaudeEnv, config: &Path) {
+pub(crate) fn install(env: &ClaudeEnv, config: &Path) {
     let bin_dir = std::env::var_os("KTR_TURNS_BIN_DIR").map_or_else(
         || {
             Path::new(crate::support::exe("ktr"))

@@ -153,7 +153,7 @@ impl Client {
 
     /// Close stdin and wait (at most 5 s) for the exit code.
     #[track_caller]
-    fn close(mut self) -> i32 {
+    pub(crate) fn close(mut self) -> i32 {
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {

@@ -1070,10 +1070,7 @@ fn operations(config: &Config) -> Check {
                 "operations",
                 format!(
                     "repaired: the state file `active` was {why}; rebuilt from the operation files: {}",
-                    op.map_or("none in flight".into(), |op| format!(
-                        "operation {} is {}",
-                        op.id, op.status
-                    ))
+                    in_flight_line(&op)
                 ),
                 "nothing more to do; if it happens again, check what else writes into state_dir",
             ),
@@ -1097,26 +1094,33 @@ fn operations(config: &Config) -> Check {
             "`ktr repair` lists them; `ktr repair --confirm REPAIR` moves them to state/damaged/ (nothing is deleted)",
         );
     }
-    if let Some((id, status)) = store.active() {
-        if let Ok(op) = store.load(&id)
+    let in_flight = store.in_flight();
+    for entry in &in_flight {
+        let (id, status) = (&entry.id, entry.status);
+        if let Ok(op) = store.load(id)
             && let Some(worker) = op.worker.as_ref().filter(|w| !w.alive())
-            && !status.is_terminal()
         {
             return fail(
                 "operations",
                 format!(
-                    "operation {id} is {status} but its worker (pid {}, {}) is gone",
-                    worker.pid, worker.stage
+                    "operation {id} ({}) is {status} but its worker (pid {}, {}) is gone",
+                    entry.lane, worker.pid, worker.stage
                 ),
                 "run `ktr status`: it marks the operation failed so the next request is not blocked",
             );
         }
-        if let Ok(op) = store.load(&id)
+        if let Ok(op) = store.load(id)
             && let Some(check) = waiting_for_another_session(config, &op)
         {
             return check;
         }
-        return pass("operations", format!("operation {id} is {status}"));
+    }
+    if !in_flight.is_empty() {
+        let ops: Vec<_> = in_flight
+            .iter()
+            .filter_map(|e| store.load(&e.id).ok())
+            .collect();
+        return pass("operations", in_flight_line(&ops));
     }
     match store.latest() {
         Ok(Some(op)) if op.needs_attention => fail(
@@ -1147,6 +1151,20 @@ fn operations(config: &Config) -> Check {
 /// A pending request bound to a session the target does not run waits for
 /// a Stop that may never come: say so, with its age (it expires after
 /// `request_ttl_hours`).
+/// The operations in flight, one per session, in a line.
+fn in_flight_line(ops: &[ktr_pipeline::operation::Operation]) -> String {
+    if ops.is_empty() {
+        return "none in flight".into();
+    }
+    ops.iter()
+        .map(|op| format!("operation {} is {} ({})", op.id, op.status, op.lane()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A request pending for a session of this project that the configured
+/// target does not run (a session of another project, with its own
+/// target, is none of this config's business).
 fn waiting_for_another_session(
     config: &Config,
     op: &ktr_pipeline::operation::Operation,
@@ -1155,6 +1173,9 @@ fn waiting_for_another_session(
         .session_id
         .as_deref()
         .filter(|_| op.status == ktr_pipeline::operation::Status::Pending)?;
+    if !config.project_dir.join(format!("{bound}.jsonl")).is_file() {
+        return None;
+    }
     let runs = Target::from_config(config).running().ok()?.session?;
     if runs == bound {
         return None;

@@ -1,10 +1,12 @@
 //! For humans and installers: the health report ([`doctor`]), cleaning up
 //! ([`prune`]), removing what uninstalling leaves ([`purge`]), the status
-//! view ([`report`]) and Claude Code's settings.json ([`settings`]).
+//! view ([`report`]), every session's operation in flight ([`sessions`])
+//! and Claude Code's settings.json ([`settings`]).
 
 pub mod doctor;
 pub mod prune;
 pub mod purge;
 pub mod report;
 pub mod retention;
+pub mod sessions;
 pub mod settings;

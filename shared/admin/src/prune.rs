@@ -98,7 +98,7 @@ pub fn prune(
     let limit = Duration::from_secs(older_than_days.saturating_mul(86_400));
     store.with_lock(|tx| {
         let ops = tx.store().list()?;
-        let active = tx.store().active().map(|(id, _)| id);
+        let in_flight: Vec<_> = tx.store().in_flight().into_iter().map(|e| e.id).collect();
         let newest_activated = ops
             .iter()
             .rev()
@@ -123,7 +123,7 @@ pub fn prune(
                 path: None,
                 why,
             };
-            if !op.status.is_terminal() || active.as_deref() == Some(&*op.id) {
+            if !op.status.is_terminal() || in_flight.contains(&op.id) {
                 outcome.kept.push(keep("not finished".into()));
                 continue;
             }

@@ -133,7 +133,7 @@ fn own_files(state_dir: &Path, config: &Config, purge: &mut Purge) {
 #[cfg(test)]
 mod tests {
     use ktr_base::state_dir::NAMES;
-    use ktr_pipeline::operation::KEYS_DIR;
+    use ktr_pipeline::operation::{KEYS_DIR, LOCKS_DIR};
     use ktr_pipeline::recall::lineage::LINKS_FILE;
     use ktr_pipeline::{binding, prompt_back};
 
@@ -141,7 +141,13 @@ mod tests {
     /// rule and purge know.
     #[test]
     fn the_pipeline_writes_only_names_the_state_dir_rule_knows() {
-        for name in [prompt_back::DIR, KEYS_DIR, binding::DIR, LINKS_FILE] {
+        for name in [
+            prompt_back::DIR,
+            KEYS_DIR,
+            LOCKS_DIR,
+            binding::DIR,
+            LINKS_FILE,
+        ] {
             assert!(NAMES.iter().any(|(n, _)| *n == name), "{name}");
         }
     }

@@ -39,7 +39,7 @@ pub enum Form {
 /// form: the operations and their artifacts, damaged state set aside, the
 /// window caches, prompts kept for a paste-back, the key keeper's files,
 /// Claude Code's session bindings, the lineage links prune kept, the logs
-/// and the lock. (`ktr-pipeline` names some of them where it writes them;
+/// and the locks. (`ktr-pipeline` names some of them where it writes them;
 /// a test in `ktr-admin` keeps both equal.)
 pub const NAMES: &[(&str, Form)] = &[
     ("operations", Form::Folder),
@@ -49,11 +49,13 @@ pub const NAMES: &[(&str, Form)] = &[
     ("prompts", Form::Folder),
     ("keep", Form::Folder),
     ("claude", Form::Folder),
+    ("locks", Form::Folder),
     ("lineage.jsonl", Form::File),
     ("active", Form::File),
     ("ktr.log", Form::File),
     ("worker.log", Form::File),
     ("coordinator.lock", Form::File),
+    ("active.lock", Form::File),
 ];
 
 /// The resume pointer's default name: the default config puts it in the
@@ -115,8 +117,9 @@ pub fn claim(dir: &Path, place: Place<'_>) -> Result<()> {
         .and_then(|mut f| f.write_all(MARKER_TEXT.as_bytes()).and(f.sync_all()));
     match written {
         Ok(()) => sync_dir(dir).map_err(|e| Error::io_at("sync", dir, &e)),
-        // Another ktr process wrote it meanwhile.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && marked(dir) => Ok(()),
+        // Another ktr process wrote it meanwhile (several sessions at once:
+        // it may still be writing the text).
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && marked_within(dir) => Ok(()),
         Err(e) => Err(Error::io_at("write", &path, &e)),
     }
 }
@@ -127,6 +130,21 @@ pub fn place_of_home(home: &Path) -> Place<'_> {
         home,
         project: None,
         pointer: None,
+    }
+}
+
+/// [`marked`], waiting up to a second for a marker another process has
+/// created but not yet written.
+fn marked_within(dir: &Path) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        if marked(dir) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -263,6 +281,30 @@ mod tests {
             assert!(!dir.join(MARKER).exists());
         }
         assert!(check(&home.join(".local/state/ktr"), with_project).is_ok());
+    }
+
+    #[test]
+    fn several_processes_claiming_a_new_state_dir_at_once_all_succeed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("h");
+        for round in 0..100 {
+            let dir = tmp.path().join(format!("state{round}"));
+            let start = std::sync::Barrier::new(4);
+            std::thread::scope(|s| {
+                let claims: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            claim(&dir, place(&home))
+                        })
+                    })
+                    .collect();
+                for c in claims {
+                    c.join().unwrap().unwrap();
+                }
+            });
+            assert!(marked(&dir));
+        }
     }
 
     #[test]

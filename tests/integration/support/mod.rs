@@ -122,6 +122,18 @@ pub fn ktr_as(home: &Path, config: &Path, args: &[&str]) -> Result<String, Strin
     }
 }
 
+/// The stdout of `ktr ARGS` that must have succeeded; panics with its
+/// stderr otherwise.
+#[track_caller]
+pub fn ktr_stdout(out: &std::process::Output, args: &[&str]) -> String {
+    assert!(
+        out.status.success(),
+        "ktr {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
 /// What a finished command printed: stdout, then stderr.
 /// A session id a test names (the engine takes [`ktr_base::ids::SessionId`]).
 #[track_caller]

@@ -58,6 +58,9 @@ pub struct Rig {
     pub pause_file: PathBuf,
     /// `KTR_TEST_PAUSE_AT` for the next Stop, if any.
     pub pause_at: Option<String>,
+    /// The source session the target runs at first ([`SRC`] unless
+    /// [`Rig::beside`] chose another).
+    pub src: String,
     /// Extra environment for every hook and stage.
     pub env: Vec<(String, String)>,
     /// Last: removed after everything that runs in it has stopped.
@@ -73,13 +76,33 @@ impl Rig {
     /// A rig of `kind`; `extra` TOML lines; `claude_env` is extra
     /// environment of the stand-in claude (e.g. `FAKE_CLAUDE_ONLY`).
     pub fn with(kind: Kind, extra: &str, claude_env: &[(&str, &str)]) -> Rig {
-        let sandbox = Sandbox::new();
+        Rig::build(kind, extra, claude_env, SRC, None)
+    }
+
+    /// A second installation beside `other` (several sessions at once):
+    /// its own HOME, project folder, tmux server and pane, running session
+    /// `src`, and a config of its own naming `other`'s state dir.
+    pub fn beside(other: &Rig, src: &str) -> Rig {
+        Rig::build(Kind::Tmux, "", &[], src, Some(&other.sandbox.state))
+    }
+
+    fn build(
+        kind: Kind,
+        extra: &str,
+        claude_env: &[(&str, &str)],
+        src: &str,
+        state: Option<&Path>,
+    ) -> Rig {
+        let mut sandbox = Sandbox::new();
+        if let Some(state) = state {
+            sandbox.state = state.to_path_buf();
+        }
         for stage in ["ktr-prepare", "ktr-verify", "ktr-activate", "ktr-rollback"] {
             let link = sandbox.bin.join(stage);
             let _ = fs::remove_file(&link);
             std::os::unix::fs::symlink(stage_binary(stage), &link).unwrap();
         }
-        let source = sandbox.project.join(format!("{SRC}.jsonl"));
+        let source = sandbox.project.join(format!("{src}.jsonl"));
         fs::copy(example(), &source).unwrap();
         let root = sandbox.root().to_path_buf();
         let hooks = root.join("hooks");
@@ -116,6 +139,7 @@ impl Rig {
             pointer: root.join("pointer"),
             pause_file: root.join("paused.pid"),
             pause_at: None,
+            src: src.to_string(),
             env,
             sandbox,
         };
@@ -169,22 +193,22 @@ impl Rig {
         match self.kind {
             Kind::Tmux => {
                 let claude = stand_in("fake-claude").display().to_string();
-                self.respawn_pane(&[&claude, "--resume", SRC]);
+                self.respawn_pane(&[&claude, "--resume", &self.src]);
             }
             Kind::Systemd => {
                 let sysd = self.sysd.as_ref().unwrap();
-                fs::write(&self.pointer, format!("{SRC}\n")).unwrap();
+                fs::write(&self.pointer, format!("{}\n", self.src)).unwrap();
                 sysd.install_unit(UNIT, &self.unit_text(""));
                 sysd.systemctl(&["start", UNIT]);
             }
             Kind::Pointer => {
-                fs::write(&self.pointer, format!("{SRC}\n")).unwrap();
+                fs::write(&self.pointer, format!("{}\n", self.src)).unwrap();
                 return;
             }
         }
         assert!(
             wait_for(Duration::from_secs(10), || self.resumed().as_deref()
-                == Some(SRC)),
+                == Some(self.src.as_str())),
             "the old session never started"
         );
     }
@@ -271,12 +295,7 @@ impl Rig {
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "ktr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        super::ktr_stdout(&out, args)
     }
 
     pub fn config(&self) -> Config {
@@ -447,7 +466,7 @@ impl Rig {
 
     /// The Stop hook of the source session.
     pub fn stop_source(&self) -> String {
-        self.stop(SRC, &self.source)
+        self.stop(&self.src, &self.source)
     }
 
     /// The Stop hook of the session the target runs now (the stand-in

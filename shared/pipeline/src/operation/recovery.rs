@@ -6,32 +6,44 @@ use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{Operation, Status, Store};
+use super::{InFlight, Lane, Operation, Status, Store};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
 impl Store {
-    /// Fail every non-terminal operation whose recorded worker is gone (dead
-    /// or pid reused) and that has not been updated within the grace period:
-    /// `error: "worker died during <status>"`. If it died while activating,
-    /// what the target runs now is recorded and `needs_attention` is set.
-    /// Returns the operations it failed.
+    /// In every lane, fail the operation in flight whose recorded worker is
+    /// gone (dead or pid reused) and that has not been updated within the
+    /// grace period: `error: "worker died during <status>"`; if it died
+    /// while activating, what the target runs now is recorded and
+    /// `needs_attention` is set. A pending request older than
+    /// `request_ttl_hours` expires, each by its own age. Each lane is
+    /// handled under its own lock, and only when it has something to end,
+    /// so this never waits for another session's stage. A lost or
+    /// older-layout `active` names nothing here (the hooks, `ktr doctor`
+    /// and every lane's next write rebuild it). Returns the operations it
+    /// failed or expired.
     pub fn recover_stale(&self) -> Result<Vec<Operation>> {
-        let Some((id, status)) = self.active() else {
-            return Ok(Vec::new());
-        };
-        if status == Status::Pending {
-            return self.expire_stale_request();
+        let mut ended = Vec::new();
+        for entry in self.in_flight() {
+            ended.extend(self.recover_lane(&entry)?);
         }
-        if !self.load(&id).is_ok_and(|op| self.is_stale(&op)) {
-            return Ok(Vec::new());
+        Ok(ended)
+    }
+
+    /// [`Store::recover_stale`] for one lane's operation in flight.
+    fn recover_lane(&self, entry: &InFlight) -> Result<Option<Operation>> {
+        if entry.status == Status::Pending {
+            return self.expire_stale_request(&entry.lane);
         }
-        self.with_lock(|tx| {
-            let Some(mut op) = tx.active_operation()? else {
-                return Ok(Vec::new());
+        if !self.load(&entry.id).is_ok_and(|op| self.is_stale(&op)) {
+            return Ok(None);
+        }
+        self.with_lane(&entry.lane, |tx| {
+            let Some(mut op) = tx.lane_operation(&entry.lane)? else {
+                return Ok(None);
             };
             if !self.is_stale(&op) {
-                return Ok(Vec::new());
+                return Ok(None);
             }
             let died_in = op.status;
             op.error = Some(format!("worker died during {died_in}"));
@@ -64,24 +76,21 @@ impl Store {
                 Err(e) => note.push_str(&format!("; {e}")),
             }
             tx.transition(&mut op, Status::Failed, &note)?;
-            Ok(vec![op])
+            Ok(Some(op))
         })
     }
 
-    /// Expire the pending request when it is older than `request_ttl_hours`
-    /// (a store opened with [`Store::for_config`]); returns it then.
-    pub fn expire_stale_request(&self) -> Result<Vec<Operation>> {
+    /// Expire `lane`'s pending request when it is older than
+    /// `request_ttl_hours` (a store opened with [`Store::for_config`]).
+    fn expire_stale_request(&self, lane: &Lane) -> Result<Option<Operation>> {
         let Some(ttl) = self.ttl else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
-        self.with_lock(|tx| {
-            let Some(mut op) = tx.active_operation()? else {
-                return Ok(Vec::new());
+        self.with_lane(lane, |tx| {
+            let Some(mut op) = tx.lane_operation(lane)? else {
+                return Ok(None);
             };
-            if !tx.expire_if_old(&mut op, ttl)? {
-                return Ok(Vec::new());
-            }
-            Ok(vec![op])
+            Ok(tx.expire_if_old(&mut op, ttl)?.then_some(op))
         })
     }
 

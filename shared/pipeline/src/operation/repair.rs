@@ -49,7 +49,7 @@ pub fn set_damaged_aside(
             fs::rename(from, to).map_err(|e| Error::io_at("move", from, &e))?;
         }
         // `active` is rebuilt from what remains.
-        tx.active_operation()?;
+        tx.rebuild_index()?;
         Ok(moves)
     })
 }

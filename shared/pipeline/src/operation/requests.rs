@@ -1,7 +1,7 @@
 //! What a human or a stage asks of the store: request, cancel, rollback,
 //! and a stage claiming its operation. Each is one locked read-modify-write.
 
-use super::{Operation, Stage, Status, Store, Worker};
+use super::{Lane, Operation, Stage, Status, Store, Worker};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::{OperationId, SessionId};
 
@@ -61,47 +61,99 @@ impl Store {
                 .then(|| SessionId::parse(&running).ok())
                 .flatten()
         });
-        self.with_lock(|tx| {
-            if let Some(mut op) = tx.active_operation()? {
+        let joined = session.is_none();
+        let session = match session {
+            Some(session) => Some(session),
+            None => self.lane_of_unnamed()?,
+        };
+        let in_lane = |tx: &mut super::Locked| match &session {
+            Some(session) => tx.session_operation(session),
+            None => tx.lane_operation(&Lane::Unbound),
+        };
+        let locked = |tx: &mut super::Locked| {
+            if let Some(mut op) = in_lane(tx)? {
                 if op.status != Status::Pending {
                     return Err(Error::refused(format!(
-                        "operation {} is {}; wait for it to finish (or cancel/rollback it) before requesting another",
-                        op.id, op.status
-                    )));
-                }
-                if session.is_some() && op.session_id.is_some() && op.session_id != session {
-                    return Err(Error::refused(format!(
-                        "operation {} is pending for session {}; cancel it before requesting one for another session",
+                        "operation {} is {} for {}; wait for it to finish (or cancel/rollback it) before requesting another",
                         op.id,
-                        op.session_id.as_deref().unwrap_or("")
+                        op.status,
+                        op.lane()
                     )));
                 }
                 if !op.reasons.iter().any(|r| r == reason) {
                     op.reasons.push(reason.to_string());
                 }
                 if op.session_id.is_none() {
-                    op.session_id = session;
+                    // The request no session held is this session's now.
+                    op.session_id.clone_from(&session);
+                    tx.set_entry(&op)?;
                 }
                 tx.save(&mut op)?;
-                tx.log(&op.id, op.status, op.status, &format!("reason merged: {reason}"));
+                tx.log(
+                    &op.id,
+                    op.status,
+                    op.status,
+                    &format!("reason merged: {reason}"),
+                );
                 return Ok(op);
+            }
+            if let Some(session) = session.as_ref().filter(|_| joined) {
+                // The session it joined has finished since: its source no
+                // longer runs there, so nothing is requested for it.
+                return Err(Error::refused(format!(
+                    "the operation of session {session} ended just now; ask again"
+                )));
             }
             // `active` first: an operation file nobody points at would be
             // invisible; an `active` naming a missing file reads as none.
-            let mut op = Operation::new(reason, session);
-            op.requested_target = seen;
-            tx.set_active(&op)?;
+            let mut op = Operation::new(reason, session.clone());
+            op.requested_target.clone_from(&seen);
+            tx.set_entry(&op)?;
             tx.save(&mut op)?;
             tx.log(&op.id, Status::Pending, Status::Pending, "requested");
             Ok(op)
-        })
+        };
+        match &session {
+            Some(id) => self.with_session(id, super::LOCK_TIMEOUT, locked),
+            None => self.with_lane(&Lane::Unbound, locked),
+        }
+    }
+
+    /// The session a request that names none joins (read from the
+    /// operation files, which `active` follows a moment later): the one
+    /// session with an operation in flight (as before several sessions: it merges into
+    /// that request, or is refused naming what runs); none when nothing but
+    /// an unbound request is in flight. With several sessions at work the
+    /// request must name its session.
+    fn lane_of_unnamed(&self) -> Result<Option<SessionId>> {
+        let sessions: Vec<SessionId> = self
+            .live_lanes()?
+            .into_iter()
+            .filter_map(|lane| match lane {
+                Lane::Session(s) => Some(s),
+                Lane::Unbound => None,
+            })
+            .collect();
+        match sessions.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(one.clone())),
+            several => Err(Error::refused(format!(
+                "{} sessions have an operation in flight ({}); name the session to rebuild (--session ID)",
+                several.len(),
+                several
+                    .iter()
+                    .map(SessionId::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
     }
 
     /// Cancel a pending operation (`CANCEL`). A tmux pane's border notice
     /// that the switch waits for the person goes with it.
     pub fn cancel(&self, id: &OperationId, confirmation: &str) -> Result<Operation> {
         confirm(confirmation, "CANCEL")?;
-        let op = self.with_lock(|tx| {
+        let op = self.with_op(id, |tx| {
             let mut op = tx.load_in(id, Status::Pending, "a pending operation can be cancelled")?;
             tx.transition(&mut op, Status::Cancelled, "cancelled by request")?;
             Ok(op)
@@ -116,16 +168,19 @@ impl Store {
     pub fn rollback_request(&self, id: &OperationId, confirmation: &str) -> Result<Operation> {
         confirm(confirmation, "ROLLBACK")?;
         self.recover_stale()?;
-        self.with_lock(|tx| {
+        self.with_op(id, |tx| {
             let mut op = tx.load_in(
                 id,
                 Status::Activated,
                 "an activated operation can be rolled back",
             )?;
-            if let Some(other) = tx.active_operation()? {
+            // The lane of the session the rollback switches away from.
+            if let Some(other) = tx.lane_operation(&op.lane())? {
                 return Err(Error::refused(format!(
-                    "operation {} is {}; wait for it to finish first",
-                    other.id, other.status
+                    "operation {} is {} for {}; wait for it to finish first",
+                    other.id,
+                    other.status,
+                    other.lane()
                 )));
             }
             let later = superseding(&op, &tx.store().list()?);
@@ -161,7 +216,7 @@ impl Store {
     pub fn claim(&self, id: &OperationId, stage: Stage, to: Status) -> Result<Operation> {
         let expected = stage.expects();
         let stage_name = stage.name();
-        self.with_lock(|tx| {
+        self.with_op(id, |tx| {
             let mut op = tx.load(id)?;
             if op.status != expected {
                 return Err(Error::refused(format!(

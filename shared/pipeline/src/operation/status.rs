@@ -76,6 +76,19 @@ impl Status {
         )
     }
 
+    /// Statuses of an operation whose candidate the target was switched
+    /// to: its lane is the candidate's session ([`super::Lane::of`]).
+    pub fn after_switch(self) -> bool {
+        matches!(
+            self,
+            Status::Activated
+                | Status::RollbackPending
+                | Status::RollbackScheduled
+                | Status::RollingBack
+                | Status::RolledBack
+        )
+    }
+
     /// The `snake_case` name used in files and messages.
     pub fn as_str(self) -> &'static str {
         match self {

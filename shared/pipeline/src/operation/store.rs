@@ -1,12 +1,10 @@
 //! The operation store over one state dir: loading, listing, the
 //! coordinator lock, and the locked writes ([`Locked`]).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::{ErrorKind as IoKind, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -15,12 +13,12 @@ use super::record::SCHEMA;
 
 /// The key keeper's directory's name in a state dir ([`Store::keys_dir`]).
 pub const KEYS_DIR: &str = "keep";
-use super::{Operation, Stage, Status, Transition};
+use super::{CandidateFile, Lane, Locked, Operation, Stage, Status, Transition};
 use crate::targets::Target;
 use ktr_base::config::{Config, expand_home, home_dir};
 use ktr_base::error::{Error, Result};
 use ktr_base::fsutil::{Existing, ensure_private_dir, write_atomic};
-use ktr_base::ids::OperationId;
+use ktr_base::ids::{OperationId, SessionId};
 use ktr_base::open::{Links, append_private, cap, read_capped};
 use ktr_base::state_dir;
 use ktr_base::time::{Timestamp, now_rfc3339};
@@ -139,7 +137,7 @@ pub fn locate_for_hooks(config: Option<&Path>) -> Result<(PathBuf, bool)> {
 /// The operation store over one state dir.
 #[derive(Debug)]
 pub struct Store {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     pub(super) target: Option<Target>,
     /// `project_dir` (configured stores): the only place a candidate may be
     /// discarded from, and where requests bind to a session.
@@ -147,12 +145,6 @@ pub struct Store {
     /// `request_ttl_hours`: a pending request older than this expires.
     pub(super) ttl: Option<Duration>,
     pub(super) grace: Duration,
-}
-
-/// A held coordinator lock; every mutation goes through it.
-pub struct Locked<'a> {
-    store: &'a Store,
-    _lock: File,
 }
 
 impl Store {
@@ -246,47 +238,6 @@ impl Store {
         self.dir.join("worker.log")
     }
 
-    /// The `active` file: `(id, status)` of the non-terminal operation, if
-    /// it names one. Cheap (one small read, no lock): this is the Stop
-    /// hook's fast path. See [`Store::active_state`] for why it may not.
-    pub fn active(&self) -> Option<(OperationId, Status)> {
-        match self.active_state() {
-            Active::Busy(id, status) => Some((id, status)),
-            Active::Idle | Active::Unknown(_) => None,
-        }
-    }
-
-    /// What the `active` file says: an operation in flight, `idle`, or —
-    /// missing, unreadable, a FIFO, too large, garbage — unknown, to be
-    /// rebuilt from the operation files ([`Locked::active_operation`]).
-    pub fn active_state(&self) -> Active {
-        let text = match read_capped(&self.dir.join("active"), cap::ACTIVE, Links::Refuse) {
-            Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
-            Ok(None) => return Active::Unknown("missing".into()),
-            Err(e) => return Active::Unknown(e.message),
-        };
-        let mut words = text.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some(IDLE), None, None) => Active::Idle,
-            (Some(id), Some(status), None) => match (OperationId::parse(id), Status::parse(status))
-            {
-                (Ok(id), Some(status)) => Active::Busy(id, status),
-                _ => Active::Unknown("not what ktr writes there".into()),
-            },
-            _ => Active::Unknown("not what ktr writes there".into()),
-        }
-    }
-
-    /// Rebuild a lost or damaged `active` from the operation files
-    /// ([`Locked::active_operation`]), waiting at most `timeout` for the
-    /// lock; the operation in flight, if any.
-    pub fn rebuild_active(&self, timeout: Duration) -> Result<Option<Operation>> {
-        // The method path does not satisfy the closure's higher-ranked
-        // lifetime (`Locked<'_>`), which clippy's suggestion overlooks.
-        #[allow(clippy::redundant_closure_for_method_calls)]
-        self.with_lock_within(timeout, |tx| tx.active_operation())
-    }
-
     /// Load one operation; a missing one is [`ktr_base::ErrorKind::NotFound`].
     pub fn load(&self, id: &OperationId) -> Result<Operation> {
         self.try_load(id)?
@@ -354,7 +305,7 @@ impl Store {
 
     /// Read every file in `operations/` as `T`; the ones that cannot be
     /// read as `T` are damaged (sorted by path).
-    fn scan_as<T: Loaded>(&self) -> Result<(Vec<T>, Vec<Damaged>)> {
+    pub(super) fn scan_as<T: Loaded>(&self) -> Result<(Vec<T>, Vec<Damaged>)> {
         let dir = self.dir.join("operations");
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -391,68 +342,6 @@ impl Store {
     pub fn latest(&self) -> Result<Option<Operation>> {
         Ok(self.list()?.pop())
     }
-
-    /// Run `f` holding the coordinator lock. Waits at most 10 s for it.
-    pub fn with_lock<T>(&self, f: impl FnOnce(&mut Locked) -> Result<T>) -> Result<T> {
-        self.with_lock_within(LOCK_TIMEOUT, f)
-    }
-
-    /// [`Store::with_lock`], waiting at most `timeout` (the Stop hook waits
-    /// briefly and retries at the next Stop rather than delay Claude Code);
-    /// a lock still held then is [`ktr_base::ErrorKind::Busy`].
-    pub fn with_lock_within<T>(
-        &self,
-        timeout: Duration,
-        f: impl FnOnce(&mut Locked) -> Result<T>,
-    ) -> Result<T> {
-        let home = home_dir();
-        state_dir::claim(
-            &self.dir,
-            state_dir::Place {
-                project: self.project.as_deref(),
-                ..state_dir::place_of_home(&home)
-            },
-        )?;
-        ensure_private_dir(&self.dir.join("operations"), 0o700)?;
-        let path = self.dir.join("coordinator.lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| Error::io_at("open lock", &path, &e))?;
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return Err(Error::io(format!(
-                "{} is not a regular file; move it aside",
-                path.display()
-            )));
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    thread::sleep(Duration::from_millis(2));
-                }
-                Err(fs::TryLockError::WouldBlock) => {
-                    return Err(Error::busy(format!(
-                        "{} is held by another ktr process for more than {} s; see `ktr status`",
-                        path.display(),
-                        timeout.as_secs_f64()
-                    )));
-                }
-                Err(fs::TryLockError::Error(e)) => return Err(Error::io_at("lock", &path, &e)),
-            }
-        }
-        let mut tx = Locked {
-            store: self,
-            _lock: file,
-        };
-        f(&mut tx)
-        // The lock is released when `tx` (and its file) drops.
-    }
 }
 
 impl Locked<'_> {
@@ -474,80 +363,9 @@ impl Locked<'_> {
         Ok(op)
     }
 
-    /// The one non-terminal operation, derived from the operation files
-    /// themselves (not from `active` alone: a deleted or stale `active`
-    /// must not let a second operation start). `active` is rewritten when
-    /// it is missing or disagrees. A damaged operation file refuses: it
-    /// could be the operation in flight (`ktr repair` sets it aside).
-    pub fn active_operation(&mut self) -> Result<Option<Operation>> {
-        // Every hook and stage comes through here under the lock: read only
-        // each file's id and status (a finished operation's manifest can be
-        // megabytes), then load the one in flight.
-        let (headers, damaged) = self.store.scan_as::<Header>()?;
-        if let Some(d) = damaged.first() {
-            let more = match damaged.len() - 1 {
-                0 => String::new(),
-                n => format!(" (and {n} more damaged files)"),
-            };
-            return Err(Error::refused(format!(
-                "{}{more}; `ktr repair` sets damaged files aside (nothing is deleted)",
-                d.why
-            )));
-        }
-        let live: Vec<Header> = headers
-            .into_iter()
-            .filter(|h| !h.status.is_terminal())
-            .collect();
-        let op = match live.as_slice() {
-            [] => None,
-            [one] => self.store.try_load(&one.id)?,
-            _ => self.one_in_flight(&live)?,
-        };
-        // A missing `active` with nothing in flight is written `idle` too:
-        // else every later hook would find it missing and come here, under
-        // the lock, again.
-        let agrees = match (&op, self.store.active_state()) {
-            (Some(op), Active::Busy(id, status)) => id == op.id && status == op.status,
-            (None, Active::Idle) => true,
-            _ => false,
-        };
-        if !agrees {
-            match &op {
-                Some(op) => self.set_active(op)?,
-                None => self.set_idle()?,
-            }
-        }
-        Ok(op)
-    }
-
-    /// More than one operation in flight (only a lost `active` lets that
-    /// happen): the newest whose worker is alive or that no stage has
-    /// started yet is the one; every other ends `failed`, saying why.
-    fn one_in_flight(&mut self, live: &[Header]) -> Result<Option<Operation>> {
-        let mut ops = Vec::new();
-        for h in live {
-            ops.extend(self.store.try_load(&h.id)?);
-        }
-        ops.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        let keep = ops
-            .iter()
-            .rposition(|op| op.worker.as_ref().is_none_or(super::Worker::alive))
-            .unwrap_or(ops.len() - 1);
-        let kept = ops[keep].id.clone();
-        for (i, op) in ops.iter_mut().enumerate() {
-            if i != keep {
-                let why = format!(
-                    "operation {kept} is in flight too (only a lost `active` file lets two run); this one ends here"
-                );
-                op.error = Some(why.clone());
-                self.transition(op, Status::Failed, &why)?;
-            }
-        }
-        Ok(Some(ops.swap_remove(keep)))
-    }
-
     /// Write `op` atomically (0600) and refresh `updated_at`.
     pub fn save(&mut self, op: &mut Operation) -> Result<()> {
+        self.may_write(op.status, op)?;
         op.updated_at = Timestamp::now();
         op.schema = SCHEMA;
         op.cap_lists();
@@ -568,6 +386,7 @@ impl Locked<'_> {
                 op.id
             )));
         }
+        self.may_write(to, op)?;
         op.status = to;
         op.history.push(Transition {
             at: Timestamp::now(),
@@ -579,34 +398,9 @@ impl Locked<'_> {
             op.worker = None;
         }
         self.save(op)?;
-        self.set_active(op)?;
+        self.set_entry(op)?;
         self.log(&op.id, from, to, note);
         Ok(())
-    }
-
-    /// Point `active` at `op`, or clear it when `op` is terminal (only if
-    /// it still names `op`).
-    pub(super) fn set_active(&mut self, op: &Operation) -> Result<()> {
-        let path = self.store.dir.join("active");
-        if !op.status.is_terminal() {
-            let line = format!("{} {}\n", op.id, op.status);
-            return write_atomic(&path, line.as_bytes(), 0o600, Existing::Replace);
-        }
-        if self.store.active().is_some_and(|(id, _)| id != *op.id) {
-            return Ok(());
-        }
-        self.set_idle()
-    }
-
-    /// `active` says no operation is in flight.
-    fn set_idle(&mut self) -> Result<()> {
-        let line = format!("{IDLE}\n");
-        write_atomic(
-            &self.store.dir.join("active"),
-            line.as_bytes(),
-            0o600,
-            Existing::Replace,
-        )
     }
 
     /// Append one line to `ktr.log`.
@@ -639,31 +433,22 @@ pub struct Damaged {
     pub why: String,
 }
 
-/// What `active` holds when no operation is in flight.
-const IDLE: &str = "idle";
-
-/// What the `active` file says ([`Store::active_state`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Active {
-    /// No operation is in flight.
-    Idle,
-    /// This operation is, in this status.
-    Busy(OperationId, Status),
-    /// The file is missing or damaged (why): rebuild it from the operation
-    /// files ([`Locked::active_operation`]).
-    Unknown(String),
-}
-
-/// The two fields of an operation file the one-operation rule needs; serde
+/// The fields of an operation file the one-per-lane rule needs; serde
 /// skips the rest without building it.
 #[derive(Deserialize)]
-struct Header {
+pub(super) struct Header {
     #[serde(default = "super::record::schema_before_the_field")]
     schema: u32,
     #[serde(default)]
-    id: OperationId,
+    pub(super) id: OperationId,
     #[serde(default = "Header::pending")]
-    status: Status,
+    pub(super) status: Status,
+    #[serde(default)]
+    created_at: Option<Timestamp>,
+    #[serde(default)]
+    session_id: Option<SessionId>,
+    #[serde(default)]
+    candidate: Option<CandidateFile>,
 }
 
 impl Header {
@@ -671,10 +456,24 @@ impl Header {
     fn pending() -> Status {
         Status::Pending
     }
+
+    /// The lane it is in ([`Operation::lane`]).
+    pub(super) fn lane(&self) -> Lane {
+        Lane::of(
+            self.status,
+            self.session_id.as_ref(),
+            self.candidate.as_ref().map(|c| &c.session_id),
+        )
+    }
+
+    /// Oldest first, as [`Store::scan`] orders operations.
+    pub(super) fn order(&self) -> (Option<&Timestamp>, &OperationId) {
+        (self.created_at.as_ref(), &self.id)
+    }
 }
 
 /// What a file read from `operations/` is checked for beyond its JSON shape.
-trait Loaded: DeserializeOwned {
+pub(super) trait Loaded: DeserializeOwned {
     fn id(&self) -> &OperationId;
     fn schema(&self) -> u32;
     /// Why its values cannot be an operation of the state dir `dir`.

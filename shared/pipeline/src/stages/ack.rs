@@ -81,7 +81,7 @@ fn record(
         session_id: session_id.clone(),
         context_tokens: hook.context_tokens.as_ref().and_then(as_tokens),
     };
-    store.with_lock(|tx| {
+    store.with_op(&op.id, |tx| {
         let mut op = tx.load(&op.id)?;
         if !awaits_ack(&op, session_id) {
             return Ok(None);
@@ -158,11 +158,12 @@ fn append_line(path: &Path, ack: &Ack) -> Result<()> {
     super::append_log(path, &line)
 }
 
-/// The operation whose candidate is `session_id`: the active one first,
+/// The operation whose candidate is `session_id`: one in flight first,
 /// else the newest activating/activated one.
 fn find_operation(store: &Store, session_id: &SessionId) -> Option<Operation> {
-    let active = store.active().and_then(|(id, _)| store.load(&id).ok());
-    if let Some(op) = active.filter(|op| awaits_ack(op, session_id)) {
+    let in_flight = store.in_flight().into_iter();
+    let active = in_flight.filter_map(|e| store.load(&e.id).ok());
+    if let Some(op) = active.into_iter().find(|op| awaits_ack(op, session_id)) {
         return Some(op);
     }
     store

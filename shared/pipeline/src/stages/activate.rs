@@ -66,7 +66,7 @@ pub fn activate(
     guarded(store, id, steps, |steps| {
         pause_point(Stage::Activate, "start");
         let target = Target::from_config(config);
-        let op = store.with_lock(|tx| compare_and_swap(tx, config, &target, id))?;
+        let op = store.with_op(id, |tx| compare_and_swap(tx, config, &target, id))?;
         if op.status != Status::Activating {
             steps.say(format!(
                 "not switching: operation is {} ({})",
@@ -111,7 +111,7 @@ fn give_prompt_back(
         return outcome;
     };
     steps.say(&line);
-    let noted = store.with_lock(|tx| {
+    let noted = store.with_op(&op.id, |tx| {
         let mut op = tx.load(&op.id)?;
         if let Some(last) = op.history.last_mut() {
             last.note.push_str("; ");
@@ -150,7 +150,7 @@ fn switch_over(
     } else {
         SETTLE
     });
-    let op = store.with_lock(|tx| last_look(tx, config, target, id))?;
+    let op = store.with_op(id, |tx| last_look(tx, config, target, id))?;
     if op.status != Status::Activating {
         steps.say(format!(
             "not switching: operation is {} ({})",
@@ -176,7 +176,7 @@ fn switch_over(
         }
         Switched::Collided(why) | Switched::Busy(why) => {
             steps.say(&why);
-            let op = store.with_lock(|tx| {
+            let op = store.with_op(id, |tx| {
                 let mut op = tx.load(id)?;
                 defer(tx, config, &mut op, &why)?;
                 Ok(op)
@@ -197,7 +197,7 @@ fn switch_over(
     };
     // The respawn fallback: only when no turn began and nobody typed
     // meanwhile (a refused prompt is on its way back to the input line).
-    let op = store.with_lock(|tx| before_respawn(tx, config, id))?;
+    let op = store.with_op(id, |tx| before_respawn(tx, config, id))?;
     if op.status != Status::Activating {
         steps.say(format!(
             "not respawning: operation is {} ({})",
@@ -257,7 +257,7 @@ fn activated(
     steps: &mut Steps,
 ) -> Result<Outcome> {
     pause_point(Stage::Activate, "healthy");
-    let op = store.with_lock(|tx| {
+    let op = store.with_op(id, |tx| {
         let mut op = tx.load(id)?;
         op.target_after = Some(identity.to_string());
         let tokens = op.context_tokens().map_or(String::new(), |t| {
@@ -693,7 +693,7 @@ fn fall_back(
         "{reason}; resuming the old session (what the target ran)"
     ));
     let back = restore(config, store, op, target);
-    let op = store.with_lock(|tx| {
+    let op = store.with_op(&op.id, |tx| {
         let mut op = tx.load(&op.id)?;
         match &back {
             Ok((identity, what)) => {

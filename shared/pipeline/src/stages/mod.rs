@@ -348,7 +348,7 @@ pub fn hand_off(
     next: Stage,
     steps: &mut Steps,
 ) -> Result<Operation> {
-    let started = store.with_lock(|tx| {
+    let started = store.with_op(id, |tx| {
         let mut op = tx.load(id)?;
         let mine = op
             .worker
@@ -389,7 +389,7 @@ pub fn abandon(
     reason: &str,
     edit: impl FnOnce(&mut Operation),
 ) -> Result<Operation> {
-    store.with_lock(|tx| {
+    store.with_op(id, |tx| {
         let mut op = tx.load(id)?;
         fail_in(tx, &mut op, reason, edit)?;
         Ok(op)
@@ -446,7 +446,7 @@ fn update(
     to: Option<(Status, &str)>,
     edit: impl FnOnce(&mut Operation),
 ) -> Result<Operation> {
-    store.with_lock(|tx| {
+    store.with_op(id, |tx| {
         let mut op = tx.load(id)?;
         ensure_ours(&op, status)?;
         edit(&mut op);

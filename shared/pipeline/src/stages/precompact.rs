@@ -108,7 +108,10 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     let config = crate::targets::discover::hook_config(config_arg, &hook.transcript_path)?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
-    let active = store.active().map(|(id, _)| store.load(&id)).transpose()?;
+    let active = store
+        .active_for(&session)
+        .map(|(id, _)| store.load(&id))
+        .transpose()?;
     let pending_id = match active {
         Some(op) if op.status == Status::Pending => {
             if op.session_id.as_ref().is_some_and(|s| *s != session) {

@@ -283,7 +283,7 @@ pub fn schedule_by_hand(
     let source = plan::resolve_transcript(config, Some(transcript))?;
     let session = SessionId::of_transcript(&source)?;
     store.recover_stale()?;
-    match store.active() {
+    match store.active_for(&session) {
         None => {
             let Some(word) = confirmation else {
                 return Err(Error::refused(
@@ -303,9 +303,9 @@ pub fn schedule_by_hand(
             )));
         }
     }
-    store.with_lock(|tx| {
+    store.with_session(&session, crate::operation::LOCK_TIMEOUT, |tx| {
         let mut op = tx
-            .active_operation()?
+            .session_operation(&session)?
             .ok_or_else(|| Error::refused("the pending operation disappeared; request again"))?;
         if op.status != Status::Pending {
             return Err(Error::refused(format!(

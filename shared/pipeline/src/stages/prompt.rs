@@ -18,7 +18,9 @@ use std::path::Path;
 
 use crate::gate::{gated_session, switching, watched};
 use crate::hook::{Invocation, PromptInput, Reply};
-use crate::operation::{BlockedPrompt, HOOK_LOCK_WAIT, Operation, Status, Store, locate_for_hooks};
+use crate::operation::{
+    BlockedPrompt, HOOK_LOCK_WAIT, Lane, Operation, Status, Store, locate_for_hooks,
+};
 use crate::prompt_back;
 use crate::targets::Target;
 use crate::targets::resume_line;
@@ -74,11 +76,11 @@ pub const UNMARKED: &str = "ktr: busy (another ktr process held the lock for ove
 pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     let (state_dir, rebuild) = locate_for_hooks(config_arg)?;
     let store = Store::at(&state_dir);
-    let active = store.active();
+    let in_flight = store.in_flight();
     // The guard could block the compaction this prompt triggers: keep its
     // text, to put it back after the switch (crate::prompt_back).
-    let keep = rebuild || matches!(active, Some((_, Status::Pending)));
-    let watched_now = active.is_some_and(|(_, status)| watched(status));
+    let keep = rebuild || in_flight.iter().any(|e| e.status == Status::Pending);
+    let watched_now = in_flight.iter().any(|e| watched(e.status));
     let prompts = prompt_back::dir(&state_dir);
     let has_prompts = prompts.is_dir();
     if !keep && !watched_now && !has_prompts {
@@ -118,12 +120,21 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
             eprintln!("ktr-prompt: cannot keep this prompt for the compaction guard: {e}");
         }
     }
-    if !watched_now {
+    // Only this session's operation (or a request no session holds yet)
+    // gates its prompts.
+    let session = SessionId::parse(&hook.session_id).ok();
+    let mine = |s: &SessionId| {
+        in_flight
+            .iter()
+            .filter(|e| e.lane == Lane::Session(s.clone()) || e.lane == Lane::Unbound)
+            .any(|e| watched(e.status))
+    };
+    let Some(session) = session.filter(mine) else {
         return Ok(Reply::Quiet);
-    }
+    };
     let store = Store::open(store.dir())?;
-    let decided = store.with_lock_within(HOOK_LOCK_WAIT, |tx| {
-        let Some(mut op) = tx.active_operation()? else {
+    let decided = store.with_session(&session, HOOK_LOCK_WAIT, |tx| {
+        let Some(mut op) = tx.session_operation(&session)? else {
             return Ok(Reply::Quiet);
         };
         if gated_session(&op) != Some(hook.session_id.as_str()) {
@@ -159,7 +170,7 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         // The lock is busy: refuse only while a switch may be under way
         // (the text comes back to the input line), else let it through
         // and say so.
-        Err(e) if e.kind == ktr_base::ErrorKind::Busy => Ok(match store.active() {
+        Err(e) if e.kind == ktr_base::ErrorKind::Busy => Ok(match store.active_for(&session) {
             Some((_, status)) if switching(status) => Reply::Block(SWITCHING.into()),
             _ => Reply::Message(UNMARKED.into()),
         }),

@@ -64,7 +64,7 @@ fn switch_back(
     } else {
         SETTLE
     });
-    let op = store.with_lock(|tx| last_look(tx, target, id))?;
+    let op = store.with_op(id, |tx| last_look(tx, target, id))?;
     if op.status != Status::RollingBack {
         steps.say(format!(
             "not rolling back now: operation is {} ({})",
@@ -90,7 +90,7 @@ fn switch_back(
         }
         Switched::Collided(why) | Switched::Busy(why) => {
             steps.say(&why);
-            let op = store.with_lock(|tx| {
+            let op = store.with_op(id, |tx| {
                 let mut op = tx.load(id)?;
                 defer(tx, &mut op, &why)?;
                 Ok(op)
@@ -108,7 +108,7 @@ fn switch_back(
         }
     };
     let op = match back {
-        Ok((identity, what)) => store.with_lock(|tx| {
+        Ok((identity, what)) => store.with_op(id, |tx| {
             let mut op = tx.load(id)?;
             op.target_after = Some(identity.clone());
             let note = match &op.restore {
@@ -188,7 +188,7 @@ fn with_restore(
         ));
     }
     let earlier = op.restore.clone();
-    let op = store.with_lock(|tx| {
+    let op = store.with_op(id, |tx| {
         let mut op = tx.load(id)?;
         super::ensure_ours(&op, Status::RollingBack)?;
         op.restore = built;

@@ -165,7 +165,7 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
     };
     if let Some(dir) = &state_dir {
         let store = Store::at(dir);
-        if let Some((id, status)) = store.active() {
+        if let Some((id, status)) = session.as_ref().and_then(|s| store.active_for(s)) {
             match status {
                 Status::Pending => text.push_str(" · rebuild pending"),
                 Status::RollbackPending => text.push_str(" · rollback pending"),

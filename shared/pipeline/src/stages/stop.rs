@@ -16,6 +16,7 @@
 use std::path::Path;
 
 use crate::hook::{Invocation, Reply, StopInput};
+use crate::operation::index::Index;
 use crate::operation::{Active, Operation, Stage, Status, Store, Worker, locate_state_dir};
 use crate::stages::{self, advice};
 use crate::targets::discover;
@@ -39,45 +40,68 @@ const LOCK_WAIT: std::time::Duration = crate::operation::HOOK_LOCK_WAIT;
 
 /// The Stop hook: what it tells Claude Code for this invocation.
 pub fn stop(call: Invocation) -> Reply {
-    run(call.config.as_deref(), call.input).unwrap_or_else(|e| Reply::Message(format!("ktr: {e}")))
+    let Invocation { config, input, .. } = call;
+    run(config.as_deref(), input.as_deref()).unwrap_or_else(|e| Reply::Message(format!("ktr: {e}")))
 }
 
-fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
+fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
     // A turn whose user record is newer than this began after this Stop.
     let stopped_at = Timestamp::now();
     // Fast path: one small file, no config validation, no lock.
     let state_dir = locate_state_dir(config_arg)?;
-    let in_flight = match Store::at(&state_dir).active_state() {
-        Active::Busy(id, status) => Some((id, status)),
-        Active::Idle => None,
+    let hook = input.map(serde_json::from_slice::<StopInput>).transpose();
+    let session = match &hook {
+        Ok(Some(h)) => SessionId::parse(&h.session_id).ok(),
+        _ => None,
+    };
+    let mine = |index: &Index| match &session {
+        Some(s) => index.for_session(s),
+        // Input that names no session: whatever is in flight is said to stay.
+        None => index.entries().first().map(|e| (e.id.clone(), e.status)),
+    };
+    let index = match Store::at(&state_dir).active_state() {
+        Active::Known(index) => index,
         // Nothing was ever requested here.
-        Active::Unknown(_) if !state_dir.join("operations").is_dir() => None,
-        // Missing or damaged: the operation files decide, under the lock,
-        // and `active` is written again — a pending request is never lost.
-        Active::Unknown(why) => Store::at(&state_dir)
-            .rebuild_active(LOCK_WAIT)
-            .map_err(|e| {
+        Active::Unknown(_) if !state_dir.join("operations").is_dir() => Index::default(),
+        // Missing, damaged or in the older layout: the operation files
+        // decide, under the lock, and `active` is written again — a
+        // pending request is never lost.
+        Active::Unknown(why) => {
+            Store::at(&state_dir).rebuild_active(LOCK_WAIT).map_err(|e| {
                 Error::io(format!(
                     "the state file `active` is {why} and could not be rebuilt from the operation files ({e}); `ktr doctor` says more"
                 ))
-            })?
-            .map(|op| (op.id, op.status)),
+            })?;
+            match Store::at(&state_dir).active_state() {
+                Active::Known(index) => index,
+                Active::Unknown(_) => Index::default(),
+            }
+        }
     };
-    let Some((id, status)) = in_flight else {
-        let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(&i).ok());
-        let line = hook.and_then(|h| advice::idle_line(config_arg, &state_dir, &h));
+    let Some((id, status)) = mine(&index) else {
+        // Another session's stage at work: a dead worker is failed here
+        // too, as before several sessions (its lane's lock is taken only
+        // then), so a killed stage never blocks that session's next request.
+        if index.entries().iter().any(|e| at_work(e.status)) {
+            let failed = recover(config_arg, &state_dir, input)?;
+            if failed != Reply::Quiet {
+                return Ok(failed);
+            }
+        }
+        let line = hook
+            .ok()
+            .flatten()
+            .and_then(|h| advice::idle_line(config_arg, &state_dir, &h));
         return Ok(line.map_or(Reply::Quiet, Reply::Message));
     };
-    if !matches!(status, Status::Pending | Status::RollbackPending) {
-        return recover(config_arg, &state_dir, input.as_deref());
+    if at_work(status) {
+        return recover(config_arg, &state_dir, input);
     }
     let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
 
-    let Some(input) = input else {
-        return Ok(stays("Stop hook input is larger than 1 MiB".into()));
-    };
-    let hook: StopInput = match serde_json::from_slice(&input) {
-        Ok(h) => h,
+    let hook = match hook {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(stays("Stop hook input is larger than 1 MiB".into())),
         Err(e) => return Ok(stays(format!("cannot parse the Stop hook input ({e})"))),
     };
     let session = match SessionId::parse(&hook.session_id) {
@@ -163,20 +187,20 @@ impl std::fmt::Display for Hook {
 pub(crate) enum Scheduled {
     /// Nothing is this session's business (or this hook's).
     Nothing,
-    /// The active operation expired instead; the line says so.
+    /// The session's operation expired instead; the line says so.
     Expired(String),
     /// `what` ("rebuild" or "rollback") was started for operation `id`.
     Started { id: String, what: &'static str },
 }
 
 /// Under the lock: expire an operation pending too long, else start the
-/// stage this session's hook starts for the active operation (detached),
+/// stage this session's hook starts for its operation (detached),
 /// bind a pending one to the session, its transcript and the Claude Code
 /// process that ran the hook, and record who started it. A stage that
 /// cannot be started leaves the operation as it was (the error says why).
 pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Scheduled> {
-    store.with_lock_within(LOCK_WAIT, |tx| {
-        let Some(mut op) = tx.active_operation()? else {
+    store.with_session(by.session, LOCK_WAIT, |tx| {
+        let Some(mut op) = tx.session_operation(by.session)? else {
             return Ok(Scheduled::Nothing);
         };
         let ttl = std::time::Duration::from_secs_f64(config.request_ttl_hours * 3600.0);
@@ -274,6 +298,11 @@ fn next_step(
         }
         _ => Ok(None),
     }
+}
+
+/// A stage works on an operation in `status` (no hook waits to start one).
+fn at_work(status: Status) -> bool {
+    !matches!(status, Status::Pending | Status::RollbackPending)
 }
 
 /// An operation is being worked on: if its worker died, fail it now and
