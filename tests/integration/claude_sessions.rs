@@ -7,7 +7,8 @@
 //! first project) in a pane of a second server — are each asked for a
 //! rebuild, one after another: each switches in place into its own
 //! candidate, no pane's process changes, and every session's next request
-//! carries its own id and history (and nothing of the others').
+//! carries its own id and history (and nothing of the others'); then one
+//! of them is rolled back, and the others stay as they are.
 //!
 //! One operation is in flight per household today, so the requests come
 //! one after another; [`Household::rebuild`] takes one session at a time
@@ -32,14 +33,15 @@ const TURN: Duration = Duration::from_secs(60);
 const PIPELINE: Duration = Duration::from_secs(90);
 /// The sessions, by the letter their markers carry.
 const NAMES: [&str; 3] = ["A", "B", "C"];
-/// How many probes each session answers (one after each rebuild).
-const PROBES: usize = NAMES.len();
+/// How many probes each session answers (one after each rebuild, one
+/// after the rollback).
+const PROBES: usize = NAMES.len() + 1;
 
 /// The scripted model: each session's own turns and probes.
 fn rules() -> Vec<Rule> {
     let mut rules = Vec::new();
     for n in NAMES {
-        for turn in 1..=2 {
+        for turn in 1..=3 {
             rules.push(Rule::new(
                 &format!("USER-{n}{turn} "),
                 vec![vec![text(&format!("ASSISTANT-{n}{turn} 好。"))]],
@@ -154,6 +156,35 @@ impl Household {
         let s = &self.sessions[i];
         self.tmux(s).wait_idle_of(s.pane, TURN);
         done
+    }
+
+    /// Session `i`'s rebuild `op` rolled back: asked for, its next reply's
+    /// Stop runs the rollback. The session serves what the rollback put
+    /// back from then on (the old session, or a restore session carrying
+    /// the turns said since the rebuild).
+    fn roll_back(&mut self, i: usize, op: &Operation) -> Operation {
+        self.store.rollback_request(&op.id, "ROLLBACK").unwrap();
+        let n = self.sessions[i].name;
+        self.say(
+            i,
+            &format!("USER-{n}3 回去吧。"),
+            &format!("ASSISTANT-{n}3"),
+        );
+        let mut last = None;
+        let done = crate::support::wait_for(PIPELINE, || {
+            last = self.store.load(&op.id).ok();
+            last.as_ref().is_some_and(|o| o.status.is_terminal())
+        });
+        let back = last.or_panic(|| self.diagnosis());
+        assert!(done, "the rollback never ended\n{}", self.diagnosis());
+        assert_eq!(back.status, Status::RolledBack, "{}", self.diagnosis());
+        self.sessions[i].id = back.restore.as_ref().map_or_else(
+            || back.session_id.as_deref().unwrap_or_default().to_string(),
+            |r| r.session_id.to_string(),
+        );
+        let s = &self.sessions[i];
+        self.tmux(s).wait_idle_of(s.pane, TURN);
+        back
     }
 
     /// Session `i`'s next request: sent for the session it serves now,
@@ -281,6 +312,7 @@ fn three_sessions_in_two_tmux_servers_are_each_rebuilt_in_place_with_no_config()
         h.say(i, &format!("USER-{n}1 看看。"), &format!("ASSISTANT-{n}1"));
     }
     let pids = h.pane_pids();
+    let ids_before: Vec<String> = h.sessions.iter().map(|s| s.id.clone()).collect();
     let projects: Vec<PathBuf> = (0..NAMES.len())
         .map(|i| {
             let id = &h.sessions[i].id;
@@ -328,4 +360,22 @@ fn three_sessions_in_two_tmux_servers_are_each_rebuilt_in_place_with_no_config()
         .collect();
     assert_eq!(activated.len(), NAMES.len(), "{ops:?}");
     assert_eq!(h.pane_pids(), pids, "a pane's process changed");
+
+    // B's rebuild rolled back, in its own pane: B is back to its own
+    // conversation, and A and C still serve their candidates.
+    let of_b = activated
+        .iter()
+        .find(|o| o.session_id.as_deref() == Some(ids_before[1].as_str()))
+        .map(|o| (*o).clone())
+        .or_panic(|| format!("no operation of session B: {ops:?}"));
+    let serving = [h.sessions[0].id.clone(), h.sessions[2].id.clone()];
+    h.roll_back(1, &of_b);
+    assert_eq!(h.pane_pids(), pids, "a pane's process changed");
+    let candidate_b = of_b.candidate.as_ref().unwrap().session_id.to_string();
+    assert_ne!(h.sessions[1].id, candidate_b);
+    h.probe(1);
+    for (i, id) in [(0, &serving[0]), (2, &serving[1])] {
+        assert_eq!(&h.sessions[i].id, id);
+        h.probe(i);
+    }
 }
