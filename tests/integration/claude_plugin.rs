@@ -86,6 +86,12 @@ pub(crate) fn copy_checkout(dest: &Path) {
     for file in ["install", "Cargo.toml", "hooks.json"] {
         fs::copy(repo_file(file), dest.join(file)).unwrap();
     }
+    // The installer names the executables after bins/<name>/Cargo.toml.
+    for entry in fs::read_dir(repo_file("bins")).unwrap().flatten() {
+        let to = dest.join("bins").join(entry.file_name());
+        fs::create_dir_all(&to).unwrap();
+        fs::copy(entry.path().join("Cargo.toml"), to.join("Cargo.toml")).unwrap();
+    }
 }
 
 /// Run `<checkout>/install ARGS` as the household would (the real CLI

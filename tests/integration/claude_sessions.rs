@@ -5,15 +5,12 @@
 //! each session is found from its Claude Code process. Three sessions —
 //! two projects in two panes of one tmux server, a third session (of the
 //! first project) in a pane of a second server — are each asked for a
-//! rebuild, one after another: each switches in place into its own
-//! candidate, no pane's process changes, and every session's next request
-//! carries its own id and history (and nothing of the others'); then one
-//! of them is rolled back, and the others stay as they are.
-//!
-//! One operation is in flight per household today, so the requests come
-//! one after another; [`Household::rebuild`] takes one session at a time
-//! so that "two at the same moment" is one more caller once operations are
-//! per session. Ignored by default: it needs the real CLI (`KTR_CLAUDE_BIN`).
+//! rebuild, the first alone, the other two at the same moment: each
+//! switches in place into its own candidate, no pane's process changes,
+//! and every session's next request carries its own id and history (and
+//! nothing of the others'); then one of them is rolled back, and the
+//! others stay as they are. Ignored by default: it needs the real CLI
+//! (`KTR_CLAUDE_BIN`).
 
 use std::fs;
 use std::path::PathBuf;
@@ -123,38 +120,63 @@ impl Household {
         tmux.wait_idle_of(s.pane, TURN);
     }
 
-    /// Session `i` asked for a rebuild: requested for it, its next reply's
-    /// Stop runs prepare → verify → activate in place. Returns the
-    /// activated operation; the session serves its candidate from then on.
-    fn rebuild(&mut self, i: usize) -> Operation {
-        let s = &self.sessions[i];
-        let op = self
-            .store
-            .request(
-                &format!("tidy session {}", s.name),
-                "REBUILD",
-                Some(&sid(&s.id)),
-            )
-            .unwrap();
-        let n = s.name;
-        self.say(i, &format!("USER-{n}2 继续。"), &format!("ASSISTANT-{n}2"));
-        let done = crate::support::wait_status(
-            &self.store,
-            &format!("the rebuild of session {n}"),
-            PIPELINE,
-            Status::is_terminal,
-            || self.diagnosis(),
-        );
-        assert_eq!(done.id, op.id, "{}", self.diagnosis());
-        assert_eq!(done.status, Status::Activated, "{}", self.diagnosis());
-        assert_eq!(
-            done.session_id.as_deref(),
-            Some(self.sessions[i].id.as_str())
-        );
-        let candidate = done.candidate.clone().or_panic(|| self.diagnosis());
-        self.sessions[i].id = candidate.session_id.to_string();
-        let s = &self.sessions[i];
-        self.tmux(s).wait_idle_of(s.pane, TURN);
+    /// The sessions `which` asked for a rebuild at the same moment: each
+    /// requested, then each one's next prompt typed, one right after the
+    /// other; each one's Stop runs prepare → verify → activate in place in
+    /// its own pane, neither waiting for the other. Returns the activated
+    /// operations in `which`'s order; each session serves its candidate
+    /// from then on.
+    fn rebuild(&mut self, which: &[usize]) -> Vec<Operation> {
+        let asked: Vec<Operation> = which
+            .iter()
+            .map(|&i| {
+                let s = &self.sessions[i];
+                self.store
+                    .request(
+                        &format!("tidy session {}", s.name),
+                        "REBUILD",
+                        Some(&sid(&s.id)),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        for &i in which {
+            let s = &self.sessions[i];
+            let n = s.name;
+            self.tmux(s)
+                .type_line_to(s.pane, &format!("USER-{n}2 继续。"));
+        }
+        let mut done = Vec::new();
+        for (&i, op) in which.iter().zip(&asked) {
+            let n = self.sessions[i].name;
+            let mut last = None;
+            let ended = crate::support::wait_for(PIPELINE, || {
+                last = self.store.load(&op.id).ok();
+                last.as_ref().is_some_and(|o| o.status.is_terminal())
+            });
+            assert!(
+                ended,
+                "the rebuild of session {n} never ended\n{}",
+                self.diagnosis()
+            );
+            let op = last.or_panic(|| self.diagnosis());
+            assert_eq!(op.status, Status::Activated, "{n}: {}", self.diagnosis());
+            assert_eq!(op.session_id.as_deref(), Some(self.sessions[i].id.as_str()));
+            let candidate = op.candidate.clone().or_panic(|| self.diagnosis());
+            self.sessions[i].id = candidate.session_id.to_string();
+            done.push(op);
+        }
+        for &i in which {
+            let s = &self.sessions[i];
+            let n = s.name;
+            self.tmux(s).wait_screen_of(
+                s.pane,
+                &format!("the reply ASSISTANT-{n}2"),
+                TURN,
+                |screen| screen.contains(&format!("ASSISTANT-{n}2")),
+            );
+            self.tmux(s).wait_idle_of(s.pane, TURN);
+        }
         done
     }
 
@@ -336,19 +358,25 @@ fn three_sessions_in_two_tmux_servers_are_each_rebuilt_in_place_with_no_config()
     assert_ne!(projects[0], projects[1], "A and B are of two projects");
     assert_eq!(projects[0], projects[2], "C is of A's project");
 
-    for (i, project) in projects.iter().enumerate() {
-        let before = h.sessions[i].id.clone();
-        let done = h.rebuild(i);
-        // Its own transcript, in its own project folder.
-        assert_eq!(
-            done.transcript_path,
-            Some(project.join(format!("{before}.jsonl"))),
-            "{done:?}"
-        );
+    // A alone, then B and C (two projects, two tmux servers) asked at the
+    // same moment.
+    for which in [&[0][..], &[1, 2][..]] {
+        let before: Vec<String> = which.iter().map(|&i| h.sessions[i].id.clone()).collect();
+        let done = h.rebuild(which);
+        for ((&i, op), before) in which.iter().zip(&done).zip(&before) {
+            // Its own transcript, in its own project folder.
+            assert_eq!(
+                op.transcript_path,
+                Some(projects[i].join(format!("{before}.jsonl"))),
+                "{op:?}"
+            );
+        }
         assert_eq!(h.pane_pids(), pids, "a pane's process changed");
-        // The one rebuilt, then every other one: each its own.
-        h.probe(i);
-        for j in (0..NAMES.len()).filter(|j| *j != i) {
+        // The ones rebuilt, then every other one: each its own.
+        for &i in which {
+            h.probe(i);
+        }
+        for j in (0..NAMES.len()).filter(|j| !which.contains(j)) {
             h.probe(j);
         }
     }
