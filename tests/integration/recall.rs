@@ -741,3 +741,23 @@ fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
         "{answer}"
     );
 }
+
+#[test]
+fn the_rebuilt_session_is_told_when_recall_helps_and_to_load_its_tools_first() {
+    let (sb, _) = lineage();
+    fs::write(
+        sb.home.join(".claude.json"),
+        json!({"mcpServers": {"ktr": {"command": "ktr-mcp"}}}).to_string(),
+    )
+    .unwrap();
+    let answer = resumed(&sb, D);
+    let context = answer["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    for said in [
+        "before running a command again or re-reading a file whose output is no longer in this window",
+        "load them with ToolSearch first",
+    ] {
+        assert!(context.contains(said), "{context}");
+    }
+}
