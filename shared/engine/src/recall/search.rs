@@ -283,11 +283,24 @@ impl Scan<'_> {
         }
         let window = self.source.window.key(record::uuid(&value));
         let counted = self.s.all_copies || window.is_none();
+        let mut results: Vec<&str> = Vec::new();
         for part in record::parts(&value) {
             if !self.keeps(&part) {
                 continue;
             }
+            // A result matched once is one hit (its output, or what only
+            // `toolUseResult` holds).
+            if part.kind == Kind::ToolResult
+                && part.tool_use_id.is_some_and(|id| results.contains(&id))
+            {
+                continue;
+            }
             if let Some((start, end)) = self.s.query.find(&part.text) {
+                if part.kind == Kind::ToolResult
+                    && let Some(id) = part.tool_use_id
+                {
+                    results.push(id);
+                }
                 if !self.budget.wants(counted, self.carried_built) {
                     continue;
                 }
