@@ -86,14 +86,7 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
 
     // The hit as recall sees it from the new session (the scripted model
     // cannot read tool results, so the test gives it the id recall returns).
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
-        .args(["recall", "--json", "--current", &new_id, MARKER])
-        .env("KTR_CONFIG", &lp.env.sandbox.config)
-        .env("HOME", &lp.env.sandbox.home)
-        .output()
-        .unwrap();
-    let found: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("ktr recall: {}", String::from_utf8_lossy(&out.stderr)));
+    let found = ktr_recall(&lp, &["--current", &new_id, MARKER]);
     let hit = found["hits"][0].clone();
     assert_eq!(hit["session"], lp.source_id.as_str(), "{found}");
     assert_eq!(
@@ -108,22 +101,7 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
 
     // The term is in the carried answer and in the dropped output: the
     // output comes first, the answer (the window has it) folded aside.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
-        .args([
-            "recall",
-            "--json",
-            "--current",
-            &new_id,
-            BOTH,
-            "--limit",
-            "1",
-        ])
-        .env("KTR_CONFIG", &lp.env.sandbox.config)
-        .env("HOME", &lp.env.sandbox.home)
-        .output()
-        .unwrap();
-    let both: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("ktr recall: {}", String::from_utf8_lossy(&out.stderr)));
+    let both = ktr_recall(&lp, &["--current", &new_id, BOTH, "--limit", "1"]);
     assert_first_is_the_tool_result(&both);
 
     lp.api.add_rules(vec![Rule::new(
@@ -239,4 +217,19 @@ fn assert_first_is_the_tool_result(answer: &Value) {
             && c["snippet"].as_str().unwrap_or("").contains("ASSISTANT-R1")),
         "the carried answer is folded aside: {answer}"
     );
+}
+
+/// `ktr recall --json` in the loop's sandbox.
+#[track_caller]
+fn ktr_recall(lp: &Loop, args: &[&str]) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktr"))
+        .arg("recall")
+        .arg("--json")
+        .args(args)
+        .env("KTR_CONFIG", &lp.env.sandbox.config)
+        .env("HOME", &lp.env.sandbox.home)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("ktr recall: {}", String::from_utf8_lossy(&out.stderr)))
 }

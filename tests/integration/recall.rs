@@ -138,7 +138,13 @@ pub(crate) fn lineage() -> (Sandbox, Vec<String>) {
 
 #[track_caller]
 pub(crate) fn recall(sb: &Sandbox, args: &[&str]) -> Value {
-    let mut all = vec!["--json", "--current", D];
+    recall_in(sb, D, args)
+}
+
+/// `ktr recall --json` from session `current`.
+#[track_caller]
+pub(crate) fn recall_in(sb: &Sandbox, current: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--json", "--current", current];
     all.extend_from_slice(args);
     let out = sb.run("recall", None, &all);
     assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);

@@ -10,7 +10,7 @@ use std::fs;
 
 use serde_json::{Value, json};
 
-use crate::recall::{A, B, C, D, call, hits, line, rebuilt, result, user};
+use crate::recall::{A, B, C, D, call, hits, line, rebuilt, recall, result, user};
 use crate::support::Sandbox;
 
 const TERM: &str = "EVERYWHERE-TERM";
@@ -75,15 +75,6 @@ fn sandbox() -> Sandbox {
     )
     .unwrap();
     sb
-}
-
-#[track_caller]
-fn recall(sb: &Sandbox, args: &[&str]) -> Value {
-    let mut all = vec!["--json", "--current", D];
-    all.extend_from_slice(args);
-    let out = sb.run("recall", None, &all);
-    assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);
-    serde_json::from_str(&out.stdout).unwrap()
 }
 
 fn sessions_hit(v: &Value) -> Vec<String> {
