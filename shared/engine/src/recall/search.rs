@@ -229,7 +229,7 @@ impl Scan<'_> {
         match line {
             Line::Whole { offset, bytes } => {
                 self.bytes += bytes.len() as u64 + 1;
-                if turn::is_prompt(bytes, bytes) {
+                if self.counts_turns() && turn::is_prompt(bytes, bytes) {
                     self.turn += 1;
                     self.prompt_at = Some(offset);
                 }
@@ -245,7 +245,7 @@ impl Scan<'_> {
                 first_match,
             } => {
                 self.bytes += len + 1;
-                if turn::is_prompt(head, &[]) {
+                if self.counts_turns() && turn::is_prompt(head, &[]) {
                     self.turn += 1;
                     self.prompt_at = Some(offset);
                 }
@@ -254,6 +254,12 @@ impl Scan<'_> {
                 }
             }
         }
+    }
+
+    /// Whether turns are still counted: for the hits yet to be built and
+    /// for a turn filter (past the limit, counting, neither needs them).
+    fn counts_turns(&self) -> bool {
+        self.budget.left > 0 || self.s.filter.turns.is_some()
     }
 
     /// Decode a line that may match and keep each part that does. When
