@@ -131,6 +131,14 @@ fn scope_all_reads_every_project_and_the_sessions_only_a_backup_holds() {
         "{}",
         human.stdout
     );
+    // A hit in another project reads whole by its id.
+    let other = hits(&v).iter().find(|h| h["session"] == C).unwrap();
+    let got = sb.run("recall", None, &["--get", other["id"].as_str().unwrap()]);
+    assert!(
+        got.stdout.contains(&format!("{TERM} elsewhere")),
+        "{}",
+        got.stderr
+    );
     // One project only.
     let v = recall(&sb, &[TERM, "--scope", "all", "--project", OTHER_CWD]);
     assert_eq!(sessions_hit(&v), [C], "{v}");
