@@ -309,7 +309,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Read-only verbatim search of everything this session's history held — earlier tool output, files read, commands run, thinking, injections, and every session it was rebuilt from (even when Claude Code deleted their transcripts: ktr's backups). No summaries, no scoring: each hit cites session, line, time, turn, kind, tool and its input, with a snippet (match in ⟦⟧) and an id for thread_rebuild_recall_get. Newest first; at most 30 hits per call (narrow with kinds/tool/sessions/since/until/turns).",
+        description = "Read-only verbatim search of everything this session's history held — earlier tool output, files read, commands run, thinking, injections, and every session it was rebuilt from (even when Claude Code deleted their transcripts: ktr's backups). Use it before running a command again or re-reading a file whose output is no longer in your context window. No summaries, no scoring: each hit cites session, line, time, turn, kind, tool and its input (a call and its result are one hit), the prompt that asked, a snippet (match in ⟦⟧) and an id for thread_rebuild_recall_get. What your window already holds is folded into `carried` and does not use the limit. Newest first, tool output before conversation; at most 30 hits per call (narrow with kinds/tool/file/sessions/since/until/turns; scope all for every project).",
         annotations(read_only_hint = true)
     )]
     async fn thread_rebuild_recall(
@@ -325,7 +325,7 @@ impl Server {
                     "limit {limit} is out of range: give 1 to {MCP_RECALL_LIMIT} (a larger answer would be cut by Claude Code); narrow the query or filters instead"
                 )));
             }
-            let current = this.served.choose(&config, None)?.path;
+            let current = this.served.now(&config).choose(&config, None)?.path;
             let ask = ktr_pipeline::recall::Ask {
                 query: args.query,
                 regex: args.regex,
@@ -370,7 +370,7 @@ impl Server {
 
 #[tool_handler(
     name = "ktr",
-    instructions = "ktr rebuilds this long-running Claude Code session losslessly: every real user/assistant turn is copied verbatim onto a fresh session (tool results, thinking and injections are dropped) and Claude Code is switched over to it. Always call thread_rebuild_dirty and thread_rebuild_plan first and tell the human what they show (noise, turns carried, estimated tokens, blocked_reason). Call thread_rebuild_request only after the human explicitly agreed in this conversation, with confirmation exactly REBUILD; never on your own initiative. After requesting, finish your reply normally and do not wait or poll: the switch happens after this reply ends (Stop hook), in the background. thread_rebuild_cancel (CANCEL, pending only) and thread_rebuild_rollback_request (ROLLBACK, activated only) likewise need the human's explicit word. thread_rebuild_recall finds verbatim anything earlier in this session's history (tool output, files read, thinking), also from before a rebuild; thread_rebuild_recall_get reads a hit whole. No tool deletes anything."
+    instructions = "ktr rebuilds this long-running Claude Code session losslessly: every real user/assistant turn is copied verbatim onto a fresh session (tool results, thinking and injections are dropped) and Claude Code is switched over to it. Always call thread_rebuild_dirty and thread_rebuild_plan first and tell the human what they show (noise, turns carried, estimated tokens, blocked_reason). Call thread_rebuild_request only after the human explicitly agreed in this conversation, with confirmation exactly REBUILD; never on your own initiative. After requesting, finish your reply normally and do not wait or poll: the switch happens after this reply ends (Stop hook), in the background. thread_rebuild_cancel (CANCEL, pending only) and thread_rebuild_rollback_request (ROLLBACK, activated only) likewise need the human's explicit word. thread_rebuild_recall finds verbatim anything earlier in this session's history (tool output, files read, thinking), also from before a rebuild — use it before running a command again or re-reading a file whose output is no longer in your window; thread_rebuild_recall_get reads a hit whole. No tool deletes anything."
 )]
 impl ServerHandler for Server {}
 

@@ -142,20 +142,29 @@ fn validate(env: &ClaudeEnv, dir: &Path) -> String {
 /// ones (2.1.328 defers MCP tools: it lists their names, one a line, for
 /// `ToolSearch` to load).
 fn tool_names(request: &Logged) -> Vec<String> {
-    let mut names: Vec<String> = request.body["tools"]
+    let mut names = loaded_tools(request);
+    names.extend(deferred_tools(request));
+    names
+}
+
+/// The tools a request offered with their schema (`tools`).
+pub(crate) fn loaded_tools(request: &Logged) -> Vec<String> {
+    request.body["tools"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|t| t["name"].as_str().map(String::from))
-        .collect();
-    names.extend(
-        everything(request)
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with("mcp__") && !l.contains(char::is_whitespace))
-            .map(String::from),
-    );
-    names
+        .collect()
+}
+
+/// The MCP tools a request named only, for `ToolSearch` to load.
+pub(crate) fn deferred_tools(request: &Logged) -> Vec<String> {
+    everything(request)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("mcp__") && !l.contains(char::is_whitespace))
+        .map(String::from)
+        .collect()
 }
 
 /// Everything a request carried, as one string.

@@ -3,17 +3,22 @@
 //! new session's first request carries ktr-ack's one-line notice; the
 //! (scripted) model calls `thread_rebuild_recall` for a line of that
 //! output and `thread_rebuild_recall_get` for the hit, and the line reaches
-//! the next API requests verbatim, with its citation.
+//! the next API requests verbatim, with its citation. A term both in that
+//! dropped output and in the answer the rebuild carried comes back as the
+//! tool result first, the carried answer folded aside.
 
 use std::fs;
 
 use serde_json::{Value, json};
 
 use crate::claude_loop::{Loop, TALK, serial};
+use crate::claude_plugin::{deferred_tools, loaded_tools};
 use crate::support::claude_bin;
 use crate::support::fake_api::{Logged, Rule, all_strings, text, tool};
 
 const MARKER: &str = "OFFLOAD-MARKER 777:";
+/// In every line of the long output, and in the answer the rebuild carries.
+const BOTH: &str = "lazy dog once more";
 
 /// Every string of a request (system prompt, messages, tool results).
 fn everything(request: &Logged) -> String {
@@ -54,7 +59,7 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
                     "description": "print a long output",
                 }),
             )],
-            vec![text("ASSISTANT-R1 输出很长，我看过了。")],
+            vec![text(&format!("ASSISTANT-R1 输出很长，每行都以 {BOTH} 结尾。"))],
         ],
     )]);
     lp.say("USER-R1 请运行那条很长的命令 OFFLOAD-ASK。", "ASSISTANT-R1");
@@ -81,14 +86,7 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
 
     // The hit as recall sees it from the new session (the scripted model
     // cannot read tool results, so the test gives it the id recall returns).
-    let out = std::process::Command::new(crate::support::exe("ktr"))
-        .args(["recall", "--json", "--current", &new_id, MARKER])
-        .env("KTR_CONFIG", &lp.env.sandbox.config)
-        .env("HOME", &lp.env.sandbox.home)
-        .output()
-        .unwrap();
-    let found: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("ktr recall: {}", String::from_utf8_lossy(&out.stderr)));
+    let found = ktr_recall(&lp, &["--current", &new_id, MARKER]);
     let hit = found["hits"][0].clone();
     assert_eq!(hit["session"], lp.source_id.as_str(), "{found}");
     assert_eq!(
@@ -101,9 +99,18 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
         "the hit is in the offloaded file: {id}"
     );
 
+    // The term is in the carried answer and in the dropped output: the
+    // output comes first, the answer (the window has it) folded aside.
+    let both = ktr_recall(&lp, &["--current", &new_id, BOTH, "--limit", "1"]);
+    assert_first_is_the_tool_result(&both);
+
     lp.api.add_rules(vec![Rule::new(
         "RECALL-ASK",
         vec![
+            vec![tool(
+                "mcp__ktr__thread_rebuild_recall",
+                json!({"query": BOTH, "limit": 1}),
+            )],
             vec![tool(
                 "mcp__ktr__thread_rebuild_recall",
                 json!({"query": MARKER}),
@@ -133,8 +140,44 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
         1,
         "told once"
     );
+    // 2.1.328 defers MCP tools: the request names them for ToolSearch to
+    // load (their schema is not sent), and the notice's names are those.
+    let (loaded, deferred) = (loaded_tools(&first), deferred_tools(&first));
+    assert!(loaded.iter().any(|t| t == "ToolSearch"), "{loaded:?}");
+    for name in [
+        "mcp__ktr__thread_rebuild_recall",
+        "mcp__ktr__thread_rebuild_recall_get",
+    ] {
+        assert!(
+            sent.contains(&format!("{name} ")) || sent.contains(&format!("{name},")),
+            "the notice names {name}"
+        );
+        assert!(
+            deferred.iter().any(|t| t == name),
+            "{name} is deferred: {deferred:?}"
+        );
+        assert!(
+            !loaded.iter().any(|t| t == name),
+            "{name} is not loaded up front: {loaded:?}"
+        );
+    }
+    assert!(
+        sent.contains("load them with ToolSearch"),
+        "the notice says the tools must be loaded first"
+    );
+    // The model's first recall: the dropped output first.
+    let answered = request_with(&lp, &first, &format!("⟦{BOTH}⟧"));
+    let mut strings = Vec::new();
+    all_strings_of(&answered.body, &mut strings);
+    let answer = strings
+        .iter()
+        .filter(|s| s.contains(&format!("⟦{BOTH}⟧")))
+        .filter_map(|s| serde_json::from_str::<Value>(s).ok())
+        .find(|v| v.get("hits").is_some())
+        .unwrap_or_else(|| panic!("no recall answer reached the model\n{}", lp.diagnosis()));
+    assert_first_is_the_tool_result(&answer);
     // The recall result and the page reach the model verbatim, with the citation.
-    let recalled = request_with(&lp, &first, &format!("⟦{MARKER}⟧"));
+    let recalled = request_with(&lp, &answered, &format!("⟦{MARKER}⟧"));
     let recalled_text = everything(&recalled);
     assert!(
         recalled_text.contains(&lp.source_id[..8]) && recalled_text.contains(&id),
@@ -149,4 +192,44 @@ fn after_a_rebuild_the_model_is_told_and_recalls_an_offloaded_output_verbatim() 
         everything(&got).contains("OFFLOAD-MARKER 778:"),
         "the page holds the lines around it"
     );
+}
+
+/// Every string inside `v`, each whole.
+fn all_strings_of(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|v| all_strings_of(v, out)),
+        Value::Object(o) => o.values().for_each(|v| all_strings_of(v, out)),
+        _ => {}
+    }
+}
+
+/// The one hit the limit allows is the dropped tool output; the carried
+/// answer is folded into `carried`.
+#[track_caller]
+fn assert_first_is_the_tool_result(answer: &Value) {
+    let first = &answer["hits"][0];
+    assert_eq!(first["kind"], "tool_result", "{answer}");
+    assert_eq!(first["tool"], "Bash", "{answer}");
+    let carried = answer["carried"].as_array().cloned().unwrap_or_default();
+    assert!(
+        carried.iter().any(|c| c["kind"] == "assistant"
+            && c["snippet"].as_str().unwrap_or("").contains("ASSISTANT-R1")),
+        "the carried answer is folded aside: {answer}"
+    );
+}
+
+/// `ktr recall --json` in the loop's sandbox.
+#[track_caller]
+fn ktr_recall(lp: &Loop, args: &[&str]) -> Value {
+    let out = std::process::Command::new(crate::support::exe("ktr"))
+        .arg("recall")
+        .arg("--json")
+        .args(args)
+        .env("KTR_CONFIG", &lp.env.sandbox.config)
+        .env("HOME", &lp.env.sandbox.home)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("ktr recall: {}", String::from_utf8_lossy(&out.stderr)))
 }

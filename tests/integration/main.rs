@@ -56,6 +56,7 @@ mod recall;
 mod recall_context;
 mod recall_edges;
 mod recall_everywhere;
+mod recall_fields;
 mod recall_window;
 mod rules;
 mod runner;

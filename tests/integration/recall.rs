@@ -138,7 +138,13 @@ pub(crate) fn lineage() -> (Sandbox, Vec<String>) {
 
 #[track_caller]
 pub(crate) fn recall(sb: &Sandbox, args: &[&str]) -> Value {
-    let mut all = vec!["--json", "--current", D];
+    recall_in(sb, D, args)
+}
+
+/// `ktr recall --json` from session `current`.
+#[track_caller]
+pub(crate) fn recall_in(sb: &Sandbox, current: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--json", "--current", current];
     all.extend_from_slice(args);
     let out = sb.run("recall", None, &all);
     assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);
@@ -740,4 +746,24 @@ fn the_rebuilt_session_is_told_once_that_recall_finds_what_its_window_lost() {
             && !context.contains("mcp__ktr__"),
         "{answer}"
     );
+}
+
+#[test]
+fn the_rebuilt_session_is_told_when_recall_helps_and_to_load_its_tools_first() {
+    let (sb, _) = lineage();
+    fs::write(
+        sb.home.join(".claude.json"),
+        json!({"mcpServers": {"ktr": {"command": "ktr-mcp"}}}).to_string(),
+    )
+    .unwrap();
+    let answer = resumed(&sb, D);
+    let context = answer["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    for said in [
+        "before running a command again or re-reading a file whose output is no longer in this window",
+        "load them with ToolSearch first",
+    ] {
+        assert!(context.contains(said), "{context}");
+    }
 }

@@ -10,7 +10,7 @@ use std::fs;
 
 use serde_json::{Value, json};
 
-use crate::recall::{A, B, C, D, call, hits, line, rebuilt, result, user};
+use crate::recall::{A, B, C, D, call, hits, line, rebuilt, recall, result, user};
 use crate::support::Sandbox;
 
 const TERM: &str = "EVERYWHERE-TERM";
@@ -77,15 +77,6 @@ fn sandbox() -> Sandbox {
     sb
 }
 
-#[track_caller]
-fn recall(sb: &Sandbox, args: &[&str]) -> Value {
-    let mut all = vec!["--json", "--current", D];
-    all.extend_from_slice(args);
-    let out = sb.run("recall", None, &all);
-    assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);
-    serde_json::from_str(&out.stdout).unwrap()
-}
-
 fn sessions_hit(v: &Value) -> Vec<String> {
     let mut s: Vec<String> = hits(v)
         .iter()
@@ -139,6 +130,14 @@ fn scope_all_reads_every_project_and_the_sessions_only_a_backup_holds() {
         )),
         "{}",
         human.stdout
+    );
+    // A hit in another project reads whole by its id.
+    let other = hits(&v).iter().find(|h| h["session"] == C).unwrap();
+    let got = sb.run("recall", None, &["--get", other["id"].as_str().unwrap()]);
+    assert!(
+        got.stdout.contains(&format!("{TERM} elsewhere")),
+        "{}",
+        got.stderr
     );
     // One project only.
     let v = recall(&sb, &[TERM, "--scope", "all", "--project", OTHER_CWD]);

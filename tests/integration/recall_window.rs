@@ -8,7 +8,7 @@ use std::fs;
 
 use serde_json::{Value, json};
 
-use crate::recall::{A, B, C, hits, line, rebuilt};
+use crate::recall::{A, B, C, hits, line, rebuilt, recall_in};
 use crate::support::Sandbox;
 use ktr_engine::{ItemKind, ManifestEntry, Role};
 use ktr_pipeline::operation::manifest::ManifestWriter;
@@ -142,13 +142,8 @@ fn lineage() -> Sandbox {
     sb
 }
 
-#[track_caller]
 fn recall(sb: &Sandbox, args: &[&str]) -> Value {
-    let mut all = vec!["--json", "--current", C];
-    all.extend_from_slice(args);
-    let out = sb.run("recall", None, &all);
-    assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);
-    serde_json::from_str(&out.stdout).unwrap()
+    recall_in(sb, C, args)
 }
 
 #[test]

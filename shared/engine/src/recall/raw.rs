@@ -19,12 +19,20 @@ struct Text {
     json: bool,
 }
 
+/// The kind of what only `toolUseResult` holds: counted only when the
+/// record's tool output did not match (the result is one match).
+const EXTRA: Kind = Kind::ToolResult;
+
 /// How many of the line's texts (of `kinds`; empty: all) hold a match;
 /// `None` when the line must be decoded to tell.
 pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
-    let mut n = 0;
-    for text in texts(line)? {
+    let (mut n, mut result_matched) = (0, false);
+    let (texts, extra) = texts(line)?;
+    for (i, text) in texts.iter().enumerate() {
         if !kinds.is_empty() && !kinds.contains(&text.kind) {
+            continue;
+        }
+        if extra == Some(i) && result_matched {
             continue;
         }
         // Strings joined into one text: a regex may match across the join.
@@ -46,6 +54,7 @@ pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
                 break;
             }
         }
+        result_matched |= matched && text.kind == Kind::ToolResult;
         n += u64::from(matched);
     }
     Some(n)
@@ -135,9 +144,11 @@ fn strings(b: &[u8], i: usize, out: &mut Vec<(usize, usize)>) -> Option<usize> {
 /// The searchable texts of a line, as [`super::record::parts`] finds them.
 /// Each value is walked once when the record's `type` came before it (as
 /// Claude Code writes records), else skipped and walked after.
-fn texts(b: &[u8]) -> Option<Vec<Text>> {
+/// With them, the index of what only `toolUseResult` holds, if any.
+fn texts(b: &[u8]) -> Option<(Vec<Text>, Option<usize>)> {
     let (mut kind, mut meta, mut later, mut content, mut attachment) =
         (None, false, None, None, None);
+    let mut tool_use_result = None;
     let mut out = Vec::new();
     let i = jsonskip::ws(b, 0);
     members(b, i, |key, v| {
@@ -156,11 +167,13 @@ fn texts(b: &[u8]) -> Option<Vec<Text>> {
             },
             b"content" => content = Some(v),
             b"attachment" => attachment = Some(v),
+            b"toolUseResult" => tool_use_result = Some(v),
             _ => {}
         }
         skip(b, v)
     })?;
     let kind = kind.map(|(s, e)| &b[s..e]);
+    let mut extra = None;
     match kind {
         Some(b"user") => {
             if let Some(m) = later {
@@ -169,6 +182,15 @@ fn texts(b: &[u8]) -> Option<Vec<Text>> {
             if meta {
                 for t in out.iter_mut().filter(|t| t.kind == Kind::User) {
                     t.kind = Kind::Injection;
+                }
+            }
+            if out.iter().any(|t| t.kind == Kind::ToolResult)
+                && let Some(v) = tool_use_result
+            {
+                let ranges = tool_use_result_ranges(b, v)?;
+                if !ranges.is_empty() {
+                    extra = Some(out.len());
+                    out.push(text(EXTRA, ranges, false));
                 }
             }
         }
@@ -191,7 +213,42 @@ fn texts(b: &[u8]) -> Option<Vec<Text>> {
         }
         _ => out.clear(),
     }
-    Some(out)
+    Some((out, extra))
+}
+
+/// The strings of the `toolUseResult` fields only it holds
+/// ([`super::record::TOOL_USE_RESULT_FIELDS`]; a Read's `file`: its path).
+fn tool_use_result_ranges(b: &[u8], v: usize) -> Option<Vec<(usize, usize)>> {
+    let mut ranges = Vec::new();
+    match b.get(v)? {
+        b'"' => ranges.push(string_at(b, v)?.0),
+        b'{' => {
+            members(b, v, |key, v| {
+                let named = |k: &str| k.as_bytes() == key;
+                if key == b"file" && b.get(v) == Some(&b'{') {
+                    return members(b, v, |key, v| {
+                        if key == b"filePath"
+                            && let Some((range, end)) = string_at(b, v)
+                        {
+                            ranges.push(range);
+                            return Some(end);
+                        }
+                        skip(b, v)
+                    });
+                }
+                if super::record::TOOL_USE_RESULT_FIELDS
+                    .iter()
+                    .any(|k| named(k))
+                    && key != b"file"
+                {
+                    return strings(b, v, &mut ranges);
+                }
+                skip(b, v)
+            })?;
+        }
+        _ => {}
+    }
+    Some(ranges)
 }
 
 fn text(kind: Kind, ranges: Vec<(usize, usize)>, json: bool) -> Text {
@@ -313,6 +370,21 @@ mod tests {
             .filter(|p| p.kind != Kind::Image && query.find(&p.text).is_some())
             .count() as u64;
         let got = count(line.as_bytes(), query, &[]);
+        let want = if decoded.get("toolUseResult").is_some() {
+            // One match per result: its output or what only toolUseResult holds.
+            let parts = record::parts(&decoded);
+            let result = parts
+                .iter()
+                .filter(|p| p.kind == Kind::ToolResult)
+                .any(|p| query.find(&p.text).is_some());
+            want - parts
+                .iter()
+                .filter(|p| p.kind == Kind::ToolResult && query.find(&p.text).is_some())
+                .count() as u64
+                + u64::from(result)
+        } else {
+            want
+        };
         assert!(
             got.is_none_or(|n| n == want),
             "{line}: {got:?}, {want} decoded"
@@ -327,6 +399,8 @@ mod tests {
             r#"{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"worker?"},{"type":"text","text":"a \"worker\" n"},{"type":"tool_use","id":"t","name":"Bash","input":{"command":"grep worker","n":1}}]}}"#,
             r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"worker 日志"},{"type":"text","text":"none"}]}]},"toolUseResult":{"stdout":"worker"}}"#,
             r#"{"type":"system","content":"Worker said \\n"}"#,
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"e","content":"edited"}]},"toolUseResult":{"filePath":"/w","originalFile":"old worker code","file":{"filePath":"/src/worker.rs","content":"x"},"structuredPatch":[{"lines":["-worker"]}]}}"#,
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"e","content":"Error: no worker"}]},"toolUseResult":"Error: no worker"}"#,
             r#"{"type":"attachment","attachment":{"type":"hook","content":["a worker","b"]}}"#,
             r#"{"message":{"content":"worker"},"type":"user","isMeta":true}"#,
         ];

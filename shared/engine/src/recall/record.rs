@@ -104,6 +104,48 @@ pub fn uuid(record: &Value) -> Option<&str> {
     record.get("uuid").and_then(Value::as_str)
 }
 
+/// The fields of `toolUseResult` that hold text found nowhere else in its
+/// record (measured on the corpus: the file an edit changed, its patch,
+/// the to-do lists, the questions asked, how a command's exit was read…);
+/// its copies of the output itself (`stdout`, `content`) are not searched
+/// twice. A `toolUseResult` that is a string (an error) is searched whole.
+pub const TOOL_USE_RESULT_FIELDS: [&str; 10] = [
+    "originalFile",
+    "originalFileContents",
+    "structuredPatch",
+    "oldTodos",
+    "newTodos",
+    "file",
+    "questions",
+    "returnCodeInterpretation",
+    "url",
+    "routing",
+];
+
+/// The texts of `toolUseResult` that only it holds, joined by lines.
+fn tool_use_result(record: &Value) -> Option<String> {
+    match record.get("toolUseResult")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => {
+            let texts: Vec<String> = TOOL_USE_RESULT_FIELDS
+                .iter()
+                .filter_map(|k| Some((*k, o.get(*k)?)))
+                .filter_map(|(k, v)| match k {
+                    // A Read's `file`: only its path (its content is the output).
+                    "file" => v
+                        .get("filePath")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    _ => Some(strings_of(v)),
+                })
+                .filter(|t| !t.is_empty())
+                .collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        }
+        _ => None,
+    }
+}
+
 /// Every searchable text of `record`, in order.
 pub fn parts(record: &Value) -> Vec<Part<'_>> {
     let mut out = Vec::new();
@@ -114,6 +156,20 @@ pub fn parts(record: &Value) -> Vec<Part<'_>> {
         "user" => {
             let said = if meta { Kind::Injection } else { Kind::User };
             content_parts(content, said, &mut out);
+            // What only `toolUseResult` holds, with the result it belongs to.
+            let id = out
+                .iter()
+                .find(|p| p.kind == Kind::ToolResult)
+                .and_then(|p| p.tool_use_id);
+            if let (Some(id), Some(text)) = (id, tool_use_result(record)) {
+                out.push(Part {
+                    kind: Kind::ToolResult,
+                    tool: None,
+                    tool_use_id: Some(id),
+                    input: None,
+                    text: text.into(),
+                });
+            }
         }
         "assistant" => content_parts(content, Kind::Assistant, &mut out),
         "system" => {

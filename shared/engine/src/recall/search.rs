@@ -229,7 +229,7 @@ impl Scan<'_> {
         match line {
             Line::Whole { offset, bytes } => {
                 self.bytes += bytes.len() as u64 + 1;
-                if turn::is_prompt(bytes, bytes) {
+                if self.counts_turns() && turn::is_prompt(bytes, bytes) {
                     self.turn += 1;
                     self.prompt_at = Some(offset);
                 }
@@ -245,7 +245,7 @@ impl Scan<'_> {
                 first_match,
             } => {
                 self.bytes += len + 1;
-                if turn::is_prompt(head, &[]) {
+                if self.counts_turns() && turn::is_prompt(head, &[]) {
                     self.turn += 1;
                     self.prompt_at = Some(offset);
                 }
@@ -254,6 +254,12 @@ impl Scan<'_> {
                 }
             }
         }
+    }
+
+    /// Whether turns are still counted: for the hits yet to be built and
+    /// for a turn filter (past the limit, counting, neither needs them).
+    fn counts_turns(&self) -> bool {
+        self.budget.left > 0 || self.s.filter.turns.is_some()
     }
 
     /// Decode a line that may match and keep each part that does. When
@@ -283,11 +289,24 @@ impl Scan<'_> {
         }
         let window = self.source.window.key(record::uuid(&value));
         let counted = self.s.all_copies || window.is_none();
+        let mut results: Vec<&str> = Vec::new();
         for part in record::parts(&value) {
             if !self.keeps(&part) {
                 continue;
             }
+            // A result matched once is one hit (its output, or what only
+            // `toolUseResult` holds).
+            if part.kind == Kind::ToolResult
+                && part.tool_use_id.is_some_and(|id| results.contains(&id))
+            {
+                continue;
+            }
             if let Some((start, end)) = self.s.query.find(&part.text) {
+                if part.kind == Kind::ToolResult
+                    && let Some(id) = part.tool_use_id
+                {
+                    results.push(id);
+                }
                 if !self.budget.wants(counted, self.carried_built) {
                     continue;
                 }

@@ -1,8 +1,11 @@
 //! The one line a rebuilt session is told: ktr-ack's
 //! first `SessionStart(resume)` answer for the candidate adds it as
 //! `additionalContext`, so the model knows what the rebuild left out of its
-//! window and that recall finds it verbatim. Only when the MCP server is
-//! registered (the tool must exist to be named).
+//! window, that recall finds it verbatim, and when to use it (before running
+//! a command again or re-reading a file whose output left the window).
+//! Claude Code 2.1.328 defers MCP tools (it names them for `ToolSearch` to
+//! load, measured by `claude_recall`), so the line says to load them first.
+//! Only when the MCP server is registered (the tool must exist to be named).
 
 use std::path::Path;
 
@@ -23,7 +26,7 @@ pub fn context_for(op: &Operation, home: &Path) -> Option<String> {
     let turns = op.stats.as_ref().map_or(0, |s| s.selected_turns);
     let source = op.session_id.as_deref().unwrap_or("the previous session");
     Some(format!(
-        "ktr rebuilt this session: {turns} turns of {source} were carried verbatim; earlier tool output, files read, thinking and injections are not in this window — the tool {prefix}thread_rebuild_recall finds them verbatim (with their session, line and time), and {prefix}thread_rebuild_recall_get reads one whole."
+        "ktr rebuilt this session: {turns} turns of {source} were carried verbatim; earlier tool output, files read, thinking and injections are not in this window — {prefix}thread_rebuild_recall finds them verbatim (with their session, line and time): call it before running a command again or re-reading a file whose output is no longer in this window; {prefix}thread_rebuild_recall_get reads one whole (both are deferred tools: load them with ToolSearch first)."
     ))
 }
 
