@@ -10,10 +10,10 @@ use crate::window_cache;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::target_guard;
+pub use super::next::Next;
 use crate::hook::StopInput;
 use crate::operation::Store;
-use ktr_base::config::{Config, OnAutoCompaction};
+use ktr_base::config::Config;
 use ktr_base::ids::SessionId;
 use ktr_base::open::{Links, cap, read_capped};
 use ktr_engine::window;
@@ -140,47 +140,6 @@ pub fn advice(
     let band = w.band(advise).filter(|b| *b > shown)?;
     let next = Next::of(&config, session, &w);
     put(&marker, &band.to_string()).then(|| advice_line(&w, next))
-}
-
-/// What happens when the window reaches the point, as the advice says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// A rebuild can switch this session once the person asks: offer it.
-    Offer,
-    /// The standing approval (`on_auto_compaction = "rebuild"`): the guard
-    /// will rebuild instead of Claude Code's compaction.
-    Rebuild,
-    /// The target does not run this session: a rebuild cannot switch it,
-    /// so nothing is offered.
-    NotSwitched,
-    /// No target at all: no `tmux_target` is configured and this session's
-    /// Claude Code runs in no tmux pane ([`crate::targets::NoTarget`]).
-    NoTarget,
-}
-
-impl Next {
-    /// For the session whose Claude Code ran this hook: the target's
-    /// decision ([`target_guard::runs_hooks_session`], the guard's own),
-    /// then the standing approval where Claude Code auto-compacts and the
-    /// rebuild leaves room.
-    pub fn of(config: &Config, session: &SessionId, w: &window::Window) -> Next {
-        let runs = target_guard::runs_hooks_session(config, session);
-        if runs
-            .as_ref()
-            .is_err_and(|e| e.find::<crate::targets::NoTarget>().is_some())
-        {
-            Next::NoTarget
-        } else if runs.is_err() {
-            Next::NotSwitched
-        } else if config.on_auto_compaction == OnAutoCompaction::Rebuild
-            && w.auto_compaction
-            && w.fits()
-        {
-            Next::Rebuild
-        } else {
-            Next::Offer
-        }
-    }
 }
 
 /// `ktr: ≈ 12k tokens until Claude Code compacts (155k of 167k); a

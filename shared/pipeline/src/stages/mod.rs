@@ -24,6 +24,7 @@ pub mod advice;
 mod appended;
 pub mod cli;
 mod in_place;
+mod next;
 pub mod offer;
 pub mod precompact;
 mod prepare;

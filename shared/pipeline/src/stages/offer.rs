@@ -124,8 +124,8 @@ pub fn offer(
     // Where the target does not run this session a rebuild could never
     // switch it: nothing is offered, recall is named (as the advice does).
     let switched = !matches!(
-        super::advice::Next::of(&config, session, &w),
-        super::advice::Next::NotSwitched | super::advice::Next::NoTarget
+        super::next::Next::of(&config, session, &w),
+        super::next::Next::NotSwitched | super::next::Next::NoTarget
     );
     let offer = if switched {
         window::offer(&w, ASK)
