@@ -280,6 +280,13 @@ fn status_ops_and_the_mcp_status_tool_list_every_sessions_operation() {
         .collect();
     assert_eq!(sessions, expected.iter().map(|e| e.0).collect::<Vec<_>>());
     assert_eq!(mcp.close(), 0);
+    // Asked without an operation, each session's tool shows its own
+    // (A's request is not the household's latest).
+    let (mut mcp, _) = Client::start(&a.sandbox, Some(&a.src));
+    let (err, shown) = mcp.call("thread_rebuild_status", serde_json::json!({}));
+    assert!(!err, "{shown}");
+    assert_eq!(shown["operation"]["id"], id_a.as_str());
+    assert_eq!(mcp.close(), 0);
 }
 
 #[test]
