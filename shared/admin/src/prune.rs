@@ -87,26 +87,27 @@ pub struct Outcome {
     pub prompts: Vec<Doomed>,
 }
 
-/// The handle to roll each session back: of the activated operations no
-/// later activated one rebuilt again (none took its candidate as its
-/// source), the newest for each source session (an older rebuild of the
+/// The handle to roll each session back: of the activated operations
+/// whose candidate no other switch took as its source (`links`: every
+/// operation's and the ones prune kept, so a pruned later rebuild still
+/// counts), the newest for each source session (an older rebuild of the
 /// same source left a session that no longer runs). Several sessions at
 /// once: one per session, not one per household. `ops` oldest first.
-fn rollback_handles(ops: &[Operation]) -> Vec<OperationId> {
-    let activated: Vec<&Operation> = ops
-        .iter()
-        .filter(|o| o.status == Status::Activated)
-        .collect();
+fn rollback_handles(ops: &[Operation], links: &[lineage::Link]) -> Vec<OperationId> {
     let rebuilt_again = |op: &Operation| {
-        let candidate = op.candidate.as_ref().map(|c| c.session_id.clone());
-        candidate.is_some()
-            && activated
+        op.candidate.as_ref().is_some_and(|c| {
+            links
                 .iter()
-                .any(|later| later.id != op.id && lineage::source_session(later) == candidate)
+                .any(|l| l.operation != op.id && l.source == c.session_id)
+        })
     };
     let mut sources = Vec::new();
     let mut handles = Vec::new();
-    for op in activated.iter().rev().filter(|op| !rebuilt_again(op)) {
+    let heads = ops
+        .iter()
+        .rev()
+        .filter(|op| op.status == Status::Activated && !rebuilt_again(op));
+    for op in heads {
         let source = lineage::source_session(op);
         if !sources.contains(&source) {
             sources.push(source);
@@ -129,7 +130,7 @@ pub fn prune(
     store.with_lock(|tx| {
         let ops = tx.store().list()?;
         let in_flight: Vec<_> = tx.store().in_flight().into_iter().map(|e| e.id).collect();
-        let handles = rollback_handles(&ops);
+        let handles = rollback_handles(&ops, &lineage::links(tx.store())?);
         let mut outcome = Outcome {
             older_than_days,
             deleted: delete,
