@@ -78,6 +78,11 @@ impl Session {
         }
     }
 
+    /// The served session's id, if known.
+    pub fn id(&self) -> Option<&SessionId> {
+        self.id.as_ref()
+    }
+
     /// One line for the log.
     pub fn describe(&self) -> String {
         match &self.id {

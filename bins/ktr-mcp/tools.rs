@@ -229,7 +229,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Read-only status of a rebuild operation (default: the most recent): status, reasons, error, session_conflict, needs_attention, estimated vs measured context tokens, history.",
+        description = "Read-only status of a rebuild operation (default: this session's most recent, else the most recent), and every session's operation in flight: status, reasons, error, session_conflict, needs_attention, estimated vs measured context tokens, history.",
         annotations(read_only_hint = true)
     )]
     async fn thread_rebuild_status(
@@ -241,9 +241,19 @@ impl Server {
             let config = this.load_config()?;
             let store = Store::at(&config.state_dir).with_config(&config);
             let recovered = store.recover_stale()?;
-            let op = match args.operation_id {
-                Some(id) => Some(store.load(&OperationId::parse(&id)?)?),
-                None => store.latest()?,
+            let op = if let Some(id) = args.operation_id {
+                Some(store.load(&OperationId::parse(&id)?)?)
+            } else {
+                // Several sessions at once: this session's latest first.
+                let now = this.served.now(&config);
+                let list = store.list()?;
+                let mine = now.id().and_then(|served| {
+                    list.iter().rev().find(|op| {
+                        op.session_id.as_ref() == Some(served)
+                            || op.candidate.as_ref().map(|c| &c.session_id) == Some(served)
+                    })
+                });
+                mine.or(list.last()).cloned()
             };
             let target = Target::from_config(&config);
             Ok(Status {

@@ -280,6 +280,13 @@ fn status_ops_and_the_mcp_status_tool_list_every_sessions_operation() {
         .collect();
     assert_eq!(sessions, expected.iter().map(|e| e.0).collect::<Vec<_>>());
     assert_eq!(mcp.close(), 0);
+    // Asked without an operation, each session's tool shows its own
+    // (A's request is not the household's latest).
+    let (mut mcp, _) = Client::start(&a.sandbox, Some(&a.src));
+    let (err, shown) = mcp.call("thread_rebuild_status", serde_json::json!({}));
+    assert!(!err, "{shown}");
+    assert_eq!(shown["operation"]["id"], id_a.as_str());
+    assert_eq!(mcp.close(), 0);
 }
 
 #[test]
@@ -314,4 +321,53 @@ fn an_operation_in_flight_under_the_older_one_active_layout_is_recovered() {
         a.resumed().as_deref(),
         Some(op_a.candidate.as_ref().unwrap().session_id.as_str())
     );
+}
+
+/// An activated operation of `source` → `candidate`, last touched 40 days
+/// ago, written as the stages leave it.
+fn activated_long_ago(rig: &Rig, source: &str, candidate: &str) -> Operation {
+    let mut op = Operation::new("long ago", Some(SessionId::parse(source).unwrap()));
+    op.status = Activated;
+    op.candidate = Some(ktr_pipeline::operation::CandidateFile {
+        session_id: SessionId::parse(candidate).unwrap(),
+        path: rig.sandbox.project.join(format!("{candidate}.jsonl")),
+        sha256: ktr_base::digest::Sha256::of_bytes(b""),
+    });
+    let then = ktr_base::time::Timestamp::at(
+        std::time::SystemTime::now() - Duration::from_secs(40 * 24 * 3600),
+    );
+    op.created_at = then.clone();
+    op.updated_at = then;
+    fs::write(
+        rig.sandbox.state.join(format!("operations/{}.json", op.id)),
+        serde_json::to_vec_pretty(&op).unwrap(),
+    )
+    .unwrap();
+    op
+}
+
+#[test]
+fn prune_keeps_each_sessions_rollback_handle() {
+    let (a, b) = two();
+    a.store();
+    // A was rebuilt twice (its first rebuild is superseded), B once, later.
+    let a1 = activated_long_ago(&a, &a.src, "a1a1a1a1-0000-4000-8000-000000000001");
+    let a2 = activated_long_ago(
+        &a,
+        "a1a1a1a1-0000-4000-8000-000000000001",
+        "a2a2a2a2-0000-4000-8000-000000000002",
+    );
+    let b1 = activated_long_ago(&b, &b.src, "b1b1b1b1-0000-4000-8000-000000000003");
+    let said = a.ktr(&["prune", "--older-than", "30", "--yes"]);
+    let exists = |op: &Operation| {
+        a.sandbox
+            .state
+            .join(format!("operations/{}.json", op.id))
+            .exists()
+    };
+    assert!(!exists(&a1), "A's superseded rebuild goes: {said}");
+    assert!(exists(&a2), "A's rollback handle stays: {said}");
+    assert!(exists(&b1), "B's rollback handle stays: {said}");
+    b.ktr(&["rollback-request", b1.id.as_str(), "--confirm", "ROLLBACK"]);
+    a.ktr(&["rollback-request", a2.id.as_str(), "--confirm", "ROLLBACK"]);
 }

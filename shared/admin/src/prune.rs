@@ -18,11 +18,12 @@
 //! the lineage.
 //!
 //! What never goes: a non-terminal operation; the newest activated operation
-//! (the handle for rolling the running session back); a source transcript;
+//! of each session (the handle for rolling that session back: one per
+//! session, several sessions at once); a source transcript;
 //! any other file in `project_dir`; `ktr.log` and `worker.log`; anything
 //! reached through a symlink. The whole decision and the deletion happen
-//! under the coordinator lock, so no stage can start or finish half-way
-//! through. The operation file is removed last: an interrupted prune leaves
+//! under the household lock, exclusively, so no stage of any session can
+//! start or finish half-way through. The operation file is removed last: an interrupted prune leaves
 //! an operation that a later prune still finds.
 
 use std::fs;
@@ -86,6 +87,36 @@ pub struct Outcome {
     pub prompts: Vec<Doomed>,
 }
 
+/// The handle to roll each session back: of the activated operations
+/// whose candidate no other switch took as its source (`links`: every
+/// operation's and the ones prune kept, so a pruned later rebuild still
+/// counts), the newest for each source session (an older rebuild of the
+/// same source left a session that no longer runs). Several sessions at
+/// once: one per session, not one per household. `ops` oldest first.
+fn rollback_handles(ops: &[Operation], links: &[lineage::Link]) -> Vec<OperationId> {
+    let rebuilt_again = |op: &Operation| {
+        op.candidate.as_ref().is_some_and(|c| {
+            links
+                .iter()
+                .any(|l| l.operation != op.id && l.source == c.session_id)
+        })
+    };
+    let mut sources = Vec::new();
+    let mut handles = Vec::new();
+    let heads = ops
+        .iter()
+        .rev()
+        .filter(|op| op.status == Status::Activated && !rebuilt_again(op));
+    for op in heads {
+        let source = lineage::source_session(op);
+        if !sources.contains(&source) {
+            sources.push(source);
+            handles.push(op.id.clone());
+        }
+    }
+    handles
+}
+
 /// Decide, and delete when `delete`, under the coordinator lock.
 pub fn prune(
     store: &Store,
@@ -99,11 +130,7 @@ pub fn prune(
     store.with_lock(|tx| {
         let ops = tx.store().list()?;
         let in_flight: Vec<_> = tx.store().in_flight().into_iter().map(|e| e.id).collect();
-        let newest_activated = ops
-            .iter()
-            .rev()
-            .find(|o| o.status == Status::Activated)
-            .map(|o| o.id.clone());
+        let handles = rollback_handles(&ops, &lineage::links(tx.store())?);
         let mut outcome = Outcome {
             older_than_days,
             deleted: delete,
@@ -127,9 +154,9 @@ pub fn prune(
                 outcome.kept.push(keep("not finished".into()));
                 continue;
             }
-            if newest_activated.as_deref() == Some(&*op.id) {
+            if handles.contains(&op.id) {
                 outcome.kept.push(keep(
-                    "newest activated operation: the handle to roll the running session back"
+                    "newest activated operation of its session: the handle to roll that session back"
                         .into(),
                 ));
                 continue;

@@ -126,6 +126,11 @@ impl Store {
             if self.load(id)?.lane() == lane {
                 return f(&mut tx);
             }
+            if Instant::now() >= deadline {
+                return Err(Error::busy(format!(
+                    "operation {id} kept changing session while ktr waited for its lock; see `ktr status`"
+                )));
+            }
         }
     }
 
