@@ -49,12 +49,19 @@ impl Store {
             op.error = Some(format!("worker died during {died_in}"));
             if matches!(died_in, Status::Activating | Status::RollingBack) {
                 op.needs_attention = true;
-                op.target_after = Some(match &self.target {
+                let own = self
+                    .serving
+                    .as_ref()
+                    .is_none_or(|s| entry.lane == Lane::Session(s.clone()));
+                op.target_after = Some(match self.target.as_ref().filter(|_| own) {
                     Some(t) => {
                         // It may have died holding the pane's keyboard.
                         t.release_input();
                         t.identity()
                             .unwrap_or_else(|e| format!("unknown: {}", e.message))
+                    }
+                    None if !own => {
+                        "unknown: failed from another session's hook, which does not look at this session's target".into()
                     }
                     None => "unknown: no target configured for this command".into(),
                 });

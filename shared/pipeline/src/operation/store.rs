@@ -145,6 +145,9 @@ pub struct Store {
     /// `request_ttl_hours`: a pending request older than this expires.
     pub(super) ttl: Option<Duration>,
     pub(super) grace: Duration,
+    /// The session whose target `target` is (a hook's store): recovery
+    /// touches the target only for that session's operation.
+    pub(super) serving: Option<SessionId>,
 }
 
 impl Store {
@@ -158,6 +161,7 @@ impl Store {
             project: None,
             ttl: None,
             grace: worker_grace(),
+            serving: None,
         })
     }
 
@@ -178,6 +182,7 @@ impl Store {
             project: None,
             ttl: None,
             grace: worker_grace(),
+            serving: None,
         }
     }
 
@@ -186,6 +191,14 @@ impl Store {
     pub fn with_config(mut self, config: &Config) -> Store {
         self.target = Some(Target::from_config(config));
         self.project = Some(config.project_dir.clone());
+        self
+    }
+
+    /// The target is `session`'s own (a hook's config, its pane found from
+    /// its Claude Code): a dead worker of another session's operation is
+    /// failed without looking at or releasing this target.
+    pub fn serving(mut self, session: SessionId) -> Store {
+        self.serving = Some(session);
         self
     }
 

@@ -314,7 +314,14 @@ fn recover(config_arg: Option<&Path>, state_dir: &Path, input: Option<&[u8]>) ->
     let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(i).ok());
     let store = match hook {
         Some(hook) => {
-            Store::for_config(&discover::hook_config(config_arg, &hook.transcript_path)?)?
+            let store =
+                Store::for_config(&discover::hook_config(config_arg, &hook.transcript_path)?)?;
+            // The target is this session's pane: another session's dead
+            // activation is failed without touching it.
+            match SessionId::parse(&hook.session_id) {
+                Ok(session) => store.serving(session),
+                Err(_) => store,
+            }
         }
         None => Store::open(state_dir)?,
     };

@@ -76,3 +76,39 @@ fn a_death_while_activating_records_the_target_and_needs_attention() {
     assert_eq!(failed.target_after.as_deref(), Some("new-session"));
     assert_eq!(store.active(), None);
 }
+
+/// A hook's store holds its own session's target: another session's dead
+/// activation is failed (it needs attention) without that target being
+/// looked at or released; the session's own is recorded as before.
+#[test]
+fn another_sessions_dead_activation_is_failed_without_touching_this_sessions_target() {
+    use Status::*;
+    let (t, store) = store();
+    let (sa, sb) = two_sessions();
+    let pointer = t.path().join("pointer");
+    fs::write(&pointer, "new-session\n").unwrap();
+    let target = || {
+        Target::Pointer(crate::targets::Pointer {
+            path: pointer.clone(),
+        })
+    };
+    let store = store.with_grace(Duration::ZERO);
+    for (serving, want) in [
+        (
+            &sa,
+            "unknown: failed from another session's hook, which does not look at this session's target",
+        ),
+        (&sb, "new-session"),
+    ] {
+        let op = store.request("x", "REBUILD", Some(&sb)).unwrap();
+        walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
+        set_worker(&store, &op.id, dead_worker(Stage::Activate));
+        let hooks = Store::at(store.dir())
+            .with_grace(Duration::ZERO)
+            .with_target(target())
+            .serving(serving.clone());
+        let failed = hooks.recover_stale().unwrap().pop().unwrap();
+        assert_eq!((failed.status, failed.needs_attention), (Failed, true));
+        assert_eq!(failed.target_after.as_deref(), Some(want));
+    }
+}
