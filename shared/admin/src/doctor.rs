@@ -349,7 +349,7 @@ fn resume_binary(program: &str) -> Check {
 }
 
 /// Resolve a program name the way `execvp` would.
-pub fn resolve_program(program: &str) -> Option<PathBuf> {
+pub(crate) fn resolve_program(program: &str) -> Option<PathBuf> {
     let is_exec = |p: &Path| {
         p.metadata()
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

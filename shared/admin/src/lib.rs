@@ -7,6 +7,6 @@ pub mod doctor;
 pub mod prune;
 pub mod purge;
 pub mod report;
-pub mod retention;
+pub(crate) mod retention;
 pub mod sessions;
 pub mod settings;

@@ -15,7 +15,7 @@ use ktr_pipeline::operation::Store;
 use ktr_pipeline::recall::lineage;
 
 /// Claude Code's default `cleanupPeriodDays`.
-pub const DEFAULT_DAYS: u64 = 30;
+pub(crate) const DEFAULT_DAYS: u64 = 30;
 
 /// What doctor reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,7 +32,7 @@ pub struct Retention {
 
 impl Retention {
     /// Whether Claude Code deletes (or has deleted) an ancestor's transcript.
-    pub fn at_risk(&self) -> bool {
+    pub(crate) fn at_risk(&self) -> bool {
         self.oldest
             .as_ref()
             .is_some_and(|(_, age)| *age >= self.days)
@@ -40,7 +40,7 @@ impl Retention {
 }
 
 /// The setting from `files` (later files win, as Claude Code reads them).
-pub fn cleanup_days(files: &[PathBuf]) -> (u64, Option<PathBuf>) {
+pub(crate) fn cleanup_days(files: &[PathBuf]) -> (u64, Option<PathBuf>) {
     let mut found = (DEFAULT_DAYS, None);
     for file in files {
         let Ok(Some(bytes)) = read_capped(file, cap::SETTINGS, Links::Follow) else {

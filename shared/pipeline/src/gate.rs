@@ -46,7 +46,7 @@ pub fn watched(status: Status) -> bool {
 /// The session whose prompts the gate watches for `op`: the source while a
 /// rebuild is on its way, the candidate while a rollback is. None when the
 /// operation is in no switching window (an unbound session matches none).
-pub fn gated_session(op: &Operation) -> Option<&str> {
+pub(crate) fn gated_session(op: &Operation) -> Option<&str> {
     match op.status {
         _ if !watched(op.status) => None,
         Status::Scheduled | Status::Running | Status::Verifying | Status::Activating => {
@@ -64,7 +64,7 @@ pub fn switching(status: Status) -> bool {
 
 /// What the new session tells the human when the gate refused prompts
 /// during the switch: each text, to send again. None when none was refused.
-pub fn resend_notice(op: &Operation) -> Option<String> {
+pub(crate) fn resend_notice(op: &Operation) -> Option<String> {
     if op.blocked_prompts.is_empty() {
         return None;
     }
@@ -83,7 +83,7 @@ pub fn resend_notice(op: &Operation) -> Option<String> {
 /// the scheduling Stop: the prompt hook saw one, or the live transcript
 /// holds a user record (a prompt, a queued prompt, a tool result) newer
 /// than that Stop. None when no turn began.
-pub fn turn_since_stop(op: &Operation, source: &Path) -> Result<Option<String>> {
+pub(crate) fn turn_since_stop(op: &Operation, source: &Path) -> Result<Option<String>> {
     if let Some(at) = &op.turn_started_at {
         return Ok(Some(format!(
             "a prompt of the source session was submitted at {at}, after the Stop that scheduled the rebuild"
@@ -101,7 +101,7 @@ pub fn turn_since_stop(op: &Operation, source: &Path) -> Result<Option<String>> 
 
 /// The timestamp of a `user` record (or a queued prompt) in the last
 /// [`TAIL_BYTES`] of `path` that is newer than `since`.
-pub fn newer_prompt(path: &Path, since: SystemTime) -> Result<Option<String>> {
+pub(crate) fn newer_prompt(path: &Path, since: SystemTime) -> Result<Option<String>> {
     let mut file = ktr_base::open::open_regular(path, ktr_base::open::Links::Refuse)
         .map_err(|e| Error::io_at("open", path, &e))?;
     let len = file

@@ -18,11 +18,11 @@ use ktr_base::cli::Call;
 use ktr_base::error::{Error, Result};
 
 /// Larger hook input than this is refused unread.
-pub const STDIN_LIMIT: usize = 1 << 20;
+pub(crate) const STDIN_LIMIT: usize = 1 << 20;
 
 /// The Stop hook's stdin as Claude Code 2.1.x writes it.
 #[derive(Debug, Deserialize)]
-pub struct StopInput {
+pub(crate) struct StopInput {
     pub session_id: String,
     pub transcript_path: PathBuf,
     /// The reply's text (2.1.x); the advice waits until the transcript
@@ -53,7 +53,7 @@ pub struct PreCompactInput {
 /// The `statusLine` command's stdin (2.1.328; the fields ktr reads).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct StatuslineInput {
+pub(crate) struct StatuslineInput {
     pub session_id: Option<String>,
     pub transcript_path: Option<PathBuf>,
     pub model: Option<StatuslineModel>,
@@ -64,7 +64,7 @@ pub struct StatuslineInput {
 /// `model` of [`StatuslineInput`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct StatuslineModel {
+pub(crate) struct StatuslineModel {
     pub id: Option<String>,
     pub display_name: Option<String>,
 }
@@ -73,7 +73,7 @@ pub struct StatuslineModel {
 /// before the first reply.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct StatuslineWindow {
+pub(crate) struct StatuslineWindow {
     pub context_window_size: Option<u64>,
     pub current_usage: Option<StatuslineUsage>,
 }
@@ -82,7 +82,7 @@ pub struct StatuslineWindow {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 #[allow(clippy::struct_field_names)]
-pub struct StatuslineUsage {
+pub(crate) struct StatuslineUsage {
     pub input_tokens: Option<u64>,
     pub cache_creation_input_tokens: Option<u64>,
     pub cache_read_input_tokens: Option<u64>,
@@ -91,13 +91,13 @@ pub struct StatuslineUsage {
 /// `workspace` of [`StatuslineInput`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct StatuslineWorkspace {
+pub(crate) struct StatuslineWorkspace {
     pub current_dir: Option<String>,
 }
 
 /// The `SessionStart` hook's stdin.
 #[derive(Debug, Deserialize)]
-pub struct SessionStartInput {
+pub(crate) struct SessionStartInput {
     pub session_id: String,
     /// `startup`, `resume`, `clear` or `compact`.
     #[serde(default)]
@@ -109,7 +109,7 @@ pub struct SessionStartInput {
 
 /// The `UserPromptSubmit` hook's stdin.
 #[derive(Debug, Deserialize)]
-pub struct PromptInput {
+pub(crate) struct PromptInput {
     pub session_id: String,
     /// The session's transcript (every hook's common field): which
     /// config serves it.

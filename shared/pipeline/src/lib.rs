@@ -4,7 +4,7 @@
 //! ([`process`]) and what the hooks remember about the window ([`window_cache`]).
 
 pub mod binding;
-pub mod gate;
+pub(crate) mod gate;
 pub mod hook;
 pub mod operation;
 pub mod pane;

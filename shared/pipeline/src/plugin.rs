@@ -23,18 +23,18 @@ use ktr_base::config::{
 };
 
 /// The flag the plugin passes to every ktr binary it runs.
-pub const FLAG: &str = "plugin";
+pub(crate) const FLAG: &str = "plugin";
 
 /// The plugin's id: plugin `ktr` of the marketplace `ktr` (this repository).
 pub const ID: &str = "ktr@ktr";
 
 /// How the model sees ktr's tools when `ktr-mcp` is registered as the MCP
 /// server `ktr` (`./install`, `claude mcp add`): `mcp__ktr__thread_rebuild_plan`.
-pub const TOOL_PREFIX: &str = "mcp__ktr__";
+pub(crate) const TOOL_PREFIX: &str = "mcp__ktr__";
 
 /// How the model sees them when the plugin `ktr` provides the server `ktr`
 /// (measured on 2.1.328: `mcp__plugin_<plugin>_<server>__<tool>`).
-pub const PLUGIN_TOOL_PREFIX: &str = "mcp__plugin_ktr_ktr__";
+pub(crate) const PLUGIN_TOOL_PREFIX: &str = "mcp__plugin_ktr_ktr__";
 
 /// Whether the user settings of `home` enable the plugin ([`ID`]):
 /// `"enabledPlugins": {"ktr@ktr": true}` in `~/.claude/settings.json`,

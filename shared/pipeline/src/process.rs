@@ -29,7 +29,7 @@ pub struct Stat {
 
 /// Parse `/proc/<pid>/stat` text. The command name (field 2) may contain
 /// spaces and parentheses, so fields are counted after the *last* `)`.
-pub fn parse_stat(text: &str) -> Option<Stat> {
+pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
     // rest starts at field 3 (state): field N is fields[N - 3].
@@ -60,7 +60,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 
 /// Whether the process `pid` that started at `start_time` is still running
 /// (false when it died or the pid now belongs to another process).
-pub fn same_process_alive(pid: u32, start_time: u64) -> bool {
+pub(crate) fn same_process_alive(pid: u32, start_time: u64) -> bool {
     self::start_time(pid) == Some(start_time)
 }
 
@@ -197,7 +197,11 @@ fn in_new_session(command: &mut Command) {
 /// not hit by the SIGHUP a pane kill sends), stdin `/dev/null`, stdout and
 /// stderr appended to `log_file` (created 0600). Returns the worker's pid.
 /// The child is not waited for; it is reparented to init when we exit.
-pub fn spawn_detached(argv: &[String], env: &[(String, String)], log_file: &Path) -> Result<u32> {
+pub(crate) fn spawn_detached(
+    argv: &[String],
+    env: &[(String, String)],
+    log_file: &Path,
+) -> Result<u32> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| Error::usage("cannot start a worker: empty command"))?;
@@ -224,7 +228,7 @@ pub fn spawn_detached(argv: &[String], env: &[(String, String)], log_file: &Path
 /// it), e.g. `systemd-run --scope … -- program`. An error when the child
 /// exited first (it is reaped; its exit status is in the message) or did
 /// not get there within `timeout`.
-pub fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
+pub(crate) fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         // A script names itself second (`/bin/sh /path/program …`).
@@ -266,7 +270,7 @@ pub fn wait_exec(pid: u32, program: &str, timeout: Duration) -> Result<()> {
 /// whole process group is killed and an error names the command. stdin is
 /// `/dev/null`; stdout and stderr are captured. A non-zero exit is *not* an
 /// error here (see [`run_checked`]).
-pub fn run_with_timeout(argv: &[String], timeout: Duration) -> Result<Output> {
+pub(crate) fn run_with_timeout(argv: &[String], timeout: Duration) -> Result<Output> {
     run_as(argv, timeout, false)
 }
 
@@ -274,7 +278,7 @@ pub fn run_with_timeout(argv: &[String], timeout: Duration) -> Result<Output> {
 /// terminal): for a process whose terminal may hang up meanwhile, such as
 /// `ktr-keep` in a popup whose client detaches (measured: the `tmux`
 /// it ran then was killed by SIGHUP in 4 of 20 runs; 0 of 30 apart).
-pub fn run_checked_apart(argv: &[String], timeout: Duration) -> Result<String> {
+pub(crate) fn run_checked_apart(argv: &[String], timeout: Duration) -> Result<String> {
     checked(argv, &run_as(argv, timeout, true)?)
 }
 
@@ -407,7 +411,7 @@ impl std::error::Error for Failed {}
 
 /// Read at most `limit` bytes of stdin. `Ok(None)` when the input was longer
 /// (the rest is drained so the writer never sees a broken pipe).
-pub fn read_stdin_capped(limit: usize) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_stdin_capped(limit: usize) -> io::Result<Option<Vec<u8>>> {
     let mut buf = Vec::new();
     let stdin = io::stdin();
     let mut lock = stdin.lock();

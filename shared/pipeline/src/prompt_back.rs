@@ -40,7 +40,7 @@ use ktr_base::open::{Links, read_capped};
 
 /// The most prompt text kept, in bytes. A longer prompt is recorded
 /// without its text (the notice says it was too long to keep).
-pub const CAP: usize = 64 * 1024;
+pub(crate) const CAP: usize = 64 * 1024;
 /// The largest file ktr writes here: the text JSON-escaped (≤ 6 bytes a
 /// byte for control characters) and the fields around it.
 const FILE_CAP: u64 = (CAP as u64) * 6 + 4096;
@@ -80,7 +80,7 @@ fn path(state_dir: &Path, session: &SessionId, ext: &str) -> PathBuf {
 }
 
 /// Where the blocked prompt of `session` is kept.
-pub fn blocked_path(state_dir: &Path, session: &SessionId) -> PathBuf {
+pub(crate) fn blocked_path(state_dir: &Path, session: &SessionId) -> PathBuf {
     path(state_dir, session, "blocked")
 }
 
@@ -175,7 +175,7 @@ pub fn forget(state_dir: &Path, session: &SessionId) {
 /// prompt is `prompt_id` (the last prompt record, with no real reply after
 /// it: only Claude Code's synthetic `Prompt is too long`), and how many
 /// image blocks its records hold. Reads at most the last 1 MiB.
-pub fn open_turn_is(backup: &Path, prompt_id: &str) -> Result<Option<usize>> {
+pub(crate) fn open_turn_is(backup: &Path, prompt_id: &str) -> Result<Option<usize>> {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL: u64 = 1 << 20;
     let mut file = ktr_base::open::open_regular(backup, Links::Refuse)
@@ -221,7 +221,7 @@ pub fn open_turn_is(backup: &Path, prompt_id: &str) -> Result<Option<usize>> {
 }
 
 /// The notice put on the pane border once the prompt is back.
-pub fn back_notice(back: &PromptBack) -> String {
+pub(crate) fn back_notice(back: &PromptBack) -> String {
     let images = if back.images > 0 {
         format!(
             " ({} pasted image{} could not be put back)",
@@ -451,7 +451,11 @@ fn shows_draft(target: &Target) -> bool {
 
 /// `ktr-prompt`, at the person's next prompt of `session`: take down the
 /// notice a put-back left (`<session>.back`). Cheap when there is none.
-pub fn prompt_sent(state_dir: &Path, session: &SessionId, target: impl FnOnce() -> Option<Target>) {
+pub(crate) fn prompt_sent(
+    state_dir: &Path,
+    session: &SessionId,
+    target: impl FnOnce() -> Option<Target>,
+) {
     let marker = path(state_dir, session, "back");
     if std::fs::symlink_metadata(&marker).is_ok() {
         let _ = std::fs::remove_file(&marker);

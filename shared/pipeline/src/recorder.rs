@@ -120,7 +120,7 @@ impl Files {
 
     /// Tell the recorder to finish (the file is created once, never
     /// through a link).
-    pub fn tell_stop(&self) {
+    pub(crate) fn tell_stop(&self) {
         drop(ktr_base::open::create_new_private(&self.stop()));
     }
 
@@ -401,7 +401,7 @@ pub fn unreplayed(files: &Files) -> Result<(Vec<u8>, usize)> {
 }
 
 /// Mark `files`' keys as replayed up to `len` (a switch replayed the rest).
-pub fn mark_replayed(files: &Files, len: usize) -> Result<()> {
+pub(crate) fn mark_replayed(files: &Files, len: usize) -> Result<()> {
     files.write_replayed(len)
 }
 

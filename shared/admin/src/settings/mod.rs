@@ -23,13 +23,13 @@ use ktr_base::config::home_dir;
 /// `{bin_dir}` is replaced by the install prefix and `{config_arg}` by
 /// ` --config PATH` (or nothing), both shell-quoted: Claude Code runs hook
 /// commands through a shell.
-pub const FRAGMENT: &str = include_str!("../../../../hooks.json");
+pub(crate) const FRAGMENT: &str = include_str!("../../../../hooks.json");
 
 /// The executables whose hooks are ours.
-pub const OUR_PROGRAMS: [&str; 4] = ["ktr-stop", "ktr-prompt", "ktr-ack", "ktr-precompact"];
+pub(crate) const OUR_PROGRAMS: [&str; 4] = ["ktr-stop", "ktr-prompt", "ktr-ack", "ktr-precompact"];
 
 /// The statusline program ktr installs (only where no `statusLine` is set).
-pub const STATUSLINE_PROGRAM: &str = "ktr-statusline";
+pub(crate) const STATUSLINE_PROGRAM: &str = "ktr-statusline";
 
 /// `~/.claude/settings.json`, the user-scope settings Claude Code reads.
 pub fn default_path() -> PathBuf {

@@ -49,7 +49,7 @@ impl Store {
 
     /// What `session`'s hooks have to do with, as `active` says: its own
     /// lane's operation, else a request bound to no session yet.
-    pub fn active_for(&self, session: &SessionId) -> Option<(OperationId, Status)> {
+    pub(crate) fn active_for(&self, session: &SessionId) -> Option<(OperationId, Status)> {
         match self.active_state() {
             Active::Known(index) => index.for_session(session),
             Active::Unknown(_) => None,

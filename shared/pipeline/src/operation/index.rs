@@ -47,7 +47,8 @@ pub struct Index {
 }
 
 /// Why an `active` file in the previous layout is rebuilt.
-pub const OLDER_LAYOUT: &str = "in the layout of an older ktr (one operation for the household)";
+pub(crate) const OLDER_LAYOUT: &str =
+    "in the layout of an older ktr (one operation for the household)";
 
 impl Index {
     /// Read the file's text.
@@ -107,7 +108,7 @@ impl Index {
 
     /// What `session`'s hooks have to do with: its own lane's operation,
     /// else a request bound to no session yet.
-    pub fn for_session(&self, session: &SessionId) -> Option<(OperationId, Status)> {
+    pub(crate) fn for_session(&self, session: &SessionId) -> Option<(OperationId, Status)> {
         self.get(&Lane::Session(session.clone()))
             .or_else(|| self.get(&Lane::Unbound))
     }
@@ -124,7 +125,8 @@ impl Index {
     }
 
     /// No operation is in flight.
-    pub fn is_idle(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_idle(&self) -> bool {
         self.lanes.is_empty()
     }
 }

@@ -73,7 +73,7 @@ impl Store {
 
     /// [`Store::with_lock`], waiting at most `timeout`; a lock still held
     /// then is [`ktr_base::ErrorKind::Busy`].
-    pub fn with_lock_within<T>(
+    pub(crate) fn with_lock_within<T>(
         &self,
         timeout: Duration,
         f: impl FnOnce(&mut Locked) -> Result<T>,

@@ -127,7 +127,7 @@ impl ManifestWriter {
     }
 
     /// Append one record left out.
-    pub fn push_left_out(&mut self, left_out: &LeftOut) -> Result<()> {
+    pub(crate) fn push_left_out(&mut self, left_out: &LeftOut) -> Result<()> {
         self.summary.left_out += 1;
         *self
             .summary
@@ -138,7 +138,7 @@ impl ManifestWriter {
     }
 
     /// Append one malformed source line number.
-    pub fn push_malformed_line(&mut self, line: usize) -> Result<()> {
+    pub(crate) fn push_malformed_line(&mut self, line: usize) -> Result<()> {
         self.summary.malformed_lines += 1;
         self.push(&LineRef::MalformedLine(line))
     }
@@ -258,7 +258,7 @@ pub fn for_each(
 
 /// Operation `id`'s artifact as verification reads it: streamed, once per
 /// pass, each pass checking the digest and counts again.
-pub struct Artifact<'a> {
+pub(crate) struct Artifact<'a> {
     pub store: &'a Store,
     pub id: &'a OperationId,
     pub recorded: &'a ManifestRef,
@@ -305,7 +305,7 @@ pub fn remove(store: &Store, id: &OperationId) {
 }
 
 /// A reason's name as the JSON reports spell it (`local_command`, …).
-pub fn reason_name(reason: LeftOutReason) -> String {
+pub(crate) fn reason_name(reason: LeftOutReason) -> String {
     serde_json::to_value(reason)
         .ok()
         .and_then(|v| v.as_str().map(String::from))
@@ -317,7 +317,7 @@ pub fn reason_name(reason: LeftOutReason) -> String {
 /// [`KEPT`] entries of at most 80 characters (`malformed_lines` keeps the
 /// count; the artifact has every number), so the operation file stays small
 /// whatever the transcript.
-pub fn bounded_stats(report: &PlanReport, source: &Path) -> PlanReport {
+pub(crate) fn bounded_stats(report: &PlanReport, source: &Path) -> PlanReport {
     let name = |s: &String| -> String { s.chars().take(NAME_CHARS).collect() };
     let bounded_map = |map: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
         let mut out: BTreeMap<String, u64> = BTreeMap::new();

@@ -26,11 +26,11 @@ pub(super) fn schema_before_the_field() -> u32 {
 
 /// `history` keeps its first [`HISTORY_FIRST`] steps and the newest, up to
 /// [`HISTORY_KEPT`] in all; notes are cut to [`NOTE_CHARS`] characters.
-pub const HISTORY_KEPT: usize = 100;
+pub(crate) const HISTORY_KEPT: usize = 100;
 const HISTORY_FIRST: usize = 10;
 const NOTE_CHARS: usize = 1000;
 /// `reasons` and `blocked_prompts` keep their newest entries.
-pub const LIST_KEPT: usize = 20;
+pub(crate) const LIST_KEPT: usize = 20;
 
 fn keep_newest<T>(list: &mut Vec<T>, kept: usize) {
     if list.len() > kept {
@@ -283,7 +283,7 @@ pub struct BlockedPrompt {
 impl BlockedPrompt {
     /// Whether this prompt is ktr's switch to `session` mixed with a
     /// person's keys.
-    pub fn collision_with(&self, session: &SessionId) -> bool {
+    pub(crate) fn collision_with(&self, session: &SessionId) -> bool {
         self.collided_with.as_ref() == Some(session)
     }
 }
@@ -400,7 +400,7 @@ impl Operation {
     /// Keep the lists that grow with an operation's life bounded, so the
     /// file every hook reads stays a few KiB: the first and the newest
     /// steps of `history`, the newest `reasons` and `blocked_prompts`.
-    pub fn cap_lists(&mut self) {
+    pub(crate) fn cap_lists(&mut self) {
         if self.history.len() > HISTORY_KEPT {
             let first = self.history.len() - (HISTORY_KEPT - HISTORY_FIRST);
             self.history.drain(HISTORY_FIRST..first);

@@ -153,7 +153,11 @@ pub fn discard_candidate(op: &Operation, project: Option<&Path>) -> Result<Optio
 impl super::Locked<'_> {
     /// Move a pending `op` older than `ttl` to `expired` (error: how long
     /// it waited and for which session). Returns whether it expired.
-    pub fn expire_if_old(&mut self, op: &mut Operation, ttl: std::time::Duration) -> Result<bool> {
+    pub(crate) fn expire_if_old(
+        &mut self,
+        op: &mut Operation,
+        ttl: std::time::Duration,
+    ) -> Result<bool> {
         let created = op.created_at.time();
         let age = SystemTime::now()
             .duration_since(created)

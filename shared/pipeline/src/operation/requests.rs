@@ -8,7 +8,7 @@ use ktr_base::ids::{OperationId, SessionId};
 impl Store {
     /// What the configured target runs now (None without a target, or
     /// when it cannot be read).
-    pub fn seen_target(&self) -> Option<super::SeenTarget> {
+    pub(crate) fn seen_target(&self) -> Option<super::SeenTarget> {
         let running = self.target.as_ref()?.running().ok()?;
         Some(super::SeenTarget {
             identity: running.identity,

@@ -69,7 +69,7 @@ impl Status {
 
     /// Statuses in which the target has certainly not been touched yet, so
     /// a written candidate was never run and can be discarded.
-    pub fn before_switch(self) -> bool {
+    pub(crate) fn before_switch(self) -> bool {
         matches!(
             self,
             Status::Pending | Status::Scheduled | Status::Running | Status::Verifying
@@ -78,7 +78,7 @@ impl Status {
 
     /// Statuses of an operation whose candidate the target was switched
     /// to: its lane is the candidate's session ([`super::Lane::of`]).
-    pub fn after_switch(self) -> bool {
+    pub(crate) fn after_switch(self) -> bool {
         matches!(
             self,
             Status::Activated
@@ -126,7 +126,7 @@ impl Status {
     /// rollback_scheduled → rolled_back        (ktr-rollback without a rolling_back step)
     /// pending → cancelled | expired;   any non-terminal → failed
     /// ```
-    pub fn can_become(self, to: Status) -> bool {
+    pub(crate) fn can_become(self, to: Status) -> bool {
         use Status::{
             Activated, Activating, Cancelled, Expired, Failed, Pending, RollbackPending,
             RollbackScheduled, RolledBack, RollingBack, Running, Scheduled, Verifying,

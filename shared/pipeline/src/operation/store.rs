@@ -28,13 +28,13 @@ pub const DEFAULT_STATE_DIR: &str = "~/.local/state/ktr";
 
 /// How long a dead worker is tolerated after the operation's last update
 /// before the operation is failed (covers the hand-off between stages).
-pub const DEFAULT_WORKER_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_WORKER_GRACE: Duration = Duration::from_secs(10);
 
 /// The grace period: `$KTR_WORKER_GRACE_SECONDS` when it is a non-negative
 /// number (tests shorten it), else [`DEFAULT_WORKER_GRACE`]. Stages record
 /// the next stage as the worker when they hand over, so the grace only
 /// covers a stage's own start-up.
-pub fn worker_grace() -> Duration {
+pub(crate) fn worker_grace() -> Duration {
     std::env::var("KTR_WORKER_GRACE_SECONDS")
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -208,13 +208,15 @@ impl Store {
     }
 
     /// Change the dead-worker grace period.
-    pub fn with_grace(mut self, grace: Duration) -> Store {
+    #[cfg(test)]
+    pub(crate) fn with_grace(mut self, grace: Duration) -> Store {
         self.grace = grace;
         self
     }
 
     /// Use `target` when recording what a dead activation left behind.
-    pub fn with_target(mut self, target: Target) -> Store {
+    #[cfg(test)]
+    pub(crate) fn with_target(mut self, target: Target) -> Store {
         self.target = Some(target);
         self
     }
@@ -258,7 +260,7 @@ impl Store {
     }
 
     /// Load one operation, `None` when there is no such file.
-    pub fn try_load(&self, id: &OperationId) -> Result<Option<Operation>> {
+    pub(crate) fn try_load(&self, id: &OperationId) -> Result<Option<Operation>> {
         self.read_as(id)
     }
 
@@ -365,7 +367,12 @@ impl Locked<'_> {
 
     /// Load `id` and require it to be in `status`; otherwise refuse with
     /// "operation ID is S; only <rule>".
-    pub fn load_in(&self, id: &OperationId, status: Status, rule: &str) -> Result<Operation> {
+    pub(crate) fn load_in(
+        &self,
+        id: &OperationId,
+        status: Status,
+        rule: &str,
+    ) -> Result<Operation> {
         let op = self.load(id)?;
         if op.status != status {
             return Err(Error::refused(format!(

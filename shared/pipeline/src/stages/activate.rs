@@ -626,7 +626,7 @@ fn probe(config: &Config, new_id: &SessionId) -> Result<()> {
 /// Whether Claude Code will acknowledge resumes: a `SessionStart` hook
 /// running `ktr-ack` in `~/.claude/settings.json` or in the workdir's
 /// `.claude/settings.json` / `.claude/settings.local.json`.
-pub fn ack_installed(config: &Config) -> bool {
+pub(crate) fn ack_installed(config: &Config) -> bool {
     hook_installed(config, "SessionStart", "ktr-ack")
 }
 

@@ -39,12 +39,12 @@ fn put(path: &Path, text: &str) -> bool {
 }
 
 /// Leave `line` for the next Stop hook of `session` (best effort).
-pub fn leave_notice(state_dir: &Path, session: &SessionId, line: &str) {
+pub(crate) fn leave_notice(state_dir: &Path, session: &SessionId, line: &str) {
     put(&window_file(state_dir, session, "notice"), line);
 }
 
 /// The line left for this session, taken (shown once).
-pub fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
+pub(crate) fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
     let path = window_file(state_dir, session, "notice");
     let bytes = read_capped(&path, cap::CACHE, Links::Refuse).ok()??;
     std::fs::remove_file(&path).ok()?;
@@ -55,7 +55,11 @@ pub fn take_notice(state_dir: &Path, session: &SessionId) -> Option<String> {
 /// What the Stop hook says when nothing is pending: a line another hook
 /// left for this session, else the window advice; then, after a
 /// compaction, the offer ([`super::offer`]); else nothing.
-pub fn idle_line(config_arg: Option<&Path>, state_dir: &Path, hook: &StopInput) -> Option<String> {
+pub(crate) fn idle_line(
+    config_arg: Option<&Path>,
+    state_dir: &Path,
+    hook: &StopInput,
+) -> Option<String> {
     let session = SessionId::parse(&hook.session_id).ok()?;
     let notice = take_notice(state_dir, &session);
     // Without a notice the advice brings the running account up to date
@@ -146,7 +150,7 @@ pub fn advice(
 /// lossless rebuild would bring it to ≈ 24k — say REBUILD to ask for it`,
 /// with the window size's source when it was assumed; what follows the
 /// distance is what will happen ([`Next`]).
-pub fn advice_line(w: &window::Window, next: Next) -> String {
+pub(crate) fn advice_line(w: &window::Window, next: Next) -> String {
     let point = w.compaction_point_tokens;
     let distance = match point.checked_sub(w.used_tokens) {
         Some(left) if !w.auto_compaction => format!(

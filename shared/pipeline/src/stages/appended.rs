@@ -80,7 +80,7 @@ impl Residue {
 /// [`source_change`], with a line still being written given until
 /// `stable_file_seconds` to end: Claude Code appends a turn's closing
 /// records after the Stop hook, and a look at that instant sees half of one.
-pub fn settled_source_change(
+pub(crate) fn settled_source_change(
     op: &Operation,
     source: &Path,
     config: &Config,
@@ -143,7 +143,7 @@ fn source_change(op: &Operation, source: &Path) -> Result<Residue, Change> {
 /// The residue in `appended`, or the first thing in it that is a change:
 /// a line not yet complete, a line that is not a JSON object, speech, tool
 /// traffic.
-pub fn residue_only(appended: &[u8]) -> Result<Residue, Change> {
+pub(crate) fn residue_only(appended: &[u8]) -> Result<Residue, Change> {
     if !appended.is_empty() && !appended.ends_with(b"\n") {
         return Err(Change {
             why: format!(

@@ -126,7 +126,7 @@ pub fn main_prepare() -> ! {
 
 /// Pointer mode's request: [`schedule_by_hand`] (config, store,
 /// transcript, confirmation word, reason).
-pub type Schedule = fn(
+pub(crate) type Schedule = fn(
     &Config,
     &Store,
     Option<&std::path::Path>,
@@ -138,7 +138,7 @@ pub type Schedule = fn(
 pub type Chain = fn(&Config, &Store, Outcome, &mut Steps) -> Result<Outcome>;
 
 /// What only `ktr-prepare` does: schedule by hand and run the chain.
-pub struct ByHand {
+pub(crate) struct ByHand {
     pub schedule: Schedule,
     pub chain: Chain,
 }
@@ -160,7 +160,7 @@ fn exit_with(stage: Stage, result: Result<Outcome>) -> ! {
 /// Parse, load the config, recover stale operations, run the stage, and
 /// hand over to the next stage (detached, or in this process in pointer
 /// mode, which only `by_hand` allows).
-pub fn execute(
+pub(crate) fn execute(
     stage: Stage,
     step: StageFn,
     by_hand: Option<&ByHand>,

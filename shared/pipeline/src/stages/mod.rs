@@ -140,7 +140,8 @@ impl Steps {
 /// A stage as an executable runs it, one signature for all four, so that
 /// each executable names — and links — only its own (`transcript` is for
 /// prepare only).
-pub type StageFn = fn(&Config, &Store, &OperationId, Option<&Path>, &mut Steps) -> Result<Outcome>;
+pub(crate) type StageFn =
+    fn(&Config, &Store, &OperationId, Option<&Path>, &mut Steps) -> Result<Outcome>;
 
 /// A stage that takes no transcript, as a [`StageFn`] (prepare has the
 /// shape already).
@@ -164,7 +165,7 @@ without_transcript!(rollback_stage, rollback);
 
 /// The [`StageFn`] of `stage`: only what runs several stages in one
 /// process (pointer mode's chain in `ktr-prepare`, `ktr demo`) needs this.
-pub fn stage_fn(stage: Stage) -> StageFn {
+pub(crate) fn stage_fn(stage: Stage) -> StageFn {
     match stage {
         Stage::Prepare => prepare,
         Stage::Verify => verify_stage,
@@ -188,7 +189,7 @@ pub fn run(
 
 /// Follow `outcome.next` in this process until the operation stops moving
 /// (terminal, or back to pending): pointer-mode runs and `ktr demo`.
-pub fn run_chain(
+pub(crate) fn run_chain(
     config: &Config,
     store: &Store,
     mut outcome: Outcome,
@@ -342,7 +343,7 @@ fn last_line(path: &Path) -> Option<String> {
 /// under the lock, so there is never a moment without a live worker on
 /// record. Only the current worker hands over, and only from the status
 /// `next` expects. If the stage cannot be started the operation fails.
-pub fn hand_off(
+pub(crate) fn hand_off(
     config: &Config,
     store: &Store,
     id: &OperationId,
@@ -384,7 +385,7 @@ pub fn hand_off(
 
 /// Fail operation `id` with `reason` (after `edit`), discarding a candidate
 /// that never ran. An operation that is already terminal is left alone.
-pub fn abandon(
+pub(crate) fn abandon(
     store: &Store,
     id: &OperationId,
     reason: &str,
@@ -495,7 +496,7 @@ fn seconds(value: f64) -> Duration {
 /// can kill the stage exactly at that step, or change the world and then
 /// delete the file to let the stage go on. After five minutes unattended
 /// the stage exits without touching anything (recovery then fails it).
-pub fn pause_point(stage: Stage, step: &str) {
+pub(crate) fn pause_point(stage: Stage, step: &str) {
     // A test hook: compiled into debug builds only, never into a release.
     if !cfg!(debug_assertions) {
         return;

@@ -38,13 +38,13 @@ compaction guard could act, keeps the prompt's text (<state_dir>/prompts/, 0600)
 prompt whose compaction the guard blocks comes back to the input line after the switch.";
 
 /// What Claude Code shows above the input line it gives back.
-pub const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
+pub(crate) const SWITCHING: &str = "ktr is switching this session over right now; your message was not sent — send it again in a moment";
 
 /// What Claude Code shows when ktr's own `/resume <id>` line met keys a
 /// person typed in the same instant (Claude Code submitted both as one
 /// prompt): nothing was sent, the text comes back to the input line and
 /// ktr takes its own line out of it again.
-pub const COLLIDED: &str = "ktr typed its switch line while you were typing; nothing was sent — your text is back in the input line (ktr removes its own /resume line from it); the switch waits until you have sent it";
+pub(crate) const COLLIDED: &str = "ktr typed its switch line while you were typing; nothing was sent — your text is back in the input line (ktr removes its own /resume line from it); the switch waits until you have sent it";
 
 /// The prompt of pointer mode's health probe (`ktr-activate` resumes the new
 /// session once with it): always refused here, so Claude Code loads the
@@ -68,7 +68,7 @@ pub fn prompt(call: Invocation) -> Reply {
 
 /// What the person sees when the lock was held past [`HOOK_LOCK_WAIT`]
 /// and the prompt went through without being marked.
-pub const UNMARKED: &str = "ktr: busy (another ktr process held the lock for over a second); this prompt went through unmarked — the switch still checks the transcript for it before it runs";
+pub(crate) const UNMARKED: &str = "ktr: busy (another ktr process held the lock for over a second); this prompt went through unmarked — the switch still checks the transcript for it before it runs";
 
 /// Decide about one prompt. Fast path: one small read of `active` (and,
 /// once ktr put a blocked prompt back or may block one, a look into

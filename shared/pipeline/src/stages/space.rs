@@ -46,7 +46,7 @@ pub fn clear(artifacts: &Path) {
 }
 
 /// What a rebuild writes where.
-pub struct Need {
+pub(crate) struct Need {
     /// The state dir: the backup, the candidate being written, the manifest.
     state_dir: PathBuf,
     state: u64,

@@ -14,7 +14,7 @@ use ktr_base::ids::SessionId;
 /// (`op.claude`) is the pane's process / the unit's `MainPID` or one of its
 /// descendants; for a pointer, the pointer names `source`. Returns what the
 /// target runs. The refusal names both sides; nothing is touched.
-pub fn runs_source(target: &Target, op: &Operation, source: &SessionId) -> Result<Running> {
+pub(crate) fn runs_source(target: &Target, op: &Operation, source: &SessionId) -> Result<Running> {
     target.check_runs(op.claude, source)
 }
 
@@ -22,7 +22,11 @@ pub fn runs_source(target: &Target, op: &Operation, source: &SessionId) -> Resul
 /// restarted on the same session (a resume by hand is fine). A Claude
 /// restarted on another session must not become the baseline of a switch
 /// the human asked for while the old one ran.
-pub fn unchanged_since_request(target: &Target, op: &Operation, now: &Running) -> Result<()> {
+pub(crate) fn unchanged_since_request(
+    target: &Target,
+    op: &Operation,
+    now: &Running,
+) -> Result<()> {
     let Some(seen) = &op.requested_target else {
         return Ok(());
     };
@@ -44,7 +48,7 @@ pub fn unchanged_since_request(target: &Target, op: &Operation, now: &Running) -
 /// ktr switches" (the compaction guard declines, the advice offers no
 /// rebuild). The refusal names both sides; nothing is touched.
 /// A refusal is kept for `ktr status` ([`window_cache::not_switched`]).
-pub fn runs_hooks_session(config: &Config, session: &SessionId) -> Result<Running> {
+pub(crate) fn runs_hooks_session(config: &Config, session: &SessionId) -> Result<Running> {
     let claude = crate::process::runner_of(std::process::id());
     let mut settled = config.clone();
     crate::targets::discover::settle(&mut settled, claude);

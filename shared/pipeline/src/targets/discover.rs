@@ -150,7 +150,7 @@ pub fn settle(config: &mut Config, claude: Option<ProcessId>) {
 
 /// The config that serves the session of `transcript`, settled from the
 /// Claude Code process that ran this hook (its parent, past `sh -c`).
-pub fn hook_config(explicit: Option<&Path>, transcript: &Path) -> Result<Config> {
+pub(crate) fn hook_config(explicit: Option<&Path>, transcript: &Path) -> Result<Config> {
     let mut config = Config::for_transcript(explicit, transcript)?;
     settle(&mut config, process::runner_of(std::process::id()));
     Ok(config)
@@ -160,7 +160,7 @@ pub fn hook_config(explicit: Option<&Path>, transcript: &Path) -> Result<Config>
 /// the operation's session — its transcript (`given`: prepare is started
 /// with it) — settled from the Claude Code process its Stop hook recorded. An
 /// operation not bound to a session has only the config file's.
-pub fn operation_config(
+pub(crate) fn operation_config(
     explicit: Option<&Path>,
     id: &OperationId,
     given: Option<&Path>,

@@ -301,7 +301,7 @@ impl Target {
 
     /// Put `text` on a tmux pane's border and leave it up (the next stage,
     /// or `ktr-prompt` at the person's next prompt, takes it down).
-    pub fn show_lasting_notice(&self, text: &str) {
+    pub(crate) fn show_lasting_notice(&self, text: &str) {
         if let Target::Tmux(t) = self {
             t.show_notice(text);
         }
@@ -309,7 +309,7 @@ impl Target {
 
     /// Paste the text of `file` into a tmux pane's input line (bracketed,
     /// not sent); the other targets have no keyboard.
-    pub fn paste_file(&self, file: &std::path::Path) -> Result<()> {
+    pub(crate) fn paste_file(&self, file: &std::path::Path) -> Result<()> {
         match self {
             Target::Tmux(t) => t.paste_file(file),
             Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Err(Error::refused(
@@ -319,7 +319,7 @@ impl Target {
     }
 
     /// Take ktr's notice off a tmux pane's border.
-    pub fn clear_notice(&self) {
+    pub(crate) fn clear_notice(&self) {
         if let Target::Tmux(t) = self {
             t.clear_notice();
         }
@@ -328,7 +328,7 @@ impl Target {
     /// What a stage killed during a switch may have left on a tmux pane:
     /// ktr's notice, and (versions before the in-place switch) its keyboard
     /// turned off (`select-pane -d`).
-    pub fn release_input(&self) {
+    pub(crate) fn release_input(&self) {
         if let Target::Tmux(t) = self {
             t.clear_notice();
             let on = t.argv(&["select-pane", "-e", "-t", &t.target]);
@@ -339,7 +339,7 @@ impl Target {
     /// Switch the Claude Code in a tmux pane to `session_id` in place:
     /// type `/resume <id>` and Enter into it. Only a tmux pane has a
     /// keyboard; the other targets refuse (they switch by [`Target::switch`]).
-    pub fn type_resume(&self, session_id: &SessionId) -> Result<()> {
+    pub(crate) fn type_resume(&self, session_id: &SessionId) -> Result<()> {
         SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.type_resume(session_id),
@@ -398,7 +398,7 @@ impl Target {
 
     /// [`Target::health`], ending early on Claude Code's [`Receipt`]
     /// (process targets; a pointer has no process to prove anything).
-    pub fn health_until(
+    pub(crate) fn health_until(
         &self,
         session_id: &SessionId,
         wait: Duration,

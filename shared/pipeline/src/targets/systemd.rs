@@ -106,7 +106,7 @@ impl Systemd {
     /// process last ended, the start limit, and the journal line to run.
     /// Appended to a failed health check (a crash loop otherwise reads as
     /// "process 0 is not running").
-    pub fn why_down(&self) -> String {
+    pub(crate) fn why_down(&self) -> String {
         let journal = format!(
             "see `journalctl{} -u {} -n 50`",
             if self.user { " --user" } else { "" },

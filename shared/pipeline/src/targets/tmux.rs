@@ -78,7 +78,7 @@ impl Tmux {
     /// Send `bytes` into the pane as they are (`send-keys -H`, one hex
     /// byte per argument; measured byte-exact on tmux 3.3a for ASCII,
     /// UTF-8, `0d` and `7f`).
-    pub fn send_bytes(&self, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn send_bytes(&self, bytes: &[u8]) -> Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }

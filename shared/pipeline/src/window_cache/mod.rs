@@ -34,7 +34,7 @@ use ktr_engine::window::{Advise, CompactionSetting, Inputs, Window, derive, size
 ///
 /// # Errors
 /// When the folder or the file cannot be written.
-pub fn write_cache(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_cache(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     if let Some(dir) = path.parent() {
         match std::fs::DirBuilder::new().mode(0o700).create(dir) {
@@ -49,7 +49,7 @@ pub fn write_cache(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The advice settings of a config.
-pub fn advise_of(config: &Config) -> Advise {
+pub(crate) fn advise_of(config: &Config) -> Advise {
     Advise {
         at_percent: config.advise_at_percent,
         min_free_percent: config.advise_min_free_percent,
@@ -72,7 +72,7 @@ pub struct Reported {
 ///
 /// # Errors
 /// When the transcript cannot be read.
-pub fn for_hook(
+pub(crate) fn for_hook(
     config: &Config,
     session_id: &SessionId,
     transcript: &Path,
@@ -148,7 +148,7 @@ pub fn size_for(
 ///
 /// # Errors
 /// When the transcript's tail cannot be read.
-pub fn for_plan(
+pub(crate) fn for_plan(
     config: &Config,
     session_id: Option<&SessionId>,
     transcript: &Path,

@@ -46,7 +46,11 @@ fn write(path: &Path, m: &Measured) {
 ///
 /// # Errors
 /// When the state dir's `window/` folder or the file cannot be written.
-pub fn remember_receipt(state_dir: &Path, session_id: &SessionId, receipt: &Receipt) -> Result<()> {
+pub(crate) fn remember_receipt(
+    state_dir: &Path,
+    session_id: &SessionId,
+    receipt: &Receipt,
+) -> Result<()> {
     let bytes = serde_json::to_vec(receipt).expect("a receipt serializes");
     super::write_cache(&receipt_path(state_dir, session_id), &bytes)
 }
@@ -92,7 +96,7 @@ pub fn resolve(
 /// previous figure, when that is higher) measured something else — e.g. a
 /// long first reply right after a switch — and would make every later
 /// rebuild look as if it cannot fit.
-pub const PLAUSIBLE_OVERHEAD: u64 = 60_000;
+pub(crate) const PLAUSIBLE_OVERHEAD: u64 = 60_000;
 
 /// Why `m` is not taken as an overhead (a log line), or None when it is
 /// plausible: at most max([`PLAUSIBLE_OVERHEAD`], 2 × the household's
@@ -119,7 +123,7 @@ fn or_global(state_dir: &Path, own: Option<&Measured>) -> Sourced {
 /// The overhead for a transcript whose name is not a session id, so no
 /// cache or receipt can be its own: measured from the transcript (nothing
 /// written), else the global measurement.
-pub fn uncached(state_dir: &Path, transcript: &Path) -> Sourced {
+pub(crate) fn uncached(state_dir: &Path, transcript: &Path) -> Sourced {
     let name = transcript
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -24,7 +24,7 @@ pub fn read(state_dir: &Path, session_id: &SessionId) -> Option<Remembered> {
 
 /// Keep the reported size (written only when it changed). A cache: a
 /// failed write only means the model heuristics are used.
-pub fn remember(state_dir: &Path, session_id: &SessionId, tokens: u64, model: Option<&str>) {
+pub(crate) fn remember(state_dir: &Path, session_id: &SessionId, tokens: u64, model: Option<&str>) {
     if read(state_dir, session_id).is_some_and(|r| r.context_window_size == tokens) {
         return;
     }
