@@ -19,7 +19,7 @@ three activated operation files linking them. Then, warm cache, interleaved:
   regex against ``grep -c -F -i``, ``grep -c -F`` and ``grep -c -E``;
 
 ripgrep (``rg``, from ``--rg`` or ``PATH``) beside grep in every row, and
-ktr's peak RSS (``/usr/bin/time -f %M``). Reported: medians, the ratios, the
+ktr's peak RSS (``/usr/bin/time -f %M``). Reported: medians (each round under the row), the ratios, the
 load average before and after.
 Python 3.11 standard library only; nothing outside the data dir and a temp dir
 is written.
@@ -206,6 +206,9 @@ def main() -> int:
             print(f"| {name} | grep {' '.join(grep_words[:-1])} | {gm:.3f} s | {rm:.3f} s | {km:.3f} s | "
                   f"{km / gm:.2f}× | {km / rm:.2f}× | {rss / 1024:.1f} MiB{'' if exact else ' (upper bound)'} |",
                   flush=True)
+            rounds = "; ".join(f"{n} {' '.join(f'{t:.3f}' for t in ts)}"
+                               for n, ts in (("grep", g), ("rg", r), ("ktr", k)))
+            print(f"#   rounds (s): {rounds}", flush=True)
         print(f"# load after: {os.getloadavg()[0]:.2f}")
         if not a.no_get:
             get_row(ktr, cfg, tmp, a.runs)

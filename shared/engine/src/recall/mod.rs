@@ -12,6 +12,7 @@ pub mod get;
 pub mod lines;
 pub mod query;
 mod raw;
+mod raw_regex;
 pub mod record;
 mod resolve;
 mod search;

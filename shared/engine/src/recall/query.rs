@@ -6,6 +6,7 @@
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::{Regex, RegexBuilder};
 
+use super::raw_regex::{RawRegex, escaped};
 use ktr_base::{Error, Result};
 
 /// The longest query accepted, in bytes.
@@ -52,9 +53,10 @@ impl Raw {
 enum How {
     /// The decoded matcher and the prefilter over raw JSON bytes.
     Literal { decoded: AhoCorasick, raw: Raw },
-    /// The regex, and a prefilter over raw JSON bytes when every match
-    /// must start with one of a few literals JSON writes as they are.
-    Regex(Regex, Option<Prefixes>),
+    /// The regex, the same over raw JSON strings, and a prefilter over raw
+    /// JSON bytes when every match must start with one of a few literals
+    /// JSON writes as they are.
+    Regex(Regex, Option<RawRegex>, Option<Prefixes>),
 }
 
 /// A regex's prefix literals, searched for in raw lines.
@@ -64,9 +66,6 @@ struct Prefixes {
     /// Whether one is not ASCII (a `\u` escape may hide it in a raw line).
     non_ascii: bool,
 }
-
-/// The longest JSON escape (`\uXXXX`), in bytes.
-const ESCAPE_MAX: usize = 6;
 
 /// The most prefix literals a regex prefilter takes.
 const PREFIXES_MAX: usize = 64;
@@ -140,7 +139,11 @@ impl Query {
             })?;
         Ok(Query {
             text: pattern.to_string(),
-            how: How::Regex(regex, Prefixes::of(pattern)),
+            how: How::Regex(
+                regex,
+                RawRegex::new(pattern, REGEX_SIZE_LIMIT),
+                Prefixes::of(pattern),
+            ),
         })
     }
 
@@ -164,8 +167,8 @@ impl Query {
             How::Literal { raw: pre, .. } => {
                 pre.find(raw).is_some() || (!self.text.is_ascii() && escaped_u())
             }
-            How::Regex(_, None) => true,
-            How::Regex(_, Some(p)) => p.ac.is_match(raw) || (p.non_ascii && escaped_u()),
+            How::Regex(_, _, None) => true,
+            How::Regex(_, _, Some(p)) => p.ac.is_match(raw) || (p.non_ascii && escaped_u()),
         }
     }
 
@@ -174,7 +177,7 @@ impl Query {
     pub fn raw_find(&self, raw: &[u8]) -> Option<(usize, usize)> {
         match &self.how {
             How::Literal { raw: pre, .. } => pre.find(raw),
-            How::Regex(re, _) => std::str::from_utf8(raw)
+            How::Regex(re, ..) => std::str::from_utf8(raw)
                 .ok()
                 .and_then(|s| re.find(s))
                 .map(|m| (m.start(), m.len())),
@@ -209,7 +212,7 @@ impl Query {
                 }
                 Some(false)
             }
-            How::Regex(re, pre) => {
+            How::Regex(_, raw_regex, pre) => {
                 let escapes = memchr::memchr(b'\\', raw).is_some();
                 if let Some(p) = pre
                     && !(p.non_ascii && escapes)
@@ -217,19 +220,8 @@ impl Query {
                 {
                     return Some(false);
                 }
-                let text = std::str::from_utf8(raw).ok()?;
-                let mut found = re.find_iter(text).filter(|m| !m.is_empty());
-                if !escapes {
-                    return Some(found.next().is_some());
-                }
-                // A match whose bytes, and the characters around them, are
-                // no escape's is one in the decoded text too; else decode.
-                let clean = |m: regex::Match<'_>| {
-                    let around =
-                        &raw[m.start().saturating_sub(ESCAPE_MAX)..(m.end() + 1).min(raw.len())];
-                    memchr::memchr(b'\\', around).is_none()
-                };
-                found.any(clean).then_some(true)
+                let hit = raw_regex.as_ref()?.clean_match(raw);
+                (hit || !escapes).then_some(hit)
             }
         }
     }
@@ -238,17 +230,12 @@ impl Query {
     pub fn find(&self, text: &str) -> Option<(usize, usize)> {
         match &self.how {
             How::Literal { decoded, .. } => decoded.find(text).map(|m| (m.start(), m.end())),
-            How::Regex(re, _) => re
+            How::Regex(re, ..) => re
                 .find_iter(text)
                 .find(|m| !m.is_empty())
                 .map(|m| (m.start(), m.end())),
         }
     }
-}
-
-/// Whether the byte at `at` is escaped (an odd run of backslashes before it).
-fn escaped(raw: &[u8], at: usize) -> bool {
-    raw[..at].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
 }
 
 fn check_text(text: &str) -> Result<()> {
@@ -312,6 +299,24 @@ mod tests {
         assert!(Query::regex(r"\w+").unwrap().may_match(b"{}"));
         let cjk = Query::regex("日志(轮转)?").unwrap();
         assert!(cjk.may_match(br#"{"t":"\u65e5\u5fd7"}"#));
+    }
+
+    #[test]
+    fn a_regex_match_beside_an_escape_is_told_from_the_raw_string() {
+        let q = Query::regex("timeout (retry|queue)").unwrap();
+        assert_eq!(q.raw_string_matches(br"a\ntimeout retry\n"), Some(true));
+        assert_eq!(q.raw_string_matches(br"\u65e5timeout queue"), Some(true));
+        assert_eq!(
+            q.raw_string_matches(br"a\nb"),
+            Some(false),
+            "no literal a match starts with"
+        );
+        let spaced = Query::regex(r"timeout\s+retry").unwrap();
+        assert_eq!(
+            spaced.raw_string_matches(br"timeout\nretry"),
+            None,
+            "only the decoded text can tell"
+        );
     }
 
     #[test]

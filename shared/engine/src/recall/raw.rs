@@ -422,4 +422,40 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_regex_is_counted_raw_beside_escapes_and_decoded_where_it_must_be() {
+        let beside = [
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":"a\ntimeout retry\n\tb"}]}}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"\u65e5志 timeout queue\"x\""}]}}"#,
+            r#"{"type":"user","message":{"content":"日志 \\timeout retry 轮转\n"}}"#,
+        ];
+        let q = Query::regex("timeout (retry|queue)").unwrap();
+        for line in beside {
+            assert!(agrees(line, &q), "counted without decoding: {line}");
+        }
+        // A match across an escape, one that starts inside one, one in a
+        // key or across a key and its value, one a `\b` sees differently
+        // raw: counted as the decoded texts tell.
+        let lines = [
+            r#"{"type":"user","message":{"content":"timeout\nretry; a\nretry"}}"#,
+            r#"{"type":"user","message":{"content":"x","timeout retry":"y"},"timeout":"retry"}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"\u0041retry \nretry"}]}}"#,
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":"日志\u65e5志轮转"}]}}"#,
+        ];
+        for q in [
+            r"timeout\sretry",
+            r"\w+retry",
+            r"\bretry",
+            r"timeout.{0,8}retry",
+            r"日志(轮转)?",
+            r"志轮转",
+            "timeout (retry|queue)",
+        ] {
+            let q = Query::regex(q).unwrap();
+            for line in lines.iter().chain(&beside) {
+                agrees(line, &q);
+            }
+        }
+    }
 }
