@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import run  # noqa: E402  (bench/run.py: spawn, peak_rss, median_ms, write_config, machine)
 
-MODES = ("lines", "ignored", "serde", "record", "walk")
+MODES = ("lines", "ignored", "serde", "serde1", "record", "walk")
 
 
 def build() -> tuple[Path, Path]:

@@ -11,6 +11,9 @@
 //!   takes them), then each content block of `message.content` into
 //!   [`Block`] (the plan reads the blocks' type, ids, `is_error` and the
 //!   size of their text): what ktr's reader would be with `serde_json` only.
+//! - `serde1`: the same fields in one pass: `message.content` read straight
+//!   into its blocks (a custom visitor, as the engine's `Message` has), not
+//!   taken raw and parsed again.
 //! - `record`: each line into the engine's own `Record` through `serde_json`
 //!   (the path the engine takes for the lines its walk leaves).
 //! - `walk`: the engine's reader over the whole file
@@ -29,7 +32,7 @@ use serde_json::value::RawValue;
 /// `serde_json` can borrow; large values kept raw.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct View<'a> {
+struct View<'a, M> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -60,8 +63,7 @@ struct View<'a> {
     prompt_source: Option<Cow<'a, str>>,
     #[serde(borrow)]
     origin: Option<&'a RawValue>,
-    #[serde(borrow)]
-    message: Option<Message<'a>>,
+    message: Option<M>,
     #[serde(borrow)]
     attachment: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -100,6 +102,68 @@ struct Block<'a> {
     input: Option<&'a RawValue>,
 }
 
+/// [`Message`] with its content read in the same pass.
+#[derive(Deserialize)]
+struct Message1<'a> {
+    #[serde(borrow)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Content<'a>,
+}
+
+/// `message.content`: a string, its blocks, or anything else (absent).
+#[derive(Default)]
+enum Content<'a> {
+    #[default]
+    None,
+    Text(Cow<'a, str>),
+    Blocks(Vec<Block<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("message content")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(b) = a.next_element()? {
+                    blocks.push(b);
+                }
+                Ok(Content::Blocks(blocks))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+fn block_sum(b: &Block<'_>) -> u64 {
+    len(&b.kind)
+        + len(&b.id)
+        + len(&b.tool_use_id)
+        + u64::from(b.is_error == Some(true))
+        + raw_len(b.text)
+        + raw_len(b.thinking)
+        + raw_len(b.content)
+        + raw_len(b.input)
+}
+
 fn len(s: &Option<Cow<'_, str>>) -> u64 {
     s.as_ref().map_or(0, |s| s.len() as u64)
 }
@@ -108,18 +172,15 @@ fn raw_len(r: Option<&RawValue>) -> u64 {
     r.map_or(0, |r| r.get().len() as u64)
 }
 
-/// A number that depends on everything `serde` read from one line.
-fn serde_line(line: &[u8]) -> u64 {
-    let Ok(v) = serde_json::from_slice::<View<'_>>(line) else {
-        return 1;
-    };
+/// A number that depends on every field of `v` but `message`.
+fn head_sum<M>(v: &View<'_, M>) -> u64 {
     let flags = [
         v.is_sidechain,
         v.is_meta,
         v.is_compact_summary,
         v.turn_companion,
     ];
-    let mut sum = [
+    [
         &v.kind,
         &v.subtype,
         &v.uuid,
@@ -139,7 +200,15 @@ fn serde_line(line: &[u8]) -> u64 {
         + flags.iter().flatten().filter(|b| **b).count() as u64
         + raw_len(v.origin)
         + raw_len(v.attachment)
-        + raw_len(v.tool_use_result);
+        + raw_len(v.tool_use_result)
+}
+
+/// A number that depends on everything `serde` read from one line.
+fn serde_line(line: &[u8]) -> u64 {
+    let Ok(v) = serde_json::from_slice::<View<'_, Message<'_>>>(line) else {
+        return 1;
+    };
+    let mut sum = head_sum(&v);
     if let Some(m) = v.message {
         sum += len(&m.role) + len(&m.id) + len(&m.model);
         if let Some(content) = m.content {
@@ -148,20 +217,30 @@ fn serde_line(line: &[u8]) -> u64 {
                 let blocks: Vec<&RawValue> = serde_json::from_str(text).unwrap_or_default();
                 for block in blocks {
                     if let Ok(b) = serde_json::from_str::<Block<'_>>(block.get()) {
-                        sum += len(&b.kind)
-                            + len(&b.id)
-                            + len(&b.tool_use_id)
-                            + u64::from(b.is_error == Some(true))
-                            + raw_len(b.text)
-                            + raw_len(b.thinking)
-                            + raw_len(b.content)
-                            + raw_len(b.input);
+                        sum += block_sum(&b);
                     }
                 }
             } else if let Ok(s) = serde_json::from_str::<Cow<'_, str>>(text) {
                 sum += s.len() as u64;
             }
         }
+    }
+    sum
+}
+
+/// [`serde_line`] in one pass over the line.
+fn serde1_line(line: &[u8]) -> u64 {
+    let Ok(v) = serde_json::from_slice::<View<'_, Message1<'_>>>(line) else {
+        return 1;
+    };
+    let mut sum = head_sum(&v);
+    if let Some(m) = v.message {
+        sum += len(&m.role) + len(&m.id) + len(&m.model);
+        sum += match &m.content {
+            Content::None => 0,
+            Content::Text(t) => t.len() as u64,
+            Content::Blocks(blocks) => blocks.iter().map(block_sum).sum(),
+        };
     }
     sum
 }
@@ -188,7 +267,7 @@ fn vm_hwm_kib() -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, mode, path] = args.as_slice() else {
-        eprintln!("usage: json-layer lines|ignored|serde|record|walk FILE");
+        eprintln!("usage: json-layer lines|ignored|serde|serde1|record|walk FILE");
         std::process::exit(2);
     };
     let file = File::open(path).unwrap_or_else(|e| {
@@ -208,6 +287,7 @@ fn main() {
             "lines" => |l| l.len() as u64,
             "ignored" => |l| u64::from(serde_json::from_slice::<IgnoredAny>(l).is_err()),
             "serde" => serde_line,
+            "serde1" => serde1_line,
             "record" => record_line,
             _ => {
                 eprintln!("unknown mode {mode}");
