@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The JSON layer against serde_json alone (issue 48), in the same rounds.
+"""The JSON layer against serde_json alone (whether it earns its keep), in the same rounds.
 
 ``python3 bench/json_layer/run.py [--runs 7] [--ktr PATH] [--chain N] FILE...``
 

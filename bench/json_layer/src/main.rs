@@ -1,5 +1,5 @@
 //! What reading a transcript costs with ktr's JSON layer and with
-//! `serde_json` alone (issue 48). `json-layer MODE FILE` reads FILE once and
+//! `serde_json` alone: whether the layer earns its keep. `json-layer MODE FILE` reads FILE once and
 //! prints `MODE lines=… bytes=… check=… vm_hwm_kib=…` (`VmHWM` of this process
 //! at the end, as `tests/integration/memory.rs` reads it).
 //!
