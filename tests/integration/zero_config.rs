@@ -31,6 +31,23 @@ fn default_state(sandbox: &Sandbox) -> std::path::PathBuf {
     sandbox.home.join(".local/state/ktr")
 }
 
+/// A request in the zero-config household's state dir: the store and it.
+fn requested(sandbox: &Sandbox) -> (Store, ktr_pipeline::operation::Operation) {
+    let store = Store::open(&default_state(sandbox)).unwrap();
+    let op = store.request("zero config", "REBUILD", None).unwrap();
+    (store, op)
+}
+
+/// The Stop hook with no config file, on `input`: what it printed.
+fn stop(sandbox: &Sandbox, input: &str) -> String {
+    Sandbox::run_hook(
+        zero(sandbox, crate::support::exe("ktr-stop"), &[]),
+        input,
+        &[],
+    )
+    .0
+}
+
 #[test]
 fn with_no_config_the_stop_hook_serves_a_session_of_the_projects_folder() {
     let sandbox = Sandbox::new();
@@ -47,13 +64,8 @@ fn with_no_config_the_stop_hook_serves_a_session_of_the_projects_folder() {
 
     // A request in the default state dir is bound to this session and
     // its prepare started, without a --config.
-    let store = Store::open(&default_state(&sandbox)).unwrap();
-    let op = store.request("zero config", "REBUILD", None).unwrap();
-    let (out, _) = Sandbox::run_hook(
-        zero(&sandbox, crate::support::exe("ktr-stop"), &[]),
-        &input,
-        &[],
-    );
+    let (store, op) = requested(&sandbox);
+    let out = stop(&sandbox, &input);
     assert!(message(&out).contains("rebuild scheduled"), "{out}");
     let bound = store.load(&op.id).unwrap();
     assert_eq!(bound.session_id.as_deref(), Some(SESSION));
@@ -74,14 +86,8 @@ fn a_session_outside_the_projects_folder_is_refused_with_a_line_saying_why() {
     let transcript = elsewhere.join(format!("{SESSION}.jsonl"));
     std::fs::write(&transcript, "{\"type\":\"user\"}\n").unwrap();
     let input = sandbox.stop_input(SESSION, &transcript);
-    let store = Store::open(&default_state(&sandbox)).unwrap();
-    let op = store.request("zero config", "REBUILD", None).unwrap();
-
-    let (out, _) = Sandbox::run_hook(
-        zero(&sandbox, crate::support::exe("ktr-stop"), &[]),
-        &input,
-        &[],
-    );
+    let (store, op) = requested(&sandbox);
+    let out = stop(&sandbox, &input);
     let line = message(&out);
     let projects = sandbox.home.join(".claude/projects");
     assert!(
@@ -171,8 +177,7 @@ fn a_session_whose_claude_code_runs_in_no_tmux_pane_is_not_switched_and_says_why
     let sandbox = Sandbox::new();
     let transcript = sandbox.transcript(SESSION);
     let input = sandbox.stop_input(SESSION, &transcript);
-    let store = Store::open(&default_state(&sandbox)).unwrap();
-    let op = store.request("zero config", "REBUILD", None).unwrap();
+    let (store, op) = requested(&sandbox);
     // The hook's Claude Code: a process outside tmux (`timeout`, not a
     // shell, so it is the hook's runner), in the project's working
     // directory; the real stages beside the hook.
