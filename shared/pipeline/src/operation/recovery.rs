@@ -49,10 +49,18 @@ impl Store {
             op.error = Some(format!("worker died during {died_in}"));
             if matches!(died_in, Status::Activating | Status::RollingBack) {
                 op.needs_attention = true;
+                // Its pane runs one of the operation's sessions: the source,
+                // the candidate (killed after the switch) or the restore
+                // session (a rollback's).
+                let sessions = [
+                    op.session_id.as_ref(),
+                    op.candidate.as_ref().map(|c| &c.session_id),
+                    op.restore.as_ref().map(|r| &r.session_id),
+                ];
                 let own = self
                     .serving
                     .as_ref()
-                    .is_none_or(|s| entry.lane == Lane::Session(s.clone()));
+                    .is_none_or(|s| sessions.contains(&Some(s)));
                 op.target_after = Some(match self.target.as_ref().filter(|_| own) {
                     Some(t) => {
                         // It may have died holding the pane's keyboard.
