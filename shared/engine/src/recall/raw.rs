@@ -26,6 +26,11 @@ const EXTRA: Kind = Kind::ToolResult;
 /// How many of the line's texts (of `kinds`; empty: all) hold a match;
 /// `None` when the line must be decoded to tell.
 pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
+    // A line that may hold one of recall's own calls (not searched):
+    // decoded, where the call is told by its name.
+    if memchr::memmem::find(line, super::record::RECALL_CALL).is_some() {
+        return None;
+    }
     let (mut n, mut result_matched) = (0, false);
     let (texts, extra) = texts(line)?;
     for (i, text) in texts.iter().enumerate() {
@@ -390,6 +395,30 @@ mod tests {
             "{line}: {got:?}, {want} decoded"
         );
         got.is_some()
+    }
+
+    /// Recall's own call holds only the query: never a hit (decoded, the
+    /// call is told by its name; raw, such a line is left to the decode).
+    /// Any other tool's call with the same input is one.
+    #[test]
+    fn recalls_own_call_is_not_searched() {
+        let query = Query::literal("lazy dog").unwrap();
+        let call = |name: &str| {
+            format!(
+                r#"{{"type":"assistant","message":{{"content":[{{"type":"tool_use","id":"t","name":"{name}","input":{{"query":"lazy dog","limit":1}}}}]}}}}"#
+            )
+        };
+        for name in [
+            "mcp__ktr__thread_rebuild_recall",
+            "mcp__plugin_ktr_ktr__thread_rebuild_recall_get",
+        ] {
+            let line = call(name);
+            let decoded = record::decode(line.as_bytes()).unwrap();
+            assert!(record::parts(&decoded).is_empty(), "{name}");
+            assert_eq!(count(line.as_bytes(), &query, &[]), None, "{name}");
+        }
+        assert!(agrees(&call("Bash"), &query));
+        assert_eq!(count(call("Bash").as_bytes(), &query, &[]), Some(1));
     }
 
     #[test]

@@ -60,6 +60,17 @@ impl Kind {
     }
 }
 
+/// The name of a call to ktr's own recall tools (`mcp__ktr__…`, or the
+/// plugin's `mcp__plugin_ktr_ktr__…`).
+pub(crate) fn is_recall_call(name: &str) -> bool {
+    name.starts_with("mcp__")
+        && (name.ends_with("__thread_rebuild_recall")
+            || name.ends_with("__thread_rebuild_recall_get"))
+}
+
+/// The bytes every line holding such a call holds.
+pub(crate) const RECALL_CALL: &[u8] = b"__thread_rebuild_recall";
+
 /// One searchable text of a record.
 #[derive(Debug)]
 pub struct Part<'a> {
@@ -222,6 +233,10 @@ fn block<'a>(b: &'a Value, said: Kind, out: &mut Vec<Part<'a>>) {
                 .map(|t| plain(Kind::Thinking, t)),
         ),
         "image" => out.push(plain(Kind::Image, "").with_text(image_line(b))),
+        // Recall's own calls hold nothing but the query: searching for a
+        // term would find the very call that asks for it (Claude Code may
+        // write it before the tool runs).
+        "tool_use" if text("name").is_some_and(is_recall_call) => {}
         "tool_use" => out.push(Part {
             kind: Kind::ToolUse,
             tool: text("name"),
