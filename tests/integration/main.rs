@@ -52,6 +52,7 @@ mod no_issue_numbers;
 mod paste_back;
 mod pipeline;
 mod properties;
+mod readmes;
 mod recall;
 mod recall_context;
 mod recall_edges;
