@@ -39,6 +39,7 @@ mod doctor;
 mod escapes;
 mod full_disk;
 mod golden;
+mod hand;
 mod hostile;
 mod install;
 mod keep;

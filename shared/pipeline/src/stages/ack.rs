@@ -1,7 +1,9 @@
 //! The `SessionStart` hook, `ktr-ack` (matcher `resume`, SPEC §12).
 //!
 //! When Claude Code resumes the candidate session of an activating or
-//! activated operation, this records Claude Code's own receipt (with the
+//! activated operation — or the session an offer of the hand target names
+//! ([`super::hand::taken`]: `offered` → `activated`, `rollback_offered` →
+//! `rolled_back`) — this records Claude Code's own receipt (with the
 //! measured `context_tokens` of the new window) in the operation and in
 //! `artifacts/<id>/ack.json`. Every resume — also `/resume <id>` typed into
 //! a running Claude Code, which keeps its process — is recorded as that
@@ -85,6 +87,12 @@ fn record(
         let mut op = tx.load(&op.id)?;
         if !awaits_ack(&op, session_id) {
             return Ok(None);
+        }
+        if op.status.offered() {
+            let runner = crate::process::runner_of(std::process::id());
+            if !super::hand::taken(tx, &mut op, session_id, runner)? {
+                return Ok(None);
+            }
         }
         let artifacts = store.artifacts_dir(&op.id)?;
         if op.ack.is_some() {
@@ -175,6 +183,9 @@ fn find_operation(store: &Store, session_id: &SessionId) -> Option<Operation> {
 }
 
 fn awaits_ack(op: &Operation, session_id: &SessionId) -> bool {
+    if op.status.offered() {
+        return super::hand::offered_session(op).as_ref() == Some(session_id);
+    }
     matches!(op.status, Status::Activating | Status::Activated)
         && op
             .candidate
