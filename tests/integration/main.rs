@@ -18,6 +18,7 @@ mod admin;
 mod archive;
 mod claude_compaction;
 mod claude_fidelity;
+mod claude_hand;
 mod claude_hooks;
 mod claude_keys_after_resume;
 mod claude_lanes;

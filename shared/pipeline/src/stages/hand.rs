@@ -5,7 +5,7 @@
 //!   verified rebuild to `offered` instead of switching, with the
 //!   candidate's title for the picker ([`crate::title`]); ktr-rollback
 //!   likewise moves a rollback to `rollback_offered` ([`offer_rollback`]).
-//! - [`taken`]: `ktr-ack`'s receipt of the offered session, from the
+//! - [`accepts`], [`take`]: `ktr-ack`'s receipt of the offered session, from the
 //!   Claude Code process the offer was made to (or from any process once
 //!   that one has exited: `claude --resume <id>`), makes it `activated` /
 //!   `rolled_back`.
@@ -97,37 +97,42 @@ pub fn said(op: &Operation) -> String {
     }
 }
 
-/// `ktr-ack`'s receipt of `session` from Claude Code process `runner`:
-/// whether it takes `op`'s offer. Taken from the process the offer was
-/// made to (`op.claude`), or from any once that one has exited; then
-/// `activated` (a rebuild) or `rolled_back` (a rollback), what runs now
-/// being `runner`.
-pub(super) fn taken(
-    tx: &mut Locked,
-    op: &mut Operation,
-    session: &SessionId,
-    runner: Option<ProcessId>,
-) -> Result<bool> {
+/// Whether `ktr-ack`'s receipt of `session` from Claude Code process
+/// `runner` takes `op`'s offer: from the process the offer was made to
+/// (`op.claude`), or from any once that one has exited.
+pub(super) fn accepts(op: &Operation, session: &SessionId, runner: Option<ProcessId>) -> bool {
     if offered_session(op).as_ref() != Some(session) {
-        return Ok(false);
+        return false;
     }
     let offered_to = op.claude;
     let from_it = runner.is_some() && runner == offered_to;
     let it_exited = offered_to.is_none_or(|c| !c.alive());
-    let by = runner.map_or_else(|| "an unknown process".into(), |r| format!("pid {}", r.pid));
     if !(from_it || it_exited) {
         eprintln!(
-            "ktr-ack: {session} was resumed by {by}, not by the Claude Code the line was offered to (pid {}, still running); the offer stands",
+            "ktr-ack: {session} was resumed by pid {}, not by the Claude Code the line was offered to (pid {}, still running); the offer stands",
+            runner.map_or(0, |r| r.pid),
             offered_to.map_or(0, |c| c.pid)
         );
-        return Ok(false);
     }
-    op.target_after = runner.map(|r| r.pid.to_string());
+    from_it || it_exited
+}
+
+/// The offer taken ([`accepts`]): `activated` (a rebuild) or
+/// `rolled_back` (a rollback), what runs now being `runner`.
+pub(super) fn take(
+    tx: &mut Locked,
+    op: &mut Operation,
+    session: &SessionId,
+    runner: Option<ProcessId>,
+) -> Result<()> {
+    let from_it = runner.is_some() && runner == op.claude;
+    let by = runner.map_or_else(|| "an unknown process".into(), |r| format!("pid {}", r.pid));
     let how = if from_it {
         "typed into the same Claude Code"
     } else {
         "resumed by another Claude Code after the first one exited"
     };
+    op.target_after = runner.map(|r| r.pid.to_string());
     let (to, what) = match op.status {
         Status::Offered => (Status::Activated, "activated by hand"),
         _ => (Status::RolledBack, "rolled back by hand"),
@@ -136,8 +141,7 @@ pub(super) fn taken(
         op.claude = runner;
     }
     let note = format!("{what}: Claude Code's receipt of {session} ({by}, {how})");
-    tx.transition(op, to, &note)?;
-    Ok(true)
+    tx.transition(op, to, &note)
 }
 
 /// The offer is stale (`why`: the session spoke after it): a rebuild back
