@@ -79,6 +79,17 @@ impl Person {
         last.unwrap()
     }
 
+    /// A rebuild of `session` asked for, then `line` said: offered after
+    /// its reply.
+    fn rebuild_offered(&mut self, session: &str, line: &str, reply: &str) -> Operation {
+        let op = self
+            .store
+            .request("tidy up", "REBUILD", Some(&sid(session)))
+            .unwrap();
+        self.say(line, reply);
+        self.wait(&op, "offered", |o| o.status == Status::Offered)
+    }
+
     fn ktr(&self, args: &[&str]) -> String {
         let out = Command::new(exe("ktr"))
             .env_clear()
@@ -170,12 +181,7 @@ fn outside_tmux_the_person_types_the_offered_line_and_claude_code_switches_in_pl
     let old_path = p.env.transcript(&old);
 
     // Asked for, the rebuild runs after the next reply and is offered.
-    let op = p
-        .store
-        .request("tidy up", "REBUILD", Some(&sid(&old)))
-        .unwrap();
-    p.say("USER-2 继续。", "ASSISTANT-2");
-    let op = p.wait(&op, "offered", |o| o.status == Status::Offered);
+    let op = p.rebuild_offered(&old, "USER-2 继续。", "ASSISTANT-2");
     let first = candidate(&op);
     eprintln!(
         "figure: end of reply (Stop) → offer: {:.2} s",
@@ -287,12 +293,7 @@ fn outside_tmux_the_person_types_the_offered_line_and_claude_code_switches_in_pl
     );
 
     // An offer nobody takes expires: its candidate removed, one line.
-    let op = p
-        .store
-        .request("again", "REBUILD", Some(&sid(&back)))
-        .unwrap();
-    p.say("USER-5 再来。", "ASSISTANT-5");
-    let op = p.wait(&op, "offered", |o| o.status == Status::Offered);
+    let op = p.rebuild_offered(&back, "USER-5 再来。", "ASSISTANT-5");
     let unanswered = p.env.transcript(&candidate(&op));
     assert!(unanswered.exists());
     fs::create_dir_all(config.parent().unwrap()).unwrap();

@@ -56,20 +56,23 @@ pub(super) fn offer(tx: &mut Locked, op: &mut Operation, checks: &str) -> Result
 /// `rolling_back` → `rollback_offered`: the person is offered the line
 /// back to `to` (the old session, or the restore session).
 pub(super) fn offer_rollback(tx: &mut Locked, op: &mut Operation, to: &SessionId) -> Result<()> {
-    let rebuilt = op
-        .candidate
-        .as_ref()
-        .map_or_else(String::new, |c| c.session_id.to_string());
-    let note = format!("offered by hand: {}", Offer::rollback(to, &rebuilt));
+    let note = format!("offered by hand: {}", Offer::rollback(to, &rebuilt(op)));
     tx.transition(op, Status::RollbackOffered, &note)
+}
+
+/// The rebuilt session's id (a rollback's words name it).
+fn rebuilt(op: &Operation) -> String {
+    op.candidate
+        .as_ref()
+        .map_or_else(String::new, |c| c.session_id.to_string())
 }
 
 /// The session an offer's line resumes: the candidate (a rebuild's), the
 /// restore session or the old session (a rollback's).
 pub fn offered_session(op: &Operation) -> Option<SessionId> {
     match op.status {
-        Status::Offered | Status::Verifying => op.candidate.as_ref().map(|c| c.session_id.clone()),
-        Status::RollbackOffered | Status::RollingBack => match &op.restore {
+        Status::Offered => op.candidate.as_ref().map(|c| c.session_id.clone()),
+        Status::RollbackOffered => match &op.restore {
             Some(r) => Some(r.session_id.clone()),
             None => source_session(op).ok(),
         },
@@ -82,19 +85,11 @@ pub fn said(op: &Operation) -> String {
     let Some(session) = offered_session(op) else {
         return String::new();
     };
-    match op.status {
-        Status::RollbackOffered | Status::RollingBack => {
-            let rebuilt = op
-                .candidate
-                .as_ref()
-                .map_or_else(String::new, |c| c.session_id.to_string());
-            Offer::rollback(&session, &rebuilt)
-        }
-        _ => {
-            let old = source_session(op).map_or_else(|_| String::new(), |s| s.to_string());
-            Offer::rebuild(&session, &old)
-        }
+    if op.status == Status::RollbackOffered {
+        return Offer::rollback(&session, &rebuilt(op));
     }
+    let old = source_session(op).map_or_else(|_| String::new(), |s| s.to_string());
+    Offer::rebuild(&session, &old)
 }
 
 /// Whether `ktr-ack`'s receipt of `session` from Claude Code process
