@@ -6,7 +6,7 @@
 //! claude (or, once it exited, from any) makes it `activated`; a turn of
 //! the source withdraws the offer (its candidate removed) and the next Stop
 //! offers a new line; an offer nobody takes expires; a rollback is offered
-//! the same way.
+//! (and withdrawn) the same way.
 
 use std::fs;
 use std::path::Path;
@@ -254,6 +254,19 @@ fn a_rollback_by_hand_is_offered_and_the_receipt_of_the_old_session_rolls_back()
     assert_eq!(op.status, RollbackOffered, "{op:#?}");
     let line = format!("/resume {}", rig.src);
     assert!(rig.ktr(&["status"]).contains(&line));
+    // The rebuilt session spoke first: withdrawn, offered again after
+    // that turn's Stop.
+    let prompt = json!({"session_id": cand, "transcript_path": path,
+        "hook_event_name": "UserPromptSubmit", "prompt": "wait"})
+    .to_string();
+    let (said, _) = rig.hook_from_claude(&rig.src, exe("ktr-prompt"), &prompt);
+    assert!(said.contains("withdrawn"), "{said}");
+    assert_eq!(rig.store().load(&op.id).unwrap().status, RollbackPending);
+    rig.hook_from_claude(&rig.src, exe("ktr-stop"), &stop);
+    let op = rig.wait_until(&op.id, |o| {
+        o.status == RollbackOffered || o.status.is_terminal()
+    });
+    assert_eq!(op.status, RollbackOffered, "{op:#?}");
     receipt_from_the_terminal(&rig, &rig.src);
     let op = rig.store().load(&op.id).unwrap();
     assert_eq!(op.status, RolledBack, "{op:#?}");
