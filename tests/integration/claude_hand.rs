@@ -235,6 +235,24 @@ fn outside_tmux_the_person_types_the_offered_line_and_claude_code_switches_in_pl
     assert!(not_found, "{}", p.diagnosis());
     assert_eq!(p.store.load(&op.id).unwrap().status, Status::Offered);
     p.term.wait_quiet(Duration::from_millis(1500), TURN);
+    // `/resume`'s picker lists the offered candidate by its title (the
+    // old session's first prompt, "rebuilt" and the date); Escape leaves.
+    let mark = p.term.mark();
+    p.term.type_line("/resume");
+    let listed = wait_for(Duration::from_secs(15), || {
+        p.term
+            .text_since(mark)
+            .replace(' ', "")
+            .contains("USER-1你好。(rebuilt")
+    });
+    assert!(
+        listed,
+        "the picker lists the candidate by its title\n{}",
+        p.diagnosis()
+    );
+    p.term.type_keys("\x1b");
+    p.term.wait_quiet(Duration::from_millis(1500), TURN);
+    assert_eq!(p.store.load(&op.id).unwrap().status, Status::Offered);
 
     // The line typed: the same Claude Code switches, the receipt activates.
     let typed = Instant::now();

@@ -102,10 +102,14 @@ impl Terminal {
 
     /// Type `text`, then Enter, as a person does.
     pub fn type_line(&mut self, text: &str) {
-        self.keys.write_all(text.as_bytes()).unwrap();
-        self.keys.flush().unwrap();
+        self.type_keys(text);
         thread::sleep(Duration::from_millis(400));
-        self.keys.write_all(b"\r").unwrap();
+        self.type_keys("\r");
+    }
+
+    /// Type `keys` as they are (no Enter).
+    pub fn type_keys(&mut self, keys: &str) {
+        self.keys.write_all(keys.as_bytes()).unwrap();
         self.keys.flush().unwrap();
     }
 
