@@ -13,6 +13,7 @@ pub mod plan;
 pub mod rig;
 pub mod sandbox;
 pub mod systemd;
+pub mod terminal;
 pub mod tmux;
 
 use std::collections::BTreeMap;
