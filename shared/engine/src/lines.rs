@@ -37,8 +37,6 @@ pub(crate) struct Lines<R> {
     offset: u64,
     buf: Vec<u8>,
     ready: Option<Vec<u8>>,
-    /// Survey each line for lone surrogates and map them.
-    survey: bool,
 }
 
 impl<R: BufRead> Lines<R> {
@@ -50,17 +48,6 @@ impl<R: BufRead> Lines<R> {
             offset: 0,
             buf: Vec::with_capacity(1 << 16),
             ready: None,
-            survey: true,
-        }
-    }
-
-    /// Lines as they are: no survey (`surrogates` left empty), nothing
-    /// mapped; the caller surveys the lines that need it (the scan: those
-    /// whose record walk met a surrogate escape).
-    pub(crate) fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
-        Lines {
-            survey: false,
-            ..Lines::new(input, file)
         }
     }
 
@@ -91,11 +78,7 @@ impl<R: BufRead> Lines<R> {
             (Some(skeleton), true) => skeleton,
             (None, true) => trim_newline(&self.buf),
         };
-        let (surrogates, mapped) = if self.survey {
-            lone::survey_and_map(parse)
-        } else {
-            (lone::Surrogates::default(), None)
-        };
+        let (surrogates, mapped) = lone::survey_and_map(parse);
         if mapped.is_some() {
             self.ready = mapped;
         }

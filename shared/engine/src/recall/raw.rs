@@ -1,14 +1,14 @@
 //! Counting without decoding: where a record's searchable texts lie in
 //! its raw JSON line (the same texts [`super::record::parts`] takes
-//! apart, as byte ranges of their JSON strings), walked with the fast
-//! skipper ([`crate::jsonskip`]), so that `count` past the limit matches
+//! apart, as byte ranges of their JSON strings), each value skipped by
+//! `serde_json` (what it accepts is what the decode accepts), so that `count` past the limit matches
 //! each text where it lies instead of building the record. A string the
 //! raw bytes cannot answer for (an escape a regex or a non-ASCII query
 //! must see decoded) is decoded alone.
 
 use super::Kind;
 use super::query::Query;
-use crate::jsonskip::{self, Seen};
+use crate::rawjson::ws;
 
 /// One searchable text: its kind and the raw ranges of its strings (the
 /// bytes between their quotes) — or, for a tool call's input (searched as
@@ -72,11 +72,10 @@ fn members<'a>(
     i: usize,
     mut on: impl FnMut(&'a [u8], usize) -> Option<usize>,
 ) -> Option<usize> {
-    let mut seen = Seen::default();
     if b.get(i) != Some(&b'{') {
         return None;
     }
-    let mut i = jsonskip::ws(b, i + 1);
+    let mut i = ws(b, i + 1);
     if b.get(i) == Some(&b'}') {
         return Some(i + 1);
     }
@@ -84,16 +83,16 @@ fn members<'a>(
         if b.get(i) != Some(&b'"') {
             return None;
         }
-        let key_end = jsonskip::string(b, i + 1, &mut seen)?;
+        let key_end = skip(b, i)?;
         let key = &b[i + 1..key_end - 1];
-        i = jsonskip::ws(b, key_end);
+        i = ws(b, key_end);
         if b.get(i) != Some(&b':') {
             return None;
         }
-        let v = jsonskip::ws(b, i + 1);
-        i = jsonskip::ws(b, on(key, v)?);
+        let v = ws(b, i + 1);
+        i = ws(b, on(key, v)?);
         match b.get(i)? {
-            b',' => i = jsonskip::ws(b, i + 1),
+            b',' => i = ws(b, i + 1),
             b'}' => return Some(i + 1),
             _ => return None,
         }
@@ -105,22 +104,26 @@ fn elements(b: &[u8], i: usize, mut on: impl FnMut(usize) -> Option<usize>) -> O
     if b.get(i) != Some(&b'[') {
         return None;
     }
-    let mut i = jsonskip::ws(b, i + 1);
+    let mut i = ws(b, i + 1);
     if b.get(i) == Some(&b']') {
         return Some(i + 1);
     }
     loop {
-        i = jsonskip::ws(b, on(i)?);
+        i = ws(b, on(i)?);
         match b.get(i)? {
-            b',' => i = jsonskip::ws(b, i + 1),
+            b',' => i = ws(b, i + 1),
             b']' => return Some(i + 1),
             _ => return None,
         }
     }
 }
 
+/// Index just past the JSON value at `i` (`None`: no valid value there).
 fn skip(b: &[u8], i: usize) -> Option<usize> {
-    jsonskip::value(b, i, &mut Seen::default())
+    let mut values =
+        serde_json::Deserializer::from_slice(b.get(i..)?).into_iter::<serde::de::IgnoredAny>();
+    values.next()?.ok()?;
+    Some(i + values.byte_offset())
 }
 
 /// The string at `i`: its content's range and where it ends.
@@ -128,7 +131,7 @@ fn string_at(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let end = jsonskip::string(b, i + 1, &mut Seen::default())?;
+    let end = skip(b, i)?;
     Some(((i + 1, end - 1), end))
 }
 
@@ -155,7 +158,7 @@ fn texts(b: &[u8]) -> Option<(Vec<Text>, Option<usize>)> {
         (None, false, None, None, None);
     let mut tool_use_result = None;
     let mut out = Vec::new();
-    let i = jsonskip::ws(b, 0);
+    let i = ws(b, 0);
     members(b, i, |key, v| {
         match key {
             b"type" => {
