@@ -141,11 +141,7 @@ pub(crate) fn read_line<R: BufRead>(
     let mut taken = read;
     if !ended {
         loop {
-            let available = match input.fill_buf() {
-                Ok(a) => a,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
+            let available = fill(input)?;
             if available.is_empty() {
                 break;
             }
@@ -163,6 +159,18 @@ pub(crate) fn read_line<R: BufRead>(
     }
     *buf = Vec::new();
     Ok(Some(Read { taken, long: true }))
+}
+
+/// The length (without its `\n`) of the next line of `input` when it
+/// lies whole in the reader's buffer, to be used there without a copy
+/// (`input.buffer()`, then `consume(len + 1)`); `None`: read it with
+/// [`read_line`] (the same rule: a line of [`LONG`] or more is never
+/// handed over whole).
+pub(crate) fn buffered_line<R: std::io::Read>(
+    input: &mut std::io::BufReader<R>,
+) -> std::io::Result<Option<usize>> {
+    let available = fill(input)?;
+    Ok(memchr::memchr(b'\n', available).filter(|&i| i < LONG))
 }
 
 /// Bytes of a line fed so far, and how many `\r` end them.
@@ -184,6 +192,18 @@ impl Fed {
     }
 }
 
+/// `input.fill_buf()`, tried again when interrupted.
+fn fill<R: BufRead>(input: &mut R) -> std::io::Result<&[u8]> {
+    loop {
+        match input.fill_buf() {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    input.fill_buf()
+}
+
 /// `BufRead::read_until(b'\n')`, but stopping once `buf` holds more than
 /// `limit` bytes: (bytes read, the line ended here or the input did).
 fn read_until_or<R: BufRead>(
@@ -193,11 +213,7 @@ fn read_until_or<R: BufRead>(
 ) -> std::io::Result<(usize, bool)> {
     let mut read = 0;
     loop {
-        let available = match input.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        let available = fill(input)?;
         if available.is_empty() {
             return Ok((read, true));
         }

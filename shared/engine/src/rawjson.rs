@@ -222,8 +222,9 @@ pub(crate) fn escaped(b: &[u8], from: usize, at: usize) -> bool {
         == 1
 }
 
-/// Index just past the value starting at `start`.
-fn value_end(b: &[u8], start: usize) -> Option<usize> {
+/// Index just past the value starting at `start` (JSON already
+/// validated: only quotes and brackets are looked at).
+pub(crate) fn value_end(b: &[u8], start: usize) -> Option<usize> {
     match b.get(start)? {
         b'"' => string_end(b, start),
         b'{' | b'[' => {

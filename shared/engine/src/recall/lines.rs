@@ -6,7 +6,7 @@
 //! holds.
 
 use std::fs::File;
-use std::io::{self, BufReader};
+use std::io::{self, BufRead, BufReader};
 
 /// How much of a long line's start is kept (to tell its record type).
 pub const HEAD: usize = 4 << 10;
@@ -49,6 +49,15 @@ pub fn each_line(
     let mut buf = Vec::with_capacity(1 << 16);
     let mut offset = 0u64;
     loop {
+        if let Some(len) = crate::lines::buffered_line(&mut input)? {
+            let bytes = &input.buffer()[..len];
+            if on_line(Line::Whole { offset, bytes }) == Flow::Stop {
+                return Ok(());
+            }
+            input.consume(len + 1);
+            offset += len as u64 + 1;
+            continue;
+        }
         let mut long = Long {
             len: 0,
             head: Vec::new(),

@@ -1,7 +1,9 @@
 //! Counting without decoding: where a record's searchable texts lie in
 //! its raw JSON line (the same texts [`super::record::parts`] takes
 //! apart, as byte ranges of their JSON strings), each value skipped by
-//! `serde_json` (what it accepts is what the decode accepts), so that `count` past the limit matches
+//! its quotes and brackets alone ([`crate::rawjson`]: exact on valid
+//! JSON; a line with a match is checked by `serde_json` before it is
+//! counted, so an invalid one is left to the decode), so that `count` past the limit matches
 //! each text where it lies instead of building the record. A string the
 //! raw bytes cannot answer for (an escape a regex or a non-ASCII query
 //! must see decoded) is decoded alone.
@@ -62,6 +64,11 @@ pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
         result_matched |= matched && text.kind == Kind::ToolResult;
         n += u64::from(matched);
     }
+    // The walk trusts the line to be JSON: one that is not holds no hit
+    // (the decode refuses it), which the decode tells.
+    if n > 0 && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err() {
+        return None;
+    }
     Some(n)
 }
 
@@ -118,12 +125,9 @@ fn elements(b: &[u8], i: usize, mut on: impl FnMut(usize) -> Option<usize>) -> O
     }
 }
 
-/// Index just past the JSON value at `i` (`None`: no valid value there).
+/// Index just past the JSON value at `i` (valid JSON; else anything).
 fn skip(b: &[u8], i: usize) -> Option<usize> {
-    let mut values =
-        serde_json::Deserializer::from_slice(b.get(i..)?).into_iter::<serde::de::IgnoredAny>();
-    values.next()?.ok()?;
-    Some(i + values.byte_offset())
+    crate::rawjson::value_end(b, i)
 }
 
 /// The string at `i`: its content's range and where it ends.
@@ -131,7 +135,7 @@ fn string_at(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let end = skip(b, i)?;
+    let end = crate::rawjson::string_end(b, i)?;
     Some(((i + 1, end - 1), end))
 }
 
@@ -422,6 +426,21 @@ mod tests {
         }
         assert!(agrees(&call("Bash"), &query));
         assert_eq!(count(call("Bash").as_bytes(), &query, &[]), Some(1));
+    }
+
+    /// The walk trusts quotes and brackets; a line that is not JSON (the
+    /// decode refuses it: no hit) is never counted raw.
+    #[test]
+    fn a_line_that_is_not_json_is_not_counted_raw() {
+        let query = Query::literal("worker").unwrap();
+        for line in [
+            r#"{"type":"user","message":{"content":"the worker \q"}}"#,
+            r#"{"type":"user","message":{"content":"the worker"},"n":01}"#,
+            r#"{"type":"user","message":{"content":"the worker"}} x"#,
+        ] {
+            assert!(record::decode(line.as_bytes()).is_none(), "{line}");
+            assert_eq!(count(line.as_bytes(), &query, &[]), None, "{line}");
+        }
     }
 
     #[test]
