@@ -10,13 +10,7 @@ use std::borrow::Cow;
 
 use memchr::memchr;
 
-/// Index of the first byte at or after `i` that is not JSON whitespace.
-pub(crate) fn ws(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\n' | b'\t' | b'\r')) {
-        i += 1;
-    }
-    i
-}
+use crate::jsonskip::ws;
 
 /// The raw text of `key`'s value in the JSON object `raw`, if present.
 /// Returns `None` for anything that is not a well-formed object.
@@ -222,9 +216,8 @@ pub(crate) fn escaped(b: &[u8], from: usize, at: usize) -> bool {
         == 1
 }
 
-/// Index just past the value starting at `start` (JSON already
-/// validated: only quotes and brackets are looked at).
-pub(crate) fn value_end(b: &[u8], start: usize) -> Option<usize> {
+/// Index just past the value starting at `start`.
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
     match b.get(start)? {
         b'"' => string_end(b, start),
         b'{' | b'[' => {

@@ -1,16 +1,16 @@
 //! Counting without decoding: where a record's searchable texts lie in
 //! its raw JSON line (the same texts [`super::record::parts`] takes
-//! apart, as byte ranges of their JSON strings), each value skipped by
-//! its quotes and brackets alone ([`crate::rawjson`]: exact on valid
-//! JSON; a line with a match is checked by `serde_json` before it is
-//! counted, so an invalid one is left to the decode), so that `count` past the limit matches
-//! each text where it lies instead of building the record. A string the
-//! raw bytes cannot answer for (an escape a regex or a non-ASCII query
-//! must see decoded) is decoded alone.
+//! apart, as byte ranges of their JSON strings), walked with the fast
+//! skipper ([`crate::jsonskip`]: it accepts what `serde_json` accepts, so
+//! a line it walks whole is one the decode reads; any other is left to
+//! the decode), so that `count` past the limit matches each text where
+//! it lies instead of building the record. A string the raw bytes cannot
+//! answer for (an escape a regex or a non-ASCII query must see decoded)
+//! is decoded alone.
 
 use super::Kind;
 use super::query::Query;
-use crate::rawjson::ws;
+use crate::jsonskip::{self, ws};
 
 /// One searchable text: its kind and the raw ranges of its strings (the
 /// bytes between their quotes) — or, for a tool call's input (searched as
@@ -64,9 +64,9 @@ pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
         result_matched |= matched && text.kind == Kind::ToolResult;
         n += u64::from(matched);
     }
-    // The walk trusts the line to be JSON: one that is not holds no hit
-    // (the decode refuses it), which the decode tells.
-    if n > 0 && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err() {
+    // The skipper reads bytes; the decode also refuses a line that is not
+    // UTF-8 (no hit), which a line with a match is checked for.
+    if n > 0 && simdutf8::basic::from_utf8(line).is_err() {
         return None;
     }
     Some(n)
@@ -90,7 +90,7 @@ fn members<'a>(
         if b.get(i) != Some(&b'"') {
             return None;
         }
-        let key_end = skip(b, i)?;
+        let key_end = jsonskip::string(b, i + 1)?;
         let key = &b[i + 1..key_end - 1];
         i = ws(b, key_end);
         if b.get(i) != Some(&b':') {
@@ -125,9 +125,8 @@ fn elements(b: &[u8], i: usize, mut on: impl FnMut(usize) -> Option<usize>) -> O
     }
 }
 
-/// Index just past the JSON value at `i` (valid JSON; else anything).
 fn skip(b: &[u8], i: usize) -> Option<usize> {
-    crate::rawjson::value_end(b, i)
+    jsonskip::value(b, i)
 }
 
 /// The string at `i`: its content's range and where it ends.
@@ -135,7 +134,7 @@ fn string_at(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let end = crate::rawjson::string_end(b, i)?;
+    let end = jsonskip::string(b, i + 1)?;
     Some(((i + 1, end - 1), end))
 }
 
@@ -163,7 +162,7 @@ fn texts(b: &[u8]) -> Option<(Vec<Text>, Option<usize>)> {
     let mut tool_use_result = None;
     let mut out = Vec::new();
     let i = ws(b, 0);
-    members(b, i, |key, v| {
+    let end = members(b, i, |key, v| {
         match key {
             b"type" => {
                 let (range, end) = string_at(b, v)?;
@@ -184,6 +183,10 @@ fn texts(b: &[u8]) -> Option<(Vec<Text>, Option<usize>)> {
         }
         skip(b, v)
     })?;
+    // Nothing but whitespace after the record (else the decode refuses it).
+    if ws(b, end) != b.len() {
+        return None;
+    }
     let kind = kind.map(|(s, e)| &b[s..e]);
     let mut extra = None;
     match kind {
@@ -428,8 +431,8 @@ mod tests {
         assert_eq!(count(call("Bash").as_bytes(), &query, &[]), Some(1));
     }
 
-    /// The walk trusts quotes and brackets; a line that is not JSON (the
-    /// decode refuses it: no hit) is never counted raw.
+    /// A line that is not JSON (the decode refuses it: no hit) is never
+    /// counted raw.
     #[test]
     fn a_line_that_is_not_json_is_not_counted_raw() {
         let query = Query::literal("worker").unwrap();
@@ -441,6 +444,9 @@ mod tests {
             assert!(record::decode(line.as_bytes()).is_none(), "{line}");
             assert_eq!(count(line.as_bytes(), &query, &[]), None, "{line}");
         }
+        let not_utf8 = b"{\"type\":\"user\",\"message\":{\"content\":\"the worker \xff\"}}";
+        assert!(record::decode(not_utf8).is_none());
+        assert_eq!(count(not_utf8, &query, &[]), None);
     }
 
     #[test]
