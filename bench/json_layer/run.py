@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The JSON layer against serde_json alone (whether it earns its keep), in the same rounds.
+"""The engine's reader against serde_json readers alone, in the same rounds (issue 48).
 
 ``python3 bench/json_layer/run.py [--runs 7] [--ktr PATH] [--chain N] FILE...``
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 import chain  # noqa: E402  (bench/chain.py: chain_once)
 import run  # noqa: E402  (bench/run.py: spawn, peak_rss, median_ms, write_config, machine)
 
-MODES = ("lines", "ignored", "serde", "serde1", "record", "walk")
+MODES = ("lines", "ignored", "serde", "serde1", "record", "engine")
 
 
 def build() -> tuple[Path, Path]:

@@ -360,9 +360,14 @@ fn get_pages_a_large_result_in_16_kb_pieces_that_join_to_the_original() {
 /// `tool-results/b1x.txt`; `quoted` is written between the call and the
 /// result that names the file (given that result's text).
 fn offloaded_session(sb: &Sandbox, quoted: impl Fn(&str) -> String) {
+    offloaded_session_holding(sb, "first\nthe OFFLOADED-MARKER line\n", quoted);
+}
+
+/// [`offloaded_session`] whose offloaded file holds `content`.
+fn offloaded_session_holding(sb: &Sandbox, content: &str, quoted: impl Fn(&str) -> String) {
     let dir = sb.project.join(D).join("tool-results");
     fs::create_dir_all(&dir).unwrap();
-    fs::write(dir.join("b1x.txt"), "first\nthe OFFLOADED-MARKER line\n").unwrap();
+    fs::write(dir.join("b1x.txt"), content).unwrap();
     let reference = format!(
         "<persisted-output>\nOutput too large. Full output saved to: {}\n",
         dir.join("b1x.txt").display()
@@ -401,6 +406,30 @@ fn offloaded_tool_results_are_searched_and_cited_by_the_record_that_referenced_t
         "{} {}",
         out.stdout,
         out.stderr
+    );
+}
+
+/// A line of an offloaded file too long to hold (1 MiB or more, the one
+/// long-line rule) is still searched, a piece at a time, and cited around
+/// its match.
+#[test]
+fn a_match_deep_in_a_long_line_of_an_offloaded_file_is_found() {
+    let sb = Sandbox::new();
+    let pad = "é0123456789".repeat(500_000);
+    offloaded_session_holding(
+        &sb,
+        &format!("first\n{pad} the OFFLOADED-MARKER here {pad}\nlast\n"),
+        |_| String::new(),
+    );
+    let v = recall(&sb, &["offloaded-marker"]);
+    let hit = &hits(&v)[0];
+    assert_eq!(hit["offloaded"], "b1x.txt", "{hit}");
+    assert!(
+        hit["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("OFFLOADED-MARKER⟧ here"),
+        "{hit}"
     );
 }
 

@@ -1,5 +1,5 @@
-//! What reading a transcript costs with ktr's JSON layer and with
-//! `serde_json` alone: whether the layer earns its keep. `json-layer MODE FILE` reads FILE once and
+//! What reading a transcript costs with the engine's reader and with
+//! `serde_json` readers alone (issue 48 replaced the hand-written layer). `json-layer MODE FILE` reads FILE once and
 //! prints `MODE lines=… bytes=… check=… vm_hwm_kib=…` (`VmHWM` of this process
 //! at the end, as `tests/integration/memory.rs` reads it).
 //!
@@ -7,7 +7,7 @@
 //! - `lines`: the lines only (`BufRead::read_until`, 64 KiB buffer): the floor.
 //! - `ignored`: each line through `serde_json::from_slice::<IgnoredAny>`.
 //! - `serde`: each line into [`View`], a borrowed struct of the fields the
-//!   record walk reads (`&RawValue` for the large values, as the engine
+//!   engine reads (`&RawValue` for the large values, as the engine
 //!   takes them), then each content block of `message.content` into
 //!   [`Block`] (the plan reads the blocks' type, ids, `is_error` and the
 //!   size of their text): what ktr's reader would be with `serde_json` only.
@@ -15,10 +15,11 @@
 //!   into its blocks (a custom visitor, as the engine's `Message` has), not
 //!   taken raw and parsed again.
 //! - `record`: each line into the engine's own `Record` through `serde_json`
-//!   (the path the engine takes for the lines its walk leaves).
-//! - `walk`: the engine's reader over the whole file
-//!   (`transcript::last_conversation_uuid`: line reader, record walk,
-//!   surrogate survey), i.e. the JSON layer itself.
+//!   (its reader without the line reader and the surrogate survey).
+//! - `engine`: the engine's reader over the whole file
+//!   (`transcript::last_conversation_uuid`: line reader with long texts
+//!   streamed by span, surrogate survey, `Record`). Until issue 48 this was
+//!   the record walk (`walk`), the hand-written layer.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -28,7 +29,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-/// The fields of one record the engine's walk reads, borrowed where
+/// The fields of one record the engine reads, borrowed where
 /// `serde_json` can borrow; large values kept raw.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -255,7 +256,7 @@ fn vm_hwm_kib() -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, mode, path] = args.as_slice() else {
-        eprintln!("usage: json-layer lines|ignored|serde|serde1|record|walk FILE");
+        eprintln!("usage: json-layer lines|ignored|serde|serde1|record|engine FILE");
         std::process::exit(2);
     };
     let file = File::open(path).unwrap_or_else(|e| {
@@ -264,7 +265,7 @@ fn main() {
     });
     let mut input = BufReader::with_capacity(64 * 1024, file);
     let (mut lines, mut bytes, mut check) = (0u64, 0u64, 0u64);
-    if mode == "walk" {
+    if mode == "engine" {
         let last = ktr_engine::transcript::last_conversation_uuid(input).unwrap_or_else(|e| {
             eprintln!("{path}: {e}");
             std::process::exit(1);

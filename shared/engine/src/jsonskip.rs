@@ -13,25 +13,18 @@
 //! `\" \\ \/ \b \f \n \r \t \uXXXX` (any four hex digits: a lone surrogate
 //! is skipped as `serde_json` skips it); numbers follow the JSON grammar
 //! (their value is not looked at); nesting has no limit. The differential
-//! tests and the fuzz target hold it to that.
+//! tests hold it to that.
 //!
-//! On the way it notes what the caller may want to know ([`Seen`]): a
-//! `\u` escape of a surrogate, so that only a line holding one is searched
-//! for lone surrogates ([`crate::lone`]).
+//! Its one user is recall's raw count ([`crate::recall`]: where a
+//! line's texts lie, without decoding it); the transcript reader decodes
+//! with `serde_json`. The API: [`ws`], [`value`], [`string`].
 
 mod block;
 
 use block::{BLOCK, Letters, Plain};
 
-/// What skipping met.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Seen {
-    /// A `\uXXXX` escape of a surrogate (D800–DFFF), paired or not.
-    pub surrogate_escape: bool,
-}
-
 /// Index of the first byte at or after `i` that is not JSON whitespace.
-pub fn ws(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\n' | b'\t' | b'\r')) {
         i += 1;
     }
@@ -40,14 +33,14 @@ pub fn ws(b: &[u8], mut i: usize) -> usize {
 
 /// Index just past the JSON value starting at `i` (no whitespace before
 /// it); `None` when no valid value starts there.
-pub fn value(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
+pub(crate) fn value(b: &[u8], i: usize) -> Option<usize> {
     // Open arrays and objects (`[` or `{`), innermost last.
     let mut open: Vec<u8> = Vec::new();
     let mut i = i;
     loop {
         // A value.
         i = match *b.get(i)? {
-            b'"' => string(b, i + 1, seen)?,
+            b'"' => string(b, i + 1)?,
             b'n' => ident(b, i, b"null")?,
             b't' => ident(b, i, b"true")?,
             b'f' => ident(b, i, b"false")?,
@@ -60,7 +53,7 @@ pub fn value(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
                     next + 1
                 } else {
                     open.push(frame);
-                    i = member(b, next, frame, seen)?;
+                    i = member(b, next, frame)?;
                     continue;
                 }
             }
@@ -75,7 +68,7 @@ pub fn value(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
             i = ws(b, i);
             match (b.get(i)?, frame) {
                 (b',', _) => {
-                    i = member(b, ws(b, i + 1), frame, seen)?;
+                    i = member(b, ws(b, i + 1), frame)?;
                     break;
                 }
                 (b']', b'[') | (b'}', b'{') => {
@@ -90,14 +83,14 @@ pub fn value(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
 
 /// Where the value of the next member of a `frame` starts: at `i` in an
 /// array; after `"key":` in an object.
-fn member(b: &[u8], i: usize, frame: u8, seen: &mut Seen) -> Option<usize> {
+fn member(b: &[u8], i: usize, frame: u8) -> Option<usize> {
     if frame == b'[' {
         return Some(i);
     }
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let i = ws(b, string(b, i + 1, seen)?);
+    let i = ws(b, string(b, i + 1)?);
     (b.get(i) == Some(&b':')).then(|| ws(b, i + 1))
 }
 
@@ -149,7 +142,7 @@ fn number(b: &[u8], i: usize) -> Option<usize> {
 /// backslash escapes; before it, no control byte and every escaped byte
 /// one of JSON's escape letters (each `\u` followed by four hex digits).
 /// The last bytes of `b` are looked at as a block padded with plain bytes.
-pub fn string(b: &[u8], mut i: usize, seen: &mut Seen) -> Option<usize> {
+pub(crate) fn string(b: &[u8], mut i: usize) -> Option<usize> {
     let mut carry = 0u64;
     let mut padded = [b'a'; BLOCK];
     loop {
@@ -182,7 +175,7 @@ pub fn string(b: &[u8], mut i: usize, seen: &mut Seen) -> Option<usize> {
             // `\u` and the rarer letters one at a time.
             let mut one_by_one = escaped & (u | !(common | quote | backslash));
             while one_by_one != 0 {
-                escape(b, i + one_by_one.trailing_zeros() as usize, seen)?;
+                escape(b, i + one_by_one.trailing_zeros() as usize)?;
                 one_by_one &= one_by_one - 1;
             }
         }
@@ -212,7 +205,7 @@ const SIMPLE: [bool; 256] = {
 
 /// Index just past the escape whose letter is at `i` (after its `\\`).
 #[inline]
-fn escape(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
+fn escape(b: &[u8], i: usize) -> Option<usize> {
     let letter = *b.get(i)?;
     if SIMPLE[usize::from(letter)] {
         return Some(i + 1);
@@ -221,9 +214,6 @@ fn escape(b: &[u8], i: usize, seen: &mut Seen) -> Option<usize> {
     if letter != b'u' || !digits.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
-    // D800–DFFF: `d` or `D`, then 8–F.
-    seen.surrogate_escape |= matches!(digits[0], b'd' | b'D')
-        && matches!(digits[1], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F');
     Some(i + 5)
 }
 
@@ -239,7 +229,7 @@ mod tests {
         let theirs = serde_json::from_str::<IgnoredAny>(text).is_ok();
         let b = text.as_bytes();
         let start = ws(b, 0);
-        let ours = value(b, start, &mut Seen::default()).is_some_and(|end| ws(b, end) == b.len());
+        let ours = value(b, start).is_some_and(|end| ws(b, end) == b.len());
         assert_eq!(ours, theirs, "{text:?}");
     }
 
@@ -368,33 +358,6 @@ mod tests {
             }
             agrees(&text);
             agrees(&format!("[{text}, 1]"));
-        }
-    }
-
-    #[test]
-    fn surrogate_escapes_are_seen_and_nothing_else_is() {
-        let seen = |text: &str| {
-            let mut seen = Seen::default();
-            value(text.as_bytes(), 0, &mut seen).unwrap();
-            seen.surrogate_escape
-        };
-        for text in [
-            r#""\ud83d""#,
-            r#""\uDE00""#,
-            r#"["\ud83d\ude00"]"#,
-            r#"{"k\uD800":1}"#,
-        ] {
-            assert!(seen(text), "{text}");
-        }
-        let long = format!("\"{}\\udfff\"", "x".repeat(200));
-        assert!(seen(&long));
-        for text in [
-            r#""\u00e9 \ue000 \ud7ff""#,
-            r#""\\ud83d""#,
-            r#""ud83d""#,
-            "1",
-        ] {
-            assert!(!seen(text), "{text}");
         }
     }
 }

@@ -13,7 +13,7 @@ pub mod classify;
 pub mod conserve;
 pub(crate) mod counts;
 pub(crate) mod inline_str;
-pub mod jsonskip;
+pub(crate) mod jsonskip;
 pub mod ledger;
 pub(crate) mod left_out;
 pub(crate) mod lines;

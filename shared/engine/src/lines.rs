@@ -37,8 +37,6 @@ pub(crate) struct Lines<R> {
     offset: u64,
     buf: Vec<u8>,
     ready: Option<Vec<u8>>,
-    /// Survey each line for lone surrogates and map them.
-    survey: bool,
 }
 
 impl<R: BufRead> Lines<R> {
@@ -50,17 +48,6 @@ impl<R: BufRead> Lines<R> {
             offset: 0,
             buf: Vec::with_capacity(1 << 16),
             ready: None,
-            survey: true,
-        }
-    }
-
-    /// Lines as they are: no survey (`surrogates` left empty), nothing
-    /// mapped; the caller surveys the lines that need it (the scan: those
-    /// whose record walk met a surrogate escape).
-    pub(crate) fn unsurveyed(input: R, file: Option<Arc<dyn ReadAt>>) -> Lines<R> {
-        Lines {
-            survey: false,
-            ..Lines::new(input, file)
         }
     }
 
@@ -71,31 +58,36 @@ impl<R: BufRead> Lines<R> {
         if self.buf.capacity() > KEPT {
             self.buf = Vec::with_capacity(1 << 16);
         }
-        self.buf.clear();
         self.ready = None;
-        let (read, ended) = read_until_or(&mut self.input, &mut self.buf, span::LONG)?;
-        if read == 0 {
-            return Ok(None);
-        }
-        self.number += 1;
         let offset = self.offset;
-        let whole = trim_newline(&self.buf).len();
-        let (len, total, valid) = if ended && whole < span::LONG {
-            (whole, read, true)
-        } else {
-            self.skeleton(offset, read, ended)?
+        let file = &self.file;
+        let (mut sk, mut fed, mut valid) = (None, Fed::default(), true);
+        let Some(read) = read_line(&mut self.input, &mut self.buf, |piece| {
+            let sk = sk.get_or_insert_with(|| Skeleton::new(offset, file.clone()));
+            valid = valid && sk.feed(piece).is_ok();
+            fed.note(piece);
+        })?
+        else {
+            return Ok(None);
         };
-        self.offset += total as u64;
+        self.number += 1;
+        self.offset += read.taken as u64;
+        let len = match sk {
+            None => trim_newline(&self.buf).len(),
+            Some(sk) => {
+                match sk.finish() {
+                    Ok((skeleton, _)) if valid => self.ready = Some(skeleton),
+                    _ => valid = false,
+                }
+                fed.len - fed.trailing_cr
+            }
+        };
         let parse: &[u8] = match (&self.ready, valid) {
             (_, false) => &[],
             (Some(skeleton), true) => skeleton,
             (None, true) => trim_newline(&self.buf),
         };
-        let (surrogates, mapped) = if self.survey {
-            lone::survey_and_map(parse)
-        } else {
-            (lone::Surrogates::default(), None)
-        };
+        let (surrogates, mapped) = lone::survey_and_map(parse);
         if mapped.is_some() {
             self.ready = mapped;
         }
@@ -112,56 +104,73 @@ impl<R: BufRead> Lines<R> {
         };
         Ok(Some((at, bytes)))
     }
+}
 
-    /// Build the skeleton of a long line, `read` bytes of which are in
-    /// `buf` (all of it when `ended`), into `ready`: (its length, the
-    /// bytes it took with its newline, valid).
-    fn skeleton(
-        &mut self,
-        offset: u64,
-        read: usize,
-        ended: bool,
-    ) -> std::io::Result<(usize, usize, bool)> {
-        let mut sk = Skeleton::new(offset, self.file.clone());
-        let mut fed = Fed::default();
-        let first = if ended {
-            trim_lf(&self.buf)
-        } else {
-            &self.buf[..]
-        };
-        let mut valid = sk.feed(first).is_ok();
-        fed.note(first);
-        let mut total = read;
-        if !ended {
-            loop {
-                let available = match self.input.fill_buf() {
-                    Ok(a) => a,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                if available.is_empty() {
-                    break;
-                }
-                let (body, used, done) = match memchr::memchr(b'\n', available) {
-                    Some(i) => (&available[..i], i + 1, true),
-                    None => (available, available.len(), false),
-                };
-                valid = valid && sk.feed(body).is_ok();
-                fed.note(body);
-                self.input.consume(used);
-                total += used;
-                if done {
-                    break;
-                }
+/// The one long-line rule of every JSON Lines reader (the scan, verify,
+/// recall): a line of [`LONG`] bytes or more is never held whole.
+pub(crate) const LONG: usize = span::LONG;
+
+/// What [`read_line`] read.
+pub(crate) struct Read {
+    /// Bytes taken from the input, the newline included.
+    pub taken: usize,
+    /// The line was [`LONG`] or longer: handed on a piece at a time.
+    pub long: bool,
+}
+
+/// The next line of `input`: a line shorter than [`LONG`] is left in
+/// `buf` (its newline included); a longer one is handed to `long` a piece
+/// at a time, without its final `\n`, and `buf` freed. `None` at the end.
+pub(crate) fn read_line<R: BufRead>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    mut long: impl FnMut(&[u8]),
+) -> std::io::Result<Option<Read>> {
+    buf.clear();
+    let (read, ended) = read_until_or(input, buf, LONG)?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if ended && trim_newline(buf).len() < LONG {
+        return Ok(Some(Read {
+            taken: read,
+            long: false,
+        }));
+    }
+    long(if ended { trim_lf(buf) } else { &buf[..] });
+    let mut taken = read;
+    if !ended {
+        loop {
+            let available = fill(input)?;
+            if available.is_empty() {
+                break;
+            }
+            let (body, used, done) = match memchr::memchr(b'\n', available) {
+                Some(i) => (&available[..i], i + 1, true),
+                None => (available, available.len(), false),
+            };
+            long(body);
+            input.consume(used);
+            taken += used;
+            if done {
+                break;
             }
         }
-        self.buf = Vec::new();
-        match sk.finish() {
-            Ok((skeleton, _)) if valid => self.ready = Some(skeleton),
-            _ => valid = false,
-        }
-        Ok((fed.len - fed.trailing_cr, total, valid))
     }
+    *buf = Vec::new();
+    Ok(Some(Read { taken, long: true }))
+}
+
+/// The length (without its `\n`) of the next line of `input` when it
+/// lies whole in the reader's buffer, to be used there without a copy
+/// (`input.buffer()`, then `consume(len + 1)`); `None`: read it with
+/// [`read_line`] (the same rule: a line of [`LONG`] or more is never
+/// handed over whole).
+pub(crate) fn buffered_line<R: std::io::Read>(
+    input: &mut std::io::BufReader<R>,
+) -> std::io::Result<Option<usize>> {
+    let available = fill(input)?;
+    Ok(memchr::memchr(b'\n', available).filter(|&i| i < LONG))
 }
 
 /// Bytes of a line fed so far, and how many `\r` end them.
@@ -183,6 +192,18 @@ impl Fed {
     }
 }
 
+/// `input.fill_buf()`, tried again when interrupted.
+fn fill<R: BufRead>(input: &mut R) -> std::io::Result<&[u8]> {
+    loop {
+        match input.fill_buf() {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    input.fill_buf()
+}
+
 /// `BufRead::read_until(b'\n')`, but stopping once `buf` holds more than
 /// `limit` bytes: (bytes read, the line ended here or the input did).
 fn read_until_or<R: BufRead>(
@@ -192,11 +213,7 @@ fn read_until_or<R: BufRead>(
 ) -> std::io::Result<(usize, bool)> {
     let mut read = 0;
     loop {
-        let available = match input.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        let available = fill(input)?;
         if available.is_empty() {
             return Ok((read, true));
         }

@@ -62,31 +62,6 @@ pub(crate) fn top_level_str<'a>(raw: &'a str, key: &str) -> Option<&'a str> {
     (!inner.contains('\\')).then_some(inner)
 }
 
-/// The elements of the JSON array `raw`, raw. `None` for anything that
-/// is not a well-formed array.
-pub fn elements(raw: &str) -> Option<Vec<&str>> {
-    let b = raw.as_bytes();
-    let mut i = ws(b, 0);
-    if b.get(i) != Some(&b'[') {
-        return None;
-    }
-    let mut out = Vec::new();
-    i = ws(b, i + 1);
-    if b.get(i) == Some(&b']') {
-        return Some(out);
-    }
-    loop {
-        let end = value_end(b, i)?;
-        out.push(&raw[i..end]);
-        i = ws(b, end);
-        match b.get(i) {
-            Some(b',') => i = ws(b, i + 1),
-            Some(b']') => return Some(out),
-            _ => return None,
-        }
-    }
-}
-
 /// The text of the JSON string `raw` (quotes included; JSON that `serde_json`
 /// has validated): borrowed when it holds no escape. `None` when `raw`
 /// is not a string or holds an unpaired surrogate escape (which `serde_json`
@@ -388,24 +363,6 @@ mod tests {
         assert!(original.len() >= 8 << 20);
         let raw = serde_json::to_string(&original).unwrap();
         assert_eq!(text(&raw).as_deref(), Some(original.as_str()));
-    }
-
-    #[test]
-    fn elements_are_the_raw_values_of_an_array() {
-        let raw = r#" [ {"type":"text","text":"a]\"}"} , "x" ,[1,[2]],null ] "#;
-        assert_eq!(
-            elements(raw),
-            Some(vec![
-                r#"{"type":"text","text":"a]\"}"}"#,
-                r#""x""#,
-                "[1,[2]]",
-                "null"
-            ])
-        );
-        assert_eq!(elements("[]"), Some(vec![]));
-        for bad in ["", "{}", "[1", "[1,", "[1 2]"] {
-            assert_eq!(elements(bad), None, "{bad}");
-        }
     }
 
     /// The quote search ends a string where walking its escapes one by

@@ -18,16 +18,6 @@ use serde_json::value::RawValue;
 
 use crate::rawjson;
 
-mod walk;
-
-/// The record walk against `serde_json` on one line, for the tests and the
-/// fuzz target: `Ok(true)` both read the same record, `Ok(false)` the
-/// walk left the line to `serde_json`, `Err` they differ.
-#[doc(hidden)]
-pub fn walk_check(text: &str) -> Result<bool, String> {
-    walk::check(text)
-}
-
 /// One line of a transcript as the reader saw it.
 pub enum Line<'a> {
     /// Empty or whitespace only: ignored, not malformed.
@@ -41,12 +31,9 @@ pub enum Line<'a> {
 pub use crate::lines::LineAt;
 
 /// Read `input` line by line, calling `f(line, parsed)`: each line as
-/// [`crate::lines::Lines`] makes it ready (a long one as its skeleton),
-/// lone surrogates mapped ([`crate::lone`]).
-///
-/// A line whose record walk met no surrogate escape holds no lone
-/// surrogate: only the lines that hold a surrogate escape (or that the
-/// walk left to `serde_json`) are surveyed, mapped and parsed again.
+/// [`crate::lines::Lines`] makes it ready (a long one as its skeleton,
+/// every line surveyed for surrogate escapes, lone surrogates mapped:
+/// [`crate::lone`]), read once by `serde_json` into its [`Record`].
 ///
 /// A final line without `\n` is passed like any other (a parse failure
 /// there is reported as malformed; the stability wait of prepare decides
@@ -55,26 +42,12 @@ pub(crate) fn for_each_line<R: BufRead>(
     input: R,
     mut f: impl FnMut(LineAt, Line<'_>),
 ) -> std::io::Result<()> {
-    let mut lines = crate::lines::Lines::unsurveyed(input, None);
-    while let Some((mut at, bytes)) = lines.next_line()? {
-        let Some(bytes) = bytes else {
-            f(at, Line::Malformed("not valid JSON"));
-            continue;
-        };
-        if let Ok(text) = object_text(bytes)
-            && let Some((record, seen)) = walk::record(text)
-            && !seen.surrogate_escape
-        {
-            at.surrogates = crate::lone::Surrogates {
-                lone: 0,
-                reserved: crate::lone::reserved_raw(bytes),
-            };
-            f(at, Line::Record(Box::new(record)));
-            continue;
+    let mut lines = crate::lines::Lines::new(input, None);
+    while let Some((at, bytes)) = lines.next_line()? {
+        match bytes {
+            Some(bytes) => f(at, parse_line(bytes)),
+            None => f(at, Line::Malformed("not valid JSON")),
         }
-        let mapped;
-        (at.surrogates, mapped) = crate::lone::survey_and_map(bytes);
-        f(at, parse_line(mapped.as_deref().unwrap_or(bytes)));
     }
     Ok(())
 }
@@ -122,11 +95,6 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Line<'_> {
         Ok(text) => text,
         Err(line) => return line,
     };
-    // The walk gives up on whatever it is not sure of; `serde_json`
-    // decides those lines (and is what the walk is tested against).
-    if let Some((record, _)) = walk::record(text) {
-        return Line::Record(Box::new(record));
-    }
     match serde_json::from_str::<Record<'_>>(text) {
         Ok(record) => Line::Record(Box::new(record)),
         Err(_) => Line::Malformed("not valid JSON"),
@@ -422,13 +390,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Taken raw and split or decoded here (see `Lenient<Str>`).
-        let raw = <&'de RawValue>::deserialize(d)?.get();
-        Ok(match raw.as_bytes().first() {
-            Some(b'"') => Content::Text(rawjson::text(raw).ok_or_else(unpaired)?),
-            Some(b'[') => Content::Blocks(rawjson::elements(raw).unwrap_or_default()),
-            _ => Content::None,
-        })
+        // One pass: a list's blocks are taken raw as it is read; a string
+        // is decoded where `serde_json` found it.
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a message's content")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                let mut blocks = Vec::with_capacity(a.size_hint().unwrap_or(4));
+                while let Some(block) = a.next_element::<&'de RawValue>()? {
+                    blocks.push(block.get());
+                }
+                Ok(Content::Blocks(blocks))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v.to_string())))
+            }
+            absent_otherwise!(scalars, map);
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 

@@ -1,13 +1,13 @@
-//! One pass over a file, line by line, in a fixed buffer: a line that fits
-//! is handed over whole; a longer one is streamed through the prefilter in
-//! chunks and handed over as its offset, length, head and first match, so
-//! memory stays flat whatever the file holds.
+//! One pass over a file, line by line, as every JSON Lines reader reads
+//! ([`crate::lines::read_line`], one long-line rule): a line shorter than
+//! [`crate::lines::LONG`] is handed over whole; a longer one is streamed
+//! through the prefilter a piece at a time and handed over as its offset,
+//! length, head and first match, so memory stays flat whatever the file
+//! holds.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, BufRead, BufReader};
 
-/// The buffer: lines up to this size are handed over whole.
-pub const BUFFER: usize = 4 << 20;
 /// How much of a long line's start is kept (to tell its record type).
 pub const HEAD: usize = 4 << 10;
 
@@ -17,7 +17,7 @@ pub type Finder<'a> = &'a dyn Fn(&[u8]) -> Option<(usize, usize)>;
 /// One line of the file (without its `\n`).
 #[derive(Clone, Copy)]
 pub enum Line<'a> {
-    /// A line that fits the buffer.
+    /// A line shorter than [`crate::lines::LONG`].
     Whole { offset: u64, bytes: &'a [u8] },
     /// A longer one: where it is, its first bytes, and where the prefilter
     /// first matched (a file offset and length), if it did.
@@ -37,7 +37,7 @@ pub enum Flow {
 }
 
 /// Read `file` line by line; `find` is the prefilter used on long lines
-/// (with `overlap` bytes kept between chunks so a match across a chunk
+/// (with `overlap` bytes kept between pieces so a match across a piece
 /// edge is seen).
 pub fn each_line(
     file: &mut File,
@@ -45,114 +45,83 @@ pub fn each_line(
     overlap: usize,
     mut on_line: impl FnMut(Line<'_>) -> Flow,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; BUFFER];
-    let (mut start, mut end, mut offset) = (0usize, 0usize, 0u64);
-    let mut eof = false;
+    let mut input = BufReader::with_capacity(1 << 16, file);
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut offset = 0u64;
     loop {
-        if let Some(nl) = memchr::memchr(b'\n', &buf[start..end]) {
-            let line = Line::Whole {
-                offset,
-                bytes: &buf[start..start + nl],
-            };
-            if on_line(line) == Flow::Stop {
+        if let Some(len) = crate::lines::buffered_line(&mut input)? {
+            let bytes = &input.buffer()[..len];
+            if on_line(Line::Whole { offset, bytes }) == Flow::Stop {
                 return Ok(());
             }
-            start += nl + 1;
-            offset += nl as u64 + 1;
+            input.consume(len + 1);
+            offset += len as u64 + 1;
             continue;
         }
-        if eof {
-            if start < end
-                && on_line(Line::Whole {
-                    offset,
-                    bytes: &buf[start..end],
-                }) == Flow::Stop
-            {
-                return Ok(());
+        let mut long = Long {
+            len: 0,
+            head: Vec::new(),
+            first_match: None,
+            carry: Vec::new(),
+        };
+        let Some(read) = crate::lines::read_line(&mut input, &mut buf, |piece| {
+            long.feed(offset, piece, find, overlap);
+        })?
+        else {
+            return Ok(());
+        };
+        let line = if read.long {
+            Line::Long {
+                offset,
+                len: long.len,
+                head: &long.head,
+                first_match: long.first_match,
             }
+        } else {
+            Line::Whole {
+                offset,
+                bytes: buf.strip_suffix(b"\n").unwrap_or(&buf),
+            }
+        };
+        if on_line(line) == Flow::Stop {
             return Ok(());
         }
-        if start > 0 {
-            buf.copy_within(start..end, 0);
-            end -= start;
-            start = 0;
-        }
-        if end == buf.len() {
-            let (len, head, first_match, at_eof) =
-                long_line(file, &mut buf, offset, find, overlap)?;
-            if on_line(Line::Long {
-                offset,
-                len,
-                head: &head,
-                first_match,
-            }) == Flow::Stop
-            {
-                return Ok(());
-            }
-            offset += len + 1;
-            (start, end, eof) = (0, at_eof.1, at_eof.0);
-            continue;
-        }
-        let n = read_some(file, &mut buf[end..])?;
-        if n == 0 {
-            eof = true;
-        }
-        end += n;
+        offset += read.taken as u64;
     }
 }
 
-type LongLine = (u64, Vec<u8>, Option<(u64, usize)>, (bool, usize));
-
-/// Stream a line longer than the (full) buffer to its end. Returns its
-/// length, head, first prefilter match, and (eof, bytes after the line
-/// left at the start of `buf`).
-fn long_line(
-    file: &mut File,
-    buf: &mut [u8],
-    offset: u64,
-    find: Finder<'_>,
-    overlap: usize,
-) -> io::Result<LongLine> {
-    let head = buf[..HEAD.min(buf.len())].to_vec();
-    let overlap = overlap.min(buf.len() / 2);
-    // `buf[..end]` holds line bytes starting at file offset `base`.
-    let (mut base, mut end) = (offset, buf.len());
-    let mut first_match = None;
-    loop {
-        let nl = memchr::memchr(b'\n', &buf[..end]);
-        let upto = nl.unwrap_or(end);
-        if first_match.is_none() {
-            first_match = find(&buf[..upto]).map(|(at, n)| (base + at as u64, n));
-        }
-        if let Some(nl) = nl {
-            let len = base + nl as u64 - offset;
-            buf.copy_within(nl + 1..end, 0);
-            return Ok((len, head, first_match, (false, end - nl - 1)));
-        }
-        let keep = overlap.min(end);
-        buf.copy_within(end - keep..end, 0);
-        base += (end - keep) as u64;
-        let n = read_some(file, &mut buf[keep..])?;
-        end = keep + n;
-        if n == 0 {
-            let len = base + end as u64 - offset;
-            return Ok((len, head, first_match, (true, 0)));
-        }
-    }
+/// A long line as its pieces go by.
+struct Long {
+    len: u64,
+    head: Vec<u8>,
+    first_match: Option<(u64, usize)>,
+    /// The last `overlap` bytes searched, searched again before the next
+    /// piece.
+    carry: Vec<u8>,
 }
 
-fn read_some(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        match file.read(buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            other => return other,
+impl Long {
+    fn feed(&mut self, offset: u64, piece: &[u8], find: Finder<'_>, overlap: usize) {
+        let room = HEAD.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&piece[..room.min(piece.len())]);
+        if self.first_match.is_none() {
+            // `window` starts at file offset `base`.
+            let base = offset + self.len - self.carry.len() as u64;
+            let mut window = std::mem::take(&mut self.carry);
+            window.extend_from_slice(piece);
+            self.first_match = find(&window).map(|(at, n)| (base + at as u64, n));
+            let keep = overlap.min(window.len());
+            window.drain(..window.len() - keep);
+            self.carry = window;
         }
+        self.len += piece.len() as u64;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lines::LONG;
     use std::io::Write;
 
     fn lines_of(content: &[u8], needle: &'static [u8]) -> Vec<(u64, u64, Option<u64>)> {
@@ -188,9 +157,9 @@ mod tests {
     fn short_and_long_lines_keep_their_offsets_and_matches() {
         let mut content = b"ab\n".to_vec();
         let long_at = content.len() as u64;
-        let mut long = vec![b'x'; BUFFER * 2 + 10];
+        let mut long = vec![b'x'; LONG * 2 + 10];
         // A match straddling the first chunk edge.
-        long[BUFFER - 2..BUFFER + 2].copy_from_slice(b"NEED");
+        long[LONG - 2..LONG + 2].copy_from_slice(b"NEED");
         content.extend_from_slice(&long);
         content.extend_from_slice(b"\nlast NEED");
         let seen = lines_of(&content, b"NEED");
@@ -199,13 +168,37 @@ mod tests {
             seen,
             vec![
                 (0, 2, None),
-                (
-                    long_at,
-                    long.len() as u64,
-                    Some(long_at + BUFFER as u64 - 2)
-                ),
+                (long_at, long.len() as u64, Some(long_at + LONG as u64 - 2)),
                 (last_at, 9, Some(last_at + 5)),
             ]
         );
+    }
+
+    /// Recall splits lines by the scan's rule ([`crate::lines::read_line`]):
+    /// a line shorter than `LONG` bytes is whole, one of `LONG` or more is
+    /// long, wherever the file's reads end.
+    #[test]
+    fn a_line_is_long_from_the_one_rule_on() {
+        for n in [LONG - 1, LONG, LONG + 1, 3 * LONG] {
+            let mut content = format!("{{\"t\":\"{}\"}}\n", "a".repeat(n - 8)).into_bytes();
+            assert_eq!(content.len(), n + 1);
+            content.extend_from_slice(b"{}\n");
+            let seen = lines_of(&content, b"NEED");
+            let want_long = n >= LONG;
+            assert_eq!(seen.len(), 2, "{n}");
+            assert_eq!(seen[0].1, n as u64, "{n}");
+            assert_eq!(seen[1], (n as u64 + 1, 2, None), "{n}");
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(&content).unwrap();
+            use std::io::Seek;
+            f.rewind().unwrap();
+            let mut kinds = Vec::new();
+            each_line(&mut f, &|_| None, 0, |line| {
+                kinds.push(matches!(line, Line::Long { .. }));
+                Flow::Go
+            })
+            .unwrap();
+            assert_eq!(kinds, [want_long, false], "{n}");
+        }
     }
 }

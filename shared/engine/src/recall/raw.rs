@@ -1,14 +1,16 @@
 //! Counting without decoding: where a record's searchable texts lie in
 //! its raw JSON line (the same texts [`super::record::parts`] takes
 //! apart, as byte ranges of their JSON strings), walked with the fast
-//! skipper ([`crate::jsonskip`]), so that `count` past the limit matches
-//! each text where it lies instead of building the record. A string the
-//! raw bytes cannot answer for (an escape a regex or a non-ASCII query
-//! must see decoded) is decoded alone.
+//! skipper ([`crate::jsonskip`]: it accepts what `serde_json` accepts, so
+//! a line it walks whole is one the decode reads; any other is left to
+//! the decode), so that `count` past the limit matches each text where
+//! it lies instead of building the record. A string the raw bytes cannot
+//! answer for (an escape a regex or a non-ASCII query must see decoded)
+//! is decoded alone.
 
 use super::Kind;
 use super::query::Query;
-use crate::jsonskip::{self, Seen};
+use crate::jsonskip::{self, ws};
 
 /// One searchable text: its kind and the raw ranges of its strings (the
 /// bytes between their quotes) — or, for a tool call's input (searched as
@@ -62,6 +64,11 @@ pub(crate) fn count(line: &[u8], query: &Query, kinds: &[Kind]) -> Option<u64> {
         result_matched |= matched && text.kind == Kind::ToolResult;
         n += u64::from(matched);
     }
+    // The skipper reads bytes; the decode also refuses a line that is not
+    // UTF-8 (no hit), which a line with a match is checked for.
+    if n > 0 && simdutf8::basic::from_utf8(line).is_err() {
+        return None;
+    }
     Some(n)
 }
 
@@ -72,11 +79,10 @@ fn members<'a>(
     i: usize,
     mut on: impl FnMut(&'a [u8], usize) -> Option<usize>,
 ) -> Option<usize> {
-    let mut seen = Seen::default();
     if b.get(i) != Some(&b'{') {
         return None;
     }
-    let mut i = jsonskip::ws(b, i + 1);
+    let mut i = ws(b, i + 1);
     if b.get(i) == Some(&b'}') {
         return Some(i + 1);
     }
@@ -84,16 +90,16 @@ fn members<'a>(
         if b.get(i) != Some(&b'"') {
             return None;
         }
-        let key_end = jsonskip::string(b, i + 1, &mut seen)?;
+        let key_end = jsonskip::string(b, i + 1)?;
         let key = &b[i + 1..key_end - 1];
-        i = jsonskip::ws(b, key_end);
+        i = ws(b, key_end);
         if b.get(i) != Some(&b':') {
             return None;
         }
-        let v = jsonskip::ws(b, i + 1);
-        i = jsonskip::ws(b, on(key, v)?);
+        let v = ws(b, i + 1);
+        i = ws(b, on(key, v)?);
         match b.get(i)? {
-            b',' => i = jsonskip::ws(b, i + 1),
+            b',' => i = ws(b, i + 1),
             b'}' => return Some(i + 1),
             _ => return None,
         }
@@ -105,14 +111,14 @@ fn elements(b: &[u8], i: usize, mut on: impl FnMut(usize) -> Option<usize>) -> O
     if b.get(i) != Some(&b'[') {
         return None;
     }
-    let mut i = jsonskip::ws(b, i + 1);
+    let mut i = ws(b, i + 1);
     if b.get(i) == Some(&b']') {
         return Some(i + 1);
     }
     loop {
-        i = jsonskip::ws(b, on(i)?);
+        i = ws(b, on(i)?);
         match b.get(i)? {
-            b',' => i = jsonskip::ws(b, i + 1),
+            b',' => i = ws(b, i + 1),
             b']' => return Some(i + 1),
             _ => return None,
         }
@@ -120,7 +126,7 @@ fn elements(b: &[u8], i: usize, mut on: impl FnMut(usize) -> Option<usize>) -> O
 }
 
 fn skip(b: &[u8], i: usize) -> Option<usize> {
-    jsonskip::value(b, i, &mut Seen::default())
+    jsonskip::value(b, i)
 }
 
 /// The string at `i`: its content's range and where it ends.
@@ -128,7 +134,7 @@ fn string_at(b: &[u8], i: usize) -> Option<((usize, usize), usize)> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let end = jsonskip::string(b, i + 1, &mut Seen::default())?;
+    let end = jsonskip::string(b, i + 1)?;
     Some(((i + 1, end - 1), end))
 }
 
@@ -155,8 +161,8 @@ fn texts(b: &[u8]) -> Option<(Vec<Text>, Option<usize>)> {
         (None, false, None, None, None);
     let mut tool_use_result = None;
     let mut out = Vec::new();
-    let i = jsonskip::ws(b, 0);
-    members(b, i, |key, v| {
+    let i = ws(b, 0);
+    let end = members(b, i, |key, v| {
         match key {
             b"type" => {
                 let (range, end) = string_at(b, v)?;
@@ -177,6 +183,10 @@ fn texts(b: &[u8]) -> Option<(Vec<Text>, Option<usize>)> {
         }
         skip(b, v)
     })?;
+    // Nothing but whitespace after the record (else the decode refuses it).
+    if ws(b, end) != b.len() {
+        return None;
+    }
     let kind = kind.map(|(s, e)| &b[s..e]);
     let mut extra = None;
     match kind {
@@ -419,6 +429,24 @@ mod tests {
         }
         assert!(agrees(&call("Bash"), &query));
         assert_eq!(count(call("Bash").as_bytes(), &query, &[]), Some(1));
+    }
+
+    /// A line that is not JSON (the decode refuses it: no hit) is never
+    /// counted raw.
+    #[test]
+    fn a_line_that_is_not_json_is_not_counted_raw() {
+        let query = Query::literal("worker").unwrap();
+        for line in [
+            r#"{"type":"user","message":{"content":"the worker \q"}}"#,
+            r#"{"type":"user","message":{"content":"the worker"},"n":01}"#,
+            r#"{"type":"user","message":{"content":"the worker"}} x"#,
+        ] {
+            assert!(record::decode(line.as_bytes()).is_none(), "{line}");
+            assert_eq!(count(line.as_bytes(), &query, &[]), None, "{line}");
+        }
+        let not_utf8 = b"{\"type\":\"user\",\"message\":{\"content\":\"the worker \xff\"}}";
+        assert!(record::decode(not_utf8).is_none());
+        assert_eq!(count(not_utf8, &query, &[]), None);
     }
 
     #[test]

@@ -485,13 +485,42 @@ fn scan_offloaded(
         let mut file = open(path)?;
         found.files_searched += 1;
         let find = |b: &[u8]| {
-            std::str::from_utf8(b)
-                .ok()
-                .and_then(|t| s.query.find(t))
-                .map(|(a, e)| (a, e - a))
+            // A long line's piece may start and end inside a character.
+            let skip = b.iter().take(3).take_while(|&&c| c & 0xC0 == 0x80).count();
+            let b = &b[skip..];
+            let text = std::str::from_utf8(b)
+                .unwrap_or_else(|e| std::str::from_utf8(&b[..e.valid_up_to()]).unwrap_or_default());
+            s.query.find(text).map(|(a, e)| (skip + a, e - a))
         };
+        let reread = file
+            .try_clone()
+            .map_err(|e| Error::io_at("read", path, &e))?;
         let mut bytes = 0u64;
         lines::each_line(&mut file, &find, s.query.raw_overlap(), |line| {
+            if let Line::Long {
+                len,
+                first_match: Some((at, n)),
+                offset,
+                ..
+            } = line
+                && budget.wants(true, 0)
+            {
+                // A line too long to hold: cited around its first match.
+                bytes += len + 1;
+                budget.took(true);
+                let from = at.saturating_sub(RAW_AROUND).max(offset);
+                let mut window = vec![0u8; (at - from) as usize + n + RAW_AROUND as usize];
+                let got = reread.read_at(&mut window, from).unwrap_or(0);
+                window.truncate(got);
+                let text = String::from_utf8_lossy(&window);
+                let start = floor_char(&text, (at - from) as usize);
+                let end = floor_char(&text, start + n);
+                let mut hit = offloaded_hit(source, token, name, &text, start, end);
+                hit.page = super::get::page_of(path, at);
+                hits.push(hit);
+            } else if let Line::Long { len, .. } = line {
+                bytes += len + 1;
+            }
             if let Line::Whole { offset, bytes: b } = line {
                 bytes += b.len() as u64 + 1;
                 let text = String::from_utf8_lossy(b);
