@@ -107,20 +107,25 @@ fn tmux_a_pane_started_from_a_shell_is_switched_and_a_claude_restarted_there_is_
     let script = format!("while :; do {claude} --resume {SRC}; done");
     rig.respawn_pane(&["sh", "-c", &script]);
     let shell = rig.pane_pid();
-    assert!(wait_for(Duration::from_secs(10), || rig
-        .claude_of(SRC)
-        .is_some()));
-    let first = rig.claude_of(SRC).unwrap();
-    assert_ne!(first.to_string(), shell, "claude is a child of the shell");
+    // Claude is a child of the shell (not the claude the pane ran before,
+    // which may still be going away).
+    let shell_pid: u32 = shell.parse().unwrap();
+    let mut first = None;
+    assert!(wait_for(Duration::from_secs(10), || {
+        first = rig.claude_started_by(SRC, shell_pid);
+        first.is_some()
+    }));
+    let first = first.unwrap();
 
     // Restarted by hand between the Stop hook and the switch: refused.
     let op = rig.rebuild_paused_at("activate:start");
-    Command::new("kill")
+    let killed = Command::new("kill")
         .arg(first.to_string())
         .status()
         .unwrap();
+    assert!(killed.success(), "the shell's claude {first} was running");
     assert!(wait_for(Duration::from_secs(10), || rig
-        .claude_of(SRC)
+        .claude_started_by(SRC, shell_pid)
         .is_some_and(|p| p != first)));
     rig.unpause();
     let op = rig.wait_terminal(&op.id);

@@ -383,10 +383,42 @@ impl Rig {
     /// The pid (as the test sees it) of a live stand-in claude of this rig
     /// running `session`.
     pub fn claude_of(&self, session: &str) -> Option<u32> {
+        let matches = self.stand_ins(session);
+        // The stand-in is a shell script: every command it runs is first a
+        // fork with the same command line (`$(pwd)`, `sleep` before its
+        // exec). Such a child's parent is the stand-in itself; with pids
+        // wrapping (pid_max 32768) it can also come first in /proc.
+        matches
+            .iter()
+            .filter(|(_, stat)| !matches.iter().any(|(pid, _)| *pid == stat.ppid))
+            .min_by_key(|(_, stat)| stat.start_time)
+            .map(|(pid, _)| *pid)
+    }
+
+    /// The live stand-in claude running `session` that `parent` started
+    /// (a shell in the pane running claude as its child). Not whichever
+    /// [`Rig::claude_of`] finds first: the claude the pane ran before
+    /// (`respawn-pane -k` does not wait for it to exit: on a loaded
+    /// machine it may still be alive when tmux returns), or a fork of it
+    /// orphaned before its exec, is an older stand-in of this rig on the
+    /// same session and would be taken for the shell's.
+    pub fn claude_started_by(&self, session: &str, parent: u32) -> Option<u32> {
+        self.stand_ins(session)
+            .iter()
+            .find(|(_, stat)| stat.ppid == parent)
+            .map(|(pid, _)| *pid)
+    }
+
+    /// Every live process running the stand-in claude on `session` with
+    /// this rig's environment (forks of one before their exec included),
+    /// with its stat.
+    fn stand_ins(&self, session: &str) -> Vec<(u32, ktr_pipeline::process::Stat)> {
         let hooks = format!("FAKE_CLAUDE_HOOKS={}", self.hooks.display());
         let program = stand_in("fake-claude").display().to_string();
-        let matches: Vec<(u32, ktr_pipeline::process::Stat)> = fs::read_dir("/proc")
-            .ok()?
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
             .flatten()
             .filter_map(|entry| {
                 let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
@@ -400,16 +432,7 @@ impl Rig {
                 let stat = ktr_pipeline::process::stat(pid)?;
                 (runs && ours && ktr_pipeline::process::pid_alive(pid)).then_some((pid, stat))
             })
-            .collect();
-        // The stand-in is a shell script: every command it runs is first a
-        // fork with the same command line (`$(pwd)`, `sleep` before its
-        // exec). Such a child's parent is the stand-in itself; with pids
-        // wrapping (pid_max 32768) it can also come first in /proc.
-        matches
-            .iter()
-            .filter(|(_, stat)| !matches.iter().any(|(pid, _)| *pid == stat.ppid))
-            .min_by_key(|(_, stat)| stat.start_time)
-            .map(|(pid, _)| *pid)
+            .collect()
     }
 
     /// Have the stand-in claude running `session` run `bin --config C`
