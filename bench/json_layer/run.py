@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The engine's reader against serde_json readers alone, in the same rounds (issue 48).
+"""The engine's reader against serde_json readers alone, in the same rounds (bench/README.md, "The JSON layer").
 
 ``python3 bench/json_layer/run.py [--runs 7] [--ktr PATH] [--chain N] FILE...``
 

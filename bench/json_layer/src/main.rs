@@ -1,5 +1,5 @@
 //! What reading a transcript costs with the engine's reader and with
-//! `serde_json` readers alone (issue 48 replaced the hand-written layer). `json-layer MODE FILE` reads FILE once and
+//! `serde_json` readers alone (serde_json replaced the hand-written layer). `json-layer MODE FILE` reads FILE once and
 //! prints `MODE lines=… bytes=… check=… vm_hwm_kib=…` (`VmHWM` of this process
 //! at the end, as `tests/integration/memory.rs` reads it).
 //!
@@ -18,7 +18,7 @@
 //!   (its reader without the line reader and the surrogate survey).
 //! - `engine`: the engine's reader over the whole file
 //!   (`transcript::last_conversation_uuid`: line reader with long texts
-//!   streamed by span, surrogate survey, `Record`). Until issue 48 this was
+//!   streamed by span, surrogate survey, `Record`). Before the replacement this was
 //!   the record walk (`walk`), the hand-written layer.
 
 use std::borrow::Cow;
