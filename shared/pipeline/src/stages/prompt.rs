@@ -183,8 +183,8 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
 
 /// A switch of `session` whose stage died (killed, out of memory) switches
 /// nothing, and refusing the prompt would leave no Stop to notice it: fail
-/// it now, as the next Stop would (SPEC §9; within the grace period it is
-/// still taken for alive), and let the prompt through saying so.
+/// it now, as the next Stop would (SPEC §9), and let the prompt through
+/// saying so.
 fn fail_dead_switch(
     config_arg: Option<&Path>,
     store: &Store,
@@ -206,10 +206,18 @@ fn fail_dead_switch(
         None => Store::open(store.dir())?,
     };
     let failed = store.serving(session.clone()).recover_stale()?;
-    Ok(failed
-        .iter()
-        .find(|op| op.session_id.as_ref() == Some(session))
-        .map(|op| Reply::Message(super::stop::failed_notice(op))))
+    // Within the grace the prompt is refused as during any switch, but not
+    // recorded: a save would restart the grace, and a person sending it
+    // again every few seconds would keep the dead switch alive for ever.
+    Ok(Some(
+        failed
+            .iter()
+            .find(|op| op.session_id.as_ref() == Some(session))
+            .map_or_else(
+                || Reply::Block(SWITCHING.into()),
+                |op| Reply::Message(super::stop::failed_notice(op)),
+            ),
+    ))
 }
 
 /// The session an in-place switch of `op` types `/resume` for: the
