@@ -583,6 +583,38 @@ fn the_guard_never_blocks_twice_for_the_same_failure() {
     assert_eq!(s.sandbox.store().list().unwrap().len(), 1, "no new request");
 }
 
+/// A rebuild the guard started whose stage was killed (recovery failed it:
+/// the worker died) failed by a moment's accident, not for this session:
+/// the next compaction is blocked and rebuilt again; after a second such
+/// failure in a row, the guard lets Claude Code compact (never a loop).
+#[test]
+fn the_guard_tries_once_more_after_a_killed_stage() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    let killed = |s: &Session| {
+        let op = s.sandbox.store().latest().unwrap().unwrap();
+        s.sandbox
+            .walk(&op.id, &[Status::Running, Status::Failed], |op| {
+                op.worker_died_in = Some(Status::Running);
+            });
+        op
+    };
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    killed(&s);
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "tried once more: {out}");
+    let second = killed(&s);
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    let line = out["systemMessage"].as_str().unwrap();
+    assert!(line.contains(&second.id.to_string()), "{line}");
+    assert_eq!(
+        s.sandbox.store().list().unwrap().len(),
+        2,
+        "no third request"
+    );
+}
+
 /// The advice is about the reply that just ended,
 /// provably (its prompt's `promptId`), never an earlier one whose text
 /// looks the same. Each Stop hook starts before its turn is in the file

@@ -47,6 +47,7 @@ impl Store {
             }
             let died_in = op.status;
             op.error = Some(format!("worker died during {died_in}"));
+            op.worker_died_in = Some(died_in);
             if matches!(died_in, Status::Activating | Status::RollingBack) {
                 op.needs_attention = true;
                 // Its pane runs one of the operation's sessions: the source,

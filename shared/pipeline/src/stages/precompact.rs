@@ -26,7 +26,7 @@ use crate::window_cache;
 use std::path::Path;
 
 use crate::hook::{Invocation, PreCompactInput, Reply};
-use crate::operation::{Status, Store};
+use crate::operation::{Operation, Status, Store};
 use crate::prompt_back;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Hook, Scheduled};
@@ -220,7 +220,7 @@ enum Impossible {
 /// reading the whole transcript (the hook runs while the person waits):
 /// the target runs this session's Claude Code; the last rebuild this
 /// guard started for the session did not fail (never block twice for the
-/// same failure); and the rebuilt window would fit, by the running
+/// same failure; a stage that was killed is retried once); and the rebuilt window would fit, by the running
 /// account the Stop hooks keep (when it has caught up; prepare checks the
 /// whole plan anyway).
 fn rebuild_possible(
@@ -233,11 +233,20 @@ fn rebuild_possible(
         return Err(Impossible::NotSwitched);
     }
     let ours = store.list().map_err(|e| Impossible::Because(e.message))?;
-    let last = ours
+    let mut latest = ours
         .iter()
         .rev()
-        .find(|op| op.session_id.as_ref() == Some(session));
-    if let Some(op) = last.filter(|op| op.status == Status::Failed && op.by_compaction_guard) {
+        .filter(|op| op.session_id.as_ref() == Some(session));
+    let failed_here = |op: &&Operation| op.status == Status::Failed && op.by_compaction_guard;
+    let (last, before) = (latest.next(), latest.next());
+    // A stage killed (its worker died) is a failure of the moment: the
+    // guard tries once more, never twice in a row.
+    let died = |op: Option<&Operation>| {
+        op.filter(failed_here)
+            .is_some_and(|o| o.worker_died_in.is_some())
+    };
+    let retry = died(last) && !died(before);
+    if let Some(op) = last.filter(failed_here).filter(|_| !retry) {
         return Err(Impossible::Because(format!(
             "the rebuild it started instead of the last compaction ({}) failed: {}",
             op.id,
