@@ -615,6 +615,41 @@ fn the_guard_tries_once_more_after_a_killed_stage() {
     );
 }
 
+/// A rebuild the guard started whose ktr-activate was killed a moment ago
+/// (the operation still says `activating`, its worker is gone, the grace
+/// not over) does nothing any more: the next compaction is not let through
+/// as "an operation is running" — the dead operation is failed at once and
+/// the rebuild started again.
+#[test]
+fn the_guard_fails_a_just_killed_switch_at_once_and_rebuilds_again() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    s.sandbox.walk(
+        &op.id,
+        &[Status::Running, Status::Verifying, Status::Activating],
+        |op| {
+            op.worker = Some(ktr_pipeline::operation::Worker {
+                pid,
+                start_time: 1,
+                stage: ktr_pipeline::operation::Stage::Activate,
+            });
+        },
+    );
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "rebuilt again: {out}");
+    let old = s.sandbox.store().load(&op.id).unwrap();
+    assert_eq!(
+        (old.status, old.worker_died_in),
+        (Status::Failed, Some(Status::Activating))
+    );
+    assert_eq!(s.sandbox.store().list().unwrap().len(), 2, "a new rebuild");
+}
+
 /// The advice is about the reply that just ended,
 /// provably (its prompt's `promptId`), never an earlier one whose text
 /// looks the same. Each Stop hook starts before its turn is in the file

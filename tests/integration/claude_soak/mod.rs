@@ -11,7 +11,8 @@
 //! latest rebuild is rolled back; `KTR_SOAK_KILL_PERCENT` (default 10, the
 //! long run 1) of the stage runs are SIGKILLed at a random moment
 //! ([`watch`]); a quarter of the prompts are typed the moment the previous
-//! answer came, while the Stop hooks and a switch may run.
+//! answer came, while the Stop hooks and a switch may run, the others after
+//! the person read it (0.5–5 s).
 //!
 //! It fails unless ([`verdict`]): Claude Code never compacted; every prompt
 //! and every reply text is in the conversation the person ends in exactly
@@ -21,7 +22,7 @@
 //! `activated`, the state dir's size and the peak memory of any ktr
 //! process.
 //!
-//! `KTR_SOAK_TURNS` (default 100: ~8 minutes), `KTR_SOAK_SEED` (printed);
+//! `KTR_SOAK_TURNS` (default 100: ~10 minutes), `KTR_SOAK_SEED` (printed);
 //! `python3 bench/soak.py` runs it with the long run's settings.
 
 mod model;
@@ -32,6 +33,7 @@ mod watch;
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
+use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::claude_plugin::{copy_checkout, install};
@@ -190,10 +192,16 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
         }
         let work = h.env.sandbox.work.display().to_string();
         h.api.add_rules(turn.rules(&agent_tool, &work, &mut rng));
-        // Three prompts in four wait for the idle prompt; the rest are
-        // typed the moment the answer came.
-        if rng.percent(75.0) && !crate::support::wait_for(TURN, || h.idle()) {
-            panic!("the CLI never went idle\n{}", h.diagnosis());
+        // Three prompts in four wait for the idle prompt and the person
+        // reading the answer (0.5–5 s); the rest are typed the moment the
+        // answer came, while the Stop hooks and a switch may run.
+        if rng.percent(75.0) {
+            if !crate::support::wait_for(TURN, || h.idle()) {
+                panic!("the CLI never went idle\n{}", h.diagnosis());
+            }
+            thread::sleep(Duration::from_millis(
+                rng.between(500, 5_000).unsigned_abs(),
+            ));
         }
         if let Err(e) = h.person.say(
             &h.cli,

@@ -110,6 +110,18 @@ impl Store {
         })
     }
 
+    /// Whether `session`'s operation in flight has a recorded worker that
+    /// is gone (killed, out of memory): whatever the grace, its stage does
+    /// nothing any more.
+    pub(crate) fn dead_worker_in(&self, session: &SessionId) -> bool {
+        self.in_flight().iter().any(|e| {
+            e.lane == Lane::Session(session.clone())
+                && self.load(&e.id).is_ok_and(|op| {
+                    !op.status.is_terminal() && op.worker.as_ref().is_some_and(|w| !w.alive())
+                })
+        })
+    }
+
     fn is_stale(&self, op: &Operation) -> bool {
         let Some(worker) = &op.worker else {
             return false;

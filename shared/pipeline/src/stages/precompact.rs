@@ -108,6 +108,16 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     let config = crate::targets::discover::hook_config(config_arg, &hook.transcript_path)?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
+    // A stage of this session that died (killed) does nothing any more and
+    // the compaction comes now: its operation is failed at once, not after
+    // the grace, and the rebuild tried again below (never "an operation is
+    // running" for a dead one, which let Claude Code compact: the soak).
+    if store.dead_worker_in(&session) {
+        Store::for_config(&config)?
+            .serving(session.clone())
+            .with_grace(std::time::Duration::ZERO)
+            .recover_stale()?;
+    }
     let active = store
         .active_for(&session)
         .map(|(id, _)| store.load(&id))

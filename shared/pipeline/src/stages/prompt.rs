@@ -191,14 +191,10 @@ fn fail_dead_switch(
     session: &SessionId,
     hook: &PromptInput,
 ) -> Result<Option<Reply>> {
-    let dead = store.in_flight().iter().any(|e| {
-        e.lane == Lane::Session(session.clone())
-            && switching(e.status)
-            && store
-                .load(&e.id)
-                .is_ok_and(|op| op.worker.as_ref().is_some_and(|w| !w.alive()))
-    });
-    if !dead {
+    let switching_now = store
+        .active_for(session)
+        .is_some_and(|(_, status)| switching(status));
+    if !(switching_now && store.dead_worker_in(session)) {
         return Ok(None);
     }
     let store = match hook.transcript_path.as_deref() {
