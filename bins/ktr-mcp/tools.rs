@@ -205,7 +205,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Request a rebuild of this session. Only after the human explicitly agreed; confirmation must be exactly REBUILD. Refused (with the reason) when the configured target (tmux pane, systemd unit, pointer) does not run this session; the result names the target that would be switched. It only records a pending operation: finish your reply normally, the switch happens after the reply ends (Stop hook).",
+        description = "Request a rebuild of this session. Only after the human explicitly agreed; confirmation must be exactly REBUILD. Refused (with the reason) when the configured target (tmux pane, systemd unit, pointer) does not run this session; the result names the target that would be switched. It only records a pending operation: finish your reply normally, the switch happens after the reply ends (Stop hook). Outside tmux (the result's target is the person's terminal) ktr switches nothing itself: once the rebuild is verified the human types the one line ktr offers, `/resume <id>`, with the input line empty (the statusline, the next Stop line and thread_rebuild_status show it; the old session stays as it was; speaking first withdraws the offer and a new one follows) — tell them so.",
         annotations(read_only_hint = false, destructive_hint = false)
     )]
     async fn thread_rebuild_request(
@@ -297,7 +297,7 @@ impl Server {
     }
 
     #[tool(
-        description = "Ask to switch an activated rebuild back to the old session. Only after the human asked; confirmation must be exactly ROLLBACK. Finish your reply normally: the switch back happens after the reply ends (Stop hook).",
+        description = "Ask to switch an activated rebuild back to the old session. Only after the human asked; confirmation must be exactly ROLLBACK. Finish your reply normally: the switch back happens after the reply ends (Stop hook). Outside tmux the human types the offered `/resume <old id>` line instead.",
         annotations(read_only_hint = false, destructive_hint = false)
     )]
     async fn thread_rebuild_rollback_request(

@@ -22,8 +22,9 @@ pub fn open(config: Option<&Path>) -> Result<(Config, Store), Error> {
     let store = Store::for_config(&config)?;
     for op in store.recover_stale()? {
         eprintln!(
-            "ktr: operation {} failed: {}",
+            "ktr: operation {} {}: {}",
             op.id,
+            op.status,
             op.error.as_deref().unwrap_or("worker died")
         );
     }

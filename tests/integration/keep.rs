@@ -219,7 +219,7 @@ fn a_recorder_past_its_lifetime_replays_and_closes_by_itself_and_only_once() {
     let mut keeper = rig.keep_typed(Duration::from_secs(2), "late 日");
     // Nobody finishes it: the switch was killed.
     assert!(
-        wait_for(Duration::from_secs(6), || rig.received()
+        wait_for(Duration::from_secs(10), || rig.received()
             == "late 日".as_bytes()),
         "after its lifetime the pane has {:?}",
         String::from_utf8_lossy(&rig.received())

@@ -330,6 +330,10 @@ pub fn next_step(op: &Operation) -> String {
             "ktr-verify is checking the candidate against the frozen source".into()
         }
         Status::Activating => "ktr-activate is switching the target".into(),
+        Status::Offered | Status::RollbackOffered => format!(
+            "{}; the offer is withdrawn if the session speaks first, and expires after request_ttl_hours",
+            ktr_pipeline::stages::hand::said(op)
+        ),
         Status::Activated if op.needs_attention => {
             "activated, but a human must look at the target (needs_attention)".into()
         }
@@ -359,6 +363,10 @@ pub fn next_step(op: &Operation) -> String {
             ),
             None => "the old session runs again".into(),
         },
+        Status::Expired if op.candidate.is_some() => format!(
+            "expired: {}; request again for a new one",
+            op.error.as_deref().unwrap_or("nobody typed the offered line")
+        ),
         Status::Expired => {
             "expired: the bound session never stopped within request_ttl_hours; nothing was changed; request again from the session the target runs".into()
         }

@@ -30,7 +30,8 @@ use ktr_base::time::parse_rfc3339;
 const TAIL_BYTES: u64 = 1 << 20;
 
 /// The statuses in which a prompt matters: from the scheduling Stop to the
-/// end of the switch.
+/// end of the switch, and while an offer of the hand target stands (a
+/// prompt makes it stale: [`crate::stages::prompt`] withdraws it).
 pub fn watched(status: Status) -> bool {
     matches!(
         status,
@@ -38,8 +39,10 @@ pub fn watched(status: Status) -> bool {
             | Status::Running
             | Status::Verifying
             | Status::Activating
+            | Status::Offered
             | Status::RollbackScheduled
             | Status::RollingBack
+            | Status::RollbackOffered
     )
 }
 
@@ -49,9 +52,11 @@ pub fn watched(status: Status) -> bool {
 pub(crate) fn gated_session(op: &Operation) -> Option<&str> {
     match op.status {
         _ if !watched(op.status) => None,
-        Status::Scheduled | Status::Running | Status::Verifying | Status::Activating => {
-            Some(op.session_id.as_deref().unwrap_or(""))
-        }
+        Status::Scheduled
+        | Status::Running
+        | Status::Verifying
+        | Status::Activating
+        | Status::Offered => Some(op.session_id.as_deref().unwrap_or("")),
         _ => Some(op.candidate.as_ref().map_or("", |c| c.session_id.as_str())),
     }
 }

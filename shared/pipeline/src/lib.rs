@@ -15,4 +15,5 @@ pub mod recall;
 pub mod recorder;
 pub mod stages;
 pub mod targets;
+pub mod title;
 pub mod window_cache;

@@ -25,6 +25,8 @@ pub struct Stat {
     /// Start time in clock ticks after boot (field 22); with the pid it
     /// identifies a process even after the pid is reused.
     pub start_time: u64,
+    /// Its controlling terminal's device number (field 7); 0: none.
+    pub tty_nr: u64,
 }
 
 /// Parse `/proc/<pid>/stat` text. The command name (field 2) may contain
@@ -37,6 +39,7 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
+        tty_nr: fields.get(4)?.parse().ok()?,
     })
 }
 

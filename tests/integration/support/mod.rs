@@ -14,6 +14,7 @@ pub mod rig;
 pub mod rng;
 pub mod sandbox;
 pub mod systemd;
+pub mod terminal;
 pub mod tmux;
 
 use std::collections::BTreeMap;
@@ -222,7 +223,9 @@ pub fn wait_status(
             "timed out waiting for {what}\n{}",
             diagnosis()
         );
-        thread::sleep(Duration::from_millis(100));
+        // Reading the latest operation is cheap: look often, so a test
+        // waits for the state it needs, not for the next tick.
+        thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -37,6 +37,9 @@ pub enum Kind {
     /// runs a start script that resumes the session the pointer names.
     Systemd,
     Pointer,
+    /// No tmux, no target configured: the stand-in claude runs in a
+    /// pseudo-terminal of its own (`script`), so the hand target is found.
+    Hand,
 }
 
 /// The unit a systemd rig runs.
@@ -63,6 +66,9 @@ pub struct Rig {
     pub src: String,
     /// Extra environment for every hook and stage.
     pub env: Vec<(String, String)>,
+    /// A hand rig's terminal (`script` holding the stand-in claude's
+    /// pseudo-terminal; its stdin kept open).
+    pub terminal: Option<std::process::Child>,
     /// Last: removed after everything that runs in it has stopped.
     pub sandbox: Sandbox,
 }
@@ -129,7 +135,7 @@ impl Rig {
             env.push(("KTR_TMUX_SOCKET".into(), server.socket.clone()));
         }
         let sysd = (kind == Kind::Systemd).then(|| RealSystemd::start(&root.join("sysd")));
-        let rig = Rig {
+        let mut rig = Rig {
             kind,
             tmux,
             sysd,
@@ -141,11 +147,40 @@ impl Rig {
             pause_at: None,
             src: src.to_string(),
             env,
+            terminal: None,
             sandbox,
         };
         rig.write_config(extra);
+        if kind == Kind::Hand {
+            rig.terminal = Some(rig.start_in_terminal());
+        }
         rig.start_old_session();
         rig
+    }
+
+    /// The stand-in claude on the source session in a pseudo-terminal
+    /// outside tmux (`script`; no `TMUX` in its environment), as a person
+    /// runs Claude Code in a plain terminal.
+    fn start_in_terminal(&self) -> std::process::Child {
+        let claude = stand_in("fake-claude").display().to_string();
+        let line = format!("exec '{claude}' --resume {}", self.src);
+        Command::new("script")
+            .args(["-q", "-f", "-e", "-c", &line, "/dev/null"])
+            .env_clear()
+            .envs(self.sandbox.hook_base_env())
+            .envs(
+                self.env
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("FAKE_CLAUDE_"))
+                    .cloned(),
+            )
+            .env("SHELL", "/bin/sh")
+            .current_dir(&self.sandbox.work)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("script(1) runs the stand-in claude in a pseudo-terminal")
     }
 
     /// Write the config: fast timings, the stand-in claude, this target.
@@ -166,6 +201,7 @@ impl Rig {
                 "activation = \"pointer\"\nresume_pointer_path = {:?}",
                 self.pointer
             ),
+            Kind::Hand => String::new(),
         };
         // A healthy stand-in needs only a short window (alive through it);
         // a test whose new session must die sets a longer one
@@ -205,6 +241,7 @@ impl Rig {
                 fs::write(&self.pointer, format!("{}\n", self.src)).unwrap();
                 return;
             }
+            Kind::Hand => {}
         }
         assert!(
             wait_for(Duration::from_secs(10), || self.resumed().as_deref()
@@ -619,6 +656,11 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
+        // A hand rig's terminal: closing it hangs up the stand-in claude.
+        if let Some(mut terminal) = self.terminal.take() {
+            let _ = terminal.kill();
+            let _ = terminal.wait();
+        }
         // A stage still paused (a failed test) must not outlive it. Only
         // that stage: a pid left in the file by a stage that has ended may
         // since belong to anything (pid_max is 32768 here; a CI run wraps

@@ -278,7 +278,7 @@ pub const KEYS: &[Key] = &[
         "request_ttl_hours",
         Type::Number(above(0.0, 87_600.0)),
         "24",
-        "a pending request older than this becomes `expired` (its session never stopped)",
+        "a pending request older than this becomes `expired` (its session never stopped); so does an offer nobody typed (outside tmux), this long after it was made",
     ),
     key(
         "pointer_health_probe",

@@ -74,4 +74,8 @@ pub enum PaneChoice {
     /// Not configured, and the session's Claude Code runs in no tmux pane
     /// that could be proven its own: why, in one line.
     NotFound(String),
+    /// Not configured, no tmux pane, but the session's Claude Code (`pid`,
+    /// `start_time`: `/proc/<pid>/stat` field 22) has a terminal: the
+    /// person switches by typing the line ktr offers (the hand target).
+    ByHand { pid: u32, start_time: u64 },
 }

@@ -139,14 +139,19 @@ impl Locked<'_> {
     }
 
     /// `active` follows `op` (its lane's entry names it while it is in
-    /// flight; it names it nowhere once it is terminal).
+    /// flight; it names it nowhere once it is terminal) — as its file says
+    /// now: between this writer's save and this update, a writer of the
+    /// operation's next lane (a ROLLBACK right after activation, under the
+    /// candidate's lock) may have moved it on, and its entry must stay.
     pub(super) fn set_entry(&mut self, op: &Operation) -> Result<()> {
-        let lane = op.lane();
+        let store = self.store;
         self.edit_index(|index| {
+            let now = store.load(&op.id).ok();
+            let op = now.as_ref().unwrap_or(op);
             if op.status.is_terminal() {
                 index.remove(&op.id);
             } else {
-                index.set(lane, &op.id, op.status);
+                index.set(op.lane(), &op.id, op.status);
             }
         })
     }

@@ -32,7 +32,7 @@ impl Store {
 
     /// [`Store::recover_stale`] for one lane's operation in flight.
     fn recover_lane(&self, entry: &InFlight) -> Result<Option<Operation>> {
-        if entry.status == Status::Pending {
+        if entry.status == Status::Pending || entry.status.offered() {
             return self.expire_stale_request(&entry.lane);
         }
         if !self.load(&entry.id).is_ok_and(|op| self.is_stale(&op)) {
@@ -96,8 +96,9 @@ impl Store {
         })
     }
 
-    /// Expire `lane`'s pending request when it is older than
-    /// `request_ttl_hours` (a store opened with [`Store::for_config`]).
+    /// Expire `lane`'s pending request, or its offer nobody took, when it
+    /// is older than `request_ttl_hours` (a store opened with
+    /// [`Store::for_config`]).
     fn expire_stale_request(&self, lane: &Lane) -> Result<Option<Operation>> {
         let Some(ttl) = self.ttl else {
             return Ok(None);
@@ -126,7 +127,8 @@ impl Store {
         let Some(worker) = &op.worker else {
             return false;
         };
-        if op.status.is_terminal() || worker.alive() {
+        // An offer waits for the person, not for its (finished) stage.
+        if op.status.is_terminal() || op.status.offered() || worker.alive() {
             return false;
         }
         let updated = op.updated_at.time();
@@ -164,6 +166,8 @@ pub fn discard_candidate(op: &Operation, project: Option<&Path>) -> Result<Optio
             c.path.display()
         )));
     }
+    // The title ktr gave it for `/resume`'s picker goes with it.
+    crate::title::remove(&c.path, &c.session_id);
     match fs::remove_file(&c.path) {
         Ok(()) => Ok(Some(c.path.clone())),
         Err(e) if e.kind() == IoKind::NotFound => Ok(None),
@@ -179,6 +183,9 @@ impl super::Locked<'_> {
         op: &mut Operation,
         ttl: std::time::Duration,
     ) -> Result<bool> {
+        if op.status.offered() {
+            return self.expire_offer_if_old(op, ttl);
+        }
         let created = op.created_at.time();
         let age = SystemTime::now()
             .duration_since(created)
@@ -195,6 +202,61 @@ impl super::Locked<'_> {
                 |s| format!("session {s}")
             )
         );
+        op.error = Some(why.clone());
+        self.transition(op, Status::Expired, &why)?;
+        Ok(true)
+    }
+
+    /// An offer nobody took within `ttl` of being made (the hand target,
+    /// SPEC §12 "By hand"): a rebuild's offer `expired`, its candidate
+    /// (never run) removed, so a late `/resume <id>` finds nothing; a
+    /// rollback's offer back to `activated` (the rebuilt session runs on),
+    /// the restore session it built removed. Returns whether it expired.
+    fn expire_offer_if_old(
+        &mut self,
+        op: &mut Operation,
+        ttl: std::time::Duration,
+    ) -> Result<bool> {
+        let offered = op
+            .history
+            .iter()
+            .rev()
+            .find(|t| t.to == op.status)
+            .map_or_else(|| op.updated_at.time(), |t| t.at.time());
+        let age = SystemTime::now()
+            .duration_since(offered)
+            .unwrap_or_default();
+        if age < ttl {
+            return Ok(false);
+        }
+        let waited = format!(
+            "nobody typed the offered line within {:.1} h (request_ttl_hours = {})",
+            age.as_secs_f64() / 3600.0,
+            ttl.as_secs_f64() / 3600.0
+        );
+        if op.status == Status::RollbackOffered {
+            let note = match op.restore.take() {
+                Some(r) => {
+                    let _ = fs::remove_file(&r.path);
+                    format!(
+                        "rollback offer expired: {waited}; restore session {} removed; the rebuilt session runs on",
+                        r.session_id
+                    )
+                }
+                None => format!("rollback offer expired: {waited}; the rebuilt session runs on"),
+            };
+            self.transition(op, Status::Activated, &note)?;
+            return Ok(true);
+        }
+        let discarded = discard_candidate(op, self.store().project.as_deref());
+        let why = match discarded {
+            Ok(Some(path)) => format!(
+                "offer expired: {waited}; candidate {} removed, the old session untouched",
+                path.display()
+            ),
+            Ok(None) => format!("offer expired: {waited}; the old session untouched"),
+            Err(e) => format!("offer expired: {waited}; {e}"),
+        };
         op.error = Some(why.clone());
         self.transition(op, Status::Expired, &why)?;
         Ok(true)

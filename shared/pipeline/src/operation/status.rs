@@ -18,6 +18,12 @@ pub enum Status {
     Verifying,
     /// `ktr-activate` is switching the target.
     Activating,
+    /// The hand target (no tmux pane): verified, and the person was
+    /// offered the line `/resume <candidate>` to type; the old session runs
+    /// on untouched. Ends at `ktr-ack`'s receipt (`activated`), a turn of
+    /// the source (withdrawn: `pending`, the candidate removed), or after
+    /// `request_ttl_hours` (`expired`, the candidate removed).
+    Offered,
     /// The target runs the candidate session. Terminal, but can be rolled back.
     Activated,
     /// Rollback requested; waits for the next Stop hook.
@@ -26,6 +32,12 @@ pub enum Status {
     RollbackScheduled,
     /// `ktr-rollback` is switching back.
     RollingBack,
+    /// The hand target: the person was offered the line `/resume <old>`
+    /// (or the restore session's id). Ends at `ktr-ack`'s receipt
+    /// (`rolled_back`), a turn of the rebuilt session (withdrawn:
+    /// `rollback_pending`), or after `request_ttl_hours` (`activated`: the
+    /// rebuilt session runs on).
+    RollbackOffered,
     /// Cancelled before it was scheduled.
     Cancelled,
     /// Abandoned; the old session is untouched unless `needs_attention`.
@@ -39,16 +51,18 @@ pub enum Status {
 
 impl Status {
     /// Every status, in life-cycle order.
-    pub const ALL: [Status; 13] = [
+    pub const ALL: [Status; 15] = [
         Status::Pending,
         Status::Scheduled,
         Status::Running,
         Status::Verifying,
         Status::Activating,
+        Status::Offered,
         Status::Activated,
         Status::RollbackPending,
         Status::RollbackScheduled,
         Status::RollingBack,
+        Status::RollbackOffered,
         Status::Cancelled,
         Status::Failed,
         Status::RolledBack,
@@ -72,8 +86,18 @@ impl Status {
     pub(crate) fn before_switch(self) -> bool {
         matches!(
             self,
-            Status::Pending | Status::Scheduled | Status::Running | Status::Verifying
+            Status::Pending
+                | Status::Scheduled
+                | Status::Running
+                | Status::Verifying
+                | Status::Offered
         )
+    }
+
+    /// Statuses in which ktr waits for the person to type the offered
+    /// line (the hand target): no worker runs, so none can have died.
+    pub fn offered(self) -> bool {
+        matches!(self, Status::Offered | Status::RollbackOffered)
     }
 
     /// Statuses of an operation whose candidate the target was switched
@@ -85,6 +109,7 @@ impl Status {
                 | Status::RollbackPending
                 | Status::RollbackScheduled
                 | Status::RollingBack
+                | Status::RollbackOffered
                 | Status::RolledBack
         )
     }
@@ -97,10 +122,12 @@ impl Status {
             Status::Running => "running",
             Status::Verifying => "verifying",
             Status::Activating => "activating",
+            Status::Offered => "offered",
             Status::Activated => "activated",
             Status::RollbackPending => "rollback_pending",
             Status::RollbackScheduled => "rollback_scheduled",
             Status::RollingBack => "rolling_back",
+            Status::RollbackOffered => "rollback_offered",
             Status::Cancelled => "cancelled",
             Status::Failed => "failed",
             Status::RolledBack => "rolled_back",
@@ -121,15 +148,19 @@ impl Status {
     /// verifying → pending            (source changed: retry from the fresh transcript)
     /// activating → pending           (a turn or a draft: not switched, the next Stop prepares again)
     /// activating → rolled_back       (unhealthy, old session resumed)
+    /// verifying → offered            (the hand target: the person types /resume <candidate>)
+    /// offered → activated | pending | expired   (receipt; the source spoke: withdrawn; unanswered)
     /// activated → rollback_pending → rollback_scheduled → rolling_back → rolled_back
+    /// rolling_back → rollback_offered → rolled_back | rollback_pending | activated
     /// rollback_scheduled → rollback_pending   (scheduling undone)
     /// rollback_scheduled → rolled_back        (ktr-rollback without a rolling_back step)
     /// pending → cancelled | expired;   any non-terminal → failed
     /// ```
     pub(crate) fn can_become(self, to: Status) -> bool {
         use Status::{
-            Activated, Activating, Cancelled, Expired, Failed, Pending, RollbackPending,
-            RollbackScheduled, RolledBack, RollingBack, Running, Scheduled, Verifying,
+            Activated, Activating, Cancelled, Expired, Failed, Offered, Pending, RollbackOffered,
+            RollbackPending, RollbackScheduled, RolledBack, RollingBack, Running, Scheduled,
+            Verifying,
         };
         if to == Failed {
             return !self.is_terminal();
@@ -139,7 +170,8 @@ impl Status {
             (Pending, Scheduled | Cancelled | Expired)
                 | (Scheduled, Running | Pending)
                 | (Running, Verifying)
-                | (Verifying, Activating | Pending)
+                | (Verifying, Activating | Offered | Pending)
+                | (Offered, Activated | Pending | Expired)
                 | (Activating, Activated | RolledBack | Pending)
                 | (Activated, RollbackPending)
                 | (RollbackPending, RollbackScheduled)
@@ -147,7 +179,8 @@ impl Status {
                     RollbackScheduled,
                     RollingBack | RollbackPending | RolledBack
                 )
-                | (RollingBack, RolledBack | RollbackPending)
+                | (RollingBack, RolledBack | RollbackPending | RollbackOffered)
+                | (RollbackOffered, RolledBack | RollbackPending | Activated)
         )
     }
 }

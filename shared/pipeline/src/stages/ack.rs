@@ -1,7 +1,9 @@
 //! The `SessionStart` hook, `ktr-ack` (matcher `resume`, SPEC §12).
 //!
 //! When Claude Code resumes the candidate session of an activating or
-//! activated operation, this records Claude Code's own receipt (with the
+//! activated operation — or the session an offer of the hand target names
+//! ([`super::hand::take`]: `offered` → `activated`, `rollback_offered` →
+//! `rolled_back`) — this records Claude Code's own receipt (with the
 //! measured `context_tokens` of the new window) in the operation and in
 //! `artifacts/<id>/ack.json`. Every resume — also `/resume <id>` typed into
 //! a running Claude Code, which keeps its process — is recorded as that
@@ -86,25 +88,39 @@ fn record(
         if !awaits_ack(&op, session_id) {
             return Ok(None);
         }
+        let offered = op.status.offered();
+        let runner = crate::process::runner_of(std::process::id());
+        if offered && !super::hand::accepts(&op, session_id, runner) {
+            return Ok(None);
+        }
         let artifacts = store.artifacts_dir(&op.id)?;
-        if op.ack.is_some() {
+        let first = op.ack.is_none();
+        if first {
+            let mut bytes =
+                serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
+            bytes.push(b'\n');
+            write_atomic(
+                &artifacts.join("ack.json"),
+                &bytes,
+                0o600,
+                Existing::Replace,
+            )?;
+            op.ack = Some(ack.clone());
+        } else {
             // The first receipt is the activation's measurement; a later
             // resume of the same session is its own event, kept beside it.
             append_line(&artifacts.join("resumes.jsonl"), &ack)?;
-            return Ok(Some((op, false)));
         }
-        let mut bytes = serde_json::to_vec_pretty(&ack).map_err(|e| Error::io(e.to_string()))?;
-        bytes.push(b'\n');
-        write_atomic(
-            &artifacts.join("ack.json"),
-            &bytes,
-            0o600,
-            Existing::Replace,
-        )?;
-        op.ack = Some(ack.clone());
-        tx.save(&mut op)?;
-        remember_receipt(store, &op, &ack);
-        Ok(Some((op, true)))
+        if offered {
+            // Saved with the receipt.
+            super::hand::take(tx, &mut op, session_id, runner)?;
+        } else if first {
+            tx.save(&mut op)?;
+        }
+        if first {
+            remember_receipt(store, &op, &ack);
+        }
+        Ok(Some((op, first)))
     })
 }
 
@@ -175,6 +191,9 @@ fn find_operation(store: &Store, session_id: &SessionId) -> Option<Operation> {
 }
 
 fn awaits_ack(op: &Operation, session_id: &SessionId) -> bool {
+    if op.status.offered() {
+        return super::hand::offered_session(op).as_ref() == Some(session_id);
+    }
     matches!(op.status, Status::Activating | Status::Activated)
         && op
             .candidate

@@ -67,6 +67,10 @@ pub fn activate(
         pause_point(Stage::Activate, "start");
         let target = Target::from_config(config);
         let op = store.with_op(id, |tx| compare_and_swap(tx, config, &target, id))?;
+        if op.status == Status::Offered {
+            steps.say(super::hand::said(&op));
+            return Ok(Outcome::done(op));
+        }
         if op.status != Status::Activating {
             steps.say(format!(
                 "not switching: operation is {} ({})",
@@ -375,6 +379,10 @@ fn compare_and_swap(
     }
     op.target_ran = Some(ran);
     let note = format!("compare-and-swap checks passed{}", residue.note());
+    if let Target::Hand(_) = target {
+        super::hand::offer(tx, &mut op, &note)?;
+        return Ok(op);
+    }
     tx.transition(&mut op, Status::Activating, &note)?;
     Ok(op)
 }
@@ -446,7 +454,11 @@ fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Res
 
 /// Forget everything the discarded attempt produced.
 /// The backup and the manifest artifact go together.
-fn reset_attempt(tx: &Locked, op: &mut Operation, config: &Config) -> Result<Option<PathBuf>> {
+pub(super) fn reset_attempt(
+    tx: &Locked,
+    op: &mut Operation,
+    config: &Config,
+) -> Result<Option<PathBuf>> {
     let discarded = discard_candidate(op, Some(&config.project_dir))?;
     if let Some(backup) = op.backup.take() {
         let _ = std::fs::remove_file(backup);

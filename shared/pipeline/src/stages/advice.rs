@@ -192,6 +192,9 @@ pub(crate) fn advice_line(w: &window::Window, next: Next) -> String {
         Next::Offer => format!(
             "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {after} — say REBUILD to ask for it"
         ),
+        Next::OfferByHand => format!(
+            "ktr: {distance}{assumed}; a lossless rebuild would bring it to ≈ {after} — say REBUILD to ask for it (outside tmux you then type the line ktr offers, /resume <id>)"
+        ),
         Next::Rebuild => format!("ktr: {distance}{assumed}; ktr will rebuild instead (≈ {after})"),
         Next::NotSwitched => format!(
             "ktr: {distance}{assumed}; this session is not the one ktr switches (see ktr status)"

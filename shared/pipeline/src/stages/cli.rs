@@ -82,7 +82,7 @@ fn help(stage: Stage) -> String {
         Stage::Rollback => "switch the target back to the session a rebuild replaced",
     };
     format!(
-        "{stage}: {what} (run by ktr's hooks and stages; docs/SPEC.md §12).\n\nusage: {}",
+        "{stage}: {what} (run by ktr's hooks and stages; docs/SPEC.md §10).\n\nusage: {}",
         usage(stage)
     )
 }

@@ -23,6 +23,7 @@ mod activate;
 pub mod advice;
 mod appended;
 pub mod cli;
+pub mod hand;
 mod in_place;
 mod next;
 pub mod offer;

@@ -12,6 +12,9 @@ use ktr_engine::window;
 pub enum Next {
     /// A rebuild can switch this session once the person asks: offer it.
     Offer,
+    /// The same, with the hand target: the person types the line ktr
+    /// offers once the rebuild is verified.
+    OfferByHand,
     /// The standing approval (`on_auto_compaction = "rebuild"`): the guard
     /// will rebuild instead of Claude Code's compaction.
     Rebuild,
@@ -42,8 +45,20 @@ impl Next {
             && w.fits()
         {
             Next::Rebuild
+        } else if by_hand(config) {
+            Next::OfferByHand
         } else {
             Next::Offer
         }
     }
+}
+
+/// Whether the session whose Claude Code ran this hook has the hand target.
+fn by_hand(config: &Config) -> bool {
+    let mut settled = config.clone();
+    crate::targets::discover::settle(&mut settled, crate::process::runner_of(std::process::id()));
+    matches!(
+        crate::targets::Target::from_config(&settled),
+        crate::targets::Target::Hand(_)
+    )
 }

@@ -190,7 +190,14 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     if !matches!(scheduled, Ok(Scheduled::Started { .. })) {
         prompt_back::forget(store.dir(), &session);
     }
+    let by_hand = matches!(
+        crate::targets::Target::from_config(&config),
+        crate::targets::Target::Hand(_)
+    );
     Ok(match scheduled? {
+        Scheduled::Started { id, .. } if by_hand => Verdict::Block(format!(
+            "ktr is rebuilding this session losslessly instead of compacting it (operation {id}); in a few seconds `ktr status` and the statusline show the line to type, `/resume <id>`: type it with the input line empty to switch, then send your prompt again"
+        )),
         Scheduled::Started { id, .. } => Verdict::Block(match kept {
             Some(k)
                 if config.activation == ktr_base::config::Activation::Pointer
@@ -208,7 +215,7 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
         Scheduled::Expired(line) => Verdict::Allow(format!(
             "{line}; Claude Code compacted this window (lossy) instead"
         )),
-        Scheduled::Nothing => Verdict::Allow(
+        Scheduled::Nothing | Scheduled::Offering(_) => Verdict::Allow(
             "ktr: no rebuild could be started for this session; Claude Code compacted this window (lossy) instead".into(),
         ),
     })

@@ -8,7 +8,9 @@
 //! prepared or verified is marked (`turn_started_at`, under the lock) and
 //! let through: activation then goes back to `pending`. A prompt of the
 //! session being switched away from (`activating`, `rolling_back`) is
-//! refused with a one-line reason and recorded (`blocked_prompts`). While
+//! refused with a one-line reason and recorded (`blocked_prompts`). A
+//! prompt of a session offered a line to type (`offered`,
+//! `rollback_offered`: the hand target) withdraws the offer at once. While
 //! the compaction guard could block (`on_auto_compaction = "rebuild"`, or a
 //! rebuild pending) it keeps the prompt's text for [`crate::prompt_back`],
 //! and it takes down the notice a put-back prompt left. Always exits 0; an
@@ -142,6 +144,17 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         };
         if gated_session(&op) != Some(hook.session_id.as_str()) {
             return Ok(Reply::Quiet);
+        }
+        if op.status.offered() {
+            // The person spoke instead of typing the offered line: it is
+            // stale now (the rebuild lacks this turn).
+            let config = match hook.transcript_path.as_deref() {
+                Some(t) => Config::for_transcript(config_arg, t)?,
+                None => Config::load(config_arg)?,
+            };
+            let why = "a prompt was submitted after the offer";
+            let said = super::hand::withdraw(tx, &config, &mut op, why)?;
+            return Ok(Reply::Message(format!("ktr: {said}")));
         }
         if switching(op.status) {
             let text = hook.prompt.as_deref().unwrap_or_default();

@@ -78,6 +78,16 @@ fn switch_back(
         .restore
         .as_ref()
         .map_or_else(|| old.clone(), |r| r.session_id.clone());
+    if let Target::Hand(_) = target {
+        let op = store.with_op(id, |tx| {
+            let mut op = tx.load(id)?;
+            super::ensure_ours(&op, Status::RollingBack)?;
+            super::hand::offer_rollback(tx, &mut op, &to)?;
+            Ok(op)
+        })?;
+        steps.say(super::hand::said(&op));
+        return Ok(Outcome::done(op));
+    }
     steps.say(format!("switching {target} back to {to}"));
     let switched = in_place::switch(Stage::Rollback, config, store, id, target, op.claude, &to);
     let back = match switched {

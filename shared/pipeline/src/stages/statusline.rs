@@ -169,6 +169,10 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
             match status {
                 Status::Pending => text.push_str(" · rebuild pending"),
                 Status::RollbackPending => text.push_str(" · rollback pending"),
+                Status::Offered | Status::RollbackOffered => {
+                    text.push_str(&offered(&store, &id, status));
+                    return (text, Level::Advise);
+                }
                 _ => match store.progress(&id) {
                     Some(p) => text.push_str(&format!(" · rebuilding {}%", p.percent())),
                     None => text.push_str(" · rebuilding"),
@@ -217,6 +221,22 @@ fn segment(config_arg: Option<&Path>, inp: &StatuslineInput) -> (String, Level) 
         Err(_) => {}
     }
     (text, level)
+}
+
+/// ` · to switch type /resume <id> (old session kept)` while an offer of
+/// the hand target stands.
+fn offered(store: &Store, id: &ktr_base::ids::OperationId, status: Status) -> String {
+    let session = store
+        .load(id)
+        .ok()
+        .and_then(|op| super::hand::offered_session(&op));
+    match (session, status) {
+        (Some(s), Status::RollbackOffered) => {
+            format!(" · to roll back type /resume {s} (rebuilt session kept)")
+        }
+        (Some(s), _) => format!(" · to switch type /resume {s} (old session kept)"),
+        (None, _) => format!(" · {status}"),
+    }
 }
 
 /// ` · 11 turns only in summary` when the window begins after a compaction

@@ -128,7 +128,12 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
             session: &session,
             transcript: &hook.transcript_path,
             at: stopped_at,
-            statuses: &[Status::Pending, Status::RollbackPending],
+            statuses: &[
+                Status::Pending,
+                Status::RollbackPending,
+                Status::Offered,
+                Status::RollbackOffered,
+            ],
             why: "",
             reply: hook.last_assistant_message.as_deref(),
         },
@@ -136,8 +141,17 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
     let reply = scheduled.map(|s| match s {
         Scheduled::Nothing => Reply::Quiet,
         Scheduled::Expired(line) => Reply::Message(line),
-        Scheduled::Started { id, what } => Reply::Message(format!(
-            "ktr: {what} scheduled (operation {id}); it runs after this reply"
+        Scheduled::Offering(line) => Reply::Message(format!("ktr: {line}")),
+        Scheduled::Started {
+            id,
+            what,
+            withdrawn: Some(said),
+        } => Reply::Message(format!(
+            "ktr: {said}\nktr: {what} scheduled again (operation {id}); it runs after this reply"
+        )),
+        Scheduled::Started { id, what, .. } => Reply::Message(format!(
+            "ktr: {what} scheduled (operation {id}); it runs after this reply{}",
+            by_hand_note(&config)
         )),
     });
     // A lock or write failure leaves the operation as it was.
@@ -189,8 +203,26 @@ pub(crate) enum Scheduled {
     Nothing,
     /// The session's operation expired instead; the line says so.
     Expired(String),
-    /// `what` ("rebuild" or "rollback") was started for operation `id`.
-    Started { id: String, what: &'static str },
+    /// The offer of the hand target stands (no turn since it was made):
+    /// the line says what to type.
+    Offering(String),
+    /// `what` ("rebuild" or "rollback") was started for operation `id`,
+    /// after the offer it `withdrawn` (the line saying so), if any.
+    Started {
+        id: String,
+        what: &'static str,
+        withdrawn: Option<String>,
+    },
+}
+
+/// What the person will do when the session has the hand target.
+fn by_hand_note(config: &Config) -> &'static str {
+    match crate::targets::Target::from_config(config) {
+        crate::targets::Target::Hand(_) => {
+            "; when it is verified, ktr shows the line to type (`/resume <id>`) here, in the statusline and in `ktr status`"
+        }
+        _ => "",
+    }
 }
 
 /// Under the lock: expire an operation pending too long, else start the
@@ -213,6 +245,13 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
         }
         if !by.statuses.contains(&op.status) {
             return Ok(Scheduled::Nothing);
+        }
+        let mut withdrawn = None;
+        if op.status.offered() {
+            match stale_offer(&op)? {
+                None => return Ok(Scheduled::Offering(super::hand::said(&op))),
+                Some(why) => withdrawn = Some(super::hand::withdraw(tx, config, &mut op, &why)?),
+            }
         }
         let Some(step) = next_step(&op, by.session, by.transcript, config)? else {
             return Ok(Scheduled::Nothing);
@@ -242,8 +281,23 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
         Ok(Scheduled::Started {
             id: op.id.to_string(),
             what: step.what,
+            withdrawn,
         })
     })
+}
+
+/// Why the offer `op` stands for is stale: a turn of the session it was
+/// made in began after the Stop that scheduled it (the source for a
+/// rebuild, the rebuilt session for a rollback). None while it holds.
+fn stale_offer(op: &Operation) -> Result<Option<String>> {
+    let transcript = match op.status {
+        Status::RollbackOffered => op.candidate.as_ref().map(|c| c.path.clone()),
+        _ => op.transcript_path.clone(),
+    };
+    match transcript {
+        Some(t) => crate::gate::turn_since_stop(op, &t),
+        None => Ok(None),
+    }
 }
 
 /// The stage a Stop hook starts for an operation, and the status it sets.
@@ -300,9 +354,10 @@ fn next_step(
     }
 }
 
-/// A stage works on an operation in `status` (no hook waits to start one).
+/// A stage works on an operation in `status` (no hook waits to start
+/// one, no offer waits for the person).
 fn at_work(status: Status) -> bool {
-    !matches!(status, Status::Pending | Status::RollbackPending)
+    !matches!(status, Status::Pending | Status::RollbackPending) && !status.offered()
 }
 
 /// An operation is being worked on: if its worker died, fail it now and

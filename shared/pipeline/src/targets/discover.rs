@@ -10,6 +10,10 @@
 //! What is found fills a config whose `tmux_target` was not set
 //! ([`settle`]); a configured `tmux_target` always wins. Also filled: an
 //! unset `claude_workdir`, from the process's working directory.
+//!
+//! No pane, but a live interactive Claude Code (a controlling terminal,
+//! no `-p`/`--print`): the hand target ([`Found::Terminal`],
+//! [`super::Hand`]) — the person types the line ktr offers.
 
 use std::path::{Path, PathBuf};
 
@@ -26,10 +30,33 @@ pub enum Found {
     /// In this tmux pane (`target` is the pane id `%N`, `socket` its
     /// server's socket path).
     Pane(Tmux),
-    /// In no tmux pane ktr could prove its own (why, in one line): not
-    /// switched. (A later target — the person types `/resume <id>` by
-    /// hand — belongs here.)
+    /// In no tmux pane ktr could prove its own, but interactive in a
+    /// terminal: the person types `/resume <id>` (why no pane, in one line).
+    Terminal(ProcessId, String),
+    /// In no tmux pane ktr could prove its own and no terminal (why, in one
+    /// line): not switched.
     Nowhere(String),
+}
+
+/// Whether process `pid` is an interactive Claude Code a person types
+/// into: it has a controlling terminal and its command line has no
+/// `-p`/`--print` (a `claude -p` run reads no line from anybody).
+fn reads_a_terminal(pid: u32) -> bool {
+    let terminal = process::stat(pid).is_some_and(|s| s.tty_nr != 0);
+    let printing = process::cmdline(pid)
+        .is_some_and(|argv| argv.iter().skip(1).any(|a| a == "-p" || a == "--print"));
+    terminal && !printing
+}
+
+/// [`pane_of`], and when no pane is found for a live interactive Claude
+/// Code, [`Found::Terminal`].
+pub fn where_of(claude: ProcessId, bindings: Option<PathBuf>) -> Found {
+    match pane_of(claude, bindings) {
+        Found::Nowhere(why) if claude.alive() && reads_a_terminal(claude.pid) => {
+            Found::Terminal(claude, why)
+        }
+        found => found,
+    }
 }
 
 /// The hint of process `pid`'s environment: the tmux socket path and the
@@ -132,7 +159,7 @@ pub fn settle(config: &mut Config, claude: Option<ProcessId>) {
         return;
     }
     let found = match claude {
-        Some(claude) => pane_of(claude, Some(crate::binding::dir(&config.state_dir))),
+        Some(claude) => where_of(claude, Some(crate::binding::dir(&config.state_dir))),
         None => Found::Nowhere(
             "the Claude Code process of the session is not known (no hook of it recorded one)"
                 .into(),
@@ -143,6 +170,12 @@ pub fn settle(config: &mut Config, claude: Option<ProcessId>) {
             config.tmux_target = tmux.target;
             config.tmux_socket = tmux.socket;
             config.pane = PaneChoice::Found;
+        }
+        Found::Terminal(claude, _) => {
+            config.pane = PaneChoice::ByHand {
+                pid: claude.pid,
+                start_time: claude.start_time,
+            };
         }
         Found::Nowhere(why) => config.pane = PaneChoice::NotFound(why),
     }

@@ -16,6 +16,7 @@
 //! share: what runs there ([`running`]) and the health watch ([`health`]).
 
 pub mod discover;
+mod hand;
 mod health;
 mod keep;
 mod notice;
@@ -33,6 +34,7 @@ use ktr_base::config::{Activation, Config, PaneChoice};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
+pub use hand::{Hand, Offer};
 pub use health::Receipt;
 pub use keep::{Client, Clients, Keeper};
 pub use pointer::Pointer;
@@ -87,6 +89,9 @@ pub enum Target {
     Tmux(Tmux),
     Systemd(Systemd),
     Pointer(Pointer),
+    /// No `tmux_target` configured, no tmux pane, but an interactive
+    /// Claude Code in a terminal: the person types the offered line.
+    Hand(Hand),
     /// No `tmux_target` configured and the session's Claude Code runs in no
     /// tmux pane ktr could prove its own ([`discover`]): nothing is
     /// switched, and every call says why ([`NoTarget`]).
@@ -143,6 +148,13 @@ impl Target {
                 ),
                 PaneChoice::Found => tmux(config.tmux_socket.clone()),
                 PaneChoice::NotFound(why) => Target::Unfound(NoTarget { why: why.clone() }),
+                PaneChoice::ByHand { pid, start_time } => Target::Hand(Hand {
+                    claude: ProcessId {
+                        pid: *pid,
+                        start_time: *start_time,
+                    },
+                    bindings: Some(crate::binding::dir(&config.state_dir)),
+                }),
                 PaneChoice::Find => Target::Unfound(NoTarget {
                     why: "the session's Claude Code process was not looked at".into(),
                 }),
@@ -167,6 +179,7 @@ impl Target {
             Target::Tmux(t) => t.pane_pid().map(|p| p.to_string()),
             Target::Systemd(s) => s.main_pid().map(|p| p.to_string()),
             Target::Pointer(p) => p.read(),
+            Target::Hand(h) => h.pid().map(|p| p.to_string()),
             Target::Unfound(n) => Err(n.refusal()),
         }
     }
@@ -179,6 +192,7 @@ impl Target {
             Target::Tmux(t) => t.respawn(session_id, config),
             Target::Systemd(s) => s.restart_on(session_id),
             Target::Pointer(p) => write_pointer(&p.path, session_id),
+            Target::Hand(h) => Err(h.no_keyboard("switch it")),
             Target::Unfound(n) => Err(n.refusal()),
         }
     }
@@ -195,10 +209,11 @@ impl Target {
                 process: None,
             }),
             Target::Unfound(n) => Err(n.refusal()),
-            Target::Tmux(_) | Target::Systemd(_) => {
+            Target::Tmux(_) | Target::Systemd(_) | Target::Hand(_) => {
                 let root = identity.parse::<u32>().ok().filter(|p| *p > 0);
                 let bindings = match self {
                     Target::Tmux(t) => t.bindings.as_deref(),
+                    Target::Hand(h) => h.bindings.as_deref(),
                     _ => None,
                 };
                 let process = root.and_then(|root| session_process(root, bindings));
@@ -272,7 +287,7 @@ impl Target {
                     .unwrap_or_else(|| config.claude_workdir.clone());
                 t.respawn_argv(argv, &workdir, config)
             }
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => {
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => {
                 self.switch(&ran.session, config)
             }
         }
@@ -295,7 +310,7 @@ impl Target {
     pub fn shown_notice(&self) -> Option<String> {
         match self {
             Target::Tmux(t) => t.notice(),
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => None,
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => None,
         }
     }
 
@@ -312,9 +327,9 @@ impl Target {
     pub(crate) fn paste_file(&self, file: &std::path::Path) -> Result<()> {
         match self {
             Target::Tmux(t) => t.paste_file(file),
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Err(Error::refused(
-                format!("{self} has no keyboard to paste into"),
-            )),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => Err(
+                Error::refused(format!("{self} has no keyboard to paste into")),
+            ),
         }
     }
 
@@ -343,9 +358,9 @@ impl Target {
         SessionId::parse(session_id)?;
         match self {
             Target::Tmux(t) => t.type_resume(session_id),
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Err(Error::refused(
-                format!("{self} has no keyboard to type /resume into"),
-            )),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => Err(
+                Error::refused(format!("{self} has no keyboard to type /resume into")),
+            ),
         }
     }
 
@@ -362,7 +377,9 @@ impl Target {
     ) -> Keeper {
         match self {
             Target::Tmux(t) => t.keep_keys(program, dir, max),
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Keeper::none(),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => {
+                Keeper::none()
+            }
         }
     }
 
@@ -371,7 +388,9 @@ impl Target {
     pub fn backspace(&self, count: usize) -> Result<()> {
         match self {
             Target::Tmux(t) => t.backspace(count),
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Ok(()),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => {
+                Ok(())
+            }
         }
     }
 
@@ -384,7 +403,9 @@ impl Target {
                 let screen = process::run_checked(&argv, CONTROL_TIMEOUT)?;
                 Ok(Some(Input::of_screen(&screen)))
             }
-            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) => Ok(None),
+            Target::Systemd(_) | Target::Pointer(_) | Target::Unfound(_) | Target::Hand(_) => {
+                Ok(None)
+            }
         }
     }
 
@@ -413,6 +434,7 @@ impl Target {
                 })
             }
             Target::Unfound(n) => Err(n.refusal()),
+            Target::Hand(h) => Err(h.no_keyboard("watch a switch")),
             Target::Pointer(p) => {
                 let now = p.read()?;
                 if *session_id == now {
@@ -438,6 +460,7 @@ impl fmt::Display for Target {
             },
             Target::Systemd(s) => write!(f, "systemd unit {}", s.unit),
             Target::Pointer(p) => write!(f, "pointer file {}", p.path.display()),
+            Target::Hand(h) => write!(f, "{} (Claude Code pid {})", Offer::WHERE, h.claude.pid),
             Target::Unfound(_) => f.write_str("no target"),
         }
     }

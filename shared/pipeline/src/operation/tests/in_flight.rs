@@ -177,3 +177,59 @@ fn two_in_flight_in_one_session_are_repaired_without_touching_another_session() 
     assert_eq!(store.load(&op_b.id).unwrap(), op_b, "B untouched");
     assert_eq!(store.active_for(&b), Some((op_b.id, Status::Pending)));
 }
+
+/// A stage's last transition saves the operation, then updates `active`
+/// under another lock than the next lane's: a ROLLBACK that moves the
+/// operation on in between must keep its entry (the Stop hook reads only
+/// `active`, and would never start the rollback).
+#[test]
+fn a_writer_late_to_active_never_drops_the_entry_of_the_operation_moved_on() {
+    let (_t, store) = store();
+    let (source, rebuilt) = (
+        SessionId::parse("old").unwrap(),
+        SessionId::parse("new").unwrap(),
+    );
+    let op = store.request("a", "REBUILD", Some(&source)).unwrap();
+    use Status::{Activated, Activating, Running, Scheduled, Verifying};
+    let candidate = CandidateFile {
+        session_id: rebuilt.clone(),
+        path: store.dir().join("new.jsonl"),
+        sha256: ktr_base::digest::Sha256::of_bytes(b""),
+    };
+    store
+        .with_lock(|tx| {
+            let mut op = tx.load(&op.id)?;
+            op.candidate = Some(candidate);
+            tx.save(&mut op)
+        })
+        .unwrap();
+    walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
+    // Activation saved `activated`; its update of `active` is still to come.
+    let stale = store
+        .with_lock(|tx| {
+            let mut op = tx.load(&op.id)?;
+            op.status = Activated;
+            tx.save(&mut op)?;
+            Ok(op)
+        })
+        .unwrap();
+    store.rollback_request(&op.id, "ROLLBACK").unwrap();
+    store.with_lock(|tx| tx.set_entry(&stale)).unwrap();
+    assert_eq!(
+        store.active_for(&rebuilt),
+        Some((op.id.clone(), Status::RollbackPending))
+    );
+    // With nothing after it, a terminal operation is in flight nowhere.
+    let rolled = walk(
+        &store,
+        &op.id,
+        &[
+            Status::RollbackScheduled,
+            Status::RollingBack,
+            Status::RolledBack,
+        ],
+    );
+    store.with_lock(|tx| tx.set_entry(&rolled)).unwrap();
+    assert_eq!(store.active_for(&rebuilt), None);
+    assert_eq!(store.active_for(&source), None);
+}

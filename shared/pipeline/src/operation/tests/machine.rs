@@ -14,6 +14,10 @@ fn the_state_machine_has_exactly_the_documented_edges() {
         (Running, Verifying),
         (Verifying, Activating),
         (Verifying, Pending),
+        (Verifying, Offered),
+        (Offered, Activated),
+        (Offered, Pending),
+        (Offered, Expired),
         (Activating, Activated),
         (Activating, Pending),
         (Activating, RolledBack),
@@ -24,6 +28,10 @@ fn the_state_machine_has_exactly_the_documented_edges() {
         (RollbackScheduled, RolledBack),
         (RollingBack, RolledBack),
         (RollingBack, RollbackPending),
+        (RollingBack, RollbackOffered),
+        (RollbackOffered, RolledBack),
+        (RollbackOffered, RollbackPending),
+        (RollbackOffered, Activated),
     ];
     for from in Status::ALL {
         for to in Status::ALL {
