@@ -9,10 +9,14 @@
 //! `CLAUDE_CODE_AUTO_COMPACT_WINDOW` making it fill every few dozen turns.
 //! Now and then (`KTR_SOAK_ROLLBACK_PERCENT` of the turns, default 5) the
 //! latest rebuild is rolled back; `KTR_SOAK_KILL_PERCENT` (default 10, the
-//! long run 1) of the stage runs are SIGKILLed at a random moment
+//! long run 1) of the stage runs are killed (`SIGKILL`) at a random moment
 //! ([`watch`]); a quarter of the prompts are typed the moment the previous
 //! answer came, while the Stop hooks and a switch may run, the others after
 //! the person read it (0.5–5 s).
+//!
+//! A second session runs outside tmux, in a pseudo-terminal ([`hand`]): a
+//! third of the turns are said there, and the lines ktr offers there the
+//! person types.
 //!
 //! It fails unless ([`verdict`]): Claude Code never compacted; every prompt
 //! and every reply text is in the conversation the person ends in exactly
@@ -25,6 +29,7 @@
 //! `KTR_SOAK_TURNS` (default 100: ~10 minutes), `KTR_SOAK_SEED` (printed);
 //! `python3 bench/soak.py` runs it with the long run's settings.
 
+mod hand;
 mod model;
 mod person;
 mod verdict;
@@ -41,6 +46,7 @@ use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::claude_bin;
 use crate::support::fake_api::FakeApi;
 use crate::support::rng::{Rng, env_or};
+use hand::{Hand, Offers};
 use ktr_pipeline::operation::Store;
 use ktr_pipeline::pane::Input;
 use model::{Kind, PIXEL_PNG, Turn};
@@ -181,24 +187,43 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
     let watch = Watch::start(&h.env.sandbox.home, kill_percent, seed.rotate_left(17));
     let started = Instant::now();
     let mut effort = Effort::default();
+    let mut offers = Offers::default();
+    let mut hand = Hand::start(&h.env);
     let mut said: Vec<Turn> = Vec::new();
     let mut agent_tool = "Task".to_string();
-    // The last turn gives a rollback asked for before it its Stop.
-    for n in 0..=turns {
+    // The last two turns (one in each session) give a rollback asked for
+    // before them its Stop.
+    for n in 0..=turns + 1 {
         let mut turn = Turn::draw(n, &mut rng);
         if n == 0 {
             // The first turn shows the CLI's tool names.
             turn.kind = Kind::Text;
         }
+        turn.outside = n > 0 && (n == turns + 1 || n < turns && rng.percent(30.0));
         let work = h.env.sandbox.work.display().to_string();
         h.api.add_rules(turn.rules(&agent_tool, &work, &mut rng));
+        if turn.outside {
+            let answered = hand
+                .take_offer(&h.store, &mut rng, &mut offers, false)
+                .and_then(|()| hand.say(&h.api, &turn.prompt, &turn.reply, &mut rng));
+            if let Err(e) = answered {
+                panic!("turn {n} (outside tmux): {e}\n{}", h.diagnosis());
+            }
+            if n + 3 < turns && rng.percent(rollback_percent) {
+                ask_rollback(&h, &hand.serving(&h.store));
+            }
+            said.push(turn);
+            continue;
+        }
         // Three prompts in four wait for the idle prompt and the person
         // reading the answer (0.5–5 s); the rest are typed the moment the
         // answer came, while the Stop hooks and a switch may run.
         if rng.percent(75.0) {
-            if !crate::support::wait_for(TURN, || h.idle()) {
-                panic!("the CLI never went idle\n{}", h.diagnosis());
-            }
+            assert!(
+                crate::support::wait_for(TURN, || h.idle()),
+                "the CLI never went idle\n{}",
+                h.diagnosis()
+            );
             thread::sleep(Duration::from_millis(
                 rng.between(500, 5_000).unsigned_abs(),
             ));
@@ -219,7 +244,7 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
         }
         said.push(turn);
         if n + 3 < turns && rng.percent(rollback_percent) {
-            ask_rollback(&h);
+            ask_rollback(&h, &h.serving());
         }
         if n % 10 == 9 {
             eprintln!(
@@ -229,13 +254,17 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
             );
         }
     }
+    // An offer still standing outside tmux: the person types it.
     let ended = crate::support::wait_for(SETTLE, || {
+        if let Err(e) = hand.take_offer(&h.store, &mut rng, &mut offers, true) {
+            panic!("the last offer: {e}\n{}", h.diagnosis());
+        }
         h.store
             .list()
             .is_ok_and(|ops| ops.iter().all(|o| o.status.is_terminal()))
     });
     let seen = watch.finish();
-    let verdict = verdict::judge(&h, &said, &effort, &seen, anchor, &mut rng);
+    let verdict = verdict::judge(&h, &hand, &said, &effort, &offers, &seen, anchor, &mut rng);
     let home: PathBuf = h.env.sandbox.home.clone();
     let mut report = verdict.report;
     report.push(format!(
@@ -243,7 +272,8 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
         started.elapsed().as_secs_f64()
     ));
     let mut failures = verdict.failures;
-    // The CLI and its server end; ktr's processes must end with them.
+    // The CLIs and their servers end; ktr's processes must end with them.
+    drop(hand);
     drop(h);
     crate::support::wait_for(Duration::from_secs(10), || watch::ours(&home).is_empty());
     let left = watch::ours(&home);
@@ -262,9 +292,16 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
     );
 }
 
-/// Ask to roll back the latest rebuild, if the session serves it now.
-fn ask_rollback(h: &Household) {
-    let Ok(Some(op)) = h.store.latest() else {
+/// Ask to roll back the rebuild whose candidate `serving` is, if any.
+fn ask_rollback(h: &Household, serving: &str) {
+    let latest = h
+        .store
+        .list()
+        .unwrap_or_default()
+        .into_iter()
+        .rev()
+        .find(|op| op.candidate.as_ref().map(|c| c.session_id.as_str()) == Some(serving));
+    let Some(op) = latest else {
         return;
     };
     if op.status == ktr_pipeline::operation::Status::Activated {

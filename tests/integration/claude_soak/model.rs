@@ -50,6 +50,8 @@ pub(super) struct Turn {
     pub reply: String,
     /// For a tool turn: how many output lines the command prints.
     pub output_lines: usize,
+    /// Said in the session outside tmux (else in the tmux one).
+    pub outside: bool,
 }
 
 impl Turn {
@@ -77,6 +79,7 @@ impl Turn {
             prompt,
             reply,
             output_lines,
+            outside: false,
         }
     }
 

@@ -79,10 +79,10 @@ impl Person {
                     self.enter();
                     quiet_since = Instant::now();
                 }
-                Input::Draft(d) if !prompt.starts_with(&d) && !d.is_empty() => {
-                    if !effort.garbled.contains(&d) {
-                        effort.garbled.push(d);
-                    }
+                Input::Draft(d)
+                    if !prompt.starts_with(&d) && !d.is_empty() && !effort.garbled.contains(&d) =>
+                {
+                    effort.garbled.push(d);
                 }
                 Input::Idle if !sent && quiet_since.elapsed() > Duration::from_secs(4) => {
                     effort.retyped.push(prompt.to_string());

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use super::Household;
+use super::hand::{Hand, Offers};
 use super::model::{Kind, Turn};
 use super::person::Effort;
 use super::watch::Seen;
@@ -24,7 +25,7 @@ pub(super) struct Verdict {
 }
 
 impl Verdict {
-    fn check(&mut self, what: &str, found: usize, wrong: Vec<String>) {
+    fn check(&mut self, what: &str, found: usize, wrong: &[String]) {
         self.report.push(format!("{what}: {found}"));
         if !wrong.is_empty() {
             let shown: Vec<&String> = wrong.iter().take(10).collect();
@@ -38,10 +39,13 @@ impl Verdict {
 }
 
 /// Judge the run: `anchor` maps the fake API's instants to wall time.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn judge(
     h: &Household,
+    hand: &Hand,
     turns: &[Turn],
     effort: &Effort,
+    offers: &Offers,
     seen: &Seen,
     anchor: (Instant, SystemTime),
     rng: &mut Rng,
@@ -64,23 +68,35 @@ pub(super) fn judge(
         .map(|(name, _)| format!("compact_boundary in {name}"))
         .collect();
     let lossy = [asked, boundaries].concat();
-    v.check("lossy compactions", lossy.len(), lossy);
+    v.check("lossy compactions", lossy.len(), &lossy);
 
-    // Words: the conversation the person ends in.
+    // Words: the conversation the person ends in, in each session.
     let serving = h.serving();
+    let outside = hand.serving(&h.store);
     let (users, assistants) = texts(&h.env.transcript(&serving));
+    let (users_out, assistants_out) = texts(&h.env.transcript(&outside));
     let mut lost = Vec::new();
     for t in turns {
-        for (said, all) in [(&t.prompt, &users), (&t.reply, &assistants)] {
+        let (users, assistants) = if t.outside {
+            (&users_out, &assistants_out)
+        } else {
+            (&users, &assistants)
+        };
+        for (said, all) in [(&t.prompt, users), (&t.reply, assistants)] {
             let times = all.iter().filter(|s| *s == said).count();
             if times != 1 {
                 lost.push(format!("{times}× {}", cut(said)));
             }
         }
     }
-    v.check("words lost", lost.len(), lost);
-    v.report
-        .push(format!("the person ends in session {serving}"));
+    v.check("words lost", lost.len(), &lost);
+    v.report.push(format!(
+        "the person ends in session {serving} (tmux) and {outside} (outside tmux); \
+         turns outside tmux: {}; offered lines typed: {}, talked over first: {}",
+        turns.iter().filter(|t| t.outside).count(),
+        offers.taken,
+        offers.spoken_over
+    ));
 
     // Keys: each prompt reached the model once, whole; nothing retyped or
     // garbled.
@@ -103,7 +119,7 @@ pub(super) fn judge(
             .iter()
             .map(|d| format!("garbled: {}", cut(d))),
     );
-    v.check("keys lost or garbled", keys.len(), keys);
+    v.check("keys lost or garbled", keys.len(), &keys);
     v.report
         .push(format!("prompts sent again with Enter: {}", effort.resent));
 
@@ -123,7 +139,7 @@ pub(super) fn judge(
     }
     v.report
         .push(format!("tool outputs asked of recall: {asked}"));
-    v.check("tool outputs recall did not find", missed.len(), missed);
+    v.check("tool outputs recall did not find", missed.len(), &missed);
 
     // Operations.
     let ops = h.store.list().unwrap_or_default();
@@ -132,7 +148,7 @@ pub(super) fn judge(
         .filter(|o| !o.status.is_terminal())
         .map(|o| format!("{} {}", o.id, o.status))
         .collect();
-    v.check("operations not terminal", open.len(), open);
+    v.check("operations not terminal", open.len(), &open);
     let reached = |s: Status| {
         ops.iter()
             .filter(|o| o.history.iter().any(|t| t.to == s))
