@@ -650,6 +650,32 @@ fn the_guard_fails_a_just_killed_switch_at_once_and_rebuilds_again() {
     assert_eq!(s.sandbox.store().list().unwrap().len(), 2, "a new rebuild");
 }
 
+/// While this session's own rebuild is under way (its stage alive, e.g.
+/// deferred by a draft and prepared again), the next auto-compaction is
+/// blocked too: the switch replaces it. Claude Code compacted lossily in
+/// that window before (the soak).
+#[test]
+fn the_guard_blocks_while_this_sessions_rebuild_is_under_way() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    s.sandbox.walk(&op.id, &[Status::Running], |op| {
+        op.worker = Some(ktr_pipeline::operation::Worker::current(
+            ktr_pipeline::operation::Stage::Prepare,
+        ));
+    });
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "{out}");
+    let why = out["reason"].as_str().unwrap_or_default();
+    assert!(why.contains(&op.id.to_string()), "{why}");
+    assert_eq!(
+        s.sandbox.store().list().unwrap().len(),
+        1,
+        "no second request"
+    );
+}
+
 /// The advice is about the reply that just ended,
 /// provably (its prompt's `promptId`), never an earlier one whose text
 /// looks the same. Each Stop hook starts before its turn is in the file

@@ -132,6 +132,20 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
             }
             Some(op.id)
         }
+        // This session's own rebuild is under way (its stage alive): the
+        // switch replaces the compaction; the prompt comes back after it as
+        // for a rebuild the guard starts.
+        Some(op) if under_way(&op, &session) => {
+            if let Err(e) =
+                prompt_back::block(store.dir(), &session, hook.prompt_id.as_deref(), &op.id)
+            {
+                eprintln!("ktr-precompact: the blocked prompt cannot come back: {e}");
+            }
+            return Ok(Verdict::Block(format!(
+                "ktr is already rebuilding this session losslessly (operation {}, {}); Claude Code will be switched to the rebuilt session instead of compacting it",
+                op.id, op.status
+            )));
+        }
         Some(op) => {
             return Ok(Verdict::Allow(format!(
                 "ktr: operation {} is {}; a rebuild cannot start now; Claude Code compacted this window (lossy) instead",
@@ -219,6 +233,19 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
             "ktr: no rebuild could be started for this session; Claude Code compacted this window (lossy) instead".into(),
         ),
     })
+}
+
+/// Whether `op` is `session`'s own rebuild with a stage at work on it.
+fn under_way(op: &Operation, session: &SessionId) -> bool {
+    op.session_id.as_ref() == Some(session)
+        && matches!(
+            op.status,
+            Status::Scheduled | Status::Running | Status::Verifying | Status::Activating
+        )
+        && op
+            .worker
+            .as_ref()
+            .is_some_and(crate::operation::Worker::alive)
 }
 
 /// The guard's line when the target does not run this session.
