@@ -251,11 +251,21 @@ fn texts(transcript: &Path) -> (Vec<String>, Vec<String>) {
             Some("assistant") => &mut assistants,
             _ => continue,
         };
-        into.extend(crate::support::fake_api::content_texts(
-            &record["message"]["content"],
-        ));
+        into.extend(
+            crate::support::fake_api::content_texts(&record["message"]["content"])
+                .into_iter()
+                .map(|t| unstamped(&t).to_string()),
+        );
     }
     (users, assistants)
+}
+
+/// `text` without the time stamp a rebuild puts before a turn's first
+/// user item (`stamp_turns`, the default `stamp_template`).
+fn unstamped(text: &str) -> &str {
+    text.strip_prefix("[发生时间: ")
+        .and_then(|rest| rest.split_once("]\n"))
+        .map_or(text, |(_, said)| said)
 }
 
 /// Bytes below `dir`.
