@@ -203,6 +203,16 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
         let work = h.env.sandbox.work.display().to_string();
         h.api.add_rules(turn.rules(&agent_tool, &work, &mut rng));
         if turn.outside {
+            // Now and then the person asks for a rebuild there (the line
+            // is offered after the reply).
+            if n + 3 < turns && rng.percent(8.0) {
+                let session = hand.serving(&h.store);
+                if let Ok(id) = ktr_base::ids::SessionId::parse(&session) {
+                    let _ = h
+                        .store
+                        .request("soak: tidy the window", "REBUILD", Some(&id));
+                }
+            }
             let answered = hand
                 .take_offer(&h.store, &mut rng, &mut offers, false)
                 .and_then(|()| hand.say(&h.api, &turn.prompt, &turn.reply, &mut rng));

@@ -132,7 +132,9 @@ pub(super) fn judge(
             continue;
         }
         asked += 1;
-        let out = h.ktr(&["recall", &line]);
+        // What the model of that session lacks: its lineage.
+        let current = if t.outside { &outside } else { &serving };
+        let out = h.ktr(&["recall", &line, "--current", current]);
         if !out.contains(&format!("⟦{line}⟧")) {
             missed.push(format!("{}: {}", cut(&line), cut(&out)));
         }
