@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use crate::support::TmuxServer;
 use crate::support::claude::{ClaudeEnv, PANE, Tmux};
 use crate::support::fake_api::{FakeApi, Rule, last_user_text, text};
+use crate::support::rng::{Rng, env_or};
 use ktr_pipeline::operation::{Operation, Status, Store};
 use ktr_pipeline::pane::Input;
 
@@ -68,32 +69,15 @@ enum Kind {
     AtResume,
 }
 
-/// A small seeded generator (xorshift64*): the trials repeat from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn between(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-}
-
 #[test]
 #[ignore = "needs the real Claude Code CLI (KTR_CLAUDE_BIN) and tmux"]
 fn a_person_typing_through_a_client_around_a_switch_loses_no_key() {
     let bin = crate::support::claude_bin();
     let trials: usize = env_or("KTR_TYPING_TRIALS", 5);
     let locales: String = env_or("KTR_TYPING_LOCALES", "utf8,none".to_string());
-    let seed: u64 = env_or("KTR_TYPING_SEED", uuid::Uuid::new_v4().as_u128() as u64 | 1);
+    let seed: u64 = env_or("KTR_TYPING_SEED", crate::support::rng::seed());
     eprintln!("typing: {trials} trials for each of {locales}, KTR_TYPING_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let (mut seen, mut shown, mut popup, mut retyped, mut failures) = (0, 0, 0, 0, Vec::new());
     // What the person's screen and the stages showed when a prompt was lost.
     let mut losses = Vec::new();
@@ -686,11 +670,4 @@ impl Trial {
             self.person_screen()
         )
     }
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }

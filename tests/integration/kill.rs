@@ -158,3 +158,66 @@ fn killing_ktr_rollback_mid_switch_needs_attention() {
         "an activated candidate is never deleted"
     );
 }
+
+/// A switch whose stage died switches nothing: the gate does not refuse
+/// the next prompt for it — that would leave no Stop to recover it, and
+/// the person locked out of their session (the soak found this) — it fails
+/// the operation and lets the prompt through, saying so.
+#[test]
+fn a_prompt_after_ktr_activate_was_killed_before_the_switch_fails_it_and_goes_through() {
+    let mut rig = Rig::tmux();
+    let source_sha = rig.source_sha();
+    rig.pause_at = Some("activate:checked".into());
+    let op = rig.request();
+    assert!(rig.stop_current().contains("rebuild scheduled"));
+    let pid = rig.wait_paused();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ktr_pipeline::process::pid_alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} outlived SIGKILL"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::remove_file(&rig.pause_file).unwrap();
+    rig.pause_at = None;
+    // The dead-worker grace as a person meets it: they send the prompt
+    // again every half second; it goes through once the grace is over
+    // (each refusal must not start the grace again).
+    let grace = std::time::Duration::from_secs(2);
+    rig.env.retain(|(k, _)| k != "KTR_WORKER_GRACE_SECONDS");
+    rig.env.push((
+        "KTR_WORKER_GRACE_SECONDS".into(),
+        grace.as_secs().to_string(),
+    ));
+    let input = serde_json::json!({
+        "session_id": SRC, "hook_event_name": "UserPromptSubmit", "prompt": "are you there?",
+    });
+    let killed = std::time::Instant::now();
+    let out = loop {
+        let (out, code) =
+            rig.hook_from_claude(SRC, crate::support::exe("ktr-prompt"), &input.to_string());
+        assert_eq!(code, 0, "{out}");
+        if !out.contains("not sent") {
+            break out;
+        }
+        assert!(
+            killed.elapsed() < grace * 5,
+            "still refused {:?} after the kill: {out}",
+            killed.elapsed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(out.contains("worker died during activating"), "{out}");
+    let op = rig.store().load(&op.id).unwrap();
+    assert_eq!((op.status, op.needs_attention), (Status::Failed, true));
+    assert!(!rig.input_off(), "the pane's keyboard is back on");
+    assert_eq!(rig.source_sha(), source_sha, "source untouched");
+}

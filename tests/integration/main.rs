@@ -29,6 +29,7 @@ mod claude_recall;
 mod claude_resume;
 mod claude_runner;
 mod claude_sessions;
+mod claude_soak;
 mod claude_switch;
 mod claude_turns;
 mod claude_typing;

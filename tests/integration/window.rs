@@ -583,6 +583,99 @@ fn the_guard_never_blocks_twice_for_the_same_failure() {
     assert_eq!(s.sandbox.store().list().unwrap().len(), 1, "no new request");
 }
 
+/// A rebuild the guard started whose stage was killed (recovery failed it:
+/// the worker died) failed by a moment's accident, not for this session:
+/// the next compaction is blocked and rebuilt again; after a second such
+/// failure in a row, the guard lets Claude Code compact (never a loop).
+#[test]
+fn the_guard_tries_once_more_after_a_killed_stage() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    let killed = |s: &Session| {
+        let op = s.sandbox.store().latest().unwrap().unwrap();
+        s.sandbox
+            .walk(&op.id, &[Status::Running, Status::Failed], |op| {
+                op.worker_died_in = Some(Status::Running);
+            });
+        op
+    };
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    killed(&s);
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "tried once more: {out}");
+    let second = killed(&s);
+    let out = s.precompact("auto");
+    assert!(out.get("decision").is_none(), "{out}");
+    let line = out["systemMessage"].as_str().unwrap();
+    assert!(line.contains(&second.id.to_string()), "{line}");
+    assert_eq!(
+        s.sandbox.store().list().unwrap().len(),
+        2,
+        "no third request"
+    );
+}
+
+/// A rebuild the guard started whose ktr-activate was killed a moment ago
+/// (the operation still says `activating`, its worker is gone, the grace
+/// not over) does nothing any more: the next compaction is not let through
+/// as "an operation is running" — the dead operation is failed at once and
+/// the rebuild started again.
+#[test]
+fn the_guard_fails_a_just_killed_switch_at_once_and_rebuilds_again() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    s.sandbox.walk(
+        &op.id,
+        &[Status::Running, Status::Verifying, Status::Activating],
+        |op| {
+            op.worker = Some(ktr_pipeline::operation::Worker {
+                pid,
+                start_time: 1,
+                stage: ktr_pipeline::operation::Stage::Activate,
+            });
+        },
+    );
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "rebuilt again: {out}");
+    let old = s.sandbox.store().load(&op.id).unwrap();
+    assert_eq!(
+        (old.status, old.worker_died_in),
+        (Status::Failed, Some(Status::Activating))
+    );
+    assert_eq!(s.sandbox.store().list().unwrap().len(), 2, "a new rebuild");
+}
+
+/// While this session's own rebuild is under way (its stage alive, e.g.
+/// deferred by a draft and prepared again), the next auto-compaction is
+/// blocked too: the switch replaces it. Claude Code compacted lossily in
+/// that window before (the soak).
+#[test]
+fn the_guard_blocks_while_this_sessions_rebuild_is_under_way() {
+    let mut s = Session::new("on_auto_compaction = \"rebuild\"");
+    s.turn("FULL", 999_000);
+    assert_eq!(s.precompact("auto")["decision"], "block");
+    let op = s.sandbox.store().latest().unwrap().unwrap();
+    s.sandbox.walk(&op.id, &[Status::Running], |op| {
+        op.worker = Some(ktr_pipeline::operation::Worker::current(
+            ktr_pipeline::operation::Stage::Prepare,
+        ));
+    });
+    let out = s.precompact("auto");
+    assert_eq!(out["decision"], "block", "{out}");
+    let why = out["reason"].as_str().unwrap_or_default();
+    assert!(why.contains(&op.id.to_string()), "{why}");
+    assert_eq!(
+        s.sandbox.store().list().unwrap().len(),
+        1,
+        "no second request"
+    );
+}
+
 /// The advice is about the reply that just ended,
 /// provably (its prompt's `promptId`), never an earlier one whose text
 /// looks the same. Each Stop hook starts before its turn is in the file

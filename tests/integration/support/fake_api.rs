@@ -70,6 +70,9 @@ pub struct Logged {
     /// The session the CLI sent it for (its `x-claude-code-session-id`
     /// header), if it named one.
     pub session: Option<String>,
+    /// Whether it asks the model to summarise the conversation: Claude
+    /// Code compacting.
+    pub compaction: bool,
 }
 
 impl Logged {
@@ -105,9 +108,12 @@ struct State {
     /// The input tokens conversation turns report (None: about four bytes
     /// per token of what was sent).
     usage: Option<u64>,
+    /// Keep only the newest message of each request (long runs).
+    slim: bool,
     /// When each conversation turn's reply was sent whole (its
-    /// `message_stop` is the last event of the one response body).
-    replied: Vec<Instant>,
+    /// `message_stop` is the last event of the one response body), with
+    /// the reply's text blocks.
+    replied: Vec<(Instant, Vec<String>)>,
 }
 
 /// The running fake API. Stops when dropped.
@@ -170,6 +176,24 @@ impl FakeApi {
         self.state.lock().unwrap().turn_delay = delay;
     }
 
+    /// Keep only what a long run needs of each later request: its newest
+    /// message (of `messages`), whether it offered tools, its session and
+    /// whether it was a compaction — not its body.
+    pub fn set_slim(&self) {
+        self.state.lock().unwrap().slim = true;
+    }
+
+    /// How many conversation turns so far had `needle` in their newest
+    /// user text.
+    pub fn turns_asking(&self, needle: &str) -> usize {
+        let state = self.state.lock().unwrap();
+        state
+            .log
+            .iter()
+            .filter(|l| l.is_turn() && last_user_text(l.messages()).contains(needle))
+            .count()
+    }
+
     /// Every request so far.
     pub fn log(&self) -> Vec<Logged> {
         self.state.lock().unwrap().log.clone()
@@ -177,7 +201,29 @@ impl FakeApi {
 
     /// When the last conversation turn's reply (its `message_stop`) was sent.
     pub fn last_reply_end(&self) -> Option<Instant> {
-        self.state.lock().unwrap().replied.iter().max().copied()
+        self.state
+            .lock()
+            .unwrap()
+            .replied
+            .iter()
+            .map(|(at, _)| *at)
+            .max()
+    }
+
+    /// When each conversation turn's reply was sent whole, in order.
+    pub fn reply_ends(&self) -> Vec<Instant> {
+        let state = self.state.lock().unwrap();
+        state.replied.iter().map(|(at, _)| *at).collect()
+    }
+
+    /// Whether a conversation reply holding a text block `text` was sent
+    /// whole.
+    pub fn replied_with(&self, text: &str) -> bool {
+        let state = self.state.lock().unwrap();
+        state
+            .replied
+            .iter()
+            .any(|(_, texts)| texts.iter().any(|t| t == text))
     }
 
     /// The conversation turns so far (see [`Logged::is_turn`]).
@@ -287,9 +333,20 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
         raw: raw.clone(),
         at: Instant::now(),
         session,
+        compaction: raw
+            .windows(SUMMARY_ASKED.len())
+            .any(|w| w == SUMMARY_ASKED.as_bytes()),
     };
     // Logged on arrival, so a test sees a request whose reply is delayed.
-    state.lock().unwrap().log.push(logged.clone());
+    let mut log = state.lock().unwrap();
+    let kept = if log.slim {
+        slimmed(&logged)
+    } else {
+        logged.clone()
+    };
+    log.log.push(kept);
+    drop(log);
+    let mut said = Vec::new();
     let response = if is_post && path.starts_with("/v1/messages/count_tokens") {
         // A rough, deterministic count: about four bytes per token.
         json_response(&json!({ "input_tokens": 1 + logged.messages_bytes() / 4 }))
@@ -309,6 +366,13 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
             (id, blocks, tool_ids, delay, usage)
         };
         thread::sleep(delay);
+        said = blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect();
         if logged.body["stream"] == Value::Bool(true) {
             sse_response(&id, &logged, &blocks, &tool_ids, &usage)
         } else {
@@ -319,7 +383,34 @@ fn serve(mut request: tiny_http::Request, state: &Mutex<State>) {
     };
     let _ = request.respond(response);
     if is_post && logged.is_turn() {
-        state.lock().unwrap().replied.push(Instant::now());
+        state.lock().unwrap().replied.push((Instant::now(), said));
+    }
+}
+
+/// What Claude Code's compaction request asks the model (2.1.x).
+const SUMMARY_ASKED: &str = "create a detailed summary of the conversation";
+
+/// `logged` without its body but for the newest non-system message and
+/// whether tools were offered.
+fn slimmed(logged: &Logged) -> Logged {
+    let newest = logged
+        .messages()
+        .iter()
+        .rev()
+        .find(|m| m["role"] != "system")
+        .cloned();
+    let tools = if logged.body["tools"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty())
+    {
+        json!([{"name": "kept"}])
+    } else {
+        json!([])
+    };
+    Logged {
+        body: json!({"messages": newest.into_iter().collect::<Vec<_>>(), "tools": tools}),
+        raw: Vec::new(),
+        ..logged.clone()
     }
 }
 

@@ -11,6 +11,7 @@ pub mod exe;
 pub mod fake_api;
 pub mod plan;
 pub mod rig;
+pub mod rng;
 pub mod sandbox;
 pub mod systemd;
 pub mod terminal;

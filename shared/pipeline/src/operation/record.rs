@@ -245,6 +245,10 @@ pub struct Operation {
     /// guard does not block the next compaction for the same failure.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub by_compaction_guard: bool,
+    /// Recovery failed it because its worker died in this status (killed,
+    /// out of memory): a failure of the moment, not of the session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_died_in: Option<Status>,
     /// The restore session the rollback switches to when the rebuilt
     /// session holds turns said since the switch (none: the old session
     /// itself is resumed).
@@ -328,6 +332,7 @@ impl Default for Operation {
             blocked_prompts: Vec::new(),
             prompt_back: None,
             by_compaction_guard: false,
+            worker_died_in: None,
             restore: None,
         }
     }

@@ -47,6 +47,7 @@ impl Store {
             }
             let died_in = op.status;
             op.error = Some(format!("worker died during {died_in}"));
+            op.worker_died_in = Some(died_in);
             if matches!(died_in, Status::Activating | Status::RollingBack) {
                 op.needs_attention = true;
                 // Its pane runs one of the operation's sessions: the source,
@@ -107,6 +108,18 @@ impl Store {
                 return Ok(None);
             };
             Ok(tx.expire_if_old(&mut op, ttl)?.then_some(op))
+        })
+    }
+
+    /// Whether `session`'s operation in flight has a recorded worker that
+    /// is gone (killed, out of memory): whatever the grace, its stage does
+    /// nothing any more.
+    pub(crate) fn dead_worker_in(&self, session: &SessionId) -> bool {
+        self.in_flight().iter().any(|e| {
+            e.lane == Lane::Session(session.clone())
+                && self.load(&e.id).is_ok_and(|op| {
+                    !op.status.is_terminal() && op.worker.as_ref().is_some_and(|w| !w.alive())
+                })
         })
     }
 

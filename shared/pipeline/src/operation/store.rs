@@ -207,8 +207,7 @@ impl Store {
         self.project.as_deref()
     }
 
-    /// Change the dead-worker grace period.
-    #[cfg(test)]
+    /// Change the dead-worker grace period (the compaction guard: none).
     pub(crate) fn with_grace(mut self, grace: Duration) -> Store {
         self.grace = grace;
         self

@@ -26,7 +26,7 @@ use crate::window_cache;
 use std::path::Path;
 
 use crate::hook::{Invocation, PreCompactInput, Reply};
-use crate::operation::{Status, Store};
+use crate::operation::{Operation, Status, Store};
 use crate::prompt_back;
 use crate::stages::advice;
 use crate::stages::stop::{self, By, Hook, Scheduled};
@@ -108,6 +108,16 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     let config = crate::targets::discover::hook_config(config_arg, &hook.transcript_path)?;
     let store = Store::for_config(&config)?;
     store.recover_stale()?;
+    // A stage of this session that died (killed) does nothing any more and
+    // the compaction comes now: its operation is failed at once, not after
+    // the grace, and the rebuild tried again below (never "an operation is
+    // running" for a dead one, which let Claude Code compact: the soak).
+    if store.dead_worker_in(&session) {
+        Store::for_config(&config)?
+            .serving(session.clone())
+            .with_grace(std::time::Duration::ZERO)
+            .recover_stale()?;
+    }
     let active = store
         .active_for(&session)
         .map(|(id, _)| store.load(&id))
@@ -121,6 +131,20 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
                 )));
             }
             Some(op.id)
+        }
+        // This session's own rebuild is under way (its stage alive): the
+        // switch replaces the compaction; the prompt comes back after it as
+        // for a rebuild the guard starts.
+        Some(op) if under_way(&op, &session) => {
+            if let Err(e) =
+                prompt_back::block(store.dir(), &session, hook.prompt_id.as_deref(), &op.id)
+            {
+                eprintln!("ktr-precompact: the blocked prompt cannot come back: {e}");
+            }
+            return Ok(Verdict::Block(format!(
+                "ktr is already rebuilding this session losslessly (operation {}, {}); Claude Code will be switched to the rebuilt session instead of compacting it",
+                op.id, op.status
+            )));
         }
         Some(op) => {
             return Ok(Verdict::Allow(format!(
@@ -211,6 +235,19 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
     })
 }
 
+/// Whether `op` is `session`'s own rebuild with a stage at work on it.
+fn under_way(op: &Operation, session: &SessionId) -> bool {
+    op.session_id.as_ref() == Some(session)
+        && matches!(
+            op.status,
+            Status::Scheduled | Status::Running | Status::Verifying | Status::Activating
+        )
+        && op
+            .worker
+            .as_ref()
+            .is_some_and(crate::operation::Worker::alive)
+}
+
 /// The guard's line when the target does not run this session.
 pub const NOT_SWITCHED: &str =
     "ktr: this session is not the one ktr switches (see ktr status); Claude Code compacted it";
@@ -227,7 +264,7 @@ enum Impossible {
 /// reading the whole transcript (the hook runs while the person waits):
 /// the target runs this session's Claude Code; the last rebuild this
 /// guard started for the session did not fail (never block twice for the
-/// same failure); and the rebuilt window would fit, by the running
+/// same failure; a stage that was killed is retried once); and the rebuilt window would fit, by the running
 /// account the Stop hooks keep (when it has caught up; prepare checks the
 /// whole plan anyway).
 fn rebuild_possible(
@@ -240,11 +277,20 @@ fn rebuild_possible(
         return Err(Impossible::NotSwitched);
     }
     let ours = store.list().map_err(|e| Impossible::Because(e.message))?;
-    let last = ours
+    let mut latest = ours
         .iter()
         .rev()
-        .find(|op| op.session_id.as_ref() == Some(session));
-    if let Some(op) = last.filter(|op| op.status == Status::Failed && op.by_compaction_guard) {
+        .filter(|op| op.session_id.as_ref() == Some(session));
+    let failed_here = |op: &&Operation| op.status == Status::Failed && op.by_compaction_guard;
+    let (last, before) = (latest.next(), latest.next());
+    // A stage killed (its worker died) is a failure of the moment: the
+    // guard tries once more, never twice in a row.
+    let died = |op: Option<&Operation>| {
+        op.filter(failed_here)
+            .is_some_and(|o| o.worker_died_in.is_some())
+    };
+    let retry = died(last) && !died(before);
+    if let Some(op) = last.filter(failed_here).filter(|_| !retry) {
         return Err(Impossible::Because(format!(
             "the rebuild it started instead of the last compaction ({}) failed: {}",
             op.id,

@@ -134,6 +134,9 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
     let Some(session) = session.filter(mine) else {
         return Ok(Reply::Quiet);
     };
+    if let Some(failed) = fail_dead_switch(config_arg, &store, &session, &hook)? {
+        return Ok(failed);
+    }
     let store = Store::open(store.dir())?;
     let decided = store.with_session(&session, HOOK_LOCK_WAIT, |tx| {
         let Some(mut op) = tx.session_operation(&session)? else {
@@ -189,6 +192,41 @@ pub fn run(config_arg: Option<&Path>, input: Option<Vec<u8>>) -> Result<Reply> {
         }),
         other => other,
     }
+}
+
+/// A switch of `session` whose stage died (killed, out of memory) switches
+/// nothing, and refusing the prompt would leave no Stop to notice it: fail
+/// it now, as the next Stop would (SPEC §9), and let the prompt through
+/// saying so.
+fn fail_dead_switch(
+    config_arg: Option<&Path>,
+    store: &Store,
+    session: &SessionId,
+    hook: &PromptInput,
+) -> Result<Option<Reply>> {
+    let switching_now = store
+        .active_for(session)
+        .is_some_and(|(_, status)| switching(status));
+    if !(switching_now && store.dead_worker_in(session)) {
+        return Ok(None);
+    }
+    let store = match hook.transcript_path.as_deref() {
+        Some(t) => Store::for_config(&crate::targets::discover::hook_config(config_arg, t)?)?,
+        None => Store::open(store.dir())?,
+    };
+    let failed = store.serving(session.clone()).recover_stale()?;
+    // Within the grace the prompt is refused as during any switch, but not
+    // recorded: a save would restart the grace, and a person sending it
+    // again every few seconds would keep the dead switch alive for ever.
+    Ok(Some(
+        failed
+            .iter()
+            .find(|op| op.session_id.as_ref() == Some(session))
+            .map_or_else(
+                || Reply::Block(SWITCHING.into()),
+                |op| Reply::Message(super::stop::failed_notice(op)),
+            ),
+    ))
 }
 
 /// The session an in-place switch of `op` types `/resume` for: the

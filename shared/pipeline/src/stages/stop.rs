@@ -381,19 +381,23 @@ fn recover(config_arg: Option<&Path>, state_dir: &Path, input: Option<&[u8]>) ->
         None => Store::open(state_dir)?,
     };
     let failed = store.recover_stale()?;
-    Ok(match failed.first() {
-        Some(op) => Reply::Message(format!(
-            "ktr: operation {} failed: {}{}",
-            op.id,
-            op.error.as_deref().unwrap_or("worker died"),
-            if op.needs_attention {
-                "; check what the target runs (`ktr status`)"
-            } else {
-                ""
-            }
-        )),
-        None => Reply::Quiet,
-    })
+    Ok(failed
+        .first()
+        .map_or(Reply::Quiet, |op| Reply::Message(failed_notice(op))))
+}
+
+/// What the person is told of an operation recovery failed.
+pub(crate) fn failed_notice(op: &Operation) -> String {
+    format!(
+        "ktr: operation {} failed: {}{}",
+        op.id,
+        op.error.as_deref().unwrap_or("worker died"),
+        if op.needs_attention {
+            "; check what the target runs (`ktr status`)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// A `*.jsonl` directly inside `project_dir` by the one path rule
