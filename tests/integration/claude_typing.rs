@@ -431,16 +431,11 @@ impl Trial {
 
     /// Type `words` through the client at human speed (no sampling).
     fn type_keys(&self, words: &str, rng: &mut Rng) {
-        for c in words.chars() {
-            self.outer
-                .tmux(&["send-keys", "-t", "out:0.0", "-l", &c.to_string()]);
-            thread::sleep(Duration::from_millis(rng.between(30, 150).unsigned_abs()));
-        }
+        self.outer.type_slowly("out:0.0", words, rng);
     }
 
     fn enter(&self) {
-        thread::sleep(Duration::from_millis(120));
-        self.outer.tmux(&["send-keys", "-t", "out:0.0", "Enter"]);
+        self.outer.press_enter("out:0.0");
     }
 
     /// Talk until the requested rebuild is activated: a rebuild that went

@@ -17,23 +17,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     let op = rig.request();
     assert!(rig.stop_current().contains("rebuild scheduled"), "{at}");
     let pid = rig.wait_paused();
-    let status = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "{at}: kill {pid}");
-    // `kill` returns once the signal is sent; the stage is dead only when
-    // the kernel has torn it down (longer under load), and only then can
-    // the next Stop hook see it dead.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while ktr_pipeline::process::pid_alive(pid) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{at}: {pid} outlived SIGKILL"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    std::fs::remove_file(&rig.pause_file).unwrap();
+    kill_paused(rig, pid, at);
     let paused = rig.store().load(&op.id).unwrap();
     assert_eq!(paused.status, died_in, "{at}: status when killed");
 
@@ -75,6 +59,27 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     let new_id = next.candidate.unwrap().session_id;
     assert_eq!(rig.resumed().as_deref(), Some(new_id.as_str()), "{at}");
     assert_eq!(rig.source_sha(), source_sha, "{at}: source untouched");
+}
+
+/// SIGKILL the stage paused at `at` (pid `pid`), wait until the kernel
+/// has torn it down (`kill` returns once the signal is sent; longer under
+/// load; only then does the next hook see it dead), and let the pause go.
+#[track_caller]
+fn kill_paused(rig: &Rig, pid: u32, at: &str) {
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "{at}: kill {pid}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ktr_pipeline::process::pid_alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{at}: {pid} outlived SIGKILL"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::remove_file(&rig.pause_file).unwrap();
 }
 
 trait Activated {
@@ -171,22 +176,7 @@ fn a_prompt_after_ktr_activate_was_killed_before_the_switch_fails_it_and_goes_th
     let op = rig.request();
     assert!(rig.stop_current().contains("rebuild scheduled"));
     let pid = rig.wait_paused();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while ktr_pipeline::process::pid_alive(pid) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{pid} outlived SIGKILL"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    std::fs::remove_file(&rig.pause_file).unwrap();
+    kill_paused(&rig, pid, "activate:checked");
     rig.pause_at = None;
     // The dead-worker grace as a person meets it: they send the prompt
     // again every half second; it goes through once the grace is over

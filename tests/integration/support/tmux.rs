@@ -82,6 +82,23 @@ impl TmuxServer {
         String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     }
 
+    /// Type `words` into `pane` one character at a time, 30–150 ms apart,
+    /// as a person at a keyboard does.
+    pub fn type_slowly(&self, pane: &str, words: &str, rng: &mut super::rng::Rng) {
+        for c in words.chars() {
+            self.tmux(&["send-keys", "-t", pane, "-l", &c.to_string()]);
+            std::thread::sleep(std::time::Duration::from_millis(
+                rng.between(30, 150).unsigned_abs(),
+            ));
+        }
+    }
+
+    /// Enter into `pane`, a moment after the last key.
+    pub fn press_enter(&self, pane: &str) {
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        self.tmux(&["send-keys", "-t", pane, "Enter"]);
+    }
+
     /// The server's socket path (`#{socket_path}`).
     pub fn socket_path(&self) -> &std::path::Path {
         &self.socket_path

@@ -94,19 +94,7 @@ fn after_the_switch_an_operation_is_its_candidates_and_a_rollback_waits_only_for
         SessionId::parse("src").unwrap(),
         SessionId::parse("new").unwrap(),
     );
-    let op = store.request("a", "REBUILD", Some(&source)).unwrap();
-    let candidate = CandidateFile {
-        session_id: rebuilt.clone(),
-        path: store.dir().join("new.jsonl"),
-        sha256: ktr_base::digest::Sha256::of_bytes(b""),
-    };
-    store
-        .with_lock(|tx| {
-            let mut op = tx.load(&op.id)?;
-            op.candidate = Some(candidate);
-            tx.save(&mut op)
-        })
-        .unwrap();
+    let op = request_with_candidate(&store, &source, &rebuilt);
     use Status::{Activated, Activating, Running, Scheduled, Verifying};
     let op = walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
     assert_eq!(op.lane(), Lane::Session(source.clone()));
@@ -189,20 +177,8 @@ fn a_writer_late_to_active_never_drops_the_entry_of_the_operation_moved_on() {
         SessionId::parse("old").unwrap(),
         SessionId::parse("new").unwrap(),
     );
-    let op = store.request("a", "REBUILD", Some(&source)).unwrap();
+    let op = request_with_candidate(&store, &source, &rebuilt);
     use Status::{Activated, Activating, Running, Scheduled, Verifying};
-    let candidate = CandidateFile {
-        session_id: rebuilt.clone(),
-        path: store.dir().join("new.jsonl"),
-        sha256: ktr_base::digest::Sha256::of_bytes(b""),
-    };
-    store
-        .with_lock(|tx| {
-            let mut op = tx.load(&op.id)?;
-            op.candidate = Some(candidate);
-            tx.save(&mut op)
-        })
-        .unwrap();
     walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
     // Activation saved `activated`; its update of `active` is still to come.
     let stale = store
@@ -232,4 +208,22 @@ fn a_writer_late_to_active_never_drops_the_entry_of_the_operation_moved_on() {
     store.with_lock(|tx| tx.set_entry(&rolled)).unwrap();
     assert_eq!(store.active_for(&rebuilt), None);
     assert_eq!(store.active_for(&source), None);
+}
+
+/// A rebuild of `source` requested, its candidate `rebuilt` recorded.
+fn request_with_candidate(store: &Store, source: &SessionId, rebuilt: &SessionId) -> Operation {
+    let op = store.request("a", "REBUILD", Some(source)).unwrap();
+    let candidate = CandidateFile {
+        session_id: rebuilt.clone(),
+        path: store.dir().join("new.jsonl"),
+        sha256: ktr_base::digest::Sha256::of_bytes(b""),
+    };
+    store
+        .with_lock(|tx| {
+            let mut op = tx.load(&op.id)?;
+            op.candidate = Some(candidate);
+            tx.save(&mut op)?;
+            Ok(op)
+        })
+        .unwrap()
 }
