@@ -12,7 +12,7 @@
     killed stages, end of reply -> activated, the state dir's size, peak
     memory of any ktr process) and exits 0 only if every check held. Needs
     ``KTR_CLAUDE_BIN`` (the CLI) like the test. ``.ci/run`` runs the test with
-    its defaults (100 turns, 10 % of stage runs killed, ~8 minutes).
+    its defaults (100 turns, 1 % of stage runs killed, ~10 minutes).
 
 Exit codes: 0 passed, 1 the soak failed, 2 usage error.
 """
