@@ -55,6 +55,7 @@ mod no_issue_numbers;
 mod paste_back;
 mod pipeline;
 mod properties;
+mod quiet_moment;
 mod readmes;
 mod recall;
 mod recall_context;

@@ -63,7 +63,7 @@ fn assert_candidate_verifies(rig: &Rig, op: &Operation) {
 }
 
 /// The uuid of the last user/assistant record (where a new message hangs).
-fn last_speech_uuid(transcript: &str) -> String {
+pub(crate) fn last_speech_uuid(transcript: &str) -> String {
     transcript
         .lines()
         .rev()
@@ -431,7 +431,7 @@ fn a_tool_call_appended_after_prepare_means_a_turn_is_running() {
 }
 
 /// Append whole lines to a transcript, as Claude Code does.
-fn append_lines(path: &std::path::Path, lines: &[String]) {
+pub(crate) fn append_lines(path: &std::path::Path, lines: &[String]) {
     let mut file = fs::OpenOptions::new().append(true).open(path).unwrap();
     for line in lines {
         std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();

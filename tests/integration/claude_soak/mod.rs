@@ -291,9 +291,13 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
     if !left.is_empty() {
         failures.push(format!("ktr processes left behind: {left:?}"));
     }
-    eprintln!(
-        "soak report (KTR_SOAK_SEED={seed}):\n  {}",
-        report.join("\n  ")
+    // Printed after the suite by .ci/run, the seed with it.
+    crate::support::report(
+        "soak",
+        &format!(
+            "soak report (KTR_SOAK_SEED={seed}):\n  {}",
+            report.join("\n  ")
+        ),
     );
     assert!(
         failures.is_empty(),

@@ -43,7 +43,7 @@ pub use locks::{LOCKS_DIR, Locked};
 pub use manifest::{ManifestRef, ManifestWriter};
 pub use record::{
     Ack, BlockedPrompt, CandidateFile, Operation, PromptBack, RestoreFile, SCHEMA, SeenTarget,
-    Transition, Verification, Worker,
+    StopMark, Transition, Verification, Worker,
 };
 pub use recovery::discard_candidate;
 pub use repair::set_damaged_aside;

@@ -140,6 +140,20 @@ pub struct Ack {
     pub context_tokens: Option<u64>,
 }
 
+/// A Stop hook that came while an attempt was at work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopMark {
+    /// When the hook started.
+    pub at: Timestamp,
+    /// The end of its reply (as `scheduled_reply`).
+    pub reply: Option<String>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// One step of an operation's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
@@ -171,8 +185,12 @@ pub struct Operation {
     pub session_id: Option<SessionId>,
     /// The source transcript, as the Stop hook reported it.
     pub transcript_path: Option<PathBuf>,
-    /// How many times prepare started (source changes count).
+    /// How many times prepare started (deferrals and source changes count).
     pub attempts: u32,
+    /// How many attempts found the source changed after prepare with no
+    /// new turn to explain it (`source_change_retries` bounds these).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub source_changes: u32,
     pub worker: Option<Worker>,
     /// Digest of the frozen source backup.
     pub source_sha256: Option<Sha256>,
@@ -231,6 +249,12 @@ pub struct Operation {
     pub turn_started_at: Option<Timestamp>,
     /// Why the last attempt went back to `pending` instead of switching.
     pub deferred: Option<String>,
+    /// The last Stop of the source session that came while this attempt
+    /// was at work (`scheduled` … `verifying`), when it could not start
+    /// one: if the attempt defers for a turn that Stop ended, the next one
+    /// starts at once, as if that Stop had scheduled it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_since: Option<StopMark>,
     /// Prompts `ktr-prompt` refused while the target was being switched;
     /// the new session tells the human to send them again.
     pub blocked_prompts: Vec<BlockedPrompt>,
@@ -305,6 +329,7 @@ impl Default for Operation {
             session_id: None,
             transcript_path: None,
             attempts: 0,
+            source_changes: 0,
             worker: None,
             source_sha256: None,
             candidate: None,
@@ -329,6 +354,7 @@ impl Default for Operation {
             scheduled_reply: None,
             turn_started_at: None,
             deferred: None,
+            stopped_since: None,
             blocked_prompts: Vec::new(),
             prompt_back: None,
             by_compaction_guard: false,

@@ -63,7 +63,7 @@ pub fn activate(
     steps: &mut Steps,
 ) -> Result<Outcome> {
     store.claim(id, Stage::Activate, Status::Verifying)?;
-    guarded(store, id, steps, |steps| {
+    let outcome = guarded(store, id, steps, |steps| {
         pause_point(Stage::Activate, "start");
         let target = Target::from_config(config);
         let op = store.with_op(id, |tx| compare_and_swap(tx, config, &target, id))?;
@@ -90,7 +90,11 @@ pub fn activate(
             switch_over(config, store, id, &target, &op, steps)
         })?;
         Ok(give_prompt_back(config, store, &target, outcome, steps))
-    })
+    })?;
+    if let Some(line) = super::again::after_deferral(config, store, &outcome.operation) {
+        steps.say(line);
+    }
+    Ok(outcome)
 }
 
 /// After a healthy switch: the prompt the compaction guard blocked back
@@ -329,7 +333,7 @@ fn compare_and_swap(
     let residue = match settled_source_change(&op, &source, config) {
         Ok(residue) => residue,
         Err(change) => {
-            source_changed(tx, config, &mut op, &change)?;
+            changed_or_turned(tx, config, &mut op, &source, &change)?;
             return Ok(op);
         }
     };
@@ -405,7 +409,7 @@ fn last_look(
         .clone()
         .ok_or_else(|| Error::refused(format!("operation {id} has no transcript recorded")))?;
     if let Err(change) = settled_source_change(&op, &source, config) {
-        source_changed(tx, config, &mut op, &change)?;
+        changed_or_turned(tx, config, &mut op, &source, &change)?;
         return Ok(op);
     }
     let why = match turn_since_stop(&op, &source)? {
@@ -476,6 +480,22 @@ pub(super) fn reset_attempt(
     Ok(discarded)
 }
 
+/// The source changed after prepare: a turn that began since the
+/// scheduling Stop explains it (the person spoke; [`defer`], which no
+/// retry bound counts), else it is a [`source_changed`].
+fn changed_or_turned(
+    tx: &mut Locked,
+    config: &Config,
+    op: &mut Operation,
+    source: &Path,
+    change: &str,
+) -> Result<()> {
+    match turn_since_stop(op, source)? {
+        Some(why) => defer(tx, config, op, &why),
+        None => source_changed(tx, config, op, change),
+    }
+}
+
 /// New messages arrived after prepare: discard this candidate and go back
 /// to `pending` so the next Stop prepares again, or fail once
 /// `source_change_retries` retries are used up.
@@ -485,10 +505,11 @@ fn source_changed(
     op: &mut Operation,
     change: &str,
 ) -> Result<()> {
-    if u64::from(op.attempts) > config.source_change_retries {
+    op.source_changes += 1;
+    if u64::from(op.source_changes) > config.source_change_retries {
         let why = format!(
-            "the source changed after prepare on every one of {} attempts (source_change_retries = {}; last: {change}); request again when the conversation is quiet",
-            op.attempts, config.source_change_retries
+            "the source changed after prepare {} times (source_change_retries = {}; last: {change}); request again when the conversation is quiet",
+            op.source_changes, config.source_change_retries
         );
         return fail_in(tx, op, &why, |_| {});
     }

@@ -21,6 +21,7 @@
 pub mod ack;
 mod activate;
 pub mod advice;
+mod again;
 mod appended;
 pub mod cli;
 pub mod hand;

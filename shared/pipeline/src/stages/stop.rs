@@ -17,7 +17,9 @@ use std::path::Path;
 
 use crate::hook::{Invocation, Reply, StopInput};
 use crate::operation::index::Index;
-use crate::operation::{Active, Operation, Stage, Status, Store, Worker, locate_state_dir};
+use crate::operation::{
+    Active, Operation, Stage, Status, StopMark, Store, Worker, locate_state_dir,
+};
 use crate::stages::{self, advice};
 use crate::targets::discover;
 use ktr_base::config::Config;
@@ -95,7 +97,7 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
         return Ok(line.map_or(Reply::Quiet, Reply::Message));
     };
     if at_work(status) {
-        return recover(config_arg, &state_dir, input);
+        return during_attempt(config_arg, &state_dir, input, stopped_at);
     }
     let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
 
@@ -185,6 +187,10 @@ pub(crate) enum Hook {
     Stop,
     /// The compaction guard.
     PreCompact,
+    /// A Stop that came while the last attempt was at work, acted on when
+    /// that attempt deferred ([`super::again`]): the Claude Code process
+    /// recorded by the attempt's own scheduling stays.
+    Again,
 }
 
 impl std::fmt::Display for Hook {
@@ -192,6 +198,7 @@ impl std::fmt::Display for Hook {
         f.write_str(match self {
             Hook::Stop => "Stop hook",
             Hook::PreCompact => "PreCompact hook",
+            Hook::Again => "Stop hook (come while the last attempt was at work)",
         })
     }
 }
@@ -267,7 +274,10 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
         }
         // The Claude Code process that ran this hook: the target must run
         // it (a rebuild), or still run it (a rollback, switched in place).
-        op.claude = crate::process::runner_of(std::process::id());
+        if by.hook != Hook::Again {
+            op.claude = crate::process::runner_of(std::process::id());
+        }
+        op.stopped_since = None;
         op.scheduled_at = Some(by.at.clone());
         op.scheduled_reply = by.reply.map(super::advice::reply_end);
         op.turn_started_at = None;
@@ -358,6 +368,53 @@ fn next_step(
 /// one, no offer waits for the person).
 fn at_work(status: Status) -> bool {
     !matches!(status, Status::Pending | Status::RollbackPending) && !status.offered()
+}
+
+/// This session's operation is at work: if its worker died, fail it
+/// ([`recover`]); else, while an attempt is scheduled, prepared or
+/// verified, note this Stop on it ([`Operation::stopped_since`]): should
+/// the attempt defer for the turn this Stop ended, the next one starts at
+/// once ([`super::again`]). A busy lock leaves that to the next Stop.
+fn during_attempt(
+    config_arg: Option<&Path>,
+    state_dir: &Path,
+    input: Option<&[u8]>,
+    stopped_at: Timestamp,
+) -> Result<Reply> {
+    let failed = recover(config_arg, state_dir, input)?;
+    let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(i).ok());
+    let Some((hook, Ok(session))) = hook.map(|h| {
+        let session = SessionId::parse(&h.session_id);
+        (h, session)
+    }) else {
+        return Ok(failed);
+    };
+    if failed != Reply::Quiet {
+        return Ok(failed);
+    }
+    let mark = StopMark {
+        at: stopped_at,
+        reply: hook
+            .last_assistant_message
+            .as_deref()
+            .map(advice::reply_end),
+    };
+    // A busy lock or a failed write: the next Stop prepares again, as before.
+    let _ = Store::open(state_dir)?.with_session(&session, LOCK_WAIT, |tx| {
+        let Some(mut op) = tx.session_operation(&session)? else {
+            return Ok(());
+        };
+        let attempt = matches!(
+            op.status,
+            Status::Scheduled | Status::Running | Status::Verifying
+        );
+        if attempt && op.session_id.as_ref() == Some(&session) {
+            op.stopped_since = Some(mark);
+            tx.save(&mut op)?;
+        }
+        Ok(())
+    });
+    Ok(Reply::Quiet)
 }
 
 /// An operation is being worked on: if its worker died, fail it now and
