@@ -65,7 +65,7 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
 /// has torn it down (`kill` returns once the signal is sent; longer under
 /// load; only then does the next hook see it dead), and let the pause go.
 #[track_caller]
-fn kill_paused(rig: &Rig, pid: u32, at: &str) {
+pub(crate) fn kill_paused(rig: &Rig, pid: u32, at: &str) {
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()

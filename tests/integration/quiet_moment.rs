@@ -99,3 +99,23 @@ fn a_turn_still_running_at_the_deferral_waits_for_its_own_stop() {
     let op = rig.wait_terminal(&op.id);
     assert_eq!((op.status, op.attempts), (Activated, 2), "{:?}", op.error);
 }
+
+/// A Stop never notes itself on an attempt whose stage was killed: the
+/// save would restart the grace after which recovery fails it, and a
+/// person talking faster than the grace would keep it up for ever.
+#[test]
+fn a_stop_leaves_an_attempt_whose_stage_died_to_recovery() {
+    let mut rig = Rig::tmux();
+    rig.env
+        .push(("KTR_WORKER_GRACE_SECONDS".into(), "3600".into()));
+    let op = rig.rebuild_paused_at("prepare:running");
+    let id = OperationId::parse(&op.id).unwrap();
+    crate::kill::kill_paused(&rig, rig.wait_paused(), "prepare:running");
+    let before = rig.store().load(&id).unwrap();
+    a_turn(&rig, "你还在吗？", "在的。");
+    rig.stop_source();
+    let after = rig.store().load(&id).unwrap();
+    assert_eq!(after.status, Running);
+    assert!(after.stopped_since.is_none(), "{after:#?}");
+    assert_eq!(after.updated_at, before.updated_at, "the grace runs on");
+}

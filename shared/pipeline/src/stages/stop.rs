@@ -408,7 +408,10 @@ fn during_attempt(
             op.status,
             Status::Scheduled | Status::Running | Status::Verifying
         );
-        if attempt && op.session_id.as_ref() == Some(&session) {
+        // A dead worker's operation is not touched: a save would restart
+        // the grace after which recovery fails it.
+        let alive = op.worker.as_ref().is_some_and(Worker::alive);
+        if attempt && alive && op.session_id.as_ref() == Some(&session) {
             op.stopped_since = Some(mark);
             tx.save(&mut op)?;
         }
