@@ -27,6 +27,13 @@ fn offered(rig: &Rig) -> (Operation, String) {
     let said = rig.stop_source();
     let op = rig.wait_until(&op.id, |op| op.status == Offered || op.status.is_terminal());
     assert_eq!(op.status, Offered, "{op:#?}");
+    // The hooks read `active`, written right after the operation file
+    // (the statusline lacked the line once, under load).
+    let offered = Some((op.id.clone(), Offered));
+    assert!(crate::support::wait_for(
+        crate::support::rig::SETTLE,
+        || rig.store().active() == offered
+    ));
     (op, said)
 }
 
