@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::again::{changed_or_turned, defer};
 use super::appended::settled_source_change;
 use super::in_place::{self, Switched};
 use super::{
     Outcome, Stage, Steps, fail_in, guarded, pause_point, seconds, source_session, target_guard,
 };
 use crate::gate::turn_since_stop;
-use crate::operation::{Locked, Operation, Status, Store, discard_candidate, manifest};
+use crate::operation::{Locked, Operation, Status, Store};
 use crate::pane::Input;
 use crate::process;
 use crate::stages::prompt::PROBE;
@@ -440,86 +441,6 @@ pub(super) fn pane_busy(target: &Target) -> Option<String> {
         Ok(Some(Input::Running)) => Some("the pane shows a running turn".into()),
         Err(e) => Some(format!("cannot read the pane: {}", e.message)),
     }
-}
-
-/// Not now: discard the candidate (it never ran) and go back to `pending`
-/// with the reason; the next Stop of the source prepares again. Unlike a
-/// changed source this never fails the operation: each retry needs a new
-/// turn, so it cannot loop on its own.
-fn defer(tx: &mut Locked, config: &Config, op: &mut Operation, why: &str) -> Result<()> {
-    let discarded = reset_attempt(tx, op, config)?;
-    op.deferred = Some(why.to_string());
-    let note = format!(
-        "not switched: {why}; candidate {} discarded; the next Stop prepares again",
-        discarded.map_or(String::new(), |p| p.display().to_string())
-    );
-    tx.transition(op, Status::Pending, &note)
-}
-
-/// Forget everything the discarded attempt produced.
-/// The backup and the manifest artifact go together.
-pub(super) fn reset_attempt(
-    tx: &Locked,
-    op: &mut Operation,
-    config: &Config,
-) -> Result<Option<PathBuf>> {
-    let discarded = discard_candidate(op, Some(&config.project_dir))?;
-    if let Some(backup) = op.backup.take() {
-        let _ = std::fs::remove_file(backup);
-    }
-    if op.manifest_artifact.take().is_some() {
-        manifest::remove(tx.store(), &op.id);
-    }
-    op.candidate = None;
-    op.verification = None;
-    op.stats = None;
-    op.source_sha256 = None;
-    op.prepared_at = None;
-    op.worker = None;
-    op.prompt_back = None;
-    Ok(discarded)
-}
-
-/// The source changed after prepare: a turn that began since the
-/// scheduling Stop explains it (the person spoke; [`defer`], which no
-/// retry bound counts), else it is a [`source_changed`].
-fn changed_or_turned(
-    tx: &mut Locked,
-    config: &Config,
-    op: &mut Operation,
-    source: &Path,
-    change: &str,
-) -> Result<()> {
-    match turn_since_stop(op, source)? {
-        Some(why) => defer(tx, config, op, &why),
-        None => source_changed(tx, config, op, change),
-    }
-}
-
-/// New messages arrived after prepare: discard this candidate and go back
-/// to `pending` so the next Stop prepares again, or fail once
-/// `source_change_retries` retries are used up.
-fn source_changed(
-    tx: &mut Locked,
-    config: &Config,
-    op: &mut Operation,
-    change: &str,
-) -> Result<()> {
-    op.source_changes += 1;
-    if u64::from(op.source_changes) > config.source_change_retries {
-        let why = format!(
-            "the source changed after prepare {} times (source_change_retries = {}; last: {change}); request again when the conversation is quiet",
-            op.source_changes, config.source_change_retries
-        );
-        return fail_in(tx, op, &why, |_| {});
-    }
-    let discarded = reset_attempt(tx, op, config)?;
-    let note = format!(
-        "source changed after prepare (attempt {}: {change}); candidate {} discarded; the next Stop prepares again",
-        op.attempts,
-        discarded.map_or(String::new(), |p| p.display().to_string())
-    );
-    tx.transition(op, Status::Pending, &note)
 }
 
 /// A `*.jsonl` in `project_dir`, other than the source and this candidate,

@@ -17,7 +17,7 @@
 //! - An offer nobody takes expires after `request_ttl_hours`
 //!   ([`crate::operation::Locked::expire_if_old`]).
 
-use super::activate::reset_attempt;
+use super::again::reset_attempt;
 use super::source_session;
 use crate::operation::{Locked, Operation, Status};
 use crate::process::ProcessId;
