@@ -24,6 +24,7 @@ pub mod advice;
 mod again;
 mod appended;
 pub mod cli;
+mod freeze;
 pub mod hand;
 mod in_place;
 mod next;
