@@ -2,8 +2,8 @@
 """Switch latency with the real Claude Code CLI (Python 3.11 stdlib only).
 
 ``python3 bench/latency.py [--runs 10] [--release]``
-    Runs the ignored test ``claude_loop::switch_latency_with_the_defaults``
-    (tests/integration/claude_loop.rs) with ``KTR_BENCH_RUNS=N``: each run starts
+    Runs the ignored test ``claude_loop::more::switch_latency_with_the_defaults``
+    (tests/integration/claude_loop/more.rs) with ``KTR_BENCH_RUNS=N``: each run starts
     the real interactive CLI in a private tmux server against the fake API twice
     — once switching in place (``/resume <id>``), once by respawning the pane
     (``tmux_switch_in_place = false``), their order alternating — talks three
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run  # noqa: E402  (bench/run.py: the dist build ./install ships)
 
 REPO = Path(__file__).resolve().parent.parent
-TEST = "claude_loop::switch_latency_with_the_defaults"
+TEST = "claude_loop::more::switch_latency_with_the_defaults"
 TARGET_S = 1.5  # end of reply -> activated in place, median
 TARGET_MAX_S = 3.0  # ... and the slowest of the runs, with the defaults
 TARGET_RATIO = 0.6  # in place <= 0.6 x the respawn path, same run
