@@ -14,6 +14,7 @@ use crate::support::fake_api::FakeApi;
 use crate::support::rng::Rng;
 use crate::support::terminal::Terminal;
 use ktr_pipeline::operation::{Operation, Status, Store};
+use ktr_pipeline::stages::hand::offered_session;
 
 /// How long a prompt may take to be answered, or an offered line to be
 /// taken, on a busy two-core machine.
@@ -142,23 +143,17 @@ impl Hand {
     }
 }
 
-/// The operation offering `serving` a line, and the line.
+/// The operation offering `serving` a line, and the line (the session
+/// offered as ktr names it).
 fn offered(store: &Store, serving: &str) -> Option<(Operation, String)> {
     store.list().ok()?.into_iter().find_map(|op| {
-        let to = match op.status {
-            Status::Offered if op.session_id.as_deref() == Some(serving) => {
-                op.candidate.as_ref()?.session_id.to_string()
-            }
-            Status::RollbackOffered
-                if op.candidate.as_ref().map(|c| c.session_id.as_str()) == Some(serving) =>
-            {
-                op.restore.as_ref().map_or_else(
-                    || op.session_id.as_deref().unwrap_or_default().to_string(),
-                    |r| r.session_id.to_string(),
-                )
-            }
-            _ => return None,
-        };
+        // The session the offer is made in: the one it switches away from.
+        let made_in = match op.status {
+            Status::Offered => op.session_id.as_ref().map(ToString::to_string),
+            Status::RollbackOffered => op.candidate.as_ref().map(|c| c.session_id.to_string()),
+            _ => None,
+        }?;
+        let to = offered_session(&op).filter(|_| made_in == serving)?;
         Some((op, format!("/resume {to}")))
     })
 }
