@@ -117,18 +117,13 @@ impl Store {
     pub(crate) fn dead_worker_in(&self, session: &SessionId) -> bool {
         self.in_flight().iter().any(|e| {
             e.lane == Lane::Session(session.clone())
-                && self.load(&e.id).is_ok_and(|op| {
-                    !op.status.is_terminal() && op.worker.as_ref().is_some_and(|w| !w.alive())
-                })
+                && self.load(&e.id).is_ok_and(|op| worker_gone(&op))
         })
     }
 
+    /// [`worker_gone`], and not updated within the grace.
     fn is_stale(&self, op: &Operation) -> bool {
-        let Some(worker) = &op.worker else {
-            return false;
-        };
-        // An offer waits for the person, not for its (finished) stage.
-        if op.status.is_terminal() || op.status.offered() || worker.alive() {
+        if !worker_gone(op) {
             return false;
         }
         let updated = op.updated_at.time();
@@ -136,6 +131,14 @@ impl Store {
             .duration_since(updated)
             .is_ok_and(|age| age >= self.grace)
     }
+}
+
+/// Whether `op` is in flight with a recorded worker that is gone (an offer
+/// waits for the person, not for its finished stage).
+fn worker_gone(op: &Operation) -> bool {
+    !op.status.is_terminal()
+        && !op.status.offered()
+        && op.worker.as_ref().is_some_and(|w| !w.alive())
 }
 
 /// Delete the never-activated candidate of `op` (SPEC §9: a failed stage
