@@ -218,6 +218,24 @@ fn an_offer_nobody_takes_expires_with_one_line_in_ktr_status_and_its_candidate_r
     assert!(!path.exists(), "the expired offer's candidate is removed");
 }
 
+/// The model asking for the status sees the same: the offer expired.
+#[test]
+fn an_offer_nobody_takes_expires_in_the_mcp_status_too() {
+    let rig = Rig::with(Kind::Hand, "", &[]);
+    let (op, _) = offered(&rig);
+    rig.write_config("request_ttl_hours = 0.0001");
+    std::thread::sleep(Duration::from_millis(600));
+    let (mut mcp, _) = crate::mcp::Client::start(&rig.sandbox, Some(&rig.src));
+    let (err, status) = mcp.call(
+        "thread_rebuild_status",
+        json!({"operation_id": op.id.to_string()}),
+    );
+    mcp.close();
+    assert!(!err, "{status}");
+    assert_eq!(status["operation"]["status"], "expired", "{status}");
+    assert_eq!(rig.store().load(&op.id).unwrap().status, Expired);
+}
+
 #[test]
 fn once_the_claude_of_the_offer_has_exited_a_resume_from_any_claude_activates() {
     let rig = Rig::with(Kind::Hand, "", &[]);

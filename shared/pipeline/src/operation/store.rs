@@ -169,9 +169,7 @@ impl Store {
     /// stale-worker recovery can record what the target runs.
     pub fn for_config(config: &Config) -> Result<Store> {
         state_dir::claim(&config.state_dir, config.state_place(&home_dir()))?;
-        let mut store = Store::open(&config.state_dir)?.with_config(config);
-        store.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
-        Ok(store)
+        Ok(Store::open(&config.state_dir)?.with_config(config))
     }
 
     /// Read-only look at a state dir (creates nothing; for hooks and status).
@@ -187,10 +185,12 @@ impl Store {
     }
 
     /// Use the configured target and `project_dir` (what recovery records
-    /// and the only folder a never-run candidate is discarded from).
+    /// and the only folder a never-run candidate is discarded from), and
+    /// `request_ttl_hours` (recovery expires a request or an offer older).
     pub fn with_config(mut self, config: &Config) -> Store {
         self.target = Some(Target::from_config(config));
         self.project = Some(config.project_dir.clone());
+        self.ttl = Some(Duration::from_secs_f64(config.request_ttl_hours * 3600.0));
         self
     }
 
