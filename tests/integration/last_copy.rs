@@ -143,3 +143,50 @@ fn a_superseded_operation_is_not_rolled_back_before_those_that_came_after_it() {
     let out = asked(&ops[1]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
+
+/// A rollback offer nobody took expires and its restore session goes —
+/// but only a file of its own in `project_dir`: an operation file edited
+/// to name another project's session never deletes that conversation.
+#[test]
+fn an_expiring_rollback_offer_never_deletes_a_session_file_outside_the_project() {
+    use Status::*;
+    let sb = crate::support::Sandbox::new();
+    let op = sb.store().request("x", "REBUILD", None).unwrap();
+    let elsewhere = sb.root().join("other-project");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let theirs = ktr_base::ids::SessionId::new_random();
+    let path = elsewhere.join(format!("{theirs}.jsonl"));
+    std::fs::write(&path, "{\"type\":\"user\"}\n").unwrap();
+    let walked = [
+        Scheduled,
+        Running,
+        Verifying,
+        Activating,
+        Activated,
+        RollbackPending,
+        RollbackScheduled,
+        RollingBack,
+        RollbackOffered,
+    ];
+    sb.walk(&op.id, &walked, |op| {
+        op.restore = Some(ktr_pipeline::operation::RestoreFile {
+            session_id: theirs.clone(),
+            path: path.clone(),
+            sha256: ktr_base::digest::Sha256::of_file(&path).unwrap(),
+            old_records: 1,
+            new_records: 0,
+            turns: 0,
+        });
+    });
+    sb.write_config("request_ttl_hours = 0.0001");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let out = sb.run("status", None, &[]);
+    let op = sb
+        .store()
+        .load(&ktr_base::ids::OperationId::parse(&op.id).unwrap())
+        .unwrap();
+    assert_eq!(op.status, Activated, "{}{}", out.stdout, out.stderr);
+    assert!(path.exists(), "another project's conversation stays");
+    let note = &op.history.last().unwrap().note;
+    assert!(note.contains("not deleting it"), "{note}");
+}

@@ -299,9 +299,10 @@ pub fn read(store: &Store, id: &OperationId, recorded: &ManifestRef) -> Result<M
 /// Remove operation `id`'s artifact, if any (a discarded attempt: it goes
 /// with the backup). Never creates the artifacts dir.
 pub fn remove(store: &Store, id: &OperationId) {
-    if ktr_base::ids::OperationId::parse(id).is_ok() {
-        let _ = std::fs::remove_file(store.dir().join("artifacts").join(id).join(FILE));
-    }
+    store.remove_artifact(
+        id,
+        &store.dir().join("artifacts").join(id.as_str()).join(FILE),
+    );
 }
 
 /// A reason's name as the JSON reports spell it (`local_command`, …).

@@ -45,7 +45,7 @@ pub use record::{
     Ack, BlockedPrompt, CandidateFile, Operation, PromptBack, RestoreFile, SCHEMA, SeenTarget,
     StopMark, Transition, Verification, Worker,
 };
-pub use recovery::discard_candidate;
+pub use recovery::{discard_candidate, discard_restore};
 pub use repair::set_damaged_aside;
 pub use requests::confirm;
 pub use stage::Stage;

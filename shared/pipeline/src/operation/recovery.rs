@@ -6,7 +6,7 @@ use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{InFlight, Lane, Operation, Status, Store};
+use super::{InFlight, Lane, Operation, RestoreFile, Status, Store};
 use ktr_base::error::{Error, Result};
 use ktr_base::ids::SessionId;
 
@@ -142,39 +142,67 @@ fn worker_gone(op: &Operation) -> bool {
 }
 
 /// Delete the never-activated candidate of `op` (SPEC §9: a failed stage
-/// discards it). Only a file named `<candidate session id>.jsonl`, directly
-/// inside `project` (`project_dir`; `None`: nothing is deleted), that is
-/// not the source is removed — the path comes from an operation file,
-/// which may have been edited. Returns the removed path, if there was one.
+/// discards it), by the rule of [`remove_session_file`]. Returns the
+/// removed path, if there was one.
 pub fn discard_candidate(op: &Operation, project: Option<&Path>) -> Result<Option<PathBuf>> {
     let Some(c) = &op.candidate else {
         return Ok(None);
     };
-    SessionId::parse(&c.session_id)?;
+    remove_session_file(op, "candidate", &c.path, &c.session_id, project)
+}
+
+/// Delete a restore session `op` built that never ran (a rollback offer
+/// nobody took, an earlier attempt's), by the rule of [`remove_session_file`].
+pub fn discard_restore(
+    op: &Operation,
+    restore: &RestoreFile,
+    project: Option<&Path>,
+) -> Result<Option<PathBuf>> {
+    remove_session_file(
+        op,
+        "restore session",
+        &restore.path,
+        &restore.session_id,
+        project,
+    )
+}
+
+/// Delete a session file ktr wrote for `op` (`what`: its candidate, its
+/// restore session). Only a file named `<session>.jsonl`, directly inside
+/// `project` (`project_dir`; `None`: nothing is deleted), that is not the
+/// source, is removed (a link there: the link, not what it names) — the
+/// path comes from an operation file, which may have been edited, and a
+/// session file of another project is a person's conversation. Its
+/// `/resume` title goes with it. Returns the removed path, if there was one.
+fn remove_session_file(
+    op: &Operation,
+    what: &str,
+    path: &Path,
+    session: &SessionId,
+    project: Option<&Path>,
+) -> Result<Option<PathBuf>> {
     let in_project = project
         .and_then(|p| p.canonicalize().ok())
-        .is_some_and(|p| c.path.parent().and_then(|d| d.canonicalize().ok()) == Some(p));
+        .is_some_and(|p| path.parent().and_then(|d| d.canonicalize().ok()) == Some(p));
     let named_for_it = in_project
-        && c.path
+        && path
             .file_name()
-            .is_some_and(|n| *n == *format!("{}.jsonl", c.session_id));
+            .is_some_and(|n| *n == *format!("{session}.jsonl"));
     let is_source = op.transcript_path.as_ref().is_some_and(|t| {
-        *t == c.path
-            || matches!((t.canonicalize(), c.path.canonicalize()), (Ok(a), Ok(b)) if a == b)
+        *t == path || matches!((t.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b)
     });
     if !named_for_it || is_source {
         return Err(Error::refused(format!(
-            "operation {}: recorded candidate {} is not a candidate file directly inside project_dir; not deleting it",
+            "operation {}: recorded {what} {} is not a session file of its own directly inside project_dir; not deleting it",
             op.id,
-            c.path.display()
+            path.display()
         )));
     }
-    // The title ktr gave it for `/resume`'s picker goes with it.
-    crate::title::remove(&c.path, &c.session_id);
-    match fs::remove_file(&c.path) {
-        Ok(()) => Ok(Some(c.path.clone())),
+    crate::title::remove(path, session);
+    match fs::remove_file(path) {
+        Ok(()) => Ok(Some(path.to_path_buf())),
         Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io_at("remove candidate", &c.path, &e)),
+        Err(e) => Err(Error::io_at(&format!("remove {what}"), path, &e)),
     }
 }
 
@@ -238,16 +266,22 @@ impl super::Locked<'_> {
             ttl.as_secs_f64() / 3600.0
         );
         if op.status == Status::RollbackOffered {
-            let note = match op.restore.take() {
-                Some(r) => {
-                    let _ = fs::remove_file(&r.path);
-                    format!(
-                        "rollback offer expired: {waited}; restore session {} removed; the rebuilt session runs on",
-                        r.session_id
-                    )
+            let discarded = op.restore.as_ref().map_or(Ok(None), |r| {
+                discard_restore(op, r, self.store().project.as_deref())
+            });
+            let note = match discarded {
+                Ok(Some(path)) => format!(
+                    "rollback offer expired: {waited}; restore session {} removed; the rebuilt session runs on",
+                    path.display()
+                ),
+                Ok(None) => {
+                    format!("rollback offer expired: {waited}; the rebuilt session runs on")
                 }
-                None => format!("rollback offer expired: {waited}; the rebuilt session runs on"),
+                Err(e) => {
+                    format!("rollback offer expired: {waited}; {e}; the rebuilt session runs on")
+                }
             };
+            op.restore = None;
             self.transition(op, Status::Activated, &note)?;
             return Ok(true);
         }

@@ -238,6 +238,24 @@ impl Store {
         Ok(dir)
     }
 
+    /// Remove `path`, a file ktr wrote in `artifacts/<id>/` (a backup, the
+    /// manifest): only when it lies there and neither folder on the way is
+    /// a link, so an edited operation file or a planted link never deletes
+    /// anything elsewhere (a link planted at the name itself goes, not what
+    /// it names).
+    pub(crate) fn remove_artifact(&self, id: &OperationId, path: &Path) {
+        let artifacts = self.dir.join("artifacts");
+        let dir = artifacts.join(id.as_str());
+        let real_dir = |d: &Path| fs::symlink_metadata(d).is_ok_and(|m| m.is_dir());
+        if path.parent() == Some(dir.as_path())
+            && real_dir(&artifacts)
+            && real_dir(&dir)
+            && fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir())
+        {
+            let _ = fs::remove_file(path);
+        }
+    }
+
     /// `keep/<id>-<stage>/`: the key keeper's files of one in-place switch
     /// (SPEC §12: what a person typed while Claude Code loaded). Removed
     /// after a replay that lost nothing; `ktr prune` takes what is left.

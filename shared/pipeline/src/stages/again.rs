@@ -84,7 +84,7 @@ pub(super) fn reset_attempt(
 ) -> Result<Option<PathBuf>> {
     let discarded = discard_candidate(op, Some(&config.project_dir))?;
     if let Some(backup) = op.backup.take() {
-        let _ = std::fs::remove_file(backup);
+        tx.store().remove_artifact(&op.id, &backup);
     }
     if op.manifest_artifact.take().is_some() {
         manifest::remove(tx.store(), &op.id);

@@ -205,10 +205,11 @@ fn with_restore(
         tx.save(&mut op)?;
         Ok(op)
     })?;
+    // An earlier attempt's restore session, still as it was written.
     if let Some(earlier) = earlier
         && ktr_base::digest::Sha256::of_file(&earlier.path).is_ok_and(|d| d == earlier.sha256)
     {
-        let _ = std::fs::remove_file(&earlier.path);
+        let _ = crate::operation::discard_restore(&op, &earlier, Some(&config.project_dir));
     }
     Ok(op)
 }

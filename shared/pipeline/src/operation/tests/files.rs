@@ -226,3 +226,27 @@ fn lists_that_grow_with_an_operations_life_are_capped_when_saved() {
     assert_eq!(saved.reasons.last().unwrap(), "reason 499");
     assert!(fs::metadata(store.operation_path(&op.id)).unwrap().len() < 256 << 10);
 }
+
+#[test]
+fn an_artifact_is_removed_only_where_ktr_put_it_never_through_a_planted_link() {
+    let (t, store) = store();
+    let op = requested(&store);
+    let outside = t.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("x.jsonl"), "a person's file\n").unwrap();
+    // `artifacts/<id>` replaced by a link to another folder.
+    fs::create_dir_all(store.dir().join("artifacts")).unwrap();
+    let dir = store.dir().join("artifacts").join(op.id.as_str());
+    std::os::unix::fs::symlink(&outside, &dir).unwrap();
+    store.remove_artifact(&op.id, &dir.join("x.jsonl"));
+    assert!(outside.join("x.jsonl").exists(), "never through a link");
+    // Another operation's folder, or a path elsewhere: untouched too.
+    store.remove_artifact(&op.id, &outside.join("x.jsonl"));
+    assert!(outside.join("x.jsonl").exists());
+    // Its own file in its own folder goes.
+    fs::remove_file(&dir).unwrap();
+    let own = store.artifacts_dir(&op.id).unwrap().join("x.jsonl");
+    fs::write(&own, "backup\n").unwrap();
+    store.remove_artifact(&op.id, &own);
+    assert!(!own.exists());
+}
