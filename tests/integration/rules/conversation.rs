@@ -1,5 +1,6 @@
 //! Which conversation: compaction, forks, chain order, fallback.
 
+use super::assert_summaries_dropped;
 use super::{NO_STAMPS, two_plain_turns};
 use crate::support::plan::*;
 
@@ -23,9 +24,7 @@ fn compaction_summary_is_dropped_when_the_earlier_turns_are_reached() {
             assistant("After compaction: oldest first."),
         ]
     );
-    assert_eq!(r.string("history_mode"), "chain");
-    assert_eq!(r.count("compact_summaries_dropped"), 1);
-    assert_eq!(r.count("compact_summaries_carried"), 0);
+    assert_summaries_dropped(&r, 1);
 }
 
 #[test]

@@ -198,3 +198,19 @@ fn bash_input_memory_input_and_pasted_content_are_the_users_words() {
         ]
     );
 }
+
+/// The plan fell back to file order and said why.
+#[track_caller]
+pub(super) fn assert_file_order_fallback(r: &Report) {
+    assert_eq!(r.string("history_mode"), "file");
+    assert!(!r.string("history_fallback_reason").trim().is_empty());
+}
+
+/// The plan followed the chain across `n` compactions, each summary
+/// dropped and none carried.
+#[track_caller]
+pub(super) fn assert_summaries_dropped(r: &Report, n: u64) {
+    assert_eq!(r.string("history_mode"), "chain");
+    assert_eq!(r.count("compact_summaries_dropped"), n);
+    assert_eq!(r.count("compact_summaries_carried"), 0);
+}
