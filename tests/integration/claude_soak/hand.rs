@@ -9,6 +9,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::person::Effort;
 use crate::support::claude::ClaudeEnv;
 use crate::support::fake_api::FakeApi;
 use crate::support::rng::Rng;
@@ -19,6 +20,9 @@ use ktr_pipeline::stages::hand::offered_session;
 /// How long a prompt may take to be answered, or an offered line to be
 /// taken, on a busy two-core machine.
 const ANSWERED: Duration = Duration::from_secs(180);
+
+/// What ktr's gate says of a prompt it refused during a switch.
+const REFUSED: &str = "was not sent";
 
 /// What happened to the offers.
 #[derive(Debug, Default)]
@@ -70,16 +74,22 @@ impl Hand {
         now
     }
 
-    /// Type `prompt` (30–150 ms a key), Enter, and wait for `reply`.
+    /// Type `prompt` (30–150 ms a key), Enter, and wait for `reply`. A
+    /// prompt ktr's gate refused during a switch ("your message was not
+    /// sent — send it again in a moment"; Claude Code gives it back to the
+    /// input line) they send again with Enter, as the person in tmux does.
     pub(super) fn say(
         &mut self,
         api: &FakeApi,
         prompt: &str,
         reply: &str,
         rng: &mut Rng,
+        effort: &mut Effort,
     ) -> Result<(), String> {
+        let mark = self.term.mark();
         self.type_line(prompt, rng);
         let deadline = Instant::now() + ANSWERED;
+        let (mut refused, mut last) = (0, Instant::now());
         while !api.replied_with(reply) {
             if Instant::now() > deadline {
                 return Err(format!(
@@ -88,6 +98,13 @@ impl Hand {
                 ));
             }
             thread::sleep(Duration::from_millis(200));
+            let seen = self.term.text_since(mark).matches(REFUSED).count();
+            if seen > refused && last.elapsed() > Duration::from_secs(3) {
+                refused = seen;
+                effort.resent += 1;
+                self.term.type_keys("\r");
+                last = Instant::now();
+            }
         }
         self.term.wait_quiet(Duration::from_millis(1500), ANSWERED);
         Ok(())

@@ -215,7 +215,7 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
             }
             let answered = hand
                 .take_offer(&h.store, &mut rng, &mut offers, false)
-                .and_then(|()| hand.say(&h.api, &turn.prompt, &turn.reply, &mut rng));
+                .and_then(|()| hand.say(&h.api, &turn.prompt, &turn.reply, &mut rng, &mut effort));
             if let Err(e) = answered {
                 panic!("turn {n} (outside tmux): {e}\n{}", h.diagnosis());
             }
