@@ -55,6 +55,27 @@ fn a_competing_transcript_after_prepare_refuses_the_switch() {
     assert_eq!(rig.resume_history(), [SRC]);
 }
 
+/// Several sessions of one project: another Claude Code's session, begun
+/// before the rebuild was scheduled, writing while it is prepared is no
+/// conflict (the soak: a second session outside tmux failed the guard's
+/// rebuild, and Claude Code compacted).
+#[test]
+fn another_sessions_transcript_written_after_prepare_is_no_conflict() {
+    let other = "0e0e0e0e-1111-4222-8333-444455556666";
+    let mut rig = Rig::tmux();
+    let path = rig.sandbox.project.join(format!("{other}.jsonl"));
+    let began = format!(
+        "{{\"type\":\"user\",\"sessionId\":\"{other}\",\"timestamp\":\"2026-11-01T08:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"hi\"}}}}\n"
+    );
+    fs::write(&path, &began).unwrap();
+    let op = rig.rebuild_paused_at("activate:start");
+    append_lines(&path, &[began.trim_end().replace("hi", "still here")]);
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    assert!(!op.session_conflict);
+}
+
 #[test]
 fn a_source_changed_after_prepare_is_prepared_again_at_the_next_stop() {
     let mut rig = Rig::tmux();

@@ -444,7 +444,12 @@ pub(super) fn pane_busy(target: &Target) -> Option<String> {
 }
 
 /// A `*.jsonl` in `project_dir`, other than the source and this candidate,
-/// modified after prepare froze the source.
+/// modified after prepare froze the source and begun after the Stop that
+/// scheduled it: a session started in this project meanwhile (`/clear` in
+/// the target's Claude Code, which no receipt records). Another Claude
+/// Code's own session, begun before, writes there as it likes (several
+/// sessions of one project); a process that moved to it by `/resume` is
+/// caught by the receipt ([`target_guard::runs_source`]).
 fn newer_transcript(
     config: &Config,
     op: &Operation,
@@ -456,6 +461,11 @@ fn newer_transcript(
         .as_deref()
         .and_then(parse_rfc3339)
         .ok_or_else(|| Error::refused(format!("operation {} has no prepare time", op.id)))?;
+    let scheduled = op
+        .scheduled_at
+        .as_deref()
+        .and_then(parse_rfc3339)
+        .unwrap_or(since);
     let dir = &config.project_dir;
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io_at("list", dir, &e))?;
     let ours = [source.canonicalize().ok(), candidate.canonicalize().ok()];
@@ -469,11 +479,28 @@ fn newer_transcript(
             continue;
         }
         let modified = entry.metadata().and_then(|m| m.modified());
-        if modified.is_ok_and(|m| m > since) {
+        // A session whose beginning cannot be read counts as new.
+        if modified.is_ok_and(|m| m > since) && begun_at(&path).is_none_or(|b| b > scheduled) {
             return Ok(Some(path));
         }
     }
     Ok(None)
+}
+
+/// The time of the first record with one in the first 64 KiB of `path`.
+fn begun_at(path: &Path) -> Option<std::time::SystemTime> {
+    use std::io::Read;
+    let file = ktr_base::open::open_regular(path, ktr_base::open::Links::Refuse).ok()?;
+    let mut head = Vec::new();
+    file.take(64 * 1024).read_to_end(&mut head).ok()?;
+    #[derive(serde::Deserialize)]
+    struct At<'a> {
+        #[serde(borrow)]
+        timestamp: Option<&'a str>,
+    }
+    head.split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<At>(line).ok())
+        .find_map(|r| r.timestamp.and_then(parse_rfc3339))
 }
 
 /// The target runs `new_id` healthily. With `ktr-ack` installed (tmux),
