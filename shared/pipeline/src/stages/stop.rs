@@ -85,7 +85,7 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
         // too, as before several sessions (its lane's lock is taken only
         // then), so a killed stage never blocks that session's next request.
         if index.entries().iter().any(|e| at_work(e.status)) {
-            let failed = recover(config_arg, &state_dir, input)?;
+            let failed = recover(config_arg, &state_dir, parsed(&hook))?;
             if failed != Reply::Quiet {
                 return Ok(failed);
             }
@@ -97,7 +97,17 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
         return Ok(line.map_or(Reply::Quiet, Reply::Message));
     };
     if at_work(status) {
-        return during_attempt(config_arg, &state_dir, input, stopped_at);
+        let failed = recover(config_arg, &state_dir, parsed(&hook))?;
+        let attempt = matches!(
+            status,
+            Status::Scheduled | Status::Running | Status::Verifying
+        );
+        if let (Reply::Quiet, true, Some(session), Some(h)) =
+            (&failed, attempt, &session, parsed(&hook))
+        {
+            note_stop(&state_dir, session, stopped_at, h);
+        }
+        return Ok(failed);
     }
     let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
 
@@ -370,38 +380,29 @@ fn at_work(status: Status) -> bool {
     !matches!(status, Status::Pending | Status::RollbackPending) && !status.offered()
 }
 
-/// This session's operation is at work: if its worker died, fail it
-/// ([`recover`]); else, while an attempt is scheduled, prepared or
-/// verified, note this Stop on it ([`Operation::stopped_since`]): should
-/// the attempt defer for the turn this Stop ended, the next one starts at
-/// once ([`super::again`]). A busy lock leaves that to the next Stop.
-fn during_attempt(
-    config_arg: Option<&Path>,
-    state_dir: &Path,
-    input: Option<&[u8]>,
-    stopped_at: Timestamp,
-) -> Result<Reply> {
-    let failed = recover(config_arg, state_dir, input)?;
-    let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(i).ok());
-    let Some((hook, Ok(session))) = hook.map(|h| {
-        let session = SessionId::parse(&h.session_id);
-        (h, session)
-    }) else {
-        return Ok(failed);
-    };
-    if failed != Reply::Quiet {
-        return Ok(failed);
-    }
+/// The Stop input, when it parsed.
+fn parsed(hook: &Result<Option<StopInput>, serde_json::Error>) -> Option<&StopInput> {
+    hook.as_ref().ok().and_then(Option::as_ref)
+}
+
+/// This session's attempt is at work (scheduled, prepared or verified) and
+/// its worker alive: note this Stop on it ([`Operation::stopped_since`]).
+/// Should the attempt defer for the turn this Stop ended, the next one
+/// starts at once ([`super::again`]). A busy lock or a failed write leaves
+/// that to the next Stop, as before.
+fn note_stop(state_dir: &Path, session: &SessionId, at: Timestamp, hook: &StopInput) {
     let mark = StopMark {
-        at: stopped_at,
+        at,
         reply: hook
             .last_assistant_message
             .as_deref()
             .map(advice::reply_end),
     };
-    // A busy lock or a failed write: the next Stop prepares again, as before.
-    let _ = Store::open(state_dir)?.with_session(&session, LOCK_WAIT, |tx| {
-        let Some(mut op) = tx.session_operation(&session)? else {
+    let Ok(store) = Store::open(state_dir) else {
+        return;
+    };
+    let _ = store.with_session(session, LOCK_WAIT, |tx| {
+        let Some(mut op) = tx.session_operation(session)? else {
             return Ok(());
         };
         let attempt = matches!(
@@ -411,13 +412,12 @@ fn during_attempt(
         // A dead worker's operation is not touched: a save would restart
         // the grace after which recovery fails it.
         let alive = op.worker.as_ref().is_some_and(Worker::alive);
-        if attempt && alive && op.session_id.as_ref() == Some(&session) {
+        if attempt && alive && op.session_id.as_ref() == Some(session) {
             op.stopped_since = Some(mark);
             tx.save(&mut op)?;
         }
         Ok(())
     });
-    Ok(Reply::Quiet)
 }
 
 /// An operation is being worked on: if its worker died, fail it now and
@@ -425,8 +425,7 @@ fn during_attempt(
 /// The config is the one serving this hook's session (its target records
 /// what a dead activation left); without a readable hook input, the
 /// store alone recovers.
-fn recover(config_arg: Option<&Path>, state_dir: &Path, input: Option<&[u8]>) -> Result<Reply> {
-    let hook = input.and_then(|i| serde_json::from_slice::<StopInput>(i).ok());
+fn recover(config_arg: Option<&Path>, state_dir: &Path, hook: Option<&StopInput>) -> Result<Reply> {
     let store = match hook {
         Some(hook) => {
             let store =
