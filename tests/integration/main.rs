@@ -41,6 +41,7 @@ mod doctor;
 mod escapes;
 mod full_disk;
 mod golden;
+mod guard_rollback;
 mod hand;
 mod hostile;
 mod install;

@@ -1,4 +1,4 @@
-//! A rebuild finds the quiet moment: an attempt that defers for a turn
+//! A rebuild, and a rollback, find the quiet moment: an attempt that defers for a turn
 //! which ended while it was at work starts again at once, as if that
 //! turn's Stop had scheduled it; a turn explains a changed source, so no
 //! retry bound counts it. (The soak: the compaction guard starts an
@@ -6,6 +6,7 @@
 //! person who answers quickly never left the next Stop's attempt a gap.)
 
 use std::fs;
+use std::path::Path;
 
 use crate::pipeline::{append_lines, last_speech_uuid};
 use crate::support::rig::{Kind, Rig, SRC};
@@ -15,18 +16,23 @@ use ktr_pipeline::operation::Status::*;
 
 /// A user prompt and its reply, appended to the source now.
 fn a_turn(rig: &Rig, prompt: &str, reply: &str) {
-    let parent = last_speech_uuid(&fs::read_to_string(&rig.source).unwrap());
+    a_turn_in(&rig.source, SRC, prompt, reply);
+}
+
+/// A user prompt and its reply, appended now to `transcript` of `session`.
+pub(crate) fn a_turn_in(transcript: &Path, session: &str, prompt: &str, reply: &str) {
+    let parent = last_speech_uuid(&fs::read_to_string(transcript).unwrap());
     let at = Timestamp::now();
     let (asked, answered) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     append_lines(
-        &rig.source,
+        transcript,
         &[
             serde_json::json!({"type": "user", "uuid": asked.to_string(), "parentUuid": parent,
-                "sessionId": SRC, "timestamp": at.to_string(),
+                "sessionId": session, "timestamp": at.to_string(),
                 "message": {"role": "user", "content": prompt}})
             .to_string(),
             serde_json::json!({"type": "assistant", "uuid": answered.to_string(), "parentUuid": asked.to_string(),
-                "sessionId": SRC, "timestamp": at.to_string(),
+                "sessionId": session, "timestamp": at.to_string(),
                 "message": {"role": "assistant", "content": [{"type": "text", "text": reply}]}})
             .to_string(),
         ],
@@ -118,4 +124,56 @@ fn a_stop_leaves_an_attempt_whose_stage_died_to_recovery() {
     assert_eq!(after.status, Running);
     assert!(after.stopped_since.is_none(), "{after:#?}");
     assert_eq!(after.updated_at, before.updated_at, "the grace runs on");
+}
+
+/// A rollback alike: the rebuilt session's turn ended while the rollback
+/// was at work; it defers for that turn and starts again at once, and the
+/// turn comes along. (The compaction guard starts a rollback at the
+/// beginning of a turn Claude Code answers anyway: `guard_rollback::`.)
+#[test]
+fn a_rollback_that_deferred_for_a_turn_which_ended_starts_again_at_once() {
+    let mut rig = Rig::tmux();
+    let op = rig.rebuild();
+    assert_eq!(op.status, Activated, "{:?}", op.error);
+    let rebuilt = op.candidate.clone().unwrap();
+    let id = OperationId::parse(&op.id).unwrap();
+    rig.store().rollback_request(&id, "ROLLBACK").unwrap();
+    rig.pause_at = Some("rollback:start".into());
+    let out = rig.stop(rebuilt.session_id.as_str(), &rebuilt.path);
+    assert!(out.contains("rollback scheduled"), "{out}");
+    rig.wait_paused();
+    a_turn_in(
+        &rebuilt.path,
+        rebuilt.session_id.as_str(),
+        "把旧的工具输出找回来。",
+        "好，回到原来的会话。",
+    );
+    let out = rig.stop(rebuilt.session_id.as_str(), &rebuilt.path);
+    assert!(!out.contains("scheduled"), "{out}");
+    assert!(rig.store().load(&id).unwrap().stopped_since.is_some());
+    rig.unpause();
+    rig.wait_paused();
+    let again = rig.store().load(&id).unwrap();
+    assert_eq!(again.status, RollingBack, "{:#?}", again.history);
+    let went = |to, says: &str| {
+        again
+            .history
+            .iter()
+            .any(|t| t.to == to && t.note.contains(says))
+    };
+    assert!(
+        went(RollbackPending, "not rolled back: ")
+            && went(RollbackScheduled, "come while the last attempt was at work"),
+        "{:#?}",
+        again.history
+    );
+    rig.unpause();
+    let op = rig.wait_terminal(&op.id);
+    assert_eq!(op.status, RolledBack, "{:?}", op.error);
+    assert_eq!(
+        op.restore.as_ref().map(|r| r.turns),
+        Some(1),
+        "{:#?}",
+        op.history
+    );
 }

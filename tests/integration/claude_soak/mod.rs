@@ -6,7 +6,8 @@
 //! replies follow a realistic mix ([`model`]); the usage it reports is what
 //! it was sent (about four bytes a token), so the window fills as a real
 //! one does and falls after each rebuild, with
-//! `CLAUDE_CODE_AUTO_COMPACT_WINDOW` making it fill every few dozen turns.
+//! `CLAUDE_CODE_AUTO_COMPACT_WINDOW` making it fill every few dozen turns
+//! ([`window`]).
 //! Now and then (`KTR_SOAK_ROLLBACK_PERCENT` of the turns, default 5) the
 //! latest rebuild is rolled back; `KTR_SOAK_KILL_PERCENT` (default 1, as the
 //! issue asks) of the stage runs are killed (`SIGKILL`) at a random moment
@@ -57,9 +58,15 @@ use watch::Watch;
 const TURN: Duration = Duration::from_secs(120);
 /// How long the operations may take to end after the last turn.
 const SETTLE: Duration = Duration::from_secs(180);
-/// Claude Code's auto-compact window for the soak (tokens): the point
-/// lies ~33k below it.
-const WINDOW: &str = "60000";
+/// Claude Code's auto-compact window for a soak of `turns` turns (tokens;
+/// the point lies ~33k below it, and Claude Code takes no less than
+/// 100,000). The window fills every few dozen turns, and the conversation
+/// alone (≈ 80 tokens a turn) stays within what a rebuild may carry: a
+/// 1,000-turn run in a 100k window outgrew it after ~700 turns, and the
+/// guard rightly let Claude Code compact.
+fn window(turns: usize) -> String {
+    (turns * 200).max(60_000).to_string()
+}
 
 /// The household: the fake API, the CLI's environment, the CLI in its tmux
 /// server, the person, ktr's state.
@@ -74,11 +81,11 @@ pub(super) struct Household {
 }
 
 impl Household {
-    fn start() -> Household {
+    fn start(turns: usize) -> Household {
         let api = FakeApi::start(Vec::new());
         let mut env = ClaudeEnv::new(&claude_bin(), &api);
         env.extra_env
-            .push(("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), WINDOW.into()));
+            .push(("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), window(turns)));
         env.prepare_interactive(&["Bash", "Read", "Task", "Agent", "mcp__plugin_ktr_ktr"]);
         let checkout = env.sandbox.root().join("checkout");
         copy_checkout(&checkout);
@@ -182,7 +189,7 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
          roll back after {rollback_percent} % of turns"
     );
     let mut rng = Rng::new(seed);
-    let h = Household::start();
+    let h = Household::start(turns);
     let anchor = (Instant::now(), SystemTime::now());
     let watch = Watch::start(&h.env.sandbox.home, kill_percent, seed.rotate_left(17));
     let started = Instant::now();

@@ -1,4 +1,5 @@
-//! Another attempt. An attempt that may not switch goes back to `pending`:
+//! Another attempt. An attempt that may not switch goes back to `pending`
+//! (a rollback to `rollback_pending`, [`after_deferral`] alike):
 //! a turn since its Stop defers it ([`defer`], never counted), any other
 //! change of the source is counted ([`source_changed`]). And the next
 //! attempt at once: one that defers for a turn which has ended meanwhile
@@ -27,12 +28,23 @@ use ktr_base::error::Result;
 /// `ktr-prompt`, no user record in the transcript). The line for the
 /// stage's log, None when nothing was started.
 pub(super) fn after_deferral(config: &Config, store: &Store, op: &Operation) -> Option<String> {
-    if op.status != Status::Pending || op.deferred.is_none() {
-        return None;
-    }
+    // The session whose turn it deferred for: the source for a rebuild,
+    // the rebuilt session for a rollback.
+    let (session, transcript, what) = match op.status {
+        Status::Pending => (
+            op.session_id.as_ref()?,
+            op.transcript_path.as_deref()?,
+            "prepare",
+        ),
+        Status::RollbackPending => {
+            let rebuilt = op.candidate.as_ref()?;
+            (&rebuilt.session_id, rebuilt.path.as_path(), "rollback")
+        }
+        _ => return None,
+    };
+    // Only after a deferral.
+    op.deferred.as_ref()?;
     let mark = op.stopped_since.as_ref()?;
-    let session = op.session_id.as_ref()?;
-    let transcript = op.transcript_path.as_deref()?;
     let since = mark.at.time();
     let prompted = op
         .turn_started_at
@@ -46,17 +58,17 @@ pub(super) fn after_deferral(config: &Config, store: &Store, op: &Operation) -> 
         session,
         transcript,
         at: mark.at.clone(),
-        statuses: &[Status::Pending],
+        statuses: &[op.status],
         why: ": the turn the last attempt deferred for has ended",
         reply: mark.reply.as_deref(),
     };
     match stop::schedule(config, store, &by) {
-        Ok(Scheduled::Started { .. }) => {
-            Some("the turn it deferred for has ended; prepare started again at once".into())
-        }
+        Ok(Scheduled::Started { .. }) => Some(format!(
+            "the turn it deferred for has ended; {what} started again at once"
+        )),
         Ok(_) => None,
         Err(e) => Some(format!(
-            "the next attempt could not start at once ({e}); the next Stop prepares again"
+            "the next attempt could not start at once ({e}); the next Stop starts it"
         )),
     }
 }

@@ -8,6 +8,9 @@
 //! switched to the rebuilt session instead of being compacted. The rebuild
 //! is started by the Stop hook's own scheduling ([`stop::schedule`]).
 //!
+//! A rollback the person asked for of this (rebuilt) session replaces the
+//! compaction the same way: it starts now, or, under way, is waited for.
+//!
 //! It never blocks `/compact` typed by hand, and never blocks when a
 //! rebuild cannot help (its plan is refused, e.g. the carried conversation
 //! would not fit; another operation is running): it lets Claude Code
@@ -132,6 +135,28 @@ fn guard(config_arg: Option<&Path>, hook: &PreCompactInput) -> Result<Verdict> {
             }
             Some(op.id)
         }
+        // The person asked to roll this rebuilt session back: the rollback
+        // starts now, as this session's Stop would start it, and replaces
+        // the compaction (which would summarise what it brings back).
+        Some(op)
+            if op.status == Status::RollbackPending && stop::rolls_back_from(&op, &session) =>
+        {
+            return Ok(roll_back_now(
+                &config,
+                &store,
+                &session,
+                &hook.transcript_path,
+            ));
+        }
+        // This session's own rollback is under way (its stage alive): the
+        // switch back replaces the compaction; the turn Claude Code answers
+        // meanwhile comes along (a restore session).
+        Some(op) if rollback_under_way(&op, &session) => {
+            return Ok(Verdict::Block(format!(
+                "ktr is already rolling this session back as you asked (operation {}, {}); Claude Code will be switched back instead of compacting it, with the turns said since the rebuild",
+                op.id, op.status
+            )));
+        }
         // This session's own rebuild is under way (its stage alive): the
         // switch replaces the compaction; the prompt comes back after it as
         // for a rebuild the guard starts.
@@ -246,6 +271,48 @@ fn under_way(op: &Operation, session: &SessionId) -> bool {
             .worker
             .as_ref()
             .is_some_and(crate::operation::Worker::alive)
+}
+
+/// Whether `op` is a rollback switching away from `session` with its stage
+/// at work.
+fn rollback_under_way(op: &Operation, session: &SessionId) -> bool {
+    stop::rolls_back_from(op, session)
+        && matches!(op.status, Status::RollbackScheduled | Status::RollingBack)
+        && op
+            .worker
+            .as_ref()
+            .is_some_and(crate::operation::Worker::alive)
+}
+
+/// Start the rollback asked for `session` now, instead of the compaction.
+/// Claude Code answers the prompt anyway (below its hard limit); the
+/// rollback waits for that turn and takes it along.
+fn roll_back_now(
+    config: &Config,
+    store: &Store,
+    session: &SessionId,
+    transcript: &Path,
+) -> Verdict {
+    let by = By {
+        hook: Hook::PreCompact,
+        session,
+        transcript,
+        at: Timestamp::now(),
+        statuses: &[Status::RollbackPending],
+        why: " instead of Claude Code's auto-compaction",
+        reply: None,
+    };
+    match stop::schedule(config, store, &by) {
+        Ok(Scheduled::Started { id, .. }) => Verdict::Block(format!(
+            "ktr is rolling this session back as you asked (operation {id}) instead of letting Claude Code compact it; the turns said since the rebuild come along"
+        )),
+        Ok(_) => Verdict::Allow(
+            "ktr: the rollback asked for could not start now; Claude Code compacted this window (lossy) instead".into(),
+        ),
+        Err(e) => Verdict::Allow(format!(
+            "ktr: the rollback asked for could not start now ({e}); Claude Code compacted this window (lossy) instead"
+        )),
+    }
 }
 
 /// The guard's line when the target does not run this session.

@@ -22,7 +22,8 @@ use ktr_base::ids::{OperationId, SessionId};
 /// activation) and the Claude Code whose Stop hook scheduled the rollback,
 /// else `failed` + `session_conflict` with the target untouched. A turn
 /// since that Stop, a refused prompt or a draft in the input line sends it
-/// back to `rollback_pending` (the next Stop tries again). Then resume the
+/// back to `rollback_pending` (the next Stop tries again, or at once when
+/// that turn's Stop came meanwhile: [`super::again`]). Then resume the
 /// source session — in place (`/resume <old-id>`), else by respawning — and
 /// check its health: `rolled_back`, or `failed` with `needs_attention`.
 pub fn rollback(
@@ -32,7 +33,7 @@ pub fn rollback(
     steps: &mut Steps,
 ) -> Result<Outcome> {
     let op = store.claim(id, Stage::Rollback, Status::RollingBack)?;
-    guarded(store, id, steps, |steps| {
+    let outcome = guarded(store, id, steps, |steps| {
         let target = Target::from_config(config);
         if let Some(why) = target_moved(&target, &op)? {
             steps.say(&why);
@@ -44,7 +45,12 @@ pub fn rollback(
         super::in_place::noticed(&target, Status::RollbackPending, || {
             switch_back(config, store, id, &target, &op, steps)
         })
-    })
+    })?;
+    // Deferred for a turn that has ended meanwhile: at once again.
+    if let Some(line) = super::again::after_deferral(config, store, &outcome.operation) {
+        steps.say(line);
+    }
+    Ok(outcome)
 }
 
 /// From `rolling_back` (the gate up) to the end of the switch back: the
@@ -58,6 +64,7 @@ fn switch_back(
     steps: &mut Steps,
 ) -> Result<Outcome> {
     let old = source_session(op)?;
+    pause_point(Stage::Rollback, "start");
     // Let a turn that began just before the gate went up show itself.
     thread::sleep(if prompt_hook_installed(config) {
         GATED_SETTLE

@@ -100,7 +100,11 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
         let failed = recover(config_arg, &state_dir, parsed(&hook))?;
         let attempt = matches!(
             status,
-            Status::Scheduled | Status::Running | Status::Verifying
+            Status::Scheduled
+                | Status::Running
+                | Status::Verifying
+                | Status::RollbackScheduled
+                | Status::RollingBack
         );
         if let (Reply::Quiet, true, Some(session), Some(h)) =
             (&failed, attempt, &session, parsed(&hook))
@@ -292,7 +296,7 @@ pub(crate) fn schedule(config: &Config, store: &Store, by: &By<'_>) -> Result<Sc
         op.scheduled_reply = by.reply.map(super::advice::reply_end);
         op.turn_started_at = None;
         op.blocked_prompts.clear();
-        op.by_compaction_guard |= by.hook == Hook::PreCompact;
+        op.by_compaction_guard |= by.hook == Hook::PreCompact && step.stage == Stage::Prepare;
         let note = format!(
             "{} of session {} started {name} (pid {pid}){}",
             by.hook, by.session, by.why
@@ -360,8 +364,7 @@ fn next_step(
         }
         Status::RollbackPending => {
             // Only the session the rollback switches away from may trigger it.
-            let running = op.candidate.as_ref().map(|c| c.session_id.as_str());
-            if running != Some(session.as_str()) {
+            if !rolls_back_from(op, session) {
                 return Ok(None);
             }
             Ok(Some(Step {
@@ -372,6 +375,11 @@ fn next_step(
         }
         _ => Ok(None),
     }
+}
+
+/// Whether `op`'s rollback switches away from `session` (the rebuilt one).
+pub(crate) fn rolls_back_from(op: &Operation, session: &SessionId) -> bool {
+    op.candidate.as_ref().map(|c| &c.session_id) == Some(session)
 }
 
 /// A stage works on an operation in `status` (no hook waits to start
@@ -385,8 +393,9 @@ fn parsed(hook: &Result<Option<StopInput>, serde_json::Error>) -> Option<&StopIn
     hook.as_ref().ok().and_then(Option::as_ref)
 }
 
-/// This session's attempt is at work (scheduled, prepared or verified) and
-/// its worker alive: note this Stop on it ([`Operation::stopped_since`]).
+/// This session's attempt is at work (a rebuild scheduled, prepared or
+/// verified; a rollback scheduled or under way) and its worker alive: note
+/// this Stop on it ([`Operation::stopped_since`]).
 /// Should the attempt defer for the turn this Stop ended, the next one
 /// starts at once ([`super::again`]). A busy lock or a failed write leaves
 /// that to the next Stop, as before.
@@ -405,14 +414,17 @@ fn note_stop(state_dir: &Path, session: &SessionId, at: Timestamp, hook: &StopIn
         let Some(mut op) = tx.session_operation(session)? else {
             return Ok(());
         };
-        let attempt = matches!(
-            op.status,
-            Status::Scheduled | Status::Running | Status::Verifying
-        );
+        let attempt = match op.status {
+            Status::Scheduled | Status::Running | Status::Verifying => {
+                op.session_id.as_ref() == Some(session)
+            }
+            Status::RollbackScheduled | Status::RollingBack => rolls_back_from(&op, session),
+            _ => false,
+        };
         // A dead worker's operation is not touched: a save would restart
         // the grace after which recovery fails it.
         let alive = op.worker.as_ref().is_some_and(Worker::alive);
-        if attempt && alive && op.session_id.as_ref() == Some(session) {
+        if attempt && alive {
             op.stopped_since = Some(mark);
             tx.save(&mut op)?;
         }
