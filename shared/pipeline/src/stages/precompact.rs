@@ -327,11 +327,20 @@ enum Impossible {
     Because(String),
 }
 
+/// How many guard-started rebuilds in a row may have failed by a killed
+/// stage before the guard lets Claude Code compact: a stage killed by
+/// accident (1 % of stage runs in the soak, several runs an attempt) is
+/// tried again; one killed every time (out of memory) strands no session.
+/// A 1,000-turn soak saw two in a row, which the earlier bound (once more,
+/// never twice) let Claude Code compact.
+const KILLED_IN_A_ROW: usize = 3;
+
 /// Whether a rebuild can replace this compaction now, judged without
 /// reading the whole transcript (the hook runs while the person waits):
 /// the target runs this session's Claude Code; the last rebuild this
 /// guard started for the session did not fail (never block twice for the
-/// same failure; a stage that was killed is retried once); and the rebuilt window would fit, by the running
+/// same failure; one whose stage was killed is retried, up to
+/// [`KILLED_IN_A_ROW`]); and the rebuilt window would fit, by the running
 /// account the Stop hooks keep (when it has caught up; prepare checks the
 /// whole plan anyway).
 fn rebuild_possible(
@@ -344,20 +353,17 @@ fn rebuild_possible(
         return Err(Impossible::NotSwitched);
     }
     let ours = store.list().map_err(|e| Impossible::Because(e.message))?;
-    let mut latest = ours
+    let latest = ours
         .iter()
         .rev()
         .filter(|op| op.session_id.as_ref() == Some(session));
     let failed_here = |op: &&Operation| op.status == Status::Failed && op.by_compaction_guard;
-    let (last, before) = (latest.next(), latest.next());
     // A stage killed (its worker died) is a failure of the moment: the
-    // guard tries once more, never twice in a row.
-    let died = |op: Option<&Operation>| {
-        op.filter(failed_here)
-            .is_some_and(|o| o.worker_died_in.is_some())
-    };
-    let retry = died(last) && !died(before);
-    if let Some(op) = last.filter(failed_here).filter(|_| !retry) {
+    // guard tries again, up to `KILLED_IN_A_ROW` such failures in a row.
+    let died = |op: &&Operation| failed_here(op) && op.worker_died_in.is_some();
+    let killed_in_a_row = latest.clone().take_while(died).count();
+    let retry = (1..KILLED_IN_A_ROW).contains(&killed_in_a_row);
+    if let Some(op) = latest.clone().next().filter(failed_here).filter(|_| !retry) {
         return Err(Impossible::Because(format!(
             "the rebuild it started instead of the last compaction ({}) failed: {}",
             op.id,
