@@ -13,7 +13,7 @@
 //! issue asks) of the stage runs are killed (`SIGKILL`) at a random moment
 //! ([`watch`]); a quarter of the prompts are typed the moment the previous
 //! answer came, while the Stop hooks and a switch may run, the others after
-//! the person read it (0.5–5 s).
+//! the person read it (0.3–2 s).
 //!
 //! A second session runs outside tmux, in a pseudo-terminal ([`hand`]): a
 //! third of the turns are said there, and the lines ktr offers there the
@@ -233,7 +233,7 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
             continue;
         }
         // Three prompts in four wait for the idle prompt and the person
-        // reading the answer (0.5–5 s); the rest are typed the moment the
+        // reading the answer (0.3–2 s); the rest are typed the moment the
         // answer came, while the Stop hooks and a switch may run.
         if rng.percent(75.0) {
             assert!(
@@ -242,7 +242,7 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
                 h.diagnosis()
             );
             thread::sleep(Duration::from_millis(
-                rng.between(500, 5_000).unsigned_abs(),
+                rng.between(300, 2_000).unsigned_abs(),
             ));
         }
         if let Err(e) = h.person.say(

@@ -65,7 +65,7 @@ impl Turn {
             _ => Kind::Agent,
         };
         let tag = Turn::tag_of(n);
-        let prompt = format!("{tag} {}", words(rng, 3, 9));
+        let prompt = format!("{tag} {}", words(rng, 2, 6));
         let reply = format!("{tag}-R {}", words(rng, 10, 120));
         let output_lines = if kind == Kind::Tool {
             // 5–50 KB at ~60 bytes a line.
