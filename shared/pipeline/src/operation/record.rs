@@ -264,7 +264,7 @@ pub struct Operation {
     /// here: it stays in `<state_dir>/prompts/` ([`crate::prompt_back`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_back: Option<PromptBack>,
-    /// The compaction guard (`ktr-precompact`) started a stage of this
+    /// The compaction guard (`ktr-precompact`) started the rebuild of this
     /// operation in place of Claude Code's compaction: when it fails, the
     /// guard does not block the next compaction for the same failure.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
