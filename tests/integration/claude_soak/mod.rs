@@ -298,12 +298,17 @@ fn a_household_talks_for_hundreds_of_turns_and_never_compacts_lossily_or_loses_a
     if !left.is_empty() {
         failures.push(format!("ktr processes left behind: {left:?}"));
     }
-    // Printed after the suite by .ci/run, the seed with it.
+    // Printed after the suite by .ci/run, the seed and what failed with it.
     crate::support::report(
         "soak",
         &format!(
-            "soak report (KTR_SOAK_SEED={seed}):\n  {}",
-            report.join("\n  ")
+            "soak report (KTR_SOAK_SEED={seed}):\n  {}\nfailed:\n  {}",
+            report.join("\n  "),
+            if failures.is_empty() {
+                "nothing".to_string()
+            } else {
+                failures.join("\n  ")
+            }
         ),
     );
     assert!(
