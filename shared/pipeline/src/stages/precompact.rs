@@ -267,10 +267,7 @@ fn under_way(op: &Operation, session: &SessionId) -> bool {
             op.status,
             Status::Scheduled | Status::Running | Status::Verifying | Status::Activating
         )
-        && op
-            .worker
-            .as_ref()
-            .is_some_and(crate::operation::Worker::alive)
+        && stage_alive(op)
 }
 
 /// Whether `op` is a rollback switching away from `session` with its stage
@@ -278,10 +275,13 @@ fn under_way(op: &Operation, session: &SessionId) -> bool {
 fn rollback_under_way(op: &Operation, session: &SessionId) -> bool {
     stop::rolls_back_from(op, session)
         && matches!(op.status, Status::RollbackScheduled | Status::RollingBack)
-        && op
-            .worker
-            .as_ref()
-            .is_some_and(crate::operation::Worker::alive)
+        && stage_alive(op)
+}
+
+fn stage_alive(op: &Operation) -> bool {
+    op.worker
+        .as_ref()
+        .is_some_and(crate::operation::Worker::alive)
 }
 
 /// Start the rollback asked for `session` now, instead of the compaction.

@@ -98,16 +98,8 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
     };
     if at_work(status) {
         let failed = recover(config_arg, &state_dir, parsed(&hook))?;
-        let attempt = matches!(
-            status,
-            Status::Scheduled
-                | Status::Running
-                | Status::Verifying
-                | Status::RollbackScheduled
-                | Status::RollingBack
-        );
         if let (Reply::Quiet, true, Some(session), Some(h)) =
-            (&failed, attempt, &session, parsed(&hook))
+            (&failed, notes_stops(status), &session, parsed(&hook))
         {
             note_stop(&state_dir, session, stopped_at, h);
         }
@@ -382,6 +374,20 @@ pub(crate) fn rolls_back_from(op: &Operation, session: &SessionId) -> bool {
     op.candidate.as_ref().map(|c| &c.session_id) == Some(session)
 }
 
+/// A Stop of the session notes itself on an operation in `status`
+/// ([`note_stop`]): a rebuild's attempt or a rollback at work, before its
+/// last look.
+fn notes_stops(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Scheduled
+            | Status::Running
+            | Status::Verifying
+            | Status::RollbackScheduled
+            | Status::RollingBack
+    )
+}
+
 /// A stage works on an operation in `status` (no hook waits to start
 /// one, no offer waits for the person).
 fn at_work(status: Status) -> bool {
@@ -414,13 +420,11 @@ fn note_stop(state_dir: &Path, session: &SessionId, at: Timestamp, hook: &StopIn
         let Some(mut op) = tx.session_operation(session)? else {
             return Ok(());
         };
-        let attempt = match op.status {
-            Status::Scheduled | Status::Running | Status::Verifying => {
-                op.session_id.as_ref() == Some(session)
-            }
-            Status::RollbackScheduled | Status::RollingBack => rolls_back_from(&op, session),
-            _ => false,
-        };
+        let attempt = notes_stops(op.status)
+            && match op.status {
+                Status::RollbackScheduled | Status::RollingBack => rolls_back_from(&op, session),
+                _ => op.session_id.as_ref() == Some(session),
+            };
         // A dead worker's operation is not touched: a save would restart
         // the grace after which recovery fails it.
         let alive = op.worker.as_ref().is_some_and(Worker::alive);
