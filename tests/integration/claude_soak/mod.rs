@@ -6,8 +6,9 @@
 //! replies follow a realistic mix ([`model`]); the usage it reports is what
 //! it was sent (about four bytes a token), so the window fills as a real
 //! one does and falls after each rebuild, with
-//! `CLAUDE_CODE_AUTO_COMPACT_WINDOW` making it fill every few dozen turns
-//! ([`window`]).
+//! `CLAUDE_CODE_AUTO_COMPACT_WINDOW` and `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`
+//! putting the compaction point where it is reached every few dozen turns
+//! ([`window`], [`point_percent`]).
 //! Now and then (`KTR_SOAK_ROLLBACK_PERCENT` of the turns, default 5) the
 //! latest rebuild is rolled back; `KTR_SOAK_KILL_PERCENT` (default 1, as the
 //! issue asks) of the stage runs are killed (`SIGKILL`) at a random moment
@@ -60,12 +61,25 @@ const TURN: Duration = Duration::from_secs(120);
 const SETTLE: Duration = Duration::from_secs(180);
 /// Claude Code's auto-compact window for a soak of `turns` turns (tokens;
 /// the point lies ~33k below it, and Claude Code takes no less than
-/// 100,000). The window fills every few dozen turns, and the conversation
-/// alone (≈ 80 tokens a turn) stays within what a rebuild may carry: a
+/// 100,000). The conversation alone (≈ 80 tokens a turn) stays within
+/// what a rebuild may carry: a
 /// 1,000-turn run in a 100k window outgrew it after ~700 turns, and the
 /// guard rightly let Claude Code compact.
-fn window(turns: usize) -> String {
-    (turns * 200).max(60_000).to_string()
+fn window(turns: usize) -> usize {
+    (turns * 200).max(60_000)
+}
+
+/// `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` for a soak of `turns` turns, when it
+/// lowers the point: to 250 tokens a turn, at least 25,000. A turn adds
+/// ~900 tokens on average; a 100-turn run (~65 turns in tmux) reached
+/// Claude Code's default point of its 100k window (67k) in only about three
+/// runs in four, and one that never did showed nothing. At 24.8k it is
+/// reached two to four times; the conversation alone (≈ 80 tokens a turn)
+/// still fits the 70 % a rebuild may carry.
+fn point_percent(turns: usize) -> Option<usize> {
+    let window = window(turns).max(100_000);
+    let target = (turns * 250).max(25_000);
+    (target < window - 33_000).then(|| target * 100 / (window - 20_000))
 }
 
 /// The household: the fake API, the CLI's environment, the CLI in its tmux
@@ -84,8 +98,16 @@ impl Household {
     fn start(turns: usize) -> Household {
         let api = FakeApi::start(Vec::new());
         let mut env = ClaudeEnv::new(&claude_bin(), &api);
-        env.extra_env
-            .push(("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), window(turns)));
+        env.extra_env.push((
+            "CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(),
+            window(turns).to_string(),
+        ));
+        if let Some(percent) = point_percent(turns) {
+            env.extra_env.push((
+                "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE".into(),
+                percent.to_string(),
+            ));
+        }
         env.prepare_interactive(&["Bash", "Read", "Task", "Agent", "mcp__plugin_ktr_ktr"]);
         let checkout = env.sandbox.root().join("checkout");
         copy_checkout(&checkout);
