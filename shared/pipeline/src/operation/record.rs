@@ -365,6 +365,11 @@ impl Default for Operation {
 }
 
 impl Operation {
+    /// Whether a stage is on record for it and that very process still runs.
+    pub fn stage_alive(&self) -> bool {
+        self.worker.as_ref().is_some_and(Worker::alive)
+    }
+
     /// A new pending operation with a fresh UUID v4.
     pub fn new(reason: &str, session_id: Option<SessionId>) -> Operation {
         Operation {

@@ -136,9 +136,7 @@ impl Store {
 /// Whether `op` is in flight with a recorded worker that is gone (an offer
 /// waits for the person, not for its finished stage).
 fn worker_gone(op: &Operation) -> bool {
-    !op.status.is_terminal()
-        && !op.status.offered()
-        && op.worker.as_ref().is_some_and(|w| !w.alive())
+    !op.status.is_terminal() && !op.status.offered() && op.worker.is_some() && !op.stage_alive()
 }
 
 /// Delete the never-activated candidate of `op` (SPEC §9: a failed stage

@@ -267,7 +267,7 @@ fn under_way(op: &Operation, session: &SessionId) -> bool {
             op.status,
             Status::Scheduled | Status::Running | Status::Verifying | Status::Activating
         )
-        && stage_alive(op)
+        && op.stage_alive()
 }
 
 /// Whether `op` is a rollback switching away from `session` with its stage
@@ -275,13 +275,7 @@ fn under_way(op: &Operation, session: &SessionId) -> bool {
 fn rollback_under_way(op: &Operation, session: &SessionId) -> bool {
     stop::rolls_back_from(op, session)
         && matches!(op.status, Status::RollbackScheduled | Status::RollingBack)
-        && stage_alive(op)
-}
-
-fn stage_alive(op: &Operation) -> bool {
-    op.worker
-        .as_ref()
-        .is_some_and(crate::operation::Worker::alive)
+        && op.stage_alive()
 }
 
 /// Start the rollback asked for `session` now, instead of the compaction.

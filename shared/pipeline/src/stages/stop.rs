@@ -427,8 +427,7 @@ fn note_stop(state_dir: &Path, session: &SessionId, at: Timestamp, hook: &StopIn
             };
         // A dead worker's operation is not touched: a save would restart
         // the grace after which recovery fails it.
-        let alive = op.worker.as_ref().is_some_and(Worker::alive);
-        if attempt && alive {
+        if attempt && op.stage_alive() {
             op.stopped_since = Some(mark);
             tx.save(&mut op)?;
         }
