@@ -54,6 +54,13 @@ pub struct Tally {
     /// comes back on every start (window overhead); older copies are.
     pub per_start_bytes: u64,
     pub file_only_bytes: u64,
+    /// Residue counted in the categories that Claude Code keeps in the
+    /// file but never sends: a record's `toolUseResult`, the copy of a
+    /// tool's output its screen shows (whole, where the model got a 2 KB
+    /// preview of an output Claude Code saved to a file), and its `system`
+    /// records but a local command's output (turn durations, Stop hook
+    /// summaries, boundaries).
+    pub unsent_bytes: u64,
     pub preview_image_count: u64,
     pub original_image_view_count: u64,
 }

@@ -7,6 +7,7 @@ mod bands;
 mod guard;
 mod guard_failures;
 mod statusline;
+mod unsent;
 mod what_it_says;
 
 use std::fs;

@@ -167,6 +167,13 @@ impl Scan {
         self.file.add(category, bytes);
     }
 
+    /// Residue already tallied that no request carries ([`Tally::unsent_bytes`]).
+    fn unsent(&mut self, bytes: usize) {
+        for t in [&mut self.window, &mut self.file] {
+            t.unsent_bytes += bytes as u64;
+        }
+    }
+
     /// Words of the conversation (user, assistant, expansion speech):
     /// counted into both tallies.
     fn conversation(&mut self, bytes: u64, counts: Counts) {
@@ -244,6 +251,11 @@ impl Scan {
                     self.last_boundary = Some((uuid, self.events.len()));
                 }
                 self.tally(Category::System, len);
+                // Claude Code 2.1.328 sends only a local command's output
+                // of its system records (its bundle's display-only filter).
+                if r.subtype.get().is_none_or(|s| s != "local_command") {
+                    self.unsent(len);
+                }
                 (RecordRole::Other, None)
             }
             _ => {

@@ -73,7 +73,9 @@ impl Scan {
             } else {
                 Category::ToolResult
             };
-            self.tally(cat, json_len(raw.get()));
+            let len = json_len(raw.get());
+            self.tally(cat, len);
+            self.unsent(len);
         }
         let seen_speech = self.seen_speech;
         let read = |speech, via, text, snapshot| Read {

@@ -24,9 +24,13 @@ use crate::ledger::Tally;
 /// Formula estimate of what a window's tally holds: the conversation's own
 /// estimate (CJK-aware) plus residue at the formula's rate for ASCII (raw
 /// JSON is mostly ASCII). Claude Code's per-start attachments are part of
-/// the overhead, not of this.
+/// the overhead, not of this, and residue it never sends
+/// ([`Tally::unsent_bytes`]) is left out: counted, it made a window of
+/// tool outputs Claude Code saved to files look ten times fuller than the
+/// API measured, the calibration fell outside its bounds, and the guard
+/// refused a rebuild that fitted.
 pub fn window_estimate(t: &Tally) -> u64 {
-    t.conversation_estimate + t.total() * 2 / 3
+    t.conversation_estimate + t.total().saturating_sub(t.unsent_bytes) * 2 / 3
 }
 
 /// Why a plan whose rebuilt window would not fit is refused (None when it

@@ -22,9 +22,10 @@ use ktr_base::open::{Links, open_regular};
 /// The most a hook reads per call while catching up.
 pub const STEP_BYTES: u64 = 8 * 1024 * 1024;
 
-/// What [`Running::format`] is now: an account kept in an older form
-/// (without the turn count) is started over.
-pub const FORMAT: u32 = 2;
+/// What [`Running::format`] is now: an account kept in an older form is
+/// started over (1: without the turn count; 2: its window estimate
+/// counted the `toolUseResult` copies Claude Code never sends).
+pub const FORMAT: u32 = 3;
 
 /// The account as kept on disk.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,5 +272,32 @@ mod tests {
         };
         let (now, _) = advance(&config, Some(old), &path, 1 << 20).unwrap();
         assert_eq!((now.turns, now.summarised_turns), (3, 2));
+    }
+
+    #[test]
+    fn what_claude_code_never_sends_adds_nothing_to_the_window_estimate() {
+        let head: String = TWICE.lines().take(2).map(|l| format!("{l}\n")).collect();
+        let window = |more: &str| follow(&format!("{head}{more}\n"), 1 << 20).window_estimate;
+        let bare = window("");
+        let system = |subtype: &str| {
+            format!(
+                r#"{{"type":"system","subtype":"{subtype}","uuid":"s1","content":"{}"}}"#,
+                "x".repeat(3000)
+            )
+        };
+        assert_eq!(window(&system("turn_duration")), bare);
+        assert_eq!(window(&system("stop_hook_summary")), bare);
+        assert!(
+            window(&system("local_command")) > bare + 1900,
+            "a local command's output is sent"
+        );
+        let result = |ui_copy: &str| {
+            format!(
+                r#"{{"type":"user","uuid":"r1","message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t1","content":"a 2 KB preview"}}]}}{ui_copy}}}"#
+            )
+        };
+        let ui_copy = format!(r#","toolUseResult":{{"stdout":"{}"}}"#, "y".repeat(40_000));
+        assert_eq!(window(&result(&ui_copy)), window(&result("")));
+        assert!(window(&result("")) > bare);
     }
 }
