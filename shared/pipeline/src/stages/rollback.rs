@@ -124,6 +124,18 @@ fn switch_back(
             })
         }
     };
+    // Said on the pane for a while (tmux; the other targets have no
+    // screen), besides the history and `ktr status`; up before the status
+    // says `rolled_back`, so whoever reads that status sees it there.
+    let said = match (&back, &op.restore) {
+        (Ok(_), Some(r)) => Some(came_along(&old, r.turns)),
+        _ => None,
+    };
+    // Taken down when dropped, after `SAID_FOR`.
+    let _shown = match (&said, target) {
+        (Some(line), Target::Tmux(_)) => Some(target.notice(&format!("ktr: {line}"))),
+        _ => None,
+    };
     let op = match back {
         Ok((identity, what)) => store.with_op(id, |tx| {
             let mut op = tx.load(id)?;
@@ -152,13 +164,9 @@ fn switch_back(
         }
     };
     steps.say(format!("operation is {}", op.status));
-    if let (Some(r), Status::RolledBack) = (&op.restore, op.status) {
-        // Said on the pane for a while (tmux; the other targets have no
-        // screen), besides the history and `ktr status`.
-        let line = came_along(&old, r.turns);
-        steps.say(&line);
+    if let (Some(line), Status::RolledBack) = (&said, op.status) {
+        steps.say(line);
         if matches!(target, Target::Tmux(_)) {
-            let _said = target.notice(&format!("ktr: {line}"));
             thread::sleep(SAID_FOR);
         }
     }
