@@ -81,6 +81,14 @@ impl Status {
         )
     }
 
+    /// Statuses no stage works in: ended, or waiting for the next Stop (a
+    /// request, an attempt put back). The stage that moved an operation
+    /// here ended as it should; its worker record goes, so recovery never
+    /// takes it for a dead one.
+    pub(crate) fn unworked(self) -> bool {
+        self.is_terminal() || matches!(self, Status::Pending | Status::RollbackPending)
+    }
+
     /// Statuses in which the target has certainly not been touched yet, so
     /// a written candidate was never run and can be discarded.
     pub(crate) fn before_switch(self) -> bool {

@@ -431,7 +431,7 @@ impl Locked<'_> {
             to,
             note: note.to_string(),
         });
-        if to.is_terminal() {
+        if to.unworked() {
             op.worker = None;
         }
         self.save(op)?;

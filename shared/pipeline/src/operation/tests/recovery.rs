@@ -18,6 +18,37 @@ fn a_dead_worker_fails_the_operation_and_frees_the_next_request() {
     assert!(!failed.needs_attention);
 }
 
+/// A stage that put its operation back to wait for the next Stop (a
+/// switch line collided with typing) ended as it should: its record goes
+/// with it, so neither its watchdog nor a hook takes it for a dead worker
+/// (a deferred rollback was failed 10 s later by the next prompt's hook).
+#[test]
+fn a_stage_that_defers_to_the_next_stop_leaves_no_worker_to_die() {
+    use Status::*;
+    let (_t, store) = store();
+    let store = store.with_grace(Duration::ZERO);
+    let op = requested(&store);
+    walk(&store, &op.id, &[Scheduled, Running, Verifying, Activating]);
+    set_worker(&store, &op.id, dead_worker(Stage::Activate));
+    walk(&store, &op.id, &[Pending]);
+    assert!(store.recover_stale().unwrap().is_empty());
+    walk(
+        &store,
+        &op.id,
+        &[Scheduled, Running, Verifying, Activating, Activated],
+    );
+    walk(
+        &store,
+        &op.id,
+        &[RollbackPending, RollbackScheduled, RollingBack],
+    );
+    set_worker(&store, &op.id, dead_worker(Stage::Rollback));
+    walk(&store, &op.id, &[RollbackPending]);
+    assert!(store.recover_stale().unwrap().is_empty());
+    let op = store.load(&op.id).unwrap();
+    assert_eq!((op.status, op.worker), (RollbackPending, None));
+}
+
 #[test]
 fn a_live_worker_or_a_recent_death_is_left_alone() {
     use Status::*;
