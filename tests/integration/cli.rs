@@ -5,14 +5,16 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 
 /// The executables a person may run by hand (the admin CLI, the stages,
-/// the key recorder, the MCP server): a usage error is exit 2 on stderr.
-const COMMANDS: [&str; 7] = [
+/// the key recorder, the watchdog, the MCP server): a usage error is exit 2
+/// on stderr.
+const COMMANDS: [&str; 8] = [
     "ktr",
     "ktr-prepare",
     "ktr-verify",
     "ktr-activate",
     "ktr-rollback",
     "ktr-keep",
+    "ktr-watch",
     "ktr-mcp",
 ];
 

@@ -18,8 +18,13 @@ fn kill_at(rig: &mut Rig, at: &str, died_in: Status) {
     assert!(rig.stop_current().contains("rebuild scheduled"), "{at}");
     let pid = rig.wait_paused();
     kill_paused(rig, pid, at);
+    // Its watchdog may have failed it already.
     let paused = rig.store().load(&op.id).unwrap();
-    assert_eq!(paused.status, died_in, "{at}: status when killed");
+    assert!(
+        paused.status == died_in || paused.worker_died_in == Some(died_in),
+        "{at}: {} when killed, not {died_in}",
+        paused.status
+    );
 
     // The next Stop hook notices the dead worker and tells the human.
     rig.pause_at = None;
@@ -80,6 +85,75 @@ pub(crate) fn kill_paused(rig: &Rig, pid: u32, at: &str) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::fs::remove_file(&rig.pause_file).unwrap();
+}
+
+/// SIGKILL the watchdog of the stage `pid` (`ktr-watch … --pid PID`), as
+/// if the machine had taken it too, and wait until it is gone.
+#[track_caller]
+pub(crate) fn kill_watchdog_of(pid: u32) {
+    let watching = ["--pid".to_string(), pid.to_string()];
+    let watchdogs = || -> Vec<u32> {
+        let procs = std::fs::read_dir("/proc").unwrap().flatten();
+        let pids = procs.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+        pids.filter(|p| {
+            let argv = ktr_pipeline::process::cmdline(*p).unwrap_or_default();
+            argv.first().is_some_and(|a| a.ends_with("/ktr-watch"))
+                && argv.windows(2).any(|w| w == watching)
+        })
+        .collect()
+    };
+    let found = crate::support::wait_for(std::time::Duration::from_secs(10), || {
+        !watchdogs().is_empty()
+    });
+    assert!(found, "no watchdog of {pid}");
+    for p in watchdogs() {
+        let killed = Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+        assert!(killed.unwrap().success(), "kill {p}");
+        while ktr_pipeline::process::pid_alive(p) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// Nobody speaks after a stage was killed: its watchdog fails the
+/// operation at once, with no hook or command run after it (the soak's
+/// last turns found one "running" for good), discards the candidate that
+/// never ran, and the session's next Stop says so, once.
+#[test]
+fn a_stage_killed_with_nothing_run_after_it_is_failed_by_its_watchdog() {
+    let mut rig = Rig::tmux();
+    // No hook could fail it within the test, whatever ran.
+    rig.env.retain(|(k, _)| k != "KTR_WORKER_GRACE_SECONDS");
+    rig.env
+        .push(("KTR_WORKER_GRACE_SECONDS".into(), "3600".into()));
+    rig.pause_at = Some("prepare:written".into());
+    let op = rig.request();
+    assert!(rig.stop_current().contains("rebuild scheduled"));
+    let pid = rig.wait_paused();
+    let written = rig.transcripts().len();
+    kill_paused(&rig, pid, "prepare:written");
+    rig.pause_at = None;
+    let failed = crate::support::wait_for(std::time::Duration::from_secs(20), || {
+        rig.store().load(&op.id).unwrap().status == Status::Failed
+    });
+    let op = rig.store().load(&op.id).unwrap();
+    assert!(
+        failed,
+        "still {} with nothing run after the kill",
+        op.status
+    );
+    assert_eq!(op.error.as_deref(), Some("worker died during running"));
+    assert_eq!(
+        rig.transcripts().len(),
+        written - 1,
+        "the candidate is discarded"
+    );
+    let out = rig.stop_current();
+    assert!(out.contains("worker died during running"), "{out}");
+    let again = rig.stop_current();
+    assert!(!again.contains("worker died"), "told once: {again}");
 }
 
 trait Activated {
@@ -176,6 +250,8 @@ fn a_prompt_after_ktr_activate_was_killed_before_the_switch_fails_it_and_goes_th
     let op = rig.request();
     assert!(rig.stop_current().contains("rebuild scheduled"));
     let pid = rig.wait_paused();
+    // Its watchdog went too: only the hooks can fail it.
+    kill_watchdog_of(pid);
     kill_paused(&rig, pid, "activate:checked");
     rig.pause_at = None;
     // The dead-worker grace as a person meets it: they send the prompt

@@ -116,7 +116,10 @@ fn a_stop_leaves_an_attempt_whose_stage_died_to_recovery() {
         .push(("KTR_WORKER_GRACE_SECONDS".into(), "3600".into()));
     let op = rig.rebuild_paused_at("prepare:running");
     let id = OperationId::parse(&op.id).unwrap();
-    crate::kill::kill_paused(&rig, rig.wait_paused(), "prepare:running");
+    // Its watchdog went too: only a hook, after the grace, may fail it.
+    let pid = rig.wait_paused();
+    crate::kill::kill_watchdog_of(pid);
+    crate::kill::kill_paused(&rig, pid, "prepare:running");
     let before = rig.store().load(&id).unwrap();
     a_turn(&rig, "你还在吗？", "在的。");
     rig.stop_source();

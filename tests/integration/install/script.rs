@@ -499,7 +499,7 @@ fn the_package_is_one_named_archive_with_the_plugin_and_every_binary_and_the_sam
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(bins.len(), 12, "{bins:?}");
+    assert_eq!(bins.len(), 13, "{bins:?}");
     let bin_dir = tmp.path().join("built");
     fs::create_dir_all(&bin_dir).unwrap();
     for b in &bins {

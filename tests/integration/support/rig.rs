@@ -103,7 +103,13 @@ impl Rig {
         if let Some(state) = state {
             sandbox.state = state.to_path_buf();
         }
-        for stage in ["ktr-prepare", "ktr-verify", "ktr-activate", "ktr-rollback"] {
+        for stage in [
+            "ktr-prepare",
+            "ktr-verify",
+            "ktr-activate",
+            "ktr-rollback",
+            "ktr-watch",
+        ] {
             let link = sandbox.bin.join(stage);
             let _ = fs::remove_file(&link);
             std::os::unix::fs::symlink(stage_binary(stage), &link).unwrap();
@@ -705,13 +711,14 @@ impl Drop for Rig {
     }
 }
 
-/// The real stage executable built for these tests.
+/// The real stage executable (or the stages' watchdog) built for these tests.
 pub fn stage_binary(stage: &str) -> &'static str {
     match stage {
         "ktr-prepare" => crate::support::exe("ktr-prepare"),
         "ktr-verify" => crate::support::exe("ktr-verify"),
         "ktr-activate" => crate::support::exe("ktr-activate"),
         "ktr-rollback" => crate::support::exe("ktr-rollback"),
+        "ktr-watch" => crate::support::exe("ktr-watch"),
         other => panic!("no stage {other}"),
     }
 }

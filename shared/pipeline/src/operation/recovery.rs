@@ -4,11 +4,11 @@
 use std::fs;
 use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::{InFlight, Lane, Operation, RestoreFile, Status, Store};
 use ktr_base::error::{Error, Result};
-use ktr_base::ids::SessionId;
+use ktr_base::ids::{OperationId, SessionId};
 
 impl Store {
     /// In every lane, fail the operation in flight whose recorded worker is
@@ -35,6 +35,34 @@ impl Store {
         if entry.status == Status::Pending || entry.status.offered() {
             return self.expire_stale_request(&entry.lane);
         }
+        self.fail_dead_worker(entry, |_| {})
+    }
+
+    /// Fail operation `id` now, whatever the grace, if it is in flight and
+    /// its recorded worker is gone: what a stage's watchdog does the moment
+    /// the stage ended. `tell` runs just before the failure is saved (the
+    /// failed operation, its lane), so whoever sees it failed can also see
+    /// what `tell` left. Returns the operation it failed.
+    pub(crate) fn recover_now(
+        self,
+        id: &OperationId,
+        tell: impl FnOnce(&Operation, &Lane),
+    ) -> Result<Option<Operation>> {
+        let Some(entry) = self.in_flight().into_iter().find(|e| e.id == *id) else {
+            return Ok(None);
+        };
+        let lane = entry.lane.clone();
+        self.with_grace(Duration::ZERO)
+            .fail_dead_worker(&entry, |op| tell(op, &lane))
+    }
+
+    /// Fail `entry`'s operation if its worker is gone and the grace passed
+    /// (`tell`: see [`Store::recover_now`]).
+    fn fail_dead_worker(
+        &self,
+        entry: &InFlight,
+        tell: impl FnOnce(&Operation),
+    ) -> Result<Option<Operation>> {
         if !self.load(&entry.id).is_ok_and(|op| self.is_stale(&op)) {
             return Ok(None);
         }
@@ -91,6 +119,7 @@ impl Store {
                 Ok(None) => {}
                 Err(e) => note.push_str(&format!("; {e}")),
             }
+            tell(&op);
             tx.transition(&mut op, Status::Failed, &note)?;
             Ok(Some(op))
         })

@@ -39,6 +39,7 @@ pub mod statusline;
 pub mod stop;
 mod target_guard;
 mod verify;
+pub mod watchdog;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -225,25 +226,16 @@ pub fn keeper_program() -> Result<PathBuf> {
 
 /// The command line that starts `stage` for operation `op_id`: the
 /// executable beside the current one (or in `$KTR_BIN_DIR`), with
-/// `--config` (absolute; none with zero config) and `--operation`; with `activation = "systemd"`
-/// inside its own scope (`systemd-run --scope --quiet --collect --unit
-/// ktr-<op>-<stage> --property KillMode=process --`) so restarting the
-/// service cannot kill it.
+/// [`config_args`] and `--operation`; with `activation = "systemd"` inside its own scope
+/// (`systemd-run --scope --quiet --collect --unit ktr-<op>-<stage>
+/// --property KillMode=process --`) so restarting the service cannot kill
+/// it.
 pub fn command(
     config: &Config,
     stage: Stage,
     op_id: &OperationId,
     transcript: Option<&Path>,
 ) -> Result<Vec<String>> {
-    let bin_dir = bin_dir()?;
-    // Zero config: no `--config`; the stage finds the same (none) again.
-    let config_path = match config.source.as_deref() {
-        Some(p) => Some(
-            std::path::absolute(p)
-                .map_err(|_| Error::config("cannot resolve the config path for the worker"))?,
-        ),
-        None => None,
-    };
     let mut argv = Vec::new();
     if config.activation == Activation::Systemd {
         let unit = format!("ktr-{op_id}-{}", stage.name());
@@ -265,18 +257,29 @@ pub fn command(
             .map(String::from),
         );
     }
-    argv.push(bin_dir.join(stage.program()).to_string_lossy().into_owned());
-    if let Some(config_path) = config_path {
-        argv.extend([
-            "--config".into(),
-            config_path.to_string_lossy().into_owned(),
-        ]);
-    }
+    argv.push(
+        bin_dir()?
+            .join(stage.program())
+            .to_string_lossy()
+            .into_owned(),
+    );
+    argv.extend(config_args(config)?);
     argv.extend(["--operation".into(), op_id.to_string()]);
     if let Some(t) = transcript {
         argv.extend(["--transcript".into(), t.to_string_lossy().into_owned()]);
     }
     Ok(argv)
+}
+
+/// `--config` and its absolute path for a process ktr starts (none with
+/// zero config: it finds the same, none, again).
+pub(crate) fn config_args(config: &Config) -> Result<Vec<String>> {
+    let Some(p) = config.source.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let path = std::path::absolute(p)
+        .map_err(|_| Error::config("cannot resolve the config path for the worker"))?;
+    Ok(vec!["--config".into(), path.to_string_lossy().into_owned()])
 }
 
 /// Start `stage` detached (output appended to `worker.log`); returns its pid.
@@ -313,6 +316,7 @@ pub fn spawn(
             ))
         })?;
     }
+    watchdog::start(config, store, stage, op_id, pid);
     Ok(pid)
 }
 

@@ -8,7 +8,8 @@
 //! pending operation it binds it to this session, marks it `scheduled` and
 //! starts `ktr-prepare` detached (`ktr-rollback` for `rollback_pending`).
 //! An operation whose worker died is failed here ([`Store::recover_stale`]),
-//! so a killed stage never blocks the next request.
+//! so a killed stage never blocks the next request; one its watchdog
+//! failed already is told here (the line it left).
 //!
 //! Stage executables are looked up beside `ktr-stop`, or in `$KTR_BIN_DIR`.
 //! [`schedule`] is also how `ktr-precompact` starts a pending rebuild.
@@ -103,7 +104,13 @@ fn run(config_arg: Option<&Path>, input: Option<&[u8]>) -> Result<Reply> {
         {
             note_stop(&state_dir, session, stopped_at, h);
         }
-        return Ok(failed);
+        // The stage's watchdog may have failed it just now: it left its
+        // line before saving the failure.
+        let left = match (&failed, &session) {
+            (Reply::Quiet, Some(session)) => advice::take_notice(&state_dir, session),
+            _ => None,
+        };
+        return Ok(left.map_or(failed, Reply::Message));
     }
     let stays = |why: String| Reply::Message(format!("ktr: {why}; operation {id} stays {status}"));
 
