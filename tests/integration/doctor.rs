@@ -291,6 +291,27 @@ fn fifos_folders_and_symlinks_are_not_counted_as_transcripts() {
     );
 }
 
+/// `ktr-watch` beside the stages: without it a killed stage's operation
+/// waits for the next hook, and doctor says so.
+#[test]
+fn doctor_warns_when_the_stage_watchdog_is_not_beside_the_stages() {
+    let sb = Sandbox::new();
+    sb.transcript("s1");
+    let c = check(&report(&sb), "stage watchdog").clone();
+    assert_eq!(c["level"], "warn", "{c}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ktr-watch is missing: an operation whose stage dies stays in flight")
+            && c["fix"].as_str().unwrap().contains("./install"),
+        "{c}"
+    );
+    fs::copy(crate::support::exe("ktr-watch"), sb.bin.join("ktr-watch")).unwrap();
+    let c = check(&report(&sb), "stage watchdog").clone();
+    assert_eq!(c["level"], "ok", "{c}");
+}
+
 /// `ktr-keep` beside the stages: without it an in-place switch has no
 /// popup, and doctor says what that costs; only for tmux in place.
 #[test]

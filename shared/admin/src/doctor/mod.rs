@@ -219,6 +219,7 @@ fn check_config(config: &Config, this: &Path, checks: &mut Vec<Check>) {
         checks.push(target::target(config));
     }
     checks.extend(target::key_keeper(config));
+    checks.push(target::stage_watchdog());
     checks.push(hooks(&config.claude_workdir, this));
     checks.push(statusline(&config.claude_workdir));
     checks.push(mcp(&config.claude_workdir, this));

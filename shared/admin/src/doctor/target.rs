@@ -68,6 +68,30 @@ pub(super) fn key_keeper(config: &Config) -> Option<Check> {
     })
 }
 
+/// `ktr-watch` beside the stages: without it, an operation whose stage was
+/// killed stays in flight until the next hook or command.
+pub(super) fn stage_watchdog() -> Check {
+    const NAME: &str = "stage watchdog";
+    match stages::watchdog::program() {
+        Ok(program) if program.is_file() => pass(
+            NAME,
+            format!(
+                "{} fails an operation the moment its stage dies",
+                program.display()
+            ),
+        ),
+        Ok(program) => warn(
+            NAME,
+            format!(
+                "{} is missing: an operation whose stage dies stays in flight until the next hook or command",
+                program.display()
+            ),
+            "reinstall ktr (./install) so that ktr-watch is beside ktr-prepare",
+        ),
+        Err(e) => warn(NAME, e.message, "set KTR_BIN_DIR or reinstall ktr"),
+    }
+}
+
 /// The clients the switch would hold, found as the switch finds them.
 fn keeper_clients(config: &Config, program: &Path) -> Check {
     const NAME: &str = "key keeper";

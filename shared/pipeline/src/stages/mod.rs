@@ -11,8 +11,9 @@
 //! Once a stage has claimed its operation, every failure becomes a recorded
 //! reason and a terminal status: nothing raises past the stage. A stage
 //! killed at any point leaves a non-terminal operation with a dead worker,
-//! which [`Store::recover_stale`] (called by every stage, hook and command)
-//! fails; a candidate that never ran is discarded with it.
+//! which its [`watchdog`] fails the moment it dies, else
+//! [`Store::recover_stale`] (called by every stage, hook and command) after
+//! the grace; a candidate that never ran is discarded with it.
 //!
 //! Test hook: `KTR_TEST_PAUSE_AT=<stage>:<step>` makes a stage write its pid
 //! to `$KTR_TEST_PAUSE_FILE` and sleep at that step ([`pause_point`]), so a

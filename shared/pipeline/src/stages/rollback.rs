@@ -132,7 +132,7 @@ fn switch_back(
         _ => None,
     };
     // Taken down when dropped, after `SAID_FOR`.
-    let _shown = match (&said, target) {
+    let shown = match (&said, target) {
         (Some(line), Target::Tmux(_)) => Some(target.notice(&format!("ktr: {line}"))),
         _ => None,
     };
@@ -140,14 +140,12 @@ fn switch_back(
         Ok((identity, what)) => store.with_op(id, |tx| {
             let mut op = tx.load(id)?;
             op.target_after = Some(identity.clone());
-            let note = match &op.restore {
-                Some(r) => format!(
-                    "{}; {target} runs {what} (identity {identity}): the old session's {} records, then the rebuilt session's {} records since the switch",
-                    came_along(&old, r.turns),
-                    r.old_records,
-                    r.new_records
+            let note = match (&op.restore, &said) {
+                (Some(r), Some(said)) => format!(
+                    "{said}; {target} runs {what} (identity {identity}): the old session's {} records, then the rebuilt session's {} records since the switch",
+                    r.old_records, r.new_records
                 ),
-                None => format!("rolled back: {target} runs {what} again (identity {identity})"),
+                _ => format!("rolled back: {target} runs {what} again (identity {identity})"),
             };
             tx.transition(&mut op, Status::RolledBack, &note)?;
             Ok(op)
@@ -166,7 +164,7 @@ fn switch_back(
     steps.say(format!("operation is {}", op.status));
     if let (Some(line), Status::RolledBack) = (&said, op.status) {
         steps.say(line);
-        if matches!(target, Target::Tmux(_)) {
+        if shown.is_some() {
             thread::sleep(SAID_FOR);
         }
     }

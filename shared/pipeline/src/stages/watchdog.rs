@@ -96,12 +96,18 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Call<Args>> {
     }
 }
 
+/// `ktr-watch` beside the stages ([`bin_dir`]); it may be missing (then
+/// the next hook fails an operation whose stage died, after the grace).
+pub fn program() -> Result<PathBuf> {
+    Ok(bin_dir()?.join(PROGRAM))
+}
+
 /// Start the watchdog of `stage` (pid `pid`) for operation `op_id`,
 /// detached, its output in `worker.log`. Best effort: a watchdog that
 /// cannot start is written to the log and leaves recovery to the next hook.
 pub(super) fn start(config: &Config, store: &Store, stage: Stage, op_id: &OperationId, pid: u32) {
-    let started = bin_dir().and_then(|dir| {
-        let mut argv = vec![dir.join(PROGRAM).to_string_lossy().into_owned()];
+    let started = program().and_then(|program| {
+        let mut argv = vec![program.to_string_lossy().into_owned()];
         argv.extend(config_args(config)?);
         argv.extend(["--operation".into(), op_id.to_string()]);
         argv.extend(["--pid".into(), pid.to_string()]);
