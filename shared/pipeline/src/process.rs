@@ -443,6 +443,24 @@ fn kill_group(pgid: u32) {
     }
 }
 
+/// Block until process `pid` is gone (a zombie counts as gone): asleep on
+/// its pidfd, or where there is none (an older kernel), by looking every
+/// 200 ms.
+pub(crate) fn wait_gone(pid: u32) {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let pidfd = rustix_pid(pid)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    if let Some(fd) = pidfd {
+        // Readable once the process exited; a signal only wakes it.
+        while let Err(rustix::io::Errno::INTR) = poll(&mut [PollFd::new(&fd, PollFlags::IN)], None)
+        {
+        }
+    }
+    while pid_alive(pid) {
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// `pid` as rustix names a process: None for 0 and for what does not fit
 /// a `pid_t`, which name no single process.
 fn rustix_pid(pid: u32) -> Option<rustix::process::Pid> {

@@ -14,8 +14,6 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::thread;
-use std::time::Duration;
 
 use super::{Stage, advice, append_log, bin_dir, config_args, stop};
 use crate::operation::{Lane, Operation, Store};
@@ -49,7 +47,7 @@ pub fn main() -> ! {
         Ok(Call::Help) => ktr_base::cli::help(PROGRAM, HELP),
         Ok(Call::Version) => ktr_base::cli::version(PROGRAM),
         Ok(Call::Run(args)) => {
-            wait_gone(args.pid);
+            process::wait_gone(args.pid);
             match watch(&args) {
                 Ok(None) => 0,
                 Ok(Some(op)) => {
@@ -122,7 +120,7 @@ pub(super) fn start(config: &Config, store: &Store, stage: Stage, op_id: &Operat
     }
 }
 
-/// Once the stage ended ([`wait_gone`]): fail the operation if that left
+/// Once the stage ended ([`process::wait_gone`]): fail the operation if that left
 /// it in flight with no live worker. The line that says so is left for
 /// the next Stop of each session the person may be in (its lane's; killed
 /// mid-switch, each of its sessions), before the failure is saved.
@@ -151,25 +149,4 @@ fn watch(args: &Args) -> Result<Option<Operation>> {
             advice::leave_notice(&dir, session, &line);
         }
     })
-}
-
-/// Block until process `pid` is gone (a zombie counts as gone): asleep on
-/// its pidfd, or where there is none (an older kernel), by looking every
-/// 200 ms.
-fn wait_gone(pid: u32) {
-    use rustix::event::{PollFd, PollFlags, poll};
-    use rustix::process::{Pid, PidfdFlags, pidfd_open};
-    let pidfd = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
-    if let Some(fd) = pidfd {
-        // Readable once the process exited; a signal only wakes it.
-        while let Err(rustix::io::Errno::INTR) = poll(&mut [PollFd::new(&fd, PollFlags::IN)], None)
-        {
-        }
-    }
-    while process::pid_alive(pid) {
-        thread::sleep(Duration::from_millis(200));
-    }
 }
